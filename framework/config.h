@@ -1,0 +1,97 @@
+// The typed config schema (DESIGN.md "Config"). Sections: model, data, parallel, train, optim,
+// checkpoint, log, device. Every knob lives here; the YAML keys are the field names.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rt {
+
+struct ModelConfig {
+  int n_layer = 2;
+  int d_model = 64;
+  int n_head = 4;
+  int n_kv_head = 4;        // GQA when < n_head; must divide n_head
+  int vocab_size = 64;
+  std::string mlp = "gelu"; // gelu | swiglu
+  int d_ff = 256;           // MLP hidden width
+  float rope_base = 10000.f;
+  float norm_eps = 1e-5f;
+  bool tied_embeddings = false;
+  int head_dim() const { return d_model / n_head; }
+};
+
+struct DataConfig {
+  std::string source = "copy";  // copy (synthetic long-range copy task) | bytes (text file) | shards (llm.c)
+  std::string path;             // bytes: a text file; shards: a glob or file of llm.c token shards
+  std::string eval_path;        // optional held-out file/glob; empty: held-out batches of the same source
+  int seq_len = 128;            // T, global context length
+  int copy_span = 0;            // copy task: span length; 0 = (seq_len - 1) / 2
+  uint64_t seed = 1234;
+};
+
+struct ParallelConfig {
+  int dp = 1, cp = 1, tp = 1;
+  std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
+  std::string comm = "auto";    // auto | mpi | nccl
+};
+
+struct TrainConfig {
+  int batch_size = 8;           // sequences per step, global (split over dp)
+  int steps = 300;
+  int eval_every = 100;         // 0 = never
+  int eval_batches = 4;
+  std::string checkpointing = "none";  // activation checkpointing: none | full | selective
+  int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
+  uint64_t seed = 42;
+  std::string run_dir = "runs/default";
+};
+
+struct OptimConfig {
+  float lr = 3e-3f;
+  float min_lr = 3e-4f;
+  int warmup_steps = 20;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;       // 0 = off
+};
+
+struct CheckpointConfig {
+  int every = 0;                // steps between saves; 0 = only at the end and on SIGTERM/SIGINT
+  int keep_last = 3;
+  std::string resume;           // "" | "auto" (latest in run_dir) | a checkpoint directory
+};
+
+struct LogConfig {
+  int every = 1;
+  std::string metrics_file = "metrics.jsonl";  // inside run_dir
+  double peak_tflops = 0;       // 0 = from the GPU name table
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  std::string device = "auto";  // auto | cpu | cuda
+  std::string source_path;      // where it was loaded from (not a YAML key)
+};
+
+// Loads YAML, applies `--set a.b=c` overrides in order, validates every constraint (world_size: the
+// number of ranks the job runs on, checked against dp*cp*tp; 0 skips that check). Throws rt::Error with
+// the key's path (and line) and what to change. Creates nothing on disk.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 0);
+Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                         int world_size = 0, const std::string& origin = "<string>");
+// Every constraint, with messages that say what to change.
+void validate_config(const Config& config, int world_size);
+// Resolved config as YAML (saved to run_dir/config.yaml) and as a printable table.
+std::string config_to_yaml(const Config& config);
+std::string config_table(const Config& config);
+// Stable hash of the resolved config's model section (stored in state.json).
+std::string model_config_hash(const Config& config);
+
+}  // namespace rt

@@ -1,0 +1,33 @@
+#include "kernels/device_memory.h"
+
+#include <cstdlib>
+
+namespace rt {
+
+#ifndef RINGTRAIN_HAVE_CUDA
+void* cuda_alloc(int, size_t) {
+  RT_CHECK(false, "this ringtrain was built without CUDA; set device: cpu in the config, or rebuild on a "
+                  "machine with nvcc (-DRINGTRAIN_CUDA=ON)");
+}
+void cuda_free(int, void*) {}
+bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+#else
+void* cuda_alloc(int device, size_t bytes);  // kernels/cuda/memory.cu
+void cuda_free(int device, void* ptr);
+#endif
+
+void* device_alloc(Device device, size_t bytes) {
+  if (device.is_cuda()) return cuda_alloc(device.index, bytes);
+  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  RT_CHECK(p, "out of host memory allocating " << bytes << " bytes");
+  return p;
+}
+
+void device_free(Device device, void* ptr) {
+  if (!ptr) return;
+  if (device.is_cuda()) cuda_free(device.index, ptr);
+  else std::free(ptr);
+}
+
+}  // namespace rt

@@ -1,0 +1,14 @@
+// Raw device allocation used by the Arena (once, at start-up) and pinned host buffers for staging.
+#pragma once
+#include <cstddef>
+
+#include "kernels/tensor.h"
+
+namespace rt {
+
+void* device_alloc(Device device, size_t bytes);  // cpu: aligned malloc; cuda: cudaMalloc
+void device_free(Device device, void* ptr);
+bool cuda_available();                            // built with CUDA and at least one device present
+int cuda_device_count();
+
+}  // namespace rt

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test (unit, mpi, gpu, integration).
+# GPU tests skip with a message when no CUDA device is present.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/launch/install-deps.sh"
+"$root/launch/build.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure -j "$(nproc)" "$@"

@@ -1,0 +1,46 @@
+// Ring attention over the cp communicator (DESIGN.md "Sequence layouts and the ring schedule").
+// With cp = 1 it is plain flash attention on the local tokens. Kernels know nothing of ranks; this
+// class owns the schedule, the double-buffered K/V hops and the fp32 state.
+#pragma once
+#include "kernels/arena.h"
+#include "kernels/attention.h"
+#include "parallel/comm.h"
+#include "parallel/layout.h"
+
+namespace rt {
+
+struct RingAttentionShape {
+  int64_t batch = 1;        // B
+  int64_t local_tokens = 0; // n = seq_len / cp
+  int64_t heads = 0;        // H local (after tp split)
+  int64_t kv_heads = 0;     // Hkv local
+  int64_t head_dim = 0;     // D
+  DType dtype = DType::f32; // of q, k, v, out (bf16 on CUDA)
+};
+
+class RingAttention {
+ public:
+  // Allocates the packed K/V double buffers, the fp32 state, dQ and the travelling dK/dV from `arena`.
+  RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena);
+
+  // q (B,n,H,D), k and v (B,n,Hkv,D): this rank's tokens in layout order.
+  // out (B,n,H,D) written; lse (B,H,n) f32 written.
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
+  // dq (B,n,H,D), dk and dv (B,n,Hkv,D) written (in q's dtype), for this rank's tokens.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
+
+ private:
+  Comm& cp_;
+  Layout layout_;
+  bool causal_;
+  RingAttentionShape shape_;
+  // Buffers documented with their shapes in ring_attention.cpp.
+  AttnState state_;
+  Tensor kv_buf_[2];     // (2, B, n, Hkv, D) packed K|V, double-buffered
+  Tensor grad_buf_[2];   // (2, B, n, Hkv, D) f32 travelling dK|dV accumulator, double-buffered
+  Tensor dq_acc_;        // (B, n, H, D) f32
+  Tensor delta_;         // (B, H, n) f32
+};
+
+}  // namespace rt
