@@ -1,0 +1,50 @@
+// Data sources and the loader (DESIGN.md "One training step"): each rank gets its token shard with the
+// sequence layout's permutation applied, the global positions and the labels.
+//   copy:   synthetic long-range copy task. Each sample: a random span of tokens, a separator, then the
+//           same span again (the repeat can only be predicted by attending back across the sequence).
+//   bytes:  a text file, byte-level, vocab 256.
+//   shards: llm.c token shards: header of 256 int32 (magic 20240520, version 1, token count), then uint16
+//           tokens. Every header field is validated with a clear error; tokens >= vocab are refused.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/config.h"
+
+namespace rt {
+
+// Which part of the copy task a target belongs to, for reporting the two halves' losses separately.
+enum class TargetKind : uint8_t { first_half = 0, repeat_half = 1, other = 2 };
+
+struct Batch {
+  int64_t batch = 0;                 // B_local sequences (global batch / dp)
+  int64_t tokens_per_rank = 0;       // T_local = seq_len / cp
+  std::vector<int32_t> tokens;       // (B_local, T_local) inputs, layout order
+  std::vector<int32_t> targets;      // (B_local, T_local) next-token labels, -1 = ignored
+  std::vector<int32_t> positions;    // (T_local) global positions of this rank's tokens
+  std::vector<TargetKind> kinds;     // (B_local, T_local) for per-half loss reporting
+};
+
+struct LoaderRank {
+  int dp = 1, dp_rank = 0;           // this rank reads samples [dp_rank*B/dp, (dp_rank+1)*B/dp) of each global batch
+  int cp = 1, cp_rank = 0;           // and the tokens at layout_positions(layout, seq_len, cp, cp_rank)
+  std::string layout = "contiguous"; // resolved layout name (contiguous | zigzag | striped)
+};
+
+class DataLoader {
+ public:
+  virtual ~DataLoader() = default;
+  // The next global batch's slice for this rank. Deterministic in (seed, cursor): every rank of a job,
+  // and a resumed job, sees the same global batch for the same cursor.
+  virtual Batch next() = 0;
+  virtual uint64_t cursor() const = 0;           // global batches consumed
+  virtual void set_cursor(uint64_t cursor) = 0;  // for resume
+};
+
+// split: "train" or "eval" (held-out: a disjoint seed stream for copy; eval_path or the file's tail else).
+// Validates files up front (missing file, bad header, truncation, token >= vocab) with rt::Error.
+std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& rank, const std::string& split);
+
+}  // namespace rt

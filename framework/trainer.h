@@ -1,0 +1,17 @@
+// Entry points the `ringtrain` command calls (framework/main.cpp). Each returns the process exit code.
+#pragma once
+#include <string>
+
+#include "framework/config.h"
+
+namespace rt {
+
+// Trains per config: builds the grid from the MPI world, the model, the loader; logs, evaluates,
+// checkpoints (also on SIGTERM/SIGINT) and writes run_dir/{config.yaml, metrics.jsonl}.
+int train_main(const Config& config);
+// Loads `checkpoint_dir` (any grid) and prints the mean per-token loss over the config's eval data.
+int eval_main(const Config& config, const std::string& checkpoint_dir);
+// Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
+int plan_main(const Config& config);
+
+}  // namespace rt
