@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the main job: configs/tiny.yaml (a cp=2 ring on 2 CPU ranks,
+# or on the GPU when one is present). Extra arguments go to launch/train.sh (e.g. --set train.steps=50).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/launch/install-deps.sh"
+"$root/launch/build.sh"
+exec "$root/launch/train.sh" "$root/configs/tiny.yaml" "$@"
