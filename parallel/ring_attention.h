@@ -39,8 +39,12 @@ class RingAttention {
   AttnState state_;
   Tensor kv_buf_[2];     // (2, B, n, Hkv, D) packed K|V, double-buffered
   Tensor grad_buf_[2];   // (2, B, n, Hkv, D) f32 travelling dK|dV accumulator, double-buffered
+  Tensor grad_local_;    // (2, B, n, Hkv, D) f32 this rank's dK|dV contribution, added when the accumulator lands
   Tensor dq_acc_;        // (B, n, H, D) f32
   Tensor delta_;         // (B, H, n) f32
+
+  Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
+  void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
 };
 
 }  // namespace rt

@@ -1,0 +1,200 @@
+// Ring attention: the schedule, the double-buffered K/V hops and the fp32 state (DESIGN.md "Sequence layouts
+// and the ring schedule"). Only rt::attn_* and rt ops touch tensor memory, so the same code runs on CPU and
+// CUDA tensors; the Comm decides how bytes move.
+//
+// Forward on rank r: step i uses the K/V block of rank s = (r - i) mod cp. Step 0 is the rank's own block;
+// the hop that brings step i+1's block is posted before step i's compute. The fp32 online-softmax state is
+// carried across all steps and finalised once.
+//
+// Backward on rank r: step i uses the block of rank b = (r - 1 - i) mod cp, so the rank's own block comes
+// last (i = cp-1). The ring direction is the same as the forward (send to r+1, receive from r-1): the first
+// hop (before step 0) sends the own K/V. At the start of step i one hop carries
+//   [K,V for step i+1 | the finished-here dK,dV accumulator of block b(i-1)]   (fp32 accumulator)
+// and the accumulator for block b(i) arrives during step i's compute; this rank's contribution is computed
+// into a separate buffer and added when it lands. After the last step the accumulator of the own block
+// holds every rank's contribution.
+#include "parallel/ring_attention.h"
+
+#include "kernels/ops.h"
+
+namespace rt {
+
+namespace {
+
+// What one ring step computes: skip entirely, or call the kernel with `mask`.
+struct BlockPlan {
+  bool skip = false;
+  AttnMask mask;
+};
+
+// Queries are this rank's n tokens (rank r); keys are rank s's n tokens. Exact for every layout.
+BlockPlan plan_block(Layout layout, bool causal, int r, int s, int64_t n) {
+  BlockPlan plan;
+  if (!causal) return plan;  // every query sees every key
+  switch (layout) {
+    case Layout::contiguous:
+      // Rank r holds [r*n, (r+1)*n). Blocks from later ranks are entirely in the future.
+      if (s > r) plan.skip = true;
+      if (s == r) plan.mask.causal = true;  // offsets r*n on both sides cancel
+      break;
+    case Layout::zigzag: {
+      // Local order [chunk r | chunk 2cp-1-r] is monotone in global position, so the local causal mask is
+      // exact on the diagonal. Off-diagonal, exactly half the (query, key) pairs are visible, unmasked.
+      const int64_t h = n / 2;
+      if (s == r) {
+        plan.mask.causal = true;
+      } else if (s < r) {
+        plan.mask.k_end = h;  // all queries x the first chunk of the keys
+      } else {
+        plan.mask.q_begin = h;  // the second chunk of the queries x all keys
+      }
+      break;
+    }
+    case Layout::striped:
+      // Query i sits at r + i*cp, key j at s + j*cp: visible iff j <= i (s <= r) or j < i (s > r).
+      plan.mask.causal = true;
+      plan.mask.q_offset = 0;
+      plan.mask.k_offset = s > r ? 1 : 0;
+      break;
+  }
+  return plan;
+}
+
+int ring_source(int rank, int step, int size) { return ((rank - step) % size + size) % size; }
+
+}  // namespace
+
+RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena)
+    : cp_(cp), layout_(layout), causal_(causal), shape_(shape) {
+  const int64_t B = shape.batch, n = shape.local_tokens, H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
+  RT_CHECK(B > 0 && n > 0 && H > 0 && Hkv > 0 && D > 0,
+           "ring attention: every dimension must be positive (B=" << B << " n=" << n << " H=" << H << " Hkv="
+                                                                   << Hkv << " D=" << D << ")");
+  RT_CHECK(H % Hkv == 0, "ring attention: local heads " << H << " is not a multiple of local KV heads " << Hkv);
+  RT_CHECK(!(layout == Layout::zigzag && n % 2 != 0),
+           "ring attention: zigzag needs an even number of local tokens, got " << n
+                                                                               << "; use seq_len a multiple of 2*cp");
+  RT_CHECK(arena.device().is_cpu() || shape.dtype != DType::i32, "ring attention: dtype must be f32 or bf16");
+  const bool ring = cp.size() > 1;
+  state_.acc = arena.alloc(DType::f32, {B, H, n, D}, "ring_attn.state.acc");  // (B, H, n, D) f32
+  state_.m = arena.alloc(DType::f32, {B, H, n}, "ring_attn.state.m");         // (B, H, n) f32
+  state_.l = arena.alloc(DType::f32, {B, H, n}, "ring_attn.state.l");         // (B, H, n) f32
+  if (ring) {
+    kv_buf_[0] = arena.alloc(shape.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_hop0");  // (2, B, n, Hkv, D) K|V
+    kv_buf_[1] = arena.alloc(shape.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_hop1");  // (2, B, n, Hkv, D) K|V
+  }
+  grad_buf_[0] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop0");  // (2, B, n, Hkv, D) dK|dV
+  if (ring) {
+    grad_buf_[1] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop1");  // (2, B, n, Hkv, D) dK|dV
+    grad_local_ = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_local");   // (2, B, n, Hkv, D)
+  }
+  dq_acc_ = arena.alloc(DType::f32, {B, n, H, D}, "ring_attn.dq_acc");  // (B, n, H, D) f32
+  delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
+}
+
+// The K (index 0) or V (index 1) half of a packed (2, B, n, Hkv, D) buffer, as (B, n, Hkv, D).
+Tensor RingAttention::half(const Tensor& packed, int index) const {
+  return packed.slice(index, index + 1).view({shape_.batch, shape_.local_tokens, shape_.kv_heads, shape_.head_dim});
+}
+
+void RingAttention::check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const {
+  const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, Hkv = shape_.kv_heads,
+                D = shape_.head_dim;
+  check_shape(q, {B, n, H, D}, op, "q");
+  check_shape(k, {B, n, Hkv, D}, op, "k");
+  check_shape(v, {B, n, Hkv, D}, op, "v");
+  check_dtype(q, shape_.dtype, op, "q");
+  check_dtype(k, shape_.dtype, op, "k");
+  check_dtype(v, shape_.dtype, op, "v");
+}
+
+void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse) {
+  check_inputs(q, k, v, "ring_attention.forward");
+  check_shape(out, {shape_.batch, shape_.local_tokens, shape_.heads, shape_.head_dim}, "ring_attention.forward",
+              "out");
+  check_shape(lse, {shape_.batch, shape_.heads, shape_.local_tokens}, "ring_attention.forward", "lse");
+  const int cp = cp_.size(), r = cp_.rank();
+  attn_state_reset(state_);
+  ExchangeHandle hop;
+  if (cp > 1) {
+    // Pack the own K/V once and post the hop that brings step 1's block, before step 0's compute.
+    copy_cast(half(kv_buf_[0], 0), k);
+    copy_cast(half(kv_buf_[0], 1), v);
+    hop = cp_.ring_exchange_start(kv_buf_[0], kv_buf_[1]);
+  }
+  for (int step = 0; step < cp; ++step) {
+    Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
+    if (step > 0) {
+      cp_.wait(hop);
+      const Tensor& cur = kv_buf_[step % 2];
+      if (step + 1 < cp) hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
+      k_blk = half(cur, 0);
+      v_blk = half(cur, 1);
+    }
+    const BlockPlan plan = plan_block(layout_, causal_, r, ring_source(r, step, cp), shape_.local_tokens);
+    if (!plan.skip) attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
+  }
+  attn_fwd_finalize(state_, out, lse);
+}
+
+void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& dout, const Tensor& lse, Tensor dq, Tensor dk, Tensor dv) {
+  const char* op = "ring_attention.backward";
+  check_inputs(q, k, v, op);
+  const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, Hkv = shape_.kv_heads,
+                D = shape_.head_dim;
+  check_shape(out, {B, n, H, D}, op, "out");
+  check_shape(dout, {B, n, H, D}, op, "dout");
+  check_shape(lse, {B, H, n}, op, "lse");
+  check_shape(dq, {B, n, H, D}, op, "dq");
+  check_shape(dk, {B, n, Hkv, D}, op, "dk");
+  check_shape(dv, {B, n, Hkv, D}, op, "dv");
+
+  const int cp = cp_.size(), r = cp_.rank();
+  fill(dq_acc_, 0.f);
+  attn_bwd_delta(out, dout, delta_);  // once per layer
+
+  ExchangeHandle kv_hop, grad_hop;
+  if (cp > 1) {
+    // Step 0 uses the block of rank r-1: send the own K/V forward.
+    copy_cast(half(kv_buf_[1], 0), k);
+    copy_cast(half(kv_buf_[1], 1), v);
+    kv_hop = cp_.ring_exchange_start(kv_buf_[1], kv_buf_[0]);
+  }
+  Tensor acc;  // (2, B, n, Hkv, D) f32: the accumulator of the block used in the current step
+  for (int step = 0; step < cp; ++step) {
+    const bool own_block = step == cp - 1;
+    Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
+    if (!own_block) {
+      cp_.wait(kv_hop);
+      const Tensor& cur = kv_buf_[step % 2];
+      if (step + 1 < cp - 1) kv_hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
+      k_blk = half(cur, 0);
+      v_blk = half(cur, 1);
+    }
+    // The accumulator of the previous step's block is final here: pass it on, and receive this step's.
+    if (step > 0) grad_hop = cp_.ring_exchange_start(grad_buf_[(step - 1) % 2], grad_buf_[step % 2]);
+
+    // This rank's contribution goes straight into the accumulator at step 0 (nobody has touched that block
+    // yet) and into grad_local_ afterwards, to be added when the travelling accumulator lands.
+    Tensor contrib = step == 0 ? grad_buf_[0] : grad_local_;
+    fill(contrib, 0.f);
+    const int source = ring_source(r, step + 1, cp);
+    const BlockPlan plan = plan_block(layout_, causal_, r, source, n);
+    if (!plan.skip) {
+      attn_bwd_block(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1), plan.mask);
+    }
+    if (step > 0) {
+      cp_.wait(grad_hop);
+      acc = grad_buf_[step % 2];
+      if (!plan.skip) add_inplace(acc, contrib);
+    } else {
+      acc = contrib;
+    }
+  }
+  copy_cast(dq, dq_acc_);
+  copy_cast(dk, half(acc, 0));
+  copy_cast(dv, half(acc, 1));
+}
+
+}  // namespace rt
