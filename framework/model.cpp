@@ -1,0 +1,129 @@
+// Model construction: every buffer the model needs, allocated once from the arena, with its shape.
+#include <algorithm>
+
+#include "framework/model_internal.h"
+#include "kernels/ops.h"
+
+namespace rt {
+
+Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t batch, int64_t local_tokens,
+             ProcessGrid& grid, Arena& arena)
+    : config_(config), options_(options), grid_(grid) {
+  const GridDims dims = grid.dims();
+  shape_ = make_model_shape(config, dims.tp, grid.tp_rank(), batch, local_tokens);
+  params_ = build_param_table(config, dims.tp, grid.tp_rank());
+  const ModelShape& s = shape_;
+  RT_CHECK(s.B > 0 && s.n > 0, "model: empty batch (" << s.B << " sequences of " << s.n << " tokens per rank)");
+  const DType act = options.act_dtype;
+  const int64_t N = s.N(), C = s.C, qd = s.Hl * s.D, kvd = s.Hkvl * s.D, Fl = s.Fl;
+
+  int64_t P = 0;
+  for (const ParamEntry& e : params_) {
+    P = std::max(P, e.offset + e.numel);
+    if (e.decay) decay_numel_ = std::max(decay_numel_, e.offset + e.numel);
+  }
+  P = (P + 63) / 64 * 64;
+  master_ = arena.alloc(DType::f32, {P}, "parameters (f32 master)");          // (P)
+  grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");                   // (P)
+  compute_ = act == DType::f32 ? master_ : arena.alloc(act, {P}, "parameters (compute copy)");  // (P)
+
+  tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
+  targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
+  positions_ = arena.alloc(DType::i32, {s.n}, "positions");  // (n)
+  losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
+
+  const bool full_ckpt = options.checkpointing == ActivationCheckpointing::full;
+  for (int64_t l = 0; l <= s.L; ++l)
+    residual_.push_back(arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
+  const int64_t sets = full_ckpt ? 1 : s.L;
+  for (int64_t i = 0; i < sets; ++i) {
+    auto a = std::make_unique<BlockActs>();
+    a->rstd1 = arena.alloc(DType::f32, {N}, "block: attn rstd");   // (N)
+    a->ln1 = arena.alloc(act, {N, C}, "block: attn norm out");     // (N, C)
+    a->q = arena.alloc(act, {N, qd}, "block: q");                  // (N, Hl*D)
+    a->k = arena.alloc(act, {N, kvd}, "block: k");                 // (N, Hkvl*D)
+    a->v = arena.alloc(act, {N, kvd}, "block: v");                 // (N, Hkvl*D)
+    a->att = arena.alloc(act, {N, qd}, "block: attention out");    // (N, Hl*D)
+    a->lse = arena.alloc(DType::f32, {s.B, s.Hl, s.n}, "block: attention lse");  // (B, Hl, n)
+    a->x_mid = arena.alloc(act, {N, C}, "block: residual after attention");      // (N, C)
+    a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
+    a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
+    a->h = arena.alloc(act, {N, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (N, Fl)
+    if (s.swiglu) a->u = arena.alloc(act, {N, Fl}, "block: mlp up");  // (N, Fl)
+    a->g = arena.alloc(act, {N, Fl}, "block: mlp activation");        // (N, Fl)
+    acts_.push_back(std::move(a));
+  }
+  final_rstd_ = arena.alloc(DType::f32, {N}, "final norm rstd");  // (N)
+  final_out_ = arena.alloc(act, {N, C}, "final norm out");        // (N, C)
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(options.lm_head_chunk, N));
+  head_scratch_ = arena.alloc(act, {chunk, s.V}, "lm head logits chunk");  // (chunk, V)
+
+  d_res_ = arena.alloc(act, {N, C}, "grad: residual stream");   // (N, C)
+  d_ln_ = arena.alloc(act, {N, C}, "grad: norm out");           // (N, C)
+  d_final_ = arena.alloc(act, {N, C}, "grad: final norm out");  // (N, C)
+  d_att_ = arena.alloc(act, {N, qd}, "grad: attention out");    // (N, Hl*D)
+  d_q_ = arena.alloc(act, {N, qd}, "grad: q");                  // (N, Hl*D)
+  d_k_ = arena.alloc(act, {N, kvd}, "grad: k");                 // (N, Hkvl*D)
+  d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
+  d_h_ = arena.alloc(act, {N, Fl}, "grad: mlp hidden");         // (N, Fl)
+  if (s.swiglu) d_u_ = arena.alloc(act, {N, Fl}, "grad: mlp up");  // (N, Fl)
+  d_g_ = arena.alloc(act, {N, Fl}, "grad: mlp activation");     // (N, Fl)
+  if (s.tp > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
+
+  RingAttentionShape ring;
+  ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
+  ring.dtype = act;
+  attention_ = std::make_unique<RingAttention>(grid.cp(), options.layout, /*causal=*/true, ring, arena);
+}
+
+Model::~Model() = default;
+
+Model::BlockActs& Model::acts_for(int layer) {
+  return options_.checkpointing == ActivationCheckpointing::full ? *acts_[0] : *acts_[size_t(layer)];
+}
+
+Model::LayerWeights Model::layer_weights(const Tensor& flat, int layer) const {
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  LayerWeights w;
+  w.attn_norm = param_view(flat, p + "attn_norm.weight");
+  w.wq = param_view(flat, p + "attn.wq.weight");
+  w.wk = param_view(flat, p + "attn.wk.weight");
+  w.wv = param_view(flat, p + "attn.wv.weight");
+  w.wo = param_view(flat, p + "attn.wo.weight");
+  w.mlp_norm = param_view(flat, p + "mlp_norm.weight");
+  if (shape_.swiglu) {
+    w.fc_or_w1 = param_view(flat, p + "mlp.w1.weight");
+    w.w3 = param_view(flat, p + "mlp.w3.weight");
+    w.proj_or_w2 = param_view(flat, p + "mlp.w2.weight");
+  } else {
+    w.fc_or_w1 = param_view(flat, p + "mlp.fc.weight");
+    w.proj_or_w2 = param_view(flat, p + "mlp.proj.weight");
+  }
+  return w;
+}
+
+void Model::upload_batch(const Batch& batch) {
+  RT_CHECK(batch.batch == shape_.B && batch.tokens_per_rank == shape_.n,
+           "batch of " << batch.batch << " x " << batch.tokens_per_rank << " tokens given to a model built for "
+                       << shape_.B << " x " << shape_.n);
+  RT_CHECK(int64_t(batch.tokens.size()) == shape_.N() && int64_t(batch.targets.size()) == shape_.N() &&
+               int64_t(batch.positions.size()) == shape_.n,
+           "batch vectors have the wrong sizes");
+  for (int32_t t : batch.tokens)
+    RT_CHECK(t >= 0 && t < shape_.V, "token " << t << " is outside the vocabulary [0, " << shape_.V
+                                              << "); raise model.vocab_size or check the data");
+  for (int32_t t : batch.targets)
+    RT_CHECK(t >= -1 && t < shape_.V, "target " << t << " is outside the vocabulary [0, " << shape_.V << ")");
+  copy_host_to_tensor(tokens_, batch.tokens.data());
+  copy_host_to_tensor(targets_, batch.targets.data());
+  copy_host_to_tensor(positions_, batch.positions.data());
+}
+
+double Model::global_target_count(const Batch& batch) {
+  double count = 0;
+  for (int32_t t : batch.targets) count += t >= 0 ? 1 : 0;
+  grid_.dp_cp().all_reduce_sum(&count, 1);
+  return count;
+}
+
+}  // namespace rt

@@ -1,0 +1,166 @@
+// The GPT model with an explicit forward and backward (DESIGN.md "One training step", "Tensor parallel").
+//
+//   tokens -> embedding -> L x block -> final RMSNorm -> fused chunked LM head + cross-entropy
+//   block: x -> RMSNorm -> wq, wk, wv (local heads) -> RoPE (global positions) -> ring attention over cp
+//            -> wo (row-parallel, all-reduce over tp) -> + x
+//          -> RMSNorm -> MLP (GELU: fc, proj | SwiGLU: w1 gate, w3 up, w2 down; column- then row-parallel,
+//            all-reduce over tp) -> + residual
+//
+// The backward runs layer by layer in reverse; there is no autograd. All math goes through rt ops, so the
+// same code runs on CPU (f32 activations) and CUDA (bf16 activations, f32 masters and gradients).
+//
+// Parameters live in ONE flat f32 buffer (gradients in another, same layout) so the gradient all-reduce
+// over dp x cp is a single call. The table params() maps each checkpoint name to its slice. 2-D weights
+// come first in the buffer (weight decay applies to [0, decay_numel())), norm weights last.
+//
+// Every buffer comes from the Arena given to the constructor; build once on Arena::measuring to learn the
+// exact bytes (and for `ringtrain plan`), then on a real arena. A step allocates nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/checkpoint.h"
+#include "framework/config.h"
+#include "framework/data.h"
+#include "kernels/arena.h"
+#include "parallel/layout.h"
+#include "parallel/process_grid.h"
+#include "parallel/ring_attention.h"
+
+namespace rt {
+
+// How a parameter is split over the tp ranks. Full shapes are (out, in) for Linear weights.
+enum class ShardKind : uint8_t {
+  replicated,     // every tp rank holds the whole tensor (embedding, LM head, norms)
+  column,         // rows (output features) split: wq, wk, wv (when n_kv_head >= tp), fc, w1, w3
+  row,            // columns (input features) split: wo, proj, w2
+  kv_replicated,  // n_kv_head < tp: each rank holds the one KV head its query heads read, shared by
+                  // tp / n_kv_head ranks
+};
+const char* shard_kind_name(ShardKind kind);
+
+struct ParamEntry {
+  std::string name;                 // checkpoint name, e.g. "layers.0.attn.wq.weight"
+  std::vector<int64_t> full_shape;  // unsharded shape
+  std::vector<int64_t> local_shape; // this rank's shard
+  ShardKind shard = ShardKind::replicated;
+  int64_t offset = 0;               // into the flat buffers, elements
+  int64_t numel = 0;                // local elements
+  bool decay = false;               // 2-D weight: weight decay applies
+  float init_std = 0;               // 0: initialised to ones (norm weights)
+  // This rank's part of the full tensor: rows [row_begin, row_end) x columns [col_begin, col_end).
+  int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+  // Whether this rank contributes the shard when full tensors are assembled (and to the grad norm):
+  // false for replicated tensors off tp rank 0 and for kv_replicated copies after the first.
+  bool owner = true;
+};
+
+enum class ActivationCheckpointing { none, full };
+ActivationCheckpointing parse_checkpointing(const std::string& name);
+
+// The dimensions one rank works with.
+struct ModelShape {
+  int64_t L = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0;  // global model
+  int tp = 1, tp_rank = 0;
+  int64_t Hl = 0, Hkvl = 0, Fl = 0;  // local query heads, KV heads, MLP width
+  int64_t B = 0, n = 0;              // sequences per rank, tokens per sequence on this rank
+  bool swiglu = false, tied = false;
+  int64_t N() const { return B * n; }
+};
+// Validates divisibility (heads by tp, d_model by heads, ...) with messages that say what to change.
+ModelShape make_model_shape(const ModelConfig& model, int tp, int tp_rank, int64_t batch, int64_t local_tokens);
+
+struct ModelOptions {
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  int64_t lm_head_chunk = 1024;  // tokens per chunk of the fused LM head + loss
+  DType act_dtype = DType::f32;  // activations and compute weights: f32 on CPU, bf16 on CUDA
+  Layout layout = Layout::contiguous;
+};
+
+// The parameter table for one tp rank, in flat-buffer order (pure function of the config; no memory).
+std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int tp_rank);
+// Total parameters of the full model (embedding and LM head included; tied counted once).
+int64_t count_parameters(const ModelConfig& model);
+
+class Model {
+ public:
+  // batch: sequences on this rank; local_tokens: seq_len / cp. All buffers come from `arena`.
+  Model(const ModelConfig& config, const ModelOptions& options, int64_t batch, int64_t local_tokens,
+        ProcessGrid& grid, Arena& arena);
+  ~Model();
+
+  const ModelShape& shape() const { return shape_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamEntry>& params() const { return params_; }
+  const ParamEntry& param(const std::string& name) const;
+  Tensor master() const { return master_; }    // (P) f32
+  Tensor grads() const { return grads_; }      // (P) f32
+  Tensor compute() const { return compute_; }  // (P) act dtype; the same storage as master() on CPU
+  int64_t decay_numel() const { return decay_numel_; }
+  ProcessGrid& grid() { return grid_; }
+
+  // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
+  // are generated from `seed` and sliced, so every grid gets the same model.
+  void init_weights(uint64_t seed);
+  // After the masters change outside the optimizer (init, load): refresh the compute copy (CUDA).
+  void sync_compute_weights();
+
+  // Target tokens of this batch summed over dp x cp (all ranks call it).
+  double global_target_count(const Batch& batch);
+
+  // Forward and fused loss on this rank's batch; when want_grad, the backward too, writing grads()
+  // (overwritten) = d(global mean loss)/d(params) for this rank's tokens: the caller all-reduces over
+  // dp x cp. Returns the per-token losses (B*n, 0 where the target is ignored) of this rank.
+  std::vector<float> step(const Batch& batch, double global_count, bool want_grad);
+
+  // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
+  void reduce_shared_kv_grads();
+
+  // Full (unsharded) host tensors from a flat buffer laid out like master(): collective over tp.
+  // Names are prefix + parameter name.
+  std::vector<HostTensor> gather_full(const Tensor& flat, const std::string& prefix);
+  // Fills this rank's shards of `flat` from full tensors (checks names and shapes).
+  void scatter_full(Tensor flat, const std::vector<HostTensor>& tensors, const std::string& prefix);
+
+ private:
+  struct BlockActs;
+  struct LayerWeights;
+  LayerWeights layer_weights(const Tensor& flat, int layer) const;
+  void upload_batch(const Batch& batch);
+  void block_forward(int layer, BlockActs& acts, bool write_output);  // model_forward.cpp
+  void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
+  void block_backward(int layer, BlockActs& acts);
+  BlockActs& acts_for(int layer);
+  Tensor param_view(const Tensor& flat, const std::string& name) const;
+
+  ModelConfig config_;
+  ModelOptions options_;
+  ModelShape shape_;
+  ProcessGrid& grid_;
+  std::vector<ParamEntry> params_;
+  int64_t decay_numel_ = 0;
+
+  Tensor master_, grads_, compute_;  // (P)
+  Tensor tokens_, targets_;          // (N) i32
+  Tensor positions_;                 // (n) i32 global positions
+  Tensor losses_;                    // (N) f32
+  std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
+  std::vector<std::unique_ptr<BlockActs>> acts_;  // L (checkpointing none) or 1 (full: recomputed)
+  Tensor final_rstd_;                // (N) f32
+  Tensor final_out_;                 // (N, C)
+  Tensor head_scratch_;              // (chunk, V)
+  // Backward scratch, shared by all layers.
+  Tensor d_res_;                     // (N, C) residual-stream gradient
+  Tensor d_ln_;                      // (N, C)
+  Tensor d_final_;                   // (N, C)
+  Tensor d_att_;                     // (N, Hl*D)
+  Tensor d_q_;                       // (N, Hl*D)
+  Tensor d_k_, d_v_;                 // (N, Hkvl*D)
+  Tensor d_h_, d_u_, d_g_;           // (N, Fl)
+  Tensor gather_scratch_;            // (chunk) f32, tp > 1 only: full tensors are summed through it
+  std::unique_ptr<RingAttention> attention_;
+};
+
+}  // namespace rt

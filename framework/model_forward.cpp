@@ -1,0 +1,67 @@
+// The forward pass, top to bottom, and the fused LM head + loss (which also starts the backward).
+#include "framework/model_internal.h"
+#include "kernels/ops.h"
+
+namespace rt {
+
+// One block. Reads residual_[layer]; writes acts and, when write_output, residual_[layer + 1].
+// The recompute under activation checkpointing passes write_output = false: the MLP output projection is
+// not needed by the backward.
+void Model::block_forward(int layer, BlockActs& a, bool write_output) {
+  const ModelShape& s = shape_;
+  const LayerWeights w = layer_weights(compute_, layer);
+  const Tensor& x = residual_[size_t(layer)];  // (N, C)
+
+  // Attention: RMSNorm -> q, k, v (local heads) -> RoPE -> ring attention -> wo -> all-reduce over tp.
+  rmsnorm_fwd(a.ln1, a.rstd1, x, w.attn_norm, config_.norm_eps);
+  gemm(a.q, a.ln1, w.wq, false, true);  // (N, Hl*D) = (N, C) @ (Hl*D, C)^T
+  gemm(a.k, a.ln1, w.wk, false, true);  // (N, Hkvl*D)
+  gemm(a.v, a.ln1, w.wv, false, true);  // (N, Hkvl*D)
+  const Tensor q4 = a.q.view({s.B, s.n, s.Hl, s.D});
+  const Tensor k4 = a.k.view({s.B, s.n, s.Hkvl, s.D});
+  const Tensor v4 = a.v.view({s.B, s.n, s.Hkvl, s.D});
+  rope(q4, positions_, config_.rope_base, false);
+  rope(k4, positions_, config_.rope_base, false);
+  attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
+  gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
+  if (s.tp > 1) grid_.tp().all_reduce_sum(a.x_mid);
+  add_inplace(a.x_mid, x);
+
+  // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp.
+  rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
+  gemm(a.h, a.ln2, w.fc_or_w1, false, true);  // (N, Fl)
+  if (s.swiglu) {
+    gemm(a.u, a.ln2, w.w3, false, true);  // (N, Fl)
+    swiglu_fwd(a.g, a.h, a.u);
+  } else {
+    gelu_fwd(a.g, a.h);
+  }
+  if (!write_output) return;
+  Tensor out = residual_[size_t(layer) + 1];  // (N, C)
+  gemm(out, a.g, w.proj_or_w2, false, true);  // (N, C) = (N, Fl) @ (C, Fl)^T, partial over tp
+  if (s.tp > 1) grid_.tp().all_reduce_sum(out);
+  add_inplace(out, a.x_mid);
+}
+
+std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {
+  const ModelShape& s = shape_;
+  upload_batch(batch);
+  embedding_fwd(residual_[0], tokens_, param_view(compute_, "tok_embeddings.weight"));
+  for (int l = 0; l < s.L; ++l) block_forward(l, acts_for(l), true);
+  rmsnorm_fwd(final_out_, final_rstd_, residual_[size_t(s.L)], param_view(compute_, "norm.weight"),
+              config_.norm_eps);
+
+  // The fused head computes the loss and, when asked, d(final_out) and the head's weight gradient.
+  const char* head = s.tied ? "tok_embeddings.weight" : "lm_head.weight";
+  const float grad_scale = global_count > 0 ? float(1.0 / global_count) : 0.f;
+  if (want_grad) fill(grads_, 0.f);
+  lm_head_loss(final_out_, param_view(compute_, head), targets_, losses_, head_scratch_,
+               want_grad ? d_final_ : Tensor{}, want_grad ? param_view(grads_, head) : Tensor{}, grad_scale);
+  if (want_grad) backward();
+
+  std::vector<float> losses(size_t(s.N()));
+  copy_tensor_to_host(losses.data(), losses_);
+  return losses;
+}
+
+}  // namespace rt

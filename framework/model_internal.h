@@ -1,0 +1,40 @@
+// Pieces shared by framework/model*.cpp: the per-block activation buffers, the per-layer weight views,
+// and host <-> device copies of raw arrays.
+#pragma once
+#include "framework/model.h"
+
+namespace rt {
+
+// What one block's forward keeps for its backward. Shapes: N = B*n tokens on this rank.
+struct Model::BlockActs {
+  Tensor rstd1;    // (N) f32     attention RMSNorm
+  Tensor ln1;      // (N, C)      attention RMSNorm output
+  Tensor q;        // (N, Hl*D)   after RoPE
+  Tensor k, v;     // (N, Hkvl*D) k after RoPE
+  Tensor att;      // (N, Hl*D)   attention output (before wo)
+  Tensor lse;      // (B, Hl, n) f32
+  Tensor x_mid;    // (N, C)      residual after attention
+  Tensor rstd2;    // (N) f32     MLP RMSNorm
+  Tensor ln2;      // (N, C)
+  Tensor h;        // (N, Fl)     GELU: fc output; SwiGLU: w1 (gate) output
+  Tensor u;        // (N, Fl)     SwiGLU only: w3 (up) output
+  Tensor g;        // (N, Fl)     activated hidden (input of proj / w2)
+};
+
+// One layer's weights (or gradients) as views of a flat buffer. Linear weights are (out, in) local shards.
+struct Model::LayerWeights {
+  Tensor attn_norm;      // (C)
+  Tensor wq;             // (Hl*D, C)
+  Tensor wk, wv;         // (Hkvl*D, C)
+  Tensor wo;             // (C, Hl*D)
+  Tensor mlp_norm;       // (C)
+  Tensor fc_or_w1;       // (Fl, C)  GELU fc | SwiGLU w1 (gate)
+  Tensor w3;             // (Fl, C)  SwiGLU up
+  Tensor proj_or_w2;     // (C, Fl)  GELU proj | SwiGLU w2 (down)
+};
+
+// Copies nbytes of host memory into dst (any device) and back. dst/src give dtype and size.
+void copy_host_to_tensor(Tensor dst, const void* host);
+void copy_tensor_to_host(void* host, const Tensor& src);
+
+}  // namespace rt

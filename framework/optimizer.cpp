@@ -1,0 +1,80 @@
+#include "framework/optimizer.h"
+
+#include <cmath>
+
+#include "kernels/ops.h"
+
+namespace rt {
+
+float learning_rate(const OptimConfig& o, int64_t step, int64_t total_steps) {
+  if (o.warmup_steps > 0 && step <= o.warmup_steps) return o.lr * float(step) / float(o.warmup_steps);
+  const int64_t decay_steps = total_steps - o.warmup_steps;
+  if (decay_steps <= 0) return o.lr;
+  const double progress = std::min(1.0, double(step - o.warmup_steps) / double(decay_steps));
+  return float(o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress)));
+}
+
+double global_grad_norm(Model& model) {
+  double sums[2] = {0, 0};  // [0]: sharded over tp (summed over tp), [1]: replicated (counted once)
+  const Tensor grads = model.grads();
+  for (const ParamEntry& e : model.params()) {
+    const Tensor g = grads.slice(e.offset, e.offset + e.numel);
+    switch (e.shard) {
+      case ShardKind::replicated: sums[1] += sum_squares(g); break;
+      case ShardKind::column:
+      case ShardKind::row: sums[0] += sum_squares(g); break;
+      case ShardKind::kv_replicated:
+        if (e.owner) sums[0] += sum_squares(g);  // one copy of each shared KV head
+        break;
+    }
+  }
+  if (model.shape().tp > 1) model.grid().tp().all_reduce_sum(&sums[0], 1);
+  return std::sqrt(sums[0] + sums[1]);
+}
+
+AdamW::AdamW(const OptimConfig& config, Model& model, Arena& arena) : config_(config), model_(model) {
+  const int64_t P = model.master().numel();
+  m_ = arena.alloc(DType::f32, {P}, "adam m (f32)");  // (P)
+  v_ = arena.alloc(DType::f32, {P}, "adam v (f32)");  // (P)
+}
+
+void AdamW::zero_state() {
+  fill(m_, 0.f);
+  fill(v_, 0.f);
+}
+
+double AdamW::step(int64_t step, float lr) {
+  const double norm = global_grad_norm(model_);
+  if (config_.grad_clip > 0 && norm > config_.grad_clip)
+    scale_inplace(model_.grads(), float(config_.grad_clip / (norm + 1e-6)));
+  AdamWArgs args;
+  args.lr = lr, args.beta1 = config_.beta1, args.beta2 = config_.beta2, args.eps = config_.eps;
+  args.step = step;
+  // 2-D weights come first in the flat buffer and get weight decay; norm weights after them do not.
+  const int64_t P = m_.numel(), split = model_.decay_numel();
+  const Tensor master = model_.master(), grads = model_.grads(), compute = model_.compute();
+  const bool lowp = compute.data != master.data;
+  for (int part = 0; part < 2; ++part) {
+    const int64_t begin = part == 0 ? 0 : split, end = part == 0 ? split : P;
+    if (begin == end) continue;
+    args.weight_decay = part == 0 ? config_.weight_decay : 0.f;
+    adamw(master.slice(begin, end), grads.slice(begin, end), m_.slice(begin, end), v_.slice(begin, end), args,
+          lowp ? compute.slice(begin, end) : Tensor{});
+  }
+  return norm;
+}
+
+std::vector<HostTensor> AdamW::export_state() {
+  std::vector<HostTensor> out = model_.gather_full(m_, "exp_avg.");
+  std::vector<HostTensor> v = model_.gather_full(v_, "exp_avg_sq.");
+  for (HostTensor& t : v) out.push_back(std::move(t));
+  return out;
+}
+
+void AdamW::import_state(const std::vector<HostTensor>& tensors) {
+  zero_state();  // alignment gaps between parameters stay zero
+  model_.scatter_full(m_, tensors, "exp_avg.");
+  model_.scatter_full(v_, tensors, "exp_avg_sq.");
+}
+
+}  // namespace rt
