@@ -31,6 +31,10 @@ class Comm {
   // (rank-1+size) % size, posted together. The buffers must not be touched until wait() returns.
   virtual ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) = 0;
   virtual void wait(ExchangeHandle handle) = 0;
+
+  // Collective: a new communicator of the ranks that pass the same `color`, ranked by `key`. Used by
+  // ProcessGrid to build the tp, cp, dp and dp x cp groups. The default refuses, naming the comm.
+  virtual std::shared_ptr<Comm> split(int color, int key);
 };
 
 // A ring of one: every collective is the identity. Used by single-process runs and unit tests.
@@ -45,6 +49,7 @@ class LocalComm final : public Comm {
   void barrier() override {}
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle) override {}
+  std::shared_ptr<Comm> split(int, int) override { return std::make_shared<LocalComm>(); }
 };
 
 }  // namespace rt

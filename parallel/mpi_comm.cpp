@@ -1,0 +1,181 @@
+#include "parallel/mpi_comm.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "kernels/device_memory.h"
+#include "kernels/ops.h"
+
+namespace rt {
+
+namespace {
+
+#define RT_MPI_CHECK(call)                                                                        \
+  do {                                                                                            \
+    int rt_mpi_rc_ = (call);                                                                      \
+    if (rt_mpi_rc_ != MPI_SUCCESS) {                                                              \
+      char rt_mpi_msg_[MPI_MAX_ERROR_STRING];                                                     \
+      int rt_mpi_len_ = 0;                                                                        \
+      MPI_Error_string(rt_mpi_rc_, rt_mpi_msg_, &rt_mpi_len_);                                    \
+      RT_CHECK(false, #call << " failed: " << std::string(rt_mpi_msg_, size_t(rt_mpi_len_)));     \
+    }                                                                                             \
+  } while (0)
+
+// Point-to-point messages are cut into pieces of at most 1 GiB, so byte counts always fit MPI's int.
+constexpr size_t kMaxMessageBytes = size_t(1) << 30;
+// Collectives on f32 are cut into pieces of at most this many elements.
+constexpr int64_t kMaxCollectiveElems = int64_t(1) << 28;
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+}  // namespace
+
+// ---- HostStaging ----------------------------------------------------------------------------------
+
+HostStaging::~HostStaging() {
+  for (Buffer& b : pool_) deallocate(b.data);
+}
+
+void* HostStaging::allocate(size_t bytes) { return device_alloc(Device::cpu(), bytes); }
+void HostStaging::deallocate(void* data) { device_free(Device::cpu(), data); }
+
+Tensor HostStaging::acquire(const Tensor& t, bool copy_in) {
+  if (t.device.is_cpu()) return t;
+  const size_t bytes = std::max<size_t>(t.nbytes(), 1);
+  Buffer* found = nullptr;
+  for (Buffer& b : pool_) {
+    if (!b.busy && b.bytes >= bytes && (!found || b.bytes < found->bytes)) found = &b;
+  }
+  if (!found) {
+    pool_.push_back({allocate(bytes), bytes, false});
+    found = &pool_.back();
+  }
+  found->busy = true;
+  Tensor host = t;  // same dtype and shape, on the host
+  host.data = found->data;
+  host.device = Device::cpu();
+  if (copy_in) copy_cast(host, t);
+  return host;
+}
+
+void HostStaging::release(const Tensor& t, const Tensor& host, bool copy_out) {
+  if (t.device.is_cpu()) return;
+  if (copy_out) copy_cast(t, host);
+  for (Buffer& b : pool_) {
+    if (b.data == host.data) b.busy = false;
+  }
+}
+
+// ---- MpiComm --------------------------------------------------------------------------------------
+
+MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  RT_CHECK(initialized, "MpiComm: MPI is not initialised; call MPI_Init before creating communicators");
+  RT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  RT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiComm::~MpiComm() {
+  if (mpi_finalized()) return;
+  for (auto& [id, p] : pending_) MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE);
+  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::all_reduce_sum(Tensor t) {
+  RT_CHECK(t.dtype == DType::f32, "MpiComm::all_reduce_sum: only f32 tensors are supported, got "
+                                      << dtype_name(t.dtype) << " " << t.shape_str()
+                                      << "; reduce an f32 copy, or use the nccl comm for bf16");
+  if (size_ == 1) return;
+  Tensor host = staging_.acquire(t, /*copy_in=*/true);
+  float* p = host.ptr<float>();
+  for (int64_t done = 0, n = host.numel(); done < n;) {
+    const int64_t count = std::min(n - done, kMaxCollectiveElems);
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done, int(count), MPI_FLOAT, MPI_SUM, comm_));
+    done += count;
+  }
+  staging_.release(t, host, /*copy_out=*/true);
+}
+
+void MpiComm::all_reduce_sum(double* values, int count) {
+  if (size_ == 1 || count == 0) return;
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_));
+}
+
+void MpiComm::broadcast(Tensor t, int root) {
+  RT_CHECK(0 <= root && root < size_, "MpiComm::broadcast: root " << root << " out of range [0, " << size_ << ")");
+  if (size_ == 1) return;
+  Tensor host = staging_.acquire(t, /*copy_in=*/rank_ == root);
+  char* p = static_cast<char*>(host.data);
+  for (size_t done = 0, n = host.nbytes(); done < n;) {
+    const size_t count = std::min(n - done, kMaxMessageBytes);
+    RT_MPI_CHECK(MPI_Bcast(p + done, int(count), MPI_BYTE, root, comm_));
+    done += count;
+  }
+  staging_.release(t, host, /*copy_out=*/rank_ != root);
+}
+
+void MpiComm::barrier() { RT_MPI_CHECK(MPI_Barrier(comm_)); }
+
+ExchangeHandle MpiComm::ring_exchange_start(const Tensor& send, Tensor recv) {
+  RT_CHECK(send.nbytes() == recv.nbytes(), "ring exchange: send " << send.shape_str() << " " << dtype_name(send.dtype)
+                                                                 << " and recv " << recv.shape_str() << " "
+                                                                 << dtype_name(recv.dtype)
+                                                                 << " must have the same byte size");
+  const int id = next_id_++;
+  Pending& p = pending_[id];
+  p.send = send;
+  p.recv = recv;
+  if (size_ == 1) {  // a ring of one sends to itself
+    if (send.data != recv.data) copy_cast(recv, send);
+    return {id};
+  }
+  p.send_host = staging_.acquire(send, /*copy_in=*/true);
+  p.recv_host = staging_.acquire(recv, /*copy_in=*/false);
+  // Every rank posts the same sequence of exchanges on a communicator, so the exchange id is a tag that
+  // keeps several outstanding exchanges (e.g. K/V and dK/dV with cp = 2, where next == prev) apart.
+  const int tag = id % 32000;
+  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
+  const char* sp = static_cast<const char*>(p.send_host.data);
+  char* rp = static_cast<char*>(p.recv_host.data);
+  for (size_t done = 0, n = send.nbytes(); done < n;) {  // receives first, then sends, all non-blocking
+    const size_t count = std::min(n - done, kMaxMessageBytes);
+    p.requests.emplace_back();
+    RT_MPI_CHECK(MPI_Irecv(rp + done, int(count), MPI_BYTE, prev, tag, comm_, &p.requests.back()));
+    done += count;
+  }
+  for (size_t done = 0, n = send.nbytes(); done < n;) {
+    const size_t count = std::min(n - done, kMaxMessageBytes);
+    p.requests.emplace_back();
+    RT_MPI_CHECK(MPI_Isend(sp + done, int(count), MPI_BYTE, next, tag, comm_, &p.requests.back()));
+    done += count;
+  }
+  return {id};
+}
+
+void MpiComm::wait(ExchangeHandle handle) {
+  auto it = pending_.find(handle.id);
+  RT_CHECK(it != pending_.end(), "MpiComm::wait: exchange " << handle.id << " was never started or already waited");
+  Pending& p = it->second;
+  if (!p.requests.empty()) {
+    RT_MPI_CHECK(MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE));
+    staging_.release(p.send, p.send_host, /*copy_out=*/false);
+    staging_.release(p.recv, p.recv_host, /*copy_out=*/true);
+  }
+  pending_.erase(it);
+}
+
+std::shared_ptr<Comm> MpiComm::split(int color, int key) {
+  RT_CHECK(color >= 0, "MpiComm::split: color " << color << " must be non-negative");
+  MPI_Comm sub = MPI_COMM_NULL;
+  RT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+  return std::make_shared<MpiComm>(sub, /*owned=*/true);
+}
+
+std::shared_ptr<Comm> make_mpi_world_comm() { return std::make_shared<MpiComm>(MPI_COMM_WORLD, /*owned=*/false); }
+
+}  // namespace rt

@@ -1,0 +1,112 @@
+// MpiComm and ProcessGrid on real ranks: collectives, overlapping ring exchanges, grid coordinates.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <vector>
+
+#include "parallel/mpi_comm.h"
+#include "parallel/process_grid.h"
+
+using namespace rt;
+
+namespace {
+Tensor host_f32(std::vector<float>& v) { return Tensor(v.data(), DType::f32, Device::cpu(), {int64_t(v.size())}); }
+// Distinct, rank-dependent, never-zero values.
+float value(int rank, int64_t i) { return 1.f + float(rank) * 1000.f + float(i) * 0.5f; }
+}  // namespace
+
+TEST(MpiComm, AllReduceAndBroadcast) {
+  auto world = make_mpi_world_comm();
+  const int r = world->rank(), P = world->size();
+  std::vector<float> v(1001);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = value(r, int64_t(i));
+  world->all_reduce_sum(host_f32(v));
+  for (size_t i = 0; i < v.size(); ++i) {
+    double want = 0;
+    for (int q = 0; q < P; ++q) want += value(q, int64_t(i));
+    ASSERT_NEAR(v[i], want, 1e-6 * std::abs(want)) << "element " << i;
+  }
+  double d[2] = {double(r) + 0.25, 1.0};
+  world->all_reduce_sum(d, 2);
+  EXPECT_DOUBLE_EQ(d[0], P * (P - 1) / 2.0 + 0.25 * P);
+  EXPECT_DOUBLE_EQ(d[1], double(P));
+
+  std::vector<float> b(17, std::nanf(""));
+  if (r == P - 1) for (size_t i = 0; i < b.size(); ++i) b[i] = value(r, int64_t(i));
+  world->broadcast(host_f32(b), P - 1);
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], value(P - 1, int64_t(i)));
+
+  std::vector<int> bad(3);
+  EXPECT_THROW(world->all_reduce_sum(Tensor(bad.data(), DType::i32, Device::cpu(), {3})), Error);
+}
+
+TEST(MpiComm, OverlappingRingExchanges) {
+  auto world = make_mpi_world_comm();
+  const int r = world->rank(), P = world->size();
+  const int prev = (r - 1 + P) % P;
+  // Two exchanges of different sizes outstanding at once (as K/V and dK/dV are with cp = 2), waited in
+  // reverse order; then a chain of double-buffered hops that returns every block to its owner.
+  std::vector<float> a(300), b(77), ra(300, std::nanf("")), rb(77, std::nanf(""));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = value(r, int64_t(i));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -value(r, int64_t(i));
+  ExchangeHandle ha = world->ring_exchange_start(host_f32(a), host_f32(ra));
+  ExchangeHandle hb = world->ring_exchange_start(host_f32(b), host_f32(rb));
+  world->wait(hb);
+  world->wait(ha);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(ra[i], value(prev, int64_t(i)));
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(rb[i], -value(prev, int64_t(i)));
+
+  std::vector<float> buf[2] = {a, std::vector<float>(300, std::nanf(""))};
+  for (int step = 0; step < P; ++step) {
+    ExchangeHandle h = world->ring_exchange_start(host_f32(buf[step % 2]), host_f32(buf[(step + 1) % 2]));
+    world->wait(h);
+    const int source = ((r - step - 1) % P + P) % P;
+    ASSERT_EQ(buf[(step + 1) % 2][5], value(source, 5)) << "step " << step;
+  }
+  EXPECT_THROW(world->wait(ha), Error);
+  std::vector<float> small(3);
+  EXPECT_THROW(world->ring_exchange_start(host_f32(a), host_f32(small)), Error);
+}
+
+TEST(ProcessGrid, CoordinatesAndGroups) {
+  auto world = make_mpi_world_comm();
+  const int P = world->size(), r = world->rank();
+  std::vector<GridDims> grids = {{P, 1, 1}, {1, P, 1}, {1, 1, P}};
+  if (P == 4) grids.push_back({1, 2, 2}), grids.push_back({2, 2, 1}), grids.push_back({2, 1, 2});
+  for (GridDims dims : grids) {
+    ProcessGrid g = ProcessGrid::create(world, dims);
+    SCOPED_TRACE("dp=" + std::to_string(dims.dp) + " cp=" + std::to_string(dims.cp) + " tp=" + std::to_string(dims.tp));
+    EXPECT_EQ(r, (g.dp_rank() * dims.cp + g.cp_rank()) * dims.tp + g.tp_rank());
+    EXPECT_EQ(g.tp().size(), dims.tp);
+    EXPECT_EQ(g.cp().size(), dims.cp);
+    EXPECT_EQ(g.dp().size(), dims.dp);
+    EXPECT_EQ(g.dp_cp().size(), dims.dp * dims.cp);
+    EXPECT_EQ(g.tp().rank(), g.tp_rank());
+    EXPECT_EQ(g.cp().rank(), g.cp_rank());
+    EXPECT_EQ(g.dp().rank(), g.dp_rank());
+    // Sum of world ranks within each group identifies the group's members.
+    double s[4] = {double(r), double(r), double(r), double(r)};
+    g.tp().all_reduce_sum(&s[0], 1);
+    g.cp().all_reduce_sum(&s[1], 1);
+    g.dp().all_reduce_sum(&s[2], 1);
+    g.dp_cp().all_reduce_sum(&s[3], 1);
+    double want[4] = {0, 0, 0, 0};
+    for (int t = 0; t < dims.tp; ++t) want[0] += (g.dp_rank() * dims.cp + g.cp_rank()) * dims.tp + t;
+    for (int c = 0; c < dims.cp; ++c) want[1] += (g.dp_rank() * dims.cp + c) * dims.tp + g.tp_rank();
+    for (int d = 0; d < dims.dp; ++d) want[2] += (d * dims.cp + g.cp_rank()) * dims.tp + g.tp_rank();
+    for (int d = 0; d < dims.dp; ++d)
+      for (int c = 0; c < dims.cp; ++c) want[3] += (d * dims.cp + c) * dims.tp + g.tp_rank();
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(s[i], want[i]) << "group " << i;
+  }
+  try {
+    ProcessGrid::create(world, {P + 1, 1, 1});
+    FAIL() << "expected rt::Error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("world size " + std::to_string(P)), std::string::npos) << m;
+    EXPECT_NE(m.find("dp*cp*tp = " + std::to_string(P + 1)), std::string::npos) << m;
+  }
+  ProcessGrid local = ProcessGrid::local();
+  EXPECT_EQ(local.cp().size(), 1);
+}
