@@ -7,11 +7,11 @@
 namespace rt {
 
 Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t batch, int64_t local_tokens,
-             ProcessGrid& grid, Arena& arena)
-    : config_(config), options_(options), grid_(grid) {
-  const GridDims dims = grid.dims();
-  shape_ = make_model_shape(config, dims.tp, grid.tp_rank(), batch, local_tokens);
-  params_ = build_param_table(config, dims.tp, grid.tp_rank());
+             const ModelComms& comms, Arena& arena)
+    : config_(config), options_(options), comms_(comms) {
+  RT_CHECK(comms.tp && comms.cp && comms.dp_cp, "model: tp, cp and dp_cp communicators are required");
+  shape_ = make_model_shape(config, comms.tp->size(), comms.tp_rank, batch, local_tokens);
+  params_ = build_param_table(config, comms.tp->size(), comms.tp_rank);
   const ModelShape& s = shape_;
   RT_CHECK(s.B > 0 && s.n > 0, "model: empty batch (" << s.B << " sequences of " << s.n << " tokens per rank)");
   const DType act = options.act_dtype;
@@ -73,10 +73,17 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   RingAttentionShape ring;
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
   ring.dtype = act;
-  attention_ = std::make_unique<RingAttention>(grid.cp(), options.layout, /*causal=*/true, ring, arena);
+  attention_ = std::make_unique<RingAttention>(*comms.cp, options.layout, /*causal=*/true, ring, arena);
 }
 
 Model::~Model() = default;
+
+ModelComms ModelComms::from(ProcessGrid& grid) {
+  ModelComms c;
+  c.tp = &grid.tp(), c.cp = &grid.cp(), c.dp_cp = &grid.dp_cp();
+  c.tp_rank = grid.tp_rank();
+  return c;
+}
 
 Model::BlockActs& Model::acts_for(int layer) {
   return options_.checkpointing == ActivationCheckpointing::full ? *acts_[0] : *acts_[size_t(layer)];
@@ -122,7 +129,7 @@ void Model::upload_batch(const Batch& batch) {
 double Model::global_target_count(const Batch& batch) {
   double count = 0;
   for (int32_t t : batch.targets) count += t >= 0 ? 1 : 0;
-  grid_.dp_cp().all_reduce_sum(&count, 1);
+  comms_.dp_cp->all_reduce_sum(&count, 1);
   return count;
 }
 

@@ -84,11 +84,20 @@ std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int 
 // Total parameters of the full model (embedding and LM head included; tied counted once).
 int64_t count_parameters(const ModelConfig& model);
 
+// The communicators the model talks through: a ProcessGrid's, or size-only stand-ins for `ringtrain plan`.
+struct ModelComms {
+  Comm* tp = nullptr;     // tensor-parallel group (all-reduces after row-parallel layers)
+  Comm* cp = nullptr;     // the ring of ring attention
+  Comm* dp_cp = nullptr;  // ranks holding the same parameters (token counts, gradients)
+  int tp_rank = 0;
+  static ModelComms from(ProcessGrid& grid);
+};
+
 class Model {
  public:
   // batch: sequences on this rank; local_tokens: seq_len / cp. All buffers come from `arena`.
   Model(const ModelConfig& config, const ModelOptions& options, int64_t batch, int64_t local_tokens,
-        ProcessGrid& grid, Arena& arena);
+        const ModelComms& comms, Arena& arena);
   ~Model();
 
   const ModelShape& shape() const { return shape_; }
@@ -99,7 +108,8 @@ class Model {
   Tensor grads() const { return grads_; }      // (P) f32
   Tensor compute() const { return compute_; }  // (P) act dtype; the same storage as master() on CPU
   int64_t decay_numel() const { return decay_numel_; }
-  ProcessGrid& grid() { return grid_; }
+  Comm& tp_comm() { return *comms_.tp; }
+  Comm& dp_cp_comm() { return *comms_.dp_cp; }
 
   // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
   // are generated from `seed` and sliced, so every grid gets the same model.
@@ -138,7 +148,7 @@ class Model {
   ModelConfig config_;
   ModelOptions options_;
   ModelShape shape_;
-  ProcessGrid& grid_;
+  ModelComms comms_;
   std::vector<ParamEntry> params_;
   int64_t decay_numel_ = 0;
 

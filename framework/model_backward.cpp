@@ -38,7 +38,7 @@ void Model::block_backward(int layer, BlockActs& a) {
   gemm(dw.fc_or_w1, d_h_, a.ln2, true, false, 1.f, 1.f);     // (Fl, C) += d_h^T @ ln2
   gemm(d_ln_, d_h_, w.fc_or_w1, false, false);                // (N, C) = d_h (N, Fl) @ (Fl, C)
   if (s.swiglu) gemm(d_ln_, d_u_, w.w3, false, false, 1.f, 1.f);
-  if (s.tp > 1) grid_.tp().all_reduce_sum(d_ln_);
+  if (s.tp > 1) tp_comm().all_reduce_sum(d_ln_);
   rmsnorm_bwd(d_res_, dw.mlp_norm, d_ln_, a.x_mid, w.mlp_norm, a.rstd2);  // d_res += through the norm
 
   // Attention. wo is row-parallel; wq, wk, wv column-parallel: d(ln1) is summed over tp.
@@ -60,7 +60,7 @@ void Model::block_backward(int layer, BlockActs& a) {
   gemm(d_ln_, d_q_, w.wq, false, false);             // (N, C) = d_q @ wq
   gemm(d_ln_, d_k_, w.wk, false, false, 1.f, 1.f);   // += d_k @ wk
   gemm(d_ln_, d_v_, w.wv, false, false, 1.f, 1.f);   // += d_v @ wv
-  if (s.tp > 1) grid_.tp().all_reduce_sum(d_ln_);
+  if (s.tp > 1) tp_comm().all_reduce_sum(d_ln_);
   rmsnorm_bwd(d_res_, dw.attn_norm, d_ln_, x, w.attn_norm, a.rstd1);
 }
 

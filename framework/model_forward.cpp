@@ -24,7 +24,7 @@ void Model::block_forward(int layer, BlockActs& a, bool write_output) {
   rope(k4, positions_, config_.rope_base, false);
   attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
-  if (s.tp > 1) grid_.tp().all_reduce_sum(a.x_mid);
+  if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);
   add_inplace(a.x_mid, x);
 
   // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp.
@@ -39,7 +39,7 @@ void Model::block_forward(int layer, BlockActs& a, bool write_output) {
   if (!write_output) return;
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
   gemm(out, a.g, w.proj_or_w2, false, true);  // (N, C) = (N, Fl) @ (C, Fl)^T, partial over tp
-  if (s.tp > 1) grid_.tp().all_reduce_sum(out);
+  if (s.tp > 1) tp_comm().all_reduce_sum(out);
   add_inplace(out, a.x_mid);
 }
 

@@ -243,7 +243,7 @@ std::vector<HostTensor> Model::gather_full(const Tensor& flat, const std::string
     local.resize(size_t(e.numel));
     copy_tensor_to_host(local.data(), flat.slice(e.offset, e.offset + e.numel));
     if (e.owner) add_shard(e, local.data(), t.values.data());
-    if (shape_.tp > 1) tp_sum(grid_.tp(), gather_scratch_, t.values);
+    if (shape_.tp > 1) tp_sum(tp_comm(), gather_scratch_, t.values);
     out.push_back(std::move(t));
   }
   return out;
@@ -279,7 +279,7 @@ void Model::reduce_shared_kv_grads() {
     full.assign(size_t(full_numel(e)), 0.f);
     copy_tensor_to_host(local.data(), g);
     add_shard(e, local.data(), full.data());  // every sharer contributes its query heads' part
-    tp_sum(grid_.tp(), gather_scratch_, full);
+    tp_sum(tp_comm(), gather_scratch_, full);
     extract_shard(e, full.data(), local.data());
     copy_host_to_tensor(g, local.data());
   }

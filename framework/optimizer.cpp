@@ -28,7 +28,7 @@ double global_grad_norm(Model& model) {
         break;
     }
   }
-  if (model.shape().tp > 1) model.grid().tp().all_reduce_sum(&sums[0], 1);
+  if (model.shape().tp > 1) model.tp_comm().all_reduce_sum(&sums[0], 1);
   return std::sqrt(sums[0] + sums[1]);
 }
 

@@ -1,0 +1,34 @@
+// Model FLOPs and MFU (DESIGN.md "Metrics and output"):
+//   MFU = (6 * P_matmul + 6 * L * d * T) * tokens_per_s / (peak * devices)
+// P_matmul: parameters used in matmuls (every weight except the token-embedding lookup; the LM head counts,
+// tied or not). 6 * L * d * T is the attention score and value work (fwd + bwd) with causal attention
+// counted at half; T is the context length (data.seq_len). Recompute under activation checkpointing is
+// not counted (it is "model" FLOPs, not hardware FLOPs).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "framework/config.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+
+struct FlopsModel {
+  int64_t params_matmul = 0;  // P_matmul
+  int64_t n_layer = 0, d_model = 0, seq_len = 0;
+  double per_token() const;   // 6 * P_matmul + 6 * L * d * T
+  std::string formula() const;  // the formula with the numbers filled in
+};
+FlopsModel flops_model(const Config& config);
+
+// Dense bf16 peak TFLOP/s by GPU name (H100/H200: 989); 0 when unknown.
+double peak_tflops_for_gpu(const std::string& gpu_name);
+// The peak to divide by: log.peak_tflops when set, else the table for `device` (0 on CPU: MFU not shown).
+double peak_tflops(const Config& config, Device device);
+// The device's name: the GPU's marketing name, or "cpu".
+std::string device_name(Device device);
+
+// Fraction of peak, 0 when peak_tflops is 0.
+double mfu(const FlopsModel& flops, double tokens_per_s, double peak_tflops, int devices);
+
+}  // namespace rt

@@ -1,0 +1,254 @@
+// train_main and eval_main (framework/trainer.h): the training loop around Model and AdamW.
+//
+// One step: next batch -> global target count (dp x cp) -> forward + fused loss + backward -> gradient
+// all-reduce over dp x cp (one call on the flat buffer) -> shared-KV reduction over tp (GQA with
+// n_kv_head < tp) -> clip + AdamW -> log. Losses are global token sums / global token counts.
+// Rank 0 prints and writes files; every rank computes.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint.h"
+#include "framework/mfu.h"
+#include "framework/trainer.h"
+#include "framework/trainer_setup.h"
+#include "kernels/ops.h"
+
+namespace rt {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
+
+// Losses of one batch (or several), summed; the copy task's two halves separately.
+struct LossTally {
+  double sum[3] = {0, 0, 0}, count[3] = {0, 0, 0};  // [0] all targets, [1] first half, [2] repeat half
+  void add(const Batch& batch, const std::vector<float>& losses) {
+    for (size_t i = 0; i < losses.size(); ++i) {
+      if (batch.targets[i] < 0) continue;
+      sum[0] += losses[i], count[0] += 1;
+      if (i < batch.kinds.size() && batch.kinds[i] != TargetKind::other) {
+        const int k = batch.kinds[i] == TargetKind::first_half ? 1 : 2;
+        sum[k] += losses[i], count[k] += 1;
+      }
+    }
+  }
+  void all_reduce(Comm& comm) {
+    double v[6] = {sum[0], sum[1], sum[2], count[0], count[1], count[2]};
+    comm.all_reduce_sum(v, 6);
+    for (int i = 0; i < 3; ++i) sum[i] = v[i], count[i] = v[3 + i];
+  }
+  double mean(int k) const { return count[k] > 0 ? sum[k] / count[k] : 0; }
+  bool has_halves() const { return count[1] > 0 || count[2] > 0; }
+};
+
+std::string halves_text(const LossTally& t) {
+  if (!t.has_halves()) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (first half %.4f, repeat half %.4f)", t.mean(1), t.mean(2));
+  return buf;
+}
+
+// Mean per-token loss over the first `batches` held-out batches (the same batches every time).
+LossTally evaluate(Model& model, DataLoader& eval_loader, int batches) {
+  eval_loader.set_cursor(0);
+  LossTally tally;
+  for (int b = 0; b < batches; ++b) {
+    const Batch batch = eval_loader.next();
+    const double count = model.global_target_count(batch);
+    tally.add(batch, model.step(batch, count, /*want_grad=*/false));
+  }
+  tally.all_reduce(model.dp_cp_comm());
+  return tally;
+}
+
+std::string format_bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024));
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  char buf[32];
+  const int s = int(seconds + 0.5);
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, s / 60 % 60);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  return buf;
+}
+
+// Saves model + optimizer + state (collective over tp; world rank 0 writes). Returns the directory.
+std::string save(const Config& config, ModelSession& session, DataLoader& loader, int64_t step, Comm& world) {
+  const bool writer = world.rank() == 0;
+  Model& model = *session.model;
+  std::vector<HostTensor> weights = model.gather_full(model.master(), "");
+  std::vector<HostTensor> optimizer = session.optimizer->export_state();
+  std::string dir;
+  if (writer) {
+    TrainState state;
+    state.step = step;
+    state.data_cursor = loader.cursor();
+    state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
+    state.config_hash = model_config_hash(config);
+    dir = save_checkpoint(config.train.run_dir, weights, optimizer, state, config.model, config.checkpoint.keep_last);
+  }
+  world.barrier();
+  return dir;
+}
+
+// Finds the checkpoint to resume from: "" none, "auto" the newest in run_dir (none is fine), else a directory.
+std::string resume_dir(const Config& config) {
+  const std::string& r = config.checkpoint.resume;
+  if (r.empty()) return "";
+  if (r == "auto") return latest_checkpoint(config.train.run_dir);
+  RT_CHECK(std::filesystem::is_directory(r),
+           "checkpoint.resume: '" << r << "' is not a directory; give a checkpoint directory, auto or leave it empty");
+  return r;
+}
+
+void load_into(ModelSession& session, const LoadedCheckpoint& ckpt) {
+  session.model->scatter_full(session.model->master(), ckpt.model, "");
+  session.model->sync_compute_weights();
+  if (session.optimizer) session.optimizer->import_state(ckpt.optimizer);
+}
+
+}  // namespace
+
+int train_main(const Config& config) {
+  ProcessGrid grid = make_process_grid(config);
+  const Device device = resolve_device(config);
+  const bool rank0 = grid.world().rank() == 0;
+  const TrainConfig& tc = config.train;
+  const std::string layout = resolved_layout(config);
+
+  if (rank0) {
+    std::printf("%s", config_table(config).c_str());
+    std::printf("cp=%d layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, layout.c_str(), config.parallel.tp,
+                config.parallel.dp, device_name(device).c_str());
+    std::filesystem::create_directories(tc.run_dir);
+    std::ofstream(tc.run_dir + "/config.yaml") << config_to_yaml(config);
+  }
+
+  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/true);
+  Model& model = *session.model;
+  AdamW& optimizer = *session.optimizer;
+  const LoaderRank lrank = loader_rank(config, grid);
+  std::unique_ptr<DataLoader> loader = make_loader(config, lrank, "train");
+  std::unique_ptr<DataLoader> eval_loader = tc.eval_every > 0 ? make_loader(config, lrank, "eval") : nullptr;
+
+  int64_t start_step = 0;
+  const std::string from = resume_dir(config);
+  if (!from.empty()) {
+    const LoadedCheckpoint ckpt = load_checkpoint(from);
+    RT_CHECK(ckpt.state.config_hash.empty() || ckpt.state.config_hash == model_config_hash(config),
+             "checkpoint " << from << " was written for a different model config; resume with the same model.*");
+    load_into(session, ckpt);
+    start_step = ckpt.state.step;
+    loader->set_cursor(ckpt.state.data_cursor);
+    if (rank0) std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)start_step);
+  } else {
+    model.init_weights(tc.seed);
+    optimizer.zero_state();
+  }
+
+  const FlopsModel flops = flops_model(config);
+  const double peak = peak_tflops(config, device);
+  const int devices = grid.dims().world();
+  const double tokens_per_step = double(tc.batch_size) * config.data.seq_len;
+  if (rank0) {
+    std::printf("parameters %lld | memory per rank %s (arena) | tokens/step %.0f\n",
+                (long long)count_parameters(config.model), format_bytes(double(session.arena->capacity())).c_str(),
+                tokens_per_step);
+    std::printf("MFU = %s * tok/s / (%.0f TFLOP/s * %d devices)%s\n", flops.formula().c_str(), peak, devices,
+                peak > 0 ? "" : "  [no peak for this device: set log.peak_tflops to report MFU]");
+  }
+  std::ofstream metrics;
+  if (rank0) metrics.open(tc.run_dir + "/" + config.log.metrics_file, std::ios::app);
+
+  g_stop_signal.store(0);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+
+  using clock = std::chrono::steady_clock;
+  const auto run_start = clock::now();
+  int64_t step = start_step;
+  while (step < tc.steps) {
+    const auto t0 = clock::now();
+    const Batch batch = loader->next();
+    const double count = model.global_target_count(batch);
+    LossTally tally;
+    tally.add(batch, model.step(batch, count, /*want_grad=*/true));
+    if (grid.dp_cp().size() > 1) grid.dp_cp().all_reduce_sum(model.grads());
+    model.reduce_shared_kv_grads();
+    ++step;
+    const float lr = learning_rate(config.optim, step, tc.steps);
+    const double norm = optimizer.step(step, lr);
+    tally.all_reduce(grid.dp_cp());
+    const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+
+    const double tok_s = tokens_per_step / seconds;
+    const double util = mfu(flops, tok_s, peak, devices);
+    const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
+    const double eta = elapsed / double(step - start_step) * double(tc.steps - step);
+    if (rank0 && (step % std::max(1, config.log.every) == 0 || step == tc.steps)) {
+      std::printf("step %lld/%d | loss %.4f%s | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | MFU %s | mem %s | ETA %s\n",
+                  (long long)step, tc.steps, tally.mean(0), halves_text(tally).c_str(), lr, norm, seconds * 1e3, tok_s,
+                  peak > 0 ? (std::to_string(util * 100).substr(0, 5) + "%").c_str() : "n/a",
+                  format_bytes(double(session.arena->capacity())).c_str(), format_duration(eta).c_str());
+      std::fflush(stdout);
+      nlohmann::json j = {{"step", step},           {"loss", tally.mean(0)},  {"lr", lr},
+                          {"grad_norm", norm},      {"ms", seconds * 1e3},    {"tok_per_s", tok_s},
+                          {"tok_per_s_per_device", tok_s / devices}, {"mfu", util},
+                          {"mem_bytes", session.arena->capacity()},   {"eta_s", eta}};
+      if (tally.has_halves()) j["loss_first_half"] = tally.mean(1), j["loss_repeat_half"] = tally.mean(2);
+      metrics << j.dump() << "\n" << std::flush;
+    }
+
+    if (eval_loader && (step % tc.eval_every == 0 || step == tc.steps)) {
+      const LossTally ev = evaluate(model, *eval_loader, tc.eval_batches);
+      if (rank0) {
+        std::printf("eval step %lld | loss %.4f%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str());
+        nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
+        if (ev.has_halves()) j["eval_loss_first_half"] = ev.mean(1), j["eval_loss_repeat_half"] = ev.mean(2);
+        metrics << j.dump() << "\n" << std::flush;
+      }
+    }
+
+    // Every rank must agree to stop at the same step: a signal may reach the ranks at different times.
+    double stop = g_stop_signal.load() != 0 ? 1 : 0;
+    grid.world().all_reduce_sum(&stop, 1);
+    const bool periodic = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+    if (periodic || stop > 0 || step == tc.steps) {
+      const std::string dir = save(config, session, *loader, step, grid.world());
+      if (rank0) std::printf("saved checkpoint %s\n", dir.c_str());
+    }
+    if (stop > 0) {
+      if (rank0) std::printf("stopping at step %lld on signal; resume with checkpoint.resume=auto\n", (long long)step);
+      break;
+    }
+  }
+  std::signal(SIGTERM, old_term);
+  std::signal(SIGINT, old_int);
+  return 0;
+}
+
+int eval_main(const Config& config, const std::string& checkpoint_dir) {
+  ProcessGrid grid = make_process_grid(config);
+  const Device device = resolve_device(config);
+  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
+  const LoadedCheckpoint ckpt = load_checkpoint(checkpoint_dir);
+  load_into(session, ckpt);
+  std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "eval");
+  const LossTally ev = evaluate(*session.model, *loader, std::max(1, config.train.eval_batches));
+  if (grid.world().rank() == 0)
+    std::printf("eval %s: mean loss %.4f nats/token over %.0f tokens%s\n", checkpoint_dir.c_str(), ev.mean(0),
+                ev.count[0], halves_text(ev).c_str());
+  return 0;
+}
+
+}  // namespace rt

@@ -1,0 +1,100 @@
+#include "framework/trainer_setup.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "kernels/device_memory.h"
+#include "parallel/mpi_comm.h"
+
+namespace rt {
+
+namespace {
+int local_rank_from_env() {
+  for (const char* key : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(key)) return std::atoi(v);
+  return 0;
+}
+}  // namespace
+
+Device resolve_device(const Config& config) {
+  const std::string& d = config.device;
+  RT_CHECK(d == "auto" || d == "cpu" || d == "cuda", "device: '" << d << "' must be auto, cpu or cuda");
+  const bool cuda = d == "cuda" || (d == "auto" && cuda_available());
+  if (!cuda) return Device::cpu();
+  RT_CHECK(cuda_available(), "device: cuda, but no CUDA device is available (or ringtrain was built without "
+                             "CUDA). Set device: cpu");
+  return Device::cuda(local_rank_from_env() % cuda_device_count());
+}
+
+ProcessGrid make_process_grid(const Config& config) {
+  GridDims dims{config.parallel.dp, config.parallel.cp, config.parallel.tp};
+  int initialized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1 && dims.world() == 1) return ProcessGrid::local();
+  RT_CHECK(initialized, "parallel: dp*cp*tp = " << dims.world() << " needs that many MPI ranks; launch with "
+                                                << "mpirun -np " << dims.world() << " (or launch/train.sh)");
+  return ProcessGrid::create(make_mpi_world_comm(), dims);
+}
+
+ModelOptions model_options(const Config& config, Device device) {
+  ModelOptions o;
+  o.checkpointing = parse_checkpointing(config.train.checkpointing);
+  o.lm_head_chunk = config.train.lm_head_chunk;
+  o.act_dtype = device.is_cuda() ? DType::bf16 : DType::f32;
+  o.layout = parse_layout(resolved_layout(config));
+  return o;
+}
+
+LoaderRank loader_rank(const Config& config, const ProcessGrid& grid) {
+  LoaderRank r;
+  r.dp = config.parallel.dp, r.dp_rank = grid.dp_rank();
+  r.cp = config.parallel.cp, r.cp_rank = grid.cp_rank();
+  r.layout = resolved_layout(config);
+  return r;
+}
+
+int64_t sequences_per_rank(const Config& config) {
+  RT_CHECK(config.train.batch_size % config.parallel.dp == 0,
+           "train.batch_size (" << config.train.batch_size << ") must be divisible by parallel.dp ("
+                                << config.parallel.dp << ")");
+  return config.train.batch_size / config.parallel.dp;
+}
+
+int64_t tokens_per_rank(const Config& config) {
+  RT_CHECK(config.data.seq_len % config.parallel.cp == 0,
+           "data.seq_len (" << config.data.seq_len << ") must be divisible by parallel.cp (" << config.parallel.cp
+                            << ")");
+  return config.data.seq_len / config.parallel.cp;
+}
+
+namespace {
+void build_into(ModelSession& s, const Config& config, const ModelComms& comms, Device device,
+                bool with_optimizer) {
+  s.model = std::make_unique<Model>(config.model, model_options(config, device), sequences_per_rank(config),
+                                    tokens_per_rank(config), comms, *s.arena);
+  if (with_optimizer) s.optimizer = std::make_unique<AdamW>(config.optim, *s.model, *s.arena);
+}
+}  // namespace
+
+ModelSession measure_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer) {
+  ModelSession s;
+  s.arena = std::make_unique<Arena>(Arena::measuring(device));
+  build_into(s, config, comms, device, with_optimizer);
+  return s;
+}
+
+ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer) {
+  size_t bytes = 0;
+  {
+    ModelSession measured = measure_session(config, comms, device, with_optimizer);
+    bytes = measured.arena->peak();
+  }
+  ModelSession s;
+  s.arena = std::make_unique<Arena>(device, bytes);
+  build_into(s, config, comms, device, with_optimizer);
+  return s;
+}
+
+}  // namespace rt

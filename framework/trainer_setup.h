@@ -1,0 +1,37 @@
+// What train, eval and plan share: the device, the process grid, and the model (+ optimizer) built on an
+// arena sized exactly by a first, measuring pass.
+#pragma once
+#include <memory>
+
+#include "framework/config.h"
+#include "framework/data.h"
+#include "framework/model.h"
+#include "framework/optimizer.h"
+#include "kernels/arena.h"
+#include "parallel/process_grid.h"
+
+namespace rt {
+
+// device: cpu | cuda | auto (cuda when available). Under mpirun, rank -> GPU by the local rank.
+Device resolve_device(const Config& config);
+// The MPI world when launched with more than one rank (MPI initialised by main), else a local grid.
+// Checks world size == dp * cp * tp.
+ProcessGrid make_process_grid(const Config& config);
+
+ModelOptions model_options(const Config& config, Device device);
+// This rank's loader coordinates (dp, cp, layout).
+LoaderRank loader_rank(const Config& config, const ProcessGrid& grid);
+int64_t sequences_per_rank(const Config& config);
+int64_t tokens_per_rank(const Config& config);
+
+struct ModelSession {
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<AdamW> optimizer;  // null when built without one (eval)
+};
+// Builds on Arena::measuring(device) (allocates nothing); the arena then holds the exact byte counts.
+ModelSession measure_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer);
+// Measures, then builds on a real arena of exactly that size. Weights are not initialised.
+ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer);
+
+}  // namespace rt
