@@ -1,0 +1,43 @@
+// Small helpers shared by the CPU ops in kernels/cpu/: argument checks and the backend declarations.
+// The CPU path is fp32 throughout (DESIGN.md "Numerics"); integer inputs (tokens, positions) are i32.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+
+namespace rt {
+namespace cpu {
+#include "kernels/backend_ops.h"
+
+// Refuses a tensor that is not a defined f32 tensor on the host.
+inline void require_cpu_f32(const Tensor& t, const char* op, const char* arg) {
+  RT_CHECK(t.defined() || t.numel() == 0, op << ": " << arg << " is not defined (null data)");
+  RT_CHECK(t.device.is_cpu(), op << ": " << arg << " is on " << t.device.str() << ", expected a host tensor");
+  check_dtype(t, DType::f32, op, arg);
+}
+
+inline void require_cpu_i32(const Tensor& t, const char* op, const char* arg) {
+  RT_CHECK(t.defined() || t.numel() == 0, op << ": " << arg << " is not defined (null data)");
+  RT_CHECK(t.device.is_cpu(), op << ": " << arg << " is on " << t.device.str() << ", expected a host tensor");
+  check_dtype(t, DType::i32, op, arg);
+}
+
+inline void require_same_numel(const Tensor& a, const Tensor& b, const char* op, const char* an, const char* bn) {
+  RT_CHECK(a.numel() == b.numel() && a.ndim == b.ndim,
+           op << ": " << an << " " << a.shape_str() << " and " << bn << " " << b.shape_str()
+              << " must have the same shape");
+  for (int i = 0; i < a.ndim; ++i)
+    RT_CHECK(a.shape[i] == b.shape[i], op << ": " << an << " " << a.shape_str() << " and " << bn << " "
+                                          << b.shape_str() << " must have the same shape");
+}
+
+// Size of the last dimension and the number of rows before it (a 1-D tensor is one row).
+inline int64_t last_dim(const Tensor& t) { return t.ndim == 0 ? 1 : t.shape[t.ndim - 1]; }
+inline int64_t leading_rows(const Tensor& t) {
+  const int64_t c = last_dim(t);
+  return c == 0 ? 0 : t.numel() / c;
+}
+
+}  // namespace cpu
+}  // namespace rt
