@@ -2,3 +2,5 @@
 rt_mpi_test(comm 2)
 rt_mpi_test(comm 3)
 rt_mpi_test(comm 4)
+rt_mpi_test(ring_attention 4)
+rt_mpi_test(tensor_parallel 2)
