@@ -16,6 +16,7 @@
 #include "parallel/ring_attention.h"
 
 #include "kernels/ops.h"
+#include "parallel/fault.h"
 
 namespace rt {
 
@@ -114,6 +115,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
               "out");
   check_shape(lse, {shape_.batch, shape_.heads, shape_.local_tokens}, "ring_attention.forward", "lse");
   const int cp = cp_.size(), r = cp_.rank();
+  maybe_inject_fault("ring_attention.forward");
   attn_state_reset(state_);
   ExchangeHandle hop;
   if (cp > 1) {
@@ -151,6 +153,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
   check_shape(dv, {B, n, Hkv, D}, op, "dv");
 
   const int cp = cp_.size(), r = cp_.rank();
+  maybe_inject_fault("ring_attention.backward");
   fill(dq_acc_, 0.f);
   attn_bwd_delta(out, dout, delta_);  // once per layer
 

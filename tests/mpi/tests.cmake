@@ -4,3 +4,11 @@ rt_mpi_test(comm 3)
 rt_mpi_test(comm 4)
 rt_mpi_test(ring_attention 4)
 rt_mpi_test(tensor_parallel 2)
+
+# Fault handling: the launcher test starts `mpirun -np 2 rt_fault_victim` itself.
+add_executable(rt_fault_victim ${CMAKE_CURRENT_SOURCE_DIR}/mpi/fault_victim.cpp)
+target_link_libraries(rt_fault_victim PRIVATE rt_parallel)
+target_compile_definitions(test_mpi_fault PRIVATE RT_FAULT_VICTIM="$<TARGET_FILE:rt_fault_victim>"
+                           MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
+add_dependencies(test_mpi_fault rt_fault_victim)
+rt_mpi_test(fault 1)
