@@ -1,0 +1,135 @@
+// Shape checks and mask resolution shared by the CUDA attention ops (kernels/cuda/attn_*.cu), plus the
+// tensor-core building blocks of the flash kernels: cp.async, ldmatrix, mma.sync m16n8k16 bf16.
+// Shared-memory tiles are rows of D bf16 split into 16-byte chunks; chunk c of row r is stored at chunk
+// c ^ (r & 7) so that the 8 rows an ldmatrix phase reads fall in distinct banks.
+#pragma once
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/common.cuh"
+
+namespace rt {
+namespace cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct AttnDims {
+  int64_t B, Nq, Nk, H, Hkv, D, group;  // group = H / Hkv query heads per K/V head
+};
+
+struct AttnRanges {
+  int64_t q_begin, q_end, k_begin, k_end;
+};
+
+inline void require_attn_tensor(const Tensor& t, DType dtype, const Device& dev, const char* op, const char* arg) {
+  require_dtype_on(t, dtype, dev, op, arg);
+  RT_CHECK(reinterpret_cast<uintptr_t>(t.data) % 16 == 0,
+           op << ": " << arg << " must be 16-byte aligned (allocate it from an Arena)");
+}
+
+// q (B,Nq,H,D), k and v (B,Nk,Hkv,D): bf16 on one CUDA device, D in {64, 128}.
+inline AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  RT_CHECK(q.ndim == 4, op << ": q has shape " << q.shape_str() << ", expected (B,Nq,H,D)");
+  RT_CHECK(k.ndim == 4, op << ": k has shape " << k.shape_str() << ", expected (B,Nk,Hkv,D)");
+  AttnDims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], 1};
+  check_shape(k, {d.B, -1, -1, d.D}, op, "k (B,Nk,Hkv,D)");
+  check_shape(v, {d.B, d.Nk, d.Hkv, d.D}, op, "v (B,Nk,Hkv,D)");
+  RT_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0,
+           op << ": query heads H=" << d.H << " must be a multiple of K/V heads Hkv=" << d.Hkv);
+  RT_CHECK(d.D == 64 || d.D == 128, op << ": head dim " << d.D
+                                       << " is not supported by the CUDA flash kernels (64 or 128); change "
+                                          "model.d_model / model.n_head, or run on device: cpu");
+  require_attn_tensor(q, DType::bf16, q.device, op, "q");
+  require_attn_tensor(k, DType::bf16, q.device, op, "k");
+  require_attn_tensor(v, DType::bf16, q.device, op, "v");
+  RT_CHECK(d.B <= 65535 && d.H <= 65535, op << ": B=" << d.B << " and H=" << d.H << " must be at most 65535");
+  d.group = d.H / d.Hkv;
+  return d;
+}
+
+inline AttnRanges attn_ranges(const AttnMask& mask, int64_t Nq, int64_t Nk, const char* op) {
+  AttnRanges r{mask.q_begin, mask.q_end < 0 ? Nq : mask.q_end, mask.k_begin, mask.k_end < 0 ? Nk : mask.k_end};
+  RT_CHECK(0 <= r.q_begin && r.q_begin <= r.q_end && r.q_end <= Nq,
+           op << ": query range [" << mask.q_begin << "," << mask.q_end << ") is outside the " << Nq << " query rows");
+  RT_CHECK(0 <= r.k_begin && r.k_begin <= r.k_end && r.k_end <= Nk,
+           op << ": key range [" << mask.k_begin << "," << mask.k_end << ") is outside the " << Nk << " key rows");
+  return r;
+}
+
+// ---- tensor-core building blocks -----------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 zero-fills the destination.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c (16x8 f32) += a (16x16 bf16, row) * b (16x8 bf16, col).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low 16 bits)
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of (row, 16-byte chunk) in a swizzled tile whose rows are D bf16 (D/8 chunks).
+template <int D>
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  return uint32_t(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+}
+
+// Loads rows [0, ROWS) of a tile with cp.async: tile row r comes from src + (row0 + r) * stride elements
+// when row0 + r < valid_rows, and is zero-filled otherwise. THREADS threads take part.
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                int64_t row0, int64_t valid_rows) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kTotal = ROWS * kChunks;
+  static_assert(kTotal % THREADS == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / THREADS; ++it) {
+    const int idx = it * THREADS + threadIdx.x;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int64_t grow = row0 + r;
+    const bool ok = grow < valid_rows;
+    const __nv_bfloat16* p = ok ? src + grow * stride + c * 8 : src;  // src itself is valid for the zero-fill
+    cp_async_16(tile + tile_offset<D>(r, c), p, ok ? 16 : 0);
+  }
+}
+
+}  // namespace cuda
+}  // namespace rt

@@ -1,0 +1,130 @@
+// gemm via cuBLASLt: c (M,N) = alpha * op(a) @ op(b) + beta * c, row-major.
+//   a, b: both bf16 (f32 accumulate, c bf16 or f32) or both f32 (exact f32 compute, c f32).
+// cuBLASLt is column-major, so we compute c^T = op(b)^T op(a)^T: a row-major (r,c) matrix is a
+// column-major (c,r) matrix with leading dimension c. Plans (descriptors + chosen algorithm) are cached
+// per shape, dtype and pointer alignment, so a training step makes no heuristic queries after the first.
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/cuda/common.cuh"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+struct PlanKey {
+  int64_t M, N, K;
+  int device;
+  uint8_t ta, tb, ab_dtype, c_dtype;
+  uint16_t align_a, align_b, align_c;
+  bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof(PlanKey)) == 0; }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(&k);
+    size_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(PlanKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+std::mutex g_plans_mutex;
+std::unordered_map<PlanKey, Plan, PlanKeyHash> g_plans;
+
+uint16_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint16_t align = 256;
+  while (align > 1 && (a % align) != 0) align /= 2;
+  return align;
+}
+
+cudaDataType_t cuda_type(DType d) { return d == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// Builds (once) the plan for one problem. m, n, k are cuBLASLt's (column-major) sizes.
+const Plan& plan_for(const PlanKey& key, const Tensor& a, const Tensor& b) {
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  auto it = g_plans.find(key);
+  if (it != g_plans.end()) return it->second;
+  Plan plan;
+  const cudaDataType_t ab = cuda_type(DType(key.ab_dtype)), ct = cuda_type(DType(key.c_dtype));
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t opa = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
+  const cublasOperation_t opb = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  // Row-major (r, c) = column-major (rows c, cols r, ld c).
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.la, ab, uint64_t(b.shape[1]), uint64_t(b.shape[0]), b.shape[1]));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lb, ab, uint64_t(a.shape[1]), uint64_t(a.shape[0]), a.shape[1]));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lc, ct, uint64_t(key.N), uint64_t(key.M), key.N));
+
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = cublaslt_workspace_bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), plan.desc, plan.la, plan.lb, plan.lc, plan.lc, pref,
+                                              1, &result, &found));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  RT_CHECK(found > 0, "gemm: cuBLASLt has no algorithm for M=" << key.M << " N=" << key.N << " K=" << key.K << " "
+                                                              << dtype_name(DType(key.ab_dtype)) << " -> "
+                                                              << dtype_name(DType(key.c_dtype))
+                                                              << "; check the shapes and 16-byte alignment of the operands");
+  plan.algo = result.algo;
+  return g_plans.emplace(key, plan).first->second;
+}
+
+}  // namespace
+
+void gemm(Tensor c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
+  const char* op = "gemm";
+  cudaStream_t stream = stream_for(c, op);
+  RT_CHECK(a.ndim == 2 && b.ndim == 2 && c.ndim == 2,
+           op << ": a " << a.shape_str() << ", b " << b.shape_str() << ", c " << c.shape_str() << " must be 2-D");
+  const int64_t M = trans_a ? a.shape[1] : a.shape[0], K = trans_a ? a.shape[0] : a.shape[1];
+  const int64_t Kb = trans_b ? b.shape[1] : b.shape[0], N = trans_b ? b.shape[0] : b.shape[1];
+  RT_CHECK(K == Kb, op << ": op(a) is (" << M << "," << K << ") but op(b) is (" << Kb << "," << N << ")");
+  check_shape(c, {M, N}, op, "c (M,N)");
+  RT_CHECK(a.dtype == b.dtype, op << ": a is " << dtype_name(a.dtype) << " but b is " << dtype_name(b.dtype)
+                                  << "; cast one of them so both share a dtype");
+  RT_CHECK(a.dtype == DType::bf16 || a.dtype == DType::f32, op << ": a and b must be bf16 or f32");
+  RT_CHECK(c.dtype == DType::f32 || (c.dtype == DType::bf16 && a.dtype == DType::bf16),
+           op << ": c is " << dtype_name(c.dtype) << " with " << dtype_name(a.dtype)
+              << " inputs; supported: bf16 x bf16 -> f32 or bf16, f32 x f32 -> f32");
+  require_dtype_on(a, a.dtype, c.device, op, "a");
+  require_dtype_on(b, b.dtype, c.device, op, "b");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // c = beta * c
+    if (beta == 0.f) fill(c, 0.f);
+    else if (beta != 1.f) scale_inplace(c, beta);
+    return;
+  }
+  require_defined(c, op, "c");
+  PlanKey key;
+  std::memset(&key, 0, sizeof(key));  // padding bytes take part in hashing
+  key.M = M; key.N = N; key.K = K;
+  key.device = c.device.index;
+  key.ta = trans_a; key.tb = trans_b;
+  key.ab_dtype = uint8_t(a.dtype); key.c_dtype = uint8_t(c.dtype);
+  key.align_a = alignment_of(a.data); key.align_b = alignment_of(b.data); key.align_c = alignment_of(c.data);
+  const Plan& plan = plan_for(key, a, b);
+  CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha, b.data, plan.la, a.data, plan.lb, &beta, c.data,
+                              plan.lc, c.data, plan.lc, &plan.algo, cublaslt_workspace(), cublaslt_workspace_bytes(),
+                              stream));
+}
+
+}  // namespace cuda
+}  // namespace rt

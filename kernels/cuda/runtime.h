@@ -1,0 +1,40 @@
+// Per-device CUDA runtime state shared by every op in kernels/cuda/: the current stream, one cuBLASLt
+// handle with its workspace, and a small scratch buffer, all created once per device at init.
+// Ops call stream_for(tensor), which selects the tensor's device on this thread (initialising it the
+// first time) and returns the stream to launch on. Keep this header C++17 (nvcc compiles it).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/tensor.h"
+
+namespace rt {
+namespace cuda {
+
+// Selects `device` for the calling thread and creates its handle, workspace and scratch (once).
+void init(int device);
+
+// The stream every op of this thread launches on. Default: the legacy default stream (0), which orders
+// with every blocking stream; set a non-blocking stream to overlap compute with communication.
+cudaStream_t current_stream();
+void set_current_stream(cudaStream_t stream);
+
+// Selects the tensor's device (init on first use) and returns current_stream(). Refuses host tensors.
+cudaStream_t stream_for(const Tensor& t, const char* op);
+
+// cuBLASLt handle and workspace of the current device (created by init).
+cublasLtHandle_t cublaslt_handle();
+void* cublaslt_workspace();
+size_t cublaslt_workspace_bytes();
+
+// kScratchBytes of device memory for small reductions (sum_squares); not safe across concurrent streams.
+constexpr size_t kScratchBytes = 4096;
+void* device_scratch();
+
+// Properties of the current device (cached at init).
+const cudaDeviceProp& device_props();
+
+}  // namespace cuda
+}  // namespace rt
