@@ -176,4 +176,39 @@ inline void attention_backward_ref(const AttnShape& s, const float* q, const flo
       }
 }
 
+// ---- fp64 finite differences -----------------------------------------------------------------------
+// Gradient of L(x) = sum_k dout[k] * f(x)[k] by central differences in fp64. f maps a vector to a vector.
+template <class F>
+std::vector<double> fd_grad(F f, std::vector<double> x, const std::vector<double>& dout, double h = 1e-5) {
+  std::vector<double> g(x.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    const double x0 = x[k];
+    x[k] = x0 + h;
+    const std::vector<double> up = f(x);
+    x[k] = x0 - h;
+    const std::vector<double> dn = f(x);
+    x[k] = x0;
+    double s = 0;
+    for (size_t e = 0; e < up.size(); ++e) s += dout[e] * (up[e] - dn[e]);
+    g[k] = s / (2 * h);
+  }
+  return g;
+}
+
+// Elementwise difference out - start, in fp64, for ops that accumulate into out.
+inline std::vector<double> minus(const HostTensor& out, const std::vector<double>& start) {
+  std::vector<double> d(start.size());
+  for (size_t k = 0; k < start.size(); ++k) d[k] = double(out[int64_t(k)]) - start[k];
+  return d;
+}
+inline double rel_err(const std::vector<double>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t k = 0; k < ref.size(); ++k) {
+    if (std::isnan(out[k])) return std::numeric_limits<double>::infinity();
+    num += (out[k] - ref[k]) * (out[k] - ref[k]);
+    den += ref[k] * ref[k];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
 }  // namespace rt::test
