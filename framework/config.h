@@ -93,5 +93,7 @@ std::string config_to_yaml(const Config& config);
 std::string config_table(const Config& config);
 // Stable hash of the resolved config's model section (stored in state.json).
 std::string model_config_hash(const Config& config);
+// parallel.layout with "auto" resolved: zigzag when cp > 1 (the model is causal), else contiguous.
+std::string resolved_layout(const Config& config);
 
 }  // namespace rt

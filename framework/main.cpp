@@ -1,6 +1,101 @@
-// The ringtrain command: train, plan, eval, version. (Filled in by the framework CLI.)
+// The ringtrain command:
+//   ringtrain train <config.yaml> [--set key=value]...
+//   ringtrain plan  <config.yaml> [--set key=value]...
+//   ringtrain eval  <config.yaml> --checkpoint DIR [--set key=value]...
+//   ringtrain version
+// MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
+// Any error prints "ringtrain: error on rank R: <message>"; with more than one rank the whole job is
+// aborted at once so that no rank waits forever in a collective.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
-int main() {
-  std::printf("ringtrain %s\n", RINGTRAIN_VERSION);
-  return 0;
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "framework/config.h"
+#include "framework/trainer.h"
+#include "framework/version.h"
+#include "kernels/tensor.h"
+
+namespace {
+
+struct Args {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string checkpoint;
+};
+
+void add_config_args(CLI::App* cmd, Args& args) {
+  cmd->add_option("config", args.config_path, "YAML config file (see configs/)")->required();
+  cmd->add_option("--set", args.overrides, "override a config value, e.g. --set model.n_layer=4 (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+}
+
+int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+int run_command(const std::string& command, const Args& args) {
+  if (command == "plan") {
+    // plan predicts for the configured grid without launching it: the world-size check is skipped.
+    return rt::plan_main(rt::load_config(args.config_path, args.overrides, /*world_size=*/0));
+  }
+  const rt::Config config = rt::load_config(args.config_path, args.overrides, world_size());
+  if (command == "train") return rt::train_main(config);
+  return rt::eval_main(config, args.checkpoint);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ringtrain: long-context transformer training with ring attention (CPU ranks or CUDA GPUs)"};
+  app.require_subcommand(1);
+  Args args;
+  CLI::App* train = app.add_subcommand("train", "train per the config; writes train.run_dir");
+  add_config_args(train, args);
+  CLI::App* plan = app.add_subcommand("plan", "print parameters, FLOPs and predicted peak memory per rank");
+  add_config_args(plan, args);
+  CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint");
+  add_config_args(eval, args);
+  eval->add_option("--checkpoint", args.checkpoint, "checkpoint directory (run_dir/checkpoints/step_<N>)")
+      ->required();
+  CLI::App* version = app.add_subcommand("version", "print the version and the backends built in");
+  CLI11_PARSE(app, argc, argv);
+
+  if (version->parsed()) {
+    std::printf("%s\n", rt::version_string().c_str());
+    return 0;
+  }
+  const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : "eval";
+
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "ringtrain: error: MPI_Init_thread failed (is the MPI installation usable?)\n");
+    return 1;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 1;
+  std::string error;
+  try {
+    code = run_command(command, args);
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "unknown exception";
+  }
+  if (!error.empty()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ringtrain: error on rank %d: %s\n", rank, error.c_str());
+    std::fflush(stderr);
+    if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    code = 1;
+  }
+  MPI_Finalize();
+  return code;
 }

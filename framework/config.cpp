@@ -1,0 +1,262 @@
+// Loading the YAML config, `--set` overrides, the resolved YAML, the start-up table and the model hash.
+// Every problem found while reading is collected and reported together, each with its file:line and key.
+#include "framework/config.h"
+
+// GCC 12 reports a false -Wdangling-pointer inside yaml-cpp's iterator templates (node/impl.h).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+#include <yaml-cpp/yaml.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "framework/config_schema.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+namespace {
+
+// Throws one rt::Error listing every problem (no internal file:line: these are the user's mistakes).
+void throw_problems(const std::vector<std::string>& problems, const std::string& origin) {
+  if (problems.size() == 1) throw Error(problems[0]);
+  std::ostringstream os;
+  os << problems.size() << " problems in config " << origin << ":";
+  for (const std::string& p : problems) os << "\n  - " << p;
+  throw Error(os.str());
+}
+
+std::string where(const std::string& origin, const YAML::Mark& mark) {
+  if (mark.line < 0) return origin;
+  return origin + ":" + std::to_string(mark.line + 1);
+}
+
+const char* node_kind(const YAML::Node& node) {
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  return "a value";
+}
+
+// Applies one YAML value to `field`; appends a problem on failure.
+void apply_node(Config& config, const FieldSpec& field, const YAML::Node& value, const std::string& loc,
+                std::vector<std::string>& problems) {
+  std::string text;
+  if (value.IsNull()) {
+    if (field.type != FieldType::string) {
+      problems.push_back(loc + ": '" + field.path() + "' has no value; write " + field_type_name(field.type) +
+                         " after the colon, or delete the line to keep the default (" +
+                         field_text(Config{}, field) + ")");
+      return;
+    }
+  } else if (!value.IsScalar()) {
+    problems.push_back(loc + ": '" + field.path() + "' must be " + field_type_name(field.type) + ", got " +
+                       node_kind(value));
+    return;
+  } else {
+    text = value.Scalar();
+  }
+  std::string error;
+  if (!set_field(config, field, text, &error)) problems.push_back(loc + ": " + error);
+}
+
+std::string unknown_key(const std::string& path) {
+  std::string hint = did_you_mean(path);
+  return "unknown key '" + path + "'" + (hint.empty() ? "" : " " + hint);
+}
+
+void apply_yaml(Config& config, const YAML::Node& root, const std::string& origin,
+                std::vector<std::string>& problems) {
+  if (root.IsNull()) return;  // an empty file: all defaults
+  if (!root.IsMap()) {
+    problems.push_back(where(origin, root.Mark()) +
+                       ": the top level must be a map of sections (model:, data:, parallel:, train:, optim:, "
+                       "checkpoint:, log:) and device:, got " + node_kind(root));
+    return;
+  }
+  const auto& sections = config_sections();
+  std::set<std::string> seen_top;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string loc = where(origin, it->first.Mark());
+    if (!it->first.IsScalar()) {
+      problems.push_back(loc + ": keys must be plain names, got " + std::string(node_kind(it->first)));
+      continue;
+    }
+    const std::string key = it->first.Scalar();
+    if (!seen_top.insert(key).second) {
+      problems.push_back(loc + ": duplicate key '" + key + "'; keep one of them");
+      continue;
+    }
+    const bool is_section = std::find(sections.begin(), sections.end(), key) != sections.end();
+    if (!is_section) {
+      if (const FieldSpec* f = find_field(key)) apply_node(config, *f, it->second, loc, problems);
+      else problems.push_back(loc + ": " + unknown_key(key));
+      continue;
+    }
+    const YAML::Node& body = it->second;
+    if (body.IsNull()) continue;  // "model:" with nothing under it
+    if (!body.IsMap()) {
+      problems.push_back(loc + ": section '" + key + "' must be a map of keys (e.g. '" + key +
+                         ":' followed by indented 'name: value' lines), got " + node_kind(body));
+      continue;
+    }
+    std::set<std::string> seen;
+    for (auto jt = body.begin(); jt != body.end(); ++jt) {
+      const std::string inner_loc = where(origin, jt->first.Mark());
+      if (!jt->first.IsScalar()) {
+        problems.push_back(inner_loc + ": keys must be plain names, got " + std::string(node_kind(jt->first)));
+        continue;
+      }
+      const std::string path = key + "." + jt->first.Scalar();
+      if (!seen.insert(path).second) {
+        problems.push_back(inner_loc + ": duplicate key '" + path + "'; keep one of them");
+        continue;
+      }
+      if (const FieldSpec* f = find_field(path)) apply_node(config, *f, jt->second, inner_loc, problems);
+      else problems.push_back(inner_loc + ": " + unknown_key(path));
+    }
+  }
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  size_t e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+void apply_override(Config& config, const std::string& assignment, std::vector<std::string>& problems) {
+  const std::string loc = "--set " + assignment;
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos) {
+    problems.push_back(loc + ": expected key=value, e.g. --set model.n_layer=4");
+    return;
+  }
+  const std::string key = trim(assignment.substr(0, eq));
+  std::string value = trim(assignment.substr(eq + 1));
+  if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front())
+    value = value.substr(1, value.size() - 2);
+  const FieldSpec* f = find_field(key);
+  if (!f) {
+    problems.push_back(loc + ": " + unknown_key(key));
+    return;
+  }
+  std::string error;
+  if (!set_field(config, *f, value, &error)) problems.push_back(loc + ": " + error);
+}
+
+std::string yaml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\', out += ch;
+    else if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else out += ch;
+  }
+  return out + "\"";
+}
+
+std::string value_for_yaml(const Config& config, const FieldSpec& f) {
+  std::string text = field_text(config, f);
+  return f.type == FieldType::string ? yaml_quote(text) : text;
+}
+
+}  // namespace
+
+Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides, int world_size,
+                         const std::string& origin) {
+  Config config;
+  config.source_path = origin;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw Error(where(origin, e.mark) + ": YAML syntax error: " + e.msg +
+                " (check the indentation and the 'key: value' form on that line)");
+  }
+  std::vector<std::string> problems;
+  apply_yaml(config, root, origin, problems);
+  for (const std::string& o : overrides) apply_override(config, o, problems);
+  if (!problems.empty()) throw_problems(problems, origin);
+  validate_config(config, world_size);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error("config file '" + path + "' cannot be opened (does it exist? configs/ holds the examples)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config_text(ss.str(), overrides, world_size, path);
+}
+
+std::string config_to_yaml(const Config& config) {
+  std::ostringstream os;
+  os << "# ringtrain resolved config";
+  if (!config.source_path.empty()) os << " (from " << config.source_path << ", overrides applied)";
+  os << "\n";
+  for (const std::string& section : config_sections()) {
+    os << section << ":\n";
+    for (const FieldSpec& f : config_fields())
+      if (section == f.section) os << "  " << f.name << ": " << value_for_yaml(config, f) << "\n";
+  }
+  for (const FieldSpec& f : config_fields())
+    if (f.section[0] == '\0') os << f.name << ": " << value_for_yaml(config, f) << "\n";
+  return os.str();
+}
+
+std::string config_table(const Config& config) {
+  std::vector<std::array<std::string, 3>> rows;
+  for (const FieldSpec& f : config_fields()) {
+    std::string v = field_text(config, f);
+    if (f.type == FieldType::string && v.empty()) v = "\"\"";
+    rows.push_back({f.path(), v, f.help});
+  }
+  const auto& m = config.model;
+  const auto& p = config.parallel;
+  const int64_t tokens_per_step = int64_t(config.train.batch_size) * config.data.seq_len;
+  rows.push_back({"(derived) head_dim", std::to_string(m.n_head > 0 ? m.d_model / m.n_head : 0),
+                  "d_model / n_head"});
+  rows.push_back({"(derived) layout", resolved_layout(config), "sequence layout in use"});
+  rows.push_back({"(derived) world", std::to_string(int64_t(p.dp) * p.cp * p.tp), "dp * cp * tp ranks"});
+  rows.push_back({"(derived) tokens/step", std::to_string(tokens_per_step), "batch_size * seq_len"});
+  rows.push_back({"(derived) tokens/rank", std::to_string(p.cp > 0 ? config.data.seq_len / p.cp : 0),
+                  "seq_len / cp per sequence"});
+  size_t w0 = 3, w1 = 5;
+  for (const auto& r : rows) w0 = std::max(w0, r[0].size()), w1 = std::max(w1, r[1].size());
+  std::ostringstream os;
+  const std::string rule(w0 + w1 + 40, '-');
+  os << "config " << (config.source_path.empty() ? "<defaults>" : config.source_path) << "\n" << rule << "\n";
+  os << std::left << std::setw(int(w0)) << "key" << "  " << std::setw(int(w1)) << "value" << "  note\n"
+     << rule << "\n";
+  for (const auto& r : rows)
+    os << std::left << std::setw(int(w0)) << r[0] << "  " << std::setw(int(w1)) << r[1] << "  " << r[2] << "\n";
+  os << rule << "\n";
+  return os.str();
+}
+
+std::string model_config_hash(const Config& config) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 over "model.key=value\n" lines in schema order
+  for (const FieldSpec& f : config_fields()) {
+    if (std::string(f.section) != "model") continue;
+    for (char ch : f.path() + "=" + field_text(config, f) + "\n") {
+      h ^= static_cast<unsigned char>(ch);
+      h *= 1099511628211ull;
+    }
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string resolved_layout(const Config& config) {
+  const std::string& layout = config.parallel.layout;
+  if (layout != "auto") return layout;
+  // The model is always causal: zigzag balances the causal work across the ring. With one cp rank
+  // every layout is the identity, so contiguous avoids zigzag's even-length requirement.
+  return config.parallel.cp > 1 ? "zigzag" : "contiguous";
+}
+
+}  // namespace rt

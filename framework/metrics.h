@@ -1,0 +1,58 @@
+// Per-step metrics (DESIGN.md "Metrics and output"): the console line rank 0 prints each step and the
+// JSONL file (one object per line, flushed per line) holding the same fields.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace rt {
+
+struct StepMetrics {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double loss = NAN;
+  double loss_first_half = NAN;   // copy task only; NaN when not applicable
+  double loss_repeat_half = NAN;  // copy task only; NaN when not applicable
+  double lr = 0;
+  double grad_norm = NAN;
+  double tok_per_s = 0;
+  double mfu = NAN;               // fraction of peak (0.41 = 41%); NaN when no peak is known
+  double ms_per_step = 0;
+  int64_t peak_mem_bytes = 0;
+  double eta_s = NAN;
+  std::optional<double> eval_loss;
+  std::map<std::string, double> extra;  // further numeric fields for the JSONL (e.g. ring comm/compute ms)
+};
+
+// "step 12/300 | loss 2.3145 (first 4.10, repeat 0.52) | lr 3.0e-03 | gnorm 0.84 | 41.2K tok/s |
+//  MFU 0.0% | 12.3 ms | mem 0.1 GiB | ETA 0:03:36" (the halves only when known; "| eval 2.1000" when set).
+std::string format_step_line(const StepMetrics& m);
+// One JSON object (no newline); NaN values are written as null.
+std::string metrics_json(const StepMetrics& m);
+// 41.2K, 3.1M, 812
+std::string format_rate(double per_second);
+// h:mm:ss; "--:--:--" when unknown (NaN or negative)
+std::string format_eta(double seconds);
+
+// Appends one JSON object per line to a file and flushes every line (a crash loses at most one line).
+class MetricsWriter {
+ public:
+  // append=false truncates (a fresh run), true continues the file (a resumed run). Throws rt::Error if
+  // the file cannot be opened.
+  MetricsWriter(const std::string& path, bool append);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const StepMetrics& m);
+  void write_json_line(const std::string& json_object);  // any other record (e.g. an eval result)
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace rt

@@ -1,0 +1,167 @@
+// safetensors files (F32 only): 8-byte little-endian header length N, N bytes of JSON header
+// {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ..., "__metadata__": {...}},
+// padded with spaces to a multiple of 8, then the tensor bytes (little-endian, row-major) back to back.
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "framework/checkpoint.h"
+#include "framework/checkpoint_io.h"
+#include "framework/data_files.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;  // the Python package's limit as well
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+[[noreturn]] void corrupt(const std::string& path, const std::string& what) {
+  throw Error("safetensors file '" + path + "' is corrupted: " + what);
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const HostTensor& t : tensors) {
+    RT_CHECK(!t.name.empty() && t.name != "__metadata__", "write_safetensors: invalid tensor name '" << t.name << "'");
+    RT_CHECK(!header.contains(t.name), "write_safetensors: tensor name '" << t.name << "' appears twice");
+    for (int64_t d : t.shape) RT_CHECK(d >= 0, "write_safetensors: tensor '" << t.name << "' has a negative dim");
+    RT_CHECK(numel_of(t.shape) == int64_t(t.values.size()),
+             "write_safetensors: tensor '" << t.name << "' has " << t.values.size() << " values but its shape holds "
+                                           << numel_of(t.shape));
+    const uint64_t bytes = uint64_t(t.values.size()) * sizeof(float);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_len = text.size();
+
+  DurableFileWriter w(path);
+  w.write(&header_len, sizeof header_len);
+  w.write(text.data(), text.size());
+  for (const HostTensor& t : tensors) w.write(t.values.data(), t.values.size() * sizeof(float));
+  w.commit();
+}
+
+std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  MappedFile file(path);
+  const uint64_t size = file.size();
+  if (size < 8)
+    corrupt(path, "it has " + std::to_string(size) + " bytes, fewer than the 8-byte header length (truncated?)");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, file.data(), 8);
+  if (header_len > kMaxHeaderBytes || header_len > size - 8)
+    corrupt(path, "the header length field says " + std::to_string(header_len) + " bytes but the file has " +
+                      std::to_string(size) + " bytes (truncated, or not a safetensors file)");
+  const char* text = reinterpret_cast<const char*>(file.data() + 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, text + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    corrupt(path, std::string("the JSON header does not parse (") + e.what() + ")");
+  }
+  if (!header.is_object()) corrupt(path, "the JSON header is not an object");
+  const uint64_t data_bytes = size - 8 - header_len;
+  const uint8_t* data = file.data() + 8 + header_len;
+
+  struct Entry {
+    uint64_t begin, end;
+    HostTensor tensor;
+  };
+  std::vector<Entry> entries;
+  if (metadata) metadata->clear();
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) corrupt(path, "__metadata__ is not an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) corrupt(path, "__metadata__ entry '" + m.key() + "' is not a string");
+        if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string what = "tensor '" + name + "'";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      corrupt(path, what + " lacks dtype, shape or data_offsets");
+    if (!v["dtype"].is_string() || v["dtype"].get<std::string>() != "F32")
+      corrupt(path, what + " has dtype " + v["dtype"].dump() + "; ringtrain reads F32 tensors only");
+    Entry e;
+    e.tensor.name = name;
+    if (!v["shape"].is_array()) corrupt(path, what + ": shape is not a list");
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) corrupt(path, what + ": shape has a bad dimension");
+      e.tensor.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      corrupt(path, what + ": data_offsets is not [begin, end]");
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.begin > e.end) corrupt(path, what + ": data_offsets begin > end");
+    if (e.end > data_bytes)
+      corrupt(path, what + " ends at byte " + std::to_string(e.end) + " of the data but the file holds only " +
+                        std::to_string(data_bytes) + " data bytes (truncated)");
+    const uint64_t numel = uint64_t(numel_of(e.tensor.shape));
+    if (e.end - e.begin != numel * sizeof(float))
+      corrupt(path, what + ": data_offsets span " + std::to_string(e.end - e.begin) + " bytes but shape needs " +
+                        std::to_string(numel * sizeof(float)));
+    entries.push_back(std::move(e));
+  }
+  // The tensors must tile the data region exactly, as the Python package also requires.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const Entry& e : entries) {
+    if (e.begin != expected)
+      corrupt(path, "tensor '" + e.tensor.name + "' starts at byte " + std::to_string(e.begin) + ", expected " +
+                        std::to_string(expected) + " (overlapping or gapped data_offsets)");
+    expected = e.end;
+  }
+  if (expected != data_bytes)
+    corrupt(path, "the data region has " + std::to_string(data_bytes) + " bytes but the tensors cover " +
+                      std::to_string(expected) + " (trailing bytes)");
+
+  std::vector<HostTensor> tensors;
+  tensors.reserve(entries.size());
+  for (Entry& e : entries) {
+    e.tensor.values.resize((e.end - e.begin) / sizeof(float));
+    if (!e.tensor.values.empty()) std::memcpy(e.tensor.values.data(), data + e.begin, e.end - e.begin);
+    tensors.push_back(std::move(e.tensor));
+  }
+  return tensors;
+}
+
+std::map<std::string, std::string> model_metadata(const ModelConfig& m) {
+  auto real = [](float v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  };
+  return {{"n_layer", std::to_string(m.n_layer)},
+          {"d_model", std::to_string(m.d_model)},
+          {"n_head", std::to_string(m.n_head)},
+          {"n_kv_head", std::to_string(m.n_kv_head)},
+          {"vocab_size", std::to_string(m.vocab_size)},
+          {"mlp", m.mlp},
+          {"d_ff", std::to_string(m.d_ff)},
+          {"rope_base", real(m.rope_base)},
+          {"norm_eps", real(m.norm_eps)},
+          {"tied_embeddings", m.tied_embeddings ? "true" : "false"}};
+}
+
+}  // namespace rt
