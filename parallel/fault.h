@@ -13,7 +13,8 @@ int run_or_abort(const std::function<int()>& body);
 // Test hook. When the environment has RINGTRAIN_TEST_FAULT_RANK=r and this process is world rank r, throws
 // rt::Error("injected test fault at <point>") the first time a point is reached; set
 // RINGTRAIN_TEST_FAULT_POINT=<point> to pick one named point. Points: "ring_attention.forward",
-// "ring_attention.backward" (and any the trainer adds). Costs one cached check when unset.
+// "ring_attention.forward_step" (inside the ring, an exchange in flight), "ring_attention.backward" (and
+// any the trainer adds). Costs one cached check when unset.
 void maybe_inject_fault(const char* point);
 
 }  // namespace rt

@@ -81,8 +81,9 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
 }
 
 MpiComm::~MpiComm() {
-  if (mpi_finalized()) return;
-  for (auto& [id, p] : pending_) MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE);
+  // Exchanges still pending mean we are unwinding from an error: waiting could hang on a peer that never
+  // sends, so leave them (and the communicator) to MPI_Abort / process exit.
+  if (mpi_finalized() || !pending_.empty()) return;
   if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 

@@ -133,6 +133,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
       k_blk = half(cur, 0);
       v_blk = half(cur, 1);
     }
+    maybe_inject_fault("ring_attention.forward_step");  // with an exchange in flight
     const BlockPlan plan = plan_block(layout_, causal_, r, ring_source(r, step, cp), shape_.local_tokens);
     if (!plan.skip) attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
   }

@@ -69,4 +69,12 @@ TEST(Fault, OneRankFailingEndsTheJobPromptlyAndNamesTheRank) {
   EXPECT_NE(bad.output.find("ringtrain: error on rank 1: injected test fault at ring_attention.forward"),
             std::string::npos)
       << bad.output;
+
+  // Rank 0 fails inside the ring with its own exchange in flight: unwinding must not wait on it.
+  const JobResult mid = run_job("RINGTRAIN_TEST_FAULT_RANK=0 RINGTRAIN_TEST_FAULT_POINT=ring_attention.forward_step");
+  EXPECT_NE(mid.exit_code, 0) << mid.output;
+  EXPECT_NE(mid.exit_code, 137) << "killed by the 60 s timeout: the job hung\n" << mid.output;
+  EXPECT_NE(mid.output.find("ringtrain: error on rank 0: injected test fault at ring_attention.forward_step"),
+            std::string::npos)
+      << mid.output;
 }
