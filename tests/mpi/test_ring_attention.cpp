@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -240,4 +241,36 @@ TEST(RingAttention, RejectsBadShapes) {
   Tensor bad(x.data(), DType::f32, Device::cpu(), {1, 8, 4, 4});
   Tensor lse(x.data(), DType::f32, Device::cpu(), {1, 4, 8});
   EXPECT_THROW(ok.forward(bad, bad, bad, bad, lse), Error);
+}
+
+// The ring order is fixed, so a second call on the same object (as every layer reuses it) is bitwise equal.
+TEST(RingAttention, ReusedObjectIsBitwiseDeterministic) {
+  auto world = make_mpi_world_comm();
+  const int64_t B = 1, n = 16, H = 4, Hkv = 1, D = 8;
+  std::mt19937 rng(99 + unsigned(world->rank()));
+  std::normal_distribution<float> normal;
+  std::vector<float> q(size_t(B * n * H * D)), k(size_t(B * n * Hkv * D)), v(k.size()), dout(q.size());
+  for (auto* x : {&q, &k, &v, &dout})
+    for (float& e : *x) e = normal(rng);
+  Arena arena(Device::cpu(), size_t(1) << 20);
+  RingAttention attn(*world, Layout::zigzag, true, {B, n, H, Hkv, D, DType::f32}, arena);
+  auto t4 = [&](std::vector<float>& x, int64_t heads) {
+    return Tensor(x.data(), DType::f32, Device::cpu(), {B, n, heads, D});
+  };
+  std::vector<float> results[2];
+  for (int run = 0; run < 2; ++run) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> out(q.size(), nan), lse(size_t(B * H * n), nan), dq(q.size(), nan), dk(k.size(), nan),
+        dv(v.size(), nan);
+    Tensor lse_t(lse.data(), DType::f32, Device::cpu(), {B, H, n});
+    attn.forward(t4(q, H), t4(k, Hkv), t4(v, Hkv), t4(out, H), lse_t);
+    attn.backward(t4(q, H), t4(k, Hkv), t4(v, Hkv), t4(out, H), t4(dout, H), lse_t, t4(dq, H), t4(dk, Hkv),
+                  t4(dv, Hkv));
+    for (auto* x : {&out, &lse, &dq, &dk, &dv}) results[run].insert(results[run].end(), x->begin(), x->end());
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    ASSERT_TRUE(std::isfinite(results[0][i])) << "index " << i;
+    ASSERT_EQ(std::memcmp(&results[0][i], &results[1][i], sizeof(float)), 0) << "index " << i;
+  }
 }
