@@ -176,7 +176,8 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
       k_blk = half(cur, 0);
       v_blk = half(cur, 1);
     }
-    // The accumulator of the previous step's block is final here: pass it on, and receive this step's.
+    // This rank is done with the previous step's accumulator: pass it on, and receive this step's block's
+    // accumulator from the rank that used the block one step earlier.
     if (step > 0) grad_hop = cp_.ring_exchange_start(grad_buf_[(step - 1) % 2], grad_buf_[step % 2]);
 
     // This rank's contribution goes straight into the accumulator at step 0 (nobody has touched that block
