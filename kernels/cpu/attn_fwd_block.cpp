@@ -1,9 +1,13 @@
 // attn_fwd_block on the host: continues the fp32 online-softmax state with one K/V block.
-// Tiled: a tile of kAttnTileQ query rows meets a tile of kAttnTileK keys; the key tile is packed transposed
-// so every score row is a vectorised axpy over D. Scores are prescaled by scale*log2(e) and exp2 is used.
-// Causal tiles that lie wholly above the diagonal are skipped; within a tile, visible keys are a prefix,
-// so masked scores are never computed and (-inf) - (-inf) never happens.
+// Tiled: a tile of kAttnTileQ query rows meets a tile of kAttnTileK keys.
+//   S (tq,tk)  = Q_tile K_tile^T * scale*log2(e)          (packed gemm engine)
+//   per row:     m_new = max(m, rowmax S), P = exp2(S - m_new), l = l*exp2(m - m_new) + rowsum P,
+//                acc *= exp2(m - m_new)
+//   acc (tq,D) += P V_tile                                (packed gemm engine)
+// Causal key tiles wholly after a query tile are skipped; within a tile the visible keys of a row are a
+// prefix, so masked entries are set to P = 0 directly and (-inf) - (-inf) is never evaluated.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/attention_common.h"
 
@@ -11,75 +15,44 @@ namespace rt {
 namespace cpu {
 namespace {
 
-struct FwdArgs {
-  const float* q;    // (B,Nq,H,D)
-  const float* k;    // (B,Nk,Hkv,D)
-  const float* v;    // (B,Nk,Hkv,D)
-  float* acc;        // (B,H,Nq,D)
-  float* m;          // (B,H,Nq)
-  float* l;          // (B,H,Nq)
-  AttnDims dims;
-  AttnRanges ranges;
-  AttnMask mask;
-  float* kt;         // (D, kAttnTileK) scratch
-  float* s;          // (kAttnTileK) scratch
-};
-
-__attribute__((always_inline)) inline void fwd_body(const FwdArgs& a) {
-  const AttnDims& d = a.dims;
-  const int64_t D = d.D;
-  const float scale2 = float(1.0 / std::sqrt(double(D))) * kLog2e;
-  const int64_t q_row = d.H * D, k_row = d.Hkv * D;  // strides between token rows
-  for (int64_t b = 0; b < d.B; ++b) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      const int64_t hk = h / d.group;
-      const float* qh = a.q + (b * d.Nq * d.H + h) * D;     // row i at qh + i*q_row
-      const float* kh = a.k + (b * d.Nk * d.Hkv + hk) * D;  // row j at kh + j*k_row
-      const float* vh = a.v + (b * d.Nk * d.Hkv + hk) * D;
-      const int64_t bh = b * d.H + h;
-      float* acc_h = a.acc + bh * d.Nq * D;  // (Nq, D)
-      float* m_h = a.m + bh * d.Nq;          // (Nq)
-      float* l_h = a.l + bh * d.Nq;          // (Nq)
-      for (int64_t i0 = a.ranges.q_begin; i0 < a.ranges.q_end; i0 += kAttnTileQ) {
-        const int64_t i1 = std::min(i0 + kAttnTileQ, a.ranges.q_end);
-        for (int64_t j0 = a.ranges.k_begin; j0 < a.ranges.k_end; j0 += kAttnTileK) {
-          const int64_t nj = std::min(kAttnTileK, a.ranges.k_end - j0);
-          if (attn_visible_keys(a.mask, i1 - 1, j0, nj) == 0) break;  // this and later key tiles are masked
-          attn_pack_transposed(kh + j0 * k_row, k_row, nj, D, a.kt);
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t nv = attn_visible_keys(a.mask, i, j0, nj);
-            if (nv == 0) continue;
-            float* s = a.s;  // (nv) log2-domain scores
-            attn_row_scores(qh + i * q_row, scale2, a.kt, D, nv, s);
-            float mx = s[0];
-            for (int64_t jj = 1; jj < nv; ++jj) mx = s[jj] > mx ? s[jj] : mx;
-            const float m_old = m_h[i];
-            const float m_new = m_old > mx ? m_old : mx;  // finite: mx is
-            const float rescale = std::exp2(m_old - m_new);  // 0 when m_old = -inf
-            float sum = 0.f;
-            for (int64_t jj = 0; jj < nv; ++jj) {
-              s[jj] = std::exp2(s[jj] - m_new);
-              sum += s[jj];
-            }
-            l_h[i] = l_h[i] * rescale + sum;
-            m_h[i] = m_new;
-            float* o = acc_h + i * D;  // (D)
-            if (rescale != 1.f)
-              for (int64_t e = 0; e < D; ++e) o[e] *= rescale;
-            for (int64_t jj = 0; jj < nv; ++jj) {
-              const float p = s[jj];
-              const float* vr = vh + (j0 + jj) * k_row;  // (D)
-              for (int64_t e = 0; e < D; ++e) o[e] += p * vr[e];
-            }
-          }
-        }
-      }
+// Online-softmax update of the rows of one tile; s (tq, kAttnTileK) holds log2-domain scores on entry
+// and P on exit (zero where masked or past nj).
+__attribute__((always_inline)) inline void softmax_update(float* s, int64_t tq, int64_t nj, int64_t i0, int64_t j0,
+                                                          const AttnMask& mask, float* m, float* l, float* acc,
+                                                          int64_t D) {
+  for (int64_t r = 0; r < tq; ++r) {
+    float* srow = s + r * kAttnTileK;  // (nj)
+    const int64_t i = i0 + r;
+    const int64_t nv = attn_visible_keys(mask, i, j0, nj);
+    if (nv == 0) {
+      std::memset(srow, 0, sizeof(float) * size_t(nj));
+      continue;
+    }
+    float mx = srow[0];
+    for (int64_t jj = 1; jj < nv; ++jj) mx = srow[jj] > mx ? srow[jj] : mx;
+    const float m_old = m[i];
+    const float m_new = m_old > mx ? m_old : mx;  // finite, since mx is
+    const float rescale = std::exp2(m_old - m_new);  // 0 when m_old = -inf
+    const float sum = attn_exp2_shift(srow, nv, m_new);
+    for (int64_t jj = nv; jj < nj; ++jj) srow[jj] = 0.f;
+    l[i] = l[i] * rescale + sum;
+    m[i] = m_new;
+    if (rescale != 1.f) {
+      float* o = acc + i * D;  // (D)
+      for (int64_t e = 0; e < D; ++e) o[e] *= rescale;
     }
   }
 }
 
-__attribute__((target("avx2,fma"))) void fwd_avx2(const FwdArgs& a) { fwd_body(a); }
-void fwd_baseline(const FwdArgs& a) { fwd_body(a); }
+__attribute__((target("avx2,fma"))) void softmax_update_avx2(float* s, int64_t tq, int64_t nj, int64_t i0,
+                                                              int64_t j0, const AttnMask& mask, float* m, float* l,
+                                                              float* acc, int64_t D) {
+  softmax_update(s, tq, nj, i0, j0, mask, m, l, acc, D);
+}
+void softmax_update_baseline(float* s, int64_t tq, int64_t nj, int64_t i0, int64_t j0, const AttnMask& mask,
+                             float* m, float* l, float* acc, int64_t D) {
+  softmax_update(s, tq, nj, i0, j0, mask, m, l, acc, D);
+}
 
 }  // namespace
 
@@ -95,14 +68,41 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.D == 0) return;
 
-  thread_local std::vector<float> kt_buf, s_buf;
-  FwdArgs a{q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), state.acc.ptr<float>(), state.m.ptr<float>(),
-            state.l.ptr<float>(), d, r, mask, attn_scratch(kt_buf, size_t(d.D * kAttnTileK)),
-            attn_scratch(s_buf, size_t(kAttnTileK))};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    fwd_avx2(a);
-  else
-    fwd_baseline(a);
+  const bool avx2 = use_avx2_fma();
+  const int64_t D = d.D;
+  const float scale2 = float(1.0 / std::sqrt(double(D))) * kLog2e;
+  const int64_t q_row = d.H * D, k_row = d.Hkv * D;  // strides between token rows
+  alignas(64) static thread_local float s[kAttnTileQ * kAttnTileK];  // (tq, kAttnTileK) scores, then P
+  const float* pq = q.ptr<float>();     // (B,Nq,H,D)
+  const float* pk = k.ptr<float>();     // (B,Nk,Hkv,D)
+  const float* pv = v.ptr<float>();     // (B,Nk,Hkv,D)
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t hk = h / d.group;
+      const float* qh = pq + (b * d.Nq * d.H + h) * D;     // row i at qh + i*q_row
+      const float* kh = pk + (b * d.Nk * d.Hkv + hk) * D;  // row j at kh + j*k_row
+      const float* vh = pv + (b * d.Nk * d.Hkv + hk) * D;
+      const int64_t bh = b * d.H + h;
+      float* acc_h = state.acc.ptr<float>() + bh * d.Nq * D;  // (Nq, D)
+      float* m_h = state.m.ptr<float>() + bh * d.Nq;          // (Nq)
+      float* l_h = state.l.ptr<float>() + bh * d.Nq;          // (Nq)
+      for (int64_t i0 = r.q_begin; i0 < r.q_end; i0 += kAttnTileQ) {
+        const int64_t tq = std::min(kAttnTileQ, r.q_end - i0);
+        for (int64_t j0 = r.k_begin; j0 < r.k_end; j0 += kAttnTileK) {
+          const int64_t nj = std::min(kAttnTileK, r.k_end - j0);
+          if (attn_visible_keys(mask, i0 + tq - 1, j0, nj) == 0) break;  // this and later key tiles are masked
+          std::memset(s, 0, sizeof(s));
+          gemm_strided_accumulate(tq, nj, D, scale2, qh + i0 * q_row, q_row, 1, kh + j0 * k_row, 1, k_row, s,
+                                  kAttnTileK);
+          if (avx2)
+            softmax_update_avx2(s, tq, nj, i0, j0, mask, m_h, l_h, acc_h, D);
+          else
+            softmax_update_baseline(s, tq, nj, i0, j0, mask, m_h, l_h, acc_h, D);
+          gemm_strided_accumulate(tq, D, nj, 1.f, s, kAttnTileK, 1, vh + j0 * k_row, k_row, 1, acc_h + i0 * D, D);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace cpu

@@ -10,6 +10,17 @@ namespace rt {
 namespace cpu {
 #include "kernels/backend_ops.h"
 
+// True when the CPU supports AVX2 and FMA and the baseline build was not forced (kernels/cpu/cpu_features.cpp).
+bool use_avx2_fma();
+// Tests: run the baseline x86-64 build of every hot loop even on an AVX2 machine.
+void force_baseline_simd(bool on);
+
+// The CPU gemm's engine (kernels/cpu/gemm.cpp), for ops that multiply strided tiles (attention):
+//   c (M,N) += alpha * A (M,K) @ B (K,N), with A(r,k) = a[r*a_rs + k*a_cs], B(k,n) = b[k*b_rs + n*b_cs],
+//   and row r of c at c + r*ldc. c must not overlap a or b.
+void gemm_strided_accumulate(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t a_rs,
+                             int64_t a_cs, const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc);
+
 // Refuses a tensor that is not a defined f32 tensor on the host.
 inline void require_cpu_f32(const Tensor& t, const char* op, const char* arg) {
   RT_CHECK(t.defined() || t.numel() == 0, op << ": " << arg << " is not defined (null data)");

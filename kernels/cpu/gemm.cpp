@@ -109,8 +109,8 @@ __attribute__((always_inline)) inline void micro_kernel(int64_t kc, const float*
     for (int64_t j = 0; j < nr; ++j) c[r * ldc + j] += alpha * tile[r][j];
 }
 
-// c (M,N) += alpha * A (M,K) @ B (K,N).
-__attribute__((always_inline)) inline void gemm_accumulate(float* c, int64_t M, int64_t N, int64_t K,
+// c (M,N) += alpha * A (M,K) @ B (K,N); row r of c starts at c + r * ldc.
+__attribute__((always_inline)) inline void gemm_accumulate(float* c, int64_t ldc, int64_t M, int64_t N, int64_t K,
                                                            const MatView& A, const MatView& B, float alpha) {
   PackBuffers& buf = pack_buffers();
   for (int64_t jc = 0; jc < N; jc += kNC) {
@@ -125,7 +125,8 @@ __attribute__((always_inline)) inline void gemm_accumulate(float* c, int64_t M, 
           const int64_t nr = nc - jr < kNR ? nc - jr : kNR;
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t mr = mc - ir < kMR ? mc - ir : kMR;
-            micro_kernel(kc, buf.a + ir * kc, buf.b + jr * kc, c + (ic + ir) * N + jc + jr, N, mr, nr, alpha);
+            micro_kernel(kc, buf.a + ir * kc, buf.b + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, mr, nr,
+                         alpha);
           }
         }
       }
@@ -133,22 +134,27 @@ __attribute__((always_inline)) inline void gemm_accumulate(float* c, int64_t M, 
   }
 }
 
-__attribute__((target("avx2,fma"))) void gemm_accumulate_avx2(float* c, int64_t M, int64_t N, int64_t K,
-                                                               const MatView& A, const MatView& B, float alpha) {
-  gemm_accumulate(c, M, N, K, A, B, alpha);
+__attribute__((target("avx2,fma"))) void gemm_accumulate_avx2(float* c, int64_t ldc, int64_t M, int64_t N,
+                                                               int64_t K, const MatView& A, const MatView& B,
+                                                               float alpha) {
+  gemm_accumulate(c, ldc, M, N, K, A, B, alpha);
 }
 
-void gemm_accumulate_baseline(float* c, int64_t M, int64_t N, int64_t K, const MatView& A, const MatView& B,
-                              float alpha) {
-  gemm_accumulate(c, M, N, K, A, B, alpha);
-}
-
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
+void gemm_accumulate_baseline(float* c, int64_t ldc, int64_t M, int64_t N, int64_t K, const MatView& A,
+                              const MatView& B, float alpha) {
+  gemm_accumulate(c, ldc, M, N, K, A, B, alpha);
 }
 
 }  // namespace
+
+void gemm_strided_accumulate(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t a_rs,
+                             int64_t a_cs, const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc) {
+  if (M <= 0 || N <= 0 || K <= 0 || alpha == 0.f) return;
+  if (use_avx2_fma())
+    gemm_accumulate_avx2(c, ldc, M, N, K, MatView{a, a_rs, a_cs}, MatView{b, b_rs, b_cs}, alpha);
+  else
+    gemm_accumulate_baseline(c, ldc, M, N, K, MatView{a, a_rs, a_cs}, MatView{b, b_rs, b_cs}, alpha);
+}
 
 void gemm(Tensor c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
   require_cpu_f32(c, "gemm", "c");
@@ -174,12 +180,9 @@ void gemm(Tensor c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b
   }
   if (K == 0 || alpha == 0.f) return;
 
-  const MatView A = trans_a ? MatView{a.ptr<float>(), 1, M} : MatView{a.ptr<float>(), K, 1};  // op(a) (M,K)
-  const MatView B = trans_b ? MatView{b.ptr<float>(), 1, K} : MatView{b.ptr<float>(), N, 1};  // op(b) (K,N)
-  if (cpu_has_avx2_fma())
-    gemm_accumulate_avx2(pc, M, N, K, A, B, alpha);
-  else
-    gemm_accumulate_baseline(pc, M, N, K, A, B, alpha);
+  // op(a) (M,K) and op(b) (K,N) as strided views of a and b.
+  gemm_strided_accumulate(M, N, K, alpha, a.ptr<float>(), trans_a ? 1 : K, trans_a ? M : 1, b.ptr<float>(),
+                          trans_b ? 1 : N, trans_b ? K : 1, pc, N);
 }
 
 }  // namespace cpu

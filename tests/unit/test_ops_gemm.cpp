@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "kernels/cpu/cpu_util.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {
@@ -56,6 +57,17 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GemmCpu,
                          ::testing::Values(GemmCase{1, 1, 1, 1.f, 0.f}, GemmCase{7, 5, 3, 1.f, 0.f},
                                            GemmCase{37, 53, 300, 0.5f, 0.f}, GemmCase{101, 530, 70, 1.f, 1.f},
                                            GemmCase{13, 17, 520, -2.f, 0.25f}, GemmCase{200, 33, 9, 1.f, -1.f}));
+
+// The baseline x86-64 build (chosen on CPUs without AVX2) gives the same answers.
+TEST(GemmCpuBaselineSimd, MatchesFp64) {
+  cpu::force_baseline_simd(true);
+  const int64_t M = 45, N = 70, K = 290;
+  HostTensor a = test::random_f32({K, M}, 1), b = test::random_f32({K, N}, 2), c = test::random_f32({M, N}, 3);
+  const std::vector<double> c0 = c.to_double();
+  gemm(c, a, b, true, false, 0.75f, 0.5f);
+  cpu::force_baseline_simd(false);
+  EXPECT_LT(test::rel_err(c, gemm_ref(a, b, c0, M, N, K, true, false, 0.75, 0.5)), 1e-5);
+}
 
 TEST(GemmCpuChecks, RefusesMismatchedShapesAndDtypes) {
   HostTensor a = test::random_f32({4, 5}, 1), b = test::random_f32({6, 3}, 2), c = test::f32({4, 3});
