@@ -1,0 +1,97 @@
+// CUDA elementwise ops and copies against their CPU versions (rt::cpu through the dispatcher) on random
+// inputs. Tolerances (||out-ref||/||ref||): f32 paths 1e-6 (same formula, float rounding only), transcendental
+// f32 paths 1e-5 (fast exp/tanh), bf16 outputs 8e-3 (one bf16 rounding, 2^-9 relative).
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::test {
+namespace {
+
+TEST(CudaCopy, RoundTripsAndCastsExactly) {
+  RT_REQUIRE_CUDA();
+  const int64_t n = 10007;
+  std::vector<float> x = random_vector(n, 1);
+  Buffer d32(gpu(), DType::f32, {n}), d16(gpu(), DType::bf16, {n}), d32b(gpu(), DType::f32, {n});
+  poison(d32); poison(d16); poison(d32b);
+  upload(d32, x);                       // host f32 -> device f32 (memcpy)
+  EXPECT_EQ(download(d32), x);          // device f32 -> host f32
+  copy_cast(d16.t(), d32.t());          // device f32 -> device bf16 (kernel)
+  EXPECT_EQ(download(d16), bf16_rounded(x));  // device bf16 -> host f32 (host-side cast)
+  copy_cast(d32b.t(), d16.t());         // device bf16 -> device f32
+  EXPECT_EQ(download(d32b), bf16_rounded(x));
+  Buffer e16(gpu(), DType::bf16, {n});
+  poison(e16);
+  upload(e16, x);                       // host f32 -> device bf16 (host-side cast)
+  EXPECT_EQ(download(e16), bf16_rounded(x));
+  std::vector<int32_t> ids(100);
+  for (int i = 0; i < 100; ++i) ids[size_t(i)] = i * 7919 - 300000;
+  Buffer di(gpu(), DType::i32, {100});
+  upload_i32(di, ids);
+  std::vector<int32_t> back(100, 0);
+  copy_cast(host_view_i32(back, {100}), di.t());
+  EXPECT_EQ(back, ids);
+}
+
+TEST(CudaElementwise, FillAddScaleSumSquares) {
+  RT_REQUIRE_CUDA();
+  const int64_t n = 4099;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 1e-6 : 8e-3;
+    std::vector<float> y = bf16_rounded(random_vector(n, 2)), x = bf16_rounded(random_vector(n, 3));
+    Buffer dy(gpu(), dt, {n}), dx(gpu(), dt, {n});
+    poison(dy);
+    fill(dy.t(), 2.5f);
+    for (float v : download(dy)) ASSERT_EQ(v, 2.5f);
+    upload(dy, y);
+    upload(dx, x);
+    add_inplace(dy.t(), dx.t());
+    scale_inplace(dy.t(), -0.75f);
+    std::vector<float> ref = y;
+    RT_CPU_REFERENCE(add_inplace(host_view(ref, {n}), host_view(x, {n})); scale_inplace(host_view(ref, {n}), -0.75f));
+    EXPECT_CLOSE(download(dy), ref, tol);
+    double want = 0;
+    for (float v : download(dy)) want += double(v) * v;
+    EXPECT_NEAR(sum_squares(dy.t()), want, 1e-9 * want);
+  }
+}
+
+TEST(CudaElementwise, GeluForwardBackward) {
+  RT_REQUIRE_CUDA();
+  const int64_t N = 37, F = 301;
+  std::vector<float> x = random_vector(N * F, 4, 2.f), dout = random_vector(N * F, 5);
+  Buffer dx_in(gpu(), DType::f32, {N, F}), dg(gpu(), DType::f32, {N, F});
+  Buffer out(gpu(), DType::f32, {N, F}), dx(gpu(), DType::f32, {N, F}), out16(gpu(), DType::bf16, {N, F});
+  upload(dx_in, x);
+  upload(dg, dout);
+  poison(out); poison(dx); poison(out16);
+  gelu_fwd(out.t(), dx_in.t());
+  gelu_bwd(dx.t(), dg.t(), dx_in.t());
+  gelu_fwd(out16.t(), dx_in.t());
+  std::vector<float> ref_out(static_cast<size_t>(N * F)), ref_dx(static_cast<size_t>(N * F));
+  RT_CPU_REFERENCE(gelu_fwd(host_view(ref_out, {N, F}), host_view(x, {N, F})));
+  RT_CPU_REFERENCE(gelu_bwd(host_view(ref_dx, {N, F}), host_view(dout, {N, F}), host_view(x, {N, F})));
+  EXPECT_CLOSE(download(out), ref_out, 1e-5);
+  EXPECT_CLOSE(download(dx), ref_dx, 1e-5);
+  EXPECT_CLOSE(download(out16), ref_out, 8e-3);
+}
+
+TEST(CudaElementwise, SwigluForwardBackward) {
+  RT_REQUIRE_CUDA();
+  const int64_t N = 29, F = 513;
+  std::vector<float> gate = random_vector(N * F, 6, 2.f), up = random_vector(N * F, 7), dout = random_vector(N * F, 8);
+  Buffer dgate_in(gpu(), DType::f32, {N, F}), dup_in(gpu(), DType::f32, {N, F}), ddo(gpu(), DType::f32, {N, F});
+  Buffer out(gpu(), DType::f32, {N, F}), dgate(gpu(), DType::f32, {N, F}), dup(gpu(), DType::f32, {N, F});
+  upload(dgate_in, gate); upload(dup_in, up); upload(ddo, dout);
+  poison(out); poison(dgate); poison(dup);
+  swiglu_fwd(out.t(), dgate_in.t(), dup_in.t());
+  swiglu_bwd(dgate.t(), dup.t(), ddo.t(), dgate_in.t(), dup_in.t());
+  std::vector<float> r_out(static_cast<size_t>(N * F)), r_dg(static_cast<size_t>(N * F)), r_du(static_cast<size_t>(N * F));
+  RT_CPU_REFERENCE(swiglu_fwd(host_view(r_out, {N, F}), host_view(gate, {N, F}), host_view(up, {N, F})));
+  RT_CPU_REFERENCE(swiglu_bwd(host_view(r_dg, {N, F}), host_view(r_du, {N, F}), host_view(dout, {N, F}),
+                              host_view(gate, {N, F}), host_view(up, {N, F})));
+  EXPECT_CLOSE(download(out), r_out, 1e-5);
+  EXPECT_CLOSE(download(dgate), r_dg, 1e-5);
+  EXPECT_CLOSE(download(dup), r_du, 1e-5);
+}
+
+}  // namespace
+}  // namespace rt::test

@@ -1,0 +1,162 @@
+// CUDA gemm, rmsnorm, rope, embedding, cross-entropy and AdamW against their CPU versions (rt::cpu through
+// the dispatcher) on random inputs. Inputs are rounded to bf16 on the host first wherever the GPU reads
+// bf16, so both sides see identical values. Tolerances (||out-ref||/||ref||): f32 outputs 1e-5 (summation
+// order, fast exp), bf16 outputs 8e-3 (one bf16 rounding).
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::test {
+namespace {
+
+TEST(CudaGemm, AllTransposesAndDtypesWithBeta) {
+  RT_REQUIRE_CUDA();
+  const int64_t M = 72, N = 48, K = 136;
+  struct Case { DType ab, c; double tol; };
+  for (Case cs : {Case{DType::f32, DType::f32, 1e-5}, Case{DType::bf16, DType::f32, 1e-5},
+                  Case{DType::bf16, DType::bf16, 8e-3}}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        SCOPED_TRACE("ab " + std::string(dtype_name(cs.ab)) + " c " + dtype_name(cs.c) + " ta " +
+                     std::to_string(ta) + " tb " + std::to_string(tb));
+        const uint64_t seed = 100 + ta * 2 + tb;
+        std::vector<float> a = bf16_rounded(random_vector(M * K, seed)), b = bf16_rounded(random_vector(K * N, seed + 10));
+        std::vector<float> c = bf16_rounded(random_vector(M * N, seed + 20));
+        Buffer da(gpu(), cs.ab, {ta ? K : M, ta ? M : K}), db(gpu(), cs.ab, {tb ? N : K, tb ? K : N});
+        Buffer dc(gpu(), cs.c, {M, N});
+        upload(da, a); upload(db, b); upload(dc, c);
+        gemm(dc.t(), da.t(), db.t(), ta, tb, 0.7f, 0.3f);
+        std::vector<float> ref = c;
+        RT_CPU_REFERENCE(gemm(host_view(ref, {M, N}), host_view(a, {ta ? K : M, ta ? M : K}),
+                              host_view(b, {tb ? N : K, tb ? K : N}), ta, tb, 0.7f, 0.3f));
+        EXPECT_CLOSE(download(dc), ref, cs.tol);
+      }
+    }
+  }
+  // beta = 0 must ignore NaN in c (poisoned output).
+  std::vector<float> a = random_vector(M * K, 7), b = random_vector(K * N, 8), ref(static_cast<size_t>(M * N));
+  Buffer da(gpu(), DType::f32, {M, K}), db(gpu(), DType::f32, {K, N}), dc(gpu(), DType::f32, {M, N});
+  upload(da, a); upload(db, b); poison(dc);
+  gemm(dc.t(), da.t(), db.t(), false, false, 1.f, 0.f);
+  RT_CPU_REFERENCE(gemm(host_view(ref, {M, N}), host_view(a, {M, K}), host_view(b, {K, N}), false, false, 1.f, 0.f));
+  EXPECT_CLOSE(download(dc), ref, 1e-5);
+}
+
+TEST(CudaRmsnorm, ForwardBackwardF32AndBf16) {
+  RT_REQUIRE_CUDA();
+  const int64_t N = 33, C = 520;
+  std::vector<float> x = bf16_rounded(random_vector(N * C, 11, 1.5f)), w = bf16_rounded(random_vector(C, 12, 0.3f, 1.f));
+  std::vector<float> g = bf16_rounded(random_vector(N * C, 13)), dx0 = random_vector(N * C, 14), dw0 = random_vector(C, 15);
+  std::vector<float> r_out(static_cast<size_t>(N * C)), r_rstd(static_cast<size_t>(N)), r_dx = dx0, r_dw = dw0;
+  RT_CPU_REFERENCE(rmsnorm_fwd(host_view(r_out, {N, C}), host_view(r_rstd, {N}), host_view(x, {N, C}), host_view(w, {C}), 1e-5f));
+  RT_CPU_REFERENCE(rmsnorm_bwd(host_view(r_dx, {N, C}), host_view(r_dw, {C}), host_view(g, {N, C}), host_view(x, {N, C}),
+                               host_view(w, {C}), host_view(r_rstd, {N})));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Buffer dxin(gpu(), dt, {N, C}), dw(gpu(), dt, {C}), dout(gpu(), dt, {N, C}), rstd(gpu(), DType::f32, {N});
+    Buffer dg(gpu(), dt, {N, C}), ddx(gpu(), DType::f32, {N, C}), ddw(gpu(), DType::f32, {C});
+    upload(dxin, x); upload(dw, w); upload(dg, g); upload(ddx, dx0); upload(ddw, dw0);
+    poison(dout); poison(rstd);
+    rmsnorm_fwd(dout.t(), rstd.t(), dxin.t(), dw.t(), 1e-5f);
+    rmsnorm_bwd(ddx.t(), ddw.t(), dg.t(), dxin.t(), dw.t(), rstd.t());
+    EXPECT_CLOSE(download(dout), r_out, dt == DType::f32 ? 1e-5 : 8e-3);
+    EXPECT_CLOSE(download(rstd), r_rstd, 1e-5);
+    EXPECT_CLOSE(download(ddx), r_dx, 1e-5);
+    EXPECT_CLOSE(download(ddw), r_dw, 1e-5);
+  }
+}
+
+TEST(CudaRope, MatchesCpuAndInverts) {
+  RT_REQUIRE_CUDA();
+  const int64_t B = 2, T = 19, H = 3, D = 64;
+  std::vector<float> x = random_vector(B * T * H * D, 21);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::mt19937 rng(22);
+  for (auto& p : pos) p = int32_t(rng() % 4096);
+  Buffer dx(gpu(), DType::f32, {B, T, H, D}), dpos(gpu(), DType::i32, {T});
+  upload(dx, x);
+  upload_i32(dpos, pos);
+  rope(dx.t(), dpos.t(), 10000.f, false);
+  std::vector<float> ref = x;
+  RT_CPU_REFERENCE(rope(host_view(ref, {B, T, H, D}), host_view_i32(pos, {T}), 10000.f, false));
+  EXPECT_CLOSE(download(dx), ref, 1e-5);
+  // Large positions: the inverse rotation restores x.
+  for (auto& p : pos) p = int32_t(rng() % 2000000);
+  upload(dx, x);
+  upload_i32(dpos, pos);
+  rope(dx.t(), dpos.t(), 500000.f, false);
+  rope(dx.t(), dpos.t(), 500000.f, true);
+  EXPECT_CLOSE(download(dx), x, 1e-6);
+}
+
+TEST(CudaEmbedding, ForwardBackward) {
+  RT_REQUIRE_CUDA();
+  const int64_t V = 50, C = 96, N = 200;
+  std::vector<float> table = bf16_rounded(random_vector(V * C, 31)), g = bf16_rounded(random_vector(N * C, 32));
+  std::vector<float> dt0 = random_vector(V * C, 33);
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  std::mt19937 rng(34);
+  for (auto& t : tok) t = int32_t(rng() % V);
+  std::vector<float> r_out(static_cast<size_t>(N * C)), r_dt = dt0;
+  RT_CPU_REFERENCE(embedding_fwd(host_view(r_out, {N, C}), host_view_i32(tok, {N}), host_view(table, {V, C})));
+  RT_CPU_REFERENCE(embedding_bwd(host_view(r_dt, {V, C}), host_view(g, {N, C}), host_view_i32(tok, {N})));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Buffer dtab(gpu(), dt, {V, C}), dout(gpu(), dt, {N, C}), dtok(gpu(), DType::i32, {N});
+    Buffer dg(gpu(), dt, {N, C}), ddt(gpu(), DType::f32, {V, C});
+    upload(dtab, table); upload(dg, g); upload(ddt, dt0); upload_i32(dtok, tok);
+    poison(dout);
+    embedding_fwd(dout.t(), dtok.t(), dtab.t());
+    embedding_bwd(ddt.t(), dg.t(), dtok.t());
+    EXPECT_CLOSE(download(dout), r_out, 1e-7);
+    EXPECT_CLOSE(download(ddt), r_dt, 1e-6);
+  }
+}
+
+TEST(CudaCrossEntropy, LossAndGradientWithIgnoredRows) {
+  RT_REQUIRE_CUDA();
+  const int64_t n = 17, V = 1000;
+  std::vector<float> logits = bf16_rounded(random_vector(n * V, 41, 3.f));
+  std::vector<int32_t> tgt(static_cast<size_t>(n));
+  std::mt19937 rng(42);
+  for (auto& t : tgt) t = int32_t(rng() % V);
+  tgt[3] = tgt[10] = tgt[16] = -1;
+  std::vector<float> r_grad = logits, r_loss(static_cast<size_t>(n));
+  RT_CPU_REFERENCE(cross_entropy(host_view(r_grad, {n, V}), host_view_i32(tgt, {n}), host_view(r_loss, {n}), 0.25f, true));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Buffer dl(gpu(), dt, {n, V}), dtg(gpu(), DType::i32, {n}), dloss(gpu(), DType::f32, {n});
+    upload(dl, logits); upload_i32(dtg, tgt); poison(dloss);
+    cross_entropy(dl.t(), dtg.t(), dloss.t(), 0.25f, false);
+    EXPECT_CLOSE(download(dl), logits, 0.0);  // untouched without want_grad
+    EXPECT_CLOSE(download(dloss), r_loss, 1e-5);
+    poison(dloss);
+    cross_entropy(dl.t(), dtg.t(), dloss.t(), 0.25f, true);
+    EXPECT_CLOSE(download(dloss), r_loss, 1e-5);
+    EXPECT_CLOSE(download(dl), r_grad, dt == DType::f32 ? 1e-5 : 8e-3);
+  }
+}
+
+TEST(CudaAdamw, ThreeStepsWithDecayAndLowpCopy) {
+  RT_REQUIRE_CUDA();
+  const int64_t n = 1000;
+  std::vector<float> p = random_vector(n, 51), m(static_cast<size_t>(n), 0.f), v(static_cast<size_t>(n), 0.f);
+  Buffer dp(gpu(), DType::f32, {n}), dg(gpu(), DType::f32, {n}), dm(gpu(), DType::f32, {n}), dv(gpu(), DType::f32, {n});
+  Buffer dlow(gpu(), DType::bf16, {n});
+  upload(dp, p); upload(dm, m); upload(dv, v);
+  poison(dlow);
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> g = random_vector(n, 52 + uint64_t(step), 0.1f);
+    upload(dg, g);
+    AdamWArgs args;
+    args.lr = 1e-2f;
+    args.weight_decay = 0.1f;
+    args.step = step;
+    adamw(dp.t(), dg.t(), dm.t(), dv.t(), args, dlow.t());
+    RT_CPU_REFERENCE(adamw(host_view(p, {n}), host_view(g, {n}), host_view(m, {n}), host_view(v, {n}), args, Tensor()));
+  }
+  EXPECT_CLOSE(download(dp), p, 1e-6);
+  EXPECT_CLOSE(download(dm), m, 1e-6);
+  EXPECT_CLOSE(download(dv), v, 1e-6);
+  EXPECT_EQ(download(dlow), bf16_rounded(download(dp)));
+}
+
+}  // namespace
+}  // namespace rt::test
