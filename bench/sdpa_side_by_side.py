@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Side-by-side attention benchmark: ringtrain's CUDA flash kernels vs PyTorch SDPA (cuDNN and FLASH
+backends) on the same grid, in the same job, on the same GPU.
+
+Grid: d in {64,128}, N in {1K,4K,16K,64K}, causal and not, bf16, model dim 2048 (H = 2048/d),
+B*N = 32K tokens (B = 1 for N >= 32K). FLOPs: forward 4*B*H*N^2*d (half when causal), backward 2.5x
+forward. Median of 10 timed runs after 3 warm-ups, CUDA events. PyTorch's backward time is
+(forward+backward) - forward, as usual for SDPA benchmarks.
+
+Usage: python3 bench/sdpa_side_by_side.py --ours build-gpu/bench/bench_attention [--out table.md]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def measure_torch(d_list, n_list, warmup, reps):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def median_ms(fn):
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start = torch.cuda.Event(enable_timing=True)
+            stop = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        times.sort()
+        return times[len(times) // 2]
+
+    rows = []
+    backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
+    for d in d_list:
+        heads = 2048 // d
+        for n in n_list:
+            batch = 1 if n >= 32768 else 32768 // n
+            for causal in (False, True):
+                gen = torch.Generator(device="cuda").manual_seed(1234)
+                shape = (batch, heads, n, d)
+                q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+                for t in (q, k, v):
+                    t.requires_grad_(True)
+                flops = 4.0 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+                for name, backend in backends:
+                    row = dict(backend=name, d=d, N=n, B=batch, H=heads, causal=causal)
+                    try:
+                        with sdpa_kernel([backend]):
+                            fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                            def fwd_bwd():
+                                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                                o.backward(do)
+
+                            t_fwd = median_ms(fwd)
+                            t_all = median_ms(fwd_bwd)
+                        t_bwd = t_all - t_fwd
+                        row.update(fwd_ms=t_fwd, bwd_ms=t_bwd, fwd_tflops=flops / t_fwd / 1e9,
+                                   bwd_tflops=2.5 * flops / t_bwd / 1e9)
+                    except Exception as exc:  # a backend may refuse a shape
+                        row["error"] = str(exc).splitlines()[0][:100]
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+                del q, k, v, do
+                torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", required=True, help="path to bench_attention")
+    ap.add_argument("--out", help="also write the markdown table here")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+
+    with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
+        ours_json = f.name
+    cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps)]
+    print("running:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    ours, ceilings = {}, None
+    for line in open(ours_json):
+        r = json.loads(line)
+        if r["kind"] == "ceiling":
+            ceilings = r
+        else:
+            ours[(r["d"], r["N"], r["causal"])] = r
+    os.unlink(ours_json)
+
+    torch_rows = measure_torch([64, 128], [1024, 4096, 16384, 65536], args.warmup, args.reps)
+    theirs = {(r["backend"], r["d"], r["N"], r["causal"]): r for r in torch_rows}
+
+    import torch
+    lines = []
+    lines.append(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}, cuDNN "
+                 f"{torch.backends.cudnn.version()}")
+    if ceilings:
+        lines.append(f"Ceilings (same job): d2d copy {ceilings['copy_tbps']:.2f} TB/s; bf16 gemm 8192^3 "
+                     f"{ceilings['gemm_bf16_tflops']:.0f} TFLOP/s")
+    lines.append("")
+    lines.append("TFLOP/s (fwd 4BHN^2d, /2 causal; bwd 2.5x). ratio = ours / theirs.")
+    lines.append("")
+    lines.append("| d | N | B | causal | ours fwd | cuDNN fwd | FA2 fwd | fwd/cuDNN | fwd/FA2 | ours bwd | cuDNN bwd "
+                 "| FA2 bwd | bwd/cuDNN | bwd/FA2 |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def tf(r, key):
+        return r.get(key) if r and key in r else None
+
+    def fmt(x):
+        return "-" if x is None else f"{x:.0f}"
+
+    def ratio(a, b):
+        return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+    for (d, n, causal), r in sorted(ours.items()):
+        c = theirs.get(("cudnn", d, n, causal))
+        fl = theirs.get(("flash", d, n, causal))
+        of, ob = tf(r, "fwd_tflops"), tf(r, "bwd_tflops")
+        cf, cb, ff, fb = tf(c, "fwd_tflops"), tf(c, "bwd_tflops"), tf(fl, "fwd_tflops"), tf(fl, "bwd_tflops")
+        lines.append(f"| {d} | {n} | {r['B']} | {'yes' if causal else 'no'} | {fmt(of)} | {fmt(cf)} | {fmt(ff)} | "
+                     f"{ratio(of, cf)} | {ratio(of, ff)} | {fmt(ob)} | {fmt(cb)} | {fmt(fb)} | {ratio(ob, cb)} | "
+                     f"{ratio(ob, fb)} |")
+    table = "\n".join(lines)
+    print("\n" + table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
