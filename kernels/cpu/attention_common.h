@@ -10,8 +10,9 @@ namespace rt {
 namespace cpu {
 
 // Tile sizes of the CPU flash attention: a block of kAttnTileQ query rows meets a block of kAttnTileK keys.
-constexpr int64_t kAttnTileQ = 64;
-constexpr int64_t kAttnTileK = 64;
+// 128x128 measured ~15% faster than 64x64 (N=2048, H=8, D=64, causal, one core, CPU time).
+constexpr int64_t kAttnTileQ = 128;
+constexpr int64_t kAttnTileK = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 

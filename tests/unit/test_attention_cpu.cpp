@@ -1,5 +1,5 @@
 // CPU flash attention (kernels/cpu/attn_*.cpp) against the naive fp64 reference of test_reference.h:
-// O, LSE, dQ, dK, dV; causal and not; GQA; lengths that are not multiples of the 64x64 tile; offsets;
+// O, LSE, dQ, dK, dV; causal and not; GQA; lengths that are not multiples of the 128x128 tile; offsets;
 // sub-ranges; forward and backward resumed over several K/V blocks; rows with no visible key.
 #include <gtest/gtest.h>
 
@@ -184,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"causal_mqa_h4_kv1_suffix", {2, 67, 131, 4, 1, 8}, true, 64, 0},
                       Case{"causal_offsets", {1, 65, 97, 2, 2, 64}, true, 100, 30},
                       Case{"causal_some_rows_empty", {1, 70, 50, 4, 2, 16}, true, 0, 40},
-                      Case{"full_d128_tiny", {1, 3, 5, 2, 1, 128}, false, 0, 0}),
+                      Case{"full_d128_tiny", {1, 3, 5, 2, 1, 128}, false, 0, 0},
+                      Case{"causal_two_tiles_each_way", {1, 150, 270, 2, 1, 16}, true, 120, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // Copies rows [j0, j1) of x (B,N,Hx,D) into a new (B, j1-j0, Hx, D) tensor.
