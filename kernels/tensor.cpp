@@ -77,7 +77,10 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
 void check_shape(const Tensor& t, std::initializer_list<int64_t> dims, const char* op, const char* arg) {
   bool ok = t.ndim == int(dims.size());
   int i = 0;
-  for (int64_t d : dims) ok = ok && (d < 0 || t.shape[i++] == d);  // -1 = any
+  for (int64_t d : dims) {  // -1 = any; i advances for every dimension, wildcard or not
+    ok = ok && (d < 0 || t.shape[i] == d);
+    ++i;
+  }
   if (!ok) {
     std::string want = "(";
     i = 0;
