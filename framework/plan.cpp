@@ -1,13 +1,21 @@
 // plan_main: what a config costs, without a GPU and without allocating it. The model and optimizer are
 // built for rank (dp 0, cp 0, tp 0) on a measuring arena, exactly as training would build them, so the
 // memory figure is the arena's real size; stand-in communicators only report their group sizes.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "framework/mfu.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
+#include "kernels/device_memory.h"
+
+#ifdef RINGTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace rt {
 
@@ -55,9 +63,49 @@ Device plan_device(const Config& config) {
   return resolve_device(config);
 }
 
+// Memory of the device a rank would run on: the GPU's total memory, or the host's physical memory (shared by
+// every rank on the host); 0 when unknown (a CUDA config planned where no GPU is visible).
+double device_memory_bytes(Device device) {
+  if (device.is_cpu()) return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+#ifdef RINGTRAIN_HAVE_CUDA
+  cudaDeviceProp props{};
+  if (cuda_available() && cudaGetDeviceProperties(&props, device.index) == cudaSuccess)
+    return double(props.totalGlobalMem);
+#endif
+  return 0;
+}
+
+// `ringtrain plan --json`: one object on stdout. fits: peak + reserve <= device_bytes (true when the device
+// memory is unknown). reserve: what the arena does not count (CUDA context, cuBLASLt workspace, NCCL).
+void print_plan_json(const Config& config, Device device, int64_t params, double model_flops, double hw_flops,
+                     size_t peak_bytes) {
+  const ParallelConfig& p = config.parallel;
+  const double device_bytes = device_memory_bytes(device);
+  const double reserve = device.is_cuda() ? 1024.0 * 1024 * 1024 : 0;
+  nlohmann::json j = {{"params", params},
+                      {"flops_per_step", model_flops},
+                      {"hw_flops_per_step", hw_flops},
+                      {"peak_bytes_per_rank", peak_bytes},
+                      {"reserve_bytes_per_rank", reserve},
+                      {"fits", device_bytes <= 0 || double(peak_bytes) + reserve <= device_bytes},
+                      {"device_bytes", device_bytes > 0 ? nlohmann::json(device_bytes) : nlohmann::json(nullptr)},
+                      {"device", device.is_cuda() ? "cuda" : "cpu"},
+                      {"world_size", p.dp * p.cp * p.tp},
+                      {"dp", p.dp},
+                      {"cp", p.cp},
+                      {"tp", p.tp},
+                      {"layout", resolved_layout(config)},
+                      {"seq_len", config.data.seq_len},
+                      {"batch_size", config.train.batch_size},
+                      {"tokens_per_step", double(config.train.batch_size) * config.data.seq_len},
+                      {"n_layer", config.model.n_layer},
+                      {"d_model", config.model.d_model}};
+  std::printf("%s\n", j.dump().c_str());
+}
+
 }  // namespace
 
-int plan_main(const Config& config) {
+int plan_main(const Config& config, bool json) {
   const ParallelConfig& p = config.parallel;
   SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp);
   ModelComms comms;
@@ -77,6 +125,10 @@ int plan_main(const Config& config) {
   const double block_share = (flops.per_token() - 6.0 * double(m.vocab_size) * m.d_model) / flops.per_token();
   const double hw_flops = model_flops * (recompute ? 1.0 + block_share / 3.0 : 1.0);
   const int world = p.dp * p.cp * p.tp;
+  if (json) {
+    print_plan_json(config, device, params, model_flops, hw_flops, session.arena->peak());
+    return 0;
+  }
 
   std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d tp=%d, layout %s)\n", config.source_path.c_str(),
               device.str().c_str(), world, p.dp, p.cp, p.tp, resolved_layout(config).c_str());

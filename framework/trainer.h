@@ -12,6 +12,8 @@ int train_main(const Config& config);
 // Loads `checkpoint_dir` (any grid) and prints the mean per-token loss over the config's eval data.
 int eval_main(const Config& config, const std::string& checkpoint_dir);
 // Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
-int plan_main(const Config& config);
+// json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
+// read by launch/sweep.sh.
+int plan_main(const Config& config, bool json = false);
 
 }  // namespace rt
