@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/simd_exp2.h"
 
 namespace rt {
 namespace cpu {
@@ -63,57 +64,6 @@ inline int64_t attn_visible_keys(const AttnMask& mask, int64_t i, int64_t j0, in
 inline float* attn_scratch(std::vector<float>& buf, size_t n) {
   if (buf.size() < n) buf.resize(n);
   return buf.data();
-}
-
-// x[0:n] = exp2(x - shift), returning the sum. Eight lanes at a time: 2^x = 2^round(x) * p(x - round(x)),
-// p a degree-6 polynomial on [-0.5, 0.5] (relative error ~2e-7); arguments below -126 give exactly 0.
-// Callers pass x - shift <= ~0 (scores minus a running max or the LSE), never -inf.
-typedef float attn_vec8 __attribute__((vector_size(32)));
-typedef float attn_vec8u __attribute__((vector_size(32), aligned(4)));
-typedef int32_t attn_ivec8 __attribute__((vector_size(32)));
-
-// x = 2^x in place, lane by lane.
-__attribute__((always_inline)) inline void attn_exp2_lanes(attn_vec8& x) {
-  const attn_ivec8 tiny = x < -126.f;                                    // lanes that underflow to 0
-  x = tiny ? attn_vec8{} - 126.f : x;
-  const attn_vec8 xr = x + 0.5f;
-  attn_ivec8 n = __builtin_convertvector(xr, attn_ivec8);                // trunc
-  n += (__builtin_convertvector(n, attn_vec8) > xr);                     // -> floor(x + 0.5)
-  const attn_vec8 f = x - __builtin_convertvector(n, attn_vec8);         // [-0.5, 0.5]
-  attn_vec8 p = 1.535336188319500e-4f * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.f;
-  const attn_ivec8 two_n = (n + 127) << 23;                              // bits of 2^n
-  const attn_ivec8 r = __builtin_bit_cast(attn_ivec8, p * __builtin_bit_cast(attn_vec8, two_n));
-  x = __builtin_bit_cast(attn_vec8, r & ~tiny);
-}
-
-__attribute__((always_inline)) inline float attn_exp2_shift(float* x, int64_t n, float shift) {
-  attn_vec8 acc{};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    attn_vec8u* xv = reinterpret_cast<attn_vec8u*>(x + k);
-    attn_vec8 e = *xv - shift;
-    attn_exp2_lanes(e);
-    *xv = e;
-    acc += e;
-  }
-  float sum = 0.f;
-  if (k < n) {
-    alignas(32) float tail[8];
-    for (int64_t t = 0; t < 8; ++t) tail[t] = k + t < n ? x[k + t] - shift : -1000.f;
-    attn_vec8 e = *reinterpret_cast<const attn_vec8*>(tail);
-    attn_exp2_lanes(e);
-    for (int64_t t = 0; k + t < n; ++t) {
-      x[k + t] = e[t];
-      sum += e[t];
-    }
-  }
-  for (int t = 0; t < 8; ++t) sum += acc[t];
-  return sum;
 }
 
 }  // namespace cpu

@@ -23,7 +23,7 @@ __attribute__((always_inline)) inline void probs_and_dscores(float* s, float* dp
     const int64_t nv = lse[i] == -INFINITY ? 0 : attn_visible_keys(mask, i, j0, nj);
     const float lse2 = lse[i] * kLog2e;
     const float di = delta[i];
-    attn_exp2_shift(p, nv, lse2);
+    simd_exp2_sum(p, p, nv, lse2, 1.f);
     for (int64_t jj = 0; jj < nv; ++jj) ds[jj] = p[jj] * (ds[jj] - di) * scale;
     for (int64_t jj = nv; jj < nj; ++jj) p[jj] = ds[jj] = 0.f;
   }

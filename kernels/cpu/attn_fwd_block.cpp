@@ -33,7 +33,7 @@ __attribute__((always_inline)) inline void softmax_update(float* s, int64_t tq, 
     const float m_old = m[i];
     const float m_new = m_old > mx ? m_old : mx;  // finite, since mx is
     const float rescale = std::exp2(m_old - m_new);  // 0 when m_old = -inf
-    const float sum = attn_exp2_shift(srow, nv, m_new);
+    const float sum = float(simd_exp2_sum(srow, srow, nv, m_new, 1.f));
     for (int64_t jj = nv; jj < nj; ++jj) srow[jj] = 0.f;
     l[i] = l[i] * rescale + sum;
     m[i] = m_new;

@@ -2,6 +2,7 @@
 // chunked lm_head_loss against unchunked fp64 logits + cross-entropy with chunks that do not divide N.
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/cpu_util.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {
@@ -63,6 +64,34 @@ TEST(CrossEntropyCpu, LossesAndGradient) {
   EXPECT_LT(test::rel_err(logits, fd), 1e-5);
   for (int64_t c = 0; c < V; ++c) EXPECT_EQ(logits[1 * V + c], 0.f) << "ignored row must have zero gradient";
   EXPECT_EQ(losses[1], 0.f);
+}
+
+// A vocabulary long enough for the vectorised exp's fp64 flushes (every 512 terms) and a ragged tail,
+// against the analytic fp64 softmax; also with the baseline (non-AVX2) build.
+TEST(CrossEntropyCpu, LargeVocabularyMatchesAnalyticFp64) {
+  const int64_t n = 3, V = 1500;
+  const float scale = 0.5f;
+  for (bool baseline : {false, true}) {
+    SCOPED_TRACE(baseline ? "baseline" : "avx2 if available");
+    cpu::force_baseline_simd(baseline);
+    HostTensor logits = test::random_f32({n, V}, 7, -20.f, 20.f), losses = test::f32({n});
+    const auto tgt = std::vector<int32_t>{5, 1499, 0};
+    HostTensor targets = to_i32(tgt);
+    const auto ld = logits.to_double();
+    test::poison(losses);
+    cross_entropy(logits, targets, losses, scale, true);
+    cpu::force_baseline_simd(false);
+    std::vector<double> grad(ld.size());
+    for (int64_t r = 0; r < n; ++r) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t c = 0; c < V; ++c) mx = std::max(mx, ld[size_t(r * V + c)]);
+      for (int64_t c = 0; c < V; ++c) s += std::exp(ld[size_t(r * V + c)] - mx);
+      for (int64_t c = 0; c < V; ++c)
+        grad[size_t(r * V + c)] = scale * (std::exp(ld[size_t(r * V + c)] - mx) / s - (c == tgt[size_t(r)]));
+    }
+    EXPECT_LT(test::rel_err(losses, ce_ref(ld, tgt, V)), 1e-6);
+    EXPECT_LT(test::rel_err(logits, grad), 1e-5);
+  }
 }
 
 TEST(CrossEntropyCpu, RefusesTargetsOutsideTheVocabulary) {
