@@ -65,8 +65,9 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const float scale = float(1.0 / std::sqrt(double(D)));
   const float scale2 = scale * kLog2e;
   const int64_t q_row = d.H * D, k_row = d.Hkv * D;  // strides between token rows
-  alignas(64) static thread_local float s[kAttnTileQ * kAttnTileK];   // (tq, kAttnTileK) S, then P
-  alignas(64) static thread_local float dp[kAttnTileQ * kAttnTileK];  // (tq, kAttnTileK) dP, then dS
+  thread_local std::vector<float> scratch;  // grow-only, allocated once per thread
+  float* s = attn_scratch(scratch, size_t(2 * kAttnTileQ * kAttnTileK));  // (tq, kAttnTileK) S, then P
+  float* dp = s + kAttnTileQ * kAttnTileK;                                // (tq, kAttnTileK) dP, then dS
   for (int64_t b = 0; b < d.B; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t hk = h / d.group;
@@ -86,8 +87,7 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           const float* vt = v.ptr<float>() + koff + j0 * k_row;  // (nj, D)
           float* dkt = dk_acc.ptr<float>() + koff + j0 * k_row;  // (nj, D)
           float* dvt = dv_acc.ptr<float>() + koff + j0 * k_row;  // (nj, D)
-          std::memset(s, 0, sizeof(s));
-          std::memset(dp, 0, sizeof(dp));
+          std::memset(s, 0, sizeof(float) * size_t(2 * kAttnTileQ * kAttnTileK));  // s and dp
           gemm_strided_accumulate(tq, nj, D, scale2, qt, q_row, 1, kt, 1, k_row, s, kAttnTileK);  // S
           gemm_strided_accumulate(tq, nj, D, 1.f, dot, q_row, 1, vt, 1, k_row, dp, kAttnTileK);   // dP
           if (avx2)

@@ -72,7 +72,8 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   const int64_t D = d.D;
   const float scale2 = float(1.0 / std::sqrt(double(D))) * kLog2e;
   const int64_t q_row = d.H * D, k_row = d.Hkv * D;  // strides between token rows
-  alignas(64) static thread_local float s[kAttnTileQ * kAttnTileK];  // (tq, kAttnTileK) scores, then P
+  thread_local std::vector<float> s_buf;  // grow-only, allocated once per thread
+  float* s = attn_scratch(s_buf, size_t(kAttnTileQ * kAttnTileK));  // (tq, kAttnTileK) scores, then P
   const float* pq = q.ptr<float>();     // (B,Nq,H,D)
   const float* pk = k.ptr<float>();     // (B,Nk,Hkv,D)
   const float* pv = v.ptr<float>();     // (B,Nk,Hkv,D)
@@ -91,7 +92,7 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
         for (int64_t j0 = r.k_begin; j0 < r.k_end; j0 += kAttnTileK) {
           const int64_t nj = std::min(kAttnTileK, r.k_end - j0);
           if (attn_visible_keys(mask, i0 + tq - 1, j0, nj) == 0) break;  // this and later key tiles are masked
-          std::memset(s, 0, sizeof(s));
+          std::memset(s, 0, sizeof(float) * size_t(kAttnTileQ * kAttnTileK));
           gemm_strided_accumulate(tq, nj, D, scale2, qh + i0 * q_row, q_row, 1, kh + j0 * k_row, 1, k_row, s,
                                   kAttnTileK);
           if (avx2)
