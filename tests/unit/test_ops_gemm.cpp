@@ -2,7 +2,6 @@
 // blocks (M > 96, N > 512, K > 256) and are not multiples of the 6x16 micro-tile, alpha and beta.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
 
 #include "kernels/cpu/cpu_util.h"
@@ -84,18 +83,6 @@ TEST(GemmCpuChecks, ZeroDepthScalesByBeta) {
   std::vector<double> c0 = c.to_double();
   gemm(c, a, b, false, false, 1.f, 0.5f);
   for (int64_t k = 0; k < c.numel(); ++k) EXPECT_FLOAT_EQ(c[k], float(0.5 * c0[size_t(k)]));
-}
-
-// (1024x256) @ (256x1024) on one core. Prints GFLOP/s; the bound is loose so a busy CI machine
-// does not flake (the target is well under 0.1 s).
-TEST(GemmCpuSpeed, LinearLayerShape) {
-  HostTensor a = test::random_f32({1024, 256}, 1), b = test::random_f32({1024, 256}, 2), c = test::f32({1024, 1024});
-  gemm(c, a, b, false, true);  // warm-up: packing buffers, page faults
-  const auto t0 = std::chrono::steady_clock::now();
-  gemm(c, a, b, false, true);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ gemm ] 1024x256 @ (1024x256)^T: %.4f s, %.1f GFLOP/s\n", s, 2.0 * 1024 * 1024 * 256 / s * 1e-9);
-  EXPECT_LT(s, 0.5);
 }
 
 }  // namespace
