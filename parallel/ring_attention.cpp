@@ -12,7 +12,8 @@
 //   [K,V for step i+1 | the finished-here dK,dV accumulator of block b(i-1)]   (fp32 accumulator)
 // and the accumulator for block b(i) arrives during step i's compute; this rank's contribution is computed
 // into a separate buffer and added when it lands. After the last step the accumulator of the own block
-// holds every rank's contribution.
+// holds every rank's contribution. With dkv_wire = bf16 the accumulator is rounded to bf16 for each hop
+// and widened back to fp32 on arrival (cp-1 roundings for the block that travels furthest).
 #include "parallel/ring_attention.h"
 
 #include "kernels/ops.h"
@@ -63,9 +64,12 @@ BlockPlan plan_block(Layout layout, bool causal, int r, int s, int64_t n) {
 
 int ring_source(int rank, int step, int size) { return ((rank - step) % size + size) % size; }
 
+using Phase = RingTimer::Phase;
+
 }  // namespace
 
-RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena)
+RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
+                             DType dkv_wire)
     : cp_(cp), layout_(layout), causal_(causal), shape_(shape) {
   const int64_t B = shape.batch, n = shape.local_tokens, H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
   RT_CHECK(B > 0 && n > 0 && H > 0 && Hkv > 0 && D > 0,
@@ -76,6 +80,9 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
            "ring attention: zigzag needs an even number of local tokens, got " << n
                                                                                << "; use seq_len a multiple of 2*cp");
   RT_CHECK(arena.device().is_cpu() || shape.dtype != DType::i32, "ring attention: dtype must be f32 or bf16");
+  RT_CHECK(dkv_wire == DType::f32 || dkv_wire == DType::bf16,
+           "ring attention: the dK/dV accumulator travels as f32 or bf16 (parallel.dkv_wire), got "
+               << dtype_name(dkv_wire));
   const bool ring = cp.size() > 1;
   state_.acc = arena.alloc(DType::f32, {B, H, n, D}, "ring_attn.state.acc");  // (B, H, n, D) f32
   state_.m = arena.alloc(DType::f32, {B, H, n}, "ring_attn.state.m");         // (B, H, n) f32
@@ -88,9 +95,22 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
   if (ring) {
     grad_buf_[1] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop1");  // (2, B, n, Hkv, D) dK|dV
     grad_local_ = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_local");   // (2, B, n, Hkv, D)
+    if (dkv_wire == DType::bf16) {
+      grad_wire_[0] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire0");  // (2, B, n, Hkv, D)
+      grad_wire_[1] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire1");  // (2, B, n, Hkv, D)
+    }
   }
   dq_acc_ = arena.alloc(DType::f32, {B, n, H, D}, "ring_attn.dq_acc");  // (B, n, H, D) f32
   delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
+  timer_ = make_ring_timer(arena.device());
+}
+
+void RingAttention::finish_call() {
+  last_call_.reset();
+  last_call_.calls = 1;
+  last_call_.steps = cp_.size();
+  timer_->finish(last_call_);
+  timings_.accumulate(last_call_);
 }
 
 // The K (index 0) or V (index 1) half of a packed (2, B, n, Hkv, D) buffer, as (B, n, Hkv, D).
@@ -116,17 +136,24 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   check_shape(lse, {shape_.batch, shape_.heads, shape_.local_tokens}, "ring_attention.forward", "lse");
   const int cp = cp_.size(), r = cp_.rank();
   maybe_inject_fault("ring_attention.forward");
-  attn_state_reset(state_);
   ExchangeHandle hop;
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    attn_state_reset(state_);
+    if (cp > 1) {
+      // Pack the own K/V once; the hop that brings step 1's block is posted before step 0's compute.
+      copy_cast(half(kv_buf_[0], 0), k);
+      copy_cast(half(kv_buf_[0], 1), v);
+    }
+  }
   if (cp > 1) {
-    // Pack the own K/V once and post the hop that brings step 1's block, before step 0's compute.
-    copy_cast(half(kv_buf_[0], 0), k);
-    copy_cast(half(kv_buf_[0], 1), v);
+    RingTimerScope t(*timer_, Phase::comm);
     hop = cp_.ring_exchange_start(kv_buf_[0], kv_buf_[1]);
   }
   for (int step = 0; step < cp; ++step) {
     Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
     if (step > 0) {
+      RingTimerScope t(*timer_, Phase::comm);
       cp_.wait(hop);
       const Tensor& cur = kv_buf_[step % 2];
       if (step + 1 < cp) hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
@@ -135,9 +162,14 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
     }
     maybe_inject_fault("ring_attention.forward_step");  // with an exchange in flight
     const BlockPlan plan = plan_block(layout_, causal_, r, ring_source(r, step, cp), shape_.local_tokens);
+    RingTimerScope t(*timer_, Phase::compute);
     if (!plan.skip) attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
   }
-  attn_fwd_finalize(state_, out, lse);
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    attn_fwd_finalize(state_, out, lse);
+  }
+  finish_call();
 }
 
 void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -155,51 +187,79 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
 
   const int cp = cp_.size(), r = cp_.rank();
   maybe_inject_fault("ring_attention.backward");
-  fill(dq_acc_, 0.f);
-  attn_bwd_delta(out, dout, delta_);  // once per layer
-
   ExchangeHandle kv_hop, grad_hop;
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    fill(dq_acc_, 0.f);
+    attn_bwd_delta(out, dout, delta_);  // once per layer
+    if (cp > 1) {
+      // Step 0 uses the block of rank r-1: the own K/V is sent forward.
+      copy_cast(half(kv_buf_[1], 0), k);
+      copy_cast(half(kv_buf_[1], 1), v);
+    }
+  }
   if (cp > 1) {
-    // Step 0 uses the block of rank r-1: send the own K/V forward.
-    copy_cast(half(kv_buf_[1], 0), k);
-    copy_cast(half(kv_buf_[1], 1), v);
+    RingTimerScope t(*timer_, Phase::comm);
     kv_hop = cp_.ring_exchange_start(kv_buf_[1], kv_buf_[0]);
   }
   Tensor acc;  // (2, B, n, Hkv, D) f32: the accumulator of the block used in the current step
   for (int step = 0; step < cp; ++step) {
     const bool own_block = step == cp - 1;
     Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
-    if (!own_block) {
-      cp_.wait(kv_hop);
-      const Tensor& cur = kv_buf_[step % 2];
-      if (step + 1 < cp - 1) kv_hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
-      k_blk = half(cur, 0);
-      v_blk = half(cur, 1);
+    const bool wire_bf16 = grad_wire_[0].defined();
+    if (step > 0 && wire_bf16) {
+      RingTimerScope t(*timer_, Phase::compute);
+      copy_cast(grad_wire_[(step - 1) % 2], grad_buf_[(step - 1) % 2]);  // the one rounding per hop
     }
-    // This rank is done with the previous step's accumulator: pass it on, and receive this step's block's
-    // accumulator from the rank that used the block one step earlier.
-    if (step > 0) grad_hop = cp_.ring_exchange_start(grad_buf_[(step - 1) % 2], grad_buf_[step % 2]);
+    {
+      RingTimerScope t(*timer_, Phase::comm);
+      if (!own_block) {
+        cp_.wait(kv_hop);
+        const Tensor& cur = kv_buf_[step % 2];
+        if (step + 1 < cp - 1) kv_hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
+        k_blk = half(cur, 0);
+        v_blk = half(cur, 1);
+      }
+      // This rank is done with the previous step's accumulator: pass it on, and receive this step's block's
+      // accumulator from the rank that used the block one step earlier.
+      if (step > 0) {
+        const Tensor* wire = wire_bf16 ? grad_wire_ : grad_buf_;
+        grad_hop = cp_.ring_exchange_start(wire[(step - 1) % 2], wire[step % 2]);
+      }
+    }
 
     // This rank's contribution goes straight into the accumulator at step 0 (nobody has touched that block
     // yet) and into grad_local_ afterwards, to be added when the travelling accumulator lands.
     Tensor contrib = step == 0 ? grad_buf_[0] : grad_local_;
-    fill(contrib, 0.f);
     const int source = ring_source(r, step + 1, cp);
     const BlockPlan plan = plan_block(layout_, causal_, r, source, n);
-    if (!plan.skip) {
-      attn_bwd_block(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1), plan.mask);
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      fill(contrib, 0.f);
+      if (!plan.skip) {
+        attn_bwd_block(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1), plan.mask);
+      }
     }
     if (step > 0) {
-      cp_.wait(grad_hop);
+      {
+        RingTimerScope t(*timer_, Phase::comm);
+        cp_.wait(grad_hop);
+      }
       acc = grad_buf_[step % 2];
+      RingTimerScope t(*timer_, Phase::compute);
+      if (wire_bf16) copy_cast(acc, grad_wire_[step % 2]);
       if (!plan.skip) add_inplace(acc, contrib);
     } else {
       acc = contrib;
     }
   }
-  copy_cast(dq, dq_acc_);
-  copy_cast(dk, half(acc, 0));
-  copy_cast(dv, half(acc, 1));
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    copy_cast(dq, dq_acc_);
+    copy_cast(dk, half(acc, 0));
+    copy_cast(dv, half(acc, 1));
+  }
+  finish_call();
 }
 
 }  // namespace rt

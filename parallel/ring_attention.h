@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "parallel/comm.h"
 #include "parallel/layout.h"
+#include "parallel/ring_timing.h"
 
 namespace rt {
 
@@ -21,7 +22,10 @@ struct RingAttentionShape {
 class RingAttention {
  public:
   // Allocates the packed K/V double buffers, the fp32 state, dQ and the travelling dK/dV from `arena`.
-  RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena);
+  // dkv_wire: dtype of the travelling dK/dV accumulator on the wire (f32, or bf16 to halve those bytes; it
+  // is accumulated in fp32 on every rank either way and rounded to bf16 once per hop).
+  RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
+                DType dkv_wire = DType::f32);
 
   // q (B,n,H,D), k and v (B,n,Hkv,D): this rank's tokens in layout order.
   // out (B,n,H,D) written; lse (B,H,n) f32 written.
@@ -29,6 +33,12 @@ class RingAttention {
   // dq (B,n,H,D), dk and dv (B,n,Hkv,D) written (in q's dtype), for this rank's tokens.
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                 const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
+
+  // Compute vs exposed-communication time (parallel/ring_timing.h): summed over every call since
+  // construction or reset_timings(), and of the latest call alone.
+  const RingTimings& timings() const { return timings_; }
+  const RingTimings& last_call_timings() const { return last_call_; }
+  void reset_timings() { timings_.reset(); }
 
  private:
   Comm& cp_;
@@ -40,11 +50,15 @@ class RingAttention {
   Tensor kv_buf_[2];     // (2, B, n, Hkv, D) packed K|V, double-buffered
   Tensor grad_buf_[2];   // (2, B, n, Hkv, D) f32 travelling dK|dV accumulator, double-buffered
   Tensor grad_local_;    // (2, B, n, Hkv, D) f32 this rank's dK|dV contribution, added when the accumulator lands
+  Tensor grad_wire_[2];  // (2, B, n, Hkv, D) bf16 the accumulator on the wire (dkv_wire = bf16 only)
   Tensor dq_acc_;        // (B, n, H, D) f32
   Tensor delta_;         // (B, H, n) f32
+  std::unique_ptr<RingTimer> timer_;
+  RingTimings timings_, last_call_;
 
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
+  void finish_call();  // moves the timer's intervals of this call into last_call_ and timings_
 };
 
 }  // namespace rt

@@ -12,3 +12,13 @@ target_compile_definitions(test_mpi_fault PRIVATE RT_FAULT_VICTIM="$<TARGET_FILE
                            MPIEXEC_PATH="${MPIEXEC_EXECUTABLE}")
 add_dependencies(test_mpi_fault rt_fault_victim)
 rt_mpi_test(fault 1)
+
+# The whole model on every (dp, cp, tp) grid of issue 3 with <= 4 ranks, against one rank.
+rt_mpi_test(model_grid 4)
+# Ring attention timing: compute vs exposed communication, with a late neighbour.
+rt_mpi_test(ring_timing 2)
+# The real binary through launch/train.sh: bad config refused up front, resume on a different grid.
+add_dependencies(test_mpi_train_launch ringtrain)
+rt_mpi_test(train_launch 1)
+# The dK/dV accumulator as bf16 on the wire: the error it adds, for cp = 4 and cp = 2.
+rt_mpi_test(ring_dkv_wire 4)

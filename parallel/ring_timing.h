@@ -1,0 +1,61 @@
+// Where ring attention spends its time (DESIGN.md "Metrics and output": compute vs exposed communication).
+//   compute:        the attention kernels, K/V packing, the dK/dV accumulator adds and the final copies;
+//   exposed comm:   time blocked in Comm::wait() or posting an exchange, i.e. the part of the hops that the
+//                   compute did not hide.
+// RingAttention measures every forward and backward call with a RingTimer.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "kernels/tensor.h"
+
+namespace rt {
+
+struct RingTimings {
+  int64_t calls = 0;          // forward and backward calls
+  int64_t steps = 0;          // ring steps (cp per call)
+  double compute_s = 0;
+  double exposed_comm_s = 0;
+  void reset() { *this = RingTimings{}; }
+  void accumulate(const RingTimings& other) {
+    calls += other.calls, steps += other.steps;
+    compute_s += other.compute_s, exposed_comm_s += other.exposed_comm_s;
+  }
+  double total_s() const { return compute_s + exposed_comm_s; }
+};
+
+// Measures the intervals of one call. The host-clock timer is exact on CPU, where kernels run synchronously.
+// On CUDA the host clock would time only kernel launches and event waits: the CUDA backend registers a
+// timer (set_ring_timer_factory) that records CUDA events on the compute stream in begin()/end() and
+// resolves the elapsed times in finish(), which runs once per call after the last step.
+class RingTimer {
+ public:
+  enum class Phase { compute, comm };
+  virtual ~RingTimer() = default;
+  virtual void begin(Phase phase) = 0;
+  virtual void end(Phase phase) = 0;
+  // Adds this call's intervals to `into` (compute_s, exposed_comm_s) and starts over.
+  virtual void finish(RingTimings& into) = 0;
+};
+
+// Builds the timer for tensors on a CUDA device; nullptr restores the host clock. Called by the CUDA
+// backend at start-up (hook for CUDA events).
+using RingTimerFactory = std::unique_ptr<RingTimer> (*)(Device device);
+void set_ring_timer_factory(RingTimerFactory factory);
+// Host clock on CPU (and on CUDA until a factory is registered).
+std::unique_ptr<RingTimer> make_ring_timer(Device device);
+
+// begin() on construction, end() on destruction (also while unwinding).
+class RingTimerScope {
+ public:
+  RingTimerScope(RingTimer& timer, RingTimer::Phase phase) : timer_(timer), phase_(phase) { timer_.begin(phase_); }
+  ~RingTimerScope() { timer_.end(phase_); }
+  RingTimerScope(const RingTimerScope&) = delete;
+  RingTimerScope& operator=(const RingTimerScope&) = delete;
+
+ private:
+  RingTimer& timer_;
+  RingTimer::Phase phase_;
+};
+
+}  // namespace rt
