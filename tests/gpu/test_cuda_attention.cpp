@@ -1,8 +1,9 @@
 // CUDA flash attention against the CPU version (rt::cpu through the dispatcher, fp32 throughout) running
 // the same sequence of calls: state reset, one or more resumable forward blocks, finalize, delta, and the
 // backward blocks accumulating into pre-filled dq/dk/dv. Inputs are bf16-rounded on the host so both sides
-// see the same values. Tolerances: out (bf16, P rounded to bf16 before PV) 2e-2 relative; lse 2e-3
-// absolute (natural log, f32 sums); dq/dk/dv (bf16 P and dS in the mma) 3e-2 relative.
+// see the same values. Tolerances: out (bf16 output, P rounded to bf16 before PV) 1e-2 relative; lse 1e-4
+// absolute (natural log, f32 sums); dq/dk/dv (bf16 P and dS in the mma) 1e-2 relative. Measured on an
+// H200 (2026-11-29): out 1.8e-3..2.0e-3, lse <= 2e-6, dq/dk/dv 1.5e-3..2.2e-3.
 #include <iostream>
 
 #include "tests/gpu/attention_test_util.h"
@@ -72,11 +73,11 @@ void run_case(const AttnCase& c, int64_t D, uint64_t seed) {
   const double e_dq = rel_error(download(gdq), dq), e_dk = rel_error(download(gdk), dk), e_dv = rel_error(download(gdv), dv);
   std::cout << "[attn] " << c.name << " D=" << D << " out " << e_out << " lse " << e_lse << " dq " << e_dq << " dk "
             << e_dk << " dv " << e_dv << "\n";
-  EXPECT_LE(e_out, 2e-2) << worst_mismatch(o_gpu, out);
-  EXPECT_LE(e_lse, 2e-3);
-  EXPECT_LE(e_dq, 3e-2);
-  EXPECT_LE(e_dk, 3e-2);
-  EXPECT_LE(e_dv, 3e-2);
+  EXPECT_LE(e_out, 1e-2) << worst_mismatch(o_gpu, out);
+  EXPECT_LE(e_lse, 1e-4);
+  EXPECT_LE(e_dq, 1e-2);
+  EXPECT_LE(e_dk, 1e-2);
+  EXPECT_LE(e_dv, 1e-2);
   // Rows with no visible key: LSE = -inf and O = 0 exactly, never NaN.
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)

@@ -1,7 +1,8 @@
 // One long case: 64K tokens x 16 query heads (4 K/V heads), D = 128, causal. Guards against 32-bit offset
 // overflow and checks a sample of query rows (out, lse, dq) and key rows (dk, dv) against an fp64
-// reference computed on the host for those rows only. Tolerances: out, dq, dk, dv 3e-2 relative over the
-// sampled rows; lse 2e-3 absolute.
+// reference computed on the host for those rows only. Tolerances: out, dq, dk, dv 1e-2 relative over the
+// sampled rows; lse 1e-4 absolute. Measured on an H200 (2026-11-29): out 1.1e-3, lse 2e-6, dq 1.9e-3,
+// dk 1.6e-3, dv 1.3e-3.
 #include <iostream>
 
 #include "tests/gpu/attention_test_util.h"
@@ -142,11 +143,11 @@ TEST(CudaAttentionLong, Causal64kTokens16HeadsSampledRows) {
                e_dq = rel_error(dq_got, dq_ref), e_dk = rel_error(dk_got, dk_ref), e_dv = rel_error(dv_got, dv_ref);
   std::cout << "[attn] 64k x 16 heads: out " << e_out << " lse " << e_lse << " dq " << e_dq << " dk " << e_dk
             << " dv " << e_dv << "\n";
-  EXPECT_LE(e_out, 3e-2) << worst_mismatch(o_got, o_ref);
-  EXPECT_LE(e_lse, 2e-3);
-  EXPECT_LE(e_dq, 3e-2) << worst_mismatch(dq_got, dq_ref);
-  EXPECT_LE(e_dk, 3e-2) << worst_mismatch(dk_got, dk_ref);
-  EXPECT_LE(e_dv, 3e-2) << worst_mismatch(dv_got, dv_ref);
+  EXPECT_LE(e_out, 1e-2) << worst_mismatch(o_got, o_ref);
+  EXPECT_LE(e_lse, 1e-4);
+  EXPECT_LE(e_dq, 1e-2) << worst_mismatch(dq_got, dq_ref);
+  EXPECT_LE(e_dk, 1e-2) << worst_mismatch(dk_got, dk_ref);
+  EXPECT_LE(e_dv, 1e-2) << worst_mismatch(dv_got, dv_ref);
 }
 
 }  // namespace
