@@ -209,9 +209,9 @@ class PointRunner:
         if proc.returncode != 0:
             return "failed", error_from_output("".join(tail), proc.returncode), seconds
         records = self.records(point)
-        if len(records) < self.sweep.steps:
+        if len(records) < point.steps:
             return "failed", (f"run exited 0 but {self.metrics_path(point)} holds {len(records)} of "
-                              f"{self.sweep.steps} steps"), seconds
+                              f"{point.steps} steps"), seconds
         if not self.sweep.keep_checkpoints:
             shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
         return "done", "", seconds

@@ -17,6 +17,8 @@ A sweep file (YAML):
       steps: 8                        # optimizer steps per point
       warmup_steps: 3                 # not timed; the median is over the rest
       timeout_s: 900                  # optional: a point running longer is killed and recorded as failed
+      per_point:                      # optional: other step counts for the points whose swept values match
+        - {when: {data.seq_len: 524288}, steps: 2, warmup_steps: 1}
     gpus: 1                           # optional: devices the ranks spread over (ranks share them evenly)
     device_memory_gib: 140            # optional: memory per device; default: what `ringtrain plan` reports
     env: {NAME: value}                # optional: environment for every run
@@ -34,7 +36,8 @@ except ImportError:  # launch/sweep.sh checks first; this is for direct use of t
 
 TOP_KEYS = {"name", "label", "base", "set", "axes", "measure", "gpus", "device_memory_gib", "env", "mpirun",
             "keep_checkpoints"}
-MEASURE_KEYS = {"steps", "warmup_steps", "timeout_s"}
+MEASURE_KEYS = {"steps", "warmup_steps", "timeout_s", "per_point"}
+RULE_KEYS = {"when", "steps", "warmup_steps"}
 # Keys the driver sets itself for every point.
 RESERVED_KEYS = {"train.steps", "train.run_dir"}
 # Written before the user's `set`, so a sweep file may change them.
@@ -59,10 +62,12 @@ def format_value(value):
 class Point:
     """One run of the sweep: its swept values (dotted key -> value) and every `--set` override, in order."""
 
-    def __init__(self, index, values, overrides, point_id=""):
+    def __init__(self, index, values, overrides, steps, warmup_steps, point_id=""):
         self.index = index          # 0-based position in the expansion
         self.values = values        # dict, swept keys in axis order
         self.overrides = overrides  # list of "key=value", later ones win
+        self.steps = steps          # optimizer steps of this point's run
+        self.warmup_steps = warmup_steps  # not timed
         self.id = point_id
 
     def describe(self):
@@ -107,6 +112,7 @@ class Sweep:
         self.steps = 0
         self.warmup_steps = 0
         self.timeout_s = None
+        self.measure_rules = []     # list of (when: {key: text}, steps, warmup_steps)
         self.gpus = None
         self.device_memory_bytes = None
         self.env = {}
@@ -150,6 +156,11 @@ class Sweep:
             raise SpecError(f"{self.path}: 'mpirun' must be a list of extra mpirun flags")
         self.mpirun = [str(x) for x in mpirun]
         self.keep_checkpoints = bool(d.get("keep_checkpoints", False))
+        for when, _, _ in self.measure_rules:
+            for k in when:
+                if k not in self.swept_keys():
+                    raise SpecError(f"{self.path}: measure.per_point: '{k}' is not a swept key "
+                                    f"(axes: {', '.join(self.swept_keys()) or 'none'})")
 
     def _parse_base(self, base):
         if base is None:
@@ -206,19 +217,37 @@ class Sweep:
         if unknown:
             raise SpecError(f"{self.path}: measure: unknown key(s) {', '.join(unknown)}; "
                             f"known: {', '.join(sorted(MEASURE_KEYS))}")
-        self.steps = self._positive_int(m.get("steps"), "measure.steps")
-        w = m.get("warmup_steps", 0)
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise SpecError(f"{self.path}: measure.warmup_steps must be a non-negative integer, got {w!r}")
-        if w >= self.steps:
-            raise SpecError(f"{self.path}: measure.warmup_steps ({w}) must be less than measure.steps "
-                            f"({self.steps}) so that at least one step is timed")
-        self.warmup_steps = w
+        self.steps, self.warmup_steps = self._steps(m, "measure", None)
+        rules = m.get("per_point") or []
+        if not isinstance(rules, list):
+            raise SpecError(f"{self.path}: measure.per_point must be a list of {{when: {{key: value}}, steps: N}}")
+        for i, rule in enumerate(rules):
+            where = f"measure.per_point[{i}]"
+            if not isinstance(rule, dict) or not isinstance(rule.get("when"), dict) or not rule["when"]:
+                raise SpecError(f"{self.path}: {where} needs when: {{swept key: value, ...}}")
+            unknown = sorted(set(rule) - RULE_KEYS)
+            if unknown:
+                raise SpecError(f"{self.path}: {where}: unknown key(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(RULE_KEYS))}")
+            steps, warmup = self._steps(rule, where, (self.steps, self.warmup_steps))
+            when = {str(k): format_value(v) for k, v in rule["when"].items()}
+            self.measure_rules.append((when, steps, warmup))
         if m.get("timeout_s") is not None:
             t = m["timeout_s"]
             if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
                 raise SpecError(f"{self.path}: measure.timeout_s must be a positive number, got {t!r}")
             self.timeout_s = float(t)
+
+    def _steps(self, m, where, defaults):
+        steps = m.get("steps", defaults[0] if defaults else None)
+        steps = self._positive_int(steps, f"{where}.steps")
+        w = m.get("warmup_steps", defaults[1] if defaults else 0)
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise SpecError(f"{self.path}: {where}.warmup_steps must be a non-negative integer, got {w!r}")
+        if w >= steps:
+            raise SpecError(f"{self.path}: {where}.warmup_steps ({w}) must be less than steps ({steps}) so that "
+                            "at least one step is timed")
+        return steps, w
 
     def _positive_int(self, v, where):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -256,15 +285,20 @@ class Sweep:
             values = {}
             for (keys, _), tup in zip(self.axes, combo):
                 values.update(zip(keys, tup))
+            steps, warmup = self.steps, self.warmup_steps
+            for when, rule_steps, rule_warmup in self.measure_rules:
+                if all(k in values and format_value(values[k]) == v for k, v in when.items()):
+                    steps, warmup = rule_steps, rule_warmup
+                    break
             # The LR warm-up must fit in the short run (ringtrain refuses warmup_steps > steps); the whole
             # run warming up keeps the learning rate small, which leaves the step time unchanged.
-            defaults = DEFAULT_SETS + [("optim.warmup_steps", self.steps)]
+            defaults = DEFAULT_SETS + [("optim.warmup_steps", steps)]
             overrides = [f"{k}={format_value(v)}" for k, v in defaults]
             overrides += [f"{k}={format_value(v)}" for k, v in self.fixed]
             overrides += list(extra_sets)
             overrides += [f"{k}={format_value(v)}" for k, v in values.items()]
-            overrides.append(f"train.steps={self.steps}")
-            points.append(Point(i, values, overrides))
+            overrides.append(f"train.steps={steps}")
+            points.append(Point(i, values, overrides, steps, warmup))
         for p, pid in zip(points, point_ids(points, self.swept_keys())):
             p.id = pid
         return points

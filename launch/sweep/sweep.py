@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import aggregate  # noqa: E402
+import measure  # noqa: E402
 import runner as runner_mod  # noqa: E402
 import spec  # noqa: E402
 
@@ -144,7 +145,7 @@ def prepare_base(sweep, out_dir):
 def report(sweep, points, runner, out_dir, meta):
     rows = []
     for p in points:
-        rows.append(aggregate.point_row(p, runner.load_status(p), runner, sweep.warmup_steps))
+        rows.append(aggregate.point_row(p, runner.load_status(p), runner, p.warmup_steps))
     aggregate.add_scaling_efficiency(rows, sweep.swept_keys())
     csv_path = os.path.join(out_dir, "results.csv")
     aggregate.write_csv(csv_path, rows, sweep.swept_keys())
@@ -202,8 +203,9 @@ def main(argv):
     eta = Eta()
     todo = []
     counts = {"done": 0, "failed": 0, "skipped": 0}
-    print(f"sweep {sweep.name}: {len(points)} point(s), {sweep.steps} steps each ({sweep.warmup_steps} warm-up) "
-          f"-> {out_dir}")
+    rules = " (other counts per measure.per_point)" if sweep.measure_rules else ""
+    print(f"sweep {sweep.name}: {len(points)} point(s), {sweep.steps} steps each ({sweep.warmup_steps} warm-up)"
+          f"{rules} -> {out_dir}")
     for p in points:
         old = runner.load_status(p)
         finished = old and old.get("status") in runner_mod.FINISHED
@@ -212,7 +214,7 @@ def main(argv):
         if same and not args.rerun and not retry:
             counts[old["status"]] += 1
             if old["status"] == "done":
-                eta.add(point_work(old.get("plan"), sweep.steps), old.get("duration_s"))
+                eta.add(point_work(old.get("plan"), p.steps), old.get("duration_s"))
             print(f"  [{p.index + 1}/{len(points)}] {p.describe()}: {old['status']} earlier, not rerun")
             continue
         if finished and not same:
@@ -220,9 +222,10 @@ def main(argv):
         status = runner.new_status(p)
         plan, error = runner.plan(p)
         status["plan"] = plan
+        save = (lambda: None) if args.dry_run else (lambda: runner.save_status(p, status))  # dry run: no files
         if error:
             status.update(status="failed", error=error)
-            runner.save_status(p, status)
+            save()
             counts["failed"] += 1
             print(f"  [{p.index + 1}/{len(points)}] {p.describe()}: FAILED at plan: {error}")
             continue
@@ -230,16 +233,18 @@ def main(argv):
         status["fit_note"] = note
         if not fits:
             status.update(status="skipped", error="will not fit: " + note)
-            runner.save_status(p, status)
+            save()
             counts["skipped"] += 1
             print(f"  [{p.index + 1}/{len(points)}] {p.describe()}: skipped, {note}")
             continue
+        if args.dry_run:
+            print(f"  [{p.index + 1}/{len(points)}] {p.describe()}: would run {p.steps} steps on "
+                  f"{plan['world_size']} rank(s); {note}")
+            print("      " + " ".join(shlex.quote(c) for c in runner.train_command(p)))
         todo.append((p, status))
     if args.dry_run:
-        for p, status in todo:
-            print(f"  [{p.index + 1}/{len(points)}] {p.describe()}: would run on {status['plan']['world_size']} "
-                  f"rank(s); {status['fit_note']}")
-            print("      " + " ".join(shlex.quote(c) for c in runner.train_command(p)))
+        print(f"sweep {sweep.name}: dry run: {len(todo)} to run, {counts['skipped']} will not fit, "
+              f"{counts['failed']} fail at plan; nothing was written under {os.path.join(out_dir, 'points')}")
         return 0
 
     # Phase 2: run.
@@ -247,7 +252,7 @@ def main(argv):
     stopped_early = False
     for n, (p, status) in enumerate(todo):
         plan = status["plan"]
-        work = point_work(plan, sweep.steps)
+        work = point_work(plan, p.steps)
         predicted = eta.predict(work)
         elapsed = time.time() - start
         budget_left = args.time_budget - elapsed if args.time_budget else None
@@ -279,14 +284,13 @@ def main(argv):
         if outcome == "done":
             eta.add(work, seconds)
             records = runner.records(p)
-            import measure
-            s = measure.summarize(records, sweep.warmup_steps)
+            s = measure.summarize(records, p.warmup_steps)
             ms = s["step_ms_median"] or float("nan")
             tok_s = float(plan["tokens_per_step"]) / (ms / 1e3)
             result = f"done in {seconds:.1f} s | {ms:.1f} ms/step | {fmt_rate(tok_s)} tok/s | loss {s['loss']:.4f}"
         else:
             result = f"FAILED after {seconds:.1f} s: {error}"
-        remaining = [point_work(q_status["plan"], sweep.steps) for _, q_status in todo[n + 1:]]
+        remaining = [point_work(q_status["plan"], q.steps) for q, q_status in todo[n + 1:]]
         left = sum(eta.predict(w) or 0 for w in remaining) if remaining else 0
         print(f"      {result} | elapsed {hms(time.time() - start)} | ETA {hms(left)}", flush=True)
 

@@ -61,6 +61,23 @@ class SpecTest(unittest.TestCase):
         self.assertEqual(s.zipped_with("data.seq_len"), ["parallel.cp"])
         self.assertEqual(s.swept_keys(), ["parallel.cp", "data.seq_len", "parallel.layout"])
 
+    def test_per_point_step_counts(self):
+        s = self.load("axes:\n  data.seq_len: [16, 32, 64]\n  parallel.cp: [1, 2]\n"
+                      "measure:\n  steps: 5\n  warmup_steps: 2\n  per_point:\n"
+                      "    - {when: {data.seq_len: 64, parallel.cp: 1}, steps: 2, warmup_steps: 1}\n"
+                      "    - {when: {data.seq_len: 64}, steps: 3}\n")
+        got = [(p.values["data.seq_len"], p.values["parallel.cp"], p.steps, p.warmup_steps) for p in s.points()]
+        self.assertEqual(got, [(16, 1, 5, 2), (16, 2, 5, 2), (32, 1, 5, 2), (32, 2, 5, 2), (64, 1, 2, 1), (64, 2, 3, 2)])
+        self.assertIn("train.steps=2", s.points()[4].overrides)
+        self.assertIn("optim.warmup_steps=2", s.points()[4].overrides)
+        with self.assertRaises(spec.SpecError) as ctx:
+            self.load("axes: {data.seq_len: [16]}\nmeasure: {steps: 3, per_point: [{when: {parallel.cp: 1}, steps: 2}]}\n")
+        self.assertIn("not a swept key", str(ctx.exception))
+        with self.assertRaises(spec.SpecError) as ctx:
+            self.load("axes: {data.seq_len: [16]}\nmeasure: {steps: 3, warmup_steps: 2, "
+                      "per_point: [{when: {data.seq_len: 16}, steps: 2}]}\n")
+        self.assertIn("per_point[0].warmup_steps", str(ctx.exception))
+
     def test_ids_use_full_key_when_short_names_clash(self):
         s = self.load("axes:\n  optim.eps: [1.0e-8]\n  model.norm_eps: [1.0e-5]\n  data.seed: [1, 2]\n"
                       "  train.seed: [3]\nmeasure: {steps: 2}\n")
