@@ -34,6 +34,7 @@ struct ParallelConfig {
   int dp = 1, cp = 1, tp = 1;
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl
+  std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
 };
 
 struct TrainConfig {

@@ -81,6 +81,7 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   p.at_least("parallel.tp", g.tp, 1);
   p.one_of("parallel.layout", g.layout, {"auto", "contiguous", "zigzag", "striped"});
   p.one_of("parallel.comm", g.comm, {"auto", "mpi", "nccl"});
+  p.one_of("parallel.dkv_wire", g.dkv_wire, {"fp32", "bf16"});
   p.one_of("device", c.device, {"auto", "cpu", "cuda"});
   if (g.comm == "nccl" && c.device == "cpu")
     p.add("parallel.comm=nccl needs GPU tensors but device=cpu; use parallel.comm: mpi (or auto) or device: cuda");

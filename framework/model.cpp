@@ -73,7 +73,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   RingAttentionShape ring;
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
   ring.dtype = act;
-  attention_ = std::make_unique<RingAttention>(*comms.cp, options.layout, /*causal=*/true, ring, arena);
+  attention_ =
+      std::make_unique<RingAttention>(*comms.cp, options.layout, /*causal=*/true, ring, arena, options.dkv_wire);
 }
 
 Model::~Model() = default;

@@ -77,6 +77,7 @@ struct ModelOptions {
   int64_t lm_head_chunk = 1024;  // tokens per chunk of the fused LM head + loss
   DType act_dtype = DType::f32;  // activations and compute weights: f32 on CPU, bf16 on CUDA
   Layout layout = Layout::contiguous;
+  DType dkv_wire = DType::f32;   // ring backward: dK/dV accumulator on the wire (f32 | bf16)
 };
 
 // The parameter table for one tp rank, in flat-buffer order (pure function of the config; no memory).
@@ -110,6 +111,8 @@ class Model {
   int64_t decay_numel() const { return decay_numel_; }
   Comm& tp_comm() { return *comms_.tp; }
   Comm& dp_cp_comm() { return *comms_.dp_cp; }
+  // The ring attention every layer uses; its timings() cover all layers' forward and backward calls.
+  RingAttention& attention() { return *attention_; }
 
   // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
   // are generated from `seed` and sliced, so every grid gets the same model.

@@ -3,7 +3,9 @@
 //     a message naming the fix, and no run directory;
 //   - resume on a different grid: train on (dp,cp,tp) = (1,2,1) with a checkpoint at step 10, resume that
 //     checkpoint on (1,1,2); steps 11..20 match the uninterrupted (1,2,1) run within 1e-4 (relative; the
-//     grids differ only in fp32 summation order, see test_model_grid.cpp for the per-step tolerances).
+//     grids differ only in fp32 summation order, see test_model_grid.cpp for the per-step tolerances);
+//   - parallel.dkv_wire=bf16 reaches the ring: a cp=2 run's losses differ from the fp32-wire run's, by less
+//     than 1e-2 relative over 10 steps (tests/mpi/test_ring_dkv_wire.cpp bounds the per-call error).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <sys/wait.h>
@@ -17,6 +19,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "framework/config.h"
+#include "kernels/tensor.h"
 
 extern char** environ;
 
@@ -149,6 +154,36 @@ TEST_F(TrainLaunch, ResumeOnDifferentGridContinuesTheLossCurve) {
   double lo = 1e30, hi = -1e30;
   for (const auto& [step, loss] : la) lo = std::min(lo, loss), hi = std::max(hi, loss);
   EXPECT_GT(hi - lo, 1e-2) << "the uninterrupted curve is flat; the comparison would prove nothing";
+}
+
+TEST_F(TrainLaunch, Bf16DkvWireChangesLossesSlightly) {
+  const fs::path run_f32 = dir_ / "wire_f32", run_bf16 = dir_ / "wire_bf16";
+  const std::string config = write_config("wire.yaml", small_model_yaml(run_f32.string()));
+  const std::string common = " --set train.steps=10 --set checkpoint.every=0";
+  const JobResult a = train_sh(config, common);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const JobResult b = train_sh(config, common + " --set parallel.dkv_wire=bf16 --set train.run_dir=" + run_bf16.string());
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::map<int, double> la = read_losses(run_f32 / "metrics.jsonl"), lb = read_losses(run_bf16 / "metrics.jsonl");
+  ASSERT_EQ(la.size(), 10u) << a.output;
+  ASSERT_EQ(lb.size(), 10u) << b.output;
+  double worst = 0;
+  for (const auto& [step, loss] : lb) {
+    ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
+    worst = std::max(worst, std::abs(loss - la.at(step)) / std::abs(la.at(step)));
+  }
+  EXPECT_LT(worst, 1e-2) << "bf16 dK/dV wire moved the loss curve too far";
+  EXPECT_GT(worst, 0.0) << "identical losses: parallel.dkv_wire=bf16 did not reach the ring";
+  std::printf("[ dkv_wire bf16 vs fp32, cp=2, 10 steps ] worst relative loss difference %.1e\n", worst);
+}
+
+TEST(TrainLaunchConfig, UnknownDkvWireIsRefused) {
+  try {
+    rt::parse_config_text("parallel:\n  dkv_wire: fp16\n", {}, 0, "inline");
+    FAIL() << "parallel.dkv_wire=fp16 was accepted";
+  } catch (const rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.dkv_wire"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
