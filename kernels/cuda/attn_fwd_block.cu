@@ -1,14 +1,20 @@
 // attn_fwd_block on CUDA: continues the fp32 online-softmax state (acc, m, l) with one K/V block.
 // Flash-attention-2 style kernel on mma.sync m16n8k16 (bf16 in, f32 accumulate):
-//   * one CTA = 128 query rows of one (batch, head); 8 warps, each owns 16 rows;
-//   * Q is loaded once (cp.async -> shared -> ldmatrix -> registers);
+//   * one CTA = 128 query rows of one (batch, head); each warp owns MT x 16 rows (v2: MT = 2, 4 warps;
+//     v1: MT = 1, 8 warps). More rows per warp means each K/V fragment read from shared memory feeds more
+//     mma, which is what limits mma.sync attention on Hopper (shared-memory bandwidth);
 //   * K/V tiles of 64 keys are double-buffered in shared memory with cp.async, so the next tile's
-//     load overlaps this tile's math;
+//     load overlaps this tile's math; Q stays in shared memory and is re-read per tile (v2) or held in
+//     registers (v1);
 //   * scores are prescaled by scale*log2(e) inside one FFMA feeding ex2; m is kept in that log2 domain;
 //   * causal: key tiles wholly above the diagonal are never visited, and only tiles that cross the
 //     diagonal or the key-range end are masked;
-//   * the state is read at the start and written at the end, so the kernel resumes across ring steps.
+//   * the state is read at the start and written at the end, so the kernel resumes across ring steps
+//     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
+// RT_ATTN_FWD_VARIANT=1 selects v1 (for benchmarking); the default is v2.
+#include <cstdlib>
+
 #include "kernels/cuda/attention_common.cuh"
 
 namespace rt {
@@ -17,8 +23,6 @@ namespace {
 
 constexpr int kFwdRowsPerCta = 128;  // Br
 constexpr int kFwdKeysPerTile = 64;  // Bc
-constexpr int kFwdWarps = 8;
-constexpr int kFwdThreads = kFwdWarps * 32;
 
 struct FwdParams {
   const __nv_bfloat16* q;  // (B,Nq,H,D)
@@ -40,11 +44,21 @@ constexpr size_t fwd_smem_bytes() {
   return size_t(kFwdRowsPerCta + 4 * kFwdKeysPerTile) * D * 2;  // Q + K[2] + V[2]
 }
 
-template <int D>
-__global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1) attn_fwd_kernel(const FwdParams p) {
+template <int MT>
+constexpr int fwd_threads() {
+  return kFwdRowsPerCta / (16 * MT) * 32;
+}
+
+// MT: 16-row m-tiles per warp.
+template <int D, int MT>
+__global__ void __launch_bounds__(fwd_threads<MT>(), MT == 2 ? 2 : (D == 64 ? 2 : 1))
+    attn_fwd_kernel(const FwdParams p) {
+  constexpr int kThreads = fwd_threads<MT>();
   constexpr int kKSlices = D / 16;   // k-steps of the QK^T mma
   constexpr int kDTiles = D / 8;     // n-tiles of the output
   constexpr int kSTiles = kFwdKeysPerTile / 8;  // n-tiles of the scores
+  constexpr bool kQInRegisters = MT == 1;
+  constexpr int kRows = 2 * MT;      // rows this thread holds: g + 8r within each m-tile
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_tile = smem_addr(smem);                                  // (128, D) bf16
   const uint32_t k_tiles = q_tile + kFwdRowsPerCta * D * 2;                 // (2, 64, D) bf16
@@ -72,39 +86,48 @@ __global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1) attn_fwd_kernel(
   const __nv_bfloat16* v_head = p.v + (b * p.Nk * p.Hkv + hk) * D;
 
   // Prologue: Q tile and the first K/V tile.
-  load_tile_async<kFwdRowsPerCta, D, kFwdThreads>(q_tile, q_head, q_stride, q0, p.q_end);
+  load_tile_async<kFwdRowsPerCta, D, kThreads>(q_tile, q_head, q_stride, q0, p.q_end);
   cp_async_commit();
-  load_tile_async<kFwdKeysPerTile, D, kFwdThreads>(k_tiles, k_head, kv_stride, k_lo, k_hi);
-  load_tile_async<kFwdKeysPerTile, D, kFwdThreads>(v_tiles, v_head, kv_stride, k_lo, k_hi);
+  load_tile_async<kFwdKeysPerTile, D, kThreads>(k_tiles, k_head, kv_stride, k_lo, k_hi);
+  load_tile_async<kFwdKeysPerTile, D, kThreads>(v_tiles, v_head, kv_stride, k_lo, k_hi);
   cp_async_commit();
 
-  // This thread's two rows and their state.
-  const int64_t row_a = q0 + warp * 16 + g, row_b = row_a + 8;
-  const bool ok_a = row_a < p.q_end, ok_b = row_b < p.q_end;
+  // This thread's rows (m-tile mi, half r): local row lrow[x] = warp*16*MT + mi*16 + r*8 + g, x = 2*mi + r.
   const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
-  float m_a = ok_a ? p.m[bh_row0 + row_a] : -INFINITY;
-  float m_b = ok_b ? p.m[bh_row0 + row_b] : -INFINITY;
-  float l_a = (ok_a && t == 0) ? p.l[bh_row0 + row_a] : 0.f;  // per-thread partial sums, reduced at the end
-  float l_b = (ok_b && t == 0) ? p.l[bh_row0 + row_b] : 0.f;
-  float o[kDTiles][4];  // (16 rows, D) accumulator fragments
-  {
-    const float* acc_a = p.acc + (bh_row0 + row_a) * D;
-    const float* acc_b = p.acc + (bh_row0 + row_b) * D;
+  int lrow[kRows];
+  float m_run[kRows], l_run[kRows];  // l: per-thread partial sums, reduced across the quad at the end
+  float o[MT][kDTiles][4];           // (16*MT rows, D) accumulator fragments
 #pragma unroll
-    for (int nt = 0; nt < kDTiles; ++nt) {
-      const int col = nt * 8 + 2 * t;
-      const float2 va = ok_a ? *reinterpret_cast<const float2*>(acc_a + col) : make_float2(0.f, 0.f);
-      const float2 vb = ok_b ? *reinterpret_cast<const float2*>(acc_b + col) : make_float2(0.f, 0.f);
-      o[nt][0] = va.x; o[nt][1] = va.y; o[nt][2] = vb.x; o[nt][3] = vb.y;
+  for (int x = 0; x < kRows; ++x) {
+    lrow[x] = warp * 16 * MT + (x / 2) * 16 + (x % 2) * 8 + g;
+    const bool ok = q0 + lrow[x] < p.q_end;
+    m_run[x] = ok ? p.m[bh_row0 + q0 + lrow[x]] : -INFINITY;
+    l_run[x] = (ok && t == 0) ? p.l[bh_row0 + q0 + lrow[x]] : 0.f;
+  }
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int x = mi * 2 + r;
+      const bool seen = m_run[x] != -INFINITY;  // false also for rows past q_end
+      const float* acc_row = p.acc + (bh_row0 + q0 + lrow[x]) * D;
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; ++nt) {
+        const float2 va = seen ? *reinterpret_cast<const float2*>(acc_row + nt * 8 + 2 * t) : make_float2(0.f, 0.f);
+        o[mi][nt][2 * r] = va.x;
+        o[mi][nt][2 * r + 1] = va.y;
+      }
     }
   }
 
-  uint32_t qf[kKSlices][4];  // Q fragments of this warp's 16 rows
+  uint32_t qf[kQInRegisters ? kKSlices : 1][4];  // v1: Q fragments of this warp's 16 rows
   cp_async_wait<1>();  // the Q group has landed (the first K/V group may still be in flight)
   __syncthreads();
+  if (kQInRegisters) {
 #pragma unroll
-  for (int kk = 0; kk < kKSlices; ++kk)
-    ldmatrix_x4(qf[kk], q_tile + tile_offset<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16));
+    for (int kk = 0; kk < kKSlices; ++kk)
+      ldmatrix_x4(qf[kQInRegisters ? kk : 0], q_tile + tile_offset<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16));
+  }
 
   for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<0>();
@@ -112,128 +135,163 @@ __global__ void __launch_bounds__(kFwdThreads, D == 64 ? 2 : 1) attn_fwd_kernel(
     if (it + 1 < n_tiles) {  // prefetch the next K/V tile into the other buffer
       const uint32_t buf = uint32_t((it + 1) & 1) * kKVTileBytes;
       const int64_t next = k_lo + int64_t(it + 1) * kFwdKeysPerTile;
-      load_tile_async<kFwdKeysPerTile, D, kFwdThreads>(k_tiles + buf, k_head, kv_stride, next, k_hi);
-      load_tile_async<kFwdKeysPerTile, D, kFwdThreads>(v_tiles + buf, v_head, kv_stride, next, k_hi);
+      load_tile_async<kFwdKeysPerTile, D, kThreads>(k_tiles + buf, k_head, kv_stride, next, k_hi);
+      load_tile_async<kFwdKeysPerTile, D, kThreads>(v_tiles + buf, v_head, kv_stride, next, k_hi);
       cp_async_commit();
     }
     const uint32_t ks = k_tiles + uint32_t(it & 1) * kKVTileBytes;
     const uint32_t vs = v_tiles + uint32_t(it & 1) * kKVTileBytes;
     const int64_t kt0 = k_lo + int64_t(it) * kFwdKeysPerTile;
 
-    // S = Q K^T for 16 rows x 64 keys.
-    float s[kSTiles][4];
+    // S = Q K^T for 16*MT rows x 64 keys.
+    float s[MT][kSTiles][4];
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kKSlices; ++kk) {
+      uint32_t qa[MT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        if (kQInRegisters) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[mi][e] = qf[kQInRegisters ? kk : 0][e];
+        } else {
+          ldmatrix_x4(qa[mi], q_tile + tile_offset<D>(warp * 16 * MT + mi * 16 + (lane % 16), kk * 2 + lane / 16));
+        }
+      }
 #pragma unroll
       for (int np = 0; np < kSTiles / 2; ++np) {
         uint32_t kb[4];
         ldmatrix_x4(kb, ks + tile_offset<D>(np * 16 + (lane / 16) * 8 + (lane % 8), kk * 2 + (lane / 8) % 2));
-        mma_bf16(s[2 * np], qf[kk], kb[0], kb[1]);
-        mma_bf16(s[2 * np + 1], qf[kk], kb[2], kb[3]);
-      }
-    }
-
-    // Mask only tiles that cross the key-range end or the causal diagonal.
-    const bool need_mask = kt0 + kFwdKeysPerTile > k_hi || (p.causal && kt0 + kFwdKeysPerTile - 1 > q0 + p.diag);
-    if (need_mask) {
 #pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t j = kt0 + nt * 8 + 2 * t + (e & 1);
-          const int64_t i = (e < 2) ? row_a : row_b;
-          const bool visible = j < k_hi && (!p.causal || j <= i + p.diag);
-          if (!visible) s[nt][e] = -INFINITY;
+        for (int mi = 0; mi < MT; ++mi) {
+          mma_bf16(s[mi][2 * np], qa[mi], kb[0], kb[1]);
+          mma_bf16(s[mi][2 * np + 1], qa[mi], kb[2], kb[3]);
         }
       }
     }
 
-    // Online softmax in the log2 domain.
-    float mx_a = -INFINITY, mx_b = -INFINITY;
+    // Mask only tiles that cross the key-range end or the causal diagonal. In tile-local ints: key jj is
+    // visible to local row lr iff jj < kmax and (not causal or jj - lr <= cd).
+    const bool need_mask = kt0 + kFwdKeysPerTile > k_hi || (p.causal && kt0 + kFwdKeysPerTile - 1 > q0 + p.diag);
+    if (need_mask) {
+      const int kmax = int(min(k_hi - kt0, int64_t(kFwdKeysPerTile)));
+      const int cd = p.causal ? int(max(min(q0 + p.diag - kt0, int64_t(1) << 20), -(int64_t(1) << 20))) : (1 << 20);
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
-      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float mnew_a = fmaxf(m_a, mx_a * p.scale2), mnew_b = fmaxf(m_b, mx_b * p.scale2);
-    const float muse_a = mnew_a == -INFINITY ? 0.f : mnew_a;  // never (-inf) - (-inf)
-    const float muse_b = mnew_b == -INFINITY ? 0.f : mnew_b;
-    const float alpha_a = fast_exp2(m_a - muse_a), alpha_b = fast_exp2(m_b - muse_b);
-    m_a = mnew_a;
-    m_b = mnew_b;
-    l_a *= alpha_a;
-    l_b *= alpha_b;
+      for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-    for (int nt = 0; nt < kDTiles; ++nt) {
-      o[nt][0] *= alpha_a; o[nt][1] *= alpha_a;
-      o[nt][2] *= alpha_b; o[nt][3] *= alpha_b;
-    }
-    uint32_t pa[kSTiles / 2][4];  // P as bf16 A fragments, one per 16-key slice
+        for (int nt = 0; nt < kSTiles; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < kSTiles; ++nt) {
-      const float p0 = fast_exp2(fmaf(s[nt][0], p.scale2, -muse_a));
-      const float p1 = fast_exp2(fmaf(s[nt][1], p.scale2, -muse_a));
-      const float p2 = fast_exp2(fmaf(s[nt][2], p.scale2, -muse_b));
-      const float p3 = fast_exp2(fmaf(s[nt][3], p.scale2, -muse_b));
-      l_a += p0 + p1;
-      l_b += p2 + p3;
-      pa[nt / 2][(nt % 2) * 2 + 0] = pack_bf16(p0, p1);
-      pa[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+          for (int e = 0; e < 4; ++e) {
+            const int jj = nt * 8 + 2 * t + (e & 1);
+            if (!(jj < kmax && jj - lrow[mi * 2 + e / 2] <= cd)) s[mi][nt][e] = -INFINITY;
+          }
     }
 
-    // O += P V.
+    // Online softmax in the log2 domain: new running max, rescale of l and O.
+    float muse[kRows];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int x = mi * 2 + r;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kSTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * r], s[mi][nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(m_run[x], mx * p.scale2);
+        muse[x] = mnew == -INFINITY ? 0.f : mnew;  // never (-inf) - (-inf)
+        const float alpha = fast_exp2(m_run[x] - muse[x]);
+        m_run[x] = mnew;
+        l_run[x] *= alpha;
+#pragma unroll
+        for (int nt = 0; nt < kDTiles; ++nt) {
+          o[mi][nt][2 * r] *= alpha;
+          o[mi][nt][2 * r + 1] *= alpha;
+        }
+      }
+    }
+
+    // O += P V, one 16-key slice at a time: P of the slice becomes a bf16 A fragment right before its mma.
 #pragma unroll
     for (int j = 0; j < kSTiles / 2; ++j) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int x = mi * 2 + r, nt = 2 * j + half;
+            const float p0 = fast_exp2(fmaf(s[mi][nt][2 * r], p.scale2, -muse[x]));
+            const float p1 = fast_exp2(fmaf(s[mi][nt][2 * r + 1], p.scale2, -muse[x]));
+            l_run[x] += p0 + p1;
+            pa[mi][half * 2 + r] = pack_bf16(p0, p1);
+          }
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t vb[4];
         ldmatrix_x4_trans(vb, vs + tile_offset<D>(j * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
-        mma_bf16(o[2 * dp], pa[j], vb[0], vb[1]);
-        mma_bf16(o[2 * dp + 1], pa[j], vb[2], vb[3]);
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          mma_bf16(o[mi][2 * dp], pa[mi], vb[0], vb[1]);
+          mma_bf16(o[mi][2 * dp + 1], pa[mi], vb[2], vb[3]);
+        }
       }
     }
   }
 
   // Write the state back.
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  if (t == 0) {
-    if (ok_a) { p.m[bh_row0 + row_a] = m_a; p.l[bh_row0 + row_a] = l_a; }
-    if (ok_b) { p.m[bh_row0 + row_b] = m_b; p.l[bh_row0 + row_b] = l_b; }
-  }
-  float* acc_a = p.acc + (bh_row0 + row_a) * D;
-  float* acc_b = p.acc + (bh_row0 + row_b) * D;
 #pragma unroll
-  for (int nt = 0; nt < kDTiles; ++nt) {
-    const int col = nt * 8 + 2 * t;
-    if (ok_a) *reinterpret_cast<float2*>(acc_a + col) = make_float2(o[nt][0], o[nt][1]);
-    if (ok_b) *reinterpret_cast<float2*>(acc_b + col) = make_float2(o[nt][2], o[nt][3]);
+  for (int x = 0; x < kRows; ++x) {
+    float lx = l_run[x];
+    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
+    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    if (t == 0 && q0 + lrow[x] < p.q_end) {
+      p.m[bh_row0 + q0 + lrow[x]] = m_run[x];
+      p.l[bh_row0 + q0 + lrow[x]] = lx;
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int x = mi * 2 + r;
+      if (q0 + lrow[x] >= p.q_end) continue;
+      float* acc_row = p.acc + (bh_row0 + q0 + lrow[x]) * D;
+#pragma unroll
+      for (int nt = 0; nt < kDTiles; ++nt)
+        *reinterpret_cast<float2*>(acc_row + nt * 8 + 2 * t) = make_float2(o[mi][nt][2 * r], o[mi][nt][2 * r + 1]);
+    }
   }
 }
 
-template <int D>
+template <int D, int MT>
 void launch_fwd(const FwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = fwd_smem_bytes<D>();
   static bool configured[16] = {};  // the shared-memory opt-in is per device
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured[device & 15] = true;
   }
   const dim3 grid(unsigned(p.num_q_tiles), unsigned(p.H), unsigned(B));
-  attn_fwd_kernel<D><<<grid, kFwdThreads, smem, stream>>>(p);
+  attn_fwd_kernel<D, MT><<<grid, fwd_threads<MT>(), smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
+// 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows). Read once.
+int fwd_variant() {
+  static const int variant = [] {
+    const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
+    return (env && env[0] == '1') ? 1 : 2;
+  }();
+  return variant;
+}
 
+}  // namespace
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask) {
   const char* op = "attn_fwd_block";
   cudaStream_t stream = stream_for(q, op);
@@ -262,8 +320,9 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   const int64_t tiles = (r.q_end - r.q_begin + kFwdRowsPerCta - 1) / kFwdRowsPerCta;
   RT_CHECK(tiles <= 0x7fffffff, op << ": too many query rows (" << r.q_end - r.q_begin << ")");
   p.num_q_tiles = int(tiles);
-  if (d.D == 64) launch_fwd<64>(p, d.B, q.device.index, stream);
-  else launch_fwd<128>(p, d.B, q.device.index, stream);
+  const bool v1 = fwd_variant() == 1;
+  if (d.D == 64) v1 ? launch_fwd<64, 1>(p, d.B, q.device.index, stream) : launch_fwd<64, 2>(p, d.B, q.device.index, stream);
+  else v1 ? launch_fwd<128, 1>(p, d.B, q.device.index, stream) : launch_fwd<128, 2>(p, d.B, q.device.index, stream);
 }
 
 }  // namespace cuda

@@ -82,8 +82,9 @@ void run_case(const AttnCase& c, int64_t D, uint64_t seed) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < Nq; ++i)
-        if (std::isinf(lse[size_t((b * H + h) * Nq + i)]))
+        if (std::isinf(lse[size_t((b * H + h) * Nq + i)])) {
           for (int64_t d = 0; d < D; ++d) ASSERT_EQ(o_gpu[size_t(((b * Nq + i) * H + h) * D + d)], 0.f);
+        }
 }
 
 class CudaAttention : public ::testing::TestWithParam<int64_t> {};
