@@ -175,8 +175,11 @@ class PointRunner:
         with open(log_path, "w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
+            # Own session: a timeout stops the whole job with one killpg, and a Ctrl-C in the terminal reaches
+            # only the driver (the ranks would take SIGINT as "save a checkpoint").
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.repo_root)
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.repo_root,
+                                    preexec_fn=die_with_parent)
 
             def pump():
                 for line in proc.stdout:
@@ -234,6 +237,17 @@ class PointRunner:
             return data if isinstance(data, dict) else {}
         except (OSError, yaml.YAMLError):
             return {}
+
+
+def die_with_parent():
+    """In the child before exec: SIGTERM it (train.sh execs mpirun, which then stops its ranks) if the driver
+    dies, e.g. killed by a job time limit, so that no run keeps the GPU busy unattended. Linux only."""
+    try:
+        import ctypes
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def stop_process_group(proc):
