@@ -211,7 +211,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
       RingTimerScope t(*timer_, Phase::compute);
       copy_cast(grad_wire_[(step - 1) % 2], grad_buf_[(step - 1) % 2]);  // the one rounding per hop
     }
-    {
+    if (!own_block || step > 0) {  // a single-rank ring never communicates
       RingTimerScope t(*timer_, Phase::comm);
       if (!own_block) {
         cp_.wait(kv_hop);

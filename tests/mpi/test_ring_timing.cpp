@@ -99,7 +99,10 @@ TEST(RingTiming, SingleRankRingHasNoCommTime) {
   Inputs in = make_inputs(shape, 7);
   Tensor lse(in.lse.data(), DType::f32, Device::cpu(), {shape.batch, shape.heads, shape.local_tokens});
   ring.forward(t4(in.q, shape, 4), t4(in.k, shape, 4), t4(in.v, shape, 4), t4(in.out, shape, 4), lse);
-  EXPECT_EQ(ring.timings().steps, 1);
+  ring.backward(t4(in.q, shape, 4), t4(in.k, shape, 4), t4(in.v, shape, 4), t4(in.out, shape, 4),
+                t4(in.dout, shape, 4), lse, t4(in.dq, shape, 4), t4(in.dk, shape, 4), t4(in.dv, shape, 4));
+  EXPECT_EQ(ring.timings().calls, 2);
+  EXPECT_EQ(ring.timings().steps, 2);
   EXPECT_GT(ring.timings().compute_s, 0.0);
   EXPECT_EQ(ring.timings().exposed_comm_s, 0.0);
 }
