@@ -83,13 +83,14 @@ def _slug_value(value):
 
 
 def point_ids(points, swept_keys):
-    """Readable, stable directory names: 'seq_len=65536__cp=2'. The full dotted key is used where two swept
-    keys share a last component. A point's id depends only on its values, so a resumed sweep finds it."""
+    """Readable, stable directory names of plain characters: 'seq_len-65536__cp-2'. The full dotted key is used
+    where two swept keys share a last component. A point's id depends only on its values, so a resumed sweep
+    finds it."""
     shorts = [short_key(k) for k in swept_keys]
     names = {k: (k if shorts.count(short_key(k)) > 1 else short_key(k)) for k in swept_keys}
     ids = []
     for p in points:
-        parts = [f"{names[k]}={_slug_value(v)}" for k, v in p.values.items()]
+        parts = [f"{names[k]}-{_slug_value(v)}" for k, v in p.values.items()]
         ids.append("__".join(parts) if parts else "single")
     seen = {}
     for i, pid in enumerate(ids):

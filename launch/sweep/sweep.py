@@ -52,6 +52,10 @@ def parse_args(argv):
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="start no point predicted to end after this; stop a running one at it (it reruns on "
                         "resume); exit code 3 when points remain")
+    p.add_argument("--export", metavar="DIR",
+                   help="also copy the results to DIR for bench/results/: results.csv, summary.md, meta.json, "
+                        "sweep.yaml, plots/ and per point status.json, config.yaml, metrics.jsonl, train.log "
+                        "(never checkpoints)")
     p.add_argument("--verbose", "-v", action="store_true", help="stream each run's output")
     args = p.parse_args(argv)
     args.mpirun = mpirun_extra
@@ -164,6 +168,25 @@ def report(sweep, points, runner, out_dir, meta):
     return rows
 
 
+def export(out_dir, points, runner, dest):
+    """Copies what a results record needs (small files only) from out_dir to dest."""
+    os.makedirs(dest, exist_ok=True)
+    for name in ("results.csv", "summary.md", "meta.json", "sweep.yaml", "base.yaml"):
+        if os.path.isfile(os.path.join(out_dir, name)):
+            shutil.copyfile(os.path.join(out_dir, name), os.path.join(dest, name))
+    if os.path.isdir(os.path.join(out_dir, "plots")):
+        shutil.copytree(os.path.join(out_dir, "plots"), os.path.join(dest, "plots"), dirs_exist_ok=True)
+    for p in points:
+        files = [runner.status_path(p), os.path.join(runner.point_dir(p), "train.log"),
+                 os.path.join(runner.run_dir(p), "config.yaml"), runner.metrics_path(p)]
+        target = os.path.join(dest, "points", p.id)
+        for f in files:
+            if os.path.isfile(f):
+                os.makedirs(target, exist_ok=True)
+                shutil.copyfile(f, os.path.join(target, os.path.basename(f)))
+    print(f"sweep: exported the results to {dest}")
+
+
 def main(argv):
     args = parse_args(argv)
     try:
@@ -197,6 +220,8 @@ def main(argv):
         f.write("\n")
     if args.report_only:
         report(sweep, points, runner, out_dir, meta)
+        if args.export:
+            export(out_dir, points, runner, os.path.abspath(args.export))
         return 0
 
     # Phase 1: which points need work; plan them; skip those that will not fit.
@@ -295,6 +320,8 @@ def main(argv):
         print(f"      {result} | elapsed {hms(time.time() - start)} | ETA {hms(left)}", flush=True)
 
     report(sweep, points, runner, out_dir, meta)
+    if args.export:
+        export(out_dir, points, runner, os.path.abspath(args.export))
     print(f"sweep {sweep.name}: {counts['done']} done, {counts['failed']} failed, {counts['skipped']} skipped"
           f"{', stopped early' if stopped_early else ''}")
     return 3 if stopped_early else 0

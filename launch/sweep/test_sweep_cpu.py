@@ -74,8 +74,8 @@ class SweepCpuTest(unittest.TestCase):
                     "comm_exposed_ms_per_ring_step", "loss", "strong_scaling_eff", "weak_scaling_eff"):
             self.assertIn(col, header)
         self.assertEqual([r["point"] for r in rows],
-                         ["seq_len=32__layout=zigzag", "seq_len=32__layout=contiguous",
-                          "seq_len=64__layout=zigzag", "seq_len=64__layout=contiguous"])
+                         ["seq_len-32__layout-zigzag", "seq_len-32__layout-contiguous",
+                          "seq_len-64__layout-zigzag", "seq_len-64__layout-contiguous"])
         for r in rows:
             self.assertEqual(r["status"], "done", r)
             self.assertEqual(r["error"], "")
@@ -104,7 +104,7 @@ class SweepCpuTest(unittest.TestCase):
             self.assertEqual(read_text(os.path.join(out, "points", pid, "status.json")), text)
 
         # Half-finished (one point's status gone, as after a crash mid-sweep): only that point runs.
-        os.remove(os.path.join(out, "points", "seq_len=64__layout=zigzag", "status.json"))
+        os.remove(os.path.join(out, "points", "seq_len-64__layout-zigzag", "status.json"))
         rc, log3 = sweep(TINY, "--out", out)
         self.assertEqual(rc, 0, log3)
         self.assertEqual(log3.count("running on 2 rank(s)"), 1, log3)

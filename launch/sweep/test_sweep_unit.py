@@ -42,7 +42,7 @@ class SpecTest(unittest.TestCase):
         points = s.points(["parallel.comm=mpi"])
         self.assertEqual(len(points), 6)
         self.assertEqual([p.id for p in points[:3]],
-                         ["seq_len=32__layout=zigzag", "seq_len=32__layout=contiguous", "seq_len=32__layout=striped"])
+                         ["seq_len-32__layout-zigzag", "seq_len-32__layout-contiguous", "seq_len-32__layout-striped"])
         o = points[4].overrides
         self.assertEqual(o[-1], "train.steps=5")
         self.assertIn("model.tied_embeddings=true", o)
@@ -81,7 +81,7 @@ class SpecTest(unittest.TestCase):
     def test_ids_use_full_key_when_short_names_clash(self):
         s = self.load("axes:\n  optim.eps: [1.0e-8]\n  model.norm_eps: [1.0e-5]\n  data.seed: [1, 2]\n"
                       "  train.seed: [3]\nmeasure: {steps: 2}\n")
-        self.assertEqual(s.points()[0].id, "eps=1e-08__norm_eps=1e-05__data.seed=1__train.seed=3")
+        self.assertEqual(s.points()[0].id, "eps-1e-08__norm_eps-1e-05__data.seed-1__train.seed-3")
 
     def test_errors_name_the_problem(self):
         cases = {
