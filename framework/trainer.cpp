@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/metrics.h"
 #include "framework/mfu.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
@@ -71,14 +72,6 @@ std::string format_bytes(double bytes) {
   char buf[32];
   if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
   else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024));
-  return buf;
-}
-
-std::string format_duration(double seconds) {
-  char buf[32];
-  const int s = int(seconds + 0.5);
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, s / 60 % 60);
-  else std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
   return buf;
 }
 
@@ -167,8 +160,9 @@ int train_main(const Config& config) {
     std::printf("MFU = %s * tok/s / (%.0f TFLOP/s * %d devices)%s\n", flops.formula().c_str(), peak, devices,
                 peak > 0 ? "" : "  [no peak for this device: set log.peak_tflops to report MFU]");
   }
-  std::ofstream metrics;
-  if (rank0) metrics.open(tc.run_dir + "/" + config.log.metrics_file, std::ios::app);
+  // A resumed run continues its metrics file; a fresh one starts it over.
+  std::unique_ptr<MetricsWriter> metrics;
+  if (rank0) metrics = std::make_unique<MetricsWriter>(tc.run_dir + "/" + config.log.metrics_file, start_step > 0);
 
   g_stop_signal.store(0);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
@@ -191,22 +185,22 @@ int train_main(const Config& config) {
     tally.all_reduce(grid.dp_cp());
     const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
-    const double tok_s = tokens_per_step / seconds;
-    const double util = mfu(flops, tok_s, peak, devices);
-    const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
-    const double eta = elapsed / double(step - start_step) * double(tc.steps - step);
     if (rank0 && (step % std::max(1, config.log.every) == 0 || step == tc.steps)) {
-      std::printf("step %lld/%d | loss %.4f%s | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | MFU %s | mem %s | ETA %s\n",
-                  (long long)step, tc.steps, tally.mean(0), halves_text(tally).c_str(), lr, norm, seconds * 1e3, tok_s,
-                  peak > 0 ? (std::to_string(util * 100).substr(0, 5) + "%").c_str() : "n/a",
-                  format_bytes(double(session.arena->capacity())).c_str(), format_duration(eta).c_str());
+      StepMetrics sm;
+      sm.step = step, sm.total_steps = tc.steps;
+      sm.loss = tally.mean(0);
+      if (tally.has_halves()) sm.loss_first_half = tally.mean(1), sm.loss_repeat_half = tally.mean(2);
+      sm.lr = lr, sm.grad_norm = norm;
+      sm.tok_per_s = tokens_per_step / seconds;
+      sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
+      sm.ms_per_step = seconds * 1e3;
+      sm.peak_mem_bytes = int64_t(session.arena->capacity());
+      const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
+      sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
+      sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;
+      std::printf("%s\n", format_step_line(sm).c_str());
       std::fflush(stdout);
-      nlohmann::json j = {{"step", step},           {"loss", tally.mean(0)},  {"lr", lr},
-                          {"grad_norm", norm},      {"ms", seconds * 1e3},    {"tok_per_s", tok_s},
-                          {"tok_per_s_per_device", tok_s / devices}, {"mfu", util},
-                          {"mem_bytes", session.arena->capacity()},   {"eta_s", eta}};
-      if (tally.has_halves()) j["loss_first_half"] = tally.mean(1), j["loss_repeat_half"] = tally.mean(2);
-      metrics << j.dump() << "\n" << std::flush;
+      metrics->write(sm);
     }
 
     if (eval_loader && (step % tc.eval_every == 0 || step == tc.steps)) {
@@ -215,7 +209,7 @@ int train_main(const Config& config) {
         std::printf("eval step %lld | loss %.4f%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str());
         nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
         if (ev.has_halves()) j["eval_loss_first_half"] = ev.mean(1), j["eval_loss_repeat_half"] = ev.mean(2);
-        metrics << j.dump() << "\n" << std::flush;
+        metrics->write_json_line(j.dump());
       }
     }
 
