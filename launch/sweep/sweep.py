@@ -188,6 +188,7 @@ def export(out_dir, points, runner, dest):
 
 
 def main(argv):
+    start = time.time()  # --time-budget counts from here
     args = parse_args(argv)
     try:
         sweep = spec.load_sweep(args.sweep_file, REPO_ROOT)
@@ -273,7 +274,6 @@ def main(argv):
         return 0
 
     # Phase 2: run.
-    start = time.time()
     stopped_early = False
     for n, (p, status) in enumerate(todo):
         plan = status["plan"]
@@ -312,7 +312,8 @@ def main(argv):
             s = measure.summarize(records, p.warmup_steps)
             ms = s["step_ms_median"] or float("nan")
             tok_s = float(plan["tokens_per_step"]) / (ms / 1e3)
-            result = f"done in {seconds:.1f} s | {ms:.1f} ms/step | {fmt_rate(tok_s)} tok/s | loss {s['loss']:.4f}"
+            loss = "n/a" if s["loss"] is None else f"{s['loss']:.4f}"
+            result = f"done in {seconds:.1f} s | {ms:.1f} ms/step | {fmt_rate(tok_s)} tok/s | loss {loss}"
         else:
             result = f"FAILED after {seconds:.1f} s: {error}"
         remaining = [point_work(q_status["plan"], q.steps) for q, q_status in todo[n + 1:]]
@@ -328,4 +329,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print("\nsweep: interrupted; run the same command again to resume", file=sys.stderr)
+        sys.exit(130)
