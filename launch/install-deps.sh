@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# Installs the packages ringtrain builds with, only those missing. Debian 12 and Ubuntu 24.04.
+# Installs the packages ringtrain builds with, only those whose files are missing (checked by what they
+# provide, not by package name, so machines with a pip matplotlib or a newer CMake need no network).
+# Debian 12 and Ubuntu 24.04.
 set -euo pipefail
-pkgs=(build-essential cmake libopenmpi-dev openmpi-bin libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev python3 python3-yaml python3-matplotlib)
 missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+need() {  # need <package> <test command...>
+  local pkg="$1"; shift
+  "$@" >/dev/null 2>&1 || missing+=("$pkg")
+}
+has_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]; }
+need build-essential command -v g++
+need cmake command -v cmake
+need libopenmpi-dev command -v mpicxx
+need openmpi-bin command -v mpirun
+need libyaml-cpp-dev has_header yaml-cpp/yaml.h
+need nlohmann-json3-dev has_header nlohmann/json.hpp
+need libcli11-dev has_header CLI/CLI.hpp
+need libgtest-dev has_header gtest/gtest.h
+need python3 command -v python3
+need python3-yaml python3 -c "import yaml"
+need python3-matplotlib python3 -c "import matplotlib"
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   sudo_cmd=""
