@@ -50,7 +50,8 @@ std::string human_bytes(double b) {
 
 std::string human_count(double x) {
   char buf[32];
-  if (x >= 1e12) std::snprintf(buf, sizeof buf, "%.2fT", x / 1e12);
+  if (x >= 1e15) std::snprintf(buf, sizeof buf, "%.2fP", x / 1e15);
+  else if (x >= 1e12) std::snprintf(buf, sizeof buf, "%.2fT", x / 1e12);
   else if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", x / 1e9);
   else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", x / 1e6);
   else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", x / 1e3);

@@ -9,6 +9,8 @@ need() {  # need <package> <test command...>
   "$@" >/dev/null 2>&1 || missing+=("$pkg")
 }
 has_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]; }
+# The sweep driver (launch/sweep.sh) uses whichever python3 has the module: PATH's or the system one.
+has_py_module() { python3 -c "import $1" || /usr/bin/python3 -c "import $1"; }
 need build-essential command -v g++
 need cmake command -v cmake
 need libopenmpi-dev command -v mpicxx
@@ -18,8 +20,8 @@ need nlohmann-json3-dev has_header nlohmann/json.hpp
 need libcli11-dev has_header CLI/CLI.hpp
 need libgtest-dev has_header gtest/gtest.h
 need python3 command -v python3
-need python3-yaml python3 -c "import yaml"
-need python3-matplotlib python3 -c "import matplotlib"
+need python3-yaml has_py_module yaml
+need python3-matplotlib has_py_module matplotlib
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   sudo_cmd=""

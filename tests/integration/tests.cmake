@@ -2,3 +2,6 @@
 
 # Scaling-study driver: launch/sweep.sh on CPU ranks.
 include(${CMAKE_CURRENT_LIST_DIR}/sweep.cmake)
+
+# The README main command: configs/tiny.yaml as a cp=2 zigzag job on 2 ranks (time and loss targets).
+include(${CMAKE_CURRENT_LIST_DIR}/tiny_main.cmake)
