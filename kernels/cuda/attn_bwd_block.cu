@@ -2,26 +2,27 @@
 //   P = exp2(S*scale*log2e - lse*log2e), dP = dO V^T, dS = P (dP - delta),
 //   dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
 // Flash-attention-2 style, K/V-stationary, on mma.sync m16n8k16 (bf16 in, f32 accumulate):
-//   * one CTA = 128 keys of one (batch, K/V head); 8 warps, each owns 16 keys and keeps their dK and dV
+//   * one CTA = 16*NW keys of one (batch, K/V head); NW warps, each owns 16 keys and keeps their dK and dV
 //     in registers (f32) for the whole kernel;
 //   * it loops over the query heads of its GQA group and over 64-row query tiles; Q, dO, lse and delta
 //     tiles are double-buffered in shared memory with cp.async;
 //   * each warp computes S^T and dP^T for its keys directly (K and V are the A operands), so P^T and dS^T
 //     feed the dV / dK mma from registers;
-//   * dS^T goes to shared memory once, and dQ = dS K is formed with 4 warps along the queries x 2 along D
+//   * dS^T goes to shared memory once, and dQ = dS K is formed with 4 warps along the queries x NW/4 along D
 //     and added to the f32 dq_acc with float2 atomics;
 //   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
 //     diagonal or a range end are masked.
 // dk_acc / dv_acc rows are each owned by one CTA, so they are read-added-written without atomics.
+#include <cstdlib>
+
 #include "kernels/cuda/attention_common.cuh"
 
 namespace rt {
 namespace cuda {
 namespace {
 
-constexpr int kBwdWarps = 8;
-constexpr int kBwdThreads = kBwdWarps * 32;
-constexpr int kBwdKeys = 16 * kBwdWarps;  // Bc
+// NW warps per CTA, each owning 16 keys: Bc = 16 * NW keys per CTA (v1: NW = 8, one CTA per SM;
+// v2: NW = 4, two CTAs per SM). RT_ATTN_BWD_VARIANT=2 selects v2; the default is v1.
 constexpr int kBwdRows = 64;              // Br
 
 struct BwdParams {
@@ -41,7 +42,7 @@ struct BwdParams {
   float scale, scale2;
 };
 
-template <int D>
+template <int D, int kBwdKeys>
 constexpr size_t bwd_smem_bytes() {
   return size_t(2 * kBwdKeys + 4 * kBwdRows) * D * 2  // K, V, Q[2], dO[2]
          + size_t(kBwdKeys) * kBwdRows * 2            // dS^T
@@ -57,8 +58,11 @@ __device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) 
 #endif
 }
 
-template <int D>
-__global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_kernel(const BwdParams p) {
+template <int D, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(const BwdParams p) {
+  constexpr int kBwdWarps = NW;
+  constexpr int kBwdThreads = NW * 32;
+  constexpr int kBwdKeys = 16 * NW;  // Bc
   constexpr int kKSlices = D / 16;
   constexpr int kDTiles = D / 8;
   constexpr int kQTiles = kBwdRows / 8;                 // n-tiles of S^T (queries)
@@ -268,18 +272,19 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_kernel(const BwdParam
   }
 }
 
-template <int D>
+template <int D, int NW>
 void launch_bwd(const BwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = bwd_smem_bytes<D>();
+  constexpr int kBwdKeys = 16 * NW;
+  constexpr size_t smem = bwd_smem_bytes<D, kBwdKeys>();
   static bool configured[16] = {};  // the shared-memory opt-in is per device
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<D, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured[device & 15] = true;
   }
   const int64_t tiles = (p.k_end - p.k_begin + kBwdKeys - 1) / kBwdKeys;
   RT_CHECK(tiles <= 0x7fffffff, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
   const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
-  attn_bwd_kernel<D><<<grid, kBwdThreads, smem, stream>>>(p);
+  attn_bwd_kernel<D, NW><<<grid, NW * 32, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -322,8 +327,12 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.causal = mask.causal;
   p.scale = float(1.0 / std::sqrt(double(d.D)));
   p.scale2 = p.scale * kLog2e;
-  if (d.D == 64) launch_bwd<64>(p, d.B, dev.index, stream);
-  else launch_bwd<128>(p, d.B, dev.index, stream);
+  static const bool v2 = [] {
+    const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
+    return env && env[0] == '2';
+  }();
+  if (d.D == 64) v2 ? launch_bwd<64, 4>(p, d.B, dev.index, stream) : launch_bwd<64, 8>(p, d.B, dev.index, stream);
+  else v2 ? launch_bwd<128, 4>(p, d.B, dev.index, stream) : launch_bwd<128, 8>(p, d.B, dev.index, stream);
 }
 
 }  // namespace cuda

@@ -12,7 +12,7 @@
 //   * the state is read at the start and written at the end, so the kernel resumes across ring steps
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
-// RT_ATTN_FWD_VARIANT=1 selects v1 (for benchmarking); the default is v2.
+// RT_ATTN_FWD_VARIANT=1|3 selects v1 or v3 (for benchmarking); the default is v2.
 #include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
@@ -21,7 +21,7 @@ namespace rt {
 namespace cuda {
 namespace {
 
-constexpr int kFwdRowsPerCta = 128;  // Br
+// Br = 16 * MT * WARPS query rows per CTA (128 for v1 and v2, 256 for v3).
 constexpr int kFwdKeysPerTile = 64;  // Bc
 
 struct FwdParams {
@@ -39,21 +39,17 @@ struct FwdParams {
   int num_q_tiles;
 };
 
-template <int D>
+template <int D, int BR>
 constexpr size_t fwd_smem_bytes() {
-  return size_t(kFwdRowsPerCta + 4 * kFwdKeysPerTile) * D * 2;  // Q + K[2] + V[2]
+  return size_t(BR + 4 * kFwdKeysPerTile) * D * 2;  // Q + K[2] + V[2]
 }
 
-template <int MT>
-constexpr int fwd_threads() {
-  return kFwdRowsPerCta / (16 * MT) * 32;
-}
-
-// MT: 16-row m-tiles per warp.
-template <int D, int MT>
-__global__ void __launch_bounds__(fwd_threads<MT>(), MT == 2 ? 2 : (D == 64 ? 2 : 1))
+// MT: 16-row m-tiles per warp; WARPS warps; BR = 16 * MT * WARPS rows per CTA.
+template <int D, int MT, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) || (MT == 1 && D == 64) ? 2 : 1)
     attn_fwd_kernel(const FwdParams p) {
-  constexpr int kThreads = fwd_threads<MT>();
+  constexpr int kFwdRowsPerCta = 16 * MT * WARPS;
+  constexpr int kThreads = WARPS * 32;
   constexpr int kKSlices = D / 16;   // k-steps of the QK^T mma
   constexpr int kDTiles = D / 8;     // n-tiles of the output
   constexpr int kSTiles = kFwdKeysPerTile / 8;  // n-tiles of the scores
@@ -269,24 +265,37 @@ __global__ void __launch_bounds__(fwd_threads<MT>(), MT == 2 ? 2 : (D == 64 ? 2 
   }
 }
 
-template <int D, int MT>
-void launch_fwd(const FwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = fwd_smem_bytes<D>();
+template <int D, int MT, int WARPS>
+void launch_fwd(FwdParams p, int64_t B, int device, cudaStream_t stream) {
+  constexpr int kBr = 16 * MT * WARPS;
+  constexpr size_t smem = fwd_smem_bytes<D, kBr>();
   static bool configured[16] = {};  // the shared-memory opt-in is per device
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D, MT, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
     configured[device & 15] = true;
   }
+  const int64_t tiles = (p.q_end - p.q_begin + kBr - 1) / kBr;
+  RT_CHECK(tiles <= 0x7fffffff, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
+  p.num_q_tiles = int(tiles);
   const dim3 grid(unsigned(p.num_q_tiles), unsigned(p.H), unsigned(B));
-  attn_fwd_kernel<D, MT><<<grid, fwd_threads<MT>(), smem, stream>>>(p);
+  attn_fwd_kernel<D, MT, WARPS><<<grid, WARPS * 32, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
-// 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows). Read once.
+template <int D>
+void launch_fwd_variant(int variant, const FwdParams& p, int64_t B, int device, cudaStream_t stream) {
+  if (variant == 1) launch_fwd<D, 1, 8>(p, B, device, stream);
+  else if (variant == 3) launch_fwd<D, 2, 8>(p, B, device, stream);
+  else launch_fwd<D, 2, 4>(p, B, device, stream);
+}
+
+// 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
+// Br 256: half the K/V traffic from L2 per FLOP). Read once from RT_ATTN_FWD_VARIANT.
 int fwd_variant() {
   static const int variant = [] {
     const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
-    return (env && env[0] == '1') ? 1 : 2;
+    return (env && (env[0] == '1' || env[0] == '3')) ? env[0] - '0' : 2;
   }();
   return variant;
 }
@@ -317,12 +326,9 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   p.diag = mask.q_offset - mask.k_offset;
   p.causal = mask.causal;
   p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
-  const int64_t tiles = (r.q_end - r.q_begin + kFwdRowsPerCta - 1) / kFwdRowsPerCta;
-  RT_CHECK(tiles <= 0x7fffffff, op << ": too many query rows (" << r.q_end - r.q_begin << ")");
-  p.num_q_tiles = int(tiles);
-  const bool v1 = fwd_variant() == 1;
-  if (d.D == 64) v1 ? launch_fwd<64, 1>(p, d.B, q.device.index, stream) : launch_fwd<64, 2>(p, d.B, q.device.index, stream);
-  else v1 ? launch_fwd<128, 1>(p, d.B, q.device.index, stream) : launch_fwd<128, 2>(p, d.B, q.device.index, stream);
+  p.num_q_tiles = 0;  // set by the launcher for its tile size
+  if (d.D == 64) launch_fwd_variant<64>(fwd_variant(), p, d.B, q.device.index, stream);
+  else launch_fwd_variant<128>(fwd_variant(), p, d.B, q.device.index, stream);
 }
 
 }  // namespace cuda
