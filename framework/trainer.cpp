@@ -176,6 +176,7 @@ int train_main(const Config& config) {
     const Batch batch = loader->next();
     const double count = model.global_target_count(batch);
     LossTally tally;
+    model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
     tally.add(batch, model.step(batch, count, /*want_grad=*/true));
     if (grid.dp_cp().size() > 1) grid.dp_cp().all_reduce_sum(model.grads());
     model.reduce_shared_kv_grads();
@@ -198,6 +199,10 @@ int train_main(const Config& config) {
       const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
       sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
       sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;
+      // Rank 0's time inside ring attention, and the part of it blocked waiting for the ring (exposed comm).
+      const RingTimings& ring = model.attention().timings();
+      sm.extra["attn_ms"] = ring.total_s() * 1e3;
+      sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
       std::printf("%s\n", format_step_line(sm).c_str());
       std::fflush(stdout);
       metrics->write(sm);
