@@ -8,6 +8,7 @@ forward. Median of 10 timed runs after 3 warm-ups, CUDA events. PyTorch's backwa
 (forward+backward) - forward, as usual for SDPA benchmarks.
 
 Usage: python3 bench/sdpa_side_by_side.py --ours build-gpu/bench/bench_attention [--out table.md]
+       [--variant NAME:VAR=VALUE,VAR=VALUE ...]   (ours once per variant, environment set; one table each)
 """
 import argparse
 import json
@@ -81,21 +82,33 @@ def main():
     ap.add_argument("--out", help="also write the markdown table here")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:VAR=VALUE,VAR=VALUE; ours runs once per variant (default: one run, 'default')")
     args = ap.parse_args()
 
-    with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
-        ours_json = f.name
-    cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps)]
-    print("running:", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    ours, ceilings = {}, None
-    for line in open(ours_json):
-        r = json.loads(line)
-        if r["kind"] == "ceiling":
-            ceilings = r
-        else:
-            ours[(r["d"], r["N"], r["causal"])] = r
-    os.unlink(ours_json)
+    variants = []
+    for spec in args.variant or ["default:"]:
+        name, _, env_spec = spec.partition(":")
+        env = dict(kv.split("=", 1) for kv in env_spec.split(",") if kv)
+        variants.append((name, env))
+    ours_by_variant, ceilings = {}, None
+    for i, (name, env) in enumerate(variants):
+        with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
+            ours_json = f.name
+        cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps)]
+        if i > 0:
+            cmd.append("--no-ceilings")
+        print(f"running [{name}] {env}:", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, env={**os.environ, **env})
+        ours = {}
+        for line in open(ours_json):
+            r = json.loads(line)
+            if r["kind"] == "ceiling":
+                ceilings = r
+            else:
+                ours[(r["d"], r["N"], r["causal"])] = r
+        os.unlink(ours_json)
+        ours_by_variant[name] = (env, ours)
 
     torch_rows = measure_torch([64, 128], [1024, 4096, 16384, 65536], args.warmup, args.reps)
     theirs = {(r["backend"], r["d"], r["N"], r["causal"]): r for r in torch_rows}
@@ -109,10 +122,6 @@ def main():
                      f"{ceilings['gemm_bf16_tflops']:.0f} TFLOP/s")
     lines.append("")
     lines.append("TFLOP/s (fwd 4BHN^2d, /2 causal; bwd 2.5x). ratio = ours / theirs.")
-    lines.append("")
-    lines.append("| d | N | B | causal | ours fwd | cuDNN fwd | FA2 fwd | fwd/cuDNN | fwd/FA2 | ours bwd | cuDNN bwd "
-                 "| FA2 bwd | bwd/cuDNN | bwd/FA2 |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def tf(r, key):
         return r.get(key) if r and key in r else None
@@ -123,14 +132,21 @@ def main():
     def ratio(a, b):
         return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
-    for (d, n, causal), r in sorted(ours.items()):
-        c = theirs.get(("cudnn", d, n, causal))
-        fl = theirs.get(("flash", d, n, causal))
-        of, ob = tf(r, "fwd_tflops"), tf(r, "bwd_tflops")
-        cf, cb, ff, fb = tf(c, "fwd_tflops"), tf(c, "bwd_tflops"), tf(fl, "fwd_tflops"), tf(fl, "bwd_tflops")
-        lines.append(f"| {d} | {n} | {r['B']} | {'yes' if causal else 'no'} | {fmt(of)} | {fmt(cf)} | {fmt(ff)} | "
-                     f"{ratio(of, cf)} | {ratio(of, ff)} | {fmt(ob)} | {fmt(cb)} | {fmt(fb)} | {ratio(ob, cb)} | "
-                     f"{ratio(ob, fb)} |")
+    for name, (env, ours) in ours_by_variant.items():
+        lines.append("")
+        lines.append(f"ours = [{name}] {env or ''}")
+        lines.append("")
+        lines.append("| d | N | B | causal | ours fwd | cuDNN fwd | FA2 fwd | fwd/cuDNN | fwd/FA2 | ours bwd "
+                     "| cuDNN bwd | FA2 bwd | bwd/cuDNN | bwd/FA2 |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for (d, n, causal), r in sorted(ours.items()):
+            c = theirs.get(("cudnn", d, n, causal))
+            fl = theirs.get(("flash", d, n, causal))
+            of, ob = tf(r, "fwd_tflops"), tf(r, "bwd_tflops")
+            cf, cb, ff, fb = tf(c, "fwd_tflops"), tf(c, "bwd_tflops"), tf(fl, "fwd_tflops"), tf(fl, "bwd_tflops")
+            lines.append(f"| {d} | {n} | {r['B']} | {'yes' if causal else 'no'} | {fmt(of)} | {fmt(cf)} | {fmt(ff)} | "
+                         f"{ratio(of, cf)} | {ratio(of, ff)} | {fmt(ob)} | {fmt(cb)} | {fmt(fb)} | {ratio(ob, cb)} | "
+                         f"{ratio(ob, fb)} |")
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:
