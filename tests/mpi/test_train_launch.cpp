@@ -4,6 +4,7 @@
 //   - resume on a different grid: train on (dp,cp,tp) = (1,2,1) with a checkpoint at step 10, resume that
 //     checkpoint on (1,1,2); steps 11..20 match the uninterrupted (1,2,1) run within 1e-4 (relative; the
 //     grids differ only in fp32 summation order, see test_model_grid.cpp for the per-step tolerances);
+//   - every step's JSONL line holds attn_ms and comm_exposed_ms (0 <= comm <= attn <= ms_per_step);
 //   - parallel.dkv_wire=bf16 reaches the ring: a cp=2 run's losses differ from the fp32-wire run's, by less
 //     than 1e-2 relative over 10 steps (tests/mpi/test_ring_dkv_wire.cpp bounds the per-call error).
 #include <gtest/gtest.h>
@@ -141,6 +142,24 @@ TEST_F(TrainLaunch, ResumeOnDifferentGridContinuesTheLossCurve) {
 
   const std::map<int, double> la = read_losses(run_a / "metrics.jsonl"), lb = read_losses(run_b / "metrics.jsonl");
   ASSERT_EQ(la.size(), 20u) << a.output;
+  // Every step logs its ring attention time and the exposed part of the ring communication.
+  {
+    std::ifstream in(run_a / "metrics.jsonl");
+    std::string line;
+    int timed = 0;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      ASSERT_TRUE(j.contains("attn_ms") && j.contains("comm_exposed_ms")) << line;
+      const double attn = j["attn_ms"].get<double>(), comm = j["comm_exposed_ms"].get<double>();
+      EXPECT_GT(attn, 0.0) << line;
+      EXPECT_GE(comm, 0.0) << line;
+      EXPECT_LE(comm, attn) << line;
+      EXPECT_LE(attn, j["ms_per_step"].get<double>()) << line;
+      ++timed;
+    }
+    EXPECT_EQ(timed, 20);
+  }
   ASSERT_EQ(lb.size(), 10u) << b.output;
   EXPECT_EQ(lb.begin()->first, 11) << "the resumed run must continue at step 11";
   for (const auto& [step, loss] : lb) {
