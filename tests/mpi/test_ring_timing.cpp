@@ -17,7 +17,7 @@ using namespace rt;
 
 namespace {
 
-constexpr double kDelaySeconds = 0.15;
+constexpr double kDelaySeconds = 0.25;
 
 struct Inputs {
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
