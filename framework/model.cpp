@@ -36,6 +36,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   for (int64_t l = 0; l <= s.L; ++l)
     residual_.push_back(arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
   const int64_t sets = full_ckpt ? 1 : s.L;
+  const bool share_hidden = options.checkpointing == ActivationCheckpointing::selective;
   for (int64_t i = 0; i < sets; ++i) {
     auto a = std::make_unique<BlockActs>();
     a->rstd1 = arena.alloc(DType::f32, {N}, "block: attn rstd");   // (N)
@@ -48,9 +49,13 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
     a->x_mid = arena.alloc(act, {N, C}, "block: residual after attention");      // (N, C)
     a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
     a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
-    a->h = arena.alloc(act, {N, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (N, Fl)
-    if (s.swiglu) a->u = arena.alloc(act, {N, Fl}, "block: mlp up");  // (N, Fl)
-    a->g = arena.alloc(act, {N, Fl}, "block: mlp activation");        // (N, Fl)
+    if (share_hidden && i > 0) {  // selective: one set of MLP hidden buffers, recomputed per layer
+      a->h = acts_[0]->h, a->u = acts_[0]->u, a->g = acts_[0]->g;
+    } else {
+      a->h = arena.alloc(act, {N, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (N, Fl)
+      if (s.swiglu) a->u = arena.alloc(act, {N, Fl}, "block: mlp up");  // (N, Fl)
+      a->g = arena.alloc(act, {N, Fl}, "block: mlp activation");        // (N, Fl)
+    }
     acts_.push_back(std::move(a));
   }
   final_rstd_ = arena.alloc(DType::f32, {N}, "final norm rstd");  // (N)

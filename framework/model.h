@@ -57,7 +57,10 @@ struct ParamEntry {
   bool owner = true;
 };
 
-enum class ActivationCheckpointing { none, full };
+// none: keep every activation. selective: keep all but the MLP hidden activations (the (N, d_ff) buffers,
+// the largest), recomputed from the saved MLP norm output in the backward. full: keep only each block's
+// input and recompute the whole block in the backward.
+enum class ActivationCheckpointing { none, selective, full };
 ActivationCheckpointing parse_checkpointing(const std::string& name);
 
 // The dimensions one rank works with.
@@ -143,6 +146,7 @@ class Model {
   LayerWeights layer_weights(const Tensor& flat, int layer) const;
   void upload_batch(const Batch& batch);
   void block_forward(int layer, BlockActs& acts, bool write_output);  // model_forward.cpp
+  void mlp_hidden_forward(int layer, BlockActs& acts);                 // ln2 -> h (, u) -> g
   void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
   void block_backward(int layer, BlockActs& acts);
   BlockActs& acts_for(int layer);
@@ -160,7 +164,7 @@ class Model {
   Tensor positions_;                 // (n) i32 global positions
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
-  std::vector<std::unique_ptr<BlockActs>> acts_;  // L (checkpointing none) or 1 (full: recomputed)
+  std::vector<std::unique_ptr<BlockActs>> acts_;  // L (none, selective) or 1 (full: recomputed)
   Tensor final_rstd_;                // (N) f32
   Tensor final_out_;                 // (N, C)
   Tensor head_scratch_;              // (chunk, V)

@@ -14,6 +14,7 @@ void Model::backward() {
   for (int l = int(s.L) - 1; l >= 0; --l) {
     BlockActs& a = acts_for(l);
     if (options_.checkpointing == ActivationCheckpointing::full) block_forward(l, a, false);
+    if (options_.checkpointing == ActivationCheckpointing::selective) mlp_hidden_forward(l, a);
     block_backward(l, a);
   }
   embedding_bwd(param_view(grads_, "tok_embeddings.weight"), d_res_, tokens_);

@@ -29,18 +29,24 @@ void Model::block_forward(int layer, BlockActs& a, bool write_output) {
 
   // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp.
   rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
-  gemm(a.h, a.ln2, w.fc_or_w1, false, true);  // (N, Fl)
-  if (s.swiglu) {
-    gemm(a.u, a.ln2, w.w3, false, true);  // (N, Fl)
-    swiglu_fwd(a.g, a.h, a.u);
-  } else {
-    gelu_fwd(a.g, a.h);
-  }
+  mlp_hidden_forward(layer, a);
   if (!write_output) return;
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
   gemm(out, a.g, w.proj_or_w2, false, true);  // (N, C) = (N, Fl) @ (C, Fl)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(out);
   add_inplace(out, a.x_mid);
+}
+
+// ln2 (N, C) -> h (and u) (N, Fl) -> g (N, Fl). Also the recompute under selective checkpointing.
+void Model::mlp_hidden_forward(int layer, BlockActs& a) {
+  const LayerWeights w = layer_weights(compute_, layer);
+  gemm(a.h, a.ln2, w.fc_or_w1, false, true);  // (N, Fl) = (N, C) @ (Fl, C)^T
+  if (shape_.swiglu) {
+    gemm(a.u, a.ln2, w.w3, false, true);  // (N, Fl)
+    swiglu_fwd(a.g, a.h, a.u);
+  } else {
+    gelu_fwd(a.g, a.h);
+  }
 }
 
 std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {

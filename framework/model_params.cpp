@@ -21,8 +21,9 @@ const char* shard_kind_name(ShardKind kind) {
 
 ActivationCheckpointing parse_checkpointing(const std::string& name) {
   if (name == "none") return ActivationCheckpointing::none;
+  if (name == "selective") return ActivationCheckpointing::selective;
   if (name == "full") return ActivationCheckpointing::full;
-  RT_CHECK(false, "train.checkpointing: '" << name << "' is not supported; use none or full");
+  RT_CHECK(false, "train.checkpointing: '" << name << "' is not supported; use none, selective or full");
 }
 
 ModelShape make_model_shape(const ModelConfig& m, int tp, int tp_rank, int64_t batch, int64_t local_tokens) {

@@ -121,10 +121,14 @@ int plan_main(const Config& config, bool json) {
   const FlopsModel flops = flops_model(config);
   const double tokens_step = double(config.train.batch_size) * config.data.seq_len;
   const double model_flops = flops.per_token() * tokens_step;
-  const bool recompute = config.train.checkpointing == "full";
+  const bool recompute = config.train.checkpointing != "none";
   // Full checkpointing re-runs each block's forward (1/3 of its fwd + bwd work) in the backward.
   const double block_share = (flops.per_token() - 6.0 * double(m.vocab_size) * m.d_model) / flops.per_token();
-  const double hw_flops = model_flops * (recompute ? 1.0 + block_share / 3.0 : 1.0);
+  // Selective re-runs only the MLP's first matmul(s) (fc, or w1 and w3): 2 FLOPs per weight per token.
+  const double selective_extra = 2.0 * double(m.d_ff) * m.d_model * (m.mlp == "swiglu" ? 2 : 1) * m.n_layer;
+  const double hw_flops = config.train.checkpointing == "full"      ? model_flops * (1.0 + block_share / 3.0)
+                          : config.train.checkpointing == "selective" ? model_flops + selective_extra * tokens_step
+                                                                      : model_flops;
   const int world = p.dp * p.cp * p.tp;
   if (json) {
     print_plan_json(config, device, params, model_flops, hw_flops, session.arena->peak());

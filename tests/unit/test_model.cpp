@@ -87,23 +87,31 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GradCase{"gelu_mha_untied", "gelu", 4, false, ActivationCheckpointing::none},
                       GradCase{"swiglu_gqa_tied", "swiglu", 2, true, ActivationCheckpointing::none},
                       GradCase{"gelu_mqa_tied_full_ckpt", "gelu", 1, true, ActivationCheckpointing::full},
-                      GradCase{"swiglu_mha_untied_full_ckpt", "swiglu", 4, false, ActivationCheckpointing::full}),
+                      GradCase{"swiglu_mha_untied_full_ckpt", "swiglu", 4, false, ActivationCheckpointing::full},
+                      GradCase{"swiglu_gqa_untied_selective", "swiglu", 2, false, ActivationCheckpointing::selective}),
     [](const ::testing::TestParamInfo<GradCase>& info) { return std::string(info.param.name); });
 
-TEST(Model, FullCheckpointingMatchesNoneBitwise) {
+TEST(Model, ActivationCheckpointingMatchesNoneBitwise) {
   const ModelConfig cfg = small_config("swiglu", 2, false);
-  ModelOptions none, full;
-  full.checkpointing = ActivationCheckpointing::full;
-  LocalModel a(cfg, none, 2, 8), b(cfg, full, 2, 8);
-  EXPECT_LT(b.arena->capacity(), a.arena->capacity());  // it saves memory
+  ModelOptions none;
+  LocalModel a(cfg, none, 2, 8);
   a.model->init_weights(5);
-  b.model->init_weights(5);
   const Batch batch = random_batch(cfg.vocab_size, 2, 8, 3);
-  const std::vector<float> la = a.model->step(batch, 14, true), lb = b.model->step(batch, 14, true);
-  EXPECT_EQ(la, lb);
-  const Tensor ga = a.model->grads(), gb = b.model->grads();
-  ASSERT_EQ(ga.numel(), gb.numel());
-  EXPECT_EQ(0, std::memcmp(ga.data, gb.data, ga.nbytes()));
+  const std::vector<float> la = a.model->step(batch, 14, true);
+  size_t previous_bytes = a.arena->capacity();
+  for (ActivationCheckpointing mode : {ActivationCheckpointing::selective, ActivationCheckpointing::full}) {
+    ModelOptions opt;
+    opt.checkpointing = mode;
+    LocalModel b(cfg, opt, 2, 8);
+    EXPECT_LT(b.arena->capacity(), previous_bytes);  // each level saves memory
+    previous_bytes = b.arena->capacity();
+    b.model->init_weights(5);
+    std::fill_n(b.model->grads().ptr<float>(), b.model->grads().numel(), std::nanf(""));
+    EXPECT_EQ(la, b.model->step(batch, 14, true));
+    const Tensor ga = a.model->grads(), gb = b.model->grads();
+    ASSERT_EQ(ga.numel(), gb.numel());
+    EXPECT_EQ(0, std::memcmp(ga.data, gb.data, ga.nbytes()));
+  }
 }
 
 TEST(Model, InitialLossIsNearLogVocab) {
