@@ -12,7 +12,7 @@
 //   * the state is read at the start and written at the end, so the kernel resumes across ring steps
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
-// RT_ATTN_FWD_VARIANT=1|3 selects v1 or v3 (for benchmarking); the default is v2.
+// Variant choice: fwd_variant() below (v2, or v3 for long D = 128 rows; RT_ATTN_FWD_VARIANT forces one).
 #include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
@@ -291,13 +291,16 @@ void launch_fwd_variant(int variant, const FwdParams& p, int64_t B, int device, 
 }
 
 // 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
-// Br 256: half the K/V traffic from L2 per FLOP). Read once from RT_ATTN_FWD_VARIANT.
-int fwd_variant() {
-  static const int variant = [] {
+// Br 256: half the K/V traffic from L2 per FLOP). RT_ATTN_FWD_VARIANT=1|2|3 forces one (read once);
+// otherwise v3 for D = 128 with at least 16K query rows (+3% there on an H200, 2026-11-29), v2 elsewhere
+// (v3 lost 2-5% at D = 64 and on short causal rows; bench/NOTES.md).
+int fwd_variant(int64_t D, int64_t q_rows) {
+  static const int forced = [] {
     const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
-    return (env && (env[0] == '1' || env[0] == '3')) ? env[0] - '0' : 2;
+    return (env && env[0] >= '1' && env[0] <= '3') ? env[0] - '0' : 0;
   }();
-  return variant;
+  if (forced) return forced;
+  return (D == 128 && q_rows >= 16384) ? 3 : 2;
 }
 
 }  // namespace
@@ -327,8 +330,9 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   p.causal = mask.causal;
   p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
   p.num_q_tiles = 0;  // set by the launcher for its tile size
-  if (d.D == 64) launch_fwd_variant<64>(fwd_variant(), p, d.B, q.device.index, stream);
-  else launch_fwd_variant<128>(fwd_variant(), p, d.B, q.device.index, stream);
+  const int variant = fwd_variant(d.D, r.q_end - r.q_begin);
+  if (d.D == 64) launch_fwd_variant<64>(variant, p, d.B, q.device.index, stream);
+  else launch_fwd_variant<128>(variant, p, d.B, q.device.index, stream);
 }
 
 }  // namespace cuda
