@@ -32,29 +32,38 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   positions_ = arena.alloc(DType::i32, {s.n}, "positions");  // (n)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
-  const bool full_ckpt = options.checkpointing == ActivationCheckpointing::full;
   for (int64_t l = 0; l <= s.L; ++l)
     residual_.push_back(arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
-  const int64_t sets = full_ckpt ? 1 : s.L;
-  const bool share_hidden = options.checkpointing == ActivationCheckpointing::selective;
-  for (int64_t i = 0; i < sets; ++i) {
+  // Which buffers each layer keeps: all (none), attention output + LSE (selective), nothing (full). The
+  // buffers a layer does not keep are one shared set, recomputed in the backward.
+  const ActivationCheckpointing ckpt = options.checkpointing;
+  const bool keep_all = ckpt == ActivationCheckpointing::none;
+  const bool keep_attention = ckpt != ActivationCheckpointing::full;
+  for (int64_t i = 0; i < s.L; ++i) {
     auto a = std::make_unique<BlockActs>();
-    a->rstd1 = arena.alloc(DType::f32, {N}, "block: attn rstd");   // (N)
-    a->ln1 = arena.alloc(act, {N, C}, "block: attn norm out");     // (N, C)
-    a->q = arena.alloc(act, {N, qd}, "block: q");                  // (N, Hl*D)
-    a->k = arena.alloc(act, {N, kvd}, "block: k");                 // (N, Hkvl*D)
-    a->v = arena.alloc(act, {N, kvd}, "block: v");                 // (N, Hkvl*D)
-    a->att = arena.alloc(act, {N, qd}, "block: attention out");    // (N, Hl*D)
-    a->lse = arena.alloc(DType::f32, {s.B, s.Hl, s.n}, "block: attention lse");  // (B, Hl, n)
-    a->x_mid = arena.alloc(act, {N, C}, "block: residual after attention");      // (N, C)
-    a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
-    a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
-    if (share_hidden && i > 0) {  // selective: one set of MLP hidden buffers, recomputed per layer
-      a->h = acts_[0]->h, a->u = acts_[0]->u, a->g = acts_[0]->g;
+    if (keep_attention || i == 0) {
+      a->att = arena.alloc(act, {N, qd}, "block: attention out");                  // (N, Hl*D)
+      a->lse = arena.alloc(DType::f32, {s.B, s.Hl, s.n}, "block: attention lse");  // (B, Hl, n)
     } else {
+      a->att = acts_[0]->att, a->lse = acts_[0]->lse;
+    }
+    if (keep_all || i == 0) {
+      a->rstd1 = arena.alloc(DType::f32, {N}, "block: attn rstd");   // (N)
+      a->ln1 = arena.alloc(act, {N, C}, "block: attn norm out");     // (N, C)
+      a->q = arena.alloc(act, {N, qd}, "block: q");                  // (N, Hl*D)
+      a->k = arena.alloc(act, {N, kvd}, "block: k");                 // (N, Hkvl*D)
+      a->v = arena.alloc(act, {N, kvd}, "block: v");                 // (N, Hkvl*D)
+      a->x_mid = arena.alloc(act, {N, C}, "block: residual after attention");  // (N, C)
+      a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
+      a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
       a->h = arena.alloc(act, {N, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (N, Fl)
       if (s.swiglu) a->u = arena.alloc(act, {N, Fl}, "block: mlp up");  // (N, Fl)
       a->g = arena.alloc(act, {N, Fl}, "block: mlp activation");        // (N, Fl)
+    } else {
+      const BlockActs& shared = *acts_[0];
+      a->rstd1 = shared.rstd1, a->ln1 = shared.ln1, a->q = shared.q, a->k = shared.k, a->v = shared.v;
+      a->x_mid = shared.x_mid, a->rstd2 = shared.rstd2, a->ln2 = shared.ln2;
+      a->h = shared.h, a->u = shared.u, a->g = shared.g;
     }
     acts_.push_back(std::move(a));
   }
@@ -91,9 +100,7 @@ ModelComms ModelComms::from(ProcessGrid& grid) {
   return c;
 }
 
-Model::BlockActs& Model::acts_for(int layer) {
-  return options_.checkpointing == ActivationCheckpointing::full ? *acts_[0] : *acts_[size_t(layer)];
-}
+Model::BlockActs& Model::acts_for(int layer) { return *acts_[size_t(layer)]; }
 
 Model::LayerWeights Model::layer_weights(const Tensor& flat, int layer) const {
   const std::string p = "layers." + std::to_string(layer) + ".";

@@ -57,9 +57,11 @@ struct ParamEntry {
   bool owner = true;
 };
 
-// none: keep every activation. selective: keep all but the MLP hidden activations (the (N, d_ff) buffers,
-// the largest), recomputed from the saved MLP norm output in the backward. full: keep only each block's
-// input and recompute the whole block in the backward.
+// none: keep every activation.
+// selective: keep each block's input and its attention output + LSE; the backward recomputes the norms, the
+//   q/k/v projections and RoPE, the residual and the MLP hidden, but NOT the ring attention (at long context
+//   the dominant cost, and a second pass of ring traffic). Two (N, C) buffers per layer.
+// full: keep only each block's input and recompute the whole block (ring attention included).
 enum class ActivationCheckpointing { none, selective, full };
 ActivationCheckpointing parse_checkpointing(const std::string& name);
 
@@ -145,8 +147,11 @@ class Model {
   struct LayerWeights;
   LayerWeights layer_weights(const Tensor& flat, int layer) const;
   void upload_batch(const Batch& batch);
-  void block_forward(int layer, BlockActs& acts, bool write_output);  // model_forward.cpp
-  void mlp_hidden_forward(int layer, BlockActs& acts);                 // ln2 -> h (, u) -> g
+  // What block_forward computes: the training forward, or a recompute for the backward (which skips the
+  // MLP output projection, and under selective checkpointing the attention itself).
+  enum class BlockPass { forward, recompute, recompute_keep_attention };
+  void block_forward(int layer, BlockActs& acts, BlockPass pass);  // model_forward.cpp
+  void mlp_hidden_forward(int layer, BlockActs& acts);             // ln2 -> h (, u) -> g
   void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
   void block_backward(int layer, BlockActs& acts);
   BlockActs& acts_for(int layer);
@@ -164,7 +169,7 @@ class Model {
   Tensor positions_;                 // (n) i32 global positions
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
-  std::vector<std::unique_ptr<BlockActs>> acts_;  // L (none, selective) or 1 (full: recomputed)
+  std::vector<std::unique_ptr<BlockActs>> acts_;  // L; under checkpointing, recomputed buffers are shared
   Tensor final_rstd_;                // (N) f32
   Tensor final_out_;                 // (N, C)
   Tensor head_scratch_;              // (chunk, V)

@@ -13,8 +13,9 @@ void Model::backward() {
               param_view(compute_, "norm.weight"), final_rstd_);
   for (int l = int(s.L) - 1; l >= 0; --l) {
     BlockActs& a = acts_for(l);
-    if (options_.checkpointing == ActivationCheckpointing::full) block_forward(l, a, false);
-    if (options_.checkpointing == ActivationCheckpointing::selective) mlp_hidden_forward(l, a);
+    if (options_.checkpointing == ActivationCheckpointing::full) block_forward(l, a, BlockPass::recompute);
+    if (options_.checkpointing == ActivationCheckpointing::selective)
+      block_forward(l, a, BlockPass::recompute_keep_attention);
     block_backward(l, a);
   }
   embedding_bwd(param_view(grads_, "tok_embeddings.weight"), d_res_, tokens_);

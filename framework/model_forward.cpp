@@ -4,10 +4,10 @@
 
 namespace rt {
 
-// One block. Reads residual_[layer]; writes acts and, when write_output, residual_[layer + 1].
-// The recompute under activation checkpointing passes write_output = false: the MLP output projection is
-// not needed by the backward.
-void Model::block_forward(int layer, BlockActs& a, bool write_output) {
+// One block. Reads residual_[layer]; writes acts and, in the forward pass, residual_[layer + 1]. The
+// recomputes for the backward skip the MLP output projection (the backward does not need it), and
+// recompute_keep_attention also the ring attention, whose output and LSE were kept.
+void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   const ModelShape& s = shape_;
   const LayerWeights w = layer_weights(compute_, layer);
   const Tensor& x = residual_[size_t(layer)];  // (N, C)
@@ -22,7 +22,8 @@ void Model::block_forward(int layer, BlockActs& a, bool write_output) {
   const Tensor v4 = a.v.view({s.B, s.n, s.Hkvl, s.D});
   rope(q4, positions_, config_.rope_base, false);
   rope(k4, positions_, config_.rope_base, false);
-  attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
+  if (pass != BlockPass::recompute_keep_attention)
+    attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);
   add_inplace(a.x_mid, x);
@@ -30,7 +31,7 @@ void Model::block_forward(int layer, BlockActs& a, bool write_output) {
   // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp.
   rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
   mlp_hidden_forward(layer, a);
-  if (!write_output) return;
+  if (pass != BlockPass::forward) return;
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
   gemm(out, a.g, w.proj_or_w2, false, true);  // (N, C) = (N, Fl) @ (C, Fl)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(out);
@@ -53,7 +54,7 @@ std::vector<float> Model::step(const Batch& batch, double global_count, bool wan
   const ModelShape& s = shape_;
   upload_batch(batch);
   embedding_fwd(residual_[0], tokens_, param_view(compute_, "tok_embeddings.weight"));
-  for (int l = 0; l < s.L; ++l) block_forward(l, acts_for(l), true);
+  for (int l = 0; l < s.L; ++l) block_forward(l, acts_for(l), BlockPass::forward);
   rmsnorm_fwd(final_out_, final_rstd_, residual_[size_t(s.L)], param_view(compute_, "norm.weight"),
               config_.norm_eps);
 

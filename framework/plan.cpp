@@ -124,10 +124,13 @@ int plan_main(const Config& config, bool json) {
   const bool recompute = config.train.checkpointing != "none";
   // Full checkpointing re-runs each block's forward (1/3 of its fwd + bwd work) in the backward.
   const double block_share = (flops.per_token() - 6.0 * double(m.vocab_size) * m.d_model) / flops.per_token();
-  // Selective re-runs only the MLP's first matmul(s) (fc, or w1 and w3): 2 FLOPs per weight per token.
-  const double selective_extra = 2.0 * double(m.d_ff) * m.d_model * (m.mlp == "swiglu" ? 2 : 1) * m.n_layer;
+  // Selective re-runs every block matmul but wo (q, k, v and the MLP input side; attention output is kept):
+  // 2 FLOPs per weight per token, no attention.
+  const double kv_dim = double(m.n_kv_head) * m.head_dim();
+  const double selective_extra = 2.0 * m.n_layer * tokens_step *
+      (double(m.d_model) * (m.d_model + 2 * kv_dim) + double(m.d_ff) * m.d_model * (m.mlp == "swiglu" ? 2 : 1));
   const double hw_flops = config.train.checkpointing == "full"      ? model_flops * (1.0 + block_share / 3.0)
-                          : config.train.checkpointing == "selective" ? model_flops + selective_extra * tokens_step
+                          : config.train.checkpointing == "selective" ? model_flops + selective_extra
                                                                       : model_flops;
   const int world = p.dp * p.cp * p.tp;
   if (json) {
