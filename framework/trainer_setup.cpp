@@ -2,10 +2,15 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/device_memory.h"
 #include "parallel/mpi_comm.h"
+
+#ifdef RINGTRAIN_HAVE_CUDA
+#include "parallel/cuda/nccl_comm.h"
+#endif
 
 namespace rt {
 
@@ -27,15 +32,43 @@ Device resolve_device(const Config& config) {
   return Device::cuda(local_rank_from_env() % cuda_device_count());
 }
 
+// parallel.comm: mpi | nccl | auto. auto takes nccl when the device is CUDA and every rank has a GPU of its
+// own, mpi otherwise (several ranks sharing one GPU stage through pinned host memory). nccl with CPU tensors or
+// with a shared GPU is refused with the fix. Collective over MPI_COMM_WORLD (every rank decides the same).
+std::shared_ptr<Comm> make_world_comm(const Config& config) {
+  const std::string& choice = config.parallel.comm;
+  RT_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl",
+           "parallel.comm: '" << choice << "' must be auto, mpi or nccl");
+  const Device device = resolve_device(config);
+  RT_CHECK(choice != "nccl" || device.is_cuda(),
+           "parallel.comm=nccl needs GPU tensors but this run is on the CPU; use parallel.comm: mpi (or auto)");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (choice == "mpi" || device.is_cpu()) return make_mpi_world_comm();
+#ifdef RINGTRAIN_HAVE_CUDA
+  const bool shared = ranks_share_gpu(MPI_COMM_WORLD, device.index);
+  RT_CHECK(!(shared && choice == "nccl"),
+           "parallel.comm=nccl, but several ranks of this node share one GPU; NCCL refuses that (\"Duplicate GPU "
+           "detected\"). Use parallel.comm: mpi (or auto), which stages through pinned host memory, or launch one "
+           "rank per GPU");
+  if (!shared) {
+    if (rank == 0) std::printf("parallel.comm: %s -> nccl (one GPU per rank)\n", choice.c_str());
+    return std::make_shared<NcclComm>(MPI_COMM_WORLD, device.index);
+  }
+  if (rank == 0) std::printf("parallel.comm: auto -> mpi (ranks share a GPU: staged through pinned host memory)\n");
+#endif
+  return make_mpi_world_comm();
+}
+
 ProcessGrid make_process_grid(const Config& config) {
   GridDims dims{config.parallel.dp, config.parallel.cp, config.parallel.tp};
   int initialized = 0, size = 1;
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size == 1 && dims.world() == 1) return ProcessGrid::local();
+  if (size == 1 && dims.world() == 1) return ProcessGrid::local();  // one rank: nothing to communicate
   RT_CHECK(initialized, "parallel: dp*cp*tp = " << dims.world() << " needs that many MPI ranks; launch with "
                                                 << "mpirun -np " << dims.world() << " (or launch/train.sh)");
-  return ProcessGrid::create(make_mpi_world_comm(), dims);
+  return ProcessGrid::create(make_world_comm(config), dims);
 }
 
 ModelOptions model_options(const Config& config, Device device) {

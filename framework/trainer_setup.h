@@ -14,6 +14,8 @@ namespace rt {
 
 // device: cpu | cuda | auto (cuda when available). Under mpirun, rank -> GPU by the local rank.
 Device resolve_device(const Config& config);
+// The world communicator per parallel.comm (auto | mpi | nccl; see trainer_setup.cpp). Collective.
+std::shared_ptr<Comm> make_world_comm(const Config& config);
 // The MPI world when launched with more than one rank (MPI initialised by main), else a local grid.
 // Checks world size == dp * cp * tp.
 ProcessGrid make_process_grid(const Config& config);

@@ -6,6 +6,10 @@
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 
+#ifdef RINGTRAIN_HAVE_CUDA
+#include "parallel/cuda/pinned_host.h"
+#endif
+
 namespace rt {
 
 namespace {
@@ -40,8 +44,15 @@ HostStaging::~HostStaging() {
   for (Buffer& b : pool_) deallocate(b.data);
 }
 
+// Only CUDA tensors are staged (a CPU tensor is its own host copy), so with CUDA built in the buffers are
+// pinned: allocated once per buffer at first use (the pool then reuses them), freed with the comm.
+#ifdef RINGTRAIN_HAVE_CUDA
+void* HostStaging::allocate(size_t bytes) { return pinned_host_alloc(bytes); }
+void HostStaging::deallocate(void* data) { pinned_host_free(data); }
+#else
 void* HostStaging::allocate(size_t bytes) { return device_alloc(Device::cpu(), bytes); }
 void HostStaging::deallocate(void* data) { device_free(Device::cpu(), data); }
+#endif
 
 Tensor HostStaging::acquire(const Tensor& t, bool copy_in) {
   if (t.device.is_cpu()) return t;
@@ -88,16 +99,30 @@ MpiComm::~MpiComm() {
 }
 
 void MpiComm::all_reduce_sum(Tensor t) {
-  RT_CHECK(t.dtype == DType::f32, "MpiComm::all_reduce_sum: only f32 tensors are supported, got "
-                                      << dtype_name(t.dtype) << " " << t.shape_str()
-                                      << "; reduce an f32 copy, or use the nccl comm for bf16");
+  RT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16,
+           "MpiComm::all_reduce_sum: only f32 and bf16 tensors are supported, got " << dtype_name(t.dtype) << " "
+                                                                                 << t.shape_str());
   if (size_ == 1) return;
   Tensor host = staging_.acquire(t, /*copy_in=*/true);
-  float* p = host.ptr<float>();
+  float* p = nullptr;
+  if (t.dtype == DType::f32) {
+    p = host.ptr<float>();
+  } else {
+    // bf16 (GPU activations under tp): summed in f32 on the host and rounded once, so every rank gets the
+    // same, correctly rounded sum (NCCL sums bf16 in bf16 hop by hop; this is at least as accurate).
+    widened_.resize(size_t(host.numel()));  // (numel) f32, grows once to the largest tensor
+    const uint16_t* h = host.ptr<uint16_t>();
+    for (int64_t i = 0; i < host.numel(); ++i) widened_[size_t(i)] = bf16_to_float(h[i]);
+    p = widened_.data();
+  }
   for (int64_t done = 0, n = host.numel(); done < n;) {
     const int64_t count = std::min(n - done, kMaxCollectiveElems);
     RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done, int(count), MPI_FLOAT, MPI_SUM, comm_));
     done += count;
+  }
+  if (t.dtype == DType::bf16) {
+    uint16_t* h = host.ptr<uint16_t>();
+    for (int64_t i = 0; i < host.numel(); ++i) h[i] = float_to_bf16(widened_[size_t(i)]);
   }
   staging_.release(t, host, /*copy_out=*/true);
 }

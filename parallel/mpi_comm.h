@@ -1,8 +1,8 @@
 // MpiComm: the Comm of CPU ranks (DESIGN.md "Core types"). Tensors on the CPU go to MPI directly.
 // CUDA tensors are staged through host buffers (HostStaging below): copied to the host before a send or a
 // collective, received on the host and copied back in wait(). That lets several ranks share one GPU in
-// tests, which NCCL refuses. The staging buffers are plain host memory today; the CUDA backend makes them
-// pinned by replacing HostStaging::allocate/free (parallel/mpi_comm.cpp), nothing else changes.
+// tests, which NCCL refuses. With CUDA built in, the staging buffers are pinned (cudaHostAlloc, once per
+// buffer at first use; parallel/cuda/pinned_host.h).
 #pragma once
 #include <mpi.h>
 
@@ -45,7 +45,7 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
-  void all_reduce_sum(Tensor t) override;           // f32
+  void all_reduce_sum(Tensor t) override;           // f32, bf16 (summed in f32 on the host)
   void all_reduce_sum(double* values, int count) override;
   void broadcast(Tensor t, int root) override;      // any dtype
   void barrier() override;
@@ -67,6 +67,7 @@ class MpiComm final : public Comm {
   int next_id_ = 0;
   std::unordered_map<int, Pending> pending_;
   HostStaging staging_;
+  std::vector<float> widened_;  // bf16 all-reduce: the values in f32 (host)
 };
 
 // MPI_COMM_WORLD as a Comm (not owned). MPI must already be initialised by main.

@@ -4,6 +4,10 @@
 #include <atomic>
 #include <chrono>
 
+#ifdef RINGTRAIN_HAVE_CUDA
+#include "parallel/cuda/cuda_ring_timer.h"
+#endif
+
 namespace rt {
 
 namespace {
@@ -36,6 +40,9 @@ void set_ring_timer_factory(RingTimerFactory factory) { g_device_factory.store(f
 std::unique_ptr<RingTimer> make_ring_timer(Device device) {
   if (!device.is_cpu()) {
     if (RingTimerFactory f = g_device_factory.load()) return f(device);
+#ifdef RINGTRAIN_HAVE_CUDA
+    return make_cuda_ring_timer(device);  // CUDA events on the compute stream (parallel/cuda/)
+#endif
   }
   return std::make_unique<HostRingTimer>();
 }

@@ -5,3 +5,6 @@ include(${CMAKE_CURRENT_LIST_DIR}/sweep.cmake)
 
 # The README main command: configs/tiny.yaml as a cp=2 zigzag job on 2 ranks (time and loss targets).
 include(${CMAKE_CURRENT_LIST_DIR}/tiny_main.cmake)
+
+# configs/tiny.yaml on the GPU (2 ranks sharing it), same loss target (label gpu).
+include(${CMAKE_CURRENT_LIST_DIR}/tiny_gpu.cmake)

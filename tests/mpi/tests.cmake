@@ -22,3 +22,12 @@ add_dependencies(test_mpi_train_launch ringtrain)
 rt_mpi_test(train_launch 1)
 # The dK/dV accumulator as bf16 on the wire: the error it adds, for cp = 4 and cp = 2.
 rt_mpi_test(ring_dkv_wire 4)
+
+# GPU suites (labels mpi;gpu; they skip without a CUDA device). Several ranks share the one GPU through the
+# mpi communicator (pinned host staging); NCCL with a world of one rank, and its refusal of a shared GPU.
+rt_mpi_test(gpu_nccl 1)
+rt_mpi_test(gpu_nccl 2)
+rt_mpi_test(gpu_ring_attention 4)
+rt_mpi_test(gpu_model_grid 4)
+set_tests_properties(mpi_gpu_nccl_np1 mpi_gpu_nccl_np2 mpi_gpu_ring_attention_np4 mpi_gpu_model_grid_np4
+                     PROPERTIES LABELS "mpi;gpu")

@@ -1,0 +1,178 @@
+// Training-step benchmark (DESIGN.md "Tests and benchmarks"): one rank, the whole step as train_main runs
+// it (loader, forward, fused LM head + loss, backward, AdamW), timed on the host around a device sync.
+// Prints ms/step (median over the steps after warm-up), tok/s, MFU with the DESIGN.md formula, and memory
+// (the arena, i.e. every buffer of the model, and the device's used memory), then one line
+// "RESULT {json}" for bench/torch_gpt_side_by_side.py.
+//
+//   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--set key=value ...]
+//
+// --init fast (default) fills the weights from a small N(0, std) pool tiled over every tensor (norms 1),
+// which takes a second where the exact init (`ringtrain train`'s, per-element RNG) takes ~20 s at 1.4B; the
+// kernels' speed does not depend on the values.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "framework/config.h"
+#include "framework/data.h"
+#include "framework/mfu.h"
+#include "framework/model.h"
+#include "framework/optimizer.h"
+#include "framework/trainer_setup.h"
+#include "kernels/ops.h"
+
+#ifdef RINGTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace rt;
+
+namespace {
+
+[[noreturn]] void usage(const char* msg) {
+  std::fprintf(stderr, "bench_train_step: %s\nusage: bench_train_step <config.yaml> [--warmup N] [--steps N] "
+                       "[--init fast|exact] [--set key=value ...]\n", msg);
+  std::exit(2);
+}
+
+void device_sync(Device device) {
+#ifdef RINGTRAIN_HAVE_CUDA
+  if (device.is_cuda()) {
+    const cudaError_t err = cudaDeviceSynchronize();
+    RT_CHECK(err == cudaSuccess, "cudaDeviceSynchronize: " << cudaGetErrorString(err));
+  }
+#else
+  (void)device;
+#endif
+}
+
+// Bytes in use on the device (total - free: context, cuBLASLt workspace and the arena); 0 on the CPU.
+double device_used_bytes(Device device) {
+#ifdef RINGTRAIN_HAVE_CUDA
+  if (device.is_cuda()) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return double(total_b - free_b);
+  }
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
+// Every weight from a pool of 1M N(0, 1) values, tiled with a per-tensor offset and scaled by init_std;
+// norm weights 1.
+void fast_init(Model& model, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> pool(size_t(1) << 20);  // (1M)
+  for (float& x : pool) x = normal(rng);
+  fill(model.master(), 0.f);
+  std::vector<float> host;
+  size_t shift = 0;
+  for (const ParamEntry& e : model.params()) {
+    host.resize(size_t(e.numel));  // (numel) this tensor
+    for (size_t i = 0; i < host.size(); ++i)
+      host[i] = e.init_std > 0 ? pool[(i + shift) % pool.size()] * e.init_std : 1.f;
+    shift += 7919;
+    copy_cast(model.master().slice(e.offset, e.offset + e.numel),
+              Tensor(host.data(), DType::f32, Device::cpu(), {e.numel}));
+  }
+  model.sync_compute_weights();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage("no config given");
+  std::string path = argv[1], init = "fast";
+  int warmup = 2, steps = 5;
+  std::vector<std::string> sets;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--warmup") warmup = std::atoi(value().c_str());
+    else if (a == "--steps") steps = std::atoi(value().c_str());
+    else if (a == "--init") init = value();
+    else if (a == "--set") sets.push_back(value());
+    else usage(("unknown argument " + a).c_str());
+  }
+  if (steps < 1 || warmup < 0) usage("--steps must be >= 1 and --warmup >= 0");
+  if (init != "fast" && init != "exact") usage("--init must be fast or exact");
+
+  try {
+    const Config config = load_config(path, sets, /*world_size=*/1);
+    RT_CHECK(config.parallel.dp * config.parallel.cp * config.parallel.tp == 1,
+             "bench_train_step runs one rank: set parallel.dp, cp and tp to 1");
+    const Device device = resolve_device(config);
+    ProcessGrid grid = ProcessGrid::local();
+    const auto t_build = std::chrono::steady_clock::now();
+    ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/true);
+    Model& model = *session.model;
+    AdamW& optimizer = *session.optimizer;
+    if (init == "exact") model.init_weights(config.train.seed);
+    else fast_init(model, config.train.seed);
+    optimizer.zero_state();
+    std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "train");
+    device_sync(device);
+    const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_build).count();
+
+    const ModelConfig& m = config.model;
+    const int64_t tokens = int64_t(config.train.batch_size) * config.data.seq_len;
+    std::printf("train_step: %s on %s | L%d d%d H%d V%d | T %lld x batch %d = %lld tokens/step | checkpointing %s "
+                "| setup %.1f s\n",
+                path.c_str(), device_name(device).c_str(), int(m.n_layer), int(m.d_model), int(m.n_head),
+                int(m.vocab_size), (long long)config.data.seq_len, int(config.train.batch_size), (long long)tokens,
+                config.train.checkpointing.c_str(), setup_s);
+    std::fflush(stdout);
+
+    std::vector<double> times;
+    double last_loss = 0;
+    for (int s = 1; s <= warmup + steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Batch batch = loader->next();
+      const double count = model.global_target_count(batch);
+      const std::vector<float> losses = model.step(batch, count, /*want_grad=*/true);
+      model.reduce_shared_kv_grads();
+      optimizer.step(s, learning_rate(config.optim, s, config.train.steps));
+      device_sync(device);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double sum = 0;
+      for (size_t i = 0; i < losses.size(); ++i)
+        if (batch.targets[i] >= 0) sum += losses[i];
+      last_loss = sum / count;
+      std::printf("  step %d%s: %.1f ms, loss %.4f\n", s, s <= warmup ? " (warm-up)" : "", dt * 1e3, last_loss);
+      std::fflush(stdout);
+      if (s > warmup) times.push_back(dt);
+    }
+    std::sort(times.begin(), times.end());
+    const size_t k = times.size();
+    const double median = k % 2 ? times[k / 2] : 0.5 * (times[k / 2 - 1] + times[k / 2]);
+    const double tok_s = double(tokens) / median;
+    const FlopsModel flops = flops_model(config);
+    const double peak = peak_tflops(config, device);
+    const double frac = mfu(flops, tok_s, peak, 1);
+    const double gib = double(1 << 30);
+    const double arena_gib = double(session.arena->capacity()) / gib;
+    const double used_gib = device_used_bytes(device) / gib;
+    std::printf("  median %.1f ms/step over %zu steps | %.0f tok/s | MFU %.1f%% of %.0f TFLOP/s | arena %.2f GiB | "
+                "device used %.2f GiB\n", median * 1e3, k, tok_s, 100 * frac, peak, arena_gib, used_gib);
+    std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
+    std::printf("RESULT {\"config\":\"%s\",\"L\":%d,\"d\":%d,\"H\":%d,\"V\":%d,\"T\":%lld,\"batch\":%d,"
+                "\"ckpt\":\"%s\",\"ms_per_step\":%.3f,\"tok_s\":%.1f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
+                "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu}\n",
+                path.c_str(), int(m.n_layer), int(m.d_model), int(m.n_head), int(m.vocab_size),
+                (long long)config.data.seq_len, int(config.train.batch_size), config.train.checkpointing.c_str(),
+                median * 1e3, tok_s, frac, peak, arena_gib, used_gib, flops.per_token(), last_loss, k);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
+    return 1;
+  }
+}
