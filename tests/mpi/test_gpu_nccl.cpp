@@ -56,7 +56,7 @@ int world_size() {
 
 const std::string kYaml =
     "model:\n  n_layer: 1\n  d_model: 64\n  n_head: 1\n  n_kv_head: 1\n  vocab_size: 32\n  mlp: gelu\n  d_ff: 128\n"
-    "data:\n  source: copy\n  seq_len: 64\ntrain:\n  batch_size: 1\n  steps: 1\n";
+    "data:\n  source: copy\n  seq_len: 64\ntrain:\n  batch_size: 1\n  steps: 100\n";
 
 TEST(GpuNccl, WorldOfOneBootstrapsAndEveryOperationIsTheIdentity) {
   RT_REQUIRE_CUDA_MPI();
