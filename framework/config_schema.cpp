@@ -55,6 +55,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(optim, grad_clip, f32, "global grad-norm clip (0 = off)"),
       RT_FIELD(checkpoint, every, i32, "steps between saves (0 = end only)"),
       RT_FIELD(checkpoint, keep_last, i32, "checkpoints kept"),
+      RT_FIELD(checkpoint, save_final, boolean, "save at the last step"),
       RT_FIELD(checkpoint, resume, string, "\"\" | auto | a checkpoint dir"),
       RT_FIELD(log, every, i32, "steps between log lines"),
       RT_FIELD(log, metrics_file, string, "JSONL file inside run_dir"),

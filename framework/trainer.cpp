@@ -222,7 +222,7 @@ int train_main(const Config& config) {
     double stop = g_stop_signal.load() != 0 ? 1 : 0;
     grid.world().all_reduce_sum(&stop, 1);
     const bool periodic = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
-    if (periodic || stop > 0 || step == tc.steps) {
+    if (periodic || stop > 0 || (step == tc.steps && config.checkpoint.save_final)) {
       const std::string dir = save(config, session, *loader, step, grid.world());
       if (rank0) std::printf("saved checkpoint %s\n", dir.c_str());
     }

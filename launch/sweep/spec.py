@@ -293,7 +293,9 @@ class Sweep:
                     break
             # The LR warm-up must fit in the short run (ringtrain refuses warmup_steps > steps); the whole
             # run warming up keeps the learning rate small, which leaves the step time unchanged.
-            defaults = DEFAULT_SETS + [("optim.warmup_steps", steps)]
+            # Only a sweep that keeps checkpoints pays for the final save (~17 GB for the 1.41B model).
+            defaults = DEFAULT_SETS + [("optim.warmup_steps", steps),
+                                       ("checkpoint.save_final", self.keep_checkpoints)]
             overrides = [f"{k}={format_value(v)}" for k, v in defaults]
             overrides += [f"{k}={format_value(v)}" for k, v in self.fixed]
             overrides += list(extra_sets)

@@ -13,7 +13,7 @@ log="$work/train.log"
 fail() { echo "FAIL: $*" >&2; echo "---- log ($log) ----" >&2; tail -n 40 "$log" >&2 || true; exit 1; }
 
 start=$(date +%s)
-BUILD_DIR="$build" "$root/launch/train.sh" "$root/configs/tiny.yaml" --set "train.run_dir=$work/run" >"$log" 2>&1 ||
+BUILD_DIR="$build" "$root/launch/train.sh" "$root/configs/tiny.yaml" --set device=cpu --set "train.run_dir=$work/run" >"$log" 2>&1 ||
   fail "launch/train.sh configs/tiny.yaml exited with $?"
 seconds=$(( $(date +%s) - start ))
 echo "tiny.yaml finished in ${seconds} s"

@@ -34,7 +34,7 @@ TEST(TinyConfig, ShortRunLearnsTheLongRangeCopy) {
       (std::filesystem::temp_directory_path() / ("rt_tiny_target_" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(run_dir);
   const Config c = load_config(kTiny,
-                               {"parallel.cp=1", "train.steps=200", "train.eval_every=200", "log.every=50",
+                               {"parallel.cp=1", "device=cpu", "train.steps=200", "train.eval_every=200", "log.every=50",
                                 "train.run_dir=" + run_dir},
                                1);
   ASSERT_EQ(train_main(c), 0);
