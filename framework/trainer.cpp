@@ -17,6 +17,7 @@
 #include "framework/mfu.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
+#include "kernels/device_memory.h"
 #include "kernels/ops.h"
 
 namespace rt {
@@ -195,7 +196,9 @@ int train_main(const Config& config) {
       sm.tok_per_s = tokens_per_step / seconds;
       sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
       sm.ms_per_step = seconds * 1e3;
-      sm.peak_mem_bytes = int64_t(session.arena->capacity());
+      // Measured, not planned: `ringtrain plan` predicts the arena, and this checks the prediction.
+      sm.peak_mem_bytes = int64_t(measured_memory_bytes(session.arena->device()));
+      sm.extra["arena_bytes"] = double(session.arena->capacity());
       const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
       sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
       sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;

@@ -1,6 +1,8 @@
 #include "kernels/device_memory.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 namespace rt {
 
@@ -12,7 +14,9 @@ void* cuda_alloc(int, size_t) {
 void cuda_free(int, void*) {}
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
+size_t cuda_memory_in_use(int) { return 0; }
 #else
+size_t cuda_memory_in_use(int device);  // kernels/cuda/memory.cu
 void* cuda_alloc(int device, size_t bytes);  // kernels/cuda/memory.cu
 void cuda_free(int device, void* ptr);
 #endif
@@ -28,6 +32,21 @@ void device_free(Device device, void* ptr) {
   if (!ptr) return;
   if (device.is_cuda()) cuda_free(device.index, ptr);
   else std::free(ptr);
+}
+
+size_t measured_memory_bytes(Device device) {
+  if (device.is_cuda()) return cuda_memory_in_use(device.index);
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      size_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(1 << 12, '\n');
+  }
+  return 0;
 }
 
 }  // namespace rt

@@ -10,5 +10,9 @@ void* device_alloc(Device device, size_t bytes);  // cpu: aligned malloc; cuda: 
 void device_free(Device device, void* ptr);
 bool cuda_available();                            // built with CUDA and at least one device present
 int cuda_device_count();
+// Memory measured (not planned) on `device`, in bytes. cuda: device memory in use (cudaMemGetInfo total - free:
+// every process on that GPU, the CUDA context included; the arena is allocated once, so this is also the peak).
+// cpu: this process's peak resident set (VmHWM).
+size_t measured_memory_bytes(Device device);
 
 }  // namespace rt
