@@ -157,7 +157,9 @@ def write_summary(path, rows, swept_keys, meta, label):
     for k in ("date", "host", "gpu", "commit", "command", "sweep_file"):
         if meta.get(k):
             lines.append(f"- {k}: `{meta[k]}`")
-    lines += ["", "Median step time after warm-up; memory is the per-rank arena peak; plan = `ringtrain plan`.", ""]
+    lines += ["", ("Median step time after warm-up; peak_mem is measured by the trainer (CUDA: device memory in use, "
+              "every process on the GPU and the CUDA context included; CPU: peak RSS of rank 0); "
+              "plan = `ringtrain plan` (the arena per rank)."), ""]
     cols = ["point", "status", "ranks", "step_ms", "tok_per_s", "tok_per_s_per_gpu", "mfu", "peak_mem_gib",
             "plan_peak_gib", "comm_exposed_share", "loss", "error"]
     lines.append("| " + " | ".join(cols) + " |")
