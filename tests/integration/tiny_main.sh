@@ -29,4 +29,21 @@ final=$(grep -o '"loss_repeat_half":[^,}]*' "$metrics" | tail -n 1 | cut -d: -f2
 [ -n "$final" ] && [ "$final" != "null" ] || fail "no loss_repeat_half in $metrics"
 echo "final repeat-half loss ${final} nats/token (target < 0.05)"
 awk -v x="$final" 'BEGIN { exit !(x + 0 < 0.05) }' || fail "final repeat-half loss ${final} is not below 0.05"
+
+# `ringtrain eval` on the saved checkpoint, on a different grid (one process) and on the training grid
+# (2 ranks), must reproduce the run's last held-out loss.
+ckpt=$(ls -d "$work"/run/checkpoints/step_* | tail -n 1)
+[ -d "$ckpt" ] || fail "no checkpoint saved under $work/run/checkpoints"
+want=$(grep -o '"eval_loss":[^,}]*' "$metrics" | tail -n 1 | cut -d: -f2)
+eval_loss() { grep -o 'mean loss [0-9.]*' | tail -n 1 | cut -d' ' -f3; }
+one=$("$build/ringtrain" eval "$root/configs/tiny.yaml" --checkpoint "$ckpt" --set parallel.cp=1 --set device=cpu \
+      2>>"$log" | tee -a "$log" | eval_loss) || fail "ringtrain eval (1 process) failed"
+two=$(mpirun -np 2 --oversubscribe "$build/ringtrain" eval "$root/configs/tiny.yaml" --checkpoint "$ckpt" \
+      --set device=cpu 2>>"$log" | tee -a "$log" | eval_loss) || fail "ringtrain eval (2 ranks) failed"
+echo "eval: training run ${want}, 1 process ${one}, 2 ranks ${two}"
+for got in "$one" "$two"; do
+  [ -n "$got" ] || fail "ringtrain eval printed no 'mean loss'"
+  awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3) }' ||
+    fail "ringtrain eval gave ${got}, the training run's last eval ${want}"
+done
 echo "PASS"
