@@ -44,6 +44,7 @@ struct TrainConfig {
   int eval_batches = 4;
   std::string checkpointing = "none";  // activation checkpointing: none | full | selective
   int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
+  int mlp_chunk = -1;           // tokens per MLP chunk: -1 auto (chunk only when N x d_ff > 2^27), 0 = none
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
 };

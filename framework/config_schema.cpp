@@ -43,6 +43,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(train, eval_batches, i32, "batches per eval"),
       RT_FIELD(train, checkpointing, string, "activations: none | full | selective"),
       RT_FIELD(train, lm_head_chunk, i32, "tokens per LM-head chunk"),
+      RT_FIELD(train, mlp_chunk, i32, "tokens per MLP chunk: -1 auto (only when tokens x d_ff > 2^27), 0 none"),
       RT_FIELD(train, seed, u64, "init seed"),
       RT_FIELD(train, run_dir, string, "output directory"),
       RT_FIELD(optim, lr, f32, "peak learning rate"),

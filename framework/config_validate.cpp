@@ -206,6 +206,7 @@ void check_train(const Config& c, Problems& p) {
   p.at_least("train.eval_every", t.eval_every, 0, " (0 = never)");
   p.at_least("train.eval_batches", t.eval_batches, 1);
   p.at_least("train.lm_head_chunk", t.lm_head_chunk, 1);
+  p.at_least("train.mlp_chunk", t.mlp_chunk, -1, " (-1 = auto, 0 = no chunking)");
   p.one_of("train.checkpointing", t.checkpointing, {"none", "full", "selective"});
   if (t.run_dir.empty()) p.add("train.run_dir is empty; set a directory for config.yaml, metrics and checkpoints");
 }

@@ -39,6 +39,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   const ActivationCheckpointing ckpt = options.checkpointing;
   const bool keep_all = ckpt == ActivationCheckpointing::none;
   const bool keep_attention = ckpt != ActivationCheckpointing::full;
+  keep_mlp_hidden_ = keep_all;
+  mlp_chunk_ = resolve_mlp_chunk(options.mlp_chunk, N, Fl);
   for (int64_t i = 0; i < s.L; ++i) {
     auto a = std::make_unique<BlockActs>();
     if (keep_attention || i == 0) {
@@ -56,9 +58,10 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
       a->x_mid = arena.alloc(act, {N, C}, "block: residual after attention");  // (N, C)
       a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
       a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
-      a->h = arena.alloc(act, {N, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (N, Fl)
-      if (s.swiglu) a->u = arena.alloc(act, {N, Fl}, "block: mlp up");  // (N, Fl)
-      a->g = arena.alloc(act, {N, Fl}, "block: mlp activation");        // (N, Fl)
+      const int64_t rows = keep_mlp_hidden_ ? N : mlp_chunk_;  // kept whole, or one chunk at a time
+      a->h = arena.alloc(act, {rows, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (rows, Fl)
+      if (s.swiglu) a->u = arena.alloc(act, {rows, Fl}, "block: mlp up");  // (rows, Fl)
+      a->g = arena.alloc(act, {rows, Fl}, "block: mlp activation");        // (rows, Fl)
     } else {
       const BlockActs& shared = *acts_[0];
       a->rstd1 = shared.rstd1, a->ln1 = shared.ln1, a->q = shared.q, a->k = shared.k, a->v = shared.v;
@@ -68,20 +71,23 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
     acts_.push_back(std::move(a));
   }
   final_rstd_ = arena.alloc(DType::f32, {N}, "final norm rstd");  // (N)
-  final_out_ = arena.alloc(act, {N, C}, "final norm out");        // (N, C)
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(options.lm_head_chunk, N));
   head_scratch_ = arena.alloc(act, {chunk, s.V}, "lm head logits chunk");  // (chunk, V)
 
-  d_res_ = arena.alloc(act, {N, C}, "grad: residual stream");   // (N, C)
-  d_ln_ = arena.alloc(act, {N, C}, "grad: norm out");           // (N, C)
-  d_final_ = arena.alloc(act, {N, C}, "grad: final norm out");  // (N, C)
+  d_res_ = arena.alloc(act, {N, C}, "grad: residual stream / final norm out");  // (N, C)
+  d_ln_ = arena.alloc(act, {N, C}, "grad: norm out / final norm out");         // (N, C)
+  // Lifetimes that do not overlap share storage: final_out_ is last read by the fused head, before the
+  // backward first writes d_res_; d_final_ is written by the head and read once by the final norm's
+  // backward, before the first block backward writes d_ln_.
+  final_out_ = d_res_;  // (N, C)
+  d_final_ = d_ln_;     // (N, C)
   d_att_ = arena.alloc(act, {N, qd}, "grad: attention out");    // (N, Hl*D)
   d_q_ = arena.alloc(act, {N, qd}, "grad: q");                  // (N, Hl*D)
   d_k_ = arena.alloc(act, {N, kvd}, "grad: k");                 // (N, Hkvl*D)
   d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
-  d_h_ = arena.alloc(act, {N, Fl}, "grad: mlp hidden");         // (N, Fl)
-  if (s.swiglu) d_u_ = arena.alloc(act, {N, Fl}, "grad: mlp up");  // (N, Fl)
-  d_g_ = arena.alloc(act, {N, Fl}, "grad: mlp activation");     // (N, Fl)
+  d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
+  if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
+  d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");        // (chunk, Fl)
   if (s.tp > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;
@@ -92,6 +98,17 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
 }
 
 Model::~Model() = default;
+
+int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff) {
+  RT_CHECK(requested >= -1, "train.mlp_chunk=" << requested << " must be -1 (auto), 0 (no chunking) or a token count");
+  RT_CHECK(tokens > 0 && local_d_ff > 0, "mlp chunk: tokens and d_ff must be positive");
+  if (requested > 0) return std::min(requested, tokens);
+  if (requested == 0) return tokens;
+  const int64_t budget = int64_t(1) << 27;  // elements of one (chunk, Fl) buffer: 256 MiB in bf16
+  if (tokens * local_d_ff <= budget) return tokens;
+  const int64_t chunk = std::max<int64_t>(256, budget / local_d_ff / 256 * 256);
+  return std::min(chunk, tokens);
+}
 
 ModelComms ModelComms::from(ProcessGrid& grid) {
   ModelComms c;

@@ -83,7 +83,17 @@ struct ModelOptions {
   DType act_dtype = DType::f32;  // activations and compute weights: f32 on CPU, bf16 on CUDA
   Layout layout = Layout::contiguous;
   DType dkv_wire = DType::f32;   // ring backward: dK/dV accumulator on the wire (f32 | bf16)
+  // Tokens per MLP chunk (forward, recompute and backward): the (N, Fl) hidden buffers become (chunk, Fl).
+  // 0 = all N tokens at once; -1 = auto (resolve_mlp_chunk). Exact: only the weight-gradient sums over
+  // tokens are split into per-chunk partial sums (gemm beta = 1).
+  int64_t mlp_chunk = -1;
 };
+
+// The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
+//   0 or >= N: N (no chunking);  > 0: that many tokens;
+//   -1 (auto): N when N * Fl <= 2^27 elements (a 256 MiB bf16 hidden buffer: every small config), else the
+//   largest multiple of 256 tokens with chunk * Fl <= 2^27 (16,384 tokens at Fl = 8192), at least 256.
+int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff);
 
 // The parameter table for one tp rank, in flat-buffer order (pure function of the config; no memory).
 std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int tp_rank);
@@ -147,11 +157,17 @@ class Model {
   struct LayerWeights;
   LayerWeights layer_weights(const Tensor& flat, int layer) const;
   void upload_batch(const Batch& batch);
-  // What block_forward computes: the training forward, or a recompute for the backward (which skips the
-  // MLP output projection, and under selective checkpointing the attention itself).
+  // What block_forward computes: the training forward, or a recompute for the backward (which stops at the
+  // MLP norm: the backward recomputes the MLP hidden chunk by chunk; under selective checkpointing it also
+  // skips the attention itself).
   enum class BlockPass { forward, recompute, recompute_keep_attention };
   void block_forward(int layer, BlockActs& acts, BlockPass pass);  // model_forward.cpp
-  void mlp_hidden_forward(int layer, BlockActs& acts);             // ln2 -> h (, u) -> g
+  // One chunk of rows: ln2 (m, C) -> h (, u) (m, Fl) -> g (m, Fl).
+  void mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor u, Tensor g);
+  // The MLP hidden of rows [begin, end): views of the kept (N, Fl) buffers under no checkpointing (computed
+  // on the forward pass, read in the backward), else the shared (chunk, Fl) buffers computed from ln2.
+  void mlp_chunk_hidden(int layer, BlockActs& acts, int64_t begin, int64_t end, bool for_backward, Tensor& h,
+                        Tensor& u, Tensor& g);
   void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
   void block_backward(int layer, BlockActs& acts);
   BlockActs& acts_for(int layer);
@@ -171,16 +187,18 @@ class Model {
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
   std::vector<std::unique_ptr<BlockActs>> acts_;  // L; under checkpointing, recomputed buffers are shared
   Tensor final_rstd_;                // (N) f32
-  Tensor final_out_;                 // (N, C)
+  Tensor final_out_;                 // (N, C) same storage as d_res_ (dead before the backward starts)
   Tensor head_scratch_;              // (chunk, V)
   // Backward scratch, shared by all layers.
   Tensor d_res_;                     // (N, C) residual-stream gradient
   Tensor d_ln_;                      // (N, C)
-  Tensor d_final_;                   // (N, C)
+  Tensor d_final_;                   // (N, C) same storage as d_ln_ (read once, before any block backward)
   Tensor d_att_;                     // (N, Hl*D)
   Tensor d_q_;                       // (N, Hl*D)
   Tensor d_k_, d_v_;                 // (N, Hkvl*D)
-  Tensor d_h_, d_u_, d_g_;           // (N, Fl)
+  Tensor d_h_, d_u_, d_g_;           // (mlp_chunk_, Fl)
+  int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
+  bool keep_mlp_hidden_ = false;     // no checkpointing: h, u, g are kept per layer as (N, Fl)
   Tensor gather_scratch_;            // (chunk) f32, tp > 1 only: full tensors are summed through it
   std::unique_ptr<RingAttention> attention_;
 };

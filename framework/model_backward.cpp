@@ -1,5 +1,7 @@
 // The backward pass, layer by layer in reverse. Weight gradients accumulate (beta = 1) into grads_,
 // which step() zeroes first; d_res_ carries d(loss)/d(residual stream) downwards.
+#include <algorithm>
+
 #include "framework/model_internal.h"
 #include "kernels/ops.h"
 
@@ -28,18 +30,31 @@ void Model::block_backward(int layer, BlockActs& a) {
   const LayerWeights dw = layer_weights(grads_, layer);
   const Tensor& x = residual_[size_t(layer)];  // (N, C)
 
-  // MLP. proj is row-parallel: its input gradient is local; fc is column-parallel: d(ln2) is summed over tp.
-  gemm(dw.proj_or_w2, d_res_, a.g, true, false, 1.f, 1.f);  // (C, Fl) += d_res^T (C, N) @ g (N, Fl)
-  gemm(d_g_, d_res_, w.proj_or_w2, false, false);            // (N, Fl) = d_res (N, C) @ (C, Fl)
-  if (s.swiglu) {
-    swiglu_bwd(d_h_, d_u_, d_g_, a.h, a.u);
-    gemm(dw.w3, d_u_, a.ln2, true, false, 1.f, 1.f);         // (Fl, C) += d_u^T @ ln2
-  } else {
-    gelu_bwd(d_h_, d_g_, a.h);
+  // MLP, chunk by chunk of mlp_chunk_ tokens (the hidden recomputed per chunk unless kept). proj is
+  // row-parallel: its input gradient is local; fc is column-parallel: d(ln2) is summed over tp. The weight
+  // gradients accumulate over the chunks (beta = 1).
+  for (int64_t begin = 0; begin < s.N(); begin += mlp_chunk_) {
+    const int64_t end = std::min(s.N(), begin + mlp_chunk_), m = end - begin;
+    Tensor h, u, g;  // (m, Fl)
+    mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/true, h, u, g);
+    const Tensor d_out = d_res_.slice(begin, end);  // (m, C)
+    const Tensor ln2 = a.ln2.slice(begin, end);     // (m, C)
+    const Tensor d_ln2 = d_ln_.slice(begin, end);   // (m, C)
+    const Tensor d_g = d_g_.slice(0, m), d_h = d_h_.slice(0, m);  // (m, Fl)
+    gemm(dw.proj_or_w2, d_out, g, true, false, 1.f, 1.f);  // (C, Fl) += d_out^T (C, m) @ g (m, Fl)
+    gemm(d_g, d_out, w.proj_or_w2, false, false);           // (m, Fl) = d_out (m, C) @ (C, Fl)
+    if (s.swiglu) {
+      const Tensor d_u = d_u_.slice(0, m);  // (m, Fl)
+      swiglu_bwd(d_h, d_u, d_g, h, u);
+      gemm(dw.w3, d_u, ln2, true, false, 1.f, 1.f);  // (Fl, C) += d_u^T @ ln2
+      gemm(d_ln2, d_h, w.fc_or_w1, false, false);      // (m, C) = d_h (m, Fl) @ (Fl, C)
+      gemm(d_ln2, d_u, w.w3, false, false, 1.f, 1.f);  // += d_u @ w3
+    } else {
+      gelu_bwd(d_h, d_g, h);
+      gemm(d_ln2, d_h, w.fc_or_w1, false, false);  // (m, C) = d_h (m, Fl) @ (Fl, C)
+    }
+    gemm(dw.fc_or_w1, d_h, ln2, true, false, 1.f, 1.f);  // (Fl, C) += d_h^T @ ln2
   }
-  gemm(dw.fc_or_w1, d_h_, a.ln2, true, false, 1.f, 1.f);     // (Fl, C) += d_h^T @ ln2
-  gemm(d_ln_, d_h_, w.fc_or_w1, false, false);                // (N, C) = d_h (N, Fl) @ (Fl, C)
-  if (s.swiglu) gemm(d_ln_, d_u_, w.w3, false, false, 1.f, 1.f);
   if (s.tp > 1) tp_comm().all_reduce_sum(d_ln_);
   rmsnorm_bwd(d_res_, dw.mlp_norm, d_ln_, a.x_mid, w.mlp_norm, a.rstd2);  // d_res += through the norm
 

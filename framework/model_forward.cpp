@@ -1,4 +1,6 @@
 // The forward pass, top to bottom, and the fused LM head + loss (which also starts the backward).
+#include <algorithm>
+
 #include "framework/model_internal.h"
 #include "kernels/ops.h"
 
@@ -28,26 +30,45 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);
   add_inplace(a.x_mid, x);
 
-  // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp.
+  // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp, chunk by chunk of
+  // mlp_chunk_ tokens (rows are independent). The recomputes stop at ln2 unless the hidden is kept: the
+  // backward recomputes each chunk's hidden just before using it.
   rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
-  mlp_hidden_forward(layer, a);
   if (pass != BlockPass::forward) return;
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
-  gemm(out, a.g, w.proj_or_w2, false, true);  // (N, C) = (N, Fl) @ (C, Fl)^T, partial over tp
+  for (int64_t begin = 0; begin < s.N(); begin += mlp_chunk_) {
+    const int64_t end = std::min(s.N(), begin + mlp_chunk_);
+    Tensor h, u, g;  // (m, Fl) with m = end - begin
+    mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/false, h, u, g);
+    gemm(out.slice(begin, end), g, w.proj_or_w2, false, true);  // (m, C) = (m, Fl) @ (C, Fl)^T, partial over tp
+  }
   if (s.tp > 1) tp_comm().all_reduce_sum(out);
   add_inplace(out, a.x_mid);
 }
 
-// ln2 (N, C) -> h (and u) (N, Fl) -> g (N, Fl). Also the recompute under selective checkpointing.
-void Model::mlp_hidden_forward(int layer, BlockActs& a) {
-  const LayerWeights w = layer_weights(compute_, layer);
-  gemm(a.h, a.ln2, w.fc_or_w1, false, true);  // (N, Fl) = (N, C) @ (Fl, C)^T
+// ln2 (m, C) -> h (and u) (m, Fl) -> g (m, Fl).
+void Model::mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor u, Tensor g) {
+  gemm(h, ln2, w.fc_or_w1, false, true);  // (m, Fl) = (m, C) @ (Fl, C)^T
   if (shape_.swiglu) {
-    gemm(a.u, a.ln2, w.w3, false, true);  // (N, Fl)
-    swiglu_fwd(a.g, a.h, a.u);
+    gemm(u, ln2, w.w3, false, true);  // (m, Fl)
+    swiglu_fwd(g, h, u);
   } else {
-    gelu_fwd(a.g, a.h);
+    gelu_fwd(g, h);
   }
+}
+
+// Rows [begin, end) of the MLP hidden, ready to read: under no checkpointing computed into the layer's kept
+// (N, Fl) buffers on the forward pass and only viewed afterwards; otherwise computed into the shared
+// (chunk, Fl) buffers every time (the forward, and again in the backward).
+void Model::mlp_chunk_hidden(int layer, BlockActs& a, int64_t begin, int64_t end, bool for_backward, Tensor& h,
+                             Tensor& u, Tensor& g) {
+  const int64_t m = end - begin;
+  const bool kept = keep_mlp_hidden_;
+  h = kept ? a.h.slice(begin, end) : a.h.slice(0, m);                            // (m, Fl)
+  if (shape_.swiglu) u = kept ? a.u.slice(begin, end) : a.u.slice(0, m);         // (m, Fl)
+  g = kept ? a.g.slice(begin, end) : a.g.slice(0, m);                            // (m, Fl)
+  if (kept && for_backward) return;
+  mlp_hidden_forward(layer_weights(compute_, layer), a.ln2.slice(begin, end), h, u, g);
 }
 
 std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {

@@ -16,9 +16,11 @@ struct Model::BlockActs {
   Tensor x_mid;    // (N, C)      residual after attention
   Tensor rstd2;    // (N) f32     MLP RMSNorm
   Tensor ln2;      // (N, C)
-  Tensor h;        // (N, Fl)     GELU: fc output; SwiGLU: w1 (gate) output
-  Tensor u;        // (N, Fl)     SwiGLU only: w3 (up) output
-  Tensor g;        // (N, Fl)     activated hidden (input of proj / w2)
+  // MLP hidden: (N, Fl) per layer under no checkpointing; otherwise one shared (mlp_chunk, Fl) set that
+  // holds one chunk of rows at a time (forward, and recomputed chunk by chunk in the backward).
+  Tensor h;        // (N | chunk, Fl)  GELU: fc output; SwiGLU: w1 (gate) output
+  Tensor u;        // (N | chunk, Fl)  SwiGLU only: w3 (up) output
+  Tensor g;        // (N | chunk, Fl)  activated hidden (input of proj / w2)
 };
 
 // One layer's weights (or gradients) as views of a flat buffer. Linear weights are (out, in) local shards.

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "framework/config.h"
+#include "kernels/tensor.h"
 
 namespace rt {
 
@@ -15,5 +16,8 @@ int eval_main(const Config& config, const std::string& checkpoint_dir);
 // json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
 // read by launch/sweep.sh.
 int plan_main(const Config& config, bool json = false);
+// Device memory a rank uses outside the arena, added to `ringtrain plan`'s total: 2 GiB on CUDA (CUDA context,
+// cuBLASLt workspace, allocator rounding; measured 0.55-2 GiB on an H200), 0 on CPU.
+double non_arena_allowance_bytes(Device device);
 
 }  // namespace rt

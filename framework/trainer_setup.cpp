@@ -75,6 +75,7 @@ ModelOptions model_options(const Config& config, Device device) {
   ModelOptions o;
   o.checkpointing = parse_checkpointing(config.train.checkpointing);
   o.lm_head_chunk = config.train.lm_head_chunk;
+  o.mlp_chunk = config.train.mlp_chunk;
   o.act_dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   o.layout = parse_layout(resolved_layout(config));
   o.dkv_wire = config.parallel.dkv_wire == "bf16" ? DType::bf16 : DType::f32;

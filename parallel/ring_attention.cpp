@@ -84,7 +84,10 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
            "ring attention: the dK/dV accumulator travels as f32 or bf16 (parallel.dkv_wire), got "
                << dtype_name(dkv_wire));
   const bool ring = cp.size() > 1;
-  state_.acc = arena.alloc(DType::f32, {B, H, n, D}, "ring_attn.state.acc");  // (B, H, n, D) f32
+  // The forward's fp32 output accumulator and the backward's dQ accumulator are never live at once (the
+  // forward finalises acc into out before it returns; the backward zeroes dq_acc first): one buffer.
+  dq_acc_ = arena.alloc(DType::f32, {B, n, H, D}, "ring_attn.dq_acc / state.acc");  // (B, n, H, D) f32
+  state_.acc = dq_acc_.view({B, H, n, D});                                            // (B, H, n, D) f32
   state_.m = arena.alloc(DType::f32, {B, H, n}, "ring_attn.state.m");         // (B, H, n) f32
   state_.l = arena.alloc(DType::f32, {B, H, n}, "ring_attn.state.l");         // (B, H, n) f32
   if (ring) {
@@ -100,7 +103,6 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
       grad_wire_[1] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire1");  // (2, B, n, Hkv, D)
     }
   }
-  dq_acc_ = arena.alloc(DType::f32, {B, n, H, D}, "ring_attn.dq_acc");  // (B, n, H, D) f32
   delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
   timer_ = make_ring_timer(arena.device());
 }

@@ -51,7 +51,7 @@ class RingAttention {
   Tensor grad_buf_[2];   // (2, B, n, Hkv, D) f32 travelling dK|dV accumulator, double-buffered
   Tensor grad_local_;    // (2, B, n, Hkv, D) f32 this rank's dK|dV contribution, added when the accumulator lands
   Tensor grad_wire_[2];  // (2, B, n, Hkv, D) bf16 the accumulator on the wire (dkv_wire = bf16 only)
-  Tensor dq_acc_;        // (B, n, H, D) f32
+  Tensor dq_acc_;        // (B, n, H, D) f32; the same storage as state_.acc (forward only)
   Tensor delta_;         // (B, H, n) f32
   std::unique_ptr<RingTimer> timer_;
   RingTimings timings_, last_call_;
