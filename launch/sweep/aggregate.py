@@ -24,11 +24,18 @@ import measure
 FIXED_COLUMNS = [
     "device", "ranks", "gpus", "dp", "cp", "tp", "layout", "seq_len", "batch_size", "tokens_per_step",
     "steps_measured", "step_ms", "step_ms_min", "step_ms_max", "tok_per_s", "tok_per_s_per_gpu", "mfu",
-    "tflops_per_gpu", "peak_mem_gib", "plan_peak_gib", "plan_error_pct", "plan_flops_per_step", "params",
+    "tflops_per_gpu", "peak_mem_gib", "plan_peak_gib", "plan_total_gib", "plan_error_pct", "plan_flops_per_step", "params",
     "attn_ms", "comm_exposed_ms", "comm_exposed_ms_per_ring_step", "comm_exposed_share", "loss",
     "strong_scaling_eff", "weak_scaling_eff", "duration_s", "note",
 ]
 GIB = 2.0**30
+
+
+def _plan_total_bytes(plan):
+    """The plan's predicted device memory per rank: arena peak + the non-arena allowance (CUDA context etc.)."""
+    if plan.get("total_bytes_per_rank") is not None:
+        return float(plan["total_bytes_per_rank"])
+    return float(plan["peak_bytes_per_rank"]) + float(plan.get("reserve_bytes_per_rank") or 0)
 
 
 def columns(swept_keys):
@@ -62,6 +69,7 @@ def point_row(point, status, runner, warmup_steps):
                     "seq_len": plan.get("seq_len"), "batch_size": plan.get("batch_size"),
                     "tokens_per_step": plan.get("tokens_per_step"),
                     "plan_peak_gib": float(plan["peak_bytes_per_rank"]) / GIB,
+                    "plan_total_gib": _plan_total_bytes(plan) / GIB,
                     "plan_flops_per_step": plan.get("flops_per_step"), "params": plan.get("params")})
     row["duration_s"] = status.get("duration_s")
     row["note"] = status.get("fit_note", "")
@@ -86,7 +94,8 @@ def point_row(point, status, runner, warmup_steps):
         row["mfu"] = s["mfu_reported"] * row["ranks"] / row["gpus"]
     if s["mem_bytes"]:
         row["peak_mem_gib"] = s["mem_bytes"] / GIB
-        row["plan_error_pct"] = 100.0 * (float(plan["peak_bytes_per_rank"]) - s["mem_bytes"]) / s["mem_bytes"]
+        # Against the plan's total (arena + its stated non-arena allowance): what the device actually shows.
+        row["plan_error_pct"] = 100.0 * (_plan_total_bytes(plan) - s["mem_bytes"]) / s["mem_bytes"]
     if s["comm_exposed_ms_per_ring_step"] is not None:
         row["comm_exposed_ms_per_ring_step"] = s["comm_exposed_ms_per_ring_step"]
     elif s["comm_exposed_ms"] is not None:
@@ -159,9 +168,9 @@ def write_summary(path, rows, swept_keys, meta, label):
             lines.append(f"- {k}: `{meta[k]}`")
     lines += ["", ("Median step time after warm-up; peak_mem is measured by the trainer (CUDA: device memory in use, "
               "every process on the GPU and the CUDA context included; CPU: peak RSS of rank 0); "
-              "plan = `ringtrain plan` (the arena per rank)."), ""]
+              "plan = `ringtrain plan` (the arena per rank; plan_total adds its non-arena allowance, 2 GiB on CUDA)."), ""]
     cols = ["point", "status", "ranks", "step_ms", "tok_per_s", "tok_per_s_per_gpu", "mfu", "peak_mem_gib",
-            "plan_peak_gib", "comm_exposed_share", "loss", "error"]
+            "plan_peak_gib", "plan_total_gib", "comm_exposed_share", "loss", "error"]
     lines.append("| " + " | ".join(cols) + " |")
     lines.append("|" + "---|" * len(cols))
     for r in rows:
