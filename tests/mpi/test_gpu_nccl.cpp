@@ -18,6 +18,7 @@
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "parallel/cuda/nccl_comm.h"
+#include "tests/gpu/gpu_test_util.h"
 
 using namespace rt;
 
@@ -30,14 +31,8 @@ std::vector<float> random_values(int64_t n, uint64_t seed) {
   for (float& x : v) x = bf16_to_float(float_to_bf16(normal(rng)));  // exact in bf16 too
   return v;
 }
-void upload(const Tensor& dst, std::vector<float> values) {
-  copy_cast(dst, Tensor(values.data(), DType::f32, Device::cpu(), {int64_t(values.size())}));
-}
-std::vector<float> download(const Tensor& src) {
-  std::vector<float> out(size_t(src.numel()));
-  copy_cast(Tensor(out.data(), DType::f32, Device::cpu(), {src.numel()}), src);
-  return out;
-}
+using test::download;  // host f32 <-> device tensors through copy_cast
+using test::upload;
 
 #define RT_REQUIRE_CUDA_MPI()                                             \
   do {                                                                    \

@@ -9,7 +9,6 @@
 //     than 1e-2 relative over 10 steps (tests/mpi/test_ring_dkv_wire.cpp bounds the per-call error).
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
@@ -23,8 +22,7 @@
 
 #include "framework/config.h"
 #include "kernels/tensor.h"
-
-extern char** environ;
+#include "tests/mpi/process_runner.h"
 
 namespace fs = std::filesystem;
 
@@ -32,37 +30,13 @@ namespace {
 
 constexpr double kResumeRelTol = 1e-4;
 
-struct JobResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// This test runs under mpirun; drop the variables that would make the inner mpirun join this job.
-void scrub_mpi_environment() {
-  std::vector<std::string> names;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    const std::string name = kv.substr(0, kv.find('='));
-    const bool mpi_var = name.rfind("OMPI_", 0) == 0 || name.rfind("PMIX_", 0) == 0 ||
-                         name.rfind("ORTE_", 0) == 0 || name.rfind("OPAL_", 0) == 0;
-    if (mpi_var && name.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) != 0) names.push_back(name);
-  }
-  for (const std::string& name : names) unsetenv(name.c_str());
-}
+using rt::test::ProcessResult;
 
 // launch/train.sh <config> <args> with the binary under test; killed after 120 s.
-JobResult train_sh(const std::string& config, const std::string& args) {
+ProcessResult train_sh(const std::string& config, const std::string& args) {
   const std::string build = fs::path(RINGTRAIN_BINARY).parent_path().string();
-  const std::string cmd = "cd '" + std::string(RT_SOURCE_DIR) + "' && BUILD_DIR='" + build +
-                          "' timeout -s KILL 120 launch/train.sh '" + config + "' " + args + " 2>&1";
-  JobResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  while (size_t got = std::fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, got);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return rt::test::run_command("cd '" + std::string(RT_SOURCE_DIR) + "' && BUILD_DIR='" + build +
+                           "' timeout -s KILL 120 launch/train.sh '" + config + "' " + args + " 2>&1");
 }
 
 class TrainLaunch : public ::testing::Test {
@@ -71,7 +45,7 @@ class TrainLaunch : public ::testing::Test {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank != 0) GTEST_SKIP() << "launches its own jobs from rank 0";
-    scrub_mpi_environment();
+    rt::test::scrub_mpi_environment();
     dir_ = fs::temp_directory_path() / ("rt_train_launch_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -115,7 +89,7 @@ TEST_F(TrainLaunch, ZigzagCp3WithSeqLenNotDivisibleBy6IsRefusedUpFront) {
   const fs::path run_dir = dir_ / "never_created";
   const std::string config = write_config("bad.yaml", small_model_yaml(run_dir.string()));
   // seq_len 33 is divisible by cp=3 but not by 2*cp=6, which zigzag needs.
-  const JobResult r = train_sh(config, "--set parallel.cp=3 --set parallel.layout=zigzag --set data.seq_len=33");
+  const ProcessResult r = train_sh(config, "--set parallel.cp=3 --set parallel.layout=zigzag --set data.seq_len=33");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, 137) << "killed by the timeout: the refused job hung\n" << r.output;
   EXPECT_NE(r.output.find("train.sh: dp=1 cp=3 tp=1 -> 3 ranks"), std::string::npos) << r.output;
@@ -128,14 +102,14 @@ TEST_F(TrainLaunch, ResumeOnDifferentGridContinuesTheLossCurve) {
   const fs::path run_a = dir_ / "a_cp2", run_b = dir_ / "b_tp2";
   const std::string config = write_config("small.yaml", small_model_yaml(run_a.string()));
 
-  const JobResult a = train_sh(config, "");  // (1,2,1), uninterrupted, checkpoints at 10 and 20
+  const ProcessResult a = train_sh(config, "");  // (1,2,1), uninterrupted, checkpoints at 10 and 20
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("cp=2 layout=zigzag"), std::string::npos) << a.output;
   const fs::path ckpt = run_a / "checkpoints" / "step_10";
   ASSERT_TRUE(fs::exists(ckpt / "model.safetensors")) << a.output;
 
-  const JobResult b = train_sh(config, "--set parallel.cp=1 --set parallel.tp=2 --set train.run_dir=" +
-                                           run_b.string() + " --set checkpoint.resume=" + ckpt.string());
+  const ProcessResult b = train_sh(config, "--set parallel.cp=1 --set parallel.tp=2 --set train.run_dir=" +
+                                               run_b.string() + " --set checkpoint.resume=" + ckpt.string());
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("train.sh: dp=1 cp=1 tp=2 -> 2 ranks"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
@@ -179,9 +153,10 @@ TEST_F(TrainLaunch, Bf16DkvWireChangesLossesSlightly) {
   const fs::path run_f32 = dir_ / "wire_f32", run_bf16 = dir_ / "wire_bf16";
   const std::string config = write_config("wire.yaml", small_model_yaml(run_f32.string()));
   const std::string common = " --set train.steps=10 --set checkpoint.every=0";
-  const JobResult a = train_sh(config, common);
+  const ProcessResult a = train_sh(config, common);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const JobResult b = train_sh(config, common + " --set parallel.dkv_wire=bf16 --set train.run_dir=" + run_bf16.string());
+  const ProcessResult b =
+      train_sh(config, common + " --set parallel.dkv_wire=bf16 --set train.run_dir=" + run_bf16.string());
   ASSERT_EQ(b.exit_code, 0) << b.output;
   const std::map<int, double> la = read_losses(run_f32 / "metrics.jsonl"), lb = read_losses(run_bf16 / "metrics.jsonl");
   ASSERT_EQ(la.size(), 10u) << a.output;

@@ -1,0 +1,211 @@
+// Shared by the ring-attention suites (test_ring_attention.cpp on CPU f32, test_gpu_ring_attention.cpp on
+// CUDA bf16): a seeded attention problem, the naive fp64 single-sequence reference (forward and backward),
+// and one ring run on world ranks [0, cp) whose outputs are un-permuted by layout positions and compared
+// with the reference; the error sums are reduced over the whole world (idle ranks only join the reduction).
+#pragma once
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/arena.h"
+#include "kernels/ops.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/ring_attention.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::test {
+
+struct AttentionProblem {
+  int64_t B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+  std::vector<float> q, k, v, dout;  // (B,T,H,D), (B,T,Hkv,D) x2, (B,T,H,D)
+};
+
+// Fresh normal(0, 1) inputs from `seed`; `round_to_bf16`: every value exact in bf16, so that the reference
+// sees what a bf16 ring sees.
+inline AttentionProblem make_attention_problem(uint64_t seed, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                               int64_t D, bool round_to_bf16) {
+  AttentionProblem p;
+  p.B = B, p.T = T, p.H = H, p.Hkv = Hkv, p.D = D;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto fill_normal = [&](std::vector<float>& x, int64_t n) {
+    x.resize(size_t(n));
+    for (float& e : x) e = round_to_bf16 ? bf16_to_float(float_to_bf16(normal(rng))) : normal(rng);
+  };
+  fill_normal(p.q, B * T * H * D);
+  fill_normal(p.k, B * T * Hkv * D);
+  fill_normal(p.v, B * T * Hkv * D);
+  fill_normal(p.dout, B * T * H * D);
+  return p;
+}
+
+struct AttentionReference {
+  std::vector<double> out, lse, dq, dk, dv;  // (B,T,H,D), (B,H,T), (B,T,H,D), (B,T,Hkv,D) x2
+};
+
+// Naive fp64 attention forward and backward on the whole sequence.
+inline AttentionReference attention_reference(const AttentionProblem& p, bool causal) {
+  const int64_t B = p.B, T = p.T, H = p.H, Hkv = p.Hkv, D = p.D, group = H / Hkv;
+  const double scale = 1.0 / std::sqrt(double(D));
+  AttentionReference r;
+  r.out.assign(size_t(B * T * H * D), 0.0);
+  r.lse.assign(size_t(B * H * T), 0.0);
+  r.dq.assign(size_t(B * T * H * D), 0.0);
+  r.dk.assign(size_t(B * T * Hkv * D), 0.0);
+  r.dv.assign(size_t(B * T * Hkv * D), 0.0);
+  auto qi = [&](int64_t b, int64_t t, int64_t h) { return size_t(((b * T + t) * H + h) * D); };
+  auto ki = [&](int64_t b, int64_t t, int64_t h) { return size_t(((b * T + t) * Hkv + h) * D); };
+  std::vector<double> P(size_t(T), 0.0);  // (T) one row of probabilities
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t nj = causal ? i + 1 : T;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < nj; ++j) {
+          double s = 0;
+          for (int64_t e = 0; e < D; ++e) s += double(p.q[qi(b, i, h) + e]) * p.k[ki(b, j, hk) + e];
+          P[size_t(j)] = s * scale;
+          mx = std::max(mx, P[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < nj; ++j) sum += std::exp(P[size_t(j)] - mx);
+        const double lse = mx + std::log(sum);
+        r.lse[size_t((b * H + h) * T + i)] = lse;
+        for (int64_t j = 0; j < nj; ++j) P[size_t(j)] = std::exp(P[size_t(j)] - lse);
+        double delta = 0;
+        for (int64_t e = 0; e < D; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j < nj; ++j) o += P[size_t(j)] * p.v[ki(b, j, hk) + e];
+          r.out[qi(b, i, h) + e] = o;
+          delta += o * p.dout[qi(b, i, h) + e];
+        }
+        for (int64_t j = 0; j < nj; ++j) {
+          double dp = 0;
+          for (int64_t e = 0; e < D; ++e) dp += double(p.dout[qi(b, i, h) + e]) * p.v[ki(b, j, hk) + e];
+          const double ds = P[size_t(j)] * (dp - delta) * scale;
+          for (int64_t e = 0; e < D; ++e) {
+            r.dv[ki(b, j, hk) + e] += P[size_t(j)] * p.dout[qi(b, i, h) + e];
+            r.dq[qi(b, i, h) + e] += ds * p.k[ki(b, j, hk) + e];
+            r.dk[ki(b, j, hk) + e] += ds * p.q[qi(b, i, h) + e];
+          }
+        }
+      }
+    }
+  return r;
+}
+
+// Rows of a (B, T, row) array at the given global positions: (B, n, row).
+inline std::vector<float> gather_tokens(const std::vector<float>& x, int64_t B, int64_t T, int64_t row,
+                                        const std::vector<int64_t>& pos) {
+  const int64_t n = int64_t(pos.size());
+  std::vector<float> out(size_t(B * n * row));  // (B, n, row)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < row; ++e)
+        out[size_t((b * n + t) * row + e)] = x[size_t((b * T + pos[size_t(t)]) * row + e)];
+  return out;
+}
+
+// ||got - want||^2, ||want||^2 and the count of non-finite values in `got`.
+struct ErrSum {
+  double diff2 = 0, ref2 = 0, bad = 0;
+};
+
+// Accumulates one rank's rows, mapped to global token positions `pos`, into `e`. `token_major`: `got` is
+// (B, n, row); otherwise (B, heads, n) with row = heads (LSE). `want` is the same over all T tokens.
+inline void accumulate(ErrSum& e, const std::vector<float>& got, const std::vector<double>& want, int64_t B,
+                       int64_t T, int64_t row, const std::vector<int64_t>& pos, bool token_major) {
+  const int64_t n = int64_t(pos.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < row; ++c) {
+        const double g = token_major ? got[size_t((b * n + t) * row + c)] : got[size_t((b * row + c) * n + t)];
+        const double w = token_major ? want[size_t((b * T + pos[size_t(t)]) * row + c)]
+                                     : want[size_t((b * row + c) * T + pos[size_t(t)])];
+        if (!std::isfinite(g)) e.bad += 1;
+        e.diff2 += (g - w) * (g - w);
+        e.ref2 += w * w;
+      }
+}
+
+enum Quantity { kOut, kLse, kDq, kDk, kDv, kNumQuantities };
+inline const char* const kQuantityNames[kNumQuantities] = {"O", "LSE", "dQ", "dK", "dV"};
+using RelErrors = std::array<double, kNumQuantities>;
+
+// Sums every rank's error sums over MPI_COMM_WORLD; returns ||got - ref|| / ||ref|| per quantity and, in
+// `bad_total`, the number of non-finite outputs over all quantities and ranks.
+inline RelErrors reduce_errors(const ErrSum (&err)[kNumQuantities], double* bad_total) {
+  double sums[3 * kNumQuantities];
+  for (int i = 0; i < kNumQuantities; ++i) {
+    sums[3 * i] = err[i].diff2;
+    sums[3 * i + 1] = err[i].ref2;
+    sums[3 * i + 2] = err[i].bad;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums, 3 * kNumQuantities, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  RelErrors rel{};
+  *bad_total = 0;
+  for (int i = 0; i < kNumQuantities; ++i) {
+    rel[size_t(i)] = std::sqrt(sums[3 * i] / sums[3 * i + 1]);
+    *bad_total += sums[3 * i + 2];
+  }
+  return rel;
+}
+
+// Where the ring's tensors live: O, dQ, dK, dV (and Q, K, V, dO) in `dtype` on `device`; LSE is always f32.
+struct RingTensors {
+  Device device;
+  DType dtype;
+  size_t arena_bytes;  // inputs, outputs and the ring's own scratch
+};
+
+// Ring attention on a ring of `cp` ranks (world ranks [0, cp); the others only join the error reduction):
+// each member gets its layout positions' tokens, outputs are poisoned with NaN before the calls, then
+// forward and backward run and the outputs are compared with `ref`. Returns the global relative errors.
+inline RelErrors run_ring(const AttentionProblem& p, const AttentionReference& ref, int cp, Layout layout,
+                          bool causal, const RingTensors& on, double* bad_total) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const bool member = world_rank < cp;
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, world_rank, &sub);
+  ErrSum err[kNumQuantities];
+  if (member) {
+    MpiComm ring(sub, /*owned=*/true);
+    const std::vector<int64_t> pos = layout_positions(layout, p.T, cp, ring.rank());
+    const int64_t n = int64_t(pos.size()), B = p.B, H = p.H, Hkv = p.Hkv, D = p.D;
+    const DType dt = on.dtype;
+    Arena arena(on.device, on.arena_bytes);
+    Tensor q = arena.alloc(dt, {B, n, H, D}, "q");        // (B, n, H, D)
+    Tensor k = arena.alloc(dt, {B, n, Hkv, D}, "k");      // (B, n, Hkv, D)
+    Tensor v = arena.alloc(dt, {B, n, Hkv, D}, "v");      // (B, n, Hkv, D)
+    Tensor dout = arena.alloc(dt, {B, n, H, D}, "do");    // (B, n, H, D)
+    Tensor out = arena.alloc(dt, {B, n, H, D}, "o");      // (B, n, H, D)
+    Tensor lse = arena.alloc(DType::f32, {B, H, n}, "lse");  // (B, H, n)
+    Tensor dq = arena.alloc(dt, {B, n, H, D}, "dq");      // (B, n, H, D)
+    Tensor dk = arena.alloc(dt, {B, n, Hkv, D}, "dk");    // (B, n, Hkv, D)
+    Tensor dv = arena.alloc(dt, {B, n, Hkv, D}, "dv");    // (B, n, Hkv, D)
+    upload(q, gather_tokens(p.q, B, p.T, H * D, pos));
+    upload(k, gather_tokens(p.k, B, p.T, Hkv * D, pos));
+    upload(v, gather_tokens(p.v, B, p.T, Hkv * D, pos));
+    upload(dout, gather_tokens(p.dout, B, p.T, H * D, pos));
+    for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
+    RingAttention attn(ring, layout, causal, {B, n, H, Hkv, D, dt}, arena);
+    attn.forward(q, k, v, out, lse);
+    attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
+    accumulate(err[kOut], download(out), ref.out, B, p.T, H * D, pos, true);
+    accumulate(err[kLse], download(lse), ref.lse, B, p.T, H, pos, false);
+    accumulate(err[kDq], download(dq), ref.dq, B, p.T, H * D, pos, true);
+    accumulate(err[kDk], download(dk), ref.dk, B, p.T, Hkv * D, pos, true);
+    accumulate(err[kDv], download(dv), ref.dv, B, p.T, Hkv * D, pos, true);
+  }
+  return reduce_errors(err, bad_total);
+}
+
+}  // namespace rt::test
