@@ -68,7 +68,10 @@ void NcclWatchdog::fatal(const std::string& what) {
 }
 
 void NcclWatchdog::loop() {
-  cudaSetDevice(device_);  // events and the comm belong to this device
+  // Events and the comm belong to this device. This thread cannot throw, so a failure ends the job here.
+  const cudaError_t set = cudaSetDevice(device_);
+  if (set != cudaSuccess) fatal(std::string("NCCL watchdog could not select cuda:") + std::to_string(device_) + ": " +
+                                cudaGetErrorString(set));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     ncclResult_t async = ncclSuccess;
