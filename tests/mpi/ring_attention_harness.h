@@ -9,7 +9,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -163,6 +165,8 @@ struct RingTensors {
   Device device;
   DType dtype;
   size_t arena_bytes;  // inputs, outputs and the ring's own scratch
+  // The ring's communicator over the members' MPI communicator (taken over); empty: MpiComm.
+  std::function<std::shared_ptr<Comm>(MPI_Comm)> make_comm = {};
 };
 
 // Ring attention on a ring of `cp` ranks (world ranks [0, cp); the others only join the error reduction):
@@ -177,7 +181,9 @@ inline RelErrors run_ring(const AttentionProblem& p, const AttentionReference& r
   MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, world_rank, &sub);
   ErrSum err[kNumQuantities];
   if (member) {
-    MpiComm ring(sub, /*owned=*/true);
+    std::shared_ptr<Comm> ring_comm =
+        on.make_comm ? on.make_comm(sub) : std::make_shared<MpiComm>(sub, /*owned=*/true);
+    Comm& ring = *ring_comm;
     const std::vector<int64_t> pos = layout_positions(layout, p.T, cp, ring.rank());
     const int64_t n = int64_t(pos.size()), B = p.B, H = p.H, Hkv = p.Hkv, D = p.D;
     const DType dt = on.dtype;

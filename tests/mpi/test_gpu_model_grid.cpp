@@ -1,8 +1,10 @@
-// The whole model on the GPU on a (dp, cp, tp) grid of ranks that share the one GPU (mpi communicator,
-// pinned host staging; NCCL refuses a shared GPU), against the single-rank GPU model on the same global
-// batch: the first step's loss and every full gradient. cp = 2, cp = 4 (zigzag), tp = 2 (KV heads split,
-// and replicated under GQA), cp = 2 x tp = 2. Runs under `mpirun -np 4` (labels mpi;gpu); skips without a
-// CUDA device.
+// The whole model on the GPU on a (dp, cp, tp) grid of ranks against the single-rank GPU model on the same
+// global batch: the first step's loss and every full gradient. cp = 2, cp = 4 (zigzag), tp = 2 (KV heads
+// split, and replicated under GQA), dp = 2, cp = 2 x tp = 2, dp = 2 x cp = 2; cases with more ranks than the
+// world skip.
+//   one H200:     `mpirun -np 4` (ctest, labels mpi;gpu): the ranks share the GPU through the mpi communicator
+//   a GPU node:   `mpirun -np <GPUs>` with RINGTRAIN_TEST_COMM=nccl (bench/multi_gpu.sh): NCCL, one GPU per rank
+// (tests/mpi/gpu_rank_placement.h). Skips without a CUDA device.
 //
 // Tolerances (both sides bf16 activations; the grids differ in the ring's block merges, the bf16 partial
 // sums of the row-parallel layers over tp, and the gradient sums):
@@ -18,6 +20,7 @@
 #include "kernels/device_memory.h"
 #include "parallel/mpi_comm.h"
 #include "tests/gpu/gpu_model_util.h"
+#include "tests/mpi/gpu_rank_placement.h"
 
 using namespace rt;
 using namespace rt::test;
@@ -40,12 +43,13 @@ bool gpu_present() {  // the same answer on every rank, so all skip or none does
   return all != 0;
 }
 
-// The first `size` world ranks as one communicator; null on the others. Collective over the world.
-std::shared_ptr<Comm> sub_world(int size) {
+// The first `size` world ranks as one communicator (NCCL or mpi, per `placement`); null on the others.
+// Collective over the world.
+std::shared_ptr<Comm> sub_world(int size, const GpuRankPlacement& placement) {
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
   if (sub == MPI_COMM_NULL) return nullptr;
-  return std::make_shared<MpiComm>(sub, /*owned=*/true);
+  return make_test_comm(sub, placement);
 }
 
 struct GridCase {
@@ -61,18 +65,20 @@ std::string case_name(const GridCase& c) {
 
 class GpuModelGrid : public ::testing::TestWithParam<GridCase> {};
 
-TEST_P(GpuModelGrid, SharedGpuRanksMatchSingleRankGpu) {
+TEST_P(GpuModelGrid, GpuRanksMatchSingleRankGpu) {
   if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
   const GridCase c = GetParam();
   const int size = c.dp * c.cp * c.tp;
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  ASSERT_LE(size, world) << "run with at least " << size << " ranks";
+  if (size > world) GTEST_SKIP() << case_name(c) << " needs " << size << " ranks; this run has " << world;
+  const GpuRankPlacement placement = gpu_rank_placement();
+  ASSERT_TRUE(placement.error.empty()) << placement.error;
   const Config config = gpu_model_config(c.dp, c.cp, c.tp, c.mlp, c.n_kv_head);
   const Config ref_config = gpu_model_config(1, 1, 1, c.mlp, c.n_kv_head);
-  const Device gpu = Device::cuda(0);
+  const Device gpu = Device::cuda(placement.device);
 
-  std::shared_ptr<Comm> sub = sub_world(size);
+  std::shared_ptr<Comm> sub = sub_world(size, placement);
   if (!sub) return;  // idle in this case
   ProcessGrid grid = ProcessGrid::create(sub, GridDims{c.dp, c.cp, c.tp});
   const StepResult got = first_step(config, grid, gpu);
@@ -92,14 +98,15 @@ TEST_P(GpuModelGrid, SharedGpuRanksMatchSingleRankGpu) {
   const GradCompare g = compare_grads(got.grads, ref.grads);
   EXPECT_LE(g.whole, kWholeGradTol);
   if (sub->rank() == 0)
-    std::printf("[ %s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, worst %.1e (%s)\n",
-                case_name(c).c_str(), got.loss, ref.loss, loss_err, g.whole, g.worst, g.worst_name.c_str());
+    std::printf("[ %s comm=%s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, worst %.1e (%s)\n",
+                case_name(c).c_str(), placement.comm_name(), got.loss, ref.loss, loss_err, g.whole, g.worst, g.worst_name.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, GpuModelGrid,
                          ::testing::Values(GridCase{1, 2, 1, "gelu", 2}, GridCase{1, 4, 1, "gelu", 2},
                                            GridCase{1, 1, 2, "gelu", 2}, GridCase{1, 1, 2, "swiglu", 1},
-                                           GridCase{1, 2, 2, "gelu", 2}),
+                                           GridCase{1, 2, 2, "gelu", 2}, GridCase{2, 1, 1, "gelu", 2},
+                                           GridCase{2, 2, 1, "gelu", 2}),
                          [](const ::testing::TestParamInfo<GridCase>& info) { return case_name(info.param); });
 
 }  // namespace

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 8 in one job on a node with several GPUs: every rank on its own GPU, NCCL between them.
+#   bench/multi_gpu.sh <out-dir> [steps_e2e]
+# Needs a build with CUDA in $BUILD_DIR (default build-gpu). Writes under <out-dir>:
+#   topo.txt                  nvidia-smi topology (NVLink / PCIe between the GPUs)
+#   tests-nccl.log            the multi-rank GPU suites with RINGTRAIN_TEST_COMM=nccl on -np <GPUs>:
+#                             ring attention vs one GPU and fp64 (cp = 1, 2, 4, 8 up to the GPU count),
+#                             the whole model on dp/cp/tp grids vs one GPU
+#   ring-attention.{log,jsonl} bench_ring_attention: weak scaling, 8K/16K/32K tokens per GPU, cp = 1..GPUs,
+#                             zigzag vs contiguous, exposed communication per ring step
+#   e2e-cp<N>.log, e2e-cp<N>/metrics.jsonl  the 1.41B model (configs/gpt-1b-64k.yaml) at 64K tokens per GPU:
+#                             cp = 1 on one GPU and cp = <GPUs> on all, same job, tok/s per GPU and MFU
+# Each part runs under `timeout`; a failed part is logged and the script goes on (exit status: the number of
+# failed parts).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:?usage: bench/multi_gpu.sh <out-dir> [steps_e2e]}"
+steps="${2:-4}"
+build="${BUILD_DIR:-$root/build-gpu}"
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+gpus="$(nvidia-smi -L | grep -c '^GPU')"
+[ "$gpus" -ge 2 ] || { echo "multi_gpu.sh: $gpus GPU(s) visible; this job needs at least 2" >&2; exit 2; }
+echo "multi_gpu.sh: $gpus GPUs, build $build, out $out" | tee "$out/summary.txt"
+nvidia-smi topo -m > "$out/topo.txt" 2>&1
+failed=0
+part() {  # part <name> <timeout_s> <command...>: runs, logs to <out>/<name>.log, records the status
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "part $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+}
+
+export RINGTRAIN_TEST_COMM=nccl
+part tests-nccl-ring 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_attention"
+part tests-nccl-model-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_model_grid"
+unset RINGTRAIN_TEST_COMM
+
+part ring-attention 300 mpirun -np "$gpus" "$build/bench/bench_ring_attention" \
+  --tokens-per-rank 8192,16384,32768 --layouts zigzag,contiguous --comm nccl --jsonl "$out/ring-attention.jsonl"
+
+for cp in 1 "$gpus"; do
+  part "e2e-cp$cp" 420 env BUILD_DIR="$build" "$root/launch/train.sh" "$root/configs/gpt-1b-64k.yaml" \
+    --set parallel.cp="$cp" --set data.seq_len=$((65536 * cp)) --set parallel.comm=$([ "$cp" = 1 ] && echo auto || echo nccl) \
+    --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
+    --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$cp"
+done
+echo "multi_gpu.sh: $failed part(s) failed" | tee -a "$out/summary.txt"
+exit "$failed"
