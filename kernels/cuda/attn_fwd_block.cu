@@ -12,10 +12,12 @@
 //   * the state is read at the start and written at the end, so the kernel resumes across ring steps
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
-// Variant choice: fwd_variant() below (v2, or v3 for long D = 128 rows; RT_ATTN_FWD_VARIANT forces one).
+// Variant choice: fwd_variant() below (v2, or v3 for long D = 128 rows, or the wgmma kernel v4 of
+// attn_fwd_wgmma.cu on compute capability 9.0; RT_ATTN_FWD_VARIANT forces one).
 #include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/wgmma_attn_fwd.cuh"
 
 namespace rt {
 namespace cuda {
@@ -291,15 +293,19 @@ void launch_fwd_variant(int variant, const FwdParams& p, int64_t B, int device, 
 }
 
 // 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
-// Br 256: half the K/V traffic from L2 per FLOP). RT_ATTN_FWD_VARIANT=1|2|3 forces one (read once);
-// otherwise v3 for D = 128 with at least 16K query rows (+3% there on an H200, 2026-11-29), v2 elsewhere
-// (v3 lost 2-5% at D = 64 and on short causal rows; bench/NOTES.md).
-int fwd_variant(int64_t D, int64_t q_rows) {
-  static const int forced = [] {
-    const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
-    return (env && env[0] >= '1' && env[0] <= '3') ? env[0] - '0' : 0;
-  }();
-  if (forced) return forced;
+// Br 256: half the K/V traffic from L2 per FLOP), 4 = v4 (wgmma, attn_fwd_wgmma.cu; compute capability 9.0
+// with an sm_90a build only, else the mma.sync default). RT_ATTN_FWD_VARIANT=1|2|3|4 forces one (read on
+// every call so that tests can switch); otherwise v4 where kFwdV4DefaultD128 / D64 allow it, v3 for D = 128 with at
+// least 16K query rows (+3% there on an H200, 2026-11-29), v2 elsewhere (v3 lost 2-5% at D = 64 and on
+// short causal rows; bench/NOTES.md).
+constexpr bool kFwdV4DefaultD128 = false;
+constexpr bool kFwdV4DefaultD64 = false;
+int fwd_variant(int64_t D, int64_t q_rows, int device) {
+  const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
+  const int forced = (env && env[0] >= '1' && env[0] <= '4') ? env[0] - '0' : 0;
+  const bool v4_default = D == 128 ? kFwdV4DefaultD128 : kFwdV4DefaultD64;
+  if ((forced == 4 || (forced == 0 && v4_default)) && attn_fwd_wgmma_supported(device, D)) return 4;
+  if (forced >= 1 && forced <= 3) return forced;
   return (D == 128 && q_rows >= 16384) ? 3 : 2;
 }
 
@@ -330,7 +336,13 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   p.causal = mask.causal;
   p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
   p.num_q_tiles = 0;  // set by the launcher for its tile size
-  const int variant = fwd_variant(d.D, r.q_end - r.q_begin);
+  const int variant = fwd_variant(d.D, r.q_end - r.q_begin, q.device.index);
+  if (variant == 4) {
+    const WgmmaFwdParams w{p.q, p.k, p.v, p.acc, p.m, p.l, p.Nq, p.Nk, p.H, p.Hkv, p.group,
+                           p.q_begin, p.q_end, p.k_begin, p.k_end, p.diag, p.causal, p.scale2};
+    launch_attn_fwd_wgmma(w, d.D, d.B, q.device.index, stream);
+    return;
+  }
   if (d.D == 64) launch_fwd_variant<64>(variant, p, d.B, q.device.index, stream);
   else launch_fwd_variant<128>(variant, p, d.B, q.device.index, stream);
 }

@@ -1,0 +1,339 @@
+// attn_fwd_block on Hopper (fwd v4, sm_90a): continues the fp32 online-softmax state (acc, m, l) with one
+// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernel in attn_fwd_block.cu, which
+// dispatches here (variant 4) and keeps the mma.sync kernels as the fallback for other GPUs.
+//   * one CTA = 128 query rows of one (batch, head) = 2 warpgroups x 64 rows, 256 threads, 1 CTA per SM;
+//   * S = Q K^T: wgmma m64n128k16 with Q and K read from 128-byte-swizzled shared memory through matrix
+//     descriptors (kernels/cuda/wgmma_ops.cuh); 128 keys per tile;
+//   * online softmax on the S accumulator in registers: scores prescaled by scale*log2(e) inside the FFMA
+//     feeding ex2, m kept in that log2 domain (as the mma.sync kernel);
+//   * P is packed to bf16 in registers and is the register A operand of O += P V (wgmma m64n{D}k16), V read
+//     MN-major (transpose bit) from the same swizzled layout, so no transposed copy of V is made;
+//   * software pipeline inside each warpgroup: S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued back to
+//     back; the softmax of S_{j+1} runs while P_j V_j is still on the tensor cores, and O is rescaled after;
+//   * K/V tiles are double-buffered with cp.async by all 256 threads, one barrier per tile: the loads issued
+//     at the top of step j (K_{j+2}, V_{j+1}) land during step j;
+//   * causal: key tiles wholly above the diagonal are never visited; only tiles crossing the key-range end
+//     or the diagonal of a warpgroup's rows are masked.
+// Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0; acc is
+// not read for rows whose m is -inf.
+#include <climits>
+
+#include "kernels/cuda/wgmma_attn_fwd.cuh"
+#include "kernels/cuda/wgmma_ops.cuh"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kWgRowsPerCta = 128;   // Br: 2 warpgroups x 64 rows
+constexpr int kWgKeysPerTile = 128;  // Bc
+constexpr int kWgThreads = 256;
+
+template <int D>
+struct WgFwdSmem {
+  static constexpr uint32_t kQBytes = kWgRowsPerCta * D * 2;    // (128, D) bf16, sw128
+  static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
+  static constexpr size_t kBytes = size_t(kQBytes) + 4 * size_t(kKVBytes) + 1024;  // Q, K[2], V[2], alignment
+};
+
+// The value, hidden from the optimizer so that descriptors built from it are rebuilt where used instead of
+// being hoisted out of the main loop into registers.
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
+
+// S (64 x 128 per warpgroup) = Q_wg K_tile^T in D/16 k-steps. q_wg: this warpgroup's first Q row in the
+// (128, D) tile; k_tile: a (128, D) tile.
+template <int D>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_wg, uint32_t k_tile) {
+  // The start address is the descriptor's low field (bytes / 16); offsets are added to it directly.
+  const uint64_t a0 = sw128_desc(opaque_u32(q_wg), 16, 1024), b0 = sw128_desc(k_tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t a = a0 + uint64_t(((kk / 4) * (kWgRowsPerCta * 128) + (kk % 4) * 32) >> 4);
+    const uint64_t b = b0 + uint64_t(((kk / 4) * (kWgKeysPerTile * 128) + (kk % 4) * 32) >> 4);
+    wgmma_m64n128k16_ss(s, a, b, kk > 0 ? 1 : 0);
+  }
+}
+
+// O (64 x D per warpgroup) += P V_tile in 8 k-steps of 16 keys; pf holds P as bf16 A fragments.
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)[32], uint32_t v_tile) {
+  const uint64_t b0 = sw128_desc(v_tile, kWgKeysPerTile * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kWgKeysPerTile / 16; ++kk) {
+    const uint64_t b = b0 + uint64_t((kk * 16 * 128) >> 4);
+    if constexpr (D == 128) wgmma_m64n128k16_rs_bmn(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3], b);
+    else wgmma_m64n64k16_rs_bmn(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3], b);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// One tile of the online softmax for this thread's two rows (CTA-local rows lrow0 and lrow0 + 8 of the CTA
+// starting at query row q0; the warpgroup's rows start at local row wg_row0).
+// s[nt*4 + 2r + e] is the score of row r and key nt*8 + 2t + e of the tile starting at key kt0. Masks keys
+// >= k_hi and (causal) keys above the diagonal when the tile needs it, updates m_run and l_run (per-thread
+// partial sums), returns alpha (the factor O must be rescaled by) and P as bf16 A fragments:
+// pf[4kk + {0,1,2,3}] = keys 16kk + {2t, 2t+1} of rows {0, 1}, then keys 16kk + 8 + {2t, 2t+1} of rows {0, 1}.
+__device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32], float (&alpha)[2], float (&m_run)[2],
+                                             float (&l_run)[2], const WgmmaFwdParams& p, int64_t kt0, int64_t k_hi,
+                                             int64_t q0, int wg_row0, int lrow0, int t) {
+  // The warpgroup's first row q0 + wg_row0 is the one most restricted by the diagonal.
+  const bool need_mask = kt0 + kWgKeysPerTile > k_hi ||
+                         (p.causal && kt0 + kWgKeysPerTile - 1 > q0 + wg_row0 + p.diag);  // warpgroup-uniform
+  if (need_mask) {
+    // Tile-local ints: key jj is visible to CTA-local row lr iff jj < kmax and (not causal or jj - lr <= cd).
+    const int kmax = int(min(k_hi - kt0, int64_t(kWgKeysPerTile)));
+    const int cd = p.causal ? int(max(min(q0 + p.diag - kt0, int64_t(1) << 20), -(int64_t(1) << 20))) : (1 << 20);
+#pragma unroll
+    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int jj = nt * 8 + 2 * t + (e & 1);
+        const int lr = lrow0 + (e / 2) * 8;
+        if (!(jj < kmax && jj - lr <= cd)) s[nt * 4 + e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m_run[r], mx * p.scale2);
+    const float muse = mnew == -INFINITY ? 0.f : mnew;  // never (-inf) - (-inf)
+    alpha[r] = fast_exp2(m_run[r] - muse);
+    m_run[r] = mnew;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt) {
+      const float p0 = fast_exp2(fmaf(s[nt * 4 + 2 * r], p.scale2, -muse));
+      const float p1 = fast_exp2(fmaf(s[nt * 4 + 2 * r + 1], p.scale2, -muse));
+      sum += p0 + p1;
+      s[nt * 4 + 2 * r] = p0;
+      s[nt * 4 + 2 * r + 1] = p1;
+    }
+    l_run[r] = l_run[r] * alpha[r] + sum;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kWgKeysPerTile / 16; ++kk) {
+    pf[4 * kk + 0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+    pf[4 * kk + 1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pf[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pf[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+    o[nt * 4 + 0] *= alpha[0];
+    o[nt * 4 + 1] *= alpha[0];
+    o[nt * 4 + 2] *= alpha[1];
+    o[nt * 4 + 3] *= alpha[1];
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const WgmmaFwdParams p, int num_q_tiles) {
+#if RT_WGMMA_AVAILABLE
+  using Smem = WgFwdSmem<D>;
+  constexpr int kBc = kWgKeysPerTile;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t q_tile = (smem_addr(smem_raw) + 1023u) & ~1023u;  // (128, D) bf16 sw128
+  const uint32_t k_tiles = q_tile + Smem::kQBytes;                   // (2, 128, D) bf16 sw128
+  const uint32_t v_tiles = k_tiles + 2 * Smem::kKVBytes;             // (2, 128, D) bf16 sw128
+
+  const int wg = int(threadIdx.x) / 128, warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;  // accumulator fragment row group and thread-in-group
+  const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
+  const int64_t h = blockIdx.y, b = blockIdx.z;
+  const int64_t hk = h / p.group;
+  const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
+  const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
+
+  // Keys this CTA visits: [k_lo, k_hi).
+  const int64_t k_lo = p.k_begin;
+  int64_t k_hi = p.k_end;
+  if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
+  if (k_hi <= k_lo) return;  // no visible key: state untouched
+  const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
+
+  const int64_t q_stride = p.H * D, kv_stride = p.Hkv * D;  // elements between token rows
+  const __nv_bfloat16* q_head = p.q + (b * p.Nq * p.H + h) * D;
+  const __nv_bfloat16* k_head = p.k + (b * p.Nk * p.Hkv + hk) * D;
+  const __nv_bfloat16* v_head = p.v + (b * p.Nk * p.Hkv + hk) * D;
+
+  // Prologue loads: group 0 = Q and K_0, group 1 = V_0 and K_1.
+  load_tile_sw128_async<kWgRowsPerCta, D, kWgThreads>(q_tile, q_head, q_stride, q0, p.q_end);
+  load_tile_sw128_async<kBc, D, kWgThreads>(k_tiles, k_head, kv_stride, k_lo, k_hi);
+  cp_async_commit();
+  load_tile_sw128_async<kBc, D, kWgThreads>(v_tiles, v_head, kv_stride, k_lo, k_hi);
+  if (n_tiles > 1) load_tile_sw128_async<kBc, D, kWgThreads>(k_tiles + Smem::kKVBytes, k_head, kv_stride, k_lo + kBc, k_hi);
+  cp_async_commit();
+
+  // This thread's rows: CTA-local lrow0 = wg*64 + warp*16 + g and lrow0 + 8.
+  const int lrow0 = wg * 64 + warp * 16 + g;
+  const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
+  float m_run[2], l_run[2];  // l: per-thread partial sums, reduced across the quad at the end
+  float o[D / 2];            // (64 rows, D) accumulator: o[nt*4 + 2r + e] = (row r, column nt*8 + 2t + e)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = q0 + lrow0 + 8 * r;
+    const bool ok = row < p.q_end;
+    m_run[r] = ok ? p.m[bh_row0 + row] : -INFINITY;
+    l_run[r] = (ok && t == 0) ? p.l[bh_row0 + row] : 0.f;
+    const bool seen = m_run[r] != -INFINITY;  // false also for rows past q_end
+    const float* acc_row = p.acc + (bh_row0 + row) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const float2 va = seen ? *reinterpret_cast<const float2*>(acc_row + nt * 8 + 2 * t) : make_float2(0.f, 0.f);
+      o[nt * 4 + 2 * r] = va.x;
+      o[nt * 4 + 2 * r + 1] = va.y;
+    }
+  }
+
+  cp_async_wait<0>();
+  fence_proxy_async_smem();
+  __syncthreads();
+
+  const uint32_t q_wg = q_tile + uint32_t(wg) * 64 * 128;  // this warpgroup's 64 rows in each column block
+  float s[64];     // (64 rows, 128 keys) scores: s[nt*4 + 2r + e] = (row r, key nt*8 + 2t + e)
+  uint32_t pf[32];  // P of the tile whose P V is pending, bf16 A fragments
+  float alpha[2];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s[i] = 0.f;
+
+  // S_0 and its softmax.
+  wgmma_fence_regs(s);
+  wgmma_fence();
+  issue_qk<D>(s, q_wg, k_tiles);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_regs(s);
+  softmax_tile(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, wg * 64, lrow0, t);
+  rescale_o<D>(o, alpha);
+
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    // K_{j+1} and V_j have landed; every warpgroup is done with K_j (S_j) and V_{j-1} (P_{j-1} V_{j-1}).
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    if (j + 2 < n_tiles)
+      load_tile_sw128_async<kBc, D, kWgThreads>(k_tiles + uint32_t(j & 1) * Smem::kKVBytes, k_head, kv_stride,
+                                                k_lo + int64_t(j + 2) * kBc, k_hi);
+    load_tile_sw128_async<kBc, D, kWgThreads>(v_tiles + uint32_t((j + 1) & 1) * Smem::kKVBytes, v_head, kv_stride,
+                                              k_lo + int64_t(j + 1) * kBc, k_hi);
+    cp_async_commit();
+
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(o);
+    fence_regs_u32(pf);
+    wgmma_fence();
+    issue_qk<D>(s, q_wg, k_tiles + uint32_t((j + 1) & 1) * Smem::kKVBytes);
+    wgmma_commit();
+    issue_pv<D>(o, pf, v_tiles + uint32_t(j & 1) * Smem::kKVBytes);
+    wgmma_commit();
+
+    wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
+    wgmma_fence_regs(s);
+    uint32_t pn[32];
+    softmax_tile(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, wg * 64, lrow0, t);
+    wgmma_wait<0>();
+    wgmma_fence_regs(o);
+    fence_regs_u32(pf);
+    rescale_o<D>(o, alpha);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) pf[i] = pn[i];
+  }
+
+  // P V of the last tile.
+  cp_async_wait<0>();
+  fence_proxy_async_smem();
+  __syncthreads();
+  wgmma_fence_regs(o);
+  fence_regs_u32(pf);
+  wgmma_fence();
+  issue_pv<D>(o, pf, v_tiles + uint32_t((n_tiles - 1) & 1) * Smem::kKVBytes);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_regs(o);
+
+  // Write the state back.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = q0 + lrow0 + 8 * r;
+    float lx = l_run[r];
+    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
+    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    if (row >= p.q_end) continue;
+    if (t == 0) {
+      p.m[bh_row0 + row] = m_run[r];
+      p.l[bh_row0 + row] = lx;
+    }
+    float* acc_row = p.acc + (bh_row0 + row) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(acc_row + nt * 8 + 2 * t) = make_float2(o[nt * 4 + 2 * r], o[nt * 4 + 2 * r + 1]);
+  }
+#else
+  // Built without an sm_90a image: attn_fwd_wgmma_supported() refuses such binaries, so this never runs.
+  __trap();
+#endif
+}
+
+template <int D>
+void launch(const WgmmaFwdParams& p, int64_t B, int device, cudaStream_t stream) {
+  constexpr size_t smem = WgFwdSmem<D>::kBytes;
+  static bool configured[16] = {};  // the shared-memory opt-in is per device
+  if (!configured[device & 15]) {
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured[device & 15] = true;
+  }
+  const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
+  RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
+  const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
+  attn_fwd_wgmma_kernel<D><<<grid, kWgThreads, smem, stream>>>(p, int(tiles));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attn_fwd_wgmma_supported(int device, int64_t D) {
+  if (D != 64 && D != 128) return false;
+  static int cached[16] = {};  // per device: 0 unknown, 1 supported, 2 not
+  int& c = cached[device & 15];
+  if (c == 0) {
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    bool ok = major == 9 && minor == 0;
+    if (ok) {
+      // The image the runtime picks for this device must be sm_90a SASS compiled from compute_90a PTX (a
+      // JIT-compiled compute_80 image would run the __trap() body). Queried on the current device, which
+      // stream_for() has set to `device`.
+      cudaFuncAttributes attr;
+      CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_fwd_wgmma_kernel<128>));
+      ok = attr.binaryVersion == 90 && attr.ptxVersion == 90;
+    }
+    c = ok ? 1 : 2;
+  }
+  return c == 1;
+}
+
+void launch_attn_fwd_wgmma(const WgmmaFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
+  RT_CHECK(D == 64 || D == 128, "attn_fwd_block (wgmma): head dim " << D << " is not 64 or 128");
+  if (D == 64) launch<64>(p, B, device, stream);
+  else launch<128>(p, B, device, stream);
+}
+
+}  // namespace cuda
+}  // namespace rt

@@ -1,0 +1,296 @@
+// attn_fwd_block's wgmma kernel (fwd v4, sm_90a; kernels/cuda/attn_fwd_wgmma.cu), forced with
+// RT_ATTN_FWD_VARIANT=4, against an fp64 host reference of the same sequence of blocks and against the
+// mma.sync kernel (variant 2) on the same inputs. Each case starts from a fresh state (reset) or from a
+// random resumable state (some rows never seen: m = -inf), runs one or more blocks, then finalizes into
+// NaN-poisoned out/lse. Checked: out (bf16, P rounded to bf16) 1e-2 relative to fp64; lse 1e-4 absolute;
+// v4 vs v2: out 1e-2 relative, lse and m 1e-4 absolute; rows outside every block's query range keep their
+// state bit for bit; no NaN anywhere. Skips when there is no CUDA device or it cannot run the wgmma kernel
+// (compute capability other than 9.0, or a build without sm_90a).
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <string>
+
+#include "kernels/cuda/wgmma_attn_fwd.cuh"
+#include "tests/gpu/attention_test_util.h"
+
+namespace rt::test {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+
+// Sets RT_ATTN_FWD_VARIANT for its scope (attn_fwd_block reads it on every call).
+class ForcedFwdVariant {
+ public:
+  explicit ForcedFwdVariant(const char* variant) {
+    const char* old = std::getenv("RT_ATTN_FWD_VARIANT");
+    had_old_ = old != nullptr;
+    if (had_old_) old_ = old;
+    setenv("RT_ATTN_FWD_VARIANT", variant, 1);
+  }
+  ~ForcedFwdVariant() {
+    if (had_old_) setenv("RT_ATTN_FWD_VARIANT", old_.c_str(), 1);
+    else unsetenv("RT_ATTN_FWD_VARIANT");
+  }
+  ForcedFwdVariant(const ForcedFwdVariant&) = delete;
+  ForcedFwdVariant& operator=(const ForcedFwdVariant&) = delete;
+
+ private:
+  bool had_old_ = false;
+  std::string old_;
+};
+
+AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, int64_t qe = -1, int64_t kb = 0,
+              int64_t ke = -1) {
+  AttnMask m;
+  m.causal = causal;
+  m.q_offset = q_off; m.k_offset = k_off;
+  m.q_begin = qb; m.q_end = qe; m.k_begin = kb; m.k_end = ke;
+  return m;
+}
+
+struct WgCase {
+  const char* name;
+  int64_t B, Nq, Nk, H, Hkv;
+  bool random_initial_state;     // else attn_state_reset
+  std::vector<AttnMask> blocks;  // applied in order
+};
+
+struct Inputs {
+  std::vector<float> q, k, v;    // (B,Nq,H,D), (B,Nk,Hkv,D) x2, bf16-rounded
+  std::vector<float> acc, m, l;  // initial state (B,H,Nq,D), (B,H,Nq) x2; empty: reset
+};
+
+struct Outputs {
+  std::vector<float> acc, m, l;  // final state
+  std::vector<float> out, lse;   // (B,Nq,H,D), (B,H,Nq) after finalize
+};
+
+// A resumable state as an earlier block would leave it: a quarter of the rows unseen (m = -inf, l = 0,
+// acc = 0), the others with m ~ N(1, 1) (log2 units), l in [0.5, 3], acc / l ~ N(0, 1).
+void random_state(Inputs& in, int64_t rows, int64_t D, uint64_t seed) {
+  const std::vector<float> u = random_vector(rows, seed), mm = random_vector(rows, seed + 1, 1.f, 1.f),
+                           a = random_vector(rows * D, seed + 2);
+  in.acc.assign(size_t(rows * D), 0.f);
+  in.m.assign(size_t(rows), -INFINITY);
+  in.l.assign(size_t(rows), 0.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (u[size_t(r)] < -0.674f) continue;  // P(N(0,1) < -0.674) = 1/4
+    const float l = 0.5f + 2.5f * std::fabs(std::erf(u[size_t(r)]));
+    in.m[size_t(r)] = mm[size_t(r)];
+    in.l[size_t(r)] = l;
+    for (int64_t d = 0; d < D; ++d) in.acc[size_t(r * D + d)] = a[size_t(r * D + d)] * l;
+  }
+}
+
+Outputs run_gpu(const WgCase& c, int64_t D, const Inputs& in, const char* variant) {
+  const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
+  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
+      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
+  Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
+      glse(gpu(), DType::f32, {B, H, Nq});
+  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
+  AttnState st{gacc.t(), gm.t(), gl.t()};
+  if (in.m.empty()) {
+    poison(gacc); poison(gm); poison(gl);
+    attn_state_reset(st);
+  } else {
+    upload(gacc, in.acc); upload(gm, in.m); upload(gl, in.l);
+  }
+  {
+    ForcedFwdVariant forced(variant);
+    for (const AttnMask& mk : c.blocks) attn_fwd_block(gq.t(), gk.t(), gv.t(), st, mk);
+  }
+  poison(gout); poison(glse);
+  attn_fwd_finalize(st, gout.t(), glse.t());
+  return Outputs{download(gacc), download(gm), download(gl), download(gout), download(glse)};
+}
+
+// fp64 reference of the block sequence: per row, the running (max, sum, numerator) in the log2 domain,
+// continued from the initial state by every block whose query range holds the row. touched[row] tells
+// whether any block covered the row.
+Outputs reference(const WgCase& c, int64_t D, const Inputs& in, std::vector<char>& touched) {
+  const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv, group = H / Hkv;
+  const double scale2 = kLog2e / std::sqrt(double(D));
+  Outputs r;
+  r.out.assign(size_t(B * Nq * H * D), 0.f);
+  r.lse.assign(size_t(B * H * Nq), -INFINITY);
+  touched.assign(size_t(B * H * Nq), 0);
+  std::vector<double> num(static_cast<size_t>(D)), xs;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Nq; ++i) {
+        const int64_t row = (b * H + h) * Nq + i;
+        double M = in.m.empty() ? -INFINITY : double(in.m[size_t(row)]);
+        double L = in.m.empty() ? 0.0 : double(in.l[size_t(row)]);
+        for (int64_t d = 0; d < D; ++d) num[size_t(d)] = M == -INFINITY ? 0.0 : double(in.acc[size_t(row * D + d)]);
+        const float* qi = &in.q[size_t(((b * Nq + i) * H + h) * D)];
+        for (const AttnMask& mk : c.blocks) {
+          const int64_t qe = mk.q_end < 0 ? Nq : mk.q_end, ke = mk.k_end < 0 ? Nk : mk.k_end;
+          if (i < mk.q_begin || i >= qe) continue;
+          touched[size_t(row)] = 1;
+          xs.clear();
+          double mx = -INFINITY;
+          for (int64_t j = mk.k_begin; j < ke; ++j) {
+            if (mk.causal && mk.k_offset + j > mk.q_offset + i) {
+              xs.push_back(-INFINITY);
+              continue;
+            }
+            const float* kj = &in.k[size_t(((b * Nk + j) * Hkv + h / group) * D)];
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * double(kj[d]);
+            xs.push_back(dot * scale2);
+            mx = std::max(mx, xs.back());
+          }
+          if (mx == -INFINITY) continue;
+          const double Mn = std::max(M, mx);
+          const double f = M == -INFINITY ? 0.0 : std::exp2(M - Mn);
+          L *= f;
+          for (double& x : num) x *= f;
+          for (int64_t j = mk.k_begin; j < ke; ++j) {
+            const double x = xs[size_t(j - mk.k_begin)];
+            if (x == -INFINITY) continue;
+            const double w = std::exp2(x - Mn);
+            L += w;
+            const float* vj = &in.v[size_t(((b * Nk + j) * Hkv + h / group) * D)];
+            for (int64_t d = 0; d < D; ++d) num[size_t(d)] += w * double(vj[d]);
+          }
+          M = Mn;
+        }
+        if (L > 0) {
+          r.lse[size_t(row)] = float((M + std::log2(L)) / kLog2e);
+          for (int64_t d = 0; d < D; ++d) r.out[size_t(((b * Nq + i) * H + h) * D + d)] = float(num[size_t(d)] / L);
+        }
+      }
+  return r;
+}
+
+bool any_nan(const std::vector<float>& x) {
+  for (float v : x)
+    if (std::isnan(v)) return true;
+  return false;
+}
+
+// Rows (B,H,Nq) that no block covered must keep the initial state exactly.
+int64_t untouched_rows_changed(const Outputs& o, const Inputs& in, const std::vector<char>& touched, int64_t D) {
+  int64_t bad = 0;
+  for (size_t row = 0; row < touched.size(); ++row) {
+    if (touched[row]) continue;
+    const float m0 = in.m.empty() ? -INFINITY : in.m[row], l0 = in.m.empty() ? 0.f : in.l[row];
+    bool same = o.m[row] == m0 && o.l[row] == l0;
+    for (int64_t d = 0; d < D; ++d) {
+      const float a0 = in.m.empty() ? 0.f : in.acc[row * size_t(D) + size_t(d)];
+      same = same && o.acc[row * size_t(D) + size_t(d)] == a0;
+    }
+    bad += same ? 0 : 1;
+  }
+  return bad;
+}
+
+void run_case(const WgCase& c, int64_t D, uint64_t seed) {
+  SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(D));
+  Inputs in;
+  in.q = bf16_rounded(random_vector(c.B * c.Nq * c.H * D, seed, 1.2f));
+  in.k = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, seed + 1, 1.2f));
+  in.v = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, seed + 2));
+  if (c.random_initial_state) random_state(in, c.B * c.H * c.Nq, D, seed + 3);
+
+  std::vector<char> touched;
+  const Outputs ref = reference(c, D, in, touched);
+  const Outputs v4 = run_gpu(c, D, in, "4");
+  const Outputs v2 = run_gpu(c, D, in, "2");
+
+  const double e_out = rel_error(v4.out, ref.out), e_lse = lse_max_abs_error(v4.lse, ref.lse);
+  const double e_out_v2 = rel_error(v4.out, v2.out), e_lse_v2 = lse_max_abs_error(v4.lse, v2.lse),
+               e_m_v2 = lse_max_abs_error(v4.m, v2.m), e_out_v2_ref = rel_error(v2.out, ref.out);
+  std::cout << "[attn wgmma] " << c.name << " D=" << D << " out vs fp64 " << e_out << " (v2: " << e_out_v2_ref
+            << ") lse " << e_lse << " | vs v2: out " << e_out_v2 << " lse " << e_lse_v2 << " m " << e_m_v2 << "\n";
+  EXPECT_FALSE(any_nan(v4.acc) || any_nan(v4.m) || any_nan(v4.l)) << "NaN in the v4 state";
+  EXPECT_LE(e_out, 1e-2) << worst_mismatch(v4.out, ref.out);
+  EXPECT_LE(e_lse, 1e-4);
+  EXPECT_LE(e_out_v2, 1e-2) << worst_mismatch(v4.out, v2.out);
+  EXPECT_LE(e_lse_v2, 1e-4);
+  EXPECT_LE(e_m_v2, 1e-4);
+  EXPECT_EQ(untouched_rows_changed(v4, in, touched, D), 0) << "rows outside every query range were modified";
+  // Rows with no visible key at all: LSE -inf and O exactly 0.
+  for (size_t row = 0; row < ref.lse.size(); ++row)
+    if (std::isinf(ref.lse[row])) {
+      ASSERT_TRUE(std::isinf(v4.lse[row]) && v4.lse[row] < 0) << "row " << row;
+    }
+}
+
+class CudaAttentionWgmma : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!cuda::attn_fwd_wgmma_supported(0, GetParam()))
+      GTEST_SKIP() << "device 0 cannot run the wgmma forward (needs compute capability 9.0 and an sm_90a build)";
+  }
+};
+
+TEST_P(CudaAttentionWgmma, NonCausalGqaRaggedLengths) {
+  run_case({"noncausal_gqa", 2, 300, 260, 4, 2, false, {mask(false, 0, 0)}}, GetParam(), 100);
+}
+
+TEST_P(CudaAttentionWgmma, CausalManyTiles) {
+  // 6 query tiles x up to 6 key tiles: the software pipeline, the diagonal tiles, ragged ends.
+  run_case({"causal_many_tiles", 1, 700, 700, 2, 1, false, {mask(true, 0, 0)}}, GetParam(), 200);
+}
+
+TEST_P(CudaAttentionWgmma, CausalRowsWithoutKeys) {
+  // k_offset 40: query rows 0..39 see no key (LSE -inf, O 0).
+  run_case({"causal_empty_rows", 1, 150, 260, 2, 1, false, {mask(true, 0, 40)}}, GetParam(), 300);
+}
+
+TEST_P(CudaAttentionWgmma, ResumeAcrossTwoKvBlocksFromRandomState) {
+  run_case({"resume_two_blocks", 1, 512, 512, 4, 1, true,
+            {mask(true, 0, 0, 0, -1, 0, 256), mask(true, 0, 0, 0, -1, 256, 512)}},
+           GetParam(), 400);
+}
+
+TEST_P(CudaAttentionWgmma, ZigzagHalvesSubRangesAndOffsets) {
+  // Later query half against an earlier key half (full), a diagonal half-block with global offsets, then
+  // odd sub-ranges with diag 63; query rows 512..559 are in no block and must keep their random state.
+  run_case({"zigzag_halves", 2, 560, 512, 2, 2, true,
+            {mask(false, 0, 0, 256, 512, 0, 256), mask(true, 256, 256, 0, 256, 0, 256),
+             mask(true, 1000, 937, 37, 300, 20, 290)}},
+           GetParam(), 500);
+}
+
+TEST_P(CudaAttentionWgmma, NonCausalUnalignedKeyRange) {
+  // 8 key tiles starting at an unaligned key 70, ending mid-tile.
+  run_case({"noncausal_key_range", 1, 384, 1100, 2, 1, false, {mask(false, 0, 0, 0, -1, 70, 1030)}}, GetParam(),
+           600);
+}
+
+// The fp64 reference above (random resumable state, overlapping blocks, offsets) against the CPU backend's
+// f32 attention: guards the reference itself; needs no GPU.
+TEST(CudaAttentionWgmmaReference, MatchesCpuBackend) {
+  const WgCase c{"reference_vs_cpu", 1, 200, 180, 2, 1, true,
+                 {mask(false, 0, 0, 40, 200, 0, 100), mask(true, 300, 290, 0, 150, 50, 180)}};
+  const int64_t D = 64;
+  Inputs in;
+  in.q = bf16_rounded(random_vector(c.B * c.Nq * c.H * D, 7, 1.2f));
+  in.k = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, 8, 1.2f));
+  in.v = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, 9));
+  random_state(in, c.B * c.H * c.Nq, D, 10);
+  std::vector<char> touched;
+  const Outputs ref = reference(c, D, in, touched);
+  std::vector<float> acc = in.acc, m = in.m, l = in.l, out(ref.out.size()), lse(ref.lse.size());
+  AttnState st{host_view(acc, {c.B, c.H, c.Nq, D}), host_view(m, {c.B, c.H, c.Nq}), host_view(l, {c.B, c.H, c.Nq})};
+  RT_CPU_REFERENCE({
+    for (const AttnMask& mk : c.blocks)
+      attn_fwd_block(host_view(in.q, {c.B, c.Nq, c.H, D}), host_view(in.k, {c.B, c.Nk, c.Hkv, D}),
+                     host_view(in.v, {c.B, c.Nk, c.Hkv, D}), st, mk);
+    attn_fwd_finalize(st, host_view(out, {c.B, c.Nq, c.H, D}), host_view(lse, {c.B, c.H, c.Nq}));
+  });
+  std::cout << "[attn wgmma] reference vs cpu: out " << rel_error(out, ref.out) << " lse " << lse_max_abs_error(lse, ref.lse) << "\n";
+  EXPECT_LE(rel_error(out, ref.out), 1e-5) << worst_mismatch(out, ref.out);
+  EXPECT_LE(lse_max_abs_error(lse, ref.lse), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionWgmma, ::testing::Values(int64_t(64), int64_t(128)),
+                         [](const auto& info) { return "D" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace rt::test
