@@ -86,9 +86,10 @@ int main(int argc, char** argv) {
     else if (a == "--d") only_d = next();
     else if (a == "--n") only_n = next();
     else if (a == "--no-ceilings") ceilings = false;
+    else if (a == "--deterministic") rt::set_deterministic_attention(true);
     else {
       std::fprintf(stderr, "usage: bench_attention [--warmup 3] [--reps 10] [--json FILE] [--d 128] [--n 4096] "
-                           "[--no-ceilings]\n");
+                           "[--no-ceilings] [--deterministic]\n");
       return 2;
     }
   }
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
     rt::cuda::init(0);
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    std::printf("device: %s, %d SMs; backward dQ: %s\n", prop.name, prop.multiProcessorCount,
+                rt::deterministic_attention() ? "deterministic (ordered adds)" : "float atomics");
     FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
     const rt::Device gpu = rt::Device::cuda(0);
 
@@ -177,8 +179,10 @@ int main(int argc, char** argv) {
           if (json)
             std::fprintf(json,
                          "{\"kind\":\"attention\",\"backend\":\"ringtrain\",\"d\":%ld,\"N\":%ld,\"B\":%ld,\"H\":%ld,"
-                         "\"causal\":%s,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"bwd_ms\":%.4f,\"bwd_tflops\":%.2f}\n",
-                         long(d), long(N), long(B), long(H), causal ? "true" : "false", fwd_ms, fwd_tf, bwd_ms, bwd_tf);
+                         "\"causal\":%s,\"deterministic\":%s,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"bwd_ms\":%.4f,"
+                         "\"bwd_tflops\":%.2f}\n",
+                         long(d), long(N), long(B), long(H), causal ? "true" : "false",
+                         rt::deterministic_attention() ? "true" : "false", fwd_ms, fwd_tf, bwd_ms, bwd_tf);
         }
       }
     }

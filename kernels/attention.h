@@ -39,4 +39,10 @@ void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta);
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask);
 
+// Deterministic attention backward: the same bits on every run (the CUDA kernel orders its dQ adds instead of
+// using float atomics; the CPU backend is deterministic either way). Default: RT_ATTN_DETERMINISTIC=1 in the
+// environment, else off; the trainer sets it from train.deterministic_attention.
+void set_deterministic_attention(bool on);
+bool deterministic_attention();
+
 }  // namespace rt

@@ -1,6 +1,9 @@
 // Dispatch of every op on its tensors' device. One op per file lives in kernels/cpu/ and kernels/cuda/.
 #include "kernels/ops.h"
 
+#include <atomic>
+#include <cstdlib>
+
 #include "kernels/attention.h"
 
 namespace rt {
@@ -90,6 +93,21 @@ void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta) {
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq, Tensor dk, Tensor dv, const AttnMask& mask) {
   RT_DISPATCH(q, attn_bwd_block, q, k, v, dout, lse, delta, dq, dk, dv, mask);
+}
+
+namespace {
+std::atomic<int> g_deterministic_attention{-1};  // -1: not set; read RT_ATTN_DETERMINISTIC
+}  // namespace
+
+void set_deterministic_attention(bool on) { g_deterministic_attention.store(on ? 1 : 0); }
+
+bool deterministic_attention() {
+  static const bool from_env = [] {
+    const char* env = std::getenv("RT_ATTN_DETERMINISTIC");
+    return env != nullptr && env[0] == '1';
+  }();
+  const int set = g_deterministic_attention.load();
+  return set < 0 ? from_env : set == 1;
 }
 
 }  // namespace rt

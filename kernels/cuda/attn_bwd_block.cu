@@ -13,8 +13,16 @@
 //   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
 //     diagonal or a range end are masked.
 // dk_acc / dv_acc rows are each owned by one CTA, so they are read-added-written without atomics.
+// Deterministic mode (set_deterministic_attention(true) or RT_ATTN_DETERMINISTIC=1): the dQ adds of one
+// 64-row query tile happen in key-tile order. The key tiles that visit a query tile are always a prefix
+// 0..j of the grid's key tiles (q_first is non-decreasing in the key tile), so key tile j takes its turn
+// when the tile's counter reads j: it spins on the counter, adds with plain loads and stores, fences, and
+// hands the counter to j + 1. Key tile j - 1 of the same (batch, head) was launched before j (blockIdx.x
+// varies fastest), so the wait always ends. Same bits on every run; the cost is measured in bench/NOTES.md.
 #include <cstdlib>
+#include <mutex>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
 
 namespace rt {
@@ -36,6 +44,8 @@ struct BwdParams {
   float* dq;                  // (B,Nq,H,D)
   float* dk;                  // (B,Nk,Hkv,D)
   float* dv;                  // (B,Nk,Hkv,D)
+  int* dq_turn;               // (B,H,ceil((q_end-q_begin)/Br)) deterministic mode: the key tile whose turn it
+                              // is to add into each query tile's dQ; null: float atomics
   int64_t Nq, Nk, H, Hkv, group;
   int64_t q_begin, q_end, k_begin, k_end;
   int64_t diag;  // key j visible to query i iff j <= i + diag (causal)
@@ -242,11 +252,44 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
       const int64_t qa = q0 + mt * 16 + g, qb = qa + 8;
       float* dq_a = p.dq + ((b * p.Nq + qa) * p.H + h) * D + dh * kDqCols;
       float* dq_b = p.dq + ((b * p.Nq + qb) * p.H + h) * D + dh * kDqCols;
+      if (p.dq_turn == nullptr) {
 #pragma unroll
-      for (int nt = 0; nt < kDqTiles; ++nt) {
-        const int col = nt * 8 + 2 * t;
-        if (qa < p.q_end) atomic_add_f32x2(dq_a + col, dq[nt][0] * p.scale, dq[nt][1] * p.scale);
-        if (qb < p.q_end) atomic_add_f32x2(dq_b + col, dq[nt][2] * p.scale, dq[nt][3] * p.scale);
+        for (int nt = 0; nt < kDqTiles; ++nt) {
+          const int col = nt * 8 + 2 * t;
+          if (qa < p.q_end) atomic_add_f32x2(dq_a + col, dq[nt][0] * p.scale, dq[nt][1] * p.scale);
+          if (qb < p.q_end) atomic_add_f32x2(dq_b + col, dq[nt][2] * p.scale, dq[nt][3] * p.scale);
+        }
+      } else {
+        const int64_t n_tiles = (p.q_end - p.q_begin + kBwdRows - 1) / kBwdRows;
+        int* turn = p.dq_turn + (b * p.H + h) * n_tiles + (q0 - p.q_begin) / kBwdRows;
+        const int mine = int(blockIdx.x);
+        if (threadIdx.x == 0) {
+          int seen;
+          do {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+          } while (seen != mine);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < kDqTiles; ++nt) {
+          const int col = nt * 8 + 2 * t;
+          if (qa < p.q_end) {
+            float2* d2 = reinterpret_cast<float2*>(dq_a + col);
+            float2 x = __ldcg(d2);
+            x.x += dq[nt][0] * p.scale, x.y += dq[nt][1] * p.scale;
+            __stcg(d2, x);
+          }
+          if (qb < p.q_end) {
+            float2* d2 = reinterpret_cast<float2*>(dq_b + col);
+            float2 x = __ldcg(d2);
+            x.x += dq[nt][2] * p.scale, x.y += dq[nt][3] * p.scale;
+            __stcg(d2, x);
+          }
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+          asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
       }
     }
   }
@@ -289,6 +332,22 @@ void launch_bwd(const BwdParams& p, int64_t B, int device, cudaStream_t stream) 
   CUDA_CHECK_LAUNCH();
 }
 
+// The turn counters of deterministic mode, per device, grown on demand and kept for the process.
+int* dq_turn_buffer(int device, size_t count, cudaStream_t stream) {
+  static std::mutex mutex;
+  static int* buffers[16] = {};
+  static size_t capacity[16] = {};
+  std::lock_guard<std::mutex> lock(mutex);
+  const int slot = device & 15;
+  if (capacity[slot] < count) {
+    if (buffers[slot]) CUDA_CHECK(cudaFree(buffers[slot]));
+    CUDA_CHECK(cudaMalloc(&buffers[slot], count * sizeof(int)));
+    capacity[slot] = count;
+  }
+  CUDA_CHECK(cudaMemsetAsync(buffers[slot], 0, count * sizeof(int), stream));
+  return buffers[slot];
+}
+
 }  // namespace
 
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
@@ -322,6 +381,10 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.dq = dq_acc.ptr<float>();
   p.dk = dk_acc.ptr<float>();
   p.dv = dv_acc.ptr<float>();
+  p.dq_turn = rt::deterministic_attention()
+                  ? dq_turn_buffer(dev.index, size_t(d.B * d.H * ((r.q_end - r.q_begin + kBwdRows - 1) / kBwdRows)),
+                                   stream)
+                  : nullptr;
   p.Nq = d.Nq; p.Nk = d.Nk; p.H = d.H; p.Hkv = d.Hkv; p.group = d.group;
   p.q_begin = r.q_begin; p.q_end = r.q_end; p.k_begin = r.k_begin; p.k_end = r.k_end;
   p.diag = mask.q_offset - mask.k_offset;

@@ -26,7 +26,12 @@ AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, int64_t
   return m;
 }
 
-void run_case(const AttnCase& c, int64_t D, uint64_t seed) {
+struct GpuGrads {
+  std::vector<float> dq, dk, dv;  // (B,Nq,H,D), (B,Nk,Hkv,D) x2, f32
+};
+
+// Runs `c` on the GPU and on the CPU, checks every output, and returns the GPU gradients.
+GpuGrads run_case(const AttnCase& c, int64_t D, uint64_t seed) {
   SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(D));
   const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
   const int64_t nq = B * Nq * H * D, nk = B * Nk * Hkv * D, nrow = B * H * Nq;
@@ -70,7 +75,8 @@ void run_case(const AttnCase& c, int64_t D, uint64_t seed) {
 
   const std::vector<float> o_gpu = download(gout), lse_gpu = download(glse);
   const double e_out = rel_error(o_gpu, out), e_lse = lse_max_abs_error(lse_gpu, lse);
-  const double e_dq = rel_error(download(gdq), dq), e_dk = rel_error(download(gdk), dk), e_dv = rel_error(download(gdv), dv);
+  GpuGrads grads{download(gdq), download(gdk), download(gdv)};
+  const double e_dq = rel_error(grads.dq, dq), e_dk = rel_error(grads.dk, dk), e_dv = rel_error(grads.dv, dv);
   std::cout << "[attn] " << c.name << " D=" << D << " out " << e_out << " lse " << e_lse << " dq " << e_dq << " dk "
             << e_dk << " dv " << e_dv << "\n";
   EXPECT_LE(e_out, 1e-2) << worst_mismatch(o_gpu, out);
@@ -83,8 +89,9 @@ void run_case(const AttnCase& c, int64_t D, uint64_t seed) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < Nq; ++i)
         if (std::isinf(lse[size_t((b * H + h) * Nq + i)])) {
-          for (int64_t d = 0; d < D; ++d) ASSERT_EQ(o_gpu[size_t(((b * Nq + i) * H + h) * D + d)], 0.f);
+          for (int64_t d = 0; d < D; ++d) EXPECT_EQ(o_gpu[size_t(((b * Nq + i) * H + h) * D + d)], 0.f);
         }
+  return grads;
 }
 
 class CudaAttention : public ::testing::TestWithParam<int64_t> {};
@@ -114,6 +121,31 @@ TEST_P(CudaAttention, SubRangesAndOffsets) {
             {mask(false, 0, 0, 30, 170, 10, 150), mask(true, 1000, 900, 0, -1, 150, 192),
              mask(true, 64, 100, 5, 250, 0, 130)}},
            GetParam(), 4000);
+}
+
+// set_deterministic_attention(true) for one scope.
+struct DeterministicScope {
+  DeterministicScope() { set_deterministic_attention(true); }
+  ~DeterministicScope() { set_deterministic_attention(false); }
+};
+
+TEST_P(CudaAttention, DeterministicBackwardIsAccurateAndRepeatsBitwise) {
+  RT_REQUIRE_CUDA();
+  // 6 key tiles x 12 query tiles per head, two resumed causal blocks and a sub-range block: many CTAs add
+  // into the same dQ rows, so float atomics would (almost surely) differ in the last bits between runs.
+  const AttnCase c{"deterministic", 1, 768, 768, 4, 2,
+                   {mask(true, 0, 0, 0, -1, 0, 384), mask(true, 0, 0, 0, -1, 384, 768),
+                    mask(false, 0, 0, 100, 700, 30, 300)}};
+  const GpuGrads atomics = run_case(c, GetParam(), 5000);
+  DeterministicScope on;
+  const GpuGrads first = run_case(c, GetParam(), 5000);  // checks accuracy against the CPU again
+  const GpuGrads second = run_case(c, GetParam(), 5000);
+  EXPECT_TRUE(first.dq == second.dq) << "deterministic dQ differs between two runs";
+  EXPECT_TRUE(first.dk == second.dk);
+  EXPECT_TRUE(first.dv == second.dv);
+  // Only the order of the f32 dQ additions differs from the atomic kernel.
+  EXPECT_LE(rel_error(first.dq, atomics.dq), 1e-5);
+  EXPECT_TRUE(first.dk == atomics.dk) << "dK does not depend on the dQ path";
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttention, ::testing::Values(int64_t(64), int64_t(128)),

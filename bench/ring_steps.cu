@@ -1,0 +1,282 @@
+// Ring-step benchmark (issue 5, "Ring-step forms"): the kernel calls of a whole cp-rank ring, run one after
+// another on one GPU, against one whole-sequence call with the same FLOPs. Each rank's queries resume the
+// fp32 state over cp K/V blocks with the masks of parallel/ring_schedule.h (zigzag: the causal diagonal block,
+// then half the keys or half the queries per step), then finalize; the backward recomputes per block and
+// accumulates dQ per rank and dK/dV per source block. No communication: this measures what the ring's step
+// shapes cost the kernels (resume, half blocks, offsets, cp x more launches), not the network.
+//
+//   bench_ring_steps [--cp 8] [--layout zigzag] [--seq 16384,65536] [--d 64,128] [--warmup 2] [--reps 5]
+//                    [--json FILE]
+//
+// Model dim 2048 (H = 2048 / d), B = 1, causal, bf16. TFLOP/s by the standard count: 2*H*S^2*d forward
+// (causal half of 4*H*S^2*d), backward 2.5x. Per-step TFLOP/s: each step kind timed on its own with events
+// (diagonal, the zigzag half-key and half-query steps), FLOPs = the visible pairs x 4*d per head.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/runtime.h"
+#include "kernels/device_memory.h"
+#include "kernels/ops.h"
+#include "parallel/ring_schedule.h"
+
+using namespace rt;
+
+namespace {
+
+double time_ms(const std::function<void()>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, cuda::current_stream()));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, cuda::current_stream()));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+struct Dev {  // one device allocation
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { p = device_alloc(Device::cuda(0), bytes); }
+  ~Dev() { device_free(Device::cuda(0), p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+void random_bf16(const Tensor& t, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> pool(1 << 16);  // (65536) N(0,1), tiled over the tensor
+  for (float& x : pool) x = normal(rng);
+  std::vector<float> host(size_t(t.numel()));  // (numel)
+  for (size_t i = 0; i < host.size(); ++i) host[i] = pool[(i * 7 + seed) % pool.size()];
+  copy_cast(t, Tensor(host.data(), DType::f32, Device::cpu(), {t.numel()}));
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoll(item));
+  return out;
+}
+
+// Visible (query, key) pairs of one block call (causal diagonal: n(n+1)/2 for a square block).
+double visible_pairs(const AttnMask& m, int64_t n) {
+  const int64_t qb = m.q_begin, qe = m.q_end < 0 ? n : m.q_end, kb = m.k_begin, ke = m.k_end < 0 ? n : m.k_end;
+  if (!m.causal) return double(qe - qb) * double(ke - kb);
+  double pairs = 0;
+  const int64_t diag = m.q_offset - m.k_offset;
+  for (int64_t i = qb; i < qe; ++i) pairs += double(std::max<int64_t>(0, std::min(ke, i + diag + 1) - kb));
+  return pairs;
+}
+
+const char* step_kind(const RingBlockPlan& plan) {
+  if (plan.mask.causal) return "diagonal";
+  if (plan.mask.k_end >= 0) return "half-keys";
+  if (plan.mask.q_begin > 0) return "half-queries";
+  return "full";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int cp = 8, warmup = 2, reps = 5;
+  std::string layout_name_str = "zigzag", json_path;
+  std::vector<int64_t> seqs{16384, 65536}, dims{64, 128};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--cp") cp = std::stoi(next());
+    else if (a == "--layout") layout_name_str = next();
+    else if (a == "--seq") seqs = parse_list(next());
+    else if (a == "--d") dims = parse_list(next());
+    else if (a == "--warmup") warmup = std::stoi(next());
+    else if (a == "--reps") reps = std::stoi(next());
+    else if (a == "--json") json_path = next();
+    else {
+      std::fprintf(stderr, "usage: bench_ring_steps [--cp 8] [--layout zigzag] [--seq 16384,65536] [--d 64,128] "
+                           "[--warmup 2] [--reps 5] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (!cuda_available()) {
+    std::fprintf(stderr, "bench_ring_steps: no CUDA device\n");
+    return 1;
+  }
+  try {
+    const Layout layout = parse_layout(layout_name_str);
+    cuda::init(0);
+    const Device gpu = Device::cuda(0);
+    FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+    std::printf("ring-step sequence: cp=%d %s, causal, B=1, model dim 2048, one GPU, no communication\n", cp,
+                layout_name(layout));
+    const int64_t model_dim = 2048;
+    for (int64_t D : dims) {
+      const int64_t H = model_dim / D;
+      for (int64_t S : seqs) {
+        RT_CHECK(S % (2 * cp) == 0, "--seq " << S << " must be a multiple of 2 * cp = " << 2 * cp);
+        const int64_t n = S / cp;
+        const size_t act = size_t(S * H * D);
+        Dev q(act * 2), k(act * 2), v(act * 2), dout(act * 2), out(act * 2);  // (1, S, H, D) bf16 each
+        Dev acc(act * 4), dq(act * 4), dk(act * 4), dv(act * 4);               // (1, S, H, D) f32 each
+        Dev m(size_t(S * H) * 4), l(size_t(S * H) * 4), lse(size_t(S * H) * 4), delta(size_t(S * H) * 4);  // (1,H,S)
+        auto bf = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) bf16 view from token `first`
+          return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, gpu, {1, rows, H, D});
+        };
+        auto f32 = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) f32 view
+          return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, rows, H, D});
+        };
+        auto rowsv = [&](Dev& d, int64_t rows, int64_t first) {  // (1, H, rows) f32: rank blocks of H*n each
+          return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, gpu, {1, H, rows});
+        };
+        auto accv = [&](int64_t rows, int64_t first) {  // (1, H, rows, D) f32
+          return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, H, rows, D});
+        };
+        random_bf16(bf(q, S, 0), 11);
+        random_bf16(bf(k, S, 0), 12);
+        random_bf16(bf(v, S, 0), 13);
+        random_bf16(bf(dout, S, 0), 14);
+
+        // One whole-sequence call.
+        AttnState whole{accv(S, 0), rowsv(m, S, 0), rowsv(l, S, 0)};
+        AttnMask causal;
+        causal.causal = true;
+        auto whole_fwd = [&] {
+          attn_state_reset(whole);
+          attn_fwd_block(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), whole, causal);
+          attn_fwd_finalize(whole, bf(out, S, 0), rowsv(lse, S, 0));
+        };
+        auto whole_bwd = [&] {
+          attn_bwd_delta(bf(out, S, 0), bf(dout, S, 0), rowsv(delta, S, 0));
+          fill(f32(dq, S, 0), 0.f);
+          fill(f32(dk, S, 0), 0.f);
+          fill(f32(dv, S, 0), 0.f);
+          attn_bwd_block(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), bf(dout, S, 0), rowsv(lse, S, 0),
+                         rowsv(delta, S, 0), f32(dq, S, 0), f32(dk, S, 0), f32(dv, S, 0), causal);
+        };
+
+        // The ring's calls, rank after rank: rank r's tokens are rows [r*n, (r+1)*n) of every buffer.
+        auto ring_fwd = [&] {
+          for (int r = 0; r < cp; ++r) {
+            AttnState st{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)};
+            attn_state_reset(st);
+            for (int t = 0; t < cp; ++t) {
+              const int s = ring_source(r, t, cp);
+              const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
+              if (!plan.skip) attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, plan.mask);
+            }
+            attn_fwd_finalize(st, bf(out, n, r * n), rowsv(lse, n, r * n));
+          }
+        };
+        auto ring_bwd = [&] {
+          fill(f32(dk, S, 0), 0.f);
+          fill(f32(dv, S, 0), 0.f);
+          for (int r = 0; r < cp; ++r) {
+            attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rowsv(delta, n, r * n));
+            fill(f32(dq, n, r * n), 0.f);
+            for (int t = 0; t < cp; ++t) {
+              const int s = ring_source(r, t, cp);
+              const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
+              if (!plan.skip)
+                attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n),
+                               rowsv(lse, n, r * n), rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n),
+                               f32(dv, n, s * n), plan.mask);
+            }
+          }
+        };
+        const double flops = 2.0 * double(H) * double(S) * double(S) * double(D);  // causal forward
+        const double whole_fwd_ms = time_ms(whole_fwd, warmup, reps);
+        whole_fwd();
+        const double whole_bwd_ms = time_ms(whole_bwd, warmup, reps);
+        const double ring_fwd_ms = time_ms(ring_fwd, warmup, reps);
+        ring_fwd();
+        const double ring_bwd_ms = time_ms(ring_bwd, warmup, reps);
+        auto tf = [](double fl, double ms) { return fl / (ms * 1e-3) / 1e12; };
+        std::printf("\nd=%ld H=%ld S=%ld (n=%ld per rank)\n", long(D), long(H), long(S), long(n));
+        std::printf("  whole call      fwd %8.3f ms %6.1f TF/s | bwd %8.3f ms %6.1f TF/s\n", whole_fwd_ms,
+                    tf(flops, whole_fwd_ms), whole_bwd_ms, tf(2.5 * flops, whole_bwd_ms));
+        std::printf("  cp=%d ring steps fwd %8.3f ms %6.1f TF/s | bwd %8.3f ms %6.1f TF/s | ratio to the whole "
+                    "call: fwd %.3f, bwd %.3f\n",
+                    cp, ring_fwd_ms, tf(flops, ring_fwd_ms), ring_bwd_ms, tf(2.5 * flops, ring_bwd_ms),
+                    whole_fwd_ms / ring_fwd_ms, whole_bwd_ms / ring_bwd_ms);
+
+        // Per-step kinds, rank cp-1 (it meets every kind: its diagonal, then half-key steps), and rank 0
+        // (half-query steps). Each kind: the mean of its calls' times.
+        std::map<std::string, std::pair<double, double>> kind_ms_flops;  // kind -> (ms, flops) summed
+        std::map<std::string, int> kind_calls;
+        for (int r : {0, cp - 1}) {
+          for (int t = 0; t < cp; ++t) {
+            const int s = ring_source(r, t, cp);
+            const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
+            if (plan.skip) continue;
+            if (r == 0 && plan.mask.causal) continue;  // the diagonal is counted once (rank cp-1)
+            AttnState st{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)};
+            attn_state_reset(st);
+            const double ms_f = time_ms([&] { attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st,
+                                                             plan.mask); },
+                                        1, reps);
+            const double ms_b = time_ms(
+                [&] {
+                  attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n),
+                                 rowsv(lse, n, r * n), rowsv(delta, n, r * n), f32(dq, n, r * n),
+                                 f32(dk, n, s * n), f32(dv, n, s * n), plan.mask);
+                },
+                1, reps);
+            const double fl = 4.0 * double(H) * double(D) * visible_pairs(plan.mask, n);
+            const std::string kind = step_kind(plan);
+            kind_ms_flops[kind + " fwd"].first += ms_f;
+            kind_ms_flops[kind + " fwd"].second += fl;
+            kind_ms_flops[kind + " bwd"].first += ms_b;
+            kind_ms_flops[kind + " bwd"].second += 2.5 * fl;
+            ++kind_calls[kind + " fwd"];
+            ++kind_calls[kind + " bwd"];
+          }
+        }
+        for (const auto& [kind, mf] : kind_ms_flops) {
+          std::printf("  step %-17s %8.3f ms per call %6.1f TF/s (%d calls timed)\n", kind.c_str(),
+                      mf.first / kind_calls[kind], tf(mf.second, mf.first), kind_calls[kind]);
+          if (json)
+            std::fprintf(json,
+                         "{\"kind\":\"ring_step\",\"cp\":%d,\"layout\":\"%s\",\"d\":%ld,\"S\":%ld,\"step\":\"%s\","
+                         "\"ms\":%.4f,\"tflops\":%.2f}\n",
+                         cp, layout_name(layout), long(D), long(S), kind.c_str(), mf.first / kind_calls[kind],
+                         tf(mf.second, mf.first));
+        }
+        std::fflush(stdout);
+        if (json)
+          std::fprintf(json,
+                       "{\"kind\":\"ring_sequence\",\"cp\":%d,\"layout\":\"%s\",\"d\":%ld,\"S\":%ld,\"whole_fwd_ms\":%.4f,"
+                       "\"whole_bwd_ms\":%.4f,\"ring_fwd_ms\":%.4f,\"ring_bwd_ms\":%.4f,\"whole_fwd_tflops\":%.2f,"
+                       "\"whole_bwd_tflops\":%.2f,\"ring_fwd_tflops\":%.2f,\"ring_bwd_tflops\":%.2f,"
+                       "\"fwd_ratio\":%.4f,\"bwd_ratio\":%.4f}\n",
+                       cp, layout_name(layout), long(D), long(S), whole_fwd_ms, whole_bwd_ms, ring_fwd_ms, ring_bwd_ms,
+                       tf(flops, whole_fwd_ms), tf(2.5 * flops, whole_bwd_ms), tf(flops, ring_fwd_ms),
+                       tf(2.5 * flops, ring_bwd_ms), whole_fwd_ms / ring_fwd_ms, whole_bwd_ms / ring_bwd_ms);
+      }
+    }
+    if (json) std::fclose(json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ring_steps: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
