@@ -142,6 +142,10 @@ class Model {
   // (overwritten) = d(global mean loss)/d(params) for this rank's tokens: the caller all-reduces over
   // dp x cp. Returns the per-token losses (B*n, 0 where the target is ignored) of this rank.
   std::vector<float> step(const Batch& batch, double global_count, bool want_grad);
+  // step() without the download: the per-token losses stay in losses() (on CUDA the host does not wait).
+  void forward_backward(const Batch& batch, double global_count, bool want_grad);
+  // (B*n) f32 per-token losses of the latest step / forward_backward, on the model's device.
+  Tensor losses() const { return losses_; }
 
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();

@@ -72,6 +72,13 @@ void Model::mlp_chunk_hidden(int layer, BlockActs& a, int64_t begin, int64_t end
 }
 
 std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {
+  forward_backward(batch, global_count, want_grad);
+  std::vector<float> losses(size_t(shape_.N()));
+  copy_tensor_to_host(losses.data(), losses_);
+  return losses;
+}
+
+void Model::forward_backward(const Batch& batch, double global_count, bool want_grad) {
   const ModelShape& s = shape_;
   upload_batch(batch);
   embedding_fwd(residual_[0], tokens_, param_view(compute_, "tok_embeddings.weight"));
@@ -86,10 +93,6 @@ std::vector<float> Model::step(const Batch& batch, double global_count, bool wan
   lm_head_loss(final_out_, param_view(compute_, head), targets_, losses_, head_scratch_,
                want_grad ? d_final_ : Tensor{}, want_grad ? param_view(grads_, head) : Tensor{}, grad_scale);
   if (want_grad) backward();
-
-  std::vector<float> losses(size_t(s.N()));
-  copy_tensor_to_host(losses.data(), losses_);
-  return losses;
 }
 
 }  // namespace rt

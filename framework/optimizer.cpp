@@ -36,32 +36,47 @@ AdamW::AdamW(const OptimConfig& config, Model& model, Arena& arena) : config_(co
   const int64_t P = model.master().numel();
   m_ = arena.alloc(DType::f32, {P}, "adam m (f32)");  // (P)
   v_ = arena.alloc(DType::f32, {P}, "adam v (f32)");  // (P)
+  clip_ = arena.alloc(DType::f32, {2}, "grad norm^2 and clip factor (f32)");  // (2)
 }
 
 void AdamW::zero_state() {
   fill(m_, 0.f);
   fill(v_, 0.f);
+  fill(clip_, 0.f);
 }
 
-double AdamW::step(int64_t step, float lr) {
-  const double norm = global_grad_norm(model_);
-  if (config_.grad_clip > 0 && norm > config_.grad_clip)
-    scale_inplace(model_.grads(), float(config_.grad_clip / (norm + 1e-6)));
+void AdamW::step(int64_t step, float lr) {
+  // The global norm on the device: every rank adds the squares of the shards it owns (sharded tensors, one
+  // copy of replicated ones and of shared KV heads), then the owners' sums are added over tp.
+  const Tensor sumsq = clip_.slice(0, 1), scale = clip_.slice(1, 2);  // (1), (1)
+  const Tensor grads = model_.grads();
+  fill(sumsq, 0.f);
+  for (const ParamEntry& e : model_.params())
+    if (e.owner) sum_squares_accumulate(grads.slice(e.offset, e.offset + e.numel), sumsq);
+  if (model_.shape().tp > 1) model_.tp_comm().all_reduce_sum(sumsq);
+  grad_clip_scale(sumsq, scale, config_.grad_clip);
+
   AdamWArgs args;
   args.lr = lr, args.beta1 = config_.beta1, args.beta2 = config_.beta2, args.eps = config_.eps;
   args.step = step;
   // 2-D weights come first in the flat buffer and get weight decay; norm weights after them do not.
   const int64_t P = m_.numel(), split = model_.decay_numel();
-  const Tensor master = model_.master(), grads = model_.grads(), compute = model_.compute();
+  const Tensor master = model_.master(), compute = model_.compute();
   const bool lowp = compute.data != master.data;
+  const Tensor clip_factor = config_.grad_clip > 0 ? scale : Tensor{};
   for (int part = 0; part < 2; ++part) {
     const int64_t begin = part == 0 ? 0 : split, end = part == 0 ? split : P;
     if (begin == end) continue;
     args.weight_decay = part == 0 ? config_.weight_decay : 0.f;
     adamw(master.slice(begin, end), grads.slice(begin, end), m_.slice(begin, end), v_.slice(begin, end), args,
-          lowp ? compute.slice(begin, end) : Tensor{});
+          lowp ? compute.slice(begin, end) : Tensor{}, clip_factor);
   }
-  return norm;
+}
+
+double AdamW::last_grad_norm() const {
+  float sumsq = 0;
+  copy_cast(Tensor(&sumsq, DType::f32, Device::cpu(), {1}), clip_.slice(0, 1));  // a host wait on CUDA
+  return std::sqrt(double(sumsq));
 }
 
 std::vector<HostTensor> AdamW::export_state() {

@@ -15,7 +15,8 @@ namespace rt {
 float learning_rate(const OptimConfig& optim, int64_t step, int64_t total_steps);
 
 // sqrt of the sum of squared gradients of the whole (unsharded) model: sharded shards are summed over tp,
-// replicated tensors counted once. Collective over tp.
+// replicated tensors counted once. Collective over tp. Returns to the host (a host wait on CUDA): for tests
+// and tools; AdamW::step computes the same norm on the device.
 double global_grad_norm(Model& model);
 
 class AdamW {
@@ -24,9 +25,15 @@ class AdamW {
   AdamW(const OptimConfig& config, Model& model, Arena& arena);
 
   void zero_state();
-  // Clips the gradients to optim.grad_clip by the global norm (when > 0) and applies one AdamW update at
-  // the 1-based `step` with learning rate `lr`. Returns the norm before clipping.
-  double step(int64_t step, float lr);
+  // One AdamW update at the 1-based `step` with learning rate `lr`, the gradients clipped to optim.grad_clip
+  // by the global norm (when > 0). Collective over tp. On CUDA the host does not wait: the norm and the clip
+  // factor stay on the device, and the update reads the factor there (grads() themselves are not changed).
+  // With NCCL (or tp = 1) the norm's all-reduce over tp is on the stream too; a tp communicator that stages
+  // GPU tensors through the host (MpiComm) waits for the GPU there.
+  void step(int64_t step, float lr);
+  // The global gradient norm (before clipping) of the latest step(): downloads one float, so on CUDA the host
+  // waits for that step's optimizer work. Call it where the step is logged.
+  double last_grad_norm() const;
 
   // Moments as full tensors ("exp_avg.<param>", "exp_avg_sq.<param>"), collective over tp; and back.
   std::vector<HostTensor> export_state();
@@ -39,6 +46,7 @@ class AdamW {
   OptimConfig config_;
   Model& model_;
   Tensor m_, v_;  // (P) f32
+  Tensor clip_;    // (2) f32: [0] global sum of squared gradients, [1] clip factor (1 when not clipping)
 };
 
 }  // namespace rt

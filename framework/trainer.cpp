@@ -1,9 +1,12 @@
 // train_main and eval_main (framework/trainer.h): the training loop around Model and AdamW.
 //
-// One step: next batch -> global target count (dp x cp) -> forward + fused loss + backward -> gradient
-// all-reduce over dp x cp (one call on the flat buffer) -> shared-KV reduction over tp (GQA with
-// n_kv_head < tp) -> clip + AdamW -> log. Losses are global token sums / global token counts.
-// Rank 0 prints and writes files; every rank computes.
+// One step: next batch -> train_step (framework/train_step.h: global target count (dp x cp) -> forward +
+// fused loss + backward -> gradient all-reduce over dp x cp (one call on the flat buffer) -> shared-KV
+// reduction over tp (GQA with n_kv_head < tp) -> clip + AdamW) -> log. Losses are global token sums /
+// global token counts. Rank 0 prints and writes files; every rank computes.
+// On CUDA the host waits for the GPU only at a logging point (log.every, and the last step): the losses,
+// the grad norm and the ring timings are fetched there; other steps only queue work. Time per step is so
+// measured over the steps since the previous logging point (or eval / checkpoint, which also wait).
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -15,6 +18,7 @@
 #include "framework/checkpoint.h"
 #include "framework/metrics.h"
 #include "framework/mfu.h"
+#include "framework/train_step.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
 #include "kernels/device_memory.h"
@@ -26,28 +30,6 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
-
-// Losses of one batch (or several), summed; the copy task's two halves separately.
-struct LossTally {
-  double sum[3] = {0, 0, 0}, count[3] = {0, 0, 0};  // [0] all targets, [1] first half, [2] repeat half
-  void add(const Batch& batch, const std::vector<float>& losses) {
-    for (size_t i = 0; i < losses.size(); ++i) {
-      if (batch.targets[i] < 0) continue;
-      sum[0] += losses[i], count[0] += 1;
-      if (i < batch.kinds.size() && batch.kinds[i] != TargetKind::other) {
-        const int k = batch.kinds[i] == TargetKind::first_half ? 1 : 2;
-        sum[k] += losses[i], count[k] += 1;
-      }
-    }
-  }
-  void all_reduce(Comm& comm) {
-    double v[6] = {sum[0], sum[1], sum[2], count[0], count[1], count[2]};
-    comm.all_reduce_sum(v, 6);
-    for (int i = 0; i < 3; ++i) sum[i] = v[i], count[i] = v[3 + i];
-  }
-  double mean(int k) const { return count[k] > 0 ? sum[k] / count[k] : 0; }
-  bool has_halves() const { return count[1] > 0 || count[2] > 0; }
-};
 
 std::string halves_text(const LossTally& t) {
   if (!t.has_halves()) return "";
@@ -171,48 +153,51 @@ int train_main(const Config& config) {
 
   using clock = std::chrono::steady_clock;
   const auto run_start = clock::now();
+  auto interval_start = run_start;  // since the host last waited for the GPU (logging, eval, checkpoint)
+  int64_t interval_steps = 0;
   int64_t step = start_step;
   while (step < tc.steps) {
-    const auto t0 = clock::now();
     const Batch batch = loader->next();
-    const double count = model.global_target_count(batch);
-    LossTally tally;
     model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
-    tally.add(batch, model.step(batch, count, /*want_grad=*/true));
-    if (grid.dp_cp().size() > 1) grid.dp_cp().all_reduce_sum(model.grads());
-    model.reduce_shared_kv_grads();
     ++step;
     const float lr = learning_rate(config.optim, step, tc.steps);
-    const double norm = optimizer.step(step, lr);
-    tally.all_reduce(grid.dp_cp());
-    const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    train_step(model, optimizer, batch, step, lr);
+    ++interval_steps;
+    bool waited = false;  // whether the host has waited for the GPU in this iteration
 
-    if (rank0 && (step % std::max(1, config.log.every) == 0 || step == tc.steps)) {
-      StepMetrics sm;
-      sm.step = step, sm.total_steps = tc.steps;
-      sm.loss = tally.mean(0);
-      if (tally.has_halves()) sm.loss_first_half = tally.mean(1), sm.loss_repeat_half = tally.mean(2);
-      sm.lr = lr, sm.grad_norm = norm;
-      sm.tok_per_s = tokens_per_step / seconds;
-      sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
-      sm.ms_per_step = seconds * 1e3;
-      // Measured, not planned: `ringtrain plan` predicts the arena, and this checks the prediction.
-      sm.peak_mem_bytes = int64_t(measured_memory_bytes(session.arena->device()));
-      sm.extra["arena_bytes"] = double(session.arena->capacity());
-      const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
-      sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
-      sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;
-      // Rank 0's time inside ring attention, and the part of it blocked waiting for the ring (exposed comm).
-      const RingTimings& ring = model.attention().timings();
-      sm.extra["attn_ms"] = ring.total_s() * 1e3;
-      sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
-      std::printf("%s\n", format_step_line(sm).c_str());
-      std::fflush(stdout);
-      metrics->write(sm);
+    if (step % std::max(1, config.log.every) == 0 || step == tc.steps) {
+      const LossTally tally = step_losses(model, batch);  // every rank (collective); waits for the step
+      waited = true;
+      const double seconds = std::chrono::duration<double>(clock::now() - interval_start).count() /
+                             double(interval_steps);
+      if (rank0) {
+        StepMetrics sm;
+        sm.step = step, sm.total_steps = tc.steps;
+        sm.loss = tally.mean(0);
+        if (tally.has_halves()) sm.loss_first_half = tally.mean(1), sm.loss_repeat_half = tally.mean(2);
+        sm.lr = lr, sm.grad_norm = optimizer.last_grad_norm();
+        sm.tok_per_s = tokens_per_step / seconds;
+        sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
+        sm.ms_per_step = seconds * 1e3;
+        // Measured, not planned: `ringtrain plan` predicts the arena, and this checks the prediction.
+        sm.peak_mem_bytes = int64_t(measured_memory_bytes(session.arena->device()));
+        sm.extra["arena_bytes"] = double(session.arena->capacity());
+        const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
+        sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
+        sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;
+        // Rank 0's time inside ring attention, and the part of it blocked waiting for the ring (exposed comm).
+        const RingTimings& ring = model.attention().timings();
+        sm.extra["attn_ms"] = ring.total_s() * 1e3;
+        sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
+        std::printf("%s\n", format_step_line(sm).c_str());
+        std::fflush(stdout);
+        metrics->write(sm);
+      }
     }
 
     if (eval_loader && (step % tc.eval_every == 0 || step == tc.steps)) {
       const LossTally ev = evaluate(model, *eval_loader, tc.eval_batches);
+      waited = true;
       if (rank0) {
         std::printf("eval step %lld | loss %.4f%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str());
         nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
@@ -227,12 +212,14 @@ int train_main(const Config& config) {
     const bool periodic = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
     if (periodic || stop > 0 || (step == tc.steps && config.checkpoint.save_final)) {
       const std::string dir = save(config, session, *loader, step, grid.world());
+      waited = true;
       if (rank0) std::printf("saved checkpoint %s\n", dir.c_str());
     }
     if (stop > 0) {
       if (rank0) std::printf("stopping at step %lld on signal; resume with checkpoint.resume=auto\n", (long long)step);
       break;
     }
+    if (waited) interval_start = clock::now(), interval_steps = 0;
   }
   std::signal(SIGTERM, old_term);
   std::signal(SIGINT, old_int);

@@ -14,12 +14,15 @@ void swiglu_bwd(Tensor dgate, Tensor dup, const Tensor& dout, const Tensor& gate
 void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table);
 void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& tokens);
 void cross_entropy(Tensor logits, const Tensor& targets, Tensor losses, float grad_scale, bool want_grad);
-void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp);
+void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp,
+           const Tensor& grad_scale);
+void grad_clip_scale(const Tensor& sumsq, Tensor scale, float max_norm);
 void add_inplace(Tensor y, const Tensor& x);
 void scale_inplace(Tensor y, float s);
 void fill(Tensor y, float value);
 void copy_cast(Tensor out, const Tensor& in);  // same device only; ops.cpp handles host<->device
 double sum_squares(const Tensor& x);
+void sum_squares_accumulate(const Tensor& x, Tensor acc);
 void attn_state_reset(AttnState& state);
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask);
 void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse);

@@ -15,7 +15,12 @@ void cuda_free(int, void*) {}
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 size_t cuda_memory_in_use(int) { return 0; }
+uint64_t cuda_host_waits() { return 0; }
 #else
+namespace cuda {
+uint64_t host_wait_count();  // kernels/cuda/runtime.cu
+}
+uint64_t cuda_host_waits() { return cuda::host_wait_count(); }
 size_t cuda_memory_in_use(int device);  // kernels/cuda/memory.cu
 void* cuda_alloc(int device, size_t bytes);  // kernels/cuda/memory.cu
 void cuda_free(int device, void* ptr);

@@ -1,6 +1,7 @@
 // Raw device allocation used by the Arena (once, at start-up) and pinned host buffers for staging.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/tensor.h"
 
@@ -14,5 +15,9 @@ int cuda_device_count();
 // every process on that GPU, the CUDA context included; the arena is allocated once, so this is also the peak).
 // cpu: this process's peak resident set (VmHWM).
 size_t measured_memory_bytes(Device device);
+// Host waits for a CUDA device so far (cudaStreamSynchronize / cudaEventSynchronize through
+// rt::cuda::host_wait, kernels/cuda/runtime.h), over the process. 0 without CUDA. Tests use it to check
+// that a training step does not wait outside its logging point.
+uint64_t cuda_host_waits();
 
 }  // namespace rt

@@ -65,8 +65,12 @@ void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& tokens) {
 void cross_entropy(Tensor logits, const Tensor& targets, Tensor losses, float grad_scale, bool want_grad) {
   RT_DISPATCH(logits, cross_entropy, logits, targets, losses, grad_scale, want_grad);
 }
-void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWArgs& args, Tensor p_lowp) {
-  RT_DISPATCH(p, adamw, p, g, m, v, args, p_lowp);
+void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWArgs& args, Tensor p_lowp,
+           const Tensor& grad_scale) {
+  RT_DISPATCH(p, adamw, p, g, m, v, args, p_lowp, grad_scale);
+}
+void grad_clip_scale(const Tensor& sumsq, Tensor scale, float max_norm) {
+  RT_DISPATCH(sumsq, grad_clip_scale, sumsq, scale, max_norm);
 }
 void add_inplace(Tensor y, const Tensor& x) { RT_DISPATCH(y, add_inplace, y, x); }
 void scale_inplace(Tensor y, float s) { RT_DISPATCH(y, scale_inplace, y, s); }
@@ -81,6 +85,7 @@ void copy_cast(Tensor out, const Tensor& in) {
 #endif
 }
 double sum_squares(const Tensor& x) { RT_DISPATCH(x, sum_squares, x); }
+void sum_squares_accumulate(const Tensor& x, Tensor acc) { RT_DISPATCH(x, sum_squares_accumulate, x, acc); }
 
 void attn_state_reset(AttnState& s) { RT_DISPATCH(s.acc, attn_state_reset, s); }
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& s, const AttnMask& mask) {

@@ -63,8 +63,14 @@ struct AdamWArgs {
   int64_t step = 1;  // 1-based, for bias correction
 };
 // param, grad, m, v: same shape, f32. Decoupled weight decay: p -= lr*wd*p. When param_lowp (bf16) is
-// defined it receives the updated weights (the compute copy on CUDA).
-void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp);
+// defined it receives the updated weights (the compute copy on CUDA). When grad_scale (1) f32 on param's
+// device is defined, the update uses grad * grad_scale[0] (the clip factor, read on the device: no host
+// wait); grad itself is not changed.
+void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp,
+           const Tensor& grad_scale = Tensor{});
+// Global-norm clipping without a host wait. sumsq, scale: (1) f32 on one device.
+// scale = max_norm / (norm + 1e-6) when max_norm > 0 and norm = sqrt(sumsq) > max_norm, else 1.
+void grad_clip_scale(const Tensor& sumsq, Tensor scale, float max_norm);
 
 // ---- elementwise and reductions ----
 void add_inplace(Tensor y, const Tensor& x);   // y += x (same shape)
@@ -72,5 +78,7 @@ void scale_inplace(Tensor y, float s);          // y *= s
 void fill(Tensor y, float value);
 void copy_cast(Tensor out, const Tensor& in);   // same shape, any float dtypes; across devices too
 double sum_squares(const Tensor& x);            // sum of x^2 in fp64 on the host (synchronises)
+// acc (1) f32 on x's device += sum of x^2 (summed in fp64 within the call). Does not synchronise.
+void sum_squares_accumulate(const Tensor& x, Tensor acc);
 
 }  // namespace rt

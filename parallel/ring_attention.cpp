@@ -108,11 +108,34 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
 }
 
 void RingAttention::finish_call() {
-  last_call_.reset();
-  last_call_.calls = 1;
-  last_call_.steps = cp_.size();
-  timer_->finish(last_call_);
-  timings_.accumulate(last_call_);
+  timer_->end_call();
+  if (timer_->pending() > kRingTimerMaxPending) collect_timings();  // bounds the timer's event pool
+}
+
+void RingAttention::collect_timings() const {
+  collected_.clear();
+  timer_->collect(collected_);
+  for (RingTimings t : collected_) {
+    t.calls = 1;
+    t.steps = cp_.size();
+    last_call_ = t;
+    timings_.accumulate(t);
+  }
+}
+
+const RingTimings& RingAttention::timings() const {
+  collect_timings();
+  return timings_;
+}
+
+const RingTimings& RingAttention::last_call_timings() const {
+  collect_timings();
+  return last_call_;
+}
+
+void RingAttention::reset_timings() {
+  timer_->discard();
+  timings_.reset();
 }
 
 // The K (index 0) or V (index 1) half of a packed (2, B, n, Hkv, D) buffer, as (B, n, Hkv, D).

@@ -35,10 +35,13 @@ class RingAttention {
                 const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
 
   // Compute vs exposed-communication time (parallel/ring_timing.h): summed over every call since
-  // construction or reset_timings(), and of the latest call alone.
-  const RingTimings& timings() const { return timings_; }
-  const RingTimings& last_call_timings() const { return last_call_; }
-  void reset_timings() { timings_.reset(); }
+  // construction or reset_timings(), and of the latest call alone. Reading them resolves the calls' timings
+  // (on CUDA the host waits once, for the latest call's last event); the calls themselves never wait.
+  const RingTimings& timings() const;
+  const RingTimings& last_call_timings() const;
+  // Starts the sum over. Calls not collected yet are dropped without waiting (then last_call_timings() keeps
+  // the latest call that was collected).
+  void reset_timings();
 
  private:
   Comm& cp_;
@@ -54,11 +57,14 @@ class RingAttention {
   Tensor dq_acc_;        // (B, n, H, D) f32; the same storage as state_.acc (forward only)
   Tensor delta_;         // (B, H, n) f32
   std::unique_ptr<RingTimer> timer_;
-  RingTimings timings_, last_call_;
+  // Filled lazily from timer_ by collect_timings() when read, hence mutable.
+  mutable RingTimings timings_, last_call_;
+  mutable std::vector<RingTimings> collected_;  // scratch of collect_timings()
 
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
-  void finish_call();  // moves the timer's intervals of this call into last_call_ and timings_
+  void finish_call();            // marks the end of a call on the timer (no wait)
+  void collect_timings() const;  // resolves the pending calls into last_call_ and timings_
 };
 
 }  // namespace rt

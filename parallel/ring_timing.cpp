@@ -17,18 +17,28 @@ class HostRingTimer final : public RingTimer {
   void begin(Phase) override { start_ = clock::now(); }
   void end(Phase phase) override {
     const double s = std::chrono::duration<double>(clock::now() - start_).count();
-    (phase == Phase::compute ? compute_s_ : comm_s_) += s;
+    (phase == Phase::compute ? current_.compute_s : current_.exposed_comm_s) += s;
   }
-  void finish(RingTimings& into) override {
-    into.compute_s += compute_s_;
-    into.exposed_comm_s += comm_s_;
-    compute_s_ = comm_s_ = 0;
+  void end_call() override {
+    done_.push_back(current_);
+    current_ = RingTimings{};
   }
+  void collect(std::vector<RingTimings>& calls) override {
+    calls.insert(calls.end(), done_.begin(), done_.end());
+    done_.clear();
+    current_ = RingTimings{};
+  }
+  void discard() override {
+    done_.clear();
+    current_ = RingTimings{};
+  }
+  size_t pending() const override { return done_.size(); }
 
  private:
   using clock = std::chrono::steady_clock;
   clock::time_point start_{};
-  double compute_s_ = 0, comm_s_ = 0;
+  RingTimings current_;              // the call in progress (compute_s, exposed_comm_s)
+  std::vector<RingTimings> done_;    // calls marked and not yet collected
 };
 
 std::atomic<RingTimerFactory> g_device_factory{nullptr};

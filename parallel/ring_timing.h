@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/tensor.h"
 
@@ -24,19 +25,32 @@ struct RingTimings {
   double total_s() const { return compute_s + exposed_comm_s; }
 };
 
-// Measures the intervals of one call. The host-clock timer is exact on CPU, where kernels run synchronously.
+// Measures the intervals of the calls. The host-clock timer is exact on CPU, where kernels run synchronously.
 // On CUDA the host clock would time only kernel launches and event waits: the CUDA backend registers a
-// timer (set_ring_timer_factory) that records CUDA events on the compute stream in begin()/end() and
-// resolves the elapsed times in finish(), which runs once per call after the last step.
+// timer (set_ring_timer_factory) that records CUDA events on the compute stream in begin()/end(). Resolving
+// them needs the host to wait for the GPU, so it is deferred: end_call() only marks a call boundary, and
+// collect() resolves every call marked since the last collect()/discard() (on CUDA: one wait, for the last
+// event). RingAttention collects when its timings are read, so a training step that does not log waits for
+// nothing here.
 class RingTimer {
  public:
   enum class Phase { compute, comm };
   virtual ~RingTimer() = default;
   virtual void begin(Phase phase) = 0;
   virtual void end(Phase phase) = 0;
-  // Adds this call's intervals to `into` (compute_s, exposed_comm_s) and starts over.
-  virtual void finish(RingTimings& into) = 0;
+  // Marks the end of one call (forward or backward): the intervals since the previous mark belong to it.
+  // Never waits.
+  virtual void end_call() = 0;
+  // Appends one RingTimings per call marked since the last collect()/discard(), oldest first, with compute_s
+  // and exposed_comm_s set (calls and steps are the caller's). Intervals after the last mark are dropped.
+  virtual void collect(std::vector<RingTimings>& calls) = 0;
+  // Forgets the calls not yet collected, without waiting.
+  virtual void discard() = 0;
+  // What is held for calls not yet collected (CUDA events, or host-clock calls). The owner collects when
+  // this passes kRingTimerMaxPending, which bounds the event pool.
+  virtual size_t pending() const = 0;
 };
+constexpr size_t kRingTimerMaxPending = 65536;
 
 // Builds the timer for tensors on a CUDA device; nullptr restores the host clock. Called by the CUDA
 // backend at start-up (hook for CUDA events).

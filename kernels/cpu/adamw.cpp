@@ -3,6 +3,7 @@
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
 // param_lowp, when defined on the host (f32 or bf16, same shape), receives a copy of the updated weights.
+// grad_scale (1) f32, when defined, multiplies g (the clip factor from grad_clip_scale).
 #include <cmath>
 
 #include "kernels/cpu/cpu_util.h"
@@ -10,7 +11,8 @@
 namespace rt {
 namespace cpu {
 
-void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp) {
+void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp,
+           const Tensor& grad_scale) {
   const char* op = "adamw";
   require_cpu_f32(param, op, "param");
   require_cpu_f32(grad, op, "grad");
@@ -29,6 +31,12 @@ void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs
     RT_CHECK(param_lowp.numel() == param.numel(),
              op << ": param_lowp " << param_lowp.shape_str() << " does not match param " << param.shape_str());
   }
+  const bool scaled = grad_scale.defined();
+  if (scaled) {
+    require_cpu_f32(grad_scale, op, "grad_scale");
+    RT_CHECK(grad_scale.numel() == 1, op << ": grad_scale " << grad_scale.shape_str() << " must be one f32 scalar");
+  }
+  const float gs = scaled ? grad_scale.ptr<float>()[0] : 1.f;
   const double bc1 = 1.0 - std::pow(double(args.beta1), double(args.step));
   const double bc2 = 1.0 - std::pow(double(args.beta2), double(args.step));
   const float step_size = float(double(args.lr) / bc1);       // lr / (1 - b1^t)
@@ -41,7 +49,7 @@ void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs
   float* pv = v.ptr<float>();          // (numel)
   const int64_t n = param.numel();
   for (int64_t e = 0; e < n; ++e) {
-    const float ge = g[e];
+    const float ge = scaled ? g[e] * gs : g[e];
     pm[e] = b1 * pm[e] + (1.f - b1) * ge;
     pv[e] = b2 * pv[e] + (1.f - b2) * ge * ge;
     const float denom = std::sqrt(pv[e]) * inv_sqrt_bc2 + eps;

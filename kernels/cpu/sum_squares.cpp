@@ -1,4 +1,5 @@
 // sum_squares: sum of x^2 accumulated in fp64. f32 (and bf16 for host copies).
+// sum_squares_accumulate adds it to an f32 scalar (the device form of grad clipping; see ops.h).
 #include "kernels/cpu/cpu_util.h"
 
 namespace rt {
@@ -27,6 +28,14 @@ double sum_squares(const Tensor& x) {
     RT_CHECK(false, "sum_squares: x has dtype " << dtype_name(x.dtype) << ", expected f32 or bf16");
   }
   return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+void sum_squares_accumulate(const Tensor& x, Tensor acc) {
+  const char* op = "sum_squares_accumulate";
+  require_cpu_f32(acc, op, "acc");
+  RT_CHECK(acc.numel() == 1, op << ": acc " << acc.shape_str() << " must be one f32 scalar");
+  float* a = acc.ptr<float>();  // (1)
+  a[0] = float(double(a[0]) + cpu::sum_squares(x));
 }
 
 }  // namespace cpu

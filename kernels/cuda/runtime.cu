@@ -1,4 +1,7 @@
 // Per-device runtime state (see runtime.h). Everything is allocated once per device, at init.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "kernels/cuda/check.h"
@@ -23,6 +26,20 @@ DeviceState g_devices[kMaxDevices];
 std::mutex g_init_mutex;
 thread_local int t_device = -1;
 thread_local cudaStream_t t_stream = nullptr;
+std::atomic<uint64_t> g_host_waits{0};
+
+bool trace_host_waits() {
+  static const bool on = [] {
+    const char* v = std::getenv("RINGTRAIN_TRACE_HOST_WAITS");
+    return v && *v && *v != '0';
+  }();
+  return on;
+}
+
+void count_host_wait(const char* why) {
+  const uint64_t n = g_host_waits.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (trace_host_waits()) std::fprintf(stderr, "[ringtrain] host wait #%llu: %s\n", (unsigned long long)n, why);
+}
 
 DeviceState& state_of(int device) {
   RT_CHECK(device >= 0 && device < kMaxDevices,
@@ -49,6 +66,7 @@ void init(int device) {
   CUBLAS_CHECK(cublasLtCreate(&s.lt));
   CUDA_CHECK(cudaMalloc(&s.workspace, kWorkspaceBytes));
   CUDA_CHECK(cudaMalloc(&s.scratch, kScratchBytes));
+  CUDA_CHECK(cudaMemset(s.scratch, 0, kScratchBytes));  // reductions that clean up after themselves start at 0
   s.ready = true;
 }
 
@@ -66,6 +84,18 @@ void* cublaslt_workspace() { return state_of(t_device < 0 ? 0 : t_device).worksp
 size_t cublaslt_workspace_bytes() { return kWorkspaceBytes; }
 void* device_scratch() { return state_of(t_device < 0 ? 0 : t_device).scratch; }
 const cudaDeviceProp& device_props() { return state_of(t_device < 0 ? 0 : t_device).props; }
+
+void host_wait(cudaStream_t stream, const char* why) {
+  count_host_wait(why);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void host_wait_event(cudaEvent_t event, const char* why) {
+  count_host_wait(why);
+  CUDA_CHECK(cudaEventSynchronize(event));
+}
+
+uint64_t host_wait_count() { return g_host_waits.load(std::memory_order_relaxed); }
 
 }  // namespace cuda
 }  // namespace rt

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/tensor.h"
 
@@ -29,12 +30,21 @@ cublasLtHandle_t cublaslt_handle();
 void* cublaslt_workspace();
 size_t cublaslt_workspace_bytes();
 
-// kScratchBytes of device memory for small reductions (sum_squares); not safe across concurrent streams.
+// kScratchBytes of device memory for small reductions (sum_squares), zeroed at init; not safe across
+// concurrent streams.
 constexpr size_t kScratchBytes = 4096;
 void* device_scratch();
 
 // Properties of the current device (cached at init).
 const cudaDeviceProp& device_props();
+
+// Every host wait for the GPU in ringtrain goes through these two (kernels/cuda and parallel/cuda), so
+// tests can count them (rt::cuda_host_waits(), kernels/device_memory.h): a training step on CUDA waits
+// only at its logging point. `why` names the caller; with RINGTRAIN_TRACE_HOST_WAITS=1 each wait is
+// printed to stderr with it (to find a stray wait).
+void host_wait(cudaStream_t stream, const char* why);      // cudaStreamSynchronize
+void host_wait_event(cudaEvent_t event, const char* why);  // cudaEventSynchronize
+uint64_t host_wait_count();                                // waits so far, all threads and devices
 
 }  // namespace cuda
 }  // namespace rt

@@ -22,19 +22,36 @@ class CudaRingTimer final : public RingTimer {
     record();
   }
   void end(Phase) override { record(); }
+  void end_call() override { call_ends_.push_back(phases_.size()); }
 
-  void finish(RingTimings& into) override {
-    if (used_ >= 2) {
-      CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
-      for (size_t i = 0; i + 1 < used_; i += 2) {
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-        (phases_[i / 2] == Phase::compute ? into.compute_s : into.exposed_comm_s) += double(ms) * 1e-3;
+  void collect(std::vector<RingTimings>& calls) override {
+    const size_t marked = call_ends_.empty() ? 0 : call_ends_.back();  // intervals of finished calls
+    if (marked > 0) {
+      // Events complete in stream order: once the last one has, every earlier one has too.
+      cuda::host_wait_event(events_[2 * marked - 1], "ring attention timings (CUDA events) read");
+      size_t interval = 0;
+      for (size_t end : call_ends_) {
+        RingTimings t;
+        for (; interval < end; ++interval) {
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, events_[2 * interval], events_[2 * interval + 1]));
+          (phases_[interval] == Phase::compute ? t.compute_s : t.exposed_comm_s) += double(ms) * 1e-3;
+        }
+        calls.push_back(t);
       }
+    } else {
+      for (size_t i = 0; i < call_ends_.size(); ++i) calls.push_back(RingTimings{});  // calls with no interval
     }
-    used_ = 0;  // the events are reused by the next call
-    phases_.clear();
+    discard();
   }
+
+  void discard() override {
+    used_ = 0;  // the events are re-recorded by the next calls (legal even if they have not completed)
+    phases_.clear();
+    call_ends_.clear();
+  }
+
+  size_t pending() const override { return used_; }
 
  private:
   void record() {
@@ -48,9 +65,10 @@ class CudaRingTimer final : public RingTimer {
   }
 
   int device_;
-  std::vector<cudaEvent_t> events_;  // begin, end, begin, end, ... of this call
-  size_t used_ = 0;
-  std::vector<Phase> phases_;  // one per interval
+  std::vector<cudaEvent_t> events_;  // begin, end, begin, end, ... of the pending calls (a pool: reused)
+  size_t used_ = 0;                  // events recorded since the last collect()/discard()
+  std::vector<Phase> phases_;        // one per interval
+  std::vector<size_t> call_ends_;    // per marked call: the number of intervals up to its end
 };
 
 }  // namespace
