@@ -45,6 +45,7 @@ struct TrainConfig {
   std::string checkpointing = "none";  // activation checkpointing: none | full | selective
   int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
   int mlp_chunk = -1;           // tokens per MLP chunk: -1 auto (chunk only when N x d_ff > 2^27), 0 = none
+  bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
 };

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/attention.h"
 #include "kernels/device_memory.h"
 #include "parallel/mpi_comm.h"
 
@@ -121,6 +122,7 @@ ModelSession measure_session(const Config& config, const ModelComms& comms, Devi
 }
 
 ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer) {
+  if (config.train.deterministic_attention) set_deterministic_attention(true);  // else RT_ATTN_DETERMINISTIC decides
   size_t bytes = 0;
   {
     ModelSession measured = measure_session(config, comms, device, with_optimizer);

@@ -293,3 +293,12 @@ TEST_F(ConfigTest, PrepareRunDirWritesResolvedConfig) {
 }
 
 }  // namespace
+
+// train.deterministic_attention: parsed from YAML or --set, off by default; a non-boolean is refused.
+TEST_F(ConfigTest, DeterministicAttentionKnob) {
+  const std::string path = write(yaml());
+  EXPECT_FALSE(rt::load_config(path, {}, 2).train.deterministic_attention);
+  const rt::Config on = rt::load_config(path, {"train.deterministic_attention=true"}, 2);
+  EXPECT_TRUE(on.train.deterministic_attention);
+  expect_error(yaml(), {"train.deterministic_attention=maybe"}, 2, {"train.deterministic_attention"});
+}
