@@ -295,10 +295,10 @@ void launch_fwd_variant(int variant, const FwdParams& p, int64_t B, int device, 
 // 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
 // Br 256: half the K/V traffic from L2 per FLOP), 4 = v4 (wgmma, attn_fwd_wgmma.cu; compute capability 9.0
 // with an sm_90a build only, else the mma.sync default). RT_ATTN_FWD_VARIANT=1|2|3|4 forces one (read on
-// every call so that tests can switch); otherwise v4 where kFwdV4DefaultD128 / D64 allow it, v3 for D = 128 with at
-// least 16K query rows (+3% there on an H200, 2026-11-29), v2 elsewhere (v3 lost 2-5% at D = 64 and on
-// short causal rows; bench/NOTES.md).
-constexpr bool kFwdV4DefaultD128 = false;
+// every call so that tests can switch). Otherwise: v4 for D = 128 where it can run (+21-24% over v3 at
+// 16K-64K rows on an H200, 2026-11-29; it is not faster than v2 at D = 64), then v3 for D = 128 with at
+// least 16K query rows (+3% over v2), v2 elsewhere (bench/NOTES.md).
+constexpr bool kFwdV4DefaultD128 = true;
 constexpr bool kFwdV4DefaultD64 = false;
 int fwd_variant(int64_t D, int64_t q_rows, int device) {
   const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
