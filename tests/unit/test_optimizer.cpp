@@ -86,12 +86,32 @@ TEST(AdamW, ClipsByTheGlobalNorm) {
     for (int64_t i = 0; i < e.numel; ++i) g[size_t(e.offset + i)] = r[size_t(e.offset + i)], ss += double(r[size_t(e.offset + i)]) * r[size_t(e.offset + i)];
   std::copy(g.begin(), g.end(), model.grads().ptr<float>());
   EXPECT_NEAR(global_grad_norm(model), std::sqrt(ss), 1e-6 * std::sqrt(ss));
-  const double norm = lm.optimizer->step(1, 1e-3f);
+  std::fill(lm.optimizer->m().ptr<float>(), lm.optimizer->m().ptr<float>() + P, std::nanf(""));  // poison
+  lm.optimizer->zero_state();
+  lm.optimizer->step(1, 1e-3f);
+  const double norm = lm.optimizer->last_grad_norm();
   EXPECT_NEAR(norm, std::sqrt(ss), 1e-6 * std::sqrt(ss));
-  // The gradients were scaled to norm 1 before the update.
-  EXPECT_NEAR(global_grad_norm(model), 1.0, 1e-5);
-  const float* clipped = model.grads().ptr<float>();
-  for (int64_t i = 0; i < 50; ++i) EXPECT_NEAR(clipped[i], g[size_t(i)] / std::sqrt(ss), 1e-6);
+  // The update used the gradients scaled to norm 1 (the first moment is (1 - beta1) g scale); the gradient
+  // buffer itself is left as it was (the clip factor is applied inside AdamW, on the device on CUDA).
+  const double scale = o.grad_clip / (std::sqrt(ss) + 1e-6);
+  const float* m = lm.optimizer->m().ptr<float>();
+  for (int64_t i = 0; i < 50; ++i) {
+    EXPECT_NEAR(m[i], (1 - o.beta1) * g[size_t(i)] * scale, 1e-6) << i;
+    EXPECT_EQ(model.grads().ptr<float>()[i], g[size_t(i)]) << i;
+  }
+  EXPECT_NEAR(global_grad_norm(model), std::sqrt(ss), 1e-6 * std::sqrt(ss));
+
+  // Below the threshold nothing is scaled.
+  OptimConfig loose = o;
+  loose.grad_clip = float(10 * std::sqrt(ss));
+  LocalModel lm2(small_config("gelu", 4, true), ModelOptions{}, 1, 4, &loose);
+  lm2.model->init_weights(3);
+  lm2.optimizer->zero_state();
+  std::copy(g.begin(), g.end(), lm2.model->grads().ptr<float>());
+  lm2.optimizer->step(1, 1e-3f);
+  EXPECT_NEAR(lm2.optimizer->last_grad_norm(), std::sqrt(ss), 1e-6 * std::sqrt(ss));
+  for (int64_t i = 0; i < 50; ++i)
+    EXPECT_FLOAT_EQ(lm2.optimizer->m().ptr<float>()[i], (1 - loose.beta1) * g[size_t(i)]) << i;
 }
 
 TEST(LearningRate, WarmupThenCosineToMin) {
