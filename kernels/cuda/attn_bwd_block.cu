@@ -24,6 +24,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/wgmma_attn_bwd.cuh"
 
 namespace rt {
 namespace cuda {
@@ -391,10 +392,20 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.causal = mask.causal;
   p.scale = float(1.0 / std::sqrt(double(d.D)));
   p.scale2 = p.scale * kLog2e;
-  static const bool v2 = [] {
-    const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
-    return env && env[0] == '2';
-  }();
+  // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu; D = 128 on
+  // compute capability 9.0 with an sm_90a build only, else v1). RT_ATTN_BWD_VARIANT=1|2|4 forces one (read
+  // on every call so that tests can switch); default: kBwdV4DefaultD128 for D = 128, else v1.
+  constexpr bool kBwdV4DefaultD128 = false;
+  const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
+  const int forced = (env && env[0] >= '1' && env[0] <= '4') ? env[0] - '0' : 0;
+  if (d.D == 128 && (forced == 4 || (forced == 0 && kBwdV4DefaultD128)) && attn_bwd_wgmma_supported(dev.index, d.D)) {
+    const WgmmaBwdParams w{p.q, p.k, p.v, p.dout, p.lse, p.delta, p.dq, p.dk, p.dv, p.dq_turn,
+                           p.Nq, p.Nk, p.H, p.Hkv, p.group, p.q_begin, p.q_end, p.k_begin, p.k_end,
+                           p.diag, p.causal, p.scale, p.scale2};
+    launch_attn_bwd_wgmma(w, d.D, d.B, dev.index, stream);
+    return;
+  }
+  const bool v2 = forced == 2;
   if (d.D == 64) v2 ? launch_bwd<64, 4>(p, d.B, dev.index, stream) : launch_bwd<64, 8>(p, d.B, dev.index, stream);
   else v2 ? launch_bwd<128, 4>(p, d.B, dev.index, stream) : launch_bwd<128, 8>(p, d.B, dev.index, stream);
 }

@@ -1,0 +1,376 @@
+// attn_bwd_block on Hopper (bwd v4, sm_90a): gradients of one K/V block with warpgroup MMA (wgmma),
+// recomputing P from the final LSE. Same contract and tiles as the mma.sync v1 kernel in attn_bwd_block.cu,
+// which dispatches here (variant 4) and stays the fallback everywhere else.
+//   P^T = exp2(S^T*scale*log2e - lse*log2e), dS^T = P^T (dP^T - delta),
+//   dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
+//   * one CTA = 128 keys of one (batch, K/V head) = 2 warpgroups x 64 keys, 256 threads, 1 CTA per SM; each
+//     warpgroup keeps the f32 dK and dV of its 64 keys (64 x 128 each) in registers for the whole kernel;
+//   * it loops over the query heads of its GQA group and over 64-row query tiles; Q, dO, lse and delta are
+//     double-buffered with cp.async into 128-byte-swizzled shared memory (kernels/cuda/wgmma_ops.cuh);
+//   * S^T = K Q^T and dP^T = V dO^T: wgmma m64n64k16, K/V and Q/dO read K-major through descriptors; the
+//     exps of P^T run while dP^T is still on the tensor cores;
+//   * dV += P^T dO and dK += dS^T Q: P^T and dS^T are packed to bf16 in registers and are the register A
+//     operands of wgmma m64n128k16; dO and Q are read MN-major (transpose bit), so no transposed copies;
+//   * dS^T goes to shared memory once (bf16, keys x queries); dQ (64 queries x 128) = dS K is one wgmma
+//     m64n64k16 per warpgroup (its half of D) with both operands MN-major, added to the f32 dq_acc with
+//     float2 atomics, or in deterministic mode with the ordered turn protocol of attn_bwd_block.cu;
+//   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
+//     diagonal or a range end are masked.
+// dk_acc / dv_acc rows are each owned by one CTA, so they are read-added-written without atomics.
+#include <climits>
+
+#include "kernels/cuda/wgmma_attn_bwd.cuh"
+#include "kernels/cuda/wgmma_ops.cuh"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kWgBwdThreads = 256;
+constexpr int kBr = kWgBwdRows;   // 64 queries per tile
+constexpr int kBc = kWgBwdKeys;   // 128 keys per CTA
+
+template <int D>
+struct WgBwdSmem {
+  static constexpr uint32_t kKVBytes = kBc * D * 2;     // (128, D) bf16 sw128
+  static constexpr uint32_t kQBytes = kBr * D * 2;      // (64, D) bf16 sw128
+  static constexpr uint32_t kDsBytes = kBc * kBr * 2;   // (128 keys, 64 queries) bf16 sw128
+  static constexpr uint32_t kK = 0;
+  static constexpr uint32_t kV = kK + kKVBytes;
+  static constexpr uint32_t kQ = kV + kKVBytes;         // (2, 64, D)
+  static constexpr uint32_t kDo = kQ + 2 * kQBytes;     // (2, 64, D)
+  static constexpr uint32_t kDs = kDo + 2 * kQBytes;
+  static constexpr uint32_t kStats = kDs + kDsBytes;    // lse (2, 64) f32, then delta (2, 64) f32
+  static constexpr size_t kBytes = size_t(kStats) + 4 * kBr * 4 + 1024;  // + alignment slack
+};
+
+// The value, hidden from the optimizer so that descriptors built from it are rebuilt where used instead of
+// being hoisted out of the main loop into registers.
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
+
+template <int N>
+__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// X^T (64 keys x 64 queries per warpgroup) = A_wg B^T in D/16 k-steps: a_wg is this warpgroup's first row
+// of a (128, D) K or V tile, b a (64, D) Q or dO tile, both K-major.
+template <int D>
+__device__ __forceinline__ void issue_kq(float (&x)[32], uint32_t a_wg, uint32_t b) {
+  const uint64_t a0 = sw128_desc(opaque_u32(a_wg), 16, 1024), b0 = sw128_desc(opaque_u32(b), 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t a = a0 + uint64_t(((kk / 4) * (kBc * 128) + (kk % 4) * 32) >> 4);
+    const uint64_t bb = b0 + uint64_t(((kk / 4) * (kBr * 128) + (kk % 4) * 32) >> 4);
+    wgmma_m64n64k16_ss(x, a, bb, kk > 0 ? 1 : 0);
+  }
+}
+
+// acc (64 keys x 128 per warpgroup) += A B where A (64 keys x 64 queries) is in registers as bf16 A
+// fragments (af[4kk..4kk+3] = queries 16kk..16kk+15) and B is a (64, 128) Q or dO tile read MN-major.
+__device__ __forceinline__ void issue_acc(float (&acc)[64], const uint32_t (&af)[16], uint32_t b) {
+  const uint64_t b0 = sw128_desc(opaque_u32(b), kBr * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBr / 16; ++kk)
+    wgmma_m64n128k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
+                            b0 + uint64_t((kk * 16 * 128) >> 4));
+}
+
+// dQ (64 queries x 64 columns of this warpgroup's D half) = dS K: dS^T (128 keys x 64 queries) and the K
+// half (128 keys x 64) are both read MN-major, 8 k-steps of 16 keys.
+__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_tile, uint32_t k_half) {
+  const uint64_t a0 = sw128_desc(opaque_u32(ds_tile), kBc * 128, 1024);
+  const uint64_t b0 = sw128_desc(opaque_u32(k_half), kBc * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBc / 16; ++kk) {
+    const uint64_t off = uint64_t((kk * 16 * 128) >> 4);
+    wgmma_m64n64k16_ss_mn(dq, a0 + off, b0 + off, kk > 0 ? 1 : 0);
+  }
+}
+
+__device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) {
+  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(x, y));
+}
+
+__global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const WgmmaBwdParams p) {
+#if RT_WGMMA_AVAILABLE
+  constexpr int D = 128;
+  using Smem = WgBwdSmem<D>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t k_tile = base + Smem::kK;     // (128, D) bf16 sw128
+  const uint32_t v_tile = base + Smem::kV;     // (128, D) bf16 sw128
+  const uint32_t q_tiles = base + Smem::kQ;    // (2, 64, D) bf16 sw128
+  const uint32_t do_tiles = base + Smem::kDo;  // (2, 64, D) bf16 sw128
+  const uint32_t ds_tile = base + Smem::kDs;   // (128 keys, 64 queries) bf16 sw128, dS^T
+  float* lse_s = reinterpret_cast<float*>(smem_raw + (base - raw) + Smem::kStats);  // (2, 64)
+  float* delta_s = lse_s + 2 * kBr;                                                 // (2, 64)
+  const uint32_t lse_addr = smem_addr(lse_s), delta_addr = smem_addr(delta_s);
+
+  const int tid = int(threadIdx.x);
+  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // accumulator fragment row group and thread-in-group
+  const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBc;
+  const int64_t hk = blockIdx.y, b = blockIdx.z;
+
+  // Query tiles this CTA visits: [q_first, q_end) in steps of Br, for each head of the group.
+  int64_t q_first = p.q_begin;
+  if (p.causal && k0 - p.diag > p.q_begin) q_first = p.q_begin + (k0 - p.diag - p.q_begin) / kBr * kBr;
+  if (q_first >= p.q_end) return;  // no query sees these keys
+  const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
+  const int n_iter = int(p.group) * n_qt;
+
+  const int64_t kv_stride = p.Hkv * D, q_stride = p.H * D;
+  const __nv_bfloat16* k_head = p.k + (b * p.Nk * p.Hkv + hk) * D;
+  const __nv_bfloat16* v_head = p.v + (b * p.Nk * p.Hkv + hk) * D;
+  load_tile_sw128_async<kBc, D, kWgBwdThreads>(k_tile, k_head, kv_stride, k0, p.k_end);
+  load_tile_sw128_async<kBc, D, kWgBwdThreads>(v_tile, v_head, kv_stride, k0, p.k_end);
+
+  // Issues the loads of iteration `it` into buffer it & 1.
+  auto issue = [&](int it) {
+    const int64_t h = hk * p.group + it / n_qt;
+    const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
+    const uint32_t buf = uint32_t(it & 1);
+    const int64_t head_off = (b * p.Nq * p.H + h) * D;
+    load_tile_sw128_async<kBr, D, kWgBwdThreads>(q_tiles + buf * Smem::kQBytes, p.q + head_off, q_stride, q0, p.q_end);
+    load_tile_sw128_async<kBr, D, kWgBwdThreads>(do_tiles + buf * Smem::kQBytes, p.dout + head_off, q_stride, q0,
+                                            p.q_end);
+    if (tid < 2 * kBr) {
+      const int r = tid % kBr;
+      const bool is_delta = tid >= kBr;
+      const float* src = (is_delta ? p.delta : p.lse) + (b * p.H + h) * p.Nq;
+      const bool ok = q0 + r < p.q_end;
+      const uint32_t dst = (is_delta ? delta_addr : lse_addr) + (buf * kBr + uint32_t(r)) * 4;
+      cp_async_4(dst, ok ? src + q0 + r : src, ok ? 4 : 0);
+    }
+    cp_async_commit();
+  };
+  issue(0);
+
+  // This thread's keys: CTA-local rows krow0 = wg*64 + warp*16 + g and krow0 + 8.
+  const int krow0 = wg * 64 + warp * 16 + g;
+  const int64_t key_a = k0 + krow0, key_b = key_a + 8;
+  // Accumulators: x[nt*4 + 2r + e] = (key krow0 + 8r, column nt*8 + 2t + e).
+  float dk[64], dv[64];  // (64 keys, 128) of this warpgroup, f32
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.f;
+  float s[32], dp[32];  // (64 keys, 64 queries): S^T then P^T; dP^T then dS^T
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
+
+  const uint32_t k_wg = k_tile + uint32_t(wg) * 64 * 128, v_wg = v_tile + uint32_t(wg) * 64 * 128;
+  for (int it = 0; it < n_iter; ++it) {
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();  // tiles of `it` landed; every warpgroup is done with the tiles of it - 1 and with dS^T
+    if (it + 1 < n_iter) issue(it + 1);
+    const int64_t h = hk * p.group + it / n_qt;
+    const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
+    const uint32_t buf = uint32_t(it & 1);
+    const uint32_t qs = q_tiles + buf * Smem::kQBytes, dos = do_tiles + buf * Smem::kQBytes;
+    const float* lse_t = lse_s + buf * kBr;      // (Br)
+    const float* delta_t = delta_s + buf * kBr;  // (Br)
+
+    // S^T = K Q^T and dP^T = V dO^T.
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(dp);
+    wgmma_fence();
+    issue_kq<D>(s, k_wg, qs);
+    wgmma_commit();
+    issue_kq<D>(dp, v_wg, dos);
+    wgmma_commit();
+    wgmma_wait<1>();  // S^T ready; dP^T may still run
+    wgmma_fence_regs(s);
+
+    // P^T (in place of s).
+    const bool need_mask = q0 + kBr > p.q_end || k0 + kBc > p.k_end || (p.causal && k0 + kBc - 1 > q0 + p.diag);
+#pragma unroll
+    for (int nt = 0; nt < kBr / 8; ++nt) {
+      const float2 lse2v = *reinterpret_cast<const float2*>(lse_t + nt * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float lse_raw = e ? lse2v.y : lse2v.x;
+        const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;  // no visible key: P = 0
+        const int64_t qi = q0 + nt * 8 + 2 * t + e;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float pv = fast_exp2(fmaf(s[nt * 4 + 2 * r + e], p.scale2, -lse2));
+          if (need_mask) {
+            const int64_t key = r ? key_b : key_a;
+            const bool visible = qi < p.q_end && key < p.k_end && (!p.causal || key <= qi + p.diag);
+            if (!visible) pv = 0.f;
+          }
+          s[nt * 4 + 2 * r + e] = pv;
+        }
+      }
+    }
+    uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments: [4kk + {0,1,2,3}] = queries 16kk + ...
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    wgmma_wait<0>();
+    wgmma_fence_regs(dp);
+    // dS^T = P^T (dP^T - delta).
+#pragma unroll
+    for (int nt = 0; nt < kBr / 8; ++nt) {
+      const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dp[nt * 4 + 2 * r] = s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x);
+        dp[nt * 4 + 2 * r + 1] = s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) df[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
+
+    // dS^T (keys x queries) to shared memory: df[2nt + r] holds (key krow0 + 8r, queries nt*8 + 2t, +1).
+#pragma unroll
+    for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
+      }
+
+    // dV += P^T dO and dK += dS^T Q (queries are the k dimension).
+    wgmma_fence_regs(dv);
+    wgmma_fence_regs(dk);
+    fence_regs_u32(pf);
+    fence_regs_u32(df);
+    wgmma_fence();
+    issue_acc(dv, pf, dos);
+    issue_acc(dk, df, qs);
+    wgmma_commit();
+
+    fence_proxy_async_smem();
+    __syncthreads();  // dS^T of both warpgroups is in shared memory
+
+    // dQ (64 queries x this warpgroup's 64 columns) = dS K.
+    float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column wg*64 + nt*8 + 2t + e)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+    wgmma_fence_regs(dq);
+    wgmma_fence();
+    issue_dq(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(dq);
+    wgmma_fence_regs(dv);
+    wgmma_fence_regs(dk);
+    fence_regs_u32(pf);
+    fence_regs_u32(df);
+
+    const int64_t qa = q0 + warp * 16 + g, qb = qa + 8;
+    float* dq_a = p.dq + ((b * p.Nq + qa) * p.H + h) * D + wg * 64;
+    float* dq_b = p.dq + ((b * p.Nq + qb) * p.H + h) * D + wg * 64;
+    if (p.dq_turn == nullptr) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int col = nt * 8 + 2 * t;
+        if (qa < p.q_end) atomic_add_f32x2(dq_a + col, dq[nt * 4 + 0] * p.scale, dq[nt * 4 + 1] * p.scale);
+        if (qb < p.q_end) atomic_add_f32x2(dq_b + col, dq[nt * 4 + 2] * p.scale, dq[nt * 4 + 3] * p.scale);
+      }
+    } else {
+      // Ordered adds (attn_bwd_block.cu): key tile blockIdx.x adds when the query tile's counter reads it.
+      const int64_t n_tiles = (p.q_end - p.q_begin + kBr - 1) / kBr;
+      int* turn = p.dq_turn + (b * p.H + h) * n_tiles + (q0 - p.q_begin) / kBr;
+      const int mine = int(blockIdx.x);
+      if (tid == 0) {
+        int seen;
+        do {
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+        } while (seen != mine);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int col = nt * 8 + 2 * t;
+        if (qa < p.q_end) {
+          float2* d2 = reinterpret_cast<float2*>(dq_a + col);
+          float2 x = __ldcg(d2);
+          x.x += dq[nt * 4 + 0] * p.scale, x.y += dq[nt * 4 + 1] * p.scale;
+          __stcg(d2, x);
+        }
+        if (qb < p.q_end) {
+          float2* d2 = reinterpret_cast<float2*>(dq_b + col);
+          float2 x = __ldcg(d2);
+          x.x += dq[nt * 4 + 2] * p.scale, x.y += dq[nt * 4 + 3] * p.scale;
+          __stcg(d2, x);
+        }
+      }
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+    }
+  }
+
+  // dK and dV rows of this CTA: read, add, write.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t key = r ? key_b : key_a;
+    if (key >= p.k_end) continue;
+    const int64_t off = ((b * p.Nk + key) * p.Hkv + hk) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      float2* pk = reinterpret_cast<float2*>(p.dk + off + col);
+      float2* pv = reinterpret_cast<float2*>(p.dv + off + col);
+      float2 a = *pk, c = *pv;
+      a.x += dk[nt * 4 + 2 * r] * p.scale;
+      a.y += dk[nt * 4 + 2 * r + 1] * p.scale;
+      c.x += dv[nt * 4 + 2 * r];
+      c.y += dv[nt * 4 + 2 * r + 1];
+      *pk = a;
+      *pv = c;
+    }
+  }
+#else
+  // Built without an sm_90a image: attn_bwd_wgmma_supported() refuses such binaries, so this never runs.
+  __trap();
+#endif
+}
+
+}  // namespace
+
+bool attn_bwd_wgmma_supported(int device, int64_t D) {
+  if (D != 128) return false;
+  static int cached[16] = {};  // per device: 0 unknown, 1 supported, 2 not
+  int& c = cached[device & 15];
+  if (c == 0) {
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    bool ok = major == 9 && minor == 0;
+    if (ok) {
+      // The image the runtime picks must be sm_90a SASS from compute_90a PTX (a JIT-compiled compute_80
+      // image would run the __trap() body). Queried on the current device, which stream_for() has set.
+      cudaFuncAttributes attr;
+      CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_bwd_wgmma_kernel));
+      ok = attr.binaryVersion == 90 && attr.ptxVersion == 90;
+    }
+    c = ok ? 1 : 2;
+  }
+  return c == 1;
+}
+
+void launch_attn_bwd_wgmma(const WgmmaBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
+  RT_CHECK(D == 128, "attn_bwd_block (wgmma): head dim " << D << " is not 128; use the mma.sync kernel");
+  constexpr size_t smem = WgBwdSmem<128>::kBytes;
+  static bool configured[16] = {};  // the shared-memory opt-in is per device
+  if (!configured[device & 15]) {
+    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured[device & 15] = true;
+  }
+  const int64_t tiles = (p.k_end - p.k_begin + kBc - 1) / kBc;
+  RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
+  const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
+  attn_bwd_wgmma_kernel<<<grid, kWgBwdThreads, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cuda
+}  // namespace rt

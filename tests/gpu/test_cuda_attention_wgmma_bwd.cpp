@@ -1,0 +1,290 @@
+// attn_bwd_block's wgmma kernel (bwd v4, sm_90a; kernels/cuda/attn_bwd_wgmma.cu), forced with
+// RT_ATTN_BWD_VARIANT=4, against an fp64 host reference and against the mma.sync kernel (variant 1) on the
+// same inputs. Fresh random bf16 q/k/v/dout, lse = the true log-sum-exp of the visible keys plus a random
+// positive offset (as if other K/V blocks contributed; -inf for rows that see no key), random delta; dq/dk/dv
+// accumulators pre-filled with random values (the op accumulates). Checked: the increments (out - initial)
+// against the fp64 gradients and against v1 with ||x - ref|| / ||ref|| <= 1e-2, rows outside the query /
+// key ranges bit for bit unchanged, no NaN; deterministic mode repeats bit for bit. Skips without a CUDA
+// device or when the device cannot run the wgmma kernel (compute capability other than 9.0, no sm_90a build).
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "kernels/cuda/wgmma_attn_bwd.cuh"
+#include "tests/gpu/attention_test_util.h"
+
+namespace rt::test {
+namespace {
+
+// Sets RT_ATTN_BWD_VARIANT for its scope (attn_bwd_block reads it on every call).
+class ForcedBwdVariant {
+ public:
+  explicit ForcedBwdVariant(const char* variant) {
+    const char* old = std::getenv("RT_ATTN_BWD_VARIANT");
+    had_old_ = old != nullptr;
+    if (had_old_) old_ = old;
+    setenv("RT_ATTN_BWD_VARIANT", variant, 1);
+  }
+  ~ForcedBwdVariant() {
+    if (had_old_) setenv("RT_ATTN_BWD_VARIANT", old_.c_str(), 1);
+    else unsetenv("RT_ATTN_BWD_VARIANT");
+  }
+  ForcedBwdVariant(const ForcedBwdVariant&) = delete;
+  ForcedBwdVariant& operator=(const ForcedBwdVariant&) = delete;
+
+ private:
+  bool had_old_ = false;
+  std::string old_;
+};
+
+AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, int64_t qe = -1, int64_t kb = 0,
+              int64_t ke = -1) {
+  AttnMask m;
+  m.causal = causal;
+  m.q_offset = q_off; m.k_offset = k_off;
+  m.q_begin = qb; m.q_end = qe; m.k_begin = kb; m.k_end = ke;
+  return m;
+}
+
+struct BwdCase {
+  const char* name;
+  int64_t B, Nq, Nk, H, Hkv;
+  AttnMask mask;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;  // (B,Nq,H,D), (B,Nk,Hkv,D) x2, (B,Nq,H,D); bf16-rounded
+  std::vector<float> lse, delta;     // (B,H,Nq)
+  std::vector<float> dq, dk, dv;     // initial accumulators (B,Nq,H,D), (B,Nk,Hkv,D) x2
+};
+
+struct Grads {
+  std::vector<float> dq, dk, dv;
+};
+
+bool visible(const AttnMask& m, int64_t i, int64_t j) { return !m.causal || m.k_offset + j <= m.q_offset + i; }
+
+Inputs make_inputs(const BwdCase& c, int64_t D, uint64_t seed) {
+  const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv, group = H / Hkv;
+  const int64_t qe = c.mask.q_end < 0 ? Nq : c.mask.q_end, ke = c.mask.k_end < 0 ? Nk : c.mask.k_end;
+  Inputs in;
+  in.q = bf16_rounded(random_vector(B * Nq * H * D, seed, 1.2f));
+  in.k = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 1, 1.2f));
+  in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
+  in.dout = bf16_rounded(random_vector(B * Nq * H * D, seed + 3));
+  in.delta = random_vector(B * H * Nq, seed + 4, 0.3f);
+  in.dq = random_vector(B * Nq * H * D, seed + 5);
+  in.dk = random_vector(B * Nk * Hkv * D, seed + 6);
+  in.dv = random_vector(B * Nk * Hkv * D, seed + 7);
+  const std::vector<float> off = random_vector(B * H * Nq, seed + 8);
+  in.lse.assign(size_t(B * H * Nq), 0.f);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Nq; ++i) {
+        const size_t row = size_t((b * H + h) * Nq + i);
+        const double extra = 0.5 * std::fabs(double(off[row]));
+        if (i < c.mask.q_begin || i >= qe) {
+          in.lse[row] = float(extra);  // not read
+          continue;
+        }
+        double mx = -INFINITY, sum = 0;
+        std::vector<double> xs;
+        for (int64_t j = c.mask.k_begin; j < ke; ++j) {
+          if (!visible(c.mask, i, j)) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += double(in.q[size_t(((b * Nq + i) * H + h) * D + d)]) *
+                   double(in.k[size_t(((b * Nk + j) * Hkv + h / group) * D + d)]);
+          xs.push_back(dot * scale);
+          mx = std::max(mx, dot * scale);
+        }
+        for (double x : xs) sum += std::exp(x - mx);
+        in.lse[row] = xs.empty() ? -INFINITY : float(mx + std::log(sum) + extra);
+      }
+  return in;
+}
+
+// fp64 gradients of the block (not including the initial accumulator values).
+Grads reference(const BwdCase& c, int64_t D, const Inputs& in) {
+  const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv, group = H / Hkv;
+  const int64_t qe = c.mask.q_end < 0 ? Nq : c.mask.q_end, ke = c.mask.k_end < 0 ? Nk : c.mask.k_end;
+  const double scale = 1.0 / std::sqrt(double(D));
+  std::vector<double> dq(in.dq.size(), 0.0), dk(in.dk.size(), 0.0), dv(in.dv.size(), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = c.mask.q_begin; i < qe; ++i) {
+        const double lse = in.lse[size_t((b * H + h) * Nq + i)];
+        if (std::isinf(lse)) continue;
+        const double dl = in.delta[size_t((b * H + h) * Nq + i)];
+        const float* qi = &in.q[size_t(((b * Nq + i) * H + h) * D)];
+        const float* oi = &in.dout[size_t(((b * Nq + i) * H + h) * D)];
+        double* dqi = &dq[size_t(((b * Nq + i) * H + h) * D)];
+        for (int64_t j = c.mask.k_begin; j < ke; ++j) {
+          if (!visible(c.mask, i, j)) continue;
+          const size_t kv = size_t(((b * Nk + j) * Hkv + h / group) * D);
+          const float* kj = &in.k[kv];
+          const float* vj = &in.v[kv];
+          double s = 0, dp = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            s += double(qi[d]) * double(kj[d]);
+            dp += double(oi[d]) * double(vj[d]);
+          }
+          const double pij = std::exp(s * scale - lse);
+          const double ds = pij * (dp - dl);
+          for (int64_t d = 0; d < D; ++d) {
+            dv[kv + size_t(d)] += pij * double(oi[d]);
+            dk[kv + size_t(d)] += scale * ds * double(qi[d]);
+            dqi[d] += scale * ds * double(kj[d]);
+          }
+        }
+      }
+  auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  return Grads{to_f(dq), to_f(dk), to_f(dv)};
+}
+
+struct Outputs {
+  std::vector<float> dq, dk, dv;  // final accumulators
+};
+
+Outputs run_gpu(const BwdCase& c, int64_t D, const Inputs& in, const char* variant) {
+  const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
+  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
+      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gdo(gpu(), DType::bf16, {B, Nq, H, D});
+  Buffer glse(gpu(), DType::f32, {B, H, Nq}), gdelta(gpu(), DType::f32, {B, H, Nq});
+  Buffer gdq(gpu(), DType::f32, {B, Nq, H, D}), gdk(gpu(), DType::f32, {B, Nk, Hkv, D}),
+      gdv(gpu(), DType::f32, {B, Nk, Hkv, D});
+  poison(gdq); poison(gdk); poison(gdv);
+  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v); upload(gdo, in.dout);
+  upload(glse, in.lse); upload(gdelta, in.delta);
+  upload(gdq, in.dq); upload(gdk, in.dk); upload(gdv, in.dv);
+  {
+    ForcedBwdVariant forced(variant);
+    attn_bwd_block(gq.t(), gk.t(), gv.t(), gdo.t(), glse.t(), gdelta.t(), gdq.t(), gdk.t(), gdv.t(), c.mask);
+  }
+  return Outputs{download(gdq), download(gdk), download(gdv)};
+}
+
+std::vector<float> increment(const std::vector<float>& out, const std::vector<float>& init) {
+  std::vector<float> r(out.size());
+  for (size_t i = 0; i < out.size(); ++i) r[i] = float(double(out[i]) - double(init[i]));
+  return r;
+}
+
+// Rows (token index `axis` of (B, N, heads, D)) outside [lo, hi) must keep the initial values exactly.
+int64_t rows_changed_outside(const std::vector<float>& out, const std::vector<float>& init, int64_t N,
+                             int64_t row_elems, int64_t lo, int64_t hi) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t row = int64_t(i) / row_elems % N;
+    if (row >= lo && row < hi) continue;
+    if (!(out[i] == init[i])) ++bad;
+  }
+  return bad;
+}
+
+bool any_nan(const std::vector<float>& x) {
+  for (float v : x)
+    if (std::isnan(v)) return true;
+  return false;
+}
+
+void check_against(const char* what, const Outputs& o, const Inputs& in, const Grads& ref, double tol) {
+  const double eq = rel_error(increment(o.dq, in.dq), ref.dq), ek = rel_error(increment(o.dk, in.dk), ref.dk),
+               ev = rel_error(increment(o.dv, in.dv), ref.dv);
+  std::cout << "  " << what << ": dq " << eq << " dk " << ek << " dv " << ev << "\n";
+  EXPECT_LE(eq, tol) << what << " dq " << worst_mismatch(increment(o.dq, in.dq), ref.dq);
+  EXPECT_LE(ek, tol) << what << " dk " << worst_mismatch(increment(o.dk, in.dk), ref.dk);
+  EXPECT_LE(ev, tol) << what << " dv " << worst_mismatch(increment(o.dv, in.dv), ref.dv);
+}
+
+void run_case(const BwdCase& c, int64_t D, uint64_t seed) {
+  SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(D));
+  const Inputs in = make_inputs(c, D, seed);
+  const Grads ref = reference(c, D, in);
+  const Outputs v4 = run_gpu(c, D, in, "4");
+  const Outputs v1 = run_gpu(c, D, in, "1");
+  std::cout << "[attn bwd wgmma] " << c.name << " D=" << D << "\n";
+  ASSERT_FALSE(any_nan(v4.dq) || any_nan(v4.dk) || any_nan(v4.dv)) << "NaN in the v4 gradients";
+  check_against("v4 vs fp64", v4, in, ref, 1e-2);
+  check_against("v1 vs fp64", v1, in, ref, 1e-2);
+  check_against("v4 vs v1", v4, in, Grads{increment(v1.dq, in.dq), increment(v1.dk, in.dk), increment(v1.dv, in.dv)},
+                1e-2);
+  const int64_t qe = c.mask.q_end < 0 ? c.Nq : c.mask.q_end, ke = c.mask.k_end < 0 ? c.Nk : c.mask.k_end;
+  EXPECT_EQ(rows_changed_outside(v4.dq, in.dq, c.Nq, c.H * D, c.mask.q_begin, qe), 0) << "dq rows outside the query range";
+  EXPECT_EQ(rows_changed_outside(v4.dk, in.dk, c.Nk, c.Hkv * D, c.mask.k_begin, ke), 0) << "dk rows outside the key range";
+  EXPECT_EQ(rows_changed_outside(v4.dv, in.dv, c.Nk, c.Hkv * D, c.mask.k_begin, ke), 0) << "dv rows outside the key range";
+}
+
+class CudaAttentionWgmmaBwd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!cuda::attn_bwd_wgmma_supported(0, 128))
+      GTEST_SKIP() << "device 0 cannot run the wgmma backward (needs compute capability 9.0 and an sm_90a build)";
+  }
+};
+
+TEST_F(CudaAttentionWgmmaBwd, NonCausalGqaRaggedLengths) {
+  run_case({"noncausal_gqa", 2, 300, 260, 4, 2, mask(false, 0, 0)}, 128, 100);
+}
+
+TEST_F(CudaAttentionWgmmaBwd, CausalManyTiles) {
+  run_case({"causal_many_tiles", 1, 700, 700, 2, 1, mask(true, 0, 0)}, 128, 200);
+}
+
+TEST_F(CudaAttentionWgmmaBwd, CausalRowsWithoutKeys) {
+  // k_offset 40: query rows 0..39 see no key (lse -inf, P = 0).
+  run_case({"causal_empty_rows", 1, 150, 260, 2, 1, mask(true, 0, 40)}, 128, 300);
+}
+
+TEST_F(CudaAttentionWgmmaBwd, ZigzagLaterQueryHalfEarlierKeyHalf) {
+  run_case({"zigzag_full_half", 2, 512, 512, 2, 2, mask(false, 0, 0, 256, 512, 0, 256)}, 128, 400);
+}
+
+TEST_F(CudaAttentionWgmmaBwd, ZigzagDiagonalHalfWithOffsets) {
+  run_case({"zigzag_diag_half", 1, 512, 512, 4, 1, mask(true, 256, 256, 0, 256, 0, 256)}, 128, 500);
+}
+
+TEST_F(CudaAttentionWgmmaBwd, CausalOddSubRangesAndOffsets) {
+  // diag 63, query rows [37, 300), key rows [20, 290): unaligned tiles at both ends.
+  run_case({"causal_sub_ranges", 2, 330, 310, 2, 2, mask(true, 1000, 937, 37, 300, 20, 290)}, 128, 600);
+}
+
+TEST_F(CudaAttentionWgmmaBwd, NonCausalUnalignedKeyRange) {
+  run_case({"noncausal_key_range", 1, 200, 1100, 2, 1, mask(false, 0, 0, 0, -1, 70, 1030)}, 128, 700);
+}
+
+// Deterministic mode keeps the ordered dQ adds: the same bits on two runs, and still the right gradients.
+TEST_F(CudaAttentionWgmmaBwd, DeterministicRepeatsBitForBit) {
+  const BwdCase c{"deterministic", 1, 768, 768, 4, 2, mask(true, 0, 0)};
+  const int64_t D = 128;
+  const Inputs in = make_inputs(c, D, 800);
+  set_deterministic_attention(true);
+  const Outputs first = run_gpu(c, D, in, "4");
+  const Outputs second = run_gpu(c, D, in, "4");
+  set_deterministic_attention(false);
+  std::cout << "[attn bwd wgmma] deterministic D=128\n";
+  EXPECT_TRUE(first.dq == second.dq) << "deterministic dQ differs between two runs";
+  EXPECT_TRUE(first.dk == second.dk && first.dv == second.dv) << "deterministic dK/dV differ between two runs";
+  check_against("v4 deterministic vs fp64", first, in, reference(c, D, in), 1e-2);
+}
+
+// The fp64 reference above against the CPU backend's attn_bwd_block: guards the reference; needs no GPU.
+TEST(CudaAttentionWgmmaBwdReference, MatchesCpuBackend) {
+  const BwdCase c{"reference_vs_cpu", 1, 90, 80, 2, 1, mask(true, 300, 290, 5, 85, 3, 77)};
+  const int64_t D = 64;
+  const Inputs in = make_inputs(c, D, 900);
+  const Grads ref = reference(c, D, in);
+  std::vector<float> q = in.q, k = in.k, v = in.v, dout = in.dout, lse = in.lse, delta = in.delta;
+  std::vector<float> dq = in.dq, dk = in.dk, dv = in.dv;
+  RT_CPU_REFERENCE(attn_bwd_block(host_view(q, {c.B, c.Nq, c.H, D}), host_view(k, {c.B, c.Nk, c.Hkv, D}),
+                                  host_view(v, {c.B, c.Nk, c.Hkv, D}), host_view(dout, {c.B, c.Nq, c.H, D}),
+                                  host_view(lse, {c.B, c.H, c.Nq}), host_view(delta, {c.B, c.H, c.Nq}),
+                                  host_view(dq, {c.B, c.Nq, c.H, D}), host_view(dk, {c.B, c.Nk, c.Hkv, D}),
+                                  host_view(dv, {c.B, c.Nk, c.Hkv, D}), c.mask));
+  check_against("reference vs cpu", Outputs{dq, dk, dv}, in, ref, 1e-4);
+}
+
+}  // namespace
+}  // namespace rt::test
