@@ -18,51 +18,11 @@
 
 #include "kernels/ops.h"
 #include "parallel/fault.h"
+#include "parallel/ring_schedule.h"
 
 namespace rt {
 
 namespace {
-
-// What one ring step computes: skip entirely, or call the kernel with `mask`.
-struct BlockPlan {
-  bool skip = false;
-  AttnMask mask;
-};
-
-// Queries are this rank's n tokens (rank r); keys are rank s's n tokens. Exact for every layout.
-BlockPlan plan_block(Layout layout, bool causal, int r, int s, int64_t n) {
-  BlockPlan plan;
-  if (!causal) return plan;  // every query sees every key
-  switch (layout) {
-    case Layout::contiguous:
-      // Rank r holds [r*n, (r+1)*n). Blocks from later ranks are entirely in the future.
-      if (s > r) plan.skip = true;
-      if (s == r) plan.mask.causal = true;  // offsets r*n on both sides cancel
-      break;
-    case Layout::zigzag: {
-      // Local order [chunk r | chunk 2cp-1-r] is monotone in global position, so the local causal mask is
-      // exact on the diagonal. Off-diagonal, exactly half the (query, key) pairs are visible, unmasked.
-      const int64_t h = n / 2;
-      if (s == r) {
-        plan.mask.causal = true;
-      } else if (s < r) {
-        plan.mask.k_end = h;  // all queries x the first chunk of the keys
-      } else {
-        plan.mask.q_begin = h;  // the second chunk of the queries x all keys
-      }
-      break;
-    }
-    case Layout::striped:
-      // Query i sits at r + i*cp, key j at s + j*cp: visible iff j <= i (s <= r) or j < i (s > r).
-      plan.mask.causal = true;
-      plan.mask.q_offset = 0;
-      plan.mask.k_offset = s > r ? 1 : 0;
-      break;
-  }
-  return plan;
-}
-
-int ring_source(int rank, int step, int size) { return ((rank - step) % size + size) % size; }
 
 using Phase = RingTimer::Phase;
 
@@ -186,7 +146,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
       v_blk = half(cur, 1);
     }
     maybe_inject_fault("ring_attention.forward_step");  // with an exchange in flight
-    const BlockPlan plan = plan_block(layout_, causal_, r, ring_source(r, step, cp), shape_.local_tokens);
+    const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, ring_source(r, step, cp), shape_.local_tokens);
     RingTimerScope t(*timer_, Phase::compute);
     if (!plan.skip) attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
   }
@@ -257,7 +217,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
     // yet) and into grad_local_ afterwards, to be added when the travelling accumulator lands.
     Tensor contrib = step == 0 ? grad_buf_[0] : grad_local_;
     const int source = ring_source(r, step + 1, cp);
-    const BlockPlan plan = plan_block(layout_, causal_, r, source, n);
+    const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, source, n);
     {
       RingTimerScope t(*timer_, Phase::compute);
       fill(contrib, 0.f);
