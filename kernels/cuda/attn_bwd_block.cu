@@ -394,8 +394,8 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.scale2 = p.scale * kLog2e;
   // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu; D = 128 on
   // compute capability 9.0 with an sm_90a build only, else v1). RT_ATTN_BWD_VARIANT=1|2|4 forces one (read
-  // on every call so that tests can switch); default: v4 for D = 128 where it can run (303 vs 215 TF/s
-  // non-causal, 298 vs 217 causal at 16K on an H200, 2026-11-29, bench/NOTES.md), else v1.
+  // on every call so that tests can switch); default: v4 for D = 128 where it can run (319 vs 213 TF/s
+  // non-causal, 315 vs 218 causal at 16K on an H200, 2026-11-29, bench/NOTES.md), else v1.
   constexpr bool kBwdV4DefaultD128 = true;
   const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
   const int forced = (env && env[0] >= '1' && env[0] <= '4') ? env[0] - '0' : 0;

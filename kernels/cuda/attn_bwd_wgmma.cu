@@ -11,6 +11,8 @@
 //     exps of P^T run while dP^T is still on the tensor cores;
 //   * dV += P^T dO and dK += dS^T Q: P^T and dS^T are packed to bf16 in registers and are the register A
 //     operands of wgmma m64n128k16; dO and Q are read MN-major (transpose bit), so no transposed copies;
+//   * order per tile: S^T, dP^T | exps | dV issued | dS^T formed and stored | barrier | dQ, dK issued | dQ
+//     adds while dK runs; the next tile's barrier waits for dK (its loads reuse this tile's Q buffer);
 //   * dS^T goes to shared memory once (bf16, keys x queries); dQ (64 queries x 128) = dS K is one wgmma
 //     m64n64k16 per warpgroup (its half of D) with both operands MN-major, added to the f32 dq_acc with
 //     float2 atomics, or in deterministic mode with the ordered turn protocol of attn_bwd_block.cu;
@@ -212,7 +214,15 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments: [4kk + {0,1,2,3}] = queries 16kk + ...
 #pragma unroll
     for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-    wgmma_wait<0>();
+
+    // dV += P^T dO (queries are the k dimension): runs while dS^T is formed.
+    wgmma_fence_regs(dv);
+    fence_regs_u32(pf);
+    wgmma_fence();
+    issue_acc(dv, pf, dos);
+    wgmma_commit();
+
+    wgmma_wait<1>();  // dP^T ready; dV may still run
     wgmma_fence_regs(dp);
     // dS^T = P^T (dP^T - delta).
 #pragma unroll
@@ -235,34 +245,25 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
         const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
       }
-
-    // dV += P^T dO and dK += dS^T Q (queries are the k dimension).
-    wgmma_fence_regs(dv);
-    wgmma_fence_regs(dk);
-    fence_regs_u32(pf);
-    fence_regs_u32(df);
-    wgmma_fence();
-    issue_acc(dv, pf, dos);
-    issue_acc(dk, df, qs);
-    wgmma_commit();
-
     fence_proxy_async_smem();
     __syncthreads();  // dS^T of both warpgroups is in shared memory
 
-    // dQ (64 queries x this warpgroup's 64 columns) = dS K.
+    // dQ (64 queries x this warpgroup's 64 columns) = dS K, then dK += dS^T Q, which runs during the dQ adds.
     float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column wg*64 + nt*8 + 2t + e)
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[i] = 0.f;
     wgmma_fence_regs(dq);
+    wgmma_fence_regs(dk);
+    fence_regs_u32(df);
     wgmma_fence();
     issue_dq(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
     wgmma_commit();
-    wgmma_wait<0>();
+    issue_acc(dk, df, qs);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ done; dK may still run
     wgmma_fence_regs(dq);
     wgmma_fence_regs(dv);
-    wgmma_fence_regs(dk);
     fence_regs_u32(pf);
-    fence_regs_u32(df);
 
     const int64_t qa = q0 + warp * 16 + g, qb = qa + 8;
     float* dq_a = p.dq + ((b * p.Nq + qa) * p.H + h) * D + wg * 64;
@@ -306,6 +307,9 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
       __syncthreads();
       if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
     }
+    wgmma_wait<0>();  // dK done: the next iteration's loads overwrite this Q buffer, and df is repacked
+    wgmma_fence_regs(dk);
+    fence_regs_u32(df);
   }
 
   // dK and dV rows of this CTA: read, add, write.
