@@ -32,8 +32,8 @@ namespace {
 
 // NW warps per CTA, each owning 16 keys: Bc = 16 * NW keys per CTA (v1: NW = 8, one CTA per SM;
 // v2: NW = 4, two CTAs per SM). RT_ATTN_BWD_VARIANT=2 selects v2 (7-9% slower at 4K+ on an H200,
-// 2026-11-29). The default is v4 (wgmma, attn_bwd_wgmma.cu) for D = 128 on compute capability 9.0 with an
-// sm_90a image, else v1; this mma.sync kernel stays the fallback and the oracle of the v4 tests.
+// 2026-11-29). The default is v4 (wgmma, attn_bwd_wgmma.cu) for D = 64 and 128 on compute capability 9.0
+// with an sm_90a image, else v1; this mma.sync kernel stays the fallback and the oracle of the v4 tests.
 constexpr int kBwdRows = 64;              // Br
 
 struct BwdParams {
@@ -393,14 +393,18 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.causal = mask.causal;
   p.scale = float(1.0 / std::sqrt(double(d.D)));
   p.scale2 = p.scale * kLog2e;
-  // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu; D = 128 on
-  // compute capability 9.0 with an sm_90a build only, else v1). RT_ATTN_BWD_VARIANT=1|2|4 forces one (read
-  // on every call so that tests can switch); default: v4 for D = 128 where it can run (319 vs 213 TF/s
-  // non-causal, 315 vs 218 causal at 16K on an H200, 2026-11-29, bench/NOTES.md), else v1.
+  // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu; D = 64 or
+  // 128 on compute capability 9.0 with an sm_90a build only, else v1). RT_ATTN_BWD_VARIANT=1|2|4 forces one
+  // (read on every call so that tests can switch); default: v4 where it can run (D = 128: 319 vs 213 TF/s
+  // non-causal, 315 vs 218 causal at 16K on an H200, 2026-11-29; D = 64: bench/NOTES.md "bwd v4 at D = 64"),
+  // else v1.
   constexpr bool kBwdV4DefaultD128 = true;
+  constexpr bool kBwdV4DefaultD64 = false;
   const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
   const int forced = (env && env[0] >= '1' && env[0] <= '4') ? env[0] - '0' : 0;
-  if (d.D == 128 && (forced == 4 || (forced == 0 && kBwdV4DefaultD128)) && attn_bwd_wgmma_supported(dev.index, d.D)) {
+  const bool v4_default = d.D == 128 ? kBwdV4DefaultD128 : d.D == 64 ? kBwdV4DefaultD64 : false;
+  if ((d.D == 128 || d.D == 64) && (forced == 4 || (forced == 0 && v4_default)) &&
+      attn_bwd_wgmma_supported(dev.index, d.D)) {
     const WgmmaBwdParams w{p.q, p.k, p.v, p.dout, p.lse, p.delta, p.dq, p.dk, p.dv, p.dq_turn,
                            p.Nq, p.Nk, p.H, p.Hkv, p.group, p.q_begin, p.q_end, p.k_begin, p.k_end,
                            p.diag, p.causal, p.scale, p.scale2};

@@ -3,19 +3,23 @@
 // which dispatches here (variant 4) and stays the fallback everywhere else.
 //   P^T = exp2(S^T*scale*log2e - lse*log2e), dS^T = P^T (dP^T - delta),
 //   dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
-//   * one CTA = 128 keys of one (batch, K/V head) = 2 warpgroups x 64 keys, 256 threads, 1 CTA per SM; each
-//     warpgroup keeps the f32 dK and dV of its 64 keys (64 x 128 each) in registers for the whole kernel;
+//   * D = 128 or 64 (template); one CTA = 128 keys of one (batch, K/V head) = 2 warpgroups x 64 keys, 256
+//     threads, 1 CTA per SM; each warpgroup keeps the f32 dK and dV of its 64 keys (64 x D each) in registers
+//     for the whole kernel;
 //   * it loops over the query heads of its GQA group and over 64-row query tiles; Q, dO, lse and delta are
 //     double-buffered with cp.async into 128-byte-swizzled shared memory (kernels/cuda/wgmma_ops.cuh);
 //   * S^T = K Q^T and dP^T = V dO^T: wgmma m64n64k16, K/V and Q/dO read K-major through descriptors; the
 //     exps of P^T run while dP^T is still on the tensor cores;
 //   * dV += P^T dO and dK += dS^T Q: P^T and dS^T are packed to bf16 in registers and are the register A
-//     operands of wgmma m64n128k16; dO and Q are read MN-major (transpose bit), so no transposed copies;
+//     operands of wgmma m64nDk16; dO and Q are read MN-major (transpose bit), so no transposed copies;
 //   * order per tile: S^T, dP^T | exps | dV issued | dS^T formed and stored | barrier | dQ, dK issued | dQ
 //     adds while dK runs; the next tile's barrier waits for dK (its loads reuse this tile's Q buffer);
 //   * dS^T goes to shared memory once (bf16, keys x queries); dQ (64 queries x 128) = dS K is one wgmma
 //     m64n64k16 per warpgroup (its half of D) with both operands MN-major, added to the f32 dq_acc with
 //     float2 atomics, or in deterministic mode with the ordered turn protocol of attn_bwd_block.cu;
+//   * D = 64: each warpgroup computes a partial dQ (64 queries x 64) over its own 64 keys (4 k-steps, so only
+//     a warpgroup barrier after its dS^T store), the warpgroups swap column halves through shared memory and
+//     each adds 32 columns of the sum: one add per dQ element per CTA, as at D = 128;
 //   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
 //     diagonal or a range end are masked.
 // dk_acc / dv_acc rows are each owned by one CTA, so they are read-added-written without atomics.
@@ -42,7 +46,10 @@ struct WgBwdSmem {
   static constexpr uint32_t kQ = kV + kKVBytes;         // (2, 64, D)
   static constexpr uint32_t kDo = kQ + 2 * kQBytes;     // (2, 64, D)
   static constexpr uint32_t kDs = kDo + 2 * kQBytes;
-  static constexpr uint32_t kStats = kDs + kDsBytes;    // lse (2, 64) f32, then delta (2, 64) f32
+  // D = 64 only: the dQ halves the two warpgroups swap, (2 writers, 4 column blocks, 128 threads) float4.
+  static constexpr uint32_t kXchgBytes = D == 64 ? 2 * 4 * 128 * 16 : 0;
+  static constexpr uint32_t kXchg = kDs + kDsBytes;
+  static constexpr uint32_t kStats = kXchg + kXchgBytes;  // lse (2, 64) f32, then delta (2, 64) f32
   static constexpr size_t kBytes = size_t(kStats) + 4 * kBr * 4 + 1024;  // + alignment slack
 };
 
@@ -72,23 +79,32 @@ __device__ __forceinline__ void issue_kq(float (&x)[32], uint32_t a_wg, uint32_t
   }
 }
 
-// acc (64 keys x 128 per warpgroup) += A B where A (64 keys x 64 queries) is in registers as bf16 A
-// fragments (af[4kk..4kk+3] = queries 16kk..16kk+15) and B is a (64, 128) Q or dO tile read MN-major.
-__device__ __forceinline__ void issue_acc(float (&acc)[64], const uint32_t (&af)[16], uint32_t b) {
+// acc (64 keys x D per warpgroup) += A B where A (64 keys x 64 queries) is in registers as bf16 A
+// fragments (af[4kk..4kk+3] = queries 16kk..16kk+15) and B is a (64, D) Q or dO tile read MN-major.
+// D = 128: wgmma m64n128k16; D = 64: m64n64k16.
+template <int D>
+__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const uint32_t (&af)[16], uint32_t b) {
   const uint64_t b0 = sw128_desc(opaque_u32(b), kBr * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBr / 16; ++kk)
-    wgmma_m64n128k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
-                            b0 + uint64_t((kk * 16 * 128) >> 4));
+  for (int kk = 0; kk < kBr / 16; ++kk) {
+    if constexpr (D == 128)
+      wgmma_m64n128k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
+                              b0 + uint64_t((kk * 16 * 128) >> 4));
+    else
+      wgmma_m64n64k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
+                             b0 + uint64_t((kk * 16 * 128) >> 4));
+  }
 }
 
-// dQ (64 queries x 64 columns of this warpgroup's D half) = dS K: dS^T (128 keys x 64 queries) and the K
-// half (128 keys x 64) are both read MN-major, 8 k-steps of 16 keys.
-__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_tile, uint32_t k_half) {
-  const uint64_t a0 = sw128_desc(opaque_u32(ds_tile), kBc * 128, 1024);
-  const uint64_t b0 = sw128_desc(opaque_u32(k_half), kBc * 128, 1024);
+// dQ (64 queries x 64 columns) = dS K over KEYS keys: dS^T (keys x 64 queries, from row `ds_rows`) and K
+// (keys x 64 columns, from `k_cols`) are both read MN-major, KEYS/16 k-steps of 16 keys. D = 128: all 128
+// keys, the 64 columns of this warpgroup's D half; D = 64: this warpgroup's 64 keys, all 64 columns.
+template <int KEYS>
+__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_rows, uint32_t k_cols) {
+  const uint64_t a0 = sw128_desc(opaque_u32(ds_rows), kBc * 128, 1024);
+  const uint64_t b0 = sw128_desc(opaque_u32(k_cols), kBc * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBc / 16; ++kk) {
+  for (int kk = 0; kk < KEYS / 16; ++kk) {
     const uint64_t off = uint64_t((kk * 16 * 128) >> 4);
     wgmma_m64n64k16_ss_mn(dq, a0 + off, b0 + off, kk > 0 ? 1 : 0);
   }
@@ -98,9 +114,140 @@ __device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) 
   atomicAdd(reinterpret_cast<float2*>(addr), make_float2(x, y));
 }
 
+struct dq_dims {
+  int64_t b, h, q0;
+};
+
+// Adds this thread's dQ values (the 2 x NT float2 at columns col0 + nt*8 + 2t of query rows qa, qb = qa + 8)
+// to dq_acc: float2 atomics, or in deterministic mode the ordered adds of attn_bwd_block.cu (key tile
+// blockIdx.x adds when the query tile's counter reads it; every thread of the CTA must call this).
+template <int D, int NT>
+__device__ __forceinline__ void add_dq(const WgmmaBwdParams& p, const dq_dims& w, const float (&x)[4 * NT], int col0,
+                                       int warp, int g, int t, int tid) {
+  const int64_t qa = w.q0 + warp * 16 + g, qb = qa + 8;
+  float* dq_a = p.dq + ((w.b * p.Nq + qa) * p.H + w.h) * D + col0;
+  float* dq_b = p.dq + ((w.b * p.Nq + qb) * p.H + w.h) * D + col0;
+  if (p.dq_turn == nullptr) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      if (qa < p.q_end) atomic_add_f32x2(dq_a + col, x[nt * 4 + 0] * p.scale, x[nt * 4 + 1] * p.scale);
+      if (qb < p.q_end) atomic_add_f32x2(dq_b + col, x[nt * 4 + 2] * p.scale, x[nt * 4 + 3] * p.scale);
+    }
+  } else {
+    const int64_t n_tiles = (p.q_end - p.q_begin + kBr - 1) / kBr;
+    int* turn = p.dq_turn + (w.b * p.H + w.h) * n_tiles + (w.q0 - p.q_begin) / kBr;
+    const int mine = int(blockIdx.x);
+    if (tid == 0) {
+      int seen;
+      do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+      } while (seen != mine);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      if (qa < p.q_end) {
+        float2* d2 = reinterpret_cast<float2*>(dq_a + col);
+        float2 y = __ldcg(d2);
+        y.x += x[nt * 4 + 0] * p.scale, y.y += x[nt * 4 + 1] * p.scale;
+        __stcg(d2, y);
+      }
+      if (qb < p.q_end) {
+        float2* d2 = reinterpret_cast<float2*>(dq_b + col);
+        float2 y = __ldcg(d2);
+        y.x += x[nt * 4 + 2] * p.scale, y.y += x[nt * 4 + 3] * p.scale;
+        __stcg(d2, y);
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+  }
+}
+
+// D = 128, after dS^T of both warpgroups is in shared memory: dQ (64 queries x this warpgroup's 64 columns)
+// = dS K, then dK += dS^T Q, which runs during the dQ adds. Returns with dK possibly still in flight.
+__device__ __forceinline__ void dq_tile_d128(const WgmmaBwdParams& p, const dq_dims& w, float (&dk)[64],
+                                             float (&dv)[64], uint32_t (&df)[16], uint32_t (&pf)[16],
+                                             uint32_t ds_tile, uint32_t k_tile, uint32_t qs, int wg, int warp,
+                                             int g, int t, int tid) {
+  float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column wg*64 + nt*8 + 2t + e)
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+  wgmma_fence_regs(dq);
+  wgmma_fence_regs(dk);
+  fence_regs_u32(df);
+  wgmma_fence();
+  issue_dq<kBc>(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
+  wgmma_commit();
+  issue_acc<128>(dk, df, qs);
+  wgmma_commit();
+  wgmma_wait<1>();  // dV and dQ done; dK may still run
+  wgmma_fence_regs(dq);
+  wgmma_fence_regs(dv);
+  fence_regs_u32(pf);
+  add_dq<128, 8>(p, w, dq, wg * 64, warp, g, t, tid);
+}
+
+// D = 64, after this warpgroup's dS^T rows are in shared memory: a partial dQ (64 queries x 64) = dS K over
+// this warpgroup's 64 keys, then dK += dS^T Q (runs during the exchange and the adds). The warpgroups swap
+// halves through shared memory: warpgroup w adds columns [32w, 32w + 32) of both partials, so each dQ
+// element gets one add per CTA, as at D = 128. Returns with dK possibly still in flight.
+__device__ __forceinline__ void dq_tile_d64(const WgmmaBwdParams& p, const dq_dims& w, float (&dk)[32],
+                                            float (&dv)[32], uint32_t (&df)[16], uint32_t (&pf)[16],
+                                            uint32_t ds_tile, uint32_t k_tile, uint32_t qs, float4* xchg, int wg,
+                                            int warp, int g, int t, int tid) {
+  float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column nt*8 + 2t + e), this warpgroup's keys
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+  wgmma_fence_regs(dq);
+  wgmma_fence_regs(dk);
+  fence_regs_u32(df);
+  wgmma_fence();
+  issue_dq<64>(dq, ds_tile + uint32_t(wg) * 64 * 128, k_tile + uint32_t(wg) * 64 * 128);
+  wgmma_commit();
+  issue_acc<64>(dk, df, qs);
+  wgmma_commit();
+  wgmma_wait<1>();  // dV and dQ done; dK may still run
+  wgmma_fence_regs(dq);
+  wgmma_fence_regs(dv);
+  fence_regs_u32(pf);
+  // Thread l of warpgroup w holds the same (query, column) positions as thread l of the other warpgroup.
+  // Register indices stay compile-time constants (selects, not dq[runtime]), so dq stays in registers.
+  const int l = tid % 128, other = 1 - wg;
+  const bool hi = wg == 1;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // send the other warpgroup's columns: nt = 4 * other + j
+    const float4 lo4 = make_float4(dq[j * 4], dq[j * 4 + 1], dq[j * 4 + 2], dq[j * 4 + 3]);
+    const float4 hi4 = make_float4(dq[16 + j * 4], dq[16 + j * 4 + 1], dq[16 + j * 4 + 2], dq[16 + j * 4 + 3]);
+    xchg[(wg * 4 + j) * 128 + l] = hi ? lo4 : hi4;
+  }
+  __syncthreads();  // both halves swapped; the next write is after the next tile's first barrier
+  float mine[16];  // mine[4j + 2r + e] = column 32*wg + j*8 + 2t + e of query row r, both partials summed
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // keep this warpgroup's columns: nt = 4 * wg + j
+    const float4 o = xchg[(other * 4 + j) * 128 + l];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float own = hi ? dq[16 + j * 4 + i] : dq[j * 4 + i];
+      mine[j * 4 + i] = own + (i == 0 ? o.x : i == 1 ? o.y : i == 2 ? o.z : o.w);
+    }
+  }
+  add_dq<64, 4>(p, w, mine, wg * 32, warp, g, t, tid);
+}
+
+// Barrier of this warpgroup's 128 threads only (named barrier 1 + wg; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+  if (wg == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+template <int D>
 __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const WgmmaBwdParams p) {
 #if RT_WGMMA_AVAILABLE
-  constexpr int D = 128;
+  static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
   using Smem = WgBwdSmem<D>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -110,6 +257,7 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
   const uint32_t q_tiles = base + Smem::kQ;    // (2, 64, D) bf16 sw128
   const uint32_t do_tiles = base + Smem::kDo;  // (2, 64, D) bf16 sw128
   const uint32_t ds_tile = base + Smem::kDs;   // (128 keys, 64 queries) bf16 sw128, dS^T
+  float4* xchg = reinterpret_cast<float4*>(smem_raw + (base - raw) + Smem::kXchg);  // D = 64: (2, 4, 128)
   float* lse_s = reinterpret_cast<float*>(smem_raw + (base - raw) + Smem::kStats);  // (2, 64)
   float* delta_s = lse_s + 2 * kBr;                                                 // (2, 64)
   const uint32_t lse_addr = smem_addr(lse_s), delta_addr = smem_addr(delta_s);
@@ -158,9 +306,9 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
   const int krow0 = wg * 64 + warp * 16 + g;
   const int64_t key_a = k0 + krow0, key_b = key_a + 8;
   // Accumulators: x[nt*4 + 2r + e] = (key krow0 + 8r, column nt*8 + 2t + e).
-  float dk[64], dv[64];  // (64 keys, 128) of this warpgroup, f32
+  float dk[D / 2], dv[D / 2];  // (64 keys, D) of this warpgroup, f32
 #pragma unroll
-  for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   float s[32], dp[32];  // (64 keys, 64 queries): S^T then P^T; dP^T then dS^T
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
@@ -219,7 +367,7 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     wgmma_fence_regs(dv);
     fence_regs_u32(pf);
     wgmma_fence();
-    issue_acc(dv, pf, dos);
+    issue_acc<D>(dv, pf, dos);
     wgmma_commit();
 
     wgmma_wait<1>();  // dP^T ready; dV may still run
@@ -246,66 +394,12 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
       }
     fence_proxy_async_smem();
-    __syncthreads();  // dS^T of both warpgroups is in shared memory
-
-    // dQ (64 queries x this warpgroup's 64 columns) = dS K, then dK += dS^T Q, which runs during the dQ adds.
-    float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column wg*64 + nt*8 + 2t + e)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dq[i] = 0.f;
-    wgmma_fence_regs(dq);
-    wgmma_fence_regs(dk);
-    fence_regs_u32(df);
-    wgmma_fence();
-    issue_dq(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
-    wgmma_commit();
-    issue_acc(dk, df, qs);
-    wgmma_commit();
-    wgmma_wait<1>();  // dV and dQ done; dK may still run
-    wgmma_fence_regs(dq);
-    wgmma_fence_regs(dv);
-    fence_regs_u32(pf);
-
-    const int64_t qa = q0 + warp * 16 + g, qb = qa + 8;
-    float* dq_a = p.dq + ((b * p.Nq + qa) * p.H + h) * D + wg * 64;
-    float* dq_b = p.dq + ((b * p.Nq + qb) * p.H + h) * D + wg * 64;
-    if (p.dq_turn == nullptr) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int col = nt * 8 + 2 * t;
-        if (qa < p.q_end) atomic_add_f32x2(dq_a + col, dq[nt * 4 + 0] * p.scale, dq[nt * 4 + 1] * p.scale);
-        if (qb < p.q_end) atomic_add_f32x2(dq_b + col, dq[nt * 4 + 2] * p.scale, dq[nt * 4 + 3] * p.scale);
-      }
+    if constexpr (D == 128) {
+      __syncthreads();  // dS^T of both warpgroups is in shared memory
+      dq_tile_d128(p, dq_dims{b, h, q0}, dk, dv, df, pf, ds_tile, k_tile, qs, wg, warp, g, t, tid);
     } else {
-      // Ordered adds (attn_bwd_block.cu): key tile blockIdx.x adds when the query tile's counter reads it.
-      const int64_t n_tiles = (p.q_end - p.q_begin + kBr - 1) / kBr;
-      int* turn = p.dq_turn + (b * p.H + h) * n_tiles + (q0 - p.q_begin) / kBr;
-      const int mine = int(blockIdx.x);
-      if (tid == 0) {
-        int seen;
-        do {
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
-        } while (seen != mine);
-      }
-      __syncthreads();
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int col = nt * 8 + 2 * t;
-        if (qa < p.q_end) {
-          float2* d2 = reinterpret_cast<float2*>(dq_a + col);
-          float2 x = __ldcg(d2);
-          x.x += dq[nt * 4 + 0] * p.scale, x.y += dq[nt * 4 + 1] * p.scale;
-          __stcg(d2, x);
-        }
-        if (qb < p.q_end) {
-          float2* d2 = reinterpret_cast<float2*>(dq_b + col);
-          float2 x = __ldcg(d2);
-          x.x += dq[nt * 4 + 2] * p.scale, x.y += dq[nt * 4 + 3] * p.scale;
-          __stcg(d2, x);
-        }
-      }
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+      warpgroup_barrier(wg);  // this warpgroup's dS^T rows are in shared memory (its dQ reads only those)
+      dq_tile_d64(p, dq_dims{b, h, q0}, dk, dv, df, pf, ds_tile, k_tile, qs, xchg, wg, warp, g, t, tid);
     }
     wgmma_wait<0>();  // dK done: the next iteration's loads overwrite this Q buffer, and df is repacked
     wgmma_fence_regs(dk);
@@ -341,9 +435,9 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 }  // namespace
 
 bool attn_bwd_wgmma_supported(int device, int64_t D) {
-  if (D != 128) return false;
-  static int cached[16] = {};  // per device: 0 unknown, 1 supported, 2 not
-  int& c = cached[device & 15];
+  if (D != 128 && D != 64) return false;
+  static int cached[16][2] = {};  // per device and D (128, 64): 0 unknown, 1 supported, 2 not
+  int& c = cached[device & 15][D == 64 ? 1 : 0];
   if (c == 0) {
     int major = 0, minor = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -353,7 +447,8 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
       // The image the runtime picks must be sm_90a SASS from compute_90a PTX (a JIT-compiled compute_80
       // image would run the __trap() body). Queried on the current device, which stream_for() has set.
       cudaFuncAttributes attr;
-      CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_bwd_wgmma_kernel));
+      if (D == 64) CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_bwd_wgmma_kernel<64>));
+      else CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_bwd_wgmma_kernel<128>));
       ok = attr.binaryVersion == 90 && attr.ptxVersion == 90;
     }
     c = ok ? 1 : 2;
@@ -361,19 +456,30 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
   return c == 1;
 }
 
-void launch_attn_bwd_wgmma(const WgmmaBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
-  RT_CHECK(D == 128, "attn_bwd_block (wgmma): head dim " << D << " is not 128; use the mma.sync kernel");
-  constexpr size_t smem = WgBwdSmem<128>::kBytes;
-  static bool configured[16] = {};  // the shared-memory opt-in is per device
+namespace {
+
+template <int D>
+void launch_for_d(const WgmmaBwdParams& p, int64_t B, int device, cudaStream_t stream) {
+  constexpr size_t smem = WgBwdSmem<D>::kBytes;
+  static bool configured[16] = {};  // the shared-memory opt-in is per device (and per kernel)
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured[device & 15] = true;
   }
   const int64_t tiles = (p.k_end - p.k_begin + kBc - 1) / kBc;
   RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
   const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
-  attn_bwd_wgmma_kernel<<<grid, kWgBwdThreads, smem, stream>>>(p);
+  attn_bwd_wgmma_kernel<D><<<grid, kWgBwdThreads, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_attn_bwd_wgmma(const WgmmaBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
+  RT_CHECK(D == 128 || D == 64,
+           "attn_bwd_block (wgmma): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
+  if (D == 64) launch_for_d<64>(p, B, device, stream);
+  else launch_for_d<128>(p, B, device, stream);
 }
 
 }  // namespace cuda

@@ -34,7 +34,7 @@ constexpr int kWgBwdRows = 64;
 constexpr int kWgBwdKeys = 128;
 
 // True when `device` can run the wgmma backward for head dim D: compute capability exactly 9.0, an sm_90a
-// image of the kernel in this binary, D == 128. Cached per device.
+// image of the kernel in this binary, D == 64 or 128. Cached per device and D.
 bool attn_bwd_wgmma_supported(int device, int64_t D);
 
 // Launches the wgmma backward (B batches). Call only when attn_bwd_wgmma_supported(device, D).

@@ -1,11 +1,12 @@
 // attn_bwd_block's wgmma kernel (bwd v4, sm_90a; kernels/cuda/attn_bwd_wgmma.cu), forced with
 // RT_ATTN_BWD_VARIANT=4, against an fp64 host reference and against the mma.sync kernel (variant 1) on the
-// same inputs. Fresh random bf16 q/k/v/dout, lse = the true log-sum-exp of the visible keys plus a random
-// positive offset (as if other K/V blocks contributed; -inf for rows that see no key), random delta; dq/dk/dv
-// accumulators pre-filled with random values (the op accumulates). Checked: the increments (out - initial)
-// against the fp64 gradients and against v1 with ||x - ref|| / ||ref|| <= 1e-2, rows outside the query /
-// key ranges bit for bit unchanged, no NaN; deterministic mode repeats bit for bit. Skips without a CUDA
-// device or when the device cannot run the wgmma kernel (compute capability other than 9.0, no sm_90a build).
+// same inputs, every case for head dim 128 and 64. Fresh random bf16 q/k/v/dout, lse = the true log-sum-exp
+// of the visible keys plus a random positive offset (as if other K/V blocks contributed; -inf for rows that
+// see no key), random delta; dq/dk/dv accumulators pre-filled with random values (the op accumulates).
+// Checked: the increments (out - initial) against the fp64 gradients and against v1 with
+// ||x - ref|| / ||ref|| <= 1e-2, rows outside the query / key ranges bit for bit unchanged, no NaN;
+// deterministic mode repeats bit for bit. Skips without a CUDA device or when the device cannot run the
+// wgmma kernel (compute capability other than 9.0, no sm_90a build).
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -216,59 +217,65 @@ void run_case(const BwdCase& c, int64_t D, uint64_t seed) {
   EXPECT_EQ(rows_changed_outside(v4.dv, in.dv, c.Nk, c.Hkv * D, c.mask.k_begin, ke), 0) << "dv rows outside the key range";
 }
 
-class CudaAttentionWgmmaBwd : public ::testing::Test {
+// Every case runs for head dim D = 128 and D = 64 (GetParam()).
+class CudaAttentionWgmmaBwd : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    if (!cuda::attn_bwd_wgmma_supported(0, 128))
+    if (!cuda::attn_bwd_wgmma_supported(0, GetParam()))
       GTEST_SKIP() << "device 0 cannot run the wgmma backward (needs compute capability 9.0 and an sm_90a build)";
   }
 };
 
-TEST_F(CudaAttentionWgmmaBwd, NonCausalGqaRaggedLengths) {
-  run_case({"noncausal_gqa", 2, 300, 260, 4, 2, mask(false, 0, 0)}, 128, 100);
+TEST_P(CudaAttentionWgmmaBwd, NonCausalGqaRaggedLengths) {
+  run_case({"noncausal_gqa", 2, 300, 260, 4, 2, mask(false, 0, 0)}, GetParam(), 100);
 }
 
-TEST_F(CudaAttentionWgmmaBwd, CausalManyTiles) {
-  run_case({"causal_many_tiles", 1, 700, 700, 2, 1, mask(true, 0, 0)}, 128, 200);
+TEST_P(CudaAttentionWgmmaBwd, CausalManyTiles) {
+  run_case({"causal_many_tiles", 1, 700, 700, 2, 1, mask(true, 0, 0)}, GetParam(), 200);
 }
 
-TEST_F(CudaAttentionWgmmaBwd, CausalRowsWithoutKeys) {
+TEST_P(CudaAttentionWgmmaBwd, CausalRowsWithoutKeys) {
   // k_offset 40: query rows 0..39 see no key (lse -inf, P = 0).
-  run_case({"causal_empty_rows", 1, 150, 260, 2, 1, mask(true, 0, 40)}, 128, 300);
+  run_case({"causal_empty_rows", 1, 150, 260, 2, 1, mask(true, 0, 40)}, GetParam(), 300);
 }
 
-TEST_F(CudaAttentionWgmmaBwd, ZigzagLaterQueryHalfEarlierKeyHalf) {
-  run_case({"zigzag_full_half", 2, 512, 512, 2, 2, mask(false, 0, 0, 256, 512, 0, 256)}, 128, 400);
+TEST_P(CudaAttentionWgmmaBwd, ZigzagLaterQueryHalfEarlierKeyHalf) {
+  run_case({"zigzag_full_half", 2, 512, 512, 2, 2, mask(false, 0, 0, 256, 512, 0, 256)}, GetParam(), 400);
 }
 
-TEST_F(CudaAttentionWgmmaBwd, ZigzagDiagonalHalfWithOffsets) {
-  run_case({"zigzag_diag_half", 1, 512, 512, 4, 1, mask(true, 256, 256, 0, 256, 0, 256)}, 128, 500);
+TEST_P(CudaAttentionWgmmaBwd, ZigzagDiagonalHalfWithOffsets) {
+  run_case({"zigzag_diag_half", 1, 512, 512, 4, 1, mask(true, 256, 256, 0, 256, 0, 256)}, GetParam(), 500);
 }
 
-TEST_F(CudaAttentionWgmmaBwd, CausalOddSubRangesAndOffsets) {
+TEST_P(CudaAttentionWgmmaBwd, CausalOddSubRangesAndOffsets) {
   // diag 63, query rows [37, 300), key rows [20, 290): unaligned tiles at both ends.
-  run_case({"causal_sub_ranges", 2, 330, 310, 2, 2, mask(true, 1000, 937, 37, 300, 20, 290)}, 128, 600);
+  run_case({"causal_sub_ranges", 2, 330, 310, 2, 2, mask(true, 1000, 937, 37, 300, 20, 290)}, GetParam(), 600);
 }
 
-TEST_F(CudaAttentionWgmmaBwd, NonCausalUnalignedKeyRange) {
-  run_case({"noncausal_key_range", 1, 200, 1100, 2, 1, mask(false, 0, 0, 0, -1, 70, 1030)}, 128, 700);
+TEST_P(CudaAttentionWgmmaBwd, NonCausalUnalignedKeyRange) {
+  run_case({"noncausal_key_range", 1, 200, 1100, 2, 1, mask(false, 0, 0, 0, -1, 70, 1030)}, GetParam(), 700);
 }
 
 // Deterministic mode keeps the ordered dQ adds: the same bits on two runs, and still the right gradients.
-TEST_F(CudaAttentionWgmmaBwd, DeterministicRepeatsBitForBit) {
+TEST_P(CudaAttentionWgmmaBwd, DeterministicRepeatsBitForBit) {
   const BwdCase c{"deterministic", 1, 768, 768, 4, 2, mask(true, 0, 0)};
-  const int64_t D = 128;
+  const int64_t D = GetParam();
   const Inputs in = make_inputs(c, D, 800);
   set_deterministic_attention(true);
   const Outputs first = run_gpu(c, D, in, "4");
   const Outputs second = run_gpu(c, D, in, "4");
   set_deterministic_attention(false);
-  std::cout << "[attn bwd wgmma] deterministic D=128\n";
+  std::cout << "[attn bwd wgmma] deterministic D=" << D << "\n";
   EXPECT_TRUE(first.dq == second.dq) << "deterministic dQ differs between two runs";
   EXPECT_TRUE(first.dk == second.dk && first.dv == second.dv) << "deterministic dK/dV differ between two runs";
   check_against("v4 deterministic vs fp64", first, in, reference(c, D, in), 1e-2);
 }
+
+// Suite names start with CudaAttentionWgmmaBwd so that --gtest_filter='CudaAttentionWgmmaBwd*' selects them.
+INSTANTIATE_TEST_SUITE_P(CudaAttentionWgmmaBwdHeadDim, CudaAttentionWgmmaBwd,
+                         ::testing::Values(int64_t(128), int64_t(64)),
+                         [](const ::testing::TestParamInfo<int64_t>& info) { return "D" + std::to_string(info.param); });
 
 // The fp64 reference above against the CPU backend's attn_bwd_block: guards the reference; needs no GPU.
 TEST(CudaAttentionWgmmaBwdReference, MatchesCpuBackend) {
