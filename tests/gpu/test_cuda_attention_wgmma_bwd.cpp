@@ -275,7 +275,11 @@ TEST_P(CudaAttentionWgmmaBwd, DeterministicRepeatsBitForBit) {
 // Suite names start with CudaAttentionWgmmaBwd so that --gtest_filter='CudaAttentionWgmmaBwd*' selects them.
 INSTANTIATE_TEST_SUITE_P(CudaAttentionWgmmaBwdHeadDim, CudaAttentionWgmmaBwd,
                          ::testing::Values(int64_t(128), int64_t(64)),
-                         [](const ::testing::TestParamInfo<int64_t>& info) { return "D" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           std::string name = "D";
+                           name += std::to_string(info.param);
+                           return name;
+                         });
 
 // The fp64 reference above against the CPU backend's attn_bwd_block: guards the reference; needs no GPU.
 TEST(CudaAttentionWgmmaBwdReference, MatchesCpuBackend) {
