@@ -396,10 +396,10 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu; D = 64 or
   // 128 on compute capability 9.0 with an sm_90a build only, else v1). RT_ATTN_BWD_VARIANT=1|2|4 forces one
   // (read on every call so that tests can switch); default: v4 where it can run (D = 128: 319 vs 213 TF/s
-  // non-causal, 315 vs 218 causal at 16K on an H200, 2026-11-29; D = 64: bench/NOTES.md "bwd v4 at D = 64"),
-  // else v1.
+  // non-causal, 315 vs 218 causal at 16K on an H200, 2026-11-29; D = 64: 224 vs 182 non-causal, 223 vs 182
+  // causal at 16K, bench/NOTES.md "bwd v4 at D = 64"), else v1.
   constexpr bool kBwdV4DefaultD128 = true;
-  constexpr bool kBwdV4DefaultD64 = false;
+  constexpr bool kBwdV4DefaultD64 = true;
   const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
   const int forced = (env && env[0] >= '1' && env[0] <= '4') ? env[0] - '0' : 0;
   const bool v4_default = d.D == 128 ? kBwdV4DefaultD128 : d.D == 64 ? kBwdV4DefaultD64 : false;
