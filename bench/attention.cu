@@ -21,55 +21,18 @@
 #include "kernels/cuda/runtime.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "bench/cuda_bench_util.cuh"
 
 namespace {
 
 using rt::DType;
 using rt::Tensor;
+namespace bench = rt::bench;
 
-__global__ void random_bf16_kernel(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (uint64_t(i) + seed * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 31)) * 0x94D049BB133111EBull;
-    z ^= z >> 29;
-    const float u = float(z >> 40) * (1.f / 16777216.f);
-    x[i] = __float2bfloat16((u * 2.f - 1.f) * 1.7f);  // roughly unit variance
-  }
-}
-
-void random_bf16(const Tensor& t, uint64_t seed) {
-  random_bf16_kernel<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
-  CUDA_CHECK_LAUNCH();
-}
-
-// Median milliseconds of fn over reps timed runs after warmup runs.
-double time_ms(const std::function<void()>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ts;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, rt::cuda::current_stream()));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, rt::cuda::current_stream()));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
-struct Dev {  // one device allocation
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { p = rt::device_alloc(rt::Device::cuda(0), bytes); }
-  ~Dev() { rt::device_free(rt::Device::cuda(0), p); }
-};
+using bench::DeviceBuffer;
+using bench::random_bf16;
+using bench::time_ms;
+using Dev = DeviceBuffer;
 
 }  // namespace
 

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,49 +27,15 @@
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "parallel/ring_schedule.h"
+#include "bench/cuda_bench_util.cuh"
 
 using namespace rt;
 
 namespace {
 
-double time_ms(const std::function<void()>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ts;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, cuda::current_stream()));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, cuda::current_stream()));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
-struct Dev {  // one device allocation
-  void* p = nullptr;
-  explicit Dev(size_t bytes) { p = device_alloc(Device::cuda(0), bytes); }
-  ~Dev() { device_free(Device::cuda(0), p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
-void random_bf16(const Tensor& t, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> pool(1 << 16);  // (65536) N(0,1), tiled over the tensor
-  for (float& x : pool) x = normal(rng);
-  std::vector<float> host(size_t(t.numel()));  // (numel)
-  for (size_t i = 0; i < host.size(); ++i) host[i] = pool[(i * 7 + seed) % pool.size()];
-  copy_cast(t, Tensor(host.data(), DType::f32, Device::cpu(), {t.numel()}));
-}
+using bench::random_bf16;
+using bench::time_ms;
+using Dev = bench::DeviceBuffer;
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> out;
