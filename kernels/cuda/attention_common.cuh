@@ -131,5 +131,41 @@ __device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat
   }
 }
 
+// ---- dQ accumulation of the backward kernels --------------------------------------------------------
+
+__device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(x, y));
+#else
+  atomicAdd(addr, x);
+  atomicAdd(addr + 1, y);
+#endif
+}
+
+// Deterministic mode (attn_bwd_block.cu): the CTA of key tile `mine` adds into a query tile's dQ rows only
+// when the tile's turn counter reads `mine`. dq_turn_wait: thread 0 spins (acquire), then the whole CTA
+// proceeds; ordered_add_f32x2: the add itself, plain L2 loads and stores; dq_turn_pass: fence, barrier, and
+// thread 0 hands the turn to mine + 1 (release). Every thread of the CTA must call wait and pass.
+__device__ __forceinline__ void dq_turn_wait(const int* turn, int mine) {
+  if (threadIdx.x == 0) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+    } while (seen != mine);
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void ordered_add_f32x2(float* addr, float x, float y) {
+  float2* d2 = reinterpret_cast<float2*>(addr);
+  float2 v = __ldcg(d2);
+  v.x += x, v.y += y;
+  __stcg(d2, v);
+}
+__device__ __forceinline__ void dq_turn_pass(int* turn, int mine) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+}
+
 }  // namespace cuda
 }  // namespace rt

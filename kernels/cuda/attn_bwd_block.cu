@@ -62,15 +62,6 @@ constexpr size_t bwd_smem_bytes() {
          + size_t(4) * kBwdRows * 4;                  // lse[2], delta[2]
 }
 
-__device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(x, y));
-#else
-  atomicAdd(addr, x);
-  atomicAdd(addr + 1, y);
-#endif
-}
-
 template <int D, int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(const BwdParams p) {
   constexpr int kBwdWarps = NW;
@@ -265,33 +256,14 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
         const int64_t n_tiles = (p.q_end - p.q_begin + kBwdRows - 1) / kBwdRows;
         int* turn = p.dq_turn + (b * p.H + h) * n_tiles + (q0 - p.q_begin) / kBwdRows;
         const int mine = int(blockIdx.x);
-        if (threadIdx.x == 0) {
-          int seen;
-          do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
-          } while (seen != mine);
-        }
-        __syncthreads();
+        dq_turn_wait(turn, mine);
 #pragma unroll
         for (int nt = 0; nt < kDqTiles; ++nt) {
           const int col = nt * 8 + 2 * t;
-          if (qa < p.q_end) {
-            float2* d2 = reinterpret_cast<float2*>(dq_a + col);
-            float2 x = __ldcg(d2);
-            x.x += dq[nt][0] * p.scale, x.y += dq[nt][1] * p.scale;
-            __stcg(d2, x);
-          }
-          if (qb < p.q_end) {
-            float2* d2 = reinterpret_cast<float2*>(dq_b + col);
-            float2 x = __ldcg(d2);
-            x.x += dq[nt][2] * p.scale, x.y += dq[nt][3] * p.scale;
-            __stcg(d2, x);
-          }
+          if (qa < p.q_end) ordered_add_f32x2(dq_a + col, dq[nt][0] * p.scale, dq[nt][1] * p.scale);
+          if (qb < p.q_end) ordered_add_f32x2(dq_b + col, dq[nt][2] * p.scale, dq[nt][3] * p.scale);
         }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-          asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+        dq_turn_pass(turn, mine);
       }
     }
   }

@@ -110,10 +110,6 @@ __device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_rows, uint
   }
 }
 
-__device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) {
-  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(x, y));
-}
-
 struct dq_dims {
   int64_t b, h, q0;
 };
@@ -123,7 +119,7 @@ struct dq_dims {
 // blockIdx.x adds when the query tile's counter reads it; every thread of the CTA must call this).
 template <int D, int NT>
 __device__ __forceinline__ void add_dq(const WgmmaBwdParams& p, const dq_dims& w, const float (&x)[4 * NT], int col0,
-                                       int warp, int g, int t, int tid) {
+                                       int warp, int g, int t) {
   const int64_t qa = w.q0 + warp * 16 + g, qb = qa + 8;
   float* dq_a = p.dq + ((w.b * p.Nq + qa) * p.H + w.h) * D + col0;
   float* dq_b = p.dq + ((w.b * p.Nq + qb) * p.H + w.h) * D + col0;
@@ -138,32 +134,14 @@ __device__ __forceinline__ void add_dq(const WgmmaBwdParams& p, const dq_dims& w
     const int64_t n_tiles = (p.q_end - p.q_begin + kBr - 1) / kBr;
     int* turn = p.dq_turn + (w.b * p.H + w.h) * n_tiles + (w.q0 - p.q_begin) / kBr;
     const int mine = int(blockIdx.x);
-    if (tid == 0) {
-      int seen;
-      do {
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
-      } while (seen != mine);
-    }
-    __syncthreads();
+    dq_turn_wait(turn, mine);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int col = nt * 8 + 2 * t;
-      if (qa < p.q_end) {
-        float2* d2 = reinterpret_cast<float2*>(dq_a + col);
-        float2 y = __ldcg(d2);
-        y.x += x[nt * 4 + 0] * p.scale, y.y += x[nt * 4 + 1] * p.scale;
-        __stcg(d2, y);
-      }
-      if (qb < p.q_end) {
-        float2* d2 = reinterpret_cast<float2*>(dq_b + col);
-        float2 y = __ldcg(d2);
-        y.x += x[nt * 4 + 2] * p.scale, y.y += x[nt * 4 + 3] * p.scale;
-        __stcg(d2, y);
-      }
+      if (qa < p.q_end) ordered_add_f32x2(dq_a + col, x[nt * 4 + 0] * p.scale, x[nt * 4 + 1] * p.scale);
+      if (qb < p.q_end) ordered_add_f32x2(dq_b + col, x[nt * 4 + 2] * p.scale, x[nt * 4 + 3] * p.scale);
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+    dq_turn_pass(turn, mine);
   }
 }
 
@@ -172,7 +150,7 @@ __device__ __forceinline__ void add_dq(const WgmmaBwdParams& p, const dq_dims& w
 __device__ __forceinline__ void dq_tile_d128(const WgmmaBwdParams& p, const dq_dims& w, float (&dk)[64],
                                              float (&dv)[64], uint32_t (&df)[16], uint32_t (&pf)[16],
                                              uint32_t ds_tile, uint32_t k_tile, uint32_t qs, int wg, int warp,
-                                             int g, int t, int tid) {
+                                             int g, int t) {
   float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column wg*64 + nt*8 + 2t + e)
 #pragma unroll
   for (int i = 0; i < 32; ++i) dq[i] = 0.f;
@@ -188,7 +166,7 @@ __device__ __forceinline__ void dq_tile_d128(const WgmmaBwdParams& p, const dq_d
   wgmma_fence_regs(dq);
   wgmma_fence_regs(dv);
   fence_regs_u32(pf);
-  add_dq<128, 8>(p, w, dq, wg * 64, warp, g, t, tid);
+  add_dq<128, 8>(p, w, dq, wg * 64, warp, g, t);
 }
 
 // D = 64, after this warpgroup's dS^T rows are in shared memory: a partial dQ (64 queries x 64) = dS K over
@@ -235,7 +213,7 @@ __device__ __forceinline__ void dq_tile_d64(const WgmmaBwdParams& p, const dq_di
       mine[j * 4 + i] = own + (i == 0 ? o.x : i == 1 ? o.y : i == 2 ? o.z : o.w);
     }
   }
-  add_dq<64, 4>(p, w, mine, wg * 32, warp, g, t, tid);
+  add_dq<64, 4>(p, w, mine, wg * 32, warp, g, t);
 }
 
 // Barrier of this warpgroup's 128 threads only (named barrier 1 + wg; 0 is __syncthreads).
@@ -396,7 +374,7 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     fence_proxy_async_smem();
     if constexpr (D == 128) {
       __syncthreads();  // dS^T of both warpgroups is in shared memory
-      dq_tile_d128(p, dq_dims{b, h, q0}, dk, dv, df, pf, ds_tile, k_tile, qs, wg, warp, g, t, tid);
+      dq_tile_d128(p, dq_dims{b, h, q0}, dk, dv, df, pf, ds_tile, k_tile, qs, wg, warp, g, t);
     } else {
       warpgroup_barrier(wg);  // this warpgroup's dS^T rows are in shared memory (its dQ reads only those)
       dq_tile_d64(p, dq_dims{b, h, q0}, dk, dv, df, pf, ds_tile, k_tile, qs, xchg, wg, warp, g, t, tid);
@@ -439,18 +417,8 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
   static int cached[16][2] = {};  // per device and D (128, 64): 0 unknown, 1 supported, 2 not
   int& c = cached[device & 15][D == 64 ? 1 : 0];
   if (c == 0) {
-    int major = 0, minor = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    bool ok = major == 9 && minor == 0;
-    if (ok) {
-      // The image the runtime picks must be sm_90a SASS from compute_90a PTX (a JIT-compiled compute_80
-      // image would run the __trap() body). Queried on the current device, which stream_for() has set.
-      cudaFuncAttributes attr;
-      if (D == 64) CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_bwd_wgmma_kernel<64>));
-      else CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_bwd_wgmma_kernel<128>));
-      ok = attr.binaryVersion == 90 && attr.ptxVersion == 90;
-    }
+    const bool ok = D == 64 ? wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_bwd_wgmma_kernel<64>))
+                            : wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_bwd_wgmma_kernel<128>));
     c = ok ? 1 : 2;
   }
   return c == 1;

@@ -312,18 +312,7 @@ bool attn_fwd_wgmma_supported(int device, int64_t D) {
   static int cached[16] = {};  // per device: 0 unknown, 1 supported, 2 not
   int& c = cached[device & 15];
   if (c == 0) {
-    int major = 0, minor = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    bool ok = major == 9 && minor == 0;
-    if (ok) {
-      // The image the runtime picks for this device must be sm_90a SASS compiled from compute_90a PTX (a
-      // JIT-compiled compute_80 image would run the __trap() body). Queried on the current device, which
-      // stream_for() has set to `device`.
-      cudaFuncAttributes attr;
-      CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_fwd_wgmma_kernel<128>));
-      ok = attr.binaryVersion == 90 && attr.ptxVersion == 90;
-    }
+    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_wgmma_kernel<128>));
     c = ok ? 1 : 2;
   }
   return c == 1;

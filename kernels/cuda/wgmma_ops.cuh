@@ -175,5 +175,18 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss_mn(float (&d)[32], uint64_t a
       : "l"(a_desc), "l"(b_desc), "r"(accumulate));
 }
 
+// Whether a wgmma kernel can run on `device`: compute capability 9.0, and the image the runtime picks for it
+// is sm_90a SASS compiled from compute_90a PTX (a JIT-compiled compute_80 image would run the kernel's __trap()
+// body). `kernel` is the kernel's address; queried on the current device, which stream_for() has set to `device`.
+inline bool wgmma_kernel_runs_on(int device, const void* kernel) {
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) return false;
+  cudaFuncAttributes attr;
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return attr.binaryVersion == 90 && attr.ptxVersion == 90;
+}
+
 }  // namespace cuda
 }  // namespace rt

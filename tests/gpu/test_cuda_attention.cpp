@@ -17,15 +17,6 @@ struct AttnCase {
   std::vector<AttnMask> blocks;  // applied in order, forward then backward
 };
 
-AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, int64_t qe = -1, int64_t kb = 0,
-              int64_t ke = -1) {
-  AttnMask m;
-  m.causal = causal;
-  m.q_offset = q_off; m.k_offset = k_off;
-  m.q_begin = qb; m.q_end = qe; m.k_begin = kb; m.k_end = ke;
-  return m;
-}
-
 struct GpuGrads {
   std::vector<float> dq, dk, dv;  // (B,Nq,H,D), (B,Nk,Hkv,D) x2, f32
 };

@@ -19,35 +19,10 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-// Sets RT_ATTN_FWD_VARIANT for its scope (attn_fwd_block reads it on every call).
-class ForcedFwdVariant {
- public:
-  explicit ForcedFwdVariant(const char* variant) {
-    const char* old = std::getenv("RT_ATTN_FWD_VARIANT");
-    had_old_ = old != nullptr;
-    if (had_old_) old_ = old;
-    setenv("RT_ATTN_FWD_VARIANT", variant, 1);
-  }
-  ~ForcedFwdVariant() {
-    if (had_old_) setenv("RT_ATTN_FWD_VARIANT", old_.c_str(), 1);
-    else unsetenv("RT_ATTN_FWD_VARIANT");
-  }
-  ForcedFwdVariant(const ForcedFwdVariant&) = delete;
-  ForcedFwdVariant& operator=(const ForcedFwdVariant&) = delete;
-
- private:
-  bool had_old_ = false;
-  std::string old_;
+// Sets RT_ATTN_FWD_VARIANT for its scope (the dispatch reads it on every call).
+struct ForcedFwdVariant : ScopedEnv {
+  explicit ForcedFwdVariant(const char* variant) : ScopedEnv("RT_ATTN_FWD_VARIANT", variant) {}
 };
-
-AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, int64_t qe = -1, int64_t kb = 0,
-              int64_t ke = -1) {
-  AttnMask m;
-  m.causal = causal;
-  m.q_offset = q_off; m.k_offset = k_off;
-  m.q_begin = qb; m.q_end = qe; m.k_begin = kb; m.k_end = ke;
-  return m;
-}
 
 struct WgCase {
   const char* name;

@@ -17,35 +17,10 @@
 namespace rt::test {
 namespace {
 
-// Sets RT_ATTN_BWD_VARIANT for its scope (attn_bwd_block reads it on every call).
-class ForcedBwdVariant {
- public:
-  explicit ForcedBwdVariant(const char* variant) {
-    const char* old = std::getenv("RT_ATTN_BWD_VARIANT");
-    had_old_ = old != nullptr;
-    if (had_old_) old_ = old;
-    setenv("RT_ATTN_BWD_VARIANT", variant, 1);
-  }
-  ~ForcedBwdVariant() {
-    if (had_old_) setenv("RT_ATTN_BWD_VARIANT", old_.c_str(), 1);
-    else unsetenv("RT_ATTN_BWD_VARIANT");
-  }
-  ForcedBwdVariant(const ForcedBwdVariant&) = delete;
-  ForcedBwdVariant& operator=(const ForcedBwdVariant&) = delete;
-
- private:
-  bool had_old_ = false;
-  std::string old_;
+// Sets RT_ATTN_BWD_VARIANT for its scope (the dispatch reads it on every call).
+struct ForcedBwdVariant : ScopedEnv {
+  explicit ForcedBwdVariant(const char* variant) : ScopedEnv("RT_ATTN_BWD_VARIANT", variant) {}
 };
-
-AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, int64_t qe = -1, int64_t kb = 0,
-              int64_t ke = -1) {
-  AttnMask m;
-  m.causal = causal;
-  m.q_offset = q_off; m.k_offset = k_off;
-  m.q_begin = qb; m.q_end = qe; m.k_begin = kb; m.k_end = ke;
-  return m;
-}
 
 struct BwdCase {
   const char* name;
