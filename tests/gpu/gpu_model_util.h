@@ -17,7 +17,7 @@
 namespace rt::test {
 
 // 2 layers, d 128, 2 heads of 64 (GQA variant: 1 KV head), vocab 64, copy task of 128 tokens (divisible by
-// 2*cp for cp <= 4), global batch 2.
+// 2*cp for cp <= 8), global batch 2.
 inline Config gpu_model_config(int dp, int cp, int tp, const std::string& mlp = "gelu", int n_kv_head = 2,
                                const std::string& checkpointing = "none") {
   std::ostringstream y;

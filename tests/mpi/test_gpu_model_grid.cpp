@@ -1,7 +1,7 @@
 // The whole model on the GPU on a (dp, cp, tp) grid of ranks against the single-rank GPU model on the same
 // global batch: the first step's loss and every full gradient. cp = 2, cp = 4 (zigzag), tp = 2 (KV heads
-// split, and replicated under GQA), dp = 2, cp = 2 x tp = 2, dp = 2 x cp = 2; cases with more ranks than the
-// world skip.
+// split, and replicated under GQA), dp = 2, cp = 2 x tp = 2, dp = 2 x cp = 2, and on 8 GPUs cp = 4 x tp = 2,
+// dp = 2 x cp = 4 and cp = 8; cases with more ranks than the world skip.
 //   one H200:     `mpirun -np 4` (ctest, labels mpi;gpu): the ranks share the GPU through the mpi communicator
 //   a GPU node:   `mpirun -np <GPUs>` with RINGTRAIN_TEST_COMM=nccl (bench/multi_gpu.sh): NCCL, one GPU per rank
 // (tests/mpi/gpu_rank_placement.h). Skips without a CUDA device.
@@ -106,7 +106,8 @@ INSTANTIATE_TEST_SUITE_P(Grids, GpuModelGrid,
                          ::testing::Values(GridCase{1, 2, 1, "gelu", 2}, GridCase{1, 4, 1, "gelu", 2},
                                            GridCase{1, 1, 2, "gelu", 2}, GridCase{1, 1, 2, "swiglu", 1},
                                            GridCase{1, 2, 2, "gelu", 2}, GridCase{2, 1, 1, "gelu", 2},
-                                           GridCase{2, 2, 1, "gelu", 2}),
+                                           GridCase{2, 2, 1, "gelu", 2}, GridCase{1, 4, 2, "gelu", 2},
+                                           GridCase{2, 4, 1, "gelu", 2}, GridCase{1, 8, 1, "gelu", 2}),
                          [](const ::testing::TestParamInfo<GridCase>& info) { return case_name(info.param); });
 
 }  // namespace
