@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/arena.h"
@@ -74,6 +75,34 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RingAttentionSweep,
                            return std::string(layout_name(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_causal" : "_full");
                          });
+
+// A long ring (registered with mpirun -np 8): cp = 1, 2, 4, 8 on one problem, zigzag causal and contiguous
+// full, f32 on the host. The ring adds no error as it grows: every cp within 2x of cp = 1 (+ slack).
+TEST(RingAttentionLongRing, ErrorDoesNotGrowUpToCp8) {
+  if (world_size() < 8) GTEST_SKIP() << "needs 8 ranks (ctest runs it as mpi_ring_attention_np8)";
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  for (const auto& [layout, causal] : {std::pair{Layout::zigzag, true}, std::pair{Layout::contiguous, false}}) {
+    const test::AttentionProblem p = make_problem(777 + uint64_t(causal), 128);  // 128 = 8 chunks of 16
+    const test::AttentionReference ref = test::attention_reference(p, causal);
+    test::RelErrors base{};
+    for (int cp : {1, 2, 4, 8}) {
+      double bad = 0;
+      const test::RelErrors rel = test::run_ring(p, ref, cp, layout, causal, kOnHost, &bad);
+      EXPECT_EQ(bad, 0) << "non-finite outputs with cp=" << cp;
+      if (cp == 1) base = rel;
+      if (world_rank == 0)
+        std::printf("  T=128 %s %s cp=%d rel err: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e\n", layout_name(layout),
+                    causal ? "causal" : "full", cp, rel[0], rel[1], rel[2], rel[3], rel[4]);
+      for (int i = 0; i < test::kNumQuantities; ++i) {
+        EXPECT_LT(rel[size_t(i)], kTolerance) << test::kQuantityNames[i] << " cp=" << cp;
+        EXPECT_LE(rel[size_t(i)], 2 * base[size_t(i)] + kSlack)
+            << test::kQuantityNames[i] << " error grows with cp: cp=" << cp << " " << rel[size_t(i)] << " vs cp=1 "
+            << base[size_t(i)];
+      }
+    }
+  }
+}
 
 // The ring's sizes are checked up front with messages that name the fix.
 TEST(RingAttention, RejectsBadShapes) {

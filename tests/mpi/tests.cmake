@@ -1,8 +1,9 @@
-# Rank counts per MPI suite (rt_mpi_test is defined in tests/CMakeLists.txt). At most 4 ranks per test.
+# Rank counts per MPI suite (rt_mpi_test is defined in tests/CMakeLists.txt). At most 4 ranks per test, except the one long-ring case (8).
 rt_mpi_test(comm 2)
 rt_mpi_test(comm 3)
 rt_mpi_test(comm 4)
 rt_mpi_test(ring_attention 4)
+rt_mpi_test(ring_attention 8 --gtest_filter=RingAttentionLongRing.*)  # cp up to 8 (oversubscribed on CI)
 rt_mpi_test(tensor_parallel 2)
 
 # Fault handling: the launcher test starts `mpirun -np 2 rt_fault_victim` itself.
@@ -28,6 +29,7 @@ rt_mpi_test(ring_dkv_wire 4)
 rt_mpi_test(gpu_nccl 1)
 rt_mpi_test(gpu_nccl 2)
 rt_mpi_test(gpu_ring_attention 4)
+rt_mpi_test(gpu_ring_attention 8 --gtest_filter=*zigzag_causal_d128*)  # a ring of 8 on one GPU
 rt_mpi_test(gpu_model_grid 4)
-set_tests_properties(mpi_gpu_nccl_np1 mpi_gpu_nccl_np2 mpi_gpu_ring_attention_np4 mpi_gpu_model_grid_np4
-                     PROPERTIES LABELS "mpi;gpu")
+set_tests_properties(mpi_gpu_nccl_np1 mpi_gpu_nccl_np2 mpi_gpu_ring_attention_np4 mpi_gpu_ring_attention_np8
+                     mpi_gpu_model_grid_np4 PROPERTIES LABELS "mpi;gpu")
