@@ -24,6 +24,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attn_params.cuh"
 #include "kernels/cuda/wgmma_attn_bwd.cuh"
 
 namespace rt {
@@ -36,25 +37,6 @@ namespace {
 // with an sm_90a image, else v1; this mma.sync kernel stays the fallback and the oracle of the v4 tests.
 constexpr int kBwdRows = 64;              // Br
 
-struct BwdParams {
-  const __nv_bfloat16* q;     // (B,Nq,H,D)
-  const __nv_bfloat16* k;     // (B,Nk,Hkv,D)
-  const __nv_bfloat16* v;     // (B,Nk,Hkv,D)
-  const __nv_bfloat16* dout;  // (B,Nq,H,D)
-  const float* lse;           // (B,H,Nq)
-  const float* delta;         // (B,H,Nq)
-  float* dq;                  // (B,Nq,H,D)
-  float* dk;                  // (B,Nk,Hkv,D)
-  float* dv;                  // (B,Nk,Hkv,D)
-  int* dq_turn;               // (B,H,ceil((q_end-q_begin)/Br)) deterministic mode: the key tile whose turn it
-                              // is to add into each query tile's dQ; null: float atomics
-  int64_t Nq, Nk, H, Hkv, group;
-  int64_t q_begin, q_end, k_begin, k_end;
-  int64_t diag;  // key j visible to query i iff j <= i + diag (causal)
-  bool causal;
-  float scale, scale2;
-};
-
 template <int D, int kBwdKeys>
 constexpr size_t bwd_smem_bytes() {
   return size_t(2 * kBwdKeys + 4 * kBwdRows) * D * 2  // K, V, Q[2], dO[2]
@@ -63,7 +45,7 @@ constexpr size_t bwd_smem_bytes() {
 }
 
 template <int D, int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(const AttnBwdParams p) {
   constexpr int kBwdWarps = NW;
   constexpr int kBwdThreads = NW * 32;
   constexpr int kBwdKeys = 16 * NW;  // Bc
@@ -90,8 +72,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
   const int64_t hk = blockIdx.y, b = blockIdx.z;
 
   // Query tiles this CTA visits: [q_first, q_end) in steps of Br, for each head of the group.
-  int64_t q_first = p.q_begin;
-  if (p.causal && k0 - p.diag > p.q_begin) q_first = p.q_begin + (k0 - p.diag - p.q_begin) / kBwdRows * kBwdRows;
+  const int64_t q_first = first_query_tile_row<kBwdRows>(p, k0);
   if (q_first >= p.q_end) return;  // no query sees these keys
   const int n_qt = int((p.q_end - q_first + kBwdRows - 1) / kBwdRows);
   const int n_iter = int(p.group) * n_qt;
@@ -291,7 +272,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
 }
 
 template <int D, int NW>
-void launch_bwd(const BwdParams& p, int64_t B, int device, cudaStream_t stream) {
+void launch_bwd(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr int kBwdKeys = 16 * NW;
   constexpr size_t smem = bwd_smem_bytes<D, kBwdKeys>();
   static bool configured[16] = {};  // the shared-memory opt-in is per device
@@ -345,7 +326,7 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
 
-  BwdParams p;
+  AttnBwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
   p.v = v.ptr<__nv_bfloat16>();
@@ -377,10 +358,7 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const bool v4_default = d.D == 128 ? kBwdV4DefaultD128 : d.D == 64 ? kBwdV4DefaultD64 : false;
   if ((d.D == 128 || d.D == 64) && (forced == 4 || (forced == 0 && v4_default)) &&
       attn_bwd_wgmma_supported(dev.index, d.D)) {
-    const WgmmaBwdParams w{p.q, p.k, p.v, p.dout, p.lse, p.delta, p.dq, p.dk, p.dv, p.dq_turn,
-                           p.Nq, p.Nk, p.H, p.Hkv, p.group, p.q_begin, p.q_end, p.k_begin, p.k_end,
-                           p.diag, p.causal, p.scale, p.scale2};
-    launch_attn_bwd_wgmma(w, d.D, d.B, dev.index, stream);
+    launch_attn_bwd_wgmma(p, d.D, d.B, dev.index, stream);
     return;
   }
   const bool v2 = forced == 2;

@@ -118,7 +118,7 @@ struct dq_dims {
 // to dq_acc: float2 atomics, or in deterministic mode the ordered adds of attn_bwd_block.cu (key tile
 // blockIdx.x adds when the query tile's counter reads it; every thread of the CTA must call this).
 template <int D, int NT>
-__device__ __forceinline__ void add_dq(const WgmmaBwdParams& p, const dq_dims& w, const float (&x)[4 * NT], int col0,
+__device__ __forceinline__ void add_dq(const AttnBwdParams& p, const dq_dims& w, const float (&x)[4 * NT], int col0,
                                        int warp, int g, int t) {
   const int64_t qa = w.q0 + warp * 16 + g, qb = qa + 8;
   float* dq_a = p.dq + ((w.b * p.Nq + qa) * p.H + w.h) * D + col0;
@@ -147,7 +147,7 @@ __device__ __forceinline__ void add_dq(const WgmmaBwdParams& p, const dq_dims& w
 
 // D = 128, after dS^T of both warpgroups is in shared memory: dQ (64 queries x this warpgroup's 64 columns)
 // = dS K, then dK += dS^T Q, which runs during the dQ adds. Returns with dK possibly still in flight.
-__device__ __forceinline__ void dq_tile_d128(const WgmmaBwdParams& p, const dq_dims& w, float (&dk)[64],
+__device__ __forceinline__ void dq_tile_d128(const AttnBwdParams& p, const dq_dims& w, float (&dk)[64],
                                              float (&dv)[64], uint32_t (&df)[16], uint32_t (&pf)[16],
                                              uint32_t ds_tile, uint32_t k_tile, uint32_t qs, int wg, int warp,
                                              int g, int t) {
@@ -173,7 +173,7 @@ __device__ __forceinline__ void dq_tile_d128(const WgmmaBwdParams& p, const dq_d
 // this warpgroup's 64 keys, then dK += dS^T Q (runs during the exchange and the adds). The warpgroups swap
 // halves through shared memory: warpgroup w adds columns [32w, 32w + 32) of both partials, so each dQ
 // element gets one add per CTA, as at D = 128. Returns with dK possibly still in flight.
-__device__ __forceinline__ void dq_tile_d64(const WgmmaBwdParams& p, const dq_dims& w, float (&dk)[32],
+__device__ __forceinline__ void dq_tile_d64(const AttnBwdParams& p, const dq_dims& w, float (&dk)[32],
                                             float (&dv)[32], uint32_t (&df)[16], uint32_t (&pf)[16],
                                             uint32_t ds_tile, uint32_t k_tile, uint32_t qs, float4* xchg, int wg,
                                             int warp, int g, int t, int tid) {
@@ -223,7 +223,7 @@ __device__ __forceinline__ void warpgroup_barrier(int wg) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const WgmmaBwdParams p) {
+__global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const AttnBwdParams p) {
 #if RT_WGMMA_AVAILABLE
   static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
   using Smem = WgBwdSmem<D>;
@@ -247,8 +247,7 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
   const int64_t hk = blockIdx.y, b = blockIdx.z;
 
   // Query tiles this CTA visits: [q_first, q_end) in steps of Br, for each head of the group.
-  int64_t q_first = p.q_begin;
-  if (p.causal && k0 - p.diag > p.q_begin) q_first = p.q_begin + (k0 - p.diag - p.q_begin) / kBr * kBr;
+  const int64_t q_first = first_query_tile_row<kBr>(p, k0);
   if (q_first >= p.q_end) return;  // no query sees these keys
   const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
   const int n_iter = int(p.group) * n_qt;
@@ -427,7 +426,7 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
 namespace {
 
 template <int D>
-void launch_for_d(const WgmmaBwdParams& p, int64_t B, int device, cudaStream_t stream) {
+void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = WgBwdSmem<D>::kBytes;
   static bool configured[16] = {};  // the shared-memory opt-in is per device (and per kernel)
   if (!configured[device & 15]) {
@@ -443,7 +442,7 @@ void launch_for_d(const WgmmaBwdParams& p, int64_t B, int device, cudaStream_t s
 
 }  // namespace
 
-void launch_attn_bwd_wgmma(const WgmmaBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
+void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
   RT_CHECK(D == 128 || D == 64,
            "attn_bwd_block (wgmma): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
   if (D == 64) launch_for_d<64>(p, B, device, stream);

@@ -17,6 +17,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attn_params.cuh"
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
 
 namespace rt {
@@ -26,21 +27,6 @@ namespace {
 // Br = 16 * MT * WARPS query rows per CTA (128 for v1 and v2, 256 for v3).
 constexpr int kFwdKeysPerTile = 64;  // Bc
 
-struct FwdParams {
-  const __nv_bfloat16* q;  // (B,Nq,H,D)
-  const __nv_bfloat16* k;  // (B,Nk,Hkv,D)
-  const __nv_bfloat16* v;  // (B,Nk,Hkv,D)
-  float* acc;              // (B,H,Nq,D)
-  float* m;                // (B,H,Nq)
-  float* l;                // (B,H,Nq)
-  int64_t Nq, Nk, H, Hkv, group;
-  int64_t q_begin, q_end, k_begin, k_end;
-  int64_t diag;  // key j is visible to query i iff j <= i + diag (causal); diag = q_offset - k_offset
-  bool causal;
-  float scale2;  // log2(e) / sqrt(D)
-  int num_q_tiles;
-};
-
 template <int D, int BR>
 constexpr size_t fwd_smem_bytes() {
   return size_t(BR + 4 * kFwdKeysPerTile) * D * 2;  // Q + K[2] + V[2]
@@ -49,7 +35,7 @@ constexpr size_t fwd_smem_bytes() {
 // MT: 16-row m-tiles per warp; WARPS warps; BR = 16 * MT * WARPS rows per CTA.
 template <int D, int MT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) || (MT == 1 && D == 64) ? 2 : 1)
-    attn_fwd_kernel(const FwdParams p) {
+    attn_fwd_kernel(const AttnFwdParams p) {
   constexpr int kFwdRowsPerCta = 16 * MT * WARPS;
   constexpr int kThreads = WARPS * 32;
   constexpr int kKSlices = D / 16;   // k-steps of the QK^T mma
@@ -268,7 +254,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) || (MT == 
 }
 
 template <int D, int MT, int WARPS>
-void launch_fwd(FwdParams p, int64_t B, int device, cudaStream_t stream) {
+void launch_fwd(AttnFwdParams p, int64_t B, int device, cudaStream_t stream) {
   constexpr int kBr = 16 * MT * WARPS;
   constexpr size_t smem = fwd_smem_bytes<D, kBr>();
   static bool configured[16] = {};  // the shared-memory opt-in is per device
@@ -286,7 +272,7 @@ void launch_fwd(FwdParams p, int64_t B, int device, cudaStream_t stream) {
 }
 
 template <int D>
-void launch_fwd_variant(int variant, const FwdParams& p, int64_t B, int device, cudaStream_t stream) {
+void launch_fwd_variant(int variant, const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   if (variant == 1) launch_fwd<D, 1, 8>(p, B, device, stream);
   else if (variant == 3) launch_fwd<D, 2, 8>(p, B, device, stream);
   else launch_fwd<D, 2, 4>(p, B, device, stream);
@@ -323,7 +309,7 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
 
-  FwdParams p;
+  AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
   p.v = v.ptr<__nv_bfloat16>();
@@ -338,9 +324,7 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   p.num_q_tiles = 0;  // set by the launcher for its tile size
   const int variant = fwd_variant(d.D, r.q_end - r.q_begin, q.device.index);
   if (variant == 4) {
-    const WgmmaFwdParams w{p.q, p.k, p.v, p.acc, p.m, p.l, p.Nq, p.Nk, p.H, p.Hkv, p.group,
-                           p.q_begin, p.q_end, p.k_begin, p.k_end, p.diag, p.causal, p.scale2};
-    launch_attn_fwd_wgmma(w, d.D, d.B, q.device.index, stream);
+    launch_attn_fwd_wgmma(p, d.D, d.B, q.device.index, stream);
     return;
   }
   if (d.D == 64) launch_fwd_variant<64>(variant, p, d.B, q.device.index, stream);

@@ -82,7 +82,7 @@ __device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
 // partial sums), returns alpha (the factor O must be rescaled by) and P as bf16 A fragments:
 // pf[4kk + {0,1,2,3}] = keys 16kk + {2t, 2t+1} of rows {0, 1}, then keys 16kk + 8 + {2t, 2t+1} of rows {0, 1}.
 __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32], float (&alpha)[2], float (&m_run)[2],
-                                             float (&l_run)[2], const WgmmaFwdParams& p, int64_t kt0, int64_t k_hi,
+                                             float (&l_run)[2], const AttnFwdParams& p, int64_t kt0, int64_t k_hi,
                                              int64_t q0, int wg_row0, int lrow0, int t) {
   // The warpgroup's first row q0 + wg_row0 is the one most restricted by the diagonal.
   const bool need_mask = kt0 + kWgKeysPerTile > k_hi ||
@@ -143,7 +143,7 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const WgmmaFwdParams p, int num_q_tiles) {
+__global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
   using Smem = WgFwdSmem<D>;
   constexpr int kBc = kWgKeysPerTile;
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Wgm
 }
 
 template <int D>
-void launch(const WgmmaFwdParams& p, int64_t B, int device, cudaStream_t stream) {
+void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = WgFwdSmem<D>::kBytes;
   static bool configured[16] = {};  // the shared-memory opt-in is per device
   if (!configured[device & 15]) {
@@ -318,7 +318,7 @@ bool attn_fwd_wgmma_supported(int device, int64_t D) {
   return c == 1;
 }
 
-void launch_attn_fwd_wgmma(const WgmmaFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
+void launch_attn_fwd_wgmma(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
   RT_CHECK(D == 64 || D == 128, "attn_fwd_block (wgmma): head dim " << D << " is not 64 or 128");
   if (D == 64) launch<64>(p, B, device, stream);
   else launch<128>(p, B, device, stream);
