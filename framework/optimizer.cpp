@@ -14,24 +14,6 @@ float learning_rate(const OptimConfig& o, int64_t step, int64_t total_steps) {
   return float(o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress)));
 }
 
-double global_grad_norm(Model& model) {
-  double sums[2] = {0, 0};  // [0]: sharded over tp (summed over tp), [1]: replicated (counted once)
-  const Tensor grads = model.grads();
-  for (const ParamEntry& e : model.params()) {
-    const Tensor g = grads.slice(e.offset, e.offset + e.numel);
-    switch (e.shard) {
-      case ShardKind::replicated: sums[1] += sum_squares(g); break;
-      case ShardKind::column:
-      case ShardKind::row: sums[0] += sum_squares(g); break;
-      case ShardKind::kv_replicated:
-        if (e.owner) sums[0] += sum_squares(g);  // one copy of each shared KV head
-        break;
-    }
-  }
-  if (model.shape().tp > 1) model.tp_comm().all_reduce_sum(&sums[0], 1);
-  return std::sqrt(sums[0] + sums[1]);
-}
-
 AdamW::AdamW(const OptimConfig& config, Model& model, Arena& arena) : config_(config), model_(model) {
   const int64_t P = model.master().numel();
   m_ = arena.alloc(DType::f32, {P}, "adam m (f32)");  // (P)

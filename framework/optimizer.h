@@ -14,10 +14,6 @@ namespace rt {
 // total_steps (min_lr after that).
 float learning_rate(const OptimConfig& optim, int64_t step, int64_t total_steps);
 
-// sqrt of the sum of squared gradients of the whole (unsharded) model: sharded shards are summed over tp,
-// replicated tensors counted once. Collective over tp. Returns to the host (a host wait on CUDA): for tests
-// and tools; AdamW::step computes the same norm on the device.
-double global_grad_norm(Model& model);
 
 class AdamW {
  public:

@@ -78,6 +78,7 @@ Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::str
 
 struct RunResult {
   std::vector<double> losses;           // global mean loss of each step
+  std::vector<double> grad_norms;       // AdamW's global gradient norm of each step (what clipping used)
   std::vector<HostTensor> first_grads;  // full gradients of step 1 (after the dp x cp and shared-KV sums)
   std::vector<HostTensor> initial, final;  // full weights before step 1 and after the last step
 };
@@ -108,6 +109,7 @@ RunResult train(const Config& config, ProcessGrid& grid, int steps) {
     model.reduce_shared_kv_grads();
     if (step == 1) r.first_grads = model.gather_full(model.grads(), "");
     session.optimizer->step(step, learning_rate(config.optim, step, config.train.steps));
+    r.grad_norms.push_back(session.optimizer->last_grad_norm());
   }
   r.final = model.gather_full(model.master(), "");
   return r;
@@ -180,6 +182,15 @@ TEST_P(ModelGrid, MatchesOneRankLossGradientsAndCurve) {
     worst_grad = std::max(worst_grad, err);
     EXPECT_LE(err, kGradRelTol) << "gradient " << g.name << ": ||g-ref||/||ref|| = " << err;
   }
+
+  // The norm clipping sees: sharded tensors summed over tp, replicated ones and shared KV heads counted once.
+  ASSERT_EQ(got.grad_norms.size(), ref.grad_norms.size());
+  EXPECT_GT(ref.grad_norms[0], config.optim.grad_clip) << "step 1 must clip, or the norm would not matter";
+  EXPECT_LE(std::abs(got.grad_norms[0] - ref.grad_norms[0]), kGradRelTol * ref.grad_norms[0])
+      << "step-1 gradient norm " << got.grad_norms[0] << " vs one rank " << ref.grad_norms[0];
+  for (size_t i = 0; i < ref.grad_norms.size(); ++i)  // later steps drift with the weights (kWeightRelTol)
+    EXPECT_LE(std::abs(got.grad_norms[i] - ref.grad_norms[i]), kWeightRelTol * ref.grad_norms[i])
+        << "step " << i + 1 << ": gradient norm " << got.grad_norms[i] << " vs one rank " << ref.grad_norms[i];
 
   double worst_curve = 0;
   for (size_t i = 0; i < ref.losses.size(); ++i) {
