@@ -51,12 +51,7 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   require_cpu_f32(dq_acc, op, "dq_acc");
   require_cpu_f32(dk_acc, op, "dk_acc");
   require_cpu_f32(dv_acc, op, "dv_acc");
-  check_shape(dout, {d.B, d.Nq, d.H, d.D}, op, "dout (B,Nq,H,D)");
-  check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
-  check_shape(delta, {d.B, d.H, d.Nq}, op, "delta (B,H,Nq)");
-  check_shape(dq_acc, {d.B, d.Nq, d.H, d.D}, op, "dq_acc (B,Nq,H,D)");
-  check_shape(dk_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dk_acc (B,Nk,Hkv,D)");
-  check_shape(dv_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dv_acc (B,Nk,Hkv,D)");
+  check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.D == 0) return;
 

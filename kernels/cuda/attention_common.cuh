@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include "kernels/attention_shapes.h"
 #include "kernels/cuda/common.cuh"
 
 namespace rt {
@@ -12,14 +13,6 @@ namespace cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-struct AttnDims {
-  int64_t B, Nq, Nk, H, Hkv, D, group;  // group = H / Hkv query heads per K/V head
-};
-
-struct AttnRanges {
-  int64_t q_begin, q_end, k_begin, k_end;
-};
 
 inline void require_attn_tensor(const Tensor& t, DType dtype, const Device& dev, const char* op, const char* arg) {
   require_dtype_on(t, dtype, dev, op, arg);
@@ -29,13 +22,7 @@ inline void require_attn_tensor(const Tensor& t, DType dtype, const Device& dev,
 
 // q (B,Nq,H,D), k and v (B,Nk,Hkv,D): bf16 on one CUDA device, D in {64, 128}.
 inline AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
-  RT_CHECK(q.ndim == 4, op << ": q has shape " << q.shape_str() << ", expected (B,Nq,H,D)");
-  RT_CHECK(k.ndim == 4, op << ": k has shape " << k.shape_str() << ", expected (B,Nk,Hkv,D)");
-  AttnDims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], 1};
-  check_shape(k, {d.B, -1, -1, d.D}, op, "k (B,Nk,Hkv,D)");
-  check_shape(v, {d.B, d.Nk, d.Hkv, d.D}, op, "v (B,Nk,Hkv,D)");
-  RT_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0,
-           op << ": query heads H=" << d.H << " must be a multiple of K/V heads Hkv=" << d.Hkv);
+  const AttnDims d = attn_shape_dims(q, k, v, op);
   RT_CHECK(d.D == 64 || d.D == 128, op << ": head dim " << d.D
                                        << " is not supported by the CUDA flash kernels (64 or 128); change "
                                           "model.d_model / model.n_head, or run on device: cpu");
@@ -43,17 +30,7 @@ inline AttnDims attn_dims(const Tensor& q, const Tensor& k, const Tensor& v, con
   require_attn_tensor(k, DType::bf16, q.device, op, "k");
   require_attn_tensor(v, DType::bf16, q.device, op, "v");
   RT_CHECK(d.B <= 65535 && d.H <= 65535, op << ": B=" << d.B << " and H=" << d.H << " must be at most 65535");
-  d.group = d.H / d.Hkv;
   return d;
-}
-
-inline AttnRanges attn_ranges(const AttnMask& mask, int64_t Nq, int64_t Nk, const char* op) {
-  AttnRanges r{mask.q_begin, mask.q_end < 0 ? Nq : mask.q_end, mask.k_begin, mask.k_end < 0 ? Nk : mask.k_end};
-  RT_CHECK(0 <= r.q_begin && r.q_begin <= r.q_end && r.q_end <= Nq,
-           op << ": query range [" << mask.q_begin << "," << mask.q_end << ") is outside the " << Nq << " query rows");
-  RT_CHECK(0 <= r.k_begin && r.k_begin <= r.k_end && r.k_end <= Nk,
-           op << ": key range [" << mask.k_begin << "," << mask.k_end << ") is outside the " << Nk << " key rows");
-  return r;
 }
 
 // ---- tensor-core building blocks -----------------------------------------------------------------

@@ -317,12 +317,7 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   require_attn_tensor(dq_acc, DType::f32, dev, op, "dq_acc");
   require_attn_tensor(dk_acc, DType::f32, dev, op, "dk_acc");
   require_attn_tensor(dv_acc, DType::f32, dev, op, "dv_acc");
-  check_shape(dout, {d.B, d.Nq, d.H, d.D}, op, "dout (B,Nq,H,D)");
-  check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
-  check_shape(delta, {d.B, d.H, d.Nq}, op, "delta (B,H,Nq)");
-  check_shape(dq_acc, {d.B, d.Nq, d.H, d.D}, op, "dq_acc (B,Nq,H,D)");
-  check_shape(dk_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dk_acc (B,Nk,Hkv,D)");
-  check_shape(dv_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dv_acc (B,Nk,Hkv,D)");
+  check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
 

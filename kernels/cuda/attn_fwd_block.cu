@@ -303,9 +303,7 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   require_attn_tensor(state.acc, DType::f32, q.device, op, "state.acc");
   require_dtype_on(state.m, DType::f32, q.device, op, "state.m");
   require_dtype_on(state.l, DType::f32, q.device, op, "state.l");
-  check_shape(state.acc, {d.B, d.H, d.Nq, d.D}, op, "state.acc (B,H,Nq,D)");
-  check_shape(state.m, {d.B, d.H, d.Nq}, op, "state.m (B,H,Nq)");
-  check_shape(state.l, {d.B, d.H, d.Nq}, op, "state.l (B,H,Nq)");
+  check_attn_state_shapes(d, state, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
 

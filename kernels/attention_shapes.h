@@ -1,0 +1,62 @@
+// Shape checks of the attention ops, shared by the CPU and CUDA backends (kernels/cpu/attention_common.h,
+// kernels/cuda/attention_common.cuh), which add their own dtype, device and head-dim checks. Keep C++17.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+
+struct AttnDims {
+  int64_t B, Nq, Nk, H, Hkv, D, group;  // group = H / Hkv query heads per K/V head
+};
+
+// q (B,Nq,H,D), k and v (B,Nk,Hkv,D), H a multiple of Hkv.
+inline AttnDims attn_shape_dims(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+  RT_CHECK(q.ndim == 4, op << ": q has shape " << q.shape_str() << ", expected (B,Nq,H,D)");
+  RT_CHECK(k.ndim == 4, op << ": k has shape " << k.shape_str() << ", expected (B,Nk,Hkv,D)");
+  AttnDims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], 1};
+  check_shape(k, {d.B, d.Nk, d.Hkv, d.D}, op, "k (B,Nk,Hkv,D)");
+  check_shape(v, {d.B, d.Nk, d.Hkv, d.D}, op, "v (B,Nk,Hkv,D)");
+  RT_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0,
+           op << ": query heads H=" << d.H << " must be a multiple of K/V heads Hkv=" << d.Hkv);
+  d.group = d.H / d.Hkv;
+  return d;
+}
+
+// The mask's sub-ranges with end = -1 resolved, checked against the row counts.
+struct AttnRanges {
+  int64_t q_begin, q_end, k_begin, k_end;
+};
+
+inline AttnRanges attn_ranges(const AttnMask& mask, int64_t Nq, int64_t Nk, const char* op) {
+  AttnRanges r{mask.q_begin, mask.q_end < 0 ? Nq : mask.q_end, mask.k_begin, mask.k_end < 0 ? Nk : mask.k_end};
+  RT_CHECK(0 <= r.q_begin && r.q_begin <= r.q_end && r.q_end <= Nq,
+           op << ": query range [" << mask.q_begin << "," << mask.q_end << ") is outside the " << Nq
+              << " query rows");
+  RT_CHECK(0 <= r.k_begin && r.k_begin <= r.k_end && r.k_end <= Nk,
+           op << ": key range [" << mask.k_begin << "," << mask.k_end << ") is outside the " << Nk << " key rows");
+  return r;
+}
+
+// The state of attn_fwd_block: acc (B,H,Nq,D), m and l (B,H,Nq).
+inline void check_attn_state_shapes(const AttnDims& d, const AttnState& state, const char* op) {
+  check_shape(state.acc, {d.B, d.H, d.Nq, d.D}, op, "state.acc (B,H,Nq,D)");
+  check_shape(state.m, {d.B, d.H, d.Nq}, op, "state.m (B,H,Nq)");
+  check_shape(state.l, {d.B, d.H, d.Nq}, op, "state.l (B,H,Nq)");
+}
+
+// The other tensors of attn_bwd_block: dout (B,Nq,H,D), lse and delta (B,H,Nq), dq_acc (B,Nq,H,D), dk_acc and
+// dv_acc (B,Nk,Hkv,D).
+inline void check_attn_bwd_shapes(const AttnDims& d, const Tensor& dout, const Tensor& lse, const Tensor& delta,
+                                  const Tensor& dq_acc, const Tensor& dk_acc, const Tensor& dv_acc, const char* op) {
+  check_shape(dout, {d.B, d.Nq, d.H, d.D}, op, "dout (B,Nq,H,D)");
+  check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
+  check_shape(delta, {d.B, d.H, d.Nq}, op, "delta (B,H,Nq)");
+  check_shape(dq_acc, {d.B, d.Nq, d.H, d.D}, op, "dq_acc (B,Nq,H,D)");
+  check_shape(dk_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dk_acc (B,Nk,Hkv,D)");
+  check_shape(dv_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dv_acc (B,Nk,Hkv,D)");
+}
+
+}  // namespace rt
