@@ -90,22 +90,35 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
 }
 
 // Loads rows [0, ROWS) of a tile with cp.async: tile row r comes from src + (row0 + r) * stride elements
-// when row0 + r < valid_rows, and is zero-filled otherwise. THREADS threads take part.
-template <int ROWS, int D, int THREADS>
-__device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
-                                                int64_t row0, int64_t valid_rows) {
+// when row0 + r < valid_rows, and is zero-filled otherwise. THREADS threads take part. `chunk_offset(r, c)`
+// is the byte offset of 16-byte chunk c of tile row r: the tile's swizzle.
+template <int ROWS, int D, int THREADS, typename ChunkOffset>
+__device__ __forceinline__ void load_rows_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                int64_t row0, int64_t valid_rows, ChunkOffset chunk_offset) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kTotal = ROWS * kChunks;
   static_assert(kTotal % THREADS == 0, "tile chunks must divide evenly among the threads");
 #pragma unroll
   for (int it = 0; it < kTotal / THREADS; ++it) {
-    const int idx = it * THREADS + threadIdx.x;
+    const int idx = it * THREADS + int(threadIdx.x);
     const int r = idx / kChunks, c = idx % kChunks;
     const int64_t grow = row0 + r;
     const bool ok = grow < valid_rows;
     const __nv_bfloat16* p = ok ? src + grow * stride + c * 8 : src;  // src itself is valid for the zero-fill
-    cp_async_16(tile + tile_offset<D>(r, c), p, ok ? 16 : 0);
+    cp_async_16(tile + chunk_offset(r, c), p, ok ? 16 : 0);
   }
+}
+
+// The row-major tile of tile_offset (chunk c of row r at chunk c ^ (r & 7)).
+template <int D>
+struct RowXorOffset {
+  __device__ __forceinline__ uint32_t operator()(int row, int chunk) const { return tile_offset<D>(row, chunk); }
+};
+
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                int64_t row0, int64_t valid_rows) {
+  load_rows_async<ROWS, D, THREADS>(tile, src, stride, row0, valid_rows, RowXorOffset<D>{});
 }
 
 // ---- dQ accumulation of the backward kernels --------------------------------------------------------

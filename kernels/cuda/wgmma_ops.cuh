@@ -32,23 +32,16 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
   return uint32_t((chunk >> 3) * (ROWS * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-// Loads rows [0, ROWS) of a sw128 tile with cp.async: tile row r comes from src + (row0 + r) * stride
-// elements when row0 + r < valid_rows, and is zero-filled otherwise. THREADS threads take part.
+template <int ROWS>
+struct Sw128Offset {
+  __device__ __forceinline__ uint32_t operator()(int row, int chunk) const { return sw128_offset<ROWS>(row, chunk); }
+};
+
+// Loads rows [0, ROWS) of a sw128 tile with cp.async (load_rows_async, attention_common.cuh).
 template <int ROWS, int D, int THREADS>
 __device__ __forceinline__ void load_tile_sw128_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
                                                       int64_t row0, int64_t valid_rows) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  constexpr int kTotal = ROWS * kChunks;
-  static_assert(kTotal % THREADS == 0, "tile chunks must divide evenly among the threads");
-#pragma unroll
-  for (int it = 0; it < kTotal / THREADS; ++it) {
-    const int idx = it * THREADS + int(threadIdx.x);
-    const int r = idx / kChunks, c = idx % kChunks;
-    const int64_t grow = row0 + r;
-    const bool ok = grow < valid_rows;
-    const __nv_bfloat16* p = ok ? src + grow * stride + c * 8 : src;  // src itself is valid for the zero-fill
-    cp_async_16(tile + sw128_offset<ROWS>(r, c), p, ok ? 16 : 0);
-  }
+  load_rows_async<ROWS, D, THREADS>(tile, src, stride, row0, valid_rows, Sw128Offset<ROWS>{});
 }
 
 // Shared-memory matrix descriptor for a 128-byte-swizzled operand (layout type 1 in bits 62-63).
