@@ -20,10 +20,13 @@
 #include "framework/checkpoint.h"
 #include "framework/config.h"
 #include "kernels/tensor.h"
+#include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+using rt::test::error_of;
 
 rt::HostTensor random_tensor(const std::string& name, std::vector<int64_t> shape, std::mt19937& rng) {
   rt::HostTensor t;
@@ -56,15 +59,6 @@ void expect_same(const std::vector<rt::HostTensor>& a, const std::vector<rt::Hos
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const rt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -76,9 +70,7 @@ void write_all(const fs::path& p, const std::string& s) { std::ofstream(p, std::
 class CheckpointFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "rt_test_ckpt_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = rt::test::make_temp_dir("rt_test_ckpt");
     ::unsetenv("RINGTRAIN_TEST_CRASH_IN_SAVE");
   }
   void TearDown() override {

@@ -12,6 +12,7 @@
 #include "framework/config.h"
 #include "framework/run_dir.h"
 #include "kernels/tensor.h"
+#include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -47,9 +48,7 @@ std::string body(const std::string& yaml_text) { return yaml_text.substr(yaml_te
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "rt_test_config_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = rt::test::make_temp_dir("rt_test_config");
     run_dir_ = dir_ / "run";
   }
   void TearDown() override { fs::remove_all(dir_); }

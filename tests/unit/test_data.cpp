@@ -15,18 +15,19 @@
 #include "framework/config.h"
 #include "framework/data.h"
 #include "kernels/tensor.h"
+#include "tests/unit/test_util.h"
 #include "parallel/layout.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
+using rt::test::error_of;
+
 class DataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "rt_test_data_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = rt::test::make_temp_dir("rt_test_data");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -65,15 +66,6 @@ rt::Batch whole_batch(const rt::Config& c, uint64_t cursor, const std::string& s
   rt::Batch b = loader->next();
   EXPECT_EQ(loader->cursor(), cursor + 1);
   return b;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const rt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 TEST_F(DataTest, CopyTaskHalves) {

@@ -10,6 +10,7 @@
 
 #include "framework/metrics.h"
 #include "kernels/tensor.h"
+#include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -50,8 +51,7 @@ TEST(Metrics, ConsoleLine) {
 }
 
 TEST(Metrics, JsonlWriterFlushesEachLine) {
-  std::string tmpl = (fs::temp_directory_path() / "rt_test_metrics_XXXXXX").string();
-  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string tmpl = rt::test::make_temp_dir("rt_test_metrics").string();
   const std::string path = tmpl + "/metrics.jsonl";
   {
     rt::MetricsWriter w(path, /*append=*/false);
