@@ -151,21 +151,24 @@ def make_plots(rows, sweep, out_dir):
     else:
         notes.append("comm_exposed_share: the metrics hold no comm_exposed_ms (or neither cp nor seq_len varies)")
 
-    # Memory vs context, measured and planned (skipped points show their prediction).
-    planned = [r for r in rows if r.get("plan_peak_gib") is not None]
+    # Memory vs context, measured and planned (skipped points show their prediction). The plan's total is the
+    # arena plus its stated allowance for what the arena does not hold (CUDA context, cuBLASLt workspace).
+    def plan_total(r):
+        return r.get("plan_total_gib") if r.get("plan_total_gib") is not None else r.get("plan_peak_gib")
+    planned = [r for r in rows if plan_total(r) is not None]
     x = "seq_len" if _varies(planned, "seq_len") else "cp"
     if _varies(planned, x):
         fig, ax = _setup(plt, f"{sweep.name}: peak memory per rank, measured and planned", label,
                          "context length (tokens)" if x == "seq_len" else "cp (ranks in the ring)", "GiB", True)
         measured = _series(done, x, sweep, lambda r: r.get("peak_mem_gib"))
-        predicted = _series(planned, x, sweep, lambda r: r.get("plan_peak_gib"))
+        predicted = _series(planned, x, sweep, plan_total)
         colors = {}
         for name, pts in measured.items():
             line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{name} measured".strip())
             colors[name] = line[0].get_color()
         for name, pts in predicted.items():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="--", marker="x", color=colors.get(name),
-                    label=f"{name} plan".strip())
+                    label=f"{name} plan (arena + allowance)".strip())
         if sweep.device_memory_bytes:
             ax.axhline(sweep.device_memory_bytes / 2.0**30, color="red", linestyle=":", linewidth=1,
                        label="device memory")
