@@ -1,5 +1,8 @@
 // Training-step benchmark (DESIGN.md "Tests and benchmarks"): one rank, the whole step as train_main runs
-// it (loader, forward, fused LM head + loss, backward, AdamW), timed on the host around a device sync.
+// it (loader, then rt::train_step: forward, fused LM head + loss, backward, AdamW; losses read after the step),
+// timed on the host around a device sync. It also prints how long the host took to enqueue the step and how
+// many times it waited on the device inside it: when the enqueue ends well before the step and there are no
+// waits, the GPU never idles for the host, and CUDA graphs could only save the per-launch gaps.
 // Prints ms/step (median over the steps after warm-up), tok/s, MFU with the DESIGN.md formula, and memory
 // (the arena, i.e. every buffer of the model, and the device's used memory), then one line
 // "RESULT {json}" for bench/torch_gpt_side_by_side.py.
@@ -22,7 +25,9 @@
 #include "framework/mfu.h"
 #include "framework/model.h"
 #include "framework/optimizer.h"
+#include "framework/train_step.h"
 #include "framework/trainer_setup.h"
+#include "kernels/device_memory.h"
 #include "kernels/ops.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
@@ -132,24 +137,26 @@ int main(int argc, char** argv) {
                 config.train.checkpointing.c_str(), setup_s);
     std::fflush(stdout);
 
-    std::vector<double> times;
+    std::vector<double> times, enqueue_times;
+    uint64_t max_waits = 0;
     double last_loss = 0;
     for (int s = 1; s <= warmup + steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       const Batch batch = loader->next();
-      const double count = model.global_target_count(batch);
-      const std::vector<float> losses = model.step(batch, count, /*want_grad=*/true);
-      model.reduce_shared_kv_grads();
-      optimizer.step(s, learning_rate(config.optim, s, config.train.steps));
+      const uint64_t waits0 = cuda_host_waits();
+      train_step(model, optimizer, batch, s, learning_rate(config.optim, s, config.train.steps));
+      const auto t_enqueued = std::chrono::steady_clock::now();
+      const uint64_t waits = cuda_host_waits() - waits0;
       device_sync(device);
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      double sum = 0;
-      for (size_t i = 0; i < losses.size(); ++i)
-        if (batch.targets[i] >= 0) sum += losses[i];
-      last_loss = sum / count;
-      std::printf("  step %d%s: %.1f ms, loss %.4f\n", s, s <= warmup ? " (warm-up)" : "", dt * 1e3, last_loss);
+      const auto t1 = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(t1 - t0).count();
+      const double enqueue = std::chrono::duration<double>(t_enqueued - t0).count();
+      const LossTally tally = step_losses(model, batch);  // after the timed step, as at a logging point
+      last_loss = tally.mean(0);
+      std::printf("  step %d%s: %.1f ms, loss %.4f | host enqueue %.1f ms, host waits inside the step %llu\n", s,
+                  s <= warmup ? " (warm-up)" : "", dt * 1e3, last_loss, enqueue * 1e3, (unsigned long long)waits);
       std::fflush(stdout);
-      if (s > warmup) times.push_back(dt);
+      if (s > warmup) times.push_back(dt), enqueue_times.push_back(enqueue), max_waits = std::max(max_waits, waits);
     }
     std::sort(times.begin(), times.end());
     const size_t k = times.size();
@@ -163,13 +170,19 @@ int main(int argc, char** argv) {
     const double used_gib = device_used_bytes(device) / gib;
     std::printf("  median %.1f ms/step over %zu steps | %.0f tok/s | MFU %.1f%% of %.0f TFLOP/s | arena %.2f GiB | "
                 "device used %.2f GiB\n", median * 1e3, k, tok_s, 100 * frac, peak, arena_gib, used_gib);
+    std::sort(enqueue_times.begin(), enqueue_times.end());
+    const double enqueue_median = enqueue_times[k / 2];
+    std::printf("  host: enqueues a step in %.1f ms (%.1f%% of the step), at most %llu host waits inside a step\n",
+                enqueue_median * 1e3, 100 * enqueue_median / median, (unsigned long long)max_waits);
     std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
     std::printf("RESULT {\"config\":\"%s\",\"L\":%d,\"d\":%d,\"H\":%d,\"V\":%d,\"T\":%lld,\"batch\":%d,"
                 "\"ckpt\":\"%s\",\"ms_per_step\":%.3f,\"tok_s\":%.1f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
-                "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu}\n",
+                "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu,"
+                "\"enqueue_ms\":%.3f,\"host_waits\":%llu}\n",
                 path.c_str(), int(m.n_layer), int(m.d_model), int(m.n_head), int(m.vocab_size),
                 (long long)config.data.seq_len, int(config.train.batch_size), config.train.checkpointing.c_str(),
-                median * 1e3, tok_s, frac, peak, arena_gib, used_gib, flops.per_token(), last_loss, k);
+                median * 1e3, tok_s, frac, peak, arena_gib, used_gib, flops.per_token(), last_loss, k,
+                enqueue_median * 1e3, (unsigned long long)max_waits);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
