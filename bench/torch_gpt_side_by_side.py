@@ -6,7 +6,9 @@ process) and then a PyTorch model of the same shape in this process, and prints 
 
 The PyTorch side is what a PyTorch user would write (the way ../shared/baselines measured it): eager mode,
 bf16 autocast over fp32 weights, SDPA restricted to the cuDNN backend, fused AdamW, the full logits and
-F.cross_entropy, per-block torch.utils.checkpoint when the config says checkpointing: full. Pre-norm RMSNorm,
+F.cross_entropy, per-block torch.utils.checkpoint when the config says checkpointing: full, and when it says
+selective, the same per-block checkpoint with a selective policy that saves the cuDNN attention op's outputs
+(O and LSE, as ours keeps them) and recomputes everything else. Pre-norm RMSNorm,
 RoPE (rotate-half), GELU (tanh) MLP 4d, untied head, vocab 50304, batch 1: the same FLOPs as ours.
 
 Both sides: ms/step is the median of the steps after warm-up, each step ended by a device sync; tok/s =
@@ -70,7 +72,20 @@ def run_torch(shape, warmup, steps):
     L, d, H = int(shape["n_layer"]), int(shape["d_model"]), int(shape["n_head"])
     V, T = int(shape["vocab_size"]), int(shape["seq_len"])
     ff = int(shape.get("d_ff", 4 * d))
-    ckpt = shape.get("checkpointing", "none") == "full"
+    policy = shape.get("checkpointing", "none")
+    if policy not in ("none", "full", "selective"):
+        raise SystemExit(f"checkpointing: {policy} is not one of none, full, selective")
+    ckpt = policy in ("full", "selective")
+    context_fn = None
+    if policy == "selective":
+        import functools
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+        keep = {torch.ops.aten._scaled_dot_product_cudnn_attention.default}
+
+        def keep_attention(ctx, op, *args, **kwargs):
+            return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+        context_fn = functools.partial(create_selective_checkpoint_contexts, keep_attention)
     hd = d // H
 
     class Block(nn.Module):
@@ -110,7 +125,12 @@ def run_torch(shape, warmup, steps):
             cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
             x = self.tok(idx)
             for b in self.blocks:
-                x = checkpoint(b, x, cos, sin, use_reentrant=False) if ckpt else b(x, cos, sin)
+                if not ckpt:
+                    x = b(x, cos, sin)
+                elif context_fn is None:
+                    x = checkpoint(b, x, cos, sin, use_reentrant=False)
+                else:
+                    x = checkpoint(b, x, cos, sin, use_reentrant=False, context_fn=context_fn)
             logits = self.head(self.norm(x))
             return F.cross_entropy(logits.float().view(-1, V), tgt.view(-1))
 
@@ -196,7 +216,7 @@ def main():
         rows.append((c, shape, ours, theirs))
 
     head = ("| config | L | d | T | ckpt | ours ms/step | torch ms/step | ours tok/s | torch tok/s | ours/torch "
-            "| ours MFU | torch MFU | ours arena GiB | ours device GiB | torch peak GiB |")
+            "| ours MFU | torch MFU | ours arena GiB | ours device GiB | torch peak GiB | ours host enqueue ms | ours host waits |")
     lines = [f"GPU: {gpu}. MFU = (6*P_matmul + 6*L*d*T) * tok/s / {PEAK_TFLOPS:.0f} TFLOP/s. "
              f"Median of {a.steps} steps after {a.warmup} warm-up.", "", head,
              "|" + "---|" * (head.count("|") - 1)]
@@ -208,7 +228,8 @@ def main():
             fmt(o.get("ms_per_step"), ".1f") or o.get("error", ""), fmt(t.get("ms_per_step"), ".1f") or t.get("error", ""),
             fmt(o.get("tok_s"), ".0f"), fmt(t.get("tok_s"), ".0f"), fmt(ratio, ".2f"),
             fmt(100 * o["mfu"], ".1f") + "%" if "mfu" in o else "", fmt(100 * t["mfu"], ".1f") + "%" if "mfu" in t else "",
-            fmt(o.get("arena_gib"), ".1f"), fmt(o.get("device_used_gib"), ".1f"), fmt(t.get("peak_gib"), ".1f")]) + " |")
+            fmt(o.get("arena_gib"), ".1f"), fmt(o.get("device_used_gib"), ".1f"), fmt(t.get("peak_gib"), ".1f"),
+            fmt(o.get("enqueue_ms"), ".1f"), str(o.get("host_waits", ""))]) + " |")
     table = "\n".join(lines)
     print("\n" + table, flush=True)
     if a.out:
