@@ -7,7 +7,10 @@
 // (the arena, i.e. every buffer of the model, and the device's used memory), then one line
 // "RESULT {json}" for bench/torch_gpt_side_by_side.py.
 //
-//   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--set key=value ...]
+//   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--profile] [--set key=value ...]
+//
+// --profile runs one more step after the timed ones with every CUDA op timed by events (kernels/op_profile.h)
+// and prints GPU ms per op, the step's wall time and what no op accounts for (communication, host work, idle).
 //
 // --init fast (default) fills the weights from a small N(0, std) pool tiled over every tensor (norms 1),
 // which takes a second where the exact init (`ringtrain train`'s, per-element RNG) takes ~20 s at 1.4B; the
@@ -28,6 +31,7 @@
 #include "framework/train_step.h"
 #include "framework/trainer_setup.h"
 #include "kernels/device_memory.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
@@ -40,7 +44,7 @@ namespace {
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr, "bench_train_step: %s\nusage: bench_train_step <config.yaml> [--warmup N] [--steps N] "
-                       "[--init fast|exact] [--set key=value ...]\n", msg);
+                       "[--init fast|exact] [--profile] [--set key=value ...]\n", msg);
   std::exit(2);
 }
 
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
   if (argc < 2) usage("no config given");
   std::string path = argv[1], init = "fast";
   int warmup = 2, steps = 5;
+  bool profile = false;
   std::vector<std::string> sets;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -105,6 +110,7 @@ int main(int argc, char** argv) {
     if (a == "--warmup") warmup = std::atoi(value().c_str());
     else if (a == "--steps") steps = std::atoi(value().c_str());
     else if (a == "--init") init = value();
+    else if (a == "--profile") profile = true;
     else if (a == "--set") sets.push_back(value());
     else usage(("unknown argument " + a).c_str());
   }
@@ -175,6 +181,28 @@ int main(int argc, char** argv) {
     std::printf("  host: enqueues a step in %.1f ms (%.1f%% of the step), at most %llu host waits inside a step\n",
                 enqueue_median * 1e3, 100 * enqueue_median / median, (unsigned long long)max_waits);
     std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
+    if (profile) {
+      const int s = warmup + steps + 1;
+      const Batch batch = loader->next();
+      device_sync(device);
+      const auto t0 = std::chrono::steady_clock::now();
+      op_profile_begin();
+      train_step(model, optimizer, batch, s, learning_rate(config.optim, s, config.train.steps));
+      const std::vector<OpTime> ops = op_profile_end();
+      device_sync(device);
+      const double wall_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double sum = 0;
+      for (const OpTime& op : ops) sum += op.ms;
+      std::printf("  profile of one more step (CUDA events around every op; %.1f ms wall with the events):\n", wall_ms);
+      std::printf("    %-26s %7s %11s %7s\n", "op", "calls", "GPU ms", "% step");
+      for (const OpTime& op : ops)
+        std::printf("    %-26s %7lld %11.1f %6.1f%%\n", op.name.c_str(), (long long)op.calls, op.ms, 100 * op.ms / wall_ms);
+      std::printf("    %-26s %7s %11.1f %6.1f%%\n", "(no op: comm, host, idle)", "", wall_ms - sum,
+                  100 * (wall_ms - sum) / wall_ms);
+      std::printf("PROFILE {\"wall_ms\":%.3f", wall_ms);
+      for (const OpTime& op : ops) std::printf(",\"%s\":%.3f", op.name.c_str(), op.ms);
+      std::printf("}\n");
+    }
     std::printf("RESULT {\"config\":\"%s\",\"L\":%d,\"d\":%d,\"H\":%d,\"V\":%d,\"T\":%lld,\"batch\":%d,"
                 "\"ckpt\":\"%s\",\"ms_per_step\":%.3f,\"tok_s\":%.1f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                 "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu,"

@@ -5,6 +5,9 @@
 #include <cstdlib>
 
 #include "kernels/attention.h"
+#ifdef RINGTRAIN_HAVE_CUDA
+#include "kernels/cuda/op_profile_scope.h"
+#endif
 
 namespace rt {
 namespace cpu {
@@ -18,7 +21,7 @@ void copy_between_host_and_device(Tensor out, const Tensor& in);  // kernels/cud
 #endif
 
 namespace {
-[[noreturn]] void no_cuda(const char* op) {
+[[noreturn, maybe_unused]] void no_cuda(const char* op) {
   RT_CHECK(false, op << ": CUDA tensor given, but this ringtrain was built without CUDA. Set device: cpu, or "
                         "rebuild with nvcc available (-DRINGTRAIN_CUDA=ON)");
 }
@@ -27,7 +30,10 @@ namespace {
 #ifdef RINGTRAIN_HAVE_CUDA
 #define RT_DISPATCH(first, op, ...)                     \
   do {                                                  \
-    if ((first).device.is_cuda()) return cuda::op(__VA_ARGS__); \
+    if ((first).device.is_cuda()) {                     \
+      const cuda::OpProfileScope rt_op_timer_(#op);     \
+      return cuda::op(__VA_ARGS__);                     \
+    }                                                   \
     return cpu::op(__VA_ARGS__);                        \
   } while (0)
 #else
