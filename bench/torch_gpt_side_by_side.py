@@ -17,7 +17,7 @@ Memory: ours = the arena (every model buffer) and the device's used memory (cont
 included); torch = torch.cuda.max_memory_allocated (and reserved).
 
     python3 bench/torch_gpt_side_by_side.py --ours build/bench/bench_train_step [--configs a.yaml b.yaml]
-        [--warmup 1] [--steps 3] [--out table.md] [--skip-torch]
+        [--warmup 1] [--steps 3] [--out table.md] [--skip-torch] [--profile]
 """
 import argparse
 import glob
@@ -45,8 +45,8 @@ def read_shape(path):
     return out
 
 
-def run_ours(binary, config, warmup, steps, timeout):
-    cmd = [binary, config, "--warmup", str(warmup), "--steps", str(steps)]
+def run_ours(binary, config, warmup, steps, timeout, profile=False):
+    cmd = [binary, config, "--warmup", str(warmup), "--steps", str(steps)] + (["--profile"] if profile else [])
     print("$ " + " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -192,6 +192,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run of ours")
     ap.add_argument("--out", default=None, help="also write the table (markdown) here")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="ours: one more step with per-op GPU times (in the log)")
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     configs = a.configs or sorted(glob.glob(os.path.join(root, "configs", "bench", "*.yaml")))
@@ -210,7 +211,7 @@ def main():
     rows = []
     for c in configs:
         shape = read_shape(c)
-        ours = run_ours(a.ours, c, a.warmup, a.steps, a.timeout)
+        ours = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile)
         theirs = run_torch(shape, a.warmup, a.steps) if have_torch else {"error": "no torch"}
         print("torch: " + json.dumps(theirs), flush=True)
         rows.append((c, shape, ours, theirs))
