@@ -51,10 +51,14 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
-// Waits until the phase with parity `parity` has completed (try_wait suspends for a while in hardware).
+// Waits until the phase with parity `parity` has completed (try_wait suspends for a while in hardware). The
+// retry loop is inside the asm (labels are local to the braces), so the compiler sees straight-line code.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
+  asm volatile(
+      "{\n.reg .pred p;\nRT_MBAR_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra RT_MBAR_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
 // ---- TMA loads --------------------------------------------------------------------------------------
@@ -178,6 +182,36 @@ inline CUtensorMap make_tma_map_bf16_sw128(const void* base, int rank, const uin
                                                                              << box[0] << " x " << box[1] << ")");
   return map;
 }
+
+}  // namespace cuda
+}  // namespace rt
+
+// --- used by the backward (bwd v5, kernels/cuda/attn_bwd_wgmma.cu): 1-D bulk reduce shared -> global -------
+namespace rt {
+namespace cuda {
+
+// dst[i] += src[i] for bytes / 4 floats (bytes a multiple of 16, both addresses 16-byte aligned), done by the
+// async proxy: the threads that wrote `src` run fence_proxy_async() before the barrier that hands the buffer
+// to the issuing thread.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+// Closes this thread's bulk group of the operations issued since the last commit.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are incomplete (their global writes performed).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's async-proxy global accesses (bulk reduces) with its generic-proxy ones.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 }  // namespace cuda
 }  // namespace rt
