@@ -12,12 +12,13 @@
 //   * the state is read at the start and written at the end, so the kernel resumes across ring steps
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
-// Variant choice: fwd_variant() below (v2, or v3 for long D = 128 rows, or the wgmma kernel v4 of
-// attn_fwd_wgmma.cu on compute capability 9.0; RT_ATTN_FWD_VARIANT forces one).
+// Variant choice: fwd_variant() below (v2, or v3 for long D = 128 rows, or the wgmma kernels v4 of
+// attn_fwd_wgmma.cu / v5 of attn_fwd_ws.cu on compute capability 9.0; RT_ATTN_FWD_VARIANT forces one).
 #include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attn_params.cuh"
+#include "kernels/cuda/attn_fwd_ws.cuh"
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
 
 namespace rt {
@@ -279,16 +280,21 @@ void launch_fwd_variant(int variant, const AttnFwdParams& p, int64_t B, int devi
 }
 
 // 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
-// Br 256: half the K/V traffic from L2 per FLOP), 4 = v4 (wgmma, attn_fwd_wgmma.cu; compute capability 9.0
-// with an sm_90a build only, else the mma.sync default). RT_ATTN_FWD_VARIANT=1|2|3|4 forces one (read on
-// every call so that tests can switch). Otherwise: v4 for D = 128 where it can run (+21-24% over v3 at
-// 16K-64K rows on an H200, 2026-11-29; it is not faster than v2 at D = 64), then v3 for D = 128 with at
-// least 16K query rows (+3% over v2), v2 elsewhere (bench/NOTES.md).
+// Br 256: half the K/V traffic from L2 per FLOP), 4 = v4 (wgmma, attn_fwd_wgmma.cu), 5 = v5 (wgmma + TMA
+// producer warp + pingpong consumers, attn_fwd_ws.cu); v4 and v5 need compute capability 9.0 with an sm_90a
+// build, else the mma.sync default runs. RT_ATTN_FWD_VARIANT=1..5 forces one (read on every call so that
+// tests can switch). Otherwise: v5 where it can run (H200, same job, 2026-11-29: d128 +36-57% over v4 at
+// 4K-64K rows, +17-25% at 1K; d64 +29-45% over v2 at 4K-64K), then v4 for D = 128, then v3 for D = 128
+// with at least 16K query rows, v2 elsewhere (bench/NOTES.md "fwd v5").
+constexpr bool kFwdV5DefaultD128 = true;
+constexpr bool kFwdV5DefaultD64 = true;
 constexpr bool kFwdV4DefaultD128 = true;
 constexpr bool kFwdV4DefaultD64 = false;
 int fwd_variant(int64_t D, int64_t q_rows, int device) {
   const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
-  const int forced = (env && env[0] >= '1' && env[0] <= '4') ? env[0] - '0' : 0;
+  const int forced = (env && env[0] >= '1' && env[0] <= '5') ? env[0] - '0' : 0;
+  const bool v5_default = D == 128 ? kFwdV5DefaultD128 : kFwdV5DefaultD64;
+  if ((forced == 5 || (forced == 0 && v5_default)) && attn_fwd_ws_supported(device, D)) return 5;
   const bool v4_default = D == 128 ? kFwdV4DefaultD128 : kFwdV4DefaultD64;
   if ((forced == 4 || (forced == 0 && v4_default)) && attn_fwd_wgmma_supported(device, D)) return 4;
   if (forced >= 1 && forced <= 3) return forced;
@@ -321,6 +327,10 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
   p.num_q_tiles = 0;  // set by the launcher for its tile size
   const int variant = fwd_variant(d.D, r.q_end - r.q_begin, q.device.index);
+  if (variant == 5) {
+    launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);
+    return;
+  }
   if (variant == 4) {
     launch_attn_fwd_wgmma(p, d.D, d.B, q.device.index, stream);
     return;

@@ -19,14 +19,14 @@
 #include <climits>
 
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
+#include "kernels/cuda/wgmma_attn_fwd_tile.cuh"
 #include "kernels/cuda/wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {
 namespace {
 
-constexpr int kWgRowsPerCta = 128;   // Br: 2 warpgroups x 64 rows
-constexpr int kWgKeysPerTile = 128;  // Bc
+using namespace wgfwd;  // kWgRowsPerCta, kWgKeysPerTile, issue_qk, issue_pv, softmax_tile, rescale_o
 constexpr int kWgThreads = 256;
 
 template <int D>
@@ -35,112 +35,6 @@ struct WgFwdSmem {
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr size_t kBytes = size_t(kQBytes) + 4 * size_t(kKVBytes) + 1024;  // Q, K[2], V[2], alignment
 };
-
-// The value, hidden from the optimizer so that descriptors built from it are rebuilt where used instead of
-// being hoisted out of the main loop into registers.
-__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
-  asm volatile("mov.b32 %0, %0;" : "+r"(x));
-  return x;
-}
-
-// S (64 x 128 per warpgroup) = Q_wg K_tile^T in D/16 k-steps. q_wg: this warpgroup's first Q row in the
-// (128, D) tile; k_tile: a (128, D) tile.
-template <int D>
-__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_wg, uint32_t k_tile) {
-  // The start address is the descriptor's low field (bytes / 16); offsets are added to it directly.
-  const uint64_t a0 = sw128_desc(opaque_u32(q_wg), 16, 1024), b0 = sw128_desc(k_tile, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint64_t a = a0 + uint64_t(((kk / 4) * (kWgRowsPerCta * 128) + (kk % 4) * 32) >> 4);
-    const uint64_t b = b0 + uint64_t(((kk / 4) * (kWgKeysPerTile * 128) + (kk % 4) * 32) >> 4);
-    wgmma_m64n128k16_ss(s, a, b, kk > 0 ? 1 : 0);
-  }
-}
-
-// O (64 x D per warpgroup) += P V_tile in 8 k-steps of 16 keys; pf holds P as bf16 A fragments.
-template <int D>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)[32], uint32_t v_tile) {
-  const uint64_t b0 = sw128_desc(v_tile, kWgKeysPerTile * 128, 1024);
-#pragma unroll
-  for (int kk = 0; kk < kWgKeysPerTile / 16; ++kk) {
-    const uint64_t b = b0 + uint64_t((kk * 16 * 128) >> 4);
-    if constexpr (D == 128) wgmma_m64n128k16_rs_bmn(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3], b);
-    else wgmma_m64n64k16_rs_bmn(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3], b);
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
-// One tile of the online softmax for this thread's two rows (CTA-local rows lrow0 and lrow0 + 8 of the CTA
-// starting at query row q0; the warpgroup's rows start at local row wg_row0).
-// s[nt*4 + 2r + e] is the score of row r and key nt*8 + 2t + e of the tile starting at key kt0. Masks keys
-// >= k_hi and (causal) keys above the diagonal when the tile needs it, updates m_run and l_run (per-thread
-// partial sums), returns alpha (the factor O must be rescaled by) and P as bf16 A fragments:
-// pf[4kk + {0,1,2,3}] = keys 16kk + {2t, 2t+1} of rows {0, 1}, then keys 16kk + 8 + {2t, 2t+1} of rows {0, 1}.
-__device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32], float (&alpha)[2], float (&m_run)[2],
-                                             float (&l_run)[2], const AttnFwdParams& p, int64_t kt0, int64_t k_hi,
-                                             int64_t q0, int wg_row0, int lrow0, int t) {
-  // The warpgroup's first row q0 + wg_row0 is the one most restricted by the diagonal.
-  const bool need_mask = kt0 + kWgKeysPerTile > k_hi ||
-                         (p.causal && kt0 + kWgKeysPerTile - 1 > q0 + wg_row0 + p.diag);  // warpgroup-uniform
-  if (need_mask) {
-    // Tile-local ints: key jj is visible to CTA-local row lr iff jj < kmax and (not causal or jj - lr <= cd).
-    const int kmax = int(min(k_hi - kt0, int64_t(kWgKeysPerTile)));
-    const int cd = p.causal ? int(max(min(q0 + p.diag - kt0, int64_t(1) << 20), -(int64_t(1) << 20))) : (1 << 20);
-#pragma unroll
-    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int jj = nt * 8 + 2 * t + (e & 1);
-        const int lr = lrow0 + (e / 2) * 8;
-        if (!(jj < kmax && jj - lr <= cd)) s[nt * 4 + e] = -INFINITY;
-      }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mnew = fmaxf(m_run[r], mx * p.scale2);
-    const float muse = mnew == -INFINITY ? 0.f : mnew;  // never (-inf) - (-inf)
-    alpha[r] = fast_exp2(m_run[r] - muse);
-    m_run[r] = mnew;
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt) {
-      const float p0 = fast_exp2(fmaf(s[nt * 4 + 2 * r], p.scale2, -muse));
-      const float p1 = fast_exp2(fmaf(s[nt * 4 + 2 * r + 1], p.scale2, -muse));
-      sum += p0 + p1;
-      s[nt * 4 + 2 * r] = p0;
-      s[nt * 4 + 2 * r + 1] = p1;
-    }
-    l_run[r] = l_run[r] * alpha[r] + sum;
-  }
-#pragma unroll
-  for (int kk = 0; kk < kWgKeysPerTile / 16; ++kk) {
-    pf[4 * kk + 0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-    pf[4 * kk + 1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-    pf[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-    pf[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-  }
-}
-
-template <int D>
-__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
-#pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt) {
-    o[nt * 4 + 0] *= alpha[0];
-    o[nt * 4 + 1] *= alpha[0];
-    o[nt * 4 + 2] *= alpha[1];
-    o[nt * 4 + 3] *= alpha[1];
-  }
-}
 
 template <int D>
 __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const AttnFwdParams p, int num_q_tiles) {

@@ -1,16 +1,18 @@
-// attn_fwd_block's wgmma kernel (fwd v4, sm_90a; kernels/cuda/attn_fwd_wgmma.cu), forced with
-// RT_ATTN_FWD_VARIANT=4, against an fp64 host reference of the same sequence of blocks and against the
-// mma.sync kernel (variant 2) on the same inputs. Each case starts from a fresh state (reset) or from a
+// attn_fwd_block's Hopper kernels (sm_90a): fwd v4 (wgmma, kernels/cuda/attn_fwd_wgmma.cu) and fwd v5 (TMA
+// producer warp + pingpong consumers, kernels/cuda/attn_fwd_ws.cu), forced with RT_ATTN_FWD_VARIANT=4|5,
+// against an fp64 host reference of the same sequence of blocks and against the mma.sync kernel (variant 2)
+// on the same inputs (v5 also against v4). Each case starts from a fresh state (reset) or from a
 // random resumable state (some rows never seen: m = -inf), runs one or more blocks, then finalizes into
 // NaN-poisoned out/lse. Checked: out (bf16, P rounded to bf16) 1e-2 relative to fp64; lse 1e-4 absolute;
-// v4 vs v2: out 1e-2 relative, lse and m 1e-4 absolute; rows outside every block's query range keep their
-// state bit for bit; no NaN anywhere. Skips when there is no CUDA device or it cannot run the wgmma kernel
+// v4/v5 vs v2 (and v5 vs v4): out 1e-2 relative, lse and m 1e-4 absolute; rows outside every block's query range keep their
+// state bit for bit; no NaN anywhere. Skips when there is no CUDA device or it cannot run the kernel
 // (compute capability other than 9.0, or a build without sm_90a).
 #include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <string>
 
+#include "kernels/cuda/attn_fwd_ws.cuh"
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
 #include "tests/gpu/attention_test_util.h"
 
@@ -162,8 +164,16 @@ int64_t untouched_rows_changed(const Outputs& o, const Inputs& in, const std::ve
   return bad;
 }
 
-void run_case(const WgCase& c, int64_t D, uint64_t seed) {
-  SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(D));
+// The kernel under test: RT_ATTN_FWD_VARIANT value and head dim.
+struct FwdKernel {
+  const char* variant;  // "4" or "5"
+  int64_t D;
+};
+
+void run_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
+  const int64_t D = kern.D;
+  const std::string vn = std::string("v") + kern.variant;
+  SCOPED_TRACE(std::string(c.name) + " " + vn + " D=" + std::to_string(D));
   Inputs in;
   in.q = bf16_rounded(random_vector(c.B * c.Nq * c.H * D, seed, 1.2f));
   in.k = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, seed + 1, 1.2f));
@@ -172,34 +182,47 @@ void run_case(const WgCase& c, int64_t D, uint64_t seed) {
 
   std::vector<char> touched;
   const Outputs ref = reference(c, D, in, touched);
-  const Outputs v4 = run_gpu(c, D, in, "4");
+  const Outputs vk = run_gpu(c, D, in, kern.variant);
   const Outputs v2 = run_gpu(c, D, in, "2");
 
-  const double e_out = rel_error(v4.out, ref.out), e_lse = lse_max_abs_error(v4.lse, ref.lse);
-  const double e_out_v2 = rel_error(v4.out, v2.out), e_lse_v2 = lse_max_abs_error(v4.lse, v2.lse),
-               e_m_v2 = lse_max_abs_error(v4.m, v2.m), e_out_v2_ref = rel_error(v2.out, ref.out);
-  std::cout << "[attn wgmma] " << c.name << " D=" << D << " out vs fp64 " << e_out << " (v2: " << e_out_v2_ref
-            << ") lse " << e_lse << " | vs v2: out " << e_out_v2 << " lse " << e_lse_v2 << " m " << e_m_v2 << "\n";
-  EXPECT_FALSE(any_nan(v4.acc) || any_nan(v4.m) || any_nan(v4.l)) << "NaN in the v4 state";
-  EXPECT_LE(e_out, 1e-2) << worst_mismatch(v4.out, ref.out);
+  const double e_out = rel_error(vk.out, ref.out), e_lse = lse_max_abs_error(vk.lse, ref.lse);
+  const double e_out_v2 = rel_error(vk.out, v2.out), e_lse_v2 = lse_max_abs_error(vk.lse, v2.lse),
+               e_m_v2 = lse_max_abs_error(vk.m, v2.m), e_out_v2_ref = rel_error(v2.out, ref.out);
+  std::cout << "[attn wgmma] " << c.name << " " << vn << " D=" << D << " out vs fp64 " << e_out
+            << " (v2: " << e_out_v2_ref << ") lse " << e_lse << " | vs v2: out " << e_out_v2 << " lse " << e_lse_v2
+            << " m " << e_m_v2;
+  if (std::string(kern.variant) == "5" && cuda::attn_fwd_wgmma_supported(0, D)) {
+    const Outputs v4 = run_gpu(c, D, in, "4");
+    const double e_out_v4 = rel_error(vk.out, v4.out), e_lse_v4 = lse_max_abs_error(vk.lse, v4.lse),
+                 e_m_v4 = lse_max_abs_error(vk.m, v4.m);
+    std::cout << " | vs v4: out " << e_out_v4 << " lse " << e_lse_v4 << " m " << e_m_v4;
+    EXPECT_LE(e_out_v4, 1e-2) << worst_mismatch(vk.out, v4.out);
+    EXPECT_LE(e_lse_v4, 1e-4);
+    EXPECT_LE(e_m_v4, 1e-4);
+  }
+  std::cout << "\n";
+  EXPECT_FALSE(any_nan(vk.acc) || any_nan(vk.m) || any_nan(vk.l)) << "NaN in the " << vn << " state";
+  EXPECT_LE(e_out, 1e-2) << worst_mismatch(vk.out, ref.out);
   EXPECT_LE(e_lse, 1e-4);
-  EXPECT_LE(e_out_v2, 1e-2) << worst_mismatch(v4.out, v2.out);
+  EXPECT_LE(e_out_v2, 1e-2) << worst_mismatch(vk.out, v2.out);
   EXPECT_LE(e_lse_v2, 1e-4);
   EXPECT_LE(e_m_v2, 1e-4);
-  EXPECT_EQ(untouched_rows_changed(v4, in, touched, D), 0) << "rows outside every query range were modified";
+  EXPECT_EQ(untouched_rows_changed(vk, in, touched, D), 0) << "rows outside every query range were modified";
   // Rows with no visible key at all: LSE -inf and O exactly 0.
   for (size_t row = 0; row < ref.lse.size(); ++row)
     if (std::isinf(ref.lse[row])) {
-      ASSERT_TRUE(std::isinf(v4.lse[row]) && v4.lse[row] < 0) << "row " << row;
+      ASSERT_TRUE(std::isinf(vk.lse[row]) && vk.lse[row] < 0) << "row " << row;
     }
 }
 
-class CudaAttentionWgmma : public ::testing::TestWithParam<int64_t> {
+class CudaAttentionWgmma : public ::testing::TestWithParam<FwdKernel> {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    if (!cuda::attn_fwd_wgmma_supported(0, GetParam()))
-      GTEST_SKIP() << "device 0 cannot run the wgmma forward (needs compute capability 9.0 and an sm_90a build)";
+    const FwdKernel k = GetParam();
+    const bool ok = std::string(k.variant) == "5" ? cuda::attn_fwd_ws_supported(0, k.D)
+                                                  : cuda::attn_fwd_wgmma_supported(0, k.D);
+    if (!ok) GTEST_SKIP() << "device 0 cannot run fwd v" << k.variant << " (needs compute capability 9.0 and an sm_90a build)";
   }
 };
 
@@ -230,6 +253,24 @@ TEST_P(CudaAttentionWgmma, ZigzagHalvesSubRangesAndOffsets) {
             {mask(false, 0, 0, 256, 512, 0, 256), mask(true, 256, 256, 0, 256, 0, 256),
              mask(true, 1000, 937, 37, 300, 20, 290)}},
            GetParam(), 500);
+}
+
+TEST_P(CudaAttentionWgmma, LongKeyRangeRingStagesWrap) {
+  // 17 key tiles (the K/V ring of v5 wraps many times), GQA group 3, keys past k_end inside the last tile and
+  // inside the tensor, query range ending mid-tile, from a random state.
+  run_case({"long_key_range", 1, 400, 2200, 3, 1, true, {mask(false, 0, 0, 5, 390, 3, 2150)}}, GetParam(), 700);
+}
+
+TEST_P(CudaAttentionWgmma, TinyBlocks) {
+  // Fewer rows than one tile (a 64-token ring chunk): v5 hands such blocks to v4 (TMA box longer than the
+  // tensor map's row extent).
+  run_case({"tiny_blocks", 2, 100, 90, 2, 1, true, {mask(true, 64, 0, 0, -1, 0, 64), mask(false, 0, 0, 10, 80, 64, 90)}},
+           GetParam(), 750);
+}
+
+TEST_P(CudaAttentionWgmma, CausalLongRowsGqa) {
+  // 9 query tiles x up to 9 key tiles under the causal mask (diagonal tiles of both consumer warpgroups).
+  run_case({"causal_long_gqa", 2, 1100, 1100, 4, 2, false, {mask(true, 0, 0)}}, GetParam(), 800);
 }
 
 TEST_P(CudaAttentionWgmma, NonCausalUnalignedKeyRange) {
@@ -264,8 +305,35 @@ TEST(CudaAttentionWgmmaReference, MatchesCpuBackend) {
   EXPECT_LE(lse_max_abs_error(lse, ref.lse), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionWgmma, ::testing::Values(int64_t(64), int64_t(128)),
-                         [](const auto& info) { return "D" + std::to_string(info.param); });
+// Two key blocks in sequence leave the same state as one block over both (up to the bf16 rounding of P,
+// which is relative to the running max at the time): v5 and v4, causal, from a random state.
+TEST_P(CudaAttentionWgmma, TwoKeyBlocksEqualOne) {
+  const FwdKernel kern = GetParam();
+  const int64_t D = kern.D;
+  const WgCase two{"two_blocks", 1, 640, 640, 2, 1, true,
+                   {mask(true, 0, 0, 0, -1, 0, 300), mask(true, 0, 0, 0, -1, 300, 640)}};
+  WgCase one = two;
+  one.name = "one_block";
+  one.blocks = {mask(true, 0, 0, 0, -1, 0, 640)};
+  Inputs in;
+  in.q = bf16_rounded(random_vector(two.B * two.Nq * two.H * D, 900, 1.2f));
+  in.k = bf16_rounded(random_vector(two.B * two.Nk * two.Hkv * D, 901, 1.2f));
+  in.v = bf16_rounded(random_vector(two.B * two.Nk * two.Hkv * D, 902));
+  random_state(in, two.B * two.H * two.Nq, D, 903);
+  const Outputs a = run_gpu(two, D, in, kern.variant), b = run_gpu(one, D, in, kern.variant);
+  std::cout << "[attn wgmma] two blocks vs one v" << kern.variant << " D=" << D << ": out " << rel_error(a.out, b.out)
+            << " lse " << lse_max_abs_error(a.lse, b.lse) << "\n";
+  EXPECT_LE(rel_error(a.out, b.out), 5e-3) << worst_mismatch(a.out, b.out);
+  EXPECT_LE(lse_max_abs_error(a.lse, b.lse), 1e-4);
+  EXPECT_LE(lse_max_abs_error(a.m, b.m), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionWgmma,
+                         ::testing::Values(FwdKernel{"4", 64}, FwdKernel{"4", 128}, FwdKernel{"5", 64},
+                                           FwdKernel{"5", 128}),
+                         [](const auto& info) {
+                           return std::string("v") + info.param.variant + "_D" + std::to_string(info.param.D);
+                         });
 
 }  // namespace
 }  // namespace rt::test

@@ -1,0 +1,22 @@
+// attn_fwd_block's warp-specialized Hopper path (fwd v5, kernels/cuda/attn_fwd_ws.cu): the two host entry
+// points the dispatcher in attn_fwd_block.cu uses. Keep C++17.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attn_params.cuh"
+
+namespace rt {
+namespace cuda {
+
+// True when `device` can run fwd v5 for head dim D: compute capability exactly 9.0, an sm_90a image of the
+// kernel in this binary, D in {64, 128}. Cached per device.
+bool attn_fwd_ws_supported(int device, int64_t D);
+
+// Launches fwd v5 (B batches); blocks with q_end or k_end below 128 run fwd v4. Call only when
+// attn_fwd_ws_supported(device, D).
+void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace rt
