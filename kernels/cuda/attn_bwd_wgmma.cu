@@ -23,8 +23,11 @@
 //   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
 //     diagonal or a range end are masked.
 // dk_acc / dv_acc rows are each owned by one CTA, so they are read-added-written without atomics.
+// bwd v5 (attn_bwd_wgmma_v5_kernel below, RT_ATTN_BWD_VARIANT=5) is the warp-specialized form of the same
+// kernel: a producer warp loads, a dQ warp adds dQ with bulk reduces; see its comment.
 #include <climits>
 
+#include "kernels/cuda/tma_ops.cuh"
 #include "kernels/cuda/wgmma_attn_bwd.cuh"
 #include "kernels/cuda/wgmma_ops.cuh"
 
@@ -107,6 +110,112 @@ __device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_rows, uint
   for (int kk = 0; kk < KEYS / 16; ++kk) {
     const uint64_t off = uint64_t((kk * 16 * 128) >> 4);
     wgmma_m64n64k16_ss_mn(dq, a0 + off, b0 + off, kk > 0 ? 1 : 0);
+  }
+}
+
+// Where masking is needed, the limits of one (64 queries x 128 keys) tile as 32-bit offsets from (q0, k0): query
+// row qi and key row kj (tile-relative) are visible iff qi < q_lim, kj < k_lim and (!causal || kj <= qi + diag).
+// The int64 limits are clamped to +-2^30, far outside [0, 128), so the comparisons keep their result.
+struct TileMask {
+  int q_lim, k_lim, diag;
+  bool causal;
+};
+__device__ __forceinline__ int clamp_rel(int64_t x) { return int(x < -(1 << 30) ? -(1 << 30) : x > (1 << 30) ? (1 << 30) : x); }
+__device__ __forceinline__ TileMask tile_mask(const AttnBwdParams& p, int64_t q0, int64_t k0) {
+  return TileMask{clamp_rel(p.q_end - q0), clamp_rel(p.k_end - k0), clamp_rel(q0 + p.diag - k0), p.causal};
+}
+
+// P^T = exp2(S^T scale2 - lse log2e) in place of s (64 keys x 64 queries per warpgroup, accumulator layout
+// x[nt*4 + 2r + e] = (tile key krow0 + 8r, tile query nt*8 + 2t + e)), zero where masked.
+__device__ __forceinline__ void compute_pt(float (&s)[32], float scale2, const float* lse_t, const TileMask& m,
+                                           int krow0, bool need_mask, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) {
+    const float2 lse2v = *reinterpret_cast<const float2*>(lse_t + nt * 8 + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float lse_raw = e ? lse2v.y : lse2v.x;
+      const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;  // no visible key: P = 0
+      const int qi = nt * 8 + 2 * t + e;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float pv = fast_exp2(fmaf(s[nt * 4 + 2 * r + e], scale2, -lse2));
+        if (need_mask) {
+          const int kj = krow0 + 8 * r;
+          const bool visible = qi < m.q_lim && kj < m.k_lim && (!m.causal || kj <= qi + m.diag);
+          if (!visible) pv = 0.f;
+        }
+        s[nt * 4 + 2 * r + e] = pv;
+      }
+    }
+  }
+}
+
+// dS^T = P^T (dP^T - delta) in place of dp, packed to bf16 A fragments df, and stored (keys x queries) to the
+// sw128 dS^T tile: df[2nt + r] holds (key krow0 + 8r, queries nt*8 + 2t, +1).
+__device__ __forceinline__ void compute_dst_store(float (&dp)[32], uint32_t (&df)[16], const float (&s)[32],
+                                                  const float* delta_t, uint32_t ds_tile, int krow0, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      dp[nt * 4 + 2 * r] = s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x);
+      dp[nt * 4 + 2 * r + 1] = s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) df[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
+    }
+}
+
+// dK and dV rows of this thread (keys key_a, key_b = key_a + 8; accumulator layout as in the kernels): read,
+// add, write (each row is owned by one CTA).
+template <int D>
+__device__ __forceinline__ void write_dk_dv(const AttnBwdParams& p, const float (&dk)[D / 2], const float (&dv)[D / 2],
+                                            int64_t key_a, int64_t key_b, int64_t b, int64_t hk, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t key = r ? key_b : key_a;
+    if (key >= p.k_end) continue;
+    const int64_t off = ((b * p.Nk + key) * p.Hkv + hk) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      float2* pk = reinterpret_cast<float2*>(p.dk + off + col);
+      float2* pv = reinterpret_cast<float2*>(p.dv + off + col);
+      float2 a = *pk, c = *pv;
+      a.x += dk[nt * 4 + 2 * r] * p.scale;
+      a.y += dk[nt * 4 + 2 * r + 1] * p.scale;
+      c.x += dv[nt * 4 + 2 * r];
+      c.y += dv[nt * 4 + 2 * r + 1];
+      *pk = a;
+      *pv = c;
+    }
+  }
+}
+
+// As compute_dst_store, without writing dS^T back into dp: each pair of P^T / dP^T values dies as soon as it
+// is packed (v5, where the consumers have 232 registers instead of 255).
+__device__ __forceinline__ void compute_dst_store_packed(const float (&dp)[32], uint32_t (&df)[16],
+                                                         const float (&s)[32], const float* delta_t,
+                                                         uint32_t ds_tile, int krow0, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      df[2 * nt + r] = pack_bf16(s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x),
+                                 s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y));
+      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
+    }
   }
 }
 
@@ -314,28 +423,8 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     wgmma_wait<1>();  // S^T ready; dP^T may still run
     wgmma_fence_regs(s);
 
-    // P^T (in place of s).
     const bool need_mask = q0 + kBr > p.q_end || k0 + kBc > p.k_end || (p.causal && k0 + kBc - 1 > q0 + p.diag);
-#pragma unroll
-    for (int nt = 0; nt < kBr / 8; ++nt) {
-      const float2 lse2v = *reinterpret_cast<const float2*>(lse_t + nt * 8 + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float lse_raw = e ? lse2v.y : lse2v.x;
-        const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;  // no visible key: P = 0
-        const int64_t qi = q0 + nt * 8 + 2 * t + e;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float pv = fast_exp2(fmaf(s[nt * 4 + 2 * r + e], p.scale2, -lse2));
-          if (need_mask) {
-            const int64_t key = r ? key_b : key_a;
-            const bool visible = qi < p.q_end && key < p.k_end && (!p.causal || key <= qi + p.diag);
-            if (!visible) pv = 0.f;
-          }
-          s[nt * 4 + 2 * r + e] = pv;
-        }
-      }
-    }
+    compute_pt(s, p.scale2, lse_t, tile_mask(p, q0, k0), krow0, need_mask, t);
     uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments: [4kk + {0,1,2,3}] = queries 16kk + ...
 #pragma unroll
     for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
@@ -349,27 +438,7 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 
     wgmma_wait<1>();  // dP^T ready; dV may still run
     wgmma_fence_regs(dp);
-    // dS^T = P^T (dP^T - delta).
-#pragma unroll
-    for (int nt = 0; nt < kBr / 8; ++nt) {
-      const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        dp[nt * 4 + 2 * r] = s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x);
-        dp[nt * 4 + 2 * r + 1] = s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) df[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
-
-    // dS^T (keys x queries) to shared memory: df[2nt + r] holds (key krow0 + 8r, queries nt*8 + 2t, +1).
-#pragma unroll
-    for (int nt = 0; nt < kBr / 8; ++nt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
-      }
+    compute_dst_store(dp, df, s, delta_t, ds_tile, krow0, t);
     fence_proxy_async_smem();
     if constexpr (D == 128) {
       __syncthreads();  // dS^T of both warpgroups is in shared memory
@@ -383,28 +452,302 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     fence_regs_u32(df);
   }
 
-  // dK and dV rows of this CTA: read, add, write.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t key = r ? key_b : key_a;
-    if (key >= p.k_end) continue;
-    const int64_t off = ((b * p.Nk + key) * p.Hkv + hk) * D;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const int col = nt * 8 + 2 * t;
-      float2* pk = reinterpret_cast<float2*>(p.dk + off + col);
-      float2* pv = reinterpret_cast<float2*>(p.dv + off + col);
-      float2 a = *pk, c = *pv;
-      a.x += dk[nt * 4 + 2 * r] * p.scale;
-      a.y += dk[nt * 4 + 2 * r + 1] * p.scale;
-      c.x += dv[nt * 4 + 2 * r];
-      c.y += dv[nt * 4 + 2 * r + 1];
-      *pk = a;
-      *pv = c;
-    }
-  }
+  write_dk_dv<D>(p, dk, dv, key_a, key_b, b, hk, t);
 #else
   // Built without an sm_90a image: attn_bwd_wgmma_supported() refuses such binaries, so this never runs.
+  __trap();
+#endif
+}
+
+// ---- bwd v5: warp-specialized (RT_ATTN_BWD_VARIANT=5) -----------------------------------------------------
+// Same tiles, math and accumulator layouts as v4, with three warpgroups (384 threads, 1 CTA per SM):
+//   * warpgroups 0 and 1 (consumers, setmaxnreg 240) do the MMAs and the exps; warpgroup 2 (setmaxnreg 24)
+//     holds the producer warp (Q/dO/lse/delta into a 2-stage ring: cp.async, then its own wait, proxy fence
+//     and arrive on the stage's `full` mbarrier; it refills a stage after the consumers arrive on its `empty`
+//     mbarrier) and the dQ warp (reduces the staged dQ into dq_acc with 1-D bulk reduces);
+//   * no CTA-wide barrier in the loop: dS^T has 2 stages, so the only per-tile barrier between the consumers is
+//     "dS^T stored" (D = 128: both warpgroups, their dQ halves read all 128 keys; D = 64: per warpgroup, each
+//     forms a partial dQ over its own keys);
+//   * dQ (scaled, f32) goes to a shared staging buffer (named barriers dQ empty / full with the dQ warp); the
+//     dQ warp issues one cp.reduce.async.bulk .add.f32 per query row (D = 64: per row and partial). In
+//     deterministic mode it alone waits for the query tile's turn, issues, waits for the reduces to complete
+//     and passes the turn; the consumers only wait when the staging buffer is still being read;
+//   * order per tile (consumers): S^T, dP^T issued behind the previous tile's dK | exps | dV | dS^T |
+//     barrier | dQ, dK issued | dQ staged while dK runs; the stage is released once dK completed.
+constexpr int kV5Threads = 384;
+// setmaxnreg moves registers only within the CTA's launch allocation: 384 threads at 1 CTA per SM start with
+// 168 each (65536 / 384 rounded down to a multiple of 8), so the consumers can rise only by what the producer
+// warpgroup gives up (an inc beyond that blocks forever: 240 / 32 deadlocked on the first device run).
+// 232 / 40: D = 64 no spill, D = 128 ~20 bytes; 240 / 24 spills in the producer's loads.
+constexpr int kV5ConsumerRegs = 240, kV5ProducerRegs = 24;
+static_assert(kV5ConsumerRegs * 256 + kV5ProducerRegs * 128 <= 168 * kV5Threads,
+              "setmaxnreg: the consumers' registers must come from the producer warpgroup");
+// Named barriers (tma_ops.cuh; 0 is __syncthreads).
+constexpr int kBarDs = 1;       // D = 128: dS^T of both consumer warpgroups stored (256 threads)
+constexpr int kBarDsWg = 2;     // D = 64: 2 + wg, dS^T of one consumer warpgroup stored (128 threads)
+constexpr int kBarDqFull = 4;   // the consumers staged dQ (256 + the dQ warp's 32)
+constexpr int kBarDqEmpty = 5;  // the dQ warp's reduces finished reading the staging buffer (256 + 32)
+constexpr int kDqBarThreads = 256 + 32;
+
+template <int D>
+struct WgBwdV5Smem {
+  static constexpr uint32_t kKVBytes = kBc * D * 2;
+  static constexpr uint32_t kQBytes = kBr * D * 2;
+  static constexpr uint32_t kDsBytes = kBc * kBr * 2;
+  // dQ staging, f32: D = 128 one (64 queries, 128) tile, D = 64 two (64, 64) partials (one per warpgroup).
+  // Rows are padded by 32 bytes (strides of 136 / 72 words): a warp's float2 stores of 8 rows x 32 bytes
+  // then hit every bank twice, the minimum for 256 bytes.
+  static constexpr int kDqParts = D == 128 ? 1 : 2;
+  static constexpr uint32_t kDqRowBytes = D * 4 + 32;
+  static constexpr uint32_t kDqPartBytes = kBr * kDqRowBytes;
+  static constexpr uint32_t kK = 0;
+  static constexpr uint32_t kV = kK + kKVBytes;
+  static constexpr uint32_t kQ = kV + kKVBytes;       // (2 stages, 64, D)
+  static constexpr uint32_t kDo = kQ + 2 * kQBytes;   // (2 stages, 64, D)
+  static constexpr uint32_t kDs = kDo + 2 * kQBytes;  // (2 stages, 128 keys, 64 queries)
+  static constexpr uint32_t kDq = kDs + 2 * kDsBytes;
+  static constexpr uint32_t kStats = kDq + kDqParts * kDqPartBytes;  // lse (2, 64), delta (2, 64) f32
+  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;           // full[2], empty[2] mbarriers
+  static constexpr uint32_t kMeta = kBars + 32;                     // the staged tile: DqMeta
+  static constexpr size_t kBytes = size_t(kMeta) + 32 + 1024;       // + alignment slack
+};
+
+// Rows [0, ROWS) of a sw128 tile with cp.async by the 32 lanes of one warp (zero-filled past valid_rows).
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile_sw128_warp(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                     int64_t row0, int64_t valid_rows, int lane) {
+  constexpr int kChunks = D / 8;
+#pragma unroll 1
+  for (int i = lane; i < ROWS * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int64_t grow = row0 + r;
+    const bool ok = grow < valid_rows;
+    cp_async_16(tile + sw128_offset<ROWS>(r, c), ok ? src + grow * stride + c * 8 : src, ok ? 16 : 0);
+  }
+}
+
+// What the dQ warp needs of a staged tile, written by consumer thread 0 before the dQ-full barrier (so the
+// dQ warp, at 24 registers, does no index arithmetic): row 0 of the tile in dq_acc, the valid rows, and the
+// turn counter (deterministic mode; else null).
+struct DqMeta {
+  float* dst;
+  int* turn;
+  int rows;
+};
+
+template <int D>
+__global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const AttnBwdParams p) {
+#if RT_WGMMA_AVAILABLE
+  static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
+  using Smem = WgBwdV5Smem<D>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t k_tile = base + Smem::kK, v_tile = base + Smem::kV;
+  const uint32_t q_tiles = base + Smem::kQ, do_tiles = base + Smem::kDo, ds_tiles = base + Smem::kDs;
+  const uint32_t dq_buf = base + Smem::kDq;
+  float* lse_s = reinterpret_cast<float*>(smem_raw + (base - raw) + Smem::kStats);  // (2, 64)
+  float* delta_s = lse_s + 2 * kBr;                                                 // (2, 64)
+  const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;          // 2 x 8 bytes each
+  DqMeta* meta = reinterpret_cast<DqMeta*>(smem_raw + (base - raw) + Smem::kMeta);
+
+  const int tid = int(threadIdx.x);
+  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBc;
+  const int64_t hk = blockIdx.y, b = blockIdx.z;
+  const int64_t q_first = first_query_tile_row<kBr>(p, k0);
+  if (q_first >= p.q_end) return;  // no query sees these keys
+  const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
+  const int n_iter = int(p.group) * n_qt;
+  const int64_t kv_stride = p.Hkv * D, q_stride = p.H * D;
+
+  if (tid < 256) {
+    load_tile_sw128_async<kBc, D, 256>(k_tile, p.k + (b * p.Nk * p.Hkv + hk) * D, kv_stride, k0, p.k_end);
+    load_tile_sw128_async<kBc, D, 256>(v_tile, p.v + (b * p.Nk * p.Hkv + hk) * D, kv_stride, k0, p.k_end);
+    cp_async_commit();
+  }
+  if (tid == 0) {
+    mbar_init(full_bar, 32);
+    mbar_init(full_bar + 8, 32);
+    mbar_init(empty_bar, 256);
+    mbar_init(empty_bar + 8, 256);
+    mbar_init_fence();
+  }
+  cp_async_wait<0>();
+  fence_proxy_async_smem();
+  __syncthreads();  // K, V landed; mbarriers initialized
+
+  if (wg == 2) {
+    setmaxnreg_dec<kV5ProducerRegs>();
+    if (warp == 0) {  // producer: Q, dO, lse, delta of iteration `it` into stage it & 1
+      for (int it = 0; it < n_iter; ++it) {
+        const uint32_t st = uint32_t(it & 1);
+        if (it >= 2) mbar_wait(empty_bar + 8 * st, uint32_t((it >> 1) - 1) & 1u);
+        const int64_t h = hk * p.group + it / n_qt;
+        const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
+        const int64_t head_off = (b * p.Nq * p.H + h) * D;
+        load_tile_sw128_warp<kBr, D>(q_tiles + st * Smem::kQBytes, p.q + head_off, q_stride, q0, p.q_end, lane);
+        load_tile_sw128_warp<kBr, D>(do_tiles + st * Smem::kQBytes, p.dout + head_off, q_stride, q0, p.q_end, lane);
+        const float* lse_src = p.lse + (b * p.H + h) * p.Nq;
+        const float* delta_src = p.delta + (b * p.H + h) * p.Nq;
+#pragma unroll
+        for (int r = lane; r < kBr; r += 32) {
+          const bool ok = q0 + r < p.q_end;
+          cp_async_4(smem_addr(lse_s + st * kBr + r), ok ? lse_src + q0 + r : lse_src, ok ? 4 : 0);
+          cp_async_4(smem_addr(delta_s + st * kBr + r), ok ? delta_src + q0 + r : delta_src, ok ? 4 : 0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async_smem();  // the wgmma operands are read by the async proxy
+        mbar_arrive(full_bar + 8 * st);
+      }
+    } else if (warp == 1) {  // dQ: staged tiles into dq_acc with bulk reduces
+      const int mine = int(blockIdx.x);
+      const int64_t row_stride = p.H * D;
+      named_bar_arrive(kBarDqEmpty, kDqBarThreads);  // the buffer starts empty
+#pragma unroll 1
+      for (int it = 0; it < n_iter; ++it) {
+        named_bar_sync(kBarDqFull, kDqBarThreads);
+        float* dst = meta->dst;
+        int* turn = meta->turn;
+        const int rows = meta->rows;
+        if (turn != nullptr) {
+          if (lane == 0) {
+            int seen;
+            do {
+              asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+            } while (seen != mine);
+          }
+          __syncwarp();
+          fence_proxy_async_global();
+        }
+#pragma unroll 1
+        for (int part = 0; part < Smem::kDqParts; ++part) {
+#pragma unroll 1
+          for (int r = lane; r < rows; r += 32)
+            bulk_reduce_add_f32(dst + r * row_stride,
+                                dq_buf + uint32_t(part) * Smem::kDqPartBytes + uint32_t(r) * Smem::kDqRowBytes, D * 4);
+          bulk_commit();
+          if (turn != nullptr) bulk_wait<0>();  // D = 64: partial 0 is added before partial 1, on every run
+        }
+        if (turn != nullptr) {
+          fence_proxy_async_global();
+          __threadfence();
+          __syncwarp();
+          if (lane == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+        } else {
+          bulk_wait_read<0>();
+        }
+        if (it + 1 < n_iter) named_bar_arrive(kBarDqEmpty, kDqBarThreads);
+      }
+      bulk_wait<0>();
+    }
+    return;
+  }
+  setmaxnreg_inc<kV5ConsumerRegs>();
+
+  const int krow0 = wg * 64 + warp * 16 + g;
+  const int64_t key_a = k0 + krow0, key_b = key_a + 8;
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  float s[32], dp[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
+
+  const uint32_t k_wg = k_tile + uint32_t(wg) * 64 * 128, v_wg = v_tile + uint32_t(wg) * 64 * 128;
+  for (int it = 0; it < n_iter; ++it) {
+    const uint32_t st = uint32_t(it & 1);
+    const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
+    const uint32_t qs = q_tiles + st * Smem::kQBytes, dos = do_tiles + st * Smem::kQBytes;
+    const uint32_t ds_tile = ds_tiles + st * Smem::kDsBytes;
+    const float* lse_t = lse_s + st * kBr;
+    const float* delta_t = delta_s + st * kBr;
+    mbar_wait(full_bar + 8 * st, uint32_t(it >> 1) & 1u);  // this stage's Q, dO, lse, delta landed
+
+    // S^T = K Q^T and dP^T = V dO^T.
+    wgmma_fence_regs(s);
+    wgmma_fence_regs(dp);
+    wgmma_fence();
+    issue_kq<D>(s, k_wg, qs);
+    wgmma_commit();
+    issue_kq<D>(dp, v_wg, dos);
+    wgmma_commit();
+    wgmma_wait<1>();  // S^T done; dP^T may still run
+    wgmma_fence_regs(s);
+
+    const bool need_mask = q0 + kBr > p.q_end || k0 + kBc > p.k_end || (p.causal && k0 + kBc - 1 > q0 + p.diag);
+    compute_pt(s, p.scale2, lse_t, tile_mask(p, q0, k0), krow0, need_mask, t);
+    uint32_t pf[16], df[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+
+    wgmma_fence_regs(dv);
+    fence_regs_u32(pf);
+    wgmma_fence();
+    issue_acc<D>(dv, pf, dos);
+    wgmma_commit();
+
+    wgmma_wait<1>();  // dP^T ready; dV may still run
+    wgmma_fence_regs(dp);
+    compute_dst_store_packed(dp, df, s, delta_t, ds_tile, krow0, t);
+    fence_proxy_async_smem();
+    if constexpr (D == 128) named_bar_sync(kBarDs, 256);
+    else if (wg == 0) named_bar_sync(kBarDsWg, 128);  // immediate ids: ptxas then reserves only these
+    else named_bar_sync(kBarDsWg + 1, 128);
+
+    wgmma_wait<0>();  // dV done (it ran while dS^T was formed): P^T's registers are free
+    wgmma_fence_regs(dv);
+    fence_regs_u32(pf);
+
+    // dQ (64 queries x 64 columns) = dS K: D = 128 this warpgroup's half of D over all keys; D = 64 all of D
+    // over this warpgroup's keys (a partial). dK += dS^T Q runs behind it and during the staging.
+    float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column nt*8 + 2t + e of this warpgroup's part)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+    wgmma_fence_regs(dq);
+    wgmma_fence_regs(dk);
+    fence_regs_u32(df);
+    wgmma_fence();
+    if constexpr (D == 128) issue_dq<kBc>(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
+    else issue_dq<64>(dq, ds_tile + uint32_t(wg) * 64 * 128, k_tile + uint32_t(wg) * 64 * 128);
+    wgmma_commit();
+    issue_acc<D>(dk, df, qs);
+    wgmma_commit();
+    wgmma_wait<1>();  // dQ done; dK may still run
+    wgmma_fence_regs(dq);
+
+    // Stage dQ * scale: D = 128 columns wg*64.. of the (64, 128) tile; D = 64 partial wg.
+    const uint32_t part = D == 128 ? dq_buf + uint32_t(wg) * 256 : dq_buf + uint32_t(wg) * Smem::kDqPartBytes;
+    named_bar_sync(kBarDqEmpty, kDqBarThreads);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t a = part + uint32_t(warp * 16 + g + 8 * r) * Smem::kDqRowBytes + uint32_t(nt * 8 + 2 * t) * 4;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[nt * 4 + 2 * r] * p.scale),
+                     "f"(dq[nt * 4 + 2 * r + 1] * p.scale)
+                     : "memory");
+      }
+    if (tid == 0) {
+      const int64_t h = hk * p.group + it / n_qt;
+      meta->dst = p.dq + ((b * p.Nq + q0) * p.H + h) * D;
+      meta->turn = p.dq_turn == nullptr ? nullptr
+                                        : p.dq_turn + (b * p.H + h) * ((p.q_end - p.q_begin + kBr - 1) / kBr) +
+                                              (q0 - p.q_begin) / kBr;
+      meta->rows = int(p.q_end - q0 < kBr ? p.q_end - q0 : kBr);
+    }
+    fence_proxy_async_smem();  // the bulk reduces read the buffer through the async proxy
+    named_bar_arrive(kBarDqFull, kDqBarThreads);
+
+    wgmma_wait<0>();  // dK done (it ran during the staging)
+    wgmma_fence_regs(dk);
+    fence_regs_u32(df);
+    mbar_arrive(empty_bar + 8 * st);  // this tile's Q / dO are no longer read
+  }
+  write_dk_dv<D>(p, dk, dv, key_a, key_b, b, hk, t);
+#else
   __trap();
 #endif
 }
@@ -425,28 +768,31 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
 
 namespace {
 
-template <int D>
+template <int D, bool V5>
 void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = WgBwdSmem<D>::kBytes;
+  constexpr size_t smem = V5 ? WgBwdV5Smem<D>::kBytes : WgBwdSmem<D>::kBytes;
+  constexpr auto kernel = V5 ? attn_bwd_wgmma_v5_kernel<D> : attn_bwd_wgmma_kernel<D>;
   static bool configured[16] = {};  // the shared-memory opt-in is per device (and per kernel)
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured[device & 15] = true;
   }
   const int64_t tiles = (p.k_end - p.k_begin + kBc - 1) / kBc;
   RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
   const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
-  attn_bwd_wgmma_kernel<D><<<grid, kWgBwdThreads, smem, stream>>>(p);
+  kernel<<<grid, V5 ? kV5Threads : kWgBwdThreads, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
+void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream,
+                           int variant) {
   RT_CHECK(D == 128 || D == 64,
            "attn_bwd_block (wgmma): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
-  if (D == 64) launch_for_d<64>(p, B, device, stream);
-  else launch_for_d<128>(p, B, device, stream);
+  RT_CHECK(variant == 4 || variant == 5, "attn_bwd_block (wgmma): variant " << variant << " is not 4 or 5");
+  if (variant == 5) D == 64 ? launch_for_d<64, true>(p, B, device, stream) : launch_for_d<128, true>(p, B, device, stream);
+  else D == 64 ? launch_for_d<64, false>(p, B, device, stream) : launch_for_d<128, false>(p, B, device, stream);
 }
 
 }  // namespace cuda

@@ -1,4 +1,4 @@
-// attn_bwd_block's Hopper path (bwd v4, kernels/cuda/attn_bwd_wgmma.cu): the parameters it takes and the two
+// attn_bwd_block's Hopper path (bwd v4 and v5, kernels/cuda/attn_bwd_wgmma.cu): the parameters it takes and the two
 // host entry points the dispatcher in attn_bwd_block.cu uses. Keep C++17.
 #pragma once
 #include <cuda_bf16.h>
@@ -20,8 +20,11 @@ constexpr int kWgBwdKeys = 128;
 // image of the kernel in this binary, D == 64 or 128. Cached per device and D.
 bool attn_bwd_wgmma_supported(int device, int64_t D);
 
-// Launches the wgmma backward (B batches). Call only when attn_bwd_wgmma_supported(device, D).
-void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
+// Launches the wgmma backward (B batches): variant 4 (two math warpgroups, cp.async by all threads, dQ
+// atomics) or 5 (warp-specialized: a producer warp, a dQ warp with bulk reduces). Call only when
+// attn_bwd_wgmma_supported(device, D).
+void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream,
+                           int variant);
 
 }  // namespace cuda
 }  // namespace rt
