@@ -17,9 +17,7 @@
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0; acc is
 // not read for rows whose m is -inf.
 #include <climits>
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/attn_fwd_ws.cuh"
 #include "kernels/cuda/tma_ops.cuh"
@@ -44,21 +42,19 @@ template <int D, int STAGES>
 struct WsSmem {
   static constexpr uint32_t kQBytes = kWgRowsPerCta * D * 2;    // (128, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
-  static constexpr uint32_t kBarBytes = 1024;                   // mbarriers
-  static constexpr size_t kBytes = 1024 + kBarBytes + 2 * size_t(kQBytes) + 2 * STAGES * size_t(kKVBytes);
-  static_assert(32 + 32 * STAGES <= kBarBytes, "mbarriers do not fit");
-  static_assert(kBytes <= 227 * 1024, "shared memory of one CTA exceeds 227 KB");
+  static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
+  static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * STAGES * size_t(kKVBytes);
+  static_assert(8 + 32 * STAGES <= kBarBytes, "mbarriers do not fit");
 };
 
 template <int STAGES>
 struct WsBars {
-  uint32_t base;  // 8-byte mbarriers: q_full[2], q_empty[2], k_full[S], v_full[S], k_empty[S], v_empty[S]
-  __device__ __forceinline__ uint32_t q_full(int i) const { return base + 8 * i; }
-  __device__ __forceinline__ uint32_t q_empty(int i) const { return base + 16 + 8 * i; }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return base + 32 + 8 * s; }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 32 + 8 * (STAGES + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 32 + 8 * (2 * STAGES + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 32 + 8 * (3 * STAGES + s); }
+  uint32_t base;  // 8-byte mbarriers: q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
+  __device__ __forceinline__ uint32_t q_full() const { return base; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return base + 8 + 8 * s; }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 8 + 8 * (STAGES + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 8 + 8 * (2 * STAGES + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 8 + 8 * (3 * STAGES + s); }
 };
 
 // Loads one (128, D) sw128 tile: D/64 boxes of (128 rows, 64 columns) at element coordinates
@@ -70,56 +66,33 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (128 * 128), map, bar, c * 64, head, row, batch);
 }
 
-// Work item w of a launch: query tile, head and batch, and the keys it visits: [k_lo, k_hi) in n key tiles
-// (0: none). Head-major (the items running at once share a head's K/V in L2), and within a head the
-// heaviest (causal) tiles first: w % num_q_tiles = 0 is the last query tile.
-__device__ __forceinline__ int opaque_i32(int x) {
-  asm volatile("mov.b32 %0, %0;" : "+r"(x));
-  return x;
-}
-
-struct WsWork {
-  int64_t q0, k_lo, k_hi;
-  int h, b, n;
-};
-__device__ __forceinline__ WsWork ws_work(const AttnFwdParams& p, int num_q_tiles, int w) {
-  WsWork x;
-  const int bh = w / num_q_tiles, level = w - bh * num_q_tiles;
-  x.h = bh % int(p.H);
-  x.b = bh / int(p.H);
-  x.q0 = p.q_begin + int64_t(num_q_tiles - 1 - level) * kWgRowsPerCta;
-  const int64_t q_last = min(x.q0 + kWgRowsPerCta, p.q_end) - 1;
-  x.k_lo = p.k_begin;
-  x.k_hi = p.causal ? min(p.k_end, q_last + p.diag + 1) : p.k_end;
-  x.n = x.k_hi > x.k_lo ? int((x.k_hi - x.k_lo + kWgKeysPerTile - 1) / kWgKeysPerTile) : 0;
-  return x;
-}
-
-// One CTA works through the items w = blockIdx.x, blockIdx.x + gridDim.x, ... (persistent when the grid is
-// one CTA per SM; one item per CTA when the grid covers them all). The K/V ring's stage and phase follow a
-// tile counter that runs on across items, and Q is double-buffered, so the producer loads the next item's Q
-// and first K/V tiles while the consumers still finish and write back the current one.
 template <int D, int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(kWsThreads, 1)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles,
-                       int num_bh) {
+                       const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
   using Smem = WsSmem<D, STAGES>;
   constexpr int kBc = kWgKeysPerTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const WsBars<STAGES> bars{base};
-  const uint32_t q_tiles = base + Smem::kBarBytes;              // (2, 128, D) bf16 sw128
-  const uint32_t k_tiles = q_tiles + 2 * Smem::kQBytes;         // (STAGES, 128, D) bf16 sw128
-  const uint32_t v_tiles = k_tiles + STAGES * Smem::kKVBytes;   // (STAGES, 128, D) bf16 sw128
-  const int num_work = num_q_tiles * num_bh;
+  const uint32_t q_tile = base + Smem::kBarBytes;          // (128, D) bf16 sw128
+  const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (STAGES, 128, D) bf16 sw128
+  const uint32_t v_tiles = k_tiles + STAGES * Smem::kKVBytes;  // (STAGES, 128, D) bf16 sw128
+
+  const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
+  const int64_t h = blockIdx.y, b = blockIdx.z;
+  const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
+  const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
+  // Keys this CTA visits: [k_lo, k_hi).
+  const int64_t k_lo = p.k_begin;
+  int64_t k_hi = p.k_end;
+  if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
+  if (k_hi <= k_lo) return;  // no visible key: state untouched (the whole CTA leaves before any barrier)
+  const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
 
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) {
-      mbar_init(bars.q_full(i), 1);
-      mbar_init(bars.q_empty(i), kEmptyArrivals);
-    }
+    mbar_init(bars.q_full(), 1);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars.k_full(s), 1);
       mbar_init(bars.v_full(s), 1);
@@ -135,34 +108,27 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // ---- producer ----
     setmaxnreg_dec<kWsProducerRegs>();
     if (threadIdx.x == 0) {
+      const int hq = int(h), hk = int(h / p.group), bb = int(b), k0 = int(k_lo);
       tma_prefetch_desc(&tm_q);
       tma_prefetch_desc(&tm_k);
       tma_prefetch_desc(&tm_v);
-      // Global tile i of the ring goes to stage i % STAGES; its (i / STAGES)-th use waits for the previous one
-      // to be released.
-      auto load_kv = [&](const CUtensorMap* map, uint32_t tiles, bool is_k, int i, int row, int hk, int bb) {
-        const int s = i % STAGES;
-        if (i >= STAGES) mbar_wait(is_k ? bars.k_empty(s) : bars.v_empty(s), uint32_t((i / STAGES - 1) & 1));
-        const uint32_t full = is_k ? bars.k_full(s) : bars.v_full(s);
-        mbar_arrive_expect_tx(full, Smem::kKVBytes);
-        tma_tile<D>(tiles + uint32_t(s) * Smem::kKVBytes, map, full, hk, row, bb);
-      };
-      int it = 0, tc = 0;  // K/V tiles and items so far
-      for (int w = int(blockIdx.x); w < num_work; w += int(gridDim.x)) {
-        const WsWork x = ws_work(p, num_q_tiles, w);
-        if (x.n == 0) continue;
-        const int hk = x.h / int(p.group), k0 = int(x.k_lo), qb = tc & 1;
-        if (tc >= 2) mbar_wait(bars.q_empty(qb), uint32_t(((tc >> 1) - 1) & 1));
-        mbar_arrive_expect_tx(bars.q_full(qb), Smem::kQBytes);
-        tma_tile<D>(q_tiles + uint32_t(qb) * Smem::kQBytes, &tm_q, bars.q_full(qb), x.h, int(x.q0), x.b);
-        load_kv(&tm_k, k_tiles, true, it, k0, hk, x.b);
-        // K_{j+1} ahead of V_j: S_{j+1} and P_j V_j are issued together.
-        for (int j = 0; j < x.n; ++j) {
-          if (j + 1 < x.n) load_kv(&tm_k, k_tiles, true, it + j + 1, k0 + (j + 1) * kBc, hk, x.b);
-          load_kv(&tm_v, v_tiles, false, it + j, k0 + j * kBc, hk, x.b);
+      mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);
+      tma_tile<D>(q_tile, &tm_q, bars.q_full(), hq, int(q0), bb);
+      mbar_arrive_expect_tx(bars.k_full(0), Smem::kKVBytes);
+      tma_tile<D>(k_tiles, &tm_k, bars.k_full(0), hk, k0, bb);
+      // K_{j+1} ahead of V_j: S_{j+1} and P_j V_j are issued together.
+      for (int j = 0; j < n_tiles; ++j) {
+        const int j1 = j + 1;
+        if (j1 < n_tiles) {
+          const int s = j1 % STAGES;
+          if (j1 >= STAGES) mbar_wait(bars.k_empty(s), uint32_t((j1 / STAGES - 1) & 1));
+          mbar_arrive_expect_tx(bars.k_full(s), Smem::kKVBytes);
+          tma_tile<D>(k_tiles + uint32_t(s) * Smem::kKVBytes, &tm_k, bars.k_full(s), hk, k0 + j1 * kBc, bb);
         }
-        it += x.n;
-        ++tc;
+        const int s = j % STAGES;
+        if (j >= STAGES) mbar_wait(bars.v_empty(s), uint32_t((j / STAGES - 1) & 1));
+        mbar_arrive_expect_tx(bars.v_full(s), Smem::kKVBytes);
+        tma_tile<D>(v_tiles + uint32_t(s) * Smem::kKVBytes, &tm_v, bars.v_full(s), hk, k0 + j * kBc, bb);
       }
     }
     return;
@@ -170,134 +136,117 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // ---- consumers ----
   setmaxnreg_inc<kWsConsumerRegs>();
-  const int cw = wg - 1;  // consumer warpgroup 0 or 1: rows cw*64 .. cw*64+63 of each tile
+  const int cw = wg - 1;  // consumer warpgroup 0 or 1: rows cw*64 .. cw*64+63 of the tile
   const int warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;
-  const int g = lane / 4, t = lane % 4;       // accumulator fragment row group and thread-in-group
+  const int g = lane / 4, t = lane % 4;  // accumulator fragment row group and thread-in-group
   const int lrow0 = cw * 64 + warp * 16 + g;  // this thread's rows: lrow0 and lrow0 + 8 of the tile
+  const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
+  float m_run[2], l_run[2];  // l: per-thread partial sums, reduced across the quad at the end
+  float o[D / 2];            // (64 rows, D) accumulator: o[nt*4 + 2r + e] = (row r, column nt*8 + 2t + e)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = q0 + lrow0 + 8 * r;
+    const bool ok = row < p.q_end;
+    m_run[r] = ok ? p.m[bh_row0 + row] : -INFINITY;
+    l_run[r] = (ok && t == 0) ? p.l[bh_row0 + row] : 0.f;
+    const bool seen = m_run[r] != -INFINITY;  // false also for rows past q_end
+    const float* acc_row = p.acc + (bh_row0 + row) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const float2 va = seen ? *reinterpret_cast<const float2*>(acc_row + nt * 8 + 2 * t) : make_float2(0.f, 0.f);
+      o[nt * 4 + 2 * r] = va.x;
+      o[nt * 4 + 2 * r + 1] = va.y;
+    }
+  }
 
-  // Pingpong turns: one per MMA issue (S_0, each pipeline step, the last P V). Consumer 0 goes first;
-  // consumer 1 hands the turn back after each of its turns, and consumer 0 takes the last hand-back at
-  // the end, so no arrival is left pending.
+  // Turns: S_0, then one per pipeline step, then the last P V (n_tiles + 1 each). Consumer 0 goes first;
+  // consumer 1 hands the turn back after each of its turns but the last (no arrival is left pending).
   const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
   if (PINGPONG && cw == 1) named_bar_arrive(other_turn, 256);
 
+  const uint32_t q_wg = q_tile + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows in each column block
   float s[64];      // (64 rows, 128 keys) scores: s[nt*4 + 2r + e] = (row r, key nt*8 + 2t + e)
   uint32_t pf[32];  // P of the tile whose P V is pending, bf16 A fragments
   float alpha[2];
 #pragma unroll
   for (int i = 0; i < 64; ++i) s[i] = 0.f;
 
-  int it = 0, tc = 0;  // K/V tiles and items so far (the producer counts the same way)
-  for (int w = int(blockIdx.x); w < num_work; w += int(gridDim.x)) {
-    const WsWork x = ws_work(p, num_q_tiles, w);
-    if (x.n == 0) continue;  // no visible key: state untouched
-    const int n_tiles = x.n, qb = tc & 1;
-    const int64_t q0 = x.q0, k_hi = x.k_hi;  // keys from p.k_begin (a kernel parameter, no register)
-    float m_run[2], l_run[2];  // l: per-thread partial sums, reduced across the quad at the end
-    float o[D / 2];            // (64 rows, D) accumulator: o[nt*4 + 2r + e] = (row r, column nt*8 + 2t + e)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t bh_row0 = (int64_t(x.b) * p.H + x.h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
-      const int64_t row = q0 + lrow0 + 8 * r;
-      const bool ok = row < p.q_end;
-      m_run[r] = ok ? p.m[bh_row0 + row] : -INFINITY;
-      l_run[r] = (ok && t == 0) ? p.l[bh_row0 + row] : 0.f;
-      const bool seen = m_run[r] != -INFINITY;  // false also for rows past q_end
-      const float* acc_row = p.acc + (bh_row0 + row) * D;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        const float2 va = seen ? *reinterpret_cast<const float2*>(acc_row + nt * 8 + 2 * t) : make_float2(0.f, 0.f);
-        o[nt * 4 + 2 * r] = va.x;
-        o[nt * 4 + 2 * r + 1] = va.y;
-      }
-    }
-    const uint32_t q_wg = q_tiles + uint32_t(qb) * Smem::kQBytes + uint32_t(cw) * 64 * 128;  // my 64 rows
+  // S_0 and its softmax.
+  mbar_wait(bars.q_full(), 0);
+  mbar_wait(bars.k_full(0), 0);
+  if (PINGPONG) named_bar_sync(my_turn, 256);
+  wgmma_fence_regs(s);
+  wgmma_fence();
+  issue_qk<D>(s, q_wg, k_tiles);
+  wgmma_commit();
+  if (PINGPONG) named_bar_arrive(other_turn, 256);
+  wgmma_wait<0>();
+  wgmma_fence_regs(s);
+  mbar_arrive(bars.k_empty(0));
+  softmax_tile(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t);
+  rescale_o<D>(o, alpha);
 
-    // S_0 and its softmax.
-    mbar_wait(bars.q_full(qb), uint32_t((tc >> 1) & 1));
-    mbar_wait(bars.k_full(it % STAGES), uint32_t((it / STAGES) & 1));
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    const int s1 = (j + 1) % STAGES, s0 = j % STAGES;
+    mbar_wait(bars.k_full(s1), uint32_t(((j + 1) / STAGES) & 1));
+    mbar_wait(bars.v_full(s0), uint32_t((j / STAGES) & 1));
     if (PINGPONG) named_bar_sync(my_turn, 256);
     wgmma_fence_regs(s);
+    wgmma_fence_regs(o);
+    fence_regs_u32(pf);
     wgmma_fence();
-    issue_qk<D>(s, q_wg, k_tiles + uint32_t(it % STAGES) * Smem::kKVBytes);
+    issue_qk<D>(s, q_wg, k_tiles + uint32_t(s1) * Smem::kKVBytes);
+    wgmma_commit();
+    issue_pv<D>(o, pf, v_tiles + uint32_t(s0) * Smem::kKVBytes);
     wgmma_commit();
     if (PINGPONG) named_bar_arrive(other_turn, 256);
-    wgmma_wait<0>();
+
+    wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
     wgmma_fence_regs(s);
-    mbar_arrive(bars.k_empty(it % STAGES));
-    softmax_tile(s, pf, alpha, m_run, l_run, p, p.k_begin, k_hi, q0, cw * 64, lrow0, t);
+    mbar_arrive(bars.k_empty(s1));
+    uint32_t pn[32];
+    softmax_tile(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t);
+    wgmma_wait<0>();
+    wgmma_fence_regs(o);
+    fence_regs_u32(pf);
+    mbar_arrive(bars.v_empty(s0));
     rescale_o<D>(o, alpha);
-
-    for (int j = 0; j + 1 < n_tiles; ++j) {
-      const int i1 = it + j + 1, i0 = it + j;
-      const int s1 = i1 % STAGES, s0 = i0 % STAGES;
-      mbar_wait(bars.k_full(s1), uint32_t((i1 / STAGES) & 1));
-      mbar_wait(bars.v_full(s0), uint32_t((i0 / STAGES) & 1));
-      if (PINGPONG) named_bar_sync(my_turn, 256);
-      wgmma_fence_regs(s);
-      wgmma_fence_regs(o);
-      fence_regs_u32(pf);
-      wgmma_fence();
-      issue_qk<D>(s, q_wg, k_tiles + uint32_t(s1) * Smem::kKVBytes);
-      wgmma_commit();
-      issue_pv<D>(o, pf, v_tiles + uint32_t(s0) * Smem::kKVBytes);
-      wgmma_commit();
-      if (PINGPONG) named_bar_arrive(other_turn, 256);
-
-      wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
-      wgmma_fence_regs(s);
-      mbar_arrive(bars.k_empty(s1));
-      uint32_t pn[32];
-      softmax_tile(s, pn, alpha, m_run, l_run, p, p.k_begin + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t);
-      wgmma_wait<0>();
-      wgmma_fence_regs(o);
-      fence_regs_u32(pf);
-      mbar_arrive(bars.v_empty(s0));
-      rescale_o<D>(o, alpha);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) pf[i] = pn[i];
-    }
-
-    // P V of the last tile; then this item's Q and last V stage are free.
-    {
-      const int il = it + n_tiles - 1, sl = il % STAGES;
-      mbar_wait(bars.v_full(sl), uint32_t((il / STAGES) & 1));
-      if (PINGPONG) named_bar_sync(my_turn, 256);
-      wgmma_fence_regs(o);
-      fence_regs_u32(pf);
-      wgmma_fence();
-      issue_pv<D>(o, pf, v_tiles + uint32_t(sl) * Smem::kKVBytes);
-      wgmma_commit();
-      if (PINGPONG) named_bar_arrive(other_turn, 256);
-      wgmma_wait<0>();
-      wgmma_fence_regs(o);
-      mbar_arrive(bars.v_empty(sl));
-      mbar_arrive(bars.q_empty(qb));
-    }
-
-    // Write the state back (the item's indices recomputed from w: fewer registers live across the loop).
-    const WsWork xe = ws_work(p, num_q_tiles, opaque_i32(w));
-    const int64_t bh_row0 = (int64_t(xe.b) * p.H + xe.h) * p.Nq;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = xe.q0 + lrow0 + 8 * r;
-      float lx = l_run[r];
-      lx += __shfl_xor_sync(0xffffffffu, lx, 1);
-      lx += __shfl_xor_sync(0xffffffffu, lx, 2);
-      if (row >= p.q_end) continue;
-      if (t == 0) {
-        p.m[bh_row0 + row] = m_run[r];
-        p.l[bh_row0 + row] = lx;
-      }
-      float* acc_row = p.acc + (bh_row0 + row) * D;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<float2*>(acc_row + nt * 8 + 2 * t) = make_float2(o[nt * 4 + 2 * r], o[nt * 4 + 2 * r + 1]);
-    }
-    it += n_tiles;
-    ++tc;
+    for (int i = 0; i < 32; ++i) pf[i] = pn[i];
   }
-  if (PINGPONG && cw == 0) named_bar_sync(my_turn, 256);  // consumer 1's last hand-back
+
+  // P V of the last tile.
+  {
+    const int sl = (n_tiles - 1) % STAGES;
+    mbar_wait(bars.v_full(sl), uint32_t(((n_tiles - 1) / STAGES) & 1));
+    if (PINGPONG) named_bar_sync(my_turn, 256);
+    wgmma_fence_regs(o);
+    fence_regs_u32(pf);
+    wgmma_fence();
+    issue_pv<D>(o, pf, v_tiles + uint32_t(sl) * Smem::kKVBytes);
+    wgmma_commit();
+    if (PINGPONG && cw == 0) named_bar_arrive(other_turn, 256);
+    wgmma_wait<0>();
+    wgmma_fence_regs(o);
+  }
+
+  // Write the state back.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = q0 + lrow0 + 8 * r;
+    float lx = l_run[r];
+    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
+    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    if (row >= p.q_end) continue;
+    if (t == 0) {
+      p.m[bh_row0 + row] = m_run[r];
+      p.l[bh_row0 + row] = lx;
+    }
+    float* acc_row = p.acc + (bh_row0 + row) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(acc_row + nt * 8 + 2 * t) = make_float2(o[nt * 4 + 2 * r], o[nt * 4 + 2 * r + 1]);
+  }
 #else
   // Built without an sm_90a image: attn_fwd_ws_supported() refuses such binaries, so this never runs.
   __trap();
@@ -315,43 +264,48 @@ CUtensorMap attn_tensor_map(const __nv_bfloat16* base, int64_t B, int64_t rows_t
   return make_tma_map_bf16_sw128(base, 4, dims, strides, box);
 }
 
-template <int D, bool PINGPONG>
-void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream, bool persistent) {
-  constexpr int kStages = 2;
-  constexpr size_t smem = WsSmem<D, kStages>::kBytes;
+template <int D, int STAGES, bool PINGPONG>
+void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
+  constexpr size_t smem = WsSmem<D, STAGES>::kBytes;
   static bool configured[16] = {};  // the shared-memory opt-in is per device
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, kStages, PINGPONG>,
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, STAGES, PINGPONG>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured[device & 15] = true;
   }
   const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
-  RT_CHECK(tiles * B * p.H <= INT_MAX, "attn_fwd_block: too many query tiles (" << tiles << " x " << B * p.H << ")");
+  RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
   RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
            "attn_fwd_block (ws): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk);
   const CUtensorMap tq = attn_tensor_map(p.q, B, p.Nq, p.q_end, p.H, D);
   const CUtensorMap tk = attn_tensor_map(p.k, B, p.Nk, p.k_end, p.Hkv, D);
   const CUtensorMap tv = attn_tensor_map(p.v, B, p.Nk, p.k_end, p.Hkv, D);
-  const int64_t work = tiles * B * p.H;
-  const int64_t sms = device_props().multiProcessorCount;  // 1 CTA per SM (smem, 384 threads x 168 registers)
-  const unsigned grid = unsigned(persistent ? std::min(work, sms) : work);
-  attn_fwd_ws_kernel<D, kStages, PINGPONG><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles),
-                                                                               int(B * p.H));
+  const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
+  attn_fwd_ws_kernel<D, STAGES, PINGPONG><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
   CUDA_CHECK_LAUNCH();
 }
 
-// Default: one CTA per work item, 2 K/V stages, no pingpong. Experiment knob, read on every call:
-// RT_ATTN_FWD_WS containing "p" turns pingpong on, "P" launches a persistent grid (one CTA per SM).
-// Measured in the same job on an H200 (2026-11-29, bench/NOTES.md "fwd v5"): 3 stages lost up to 3% (and do
-// not fit next to a second Q buffer at D = 128), pingpong -5% to +1%, persistent (static striding) 0 to
-// -11% at d128 (causal worst: unequal items), -1% to +2% at d64.
+// Stages and pingpong: 2 stages (D = 128: 32 + 4 x 32 KB of shared memory; D = 64: 16 + 4 x 16 KB) and no
+// pingpong by default, the fastest in the same job on an H200 (2026-11-29, bench/NOTES.md "fwd v5": 3 stages
+// lost up to 3%, pingpong -5% to +1%; a persistent grid with double-buffered Q, commit a1de91d, was up to 11%
+// slower at d128). Experiment knob, read on every call: RT_ATTN_FWD_WS=s2|s3 (stages), with "p" appended
+// for pingpong (e.g. s2p); s3 is not covered by the tests.
 template <int D>
 void launch_d(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   const char* env = std::getenv("RT_ATTN_FWD_WS");
-  const bool pingpong = env && std::strchr(env, 'p');
-  const bool persistent = env && std::strchr(env, 'P');
-  if (pingpong) launch<D, true>(p, B, device, stream, persistent);
-  else launch<D, false>(p, B, device, stream, persistent);
+  int stages = 2;
+  bool pingpong = false;
+  if (env && env[0] == 's' && (env[1] == '2' || env[1] == '3')) {
+    stages = env[1] - '0';
+    pingpong = env[2] == 'p';
+  }
+  if (stages == 2) {
+    if (pingpong) launch<D, 2, true>(p, B, device, stream);
+    else launch<D, 2, false>(p, B, device, stream);
+  } else {
+    if (pingpong) launch<D, 3, true>(p, B, device, stream);
+    else launch<D, 3, false>(p, B, device, stream);
+  }
 }
 
 }  // namespace
@@ -362,7 +316,7 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
   int& c = cached[device & 15];
   if (c == 0) {
     const bool ok =
-        wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128, 2, false>));
+        wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128, 2, true>));
     c = ok ? 1 : 2;
   }
   return c == 1;
