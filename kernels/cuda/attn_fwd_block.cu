@@ -281,7 +281,7 @@ void launch_fwd_variant(int variant, const AttnFwdParams& p, int64_t B, int devi
 
 // 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
 // Br 256: half the K/V traffic from L2 per FLOP), 4 = v4 (wgmma, attn_fwd_wgmma.cu), 5 = v5 (wgmma + TMA
-// producer warp + pingpong consumers, attn_fwd_ws.cu); v4 and v5 need compute capability 9.0 with an sm_90a
+// producer warpgroup + 2 consumer warpgroups, pingpong optional, attn_fwd_ws.cu); v4 and v5 need compute capability 9.0 with an sm_90a
 // build, else the mma.sync default runs. RT_ATTN_FWD_VARIANT=1..5 forces one (read on every call so that
 // tests can switch). Otherwise: v5 where it can run (H200, same job, 2026-11-29: d128 +36-57% over v4 at
 // 4K-64K rows, +17-25% at 1K; d64 +29-45% over v2 at 4K-64K), then v4 for D = 128, then v3 for D = 128

@@ -208,9 +208,6 @@ class CudaAttentionWgmmaBwd : public ::testing::TestWithParam<std::tuple<int64_t
   const char* variant() const { return std::get<1>(GetParam()); }
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    if (std::string(variant()) == "5" && std::getenv("RT_TEST_ATTN_BWD_V5") == nullptr)
-      GTEST_SKIP() << "bwd v5 is not verified on a device yet (its first run deadlocked; bench/NOTES.md \"bwd v5\"): "
-                      "set RT_TEST_ATTN_BWD_V5=1 to run it, under a timeout";
     if (!cuda::attn_bwd_wgmma_supported(0, D()))
       GTEST_SKIP() << "device 0 cannot run the wgmma backward (needs compute capability 9.0 and an sm_90a build)";
   }
