@@ -26,7 +26,7 @@ namespace rt {
 namespace cuda {
 namespace {
 
-using namespace wgfwd;  // kWgRowsPerCta, kWgKeysPerTile, issue_qk, issue_pv, softmax_tile, rescale_o
+using namespace wgfwd;  // kWgRowsPerCta, kWgKeysPerTile, issue_qk, issue_pv, softmax_tile, rescale_o, *_state_rows
 constexpr int kWgThreads = 256;
 
 template <int D>
@@ -79,21 +79,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
   const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
   float m_run[2], l_run[2];  // l: per-thread partial sums, reduced across the quad at the end
   float o[D / 2];            // (64 rows, D) accumulator: o[nt*4 + 2r + e] = (row r, column nt*8 + 2t + e)
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = q0 + lrow0 + 8 * r;
-    const bool ok = row < p.q_end;
-    m_run[r] = ok ? p.m[bh_row0 + row] : -INFINITY;
-    l_run[r] = (ok && t == 0) ? p.l[bh_row0 + row] : 0.f;
-    const bool seen = m_run[r] != -INFINITY;  // false also for rows past q_end
-    const float* acc_row = p.acc + (bh_row0 + row) * D;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const float2 va = seen ? *reinterpret_cast<const float2*>(acc_row + nt * 8 + 2 * t) : make_float2(0.f, 0.f);
-      o[nt * 4 + 2 * r] = va.x;
-      o[nt * 4 + 2 * r + 1] = va.y;
-    }
-  }
+  load_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
 
   cp_async_wait<0>();
   fence_proxy_async_smem();
@@ -161,23 +147,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
   wgmma_wait<0>();
   wgmma_fence_regs(o);
 
-  // Write the state back.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = q0 + lrow0 + 8 * r;
-    float lx = l_run[r];
-    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
-    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
-    if (row >= p.q_end) continue;
-    if (t == 0) {
-      p.m[bh_row0 + row] = m_run[r];
-      p.l[bh_row0 + row] = lx;
-    }
-    float* acc_row = p.acc + (bh_row0 + row) * D;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt)
-      *reinterpret_cast<float2*>(acc_row + nt * 8 + 2 * t) = make_float2(o[nt * 4 + 2 * r], o[nt * 4 + 2 * r + 1]);
-  }
+  store_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
 #else
   // Built without an sm_90a image: attn_fwd_wgmma_supported() refuses such binaries, so this never runs.
   __trap();

@@ -1,7 +1,8 @@
 // The per-tile device pieces of the Hopper attention forward kernels (fwd v4 attn_fwd_wgmma.cu, fwd v5
 // attn_fwd_ws.cu): S = Q K^T and O += P V issued as wgmma on 128-byte-swizzled shared-memory tiles
 // (wgmma_ops.cuh), the online softmax of one 128-key tile on the S accumulator (exp2 on prescaled scores, m in
-// log2 units, masks only on tiles that cross the key-range end or the causal diagonal) and the O rescale.
+// log2 units, masks only on tiles that cross the key-range end or the causal diagonal), the O rescale, and the
+// fp32 state rows read before the key loop and written after it.
 // A consumer warpgroup owns 64 query rows of a 128-row Q tile. Keep C++17.
 #pragma once
 #include "kernels/cuda/attn_params.cuh"
@@ -117,6 +118,53 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha
     o[nt * 4 + 1] *= alpha[0];
     o[nt * 4 + 2] *= alpha[1];
     o[nt * 4 + 3] *= alpha[1];
+  }
+}
+
+// The fp32 state of this thread's two rows (row0 and row0 + 8, absolute query rows; bh_row0: the (B,H,Nq) index
+// of row 0 of this head): m and l read (l only by the quad's thread 0, the others start their partial sums at
+// 0), and O from acc for rows that have seen a key (zeros otherwise; acc is not read for m = -inf rows).
+template <int D>
+__device__ __forceinline__ void load_state_rows(const AttnFwdParams& p, int64_t row0, int64_t bh_row0, int t,
+                                                float (&m_run)[2], float (&l_run)[2], float (&o)[D / 2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    const bool ok = row < p.q_end;
+    m_run[r] = ok ? p.m[bh_row0 + row] : -INFINITY;
+    l_run[r] = (ok && t == 0) ? p.l[bh_row0 + row] : 0.f;
+    const bool seen = m_run[r] != -INFINITY;  // false also for rows past q_end
+    const float* acc_row = p.acc + (bh_row0 + row) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const float2 va = seen ? *reinterpret_cast<const float2*>(acc_row + nt * 8 + 2 * t) : make_float2(0.f, 0.f);
+      o[nt * 4 + 2 * r] = va.x;
+      o[nt * 4 + 2 * r + 1] = va.y;
+    }
+  }
+}
+
+// Writes the state of this thread's two rows back (rows past q_end untouched): l summed over the quad, m and l
+// by the quad's thread 0, O into acc.
+template <int D>
+__device__ __forceinline__ void store_state_rows(const AttnFwdParams& p, int64_t row0, int64_t bh_row0, int t,
+                                                 const float (&m_run)[2], const float (&l_run)[2],
+                                                 const float (&o)[D / 2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    float lx = l_run[r];
+    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
+    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    if (row >= p.q_end) continue;
+    if (t == 0) {
+      p.m[bh_row0 + row] = m_run[r];
+      p.l[bh_row0 + row] = lx;
+    }
+    float* acc_row = p.acc + (bh_row0 + row) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(acc_row + nt * 8 + 2 * t) = make_float2(o[nt * 4 + 2 * r], o[nt * 4 + 2 * r + 1]);
   }
 }
 
