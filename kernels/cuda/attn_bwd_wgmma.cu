@@ -56,19 +56,6 @@ struct WgBwdSmem {
   static constexpr size_t kBytes = size_t(kStats) + 4 * kBr * 4 + 1024;  // + alignment slack
 };
 
-// The value, hidden from the optimizer so that descriptors built from it are rebuilt where used instead of
-// being hoisted out of the main loop into registers.
-__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
-  asm volatile("mov.b32 %0, %0;" : "+r"(x));
-  return x;
-}
-
-template <int N>
-__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
 // X^T (64 keys x 64 queries per warpgroup) = A_wg B^T in D/16 k-steps: a_wg is this warpgroup's first row
 // of a (128, D) K or V tile, b a (64, D) Q or dO tile, both K-major.
 template <int D>

@@ -15,13 +15,6 @@ namespace wgfwd {
 constexpr int kWgRowsPerCta = 128;   // Br: 2 warpgroups x 64 rows
 constexpr int kWgKeysPerTile = 128;  // Bc
 
-// The value, hidden from the optimizer so that descriptors built from it are rebuilt where used instead of
-// being hoisted out of the main loop into registers.
-__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
-  asm volatile("mov.b32 %0, %0;" : "+r"(x));
-  return x;
-}
-
 // S (64 x 128 per warpgroup) = Q_wg K_tile^T in D/16 k-steps. q_wg: this warpgroup's first Q row in the
 // (128, D) tile; k_tile: a (128, D) tile.
 template <int D>
@@ -46,12 +39,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)
     if constexpr (D == 128) wgmma_m64n128k16_rs_bmn(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3], b);
     else wgmma_m64n64k16_rs_bmn(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3], b);
   }
-}
-
-template <int N>
-__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 // One tile of the online softmax for this thread's two rows (CTA-local rows lrow0 and lrow0 + 8 of the CTA

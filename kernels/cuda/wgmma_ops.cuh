@@ -69,6 +69,19 @@ __device__ __forceinline__ void wgmma_fence_regs(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// The same for packed bf16 register operands (P, dS as A fragments).
+template <int N>
+__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// The value, hidden from the optimizer so that descriptors built from it are rebuilt where used instead of
+// being hoisted out of the main loop into registers.
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
 
 // d (64 x 128 f32 per warpgroup, 64 per thread) = (accumulate ? d : 0) + A * B^T where A (64 x 16) and
 // B^T (16 x 128) are bf16 in shared memory, both K-major (rows of A and of B hold the 16 K values).
