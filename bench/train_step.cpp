@@ -59,6 +59,13 @@ void device_sync(Device device) {
 #endif
 }
 
+// The median of a non-empty sample (the mean of the two middle values for an even count).
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t k = v.size();
+  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
 // Bytes in use on the device (total - free: context, cuBLASLt workspace and the arena); 0 on the CPU.
 double device_used_bytes(Device device) {
 #ifdef RINGTRAIN_HAVE_CUDA
@@ -164,9 +171,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       if (s > warmup) times.push_back(dt), enqueue_times.push_back(enqueue), max_waits = std::max(max_waits, waits);
     }
-    std::sort(times.begin(), times.end());
     const size_t k = times.size();
-    const double median = k % 2 ? times[k / 2] : 0.5 * (times[k / 2 - 1] + times[k / 2]);
+    const double median = median_of(times);
     const double tok_s = double(tokens) / median;
     const FlopsModel flops = flops_model(config);
     const double peak = peak_tflops(config, device);
@@ -176,8 +182,7 @@ int main(int argc, char** argv) {
     const double used_gib = device_used_bytes(device) / gib;
     std::printf("  median %.1f ms/step over %zu steps | %.0f tok/s | MFU %.1f%% of %.0f TFLOP/s | arena %.2f GiB | "
                 "device used %.2f GiB\n", median * 1e3, k, tok_s, 100 * frac, peak, arena_gib, used_gib);
-    std::sort(enqueue_times.begin(), enqueue_times.end());
-    const double enqueue_median = enqueue_times[k / 2];
+    const double enqueue_median = median_of(enqueue_times);
     std::printf("  host: enqueues a step in %.1f ms (%.1f%% of the step), at most %llu host waits inside a step\n",
                 enqueue_median * 1e3, 100 * enqueue_median / median, (unsigned long long)max_waits);
     std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
