@@ -125,7 +125,8 @@ __device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat
 
 __device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(x, y));
+  // A reduction (no value returned), so the issuing thread never waits for the add to be performed.
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(x), "f"(y) : "memory");
 #else
   atomicAdd(addr, x);
   atomicAdd(addr + 1, y);

@@ -342,13 +342,14 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.scale = float(1.0 / std::sqrt(double(d.D)));
   p.scale2 = p.scale * kLog2e;
   // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu), 5 = v5 (wgmma,
-  // warp-specialized: producer warp, dQ by bulk reduces; attn_bwd_wgmma.cu). v4 and v5 run for D = 64 or 128 on
-  // compute capability 9.0 with an sm_90a build only, else v1. RT_ATTN_BWD_VARIANT=1|2|4|5 forces one (read on
-  // every call so that tests can switch); default: kBwdWgmmaDefault where it can run (v4: D = 128: 319 vs 213
-  // TF/s non-causal, 315 vs 218 causal at 16K on an H200, 2026-11-29; D = 64: 224 vs 182 non-causal, 223 vs
-  // 182 causal at 16K, bench/NOTES.md "bwd v4 at D = 64"), else v1.
-  constexpr int kBwdWgmmaDefaultD128 = 4;
-  constexpr int kBwdWgmmaDefaultD64 = 4;
+  // warp-specialized: TMA producer warp, dQ staged in shared memory and added by TMA tensor reduces;
+  // attn_bwd_wgmma.cu). v4 and v5 run for D = 64 or 128 on compute capability 9.0 with an sm_90a build only,
+  // else v1. RT_ATTN_BWD_VARIANT=1|2|4|5 forces one (read on every call so that tests can switch); default:
+  // v5 where it can run (H200, 2026-11-29, bench/NOTES.md "bwd v5 with TMA"; bwd TF/s non-causal / causal, v5
+  // vs v4 in one job: D = 128 16K 448 / 425 vs 381 / 366, 4K 415 / 349 vs 350 / 304; D = 64 16K 307 / 298 vs
+  // 280 / 275), else v1.
+  constexpr int kBwdWgmmaDefaultD128 = 5;
+  constexpr int kBwdWgmmaDefaultD64 = 5;
   const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
   const int forced = (env && env[0] >= '1' && env[0] <= '5') ? env[0] - '0' : 0;
   const int wgmma_default = d.D == 128 ? kBwdWgmmaDefaultD128 : d.D == 64 ? kBwdWgmmaDefaultD64 : 0;

@@ -387,10 +387,14 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
   for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
 
   const uint32_t k_wg = k_tile + uint32_t(wg) * 64 * 128, v_wg = v_tile + uint32_t(wg) * 64 * 128;
+  cp_async_wait<0>();  // K, V and the tiles of iteration 0
+  fence_proxy_async_smem();
   for (int it = 0; it < n_iter; ++it) {
-    cp_async_wait<0>();
-    fence_proxy_async_smem();
-    __syncthreads();  // tiles of `it` landed; every warpgroup is done with the tiles of it - 1 and with dS^T
+    // Every thread waited for its copies of `it` and fenced them to the async proxy in the middle of it - 1
+    // (with its dS^T stores; the fence there also waits for its dQ atomics of it - 2, long done, instead of
+    // this tile's, which are in flight here): after this barrier they are all in place, and every warpgroup
+    // is done with the tiles of it - 1 and with dS^T.
+    __syncthreads();
     if (it + 1 < n_iter) issue(it + 1);
     const int64_t h = hk * p.group + it / n_qt;
     const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
@@ -426,7 +430,8 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     wgmma_wait<1>();  // dP^T ready; dV may still run
     wgmma_fence_regs(dp);
     compute_dst_store(dp, df, s, delta_t, ds_tile, krow0, t);
-    fence_proxy_async_smem();
+    cp_async_wait<0>();        // this thread's copies of it + 1 (issued at the top of this tile)
+    fence_proxy_async_smem();  // dS^T and those tiles, for the wgmma reads
     if constexpr (D == 128) {
       __syncthreads();  // dS^T of both warpgroups is in shared memory
       dq_tile_d128(p, dq_dims{b, h, q0}, dk, dv, df, pf, ds_tile, k_tile, qs, wg, warp, g, t);
@@ -449,9 +454,10 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 // ---- bwd v5: warp-specialized (RT_ATTN_BWD_VARIANT=5) -----------------------------------------------------
 // Same tiles, math and accumulator layouts as v4, with three warpgroups (384 threads, 1 CTA per SM):
 //   * warpgroups 0 and 1 (consumers, setmaxnreg 240) do the MMAs and the exps; warpgroup 2 (setmaxnreg 24)
-//     holds the producer warp (Q/dO/lse/delta into a 2-stage ring: cp.async, then its own wait, proxy fence
-//     and arrive on the stage's `full` mbarrier; it refills a stage after the consumers arrive on its `empty`
-//     mbarrier) and the dQ warp (reduces the staged dQ into dq_acc with 1-D bulk reduces);
+//     holds the producer warp (Q/dO/lse/delta into a 2-stage ring: lane 0 loads Q and dO with TMA, the lanes
+//     copy lse and delta, and all 32 arrive on the stage's `full` mbarrier, which also waits for the TMA bytes;
+//     it refills a stage after the consumers arrive on its `empty` mbarrier) and the dQ warp (reduces the
+//     staged dQ into dq_acc with 1-D bulk reduces); blocks with q_end < 64 run v4 (a TMA box is 64 rows);
 //   * no CTA-wide barrier in the loop: dS^T has 2 stages, so the only per-tile barrier between the consumers is
 //     "dS^T stored" (D = 128: both warpgroups, their dQ halves read all 128 keys; D = 64: per warpgroup, each
 //     forms a partial dQ over its own keys);
@@ -470,10 +476,10 @@ constexpr int kV5ConsumerRegs = 240, kV5ProducerRegs = 24;
 static_assert(kV5ConsumerRegs * 256 + kV5ProducerRegs * 128 <= 168 * kV5Threads,
               "setmaxnreg: the consumers' registers must come from the producer warpgroup");
 // Named barriers (tma_ops.cuh; 0 is __syncthreads).
-constexpr int kBarDs = 1;       // D = 128: dS^T of both consumer warpgroups stored (256 threads)
-constexpr int kBarDsWg = 2;     // D = 64: 2 + wg, dS^T of one consumer warpgroup stored (128 threads)
-constexpr int kBarDqFull = 4;   // the consumers staged dQ (256 + the dQ warp's 32)
-constexpr int kBarDqEmpty = 5;  // the dQ warp's reduces finished reading the staging buffer (256 + 32)
+constexpr int kBarDs = 1;        // D = 128: dS^T of both consumer warpgroups stored (256 threads)
+constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgroup stored (128 threads)
+constexpr int kBarDqFull = 4;    // 4 + buffer: the consumers staged dQ there (256 + the dQ warp's 32)
+constexpr int kBarDqEmpty = 6;   // 6 + buffer: the dQ warp's reduces finished reading it (256 + 32)
 constexpr int kDqBarThreads = 256 + 32;
 
 template <int D>
@@ -481,49 +487,29 @@ struct WgBwdV5Smem {
   static constexpr uint32_t kKVBytes = kBc * D * 2;
   static constexpr uint32_t kQBytes = kBr * D * 2;
   static constexpr uint32_t kDsBytes = kBc * kBr * 2;
-  // dQ staging, f32: D = 128 one (64 queries, 128) tile, D = 64 two (64, 64) partials (one per warpgroup).
-  // Rows are padded by 32 bytes (strides of 136 / 72 words): a warp's float2 stores of 8 rows x 32 bytes
-  // then hit every bank twice, the minimum for 256 bytes.
-  static constexpr int kDqParts = D == 128 ? 1 : 2;
-  static constexpr uint32_t kDqRowBytes = D * 4 + 32;
-  static constexpr uint32_t kDqPartBytes = kBr * kDqRowBytes;
+  // dQ staging, f32, 2 buffers of (4 column blocks, 64 queries, 32) in the 128-byte swizzle of the dq_acc
+  // tensor map (16-byte chunk c of row r at c ^ (r & 7): a warp's float2 stores of 8 rows x 32 bytes hit
+  // every bank twice, the minimum for 256 bytes). D = 128: blocks = columns 0-31 .. 96-127 of the tile;
+  // D = 64: blocks 2w, 2w + 1 = columns 0-31, 32-63 of warpgroup w's partial (over its own 64 keys).
+  static constexpr uint32_t kDqBlockBytes = kBr * 128;
+  static constexpr uint32_t kDqBufBytes = 4 * kDqBlockBytes;
   static constexpr uint32_t kK = 0;
   static constexpr uint32_t kV = kK + kKVBytes;
   static constexpr uint32_t kQ = kV + kKVBytes;       // (2 stages, 64, D)
   static constexpr uint32_t kDo = kQ + 2 * kQBytes;   // (2 stages, 64, D)
   static constexpr uint32_t kDs = kDo + 2 * kQBytes;  // (2 stages, 128 keys, 64 queries)
-  static constexpr uint32_t kDq = kDs + 2 * kDsBytes;
-  static constexpr uint32_t kStats = kDq + kDqParts * kDqPartBytes;  // lse (2, 64), delta (2, 64) f32
-  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;           // full[2], empty[2] mbarriers
-  static constexpr uint32_t kMeta = kBars + 32;                     // the staged tile: DqMeta
-  static constexpr size_t kBytes = size_t(kMeta) + 32 + 1024;       // + alignment slack
+  static constexpr uint32_t kDq = kDs + 2 * kDsBytes;  // (2 buffers, 4, 64, 32) f32 sw128
+  static constexpr uint32_t kStats = kDq + 2 * kDqBufBytes;  // lse (2, 64), delta (2, 64) f32
+  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;   // full[2], empty[2] mbarriers
+  static constexpr size_t kBytes = size_t(kBars) + 32 + 1024;  // + alignment slack
+  static_assert(kBytes <= 232448, "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
 };
 
-// Rows [0, ROWS) of a sw128 tile with cp.async by the 32 lanes of one warp (zero-filled past valid_rows).
-template <int ROWS, int D>
-__device__ __forceinline__ void load_tile_sw128_warp(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
-                                                     int64_t row0, int64_t valid_rows, int lane) {
-  constexpr int kChunks = D / 8;
-#pragma unroll 1
-  for (int i = lane; i < ROWS * kChunks; i += 32) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int64_t grow = row0 + r;
-    const bool ok = grow < valid_rows;
-    cp_async_16(tile + sw128_offset<ROWS>(r, c), ok ? src + grow * stride + c * 8 : src, ok ? 16 : 0);
-  }
-}
-
-// What the dQ warp needs of a staged tile, written by consumer thread 0 before the dQ-full barrier (so the
-// dQ warp, at 24 registers, does no index arithmetic): row 0 of the tile in dq_acc, the valid rows, and the
-// turn counter (deterministic mode; else null).
-struct DqMeta {
-  float* dst;
-  int* turn;
-  int rows;
-};
 
 template <int D>
-__global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const AttnBwdParams p) {
+__global__ void __launch_bounds__(kV5Threads, 1)
+    attn_bwd_wgmma_v5_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                             const __grid_constant__ CUtensorMap tm_dq, const AttnBwdParams p) {
 #if RT_WGMMA_AVAILABLE
   static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
   using Smem = WgBwdV5Smem<D>;
@@ -532,11 +518,10 @@ __global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const 
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t k_tile = base + Smem::kK, v_tile = base + Smem::kV;
   const uint32_t q_tiles = base + Smem::kQ, do_tiles = base + Smem::kDo, ds_tiles = base + Smem::kDs;
-  const uint32_t dq_buf = base + Smem::kDq;
+  const uint32_t dq_bufs = base + Smem::kDq;  // (2, 4, 64, 32) f32 sw128
   float* lse_s = reinterpret_cast<float*>(smem_raw + (base - raw) + Smem::kStats);  // (2, 64)
   float* delta_s = lse_s + 2 * kBr;                                                 // (2, 64)
   const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;          // 2 x 8 bytes each
-  DqMeta* meta = reinterpret_cast<DqMeta*>(smem_raw + (base - raw) + Smem::kMeta);
 
   const int tid = int(threadIdx.x);
   const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
@@ -547,7 +532,7 @@ __global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const 
   if (q_first >= p.q_end) return;  // no query sees these keys
   const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
   const int n_iter = int(p.group) * n_qt;
-  const int64_t kv_stride = p.Hkv * D, q_stride = p.H * D;
+  const int64_t kv_stride = p.Hkv * D;
 
   if (tid < 256) {
     load_tile_sw128_async<kBc, D, 256>(k_tile, p.k + (b * p.Nk * p.Hkv + hk) * D, kv_stride, k0, p.k_end);
@@ -567,86 +552,110 @@ __global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const 
 
   if (wg == 2) {
     setmaxnreg_dec<kV5ProducerRegs>();
-    if (warp == 0) {  // producer: Q, dO, lse, delta of iteration `it` into stage it & 1
+    if (warp == 0) {  // producer: Q, dO (TMA, lane 0), lse, delta (all lanes) of iteration `it` into stage it & 1
+      if (lane == 0) {
+        tma_prefetch_desc(&tm_q);
+        tma_prefetch_desc(&tm_do);
+      }
+#pragma unroll 1
       for (int it = 0; it < n_iter; ++it) {
         const uint32_t st = uint32_t(it & 1);
         if (it >= 2) mbar_wait(empty_bar + 8 * st, uint32_t((it >> 1) - 1) & 1u);
-        const int64_t h = hk * p.group + it / n_qt;
-        const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
-        const int64_t head_off = (b * p.Nq * p.H + h) * D;
-        load_tile_sw128_warp<kBr, D>(q_tiles + st * Smem::kQBytes, p.q + head_off, q_stride, q0, p.q_end, lane);
-        load_tile_sw128_warp<kBr, D>(do_tiles + st * Smem::kQBytes, p.dout + head_off, q_stride, q0, p.q_end, lane);
-        const float* lse_src = p.lse + (b * p.H + h) * p.Nq;
-        const float* delta_src = p.delta + (b * p.H + h) * p.Nq;
+        const int h = int(hk * p.group) + it / n_qt;
+        const int q0 = int(q_first) + (it % n_qt) * kBr;
+        const float* lse_src = p.lse + (b * p.H + h) * p.Nq + q0;
+        const float* delta_src = p.delta + (b * p.H + h) * p.Nq + q0;
 #pragma unroll
-        for (int r = lane; r < kBr; r += 32) {
+        for (int r = lane; r < kBr; r += 32) {  // rows past q_end: 0 (they are masked)
           const bool ok = q0 + r < p.q_end;
-          cp_async_4(smem_addr(lse_s + st * kBr + r), ok ? lse_src + q0 + r : lse_src, ok ? 4 : 0);
-          cp_async_4(smem_addr(delta_s + st * kBr + r), ok ? delta_src + q0 + r : delta_src, ok ? 4 : 0);
+          lse_s[st * kBr + r] = ok ? lse_src[r] : 0.f;
+          delta_s[st * kBr + r] = ok ? delta_src[r] : 0.f;
         }
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async_smem();  // the wgmma operands are read by the async proxy
-        mbar_arrive(full_bar + 8 * st);
+        if (lane == 0) {  // the stage's barrier completes with 32 arrivals and the bytes of both tiles
+          const uint32_t bar = full_bar + 8 * st;
+          mbar_arrive_expect_tx(bar, 2 * Smem::kQBytes);
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c) {
+            tma_load_4d(q_tiles + st * Smem::kQBytes + uint32_t(c) * (kBr * 128), &tm_q, bar, c * 64, h, q0, int(b));
+            tma_load_4d(do_tiles + st * Smem::kQBytes + uint32_t(c) * (kBr * 128), &tm_do, bar, c * 64, h, q0,
+                        int(b));
+          }
+        } else {
+          mbar_arrive(full_bar + 8 * st);
+        }
       }
-    } else if (warp == 1) {  // dQ: staged tiles into dq_acc with bulk reduces
+    } else if (warp == 1) {  // dQ: staged tiles into dq_acc with TMA tensor reduces (lane 0)
       const int mine = int(blockIdx.x);
-      const int64_t row_stride = p.H * D;
-      named_bar_arrive(kBarDqEmpty, kDqBarThreads);  // the buffer starts empty
+      if (lane == 0) tma_prefetch_desc(&tm_dq);
+      named_bar_arrive(kBarDqEmpty, kDqBarThreads);  // both buffers start empty
+      if (n_iter > 1) named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
 #pragma unroll 1
       for (int it = 0; it < n_iter; ++it) {
-        named_bar_sync(kBarDqFull, kDqBarThreads);
-        float* dst = meta->dst;
-        int* turn = meta->turn;
-        const int rows = meta->rows;
-        if (turn != nullptr) {
-          if (lane == 0) {
+        const int sb = it & 1;
+        if (sb == 0) named_bar_sync(kBarDqFull, kDqBarThreads);  // immediate ids (see the consumers)
+        else named_bar_sync(kBarDqFull + 1, kDqBarThreads);
+        if (lane == 0) {
+          const int h = int(hk * p.group) + it / n_qt;
+          const int q0 = int(q_first) + (it % n_qt) * kBr;
+          // The tile's coordinates (as the producer computes them) and, in deterministic mode, its turn counter.
+          int* turn = p.dq_turn == nullptr ? nullptr
+                                           : p.dq_turn + (b * p.H + h) * ((p.q_end - p.q_begin + kBr - 1) / kBr) +
+                                                 (q0 - p.q_begin) / kBr;
+          if (turn != nullptr) {
             int seen;
             do {
               asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
             } while (seen != mine);
+            fence_proxy_async_global();
           }
-          __syncwarp();
-          fence_proxy_async_global();
-        }
-#pragma unroll 1
-        for (int part = 0; part < Smem::kDqParts; ++part) {
-#pragma unroll 1
-          for (int r = lane; r < rows; r += 32)
-            bulk_reduce_add_f32(dst + r * row_stride,
-                                dq_buf + uint32_t(part) * Smem::kDqPartBytes + uint32_t(r) * Smem::kDqRowBytes, D * 4);
+          const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
+#pragma unroll
+          for (int blk = 0; blk < 4; ++blk) {  // D = 64: blocks 0, 1 = partial 0; 2, 3 = partial 1
+            tma_reduce_add_4d(&tm_dq, buf + uint32_t(blk) * Smem::kDqBlockBytes, (blk * 32) % D, h, q0, int(b));
+            if (D == 64 && blk == 1 && turn != nullptr) {  // partial 0 before partial 1, on every run
+              bulk_commit();
+              bulk_wait<0>();
+            }
+          }
           bulk_commit();
-          if (turn != nullptr) bulk_wait<0>();  // D = 64: partial 0 is added before partial 1, on every run
+          if (turn != nullptr) {
+            bulk_wait<0>();
+            fence_proxy_async_global();
+            __threadfence();
+            asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+          } else {
+            bulk_wait_read<0>();
+          }
         }
-        if (turn != nullptr) {
-          fence_proxy_async_global();
-          __threadfence();
-          __syncwarp();
-          if (lane == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
-        } else {
-          bulk_wait_read<0>();
+        __syncwarp();
+        if (it + 2 < n_iter) {  // the consumers stage tile it + 2 here
+          if (sb == 0) named_bar_arrive(kBarDqEmpty, kDqBarThreads);
+          else named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
         }
-        if (it + 1 < n_iter) named_bar_arrive(kBarDqEmpty, kDqBarThreads);
       }
-      bulk_wait<0>();
+      if (lane == 0) bulk_wait<0>();
     }
     return;
   }
   setmaxnreg_inc<kV5ConsumerRegs>();
 
   const int krow0 = wg * 64 + warp * 16 + g;
-  const int64_t key_a = k0 + krow0, key_b = key_a + 8;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   float s[32], dp[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
+  // The masks' limits as 32-bit offsets from (q_first + qi, k0) (see TileMask), so no 64-bit index stays live
+  // across the loop (at 240 registers they spilled): q_span <= q_end <= INT_MAX (the launcher checks).
+  const int q_span = int(p.q_end - q_first), k_lim = clamp_rel(p.k_end - k0);
+  const int64_t diag0 = q_first + p.diag - k0;
 
   const uint32_t k_wg = k_tile + uint32_t(wg) * 64 * 128, v_wg = v_tile + uint32_t(wg) * 64 * 128;
   for (int it = 0; it < n_iter; ++it) {
     const uint32_t st = uint32_t(it & 1);
-    const int64_t q0 = q_first + int64_t(it % n_qt) * kBr;
+    const int qi = (it % n_qt) * kBr;  // the tile's first row, from q_first
+    const TileMask mask{q_span - qi, k_lim, clamp_rel(diag0 + qi), p.causal};
     const uint32_t qs = q_tiles + st * Smem::kQBytes, dos = do_tiles + st * Smem::kQBytes;
     const uint32_t ds_tile = ds_tiles + st * Smem::kDsBytes;
     const float* lse_t = lse_s + st * kBr;
@@ -664,8 +673,8 @@ __global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const 
     wgmma_wait<1>();  // S^T done; dP^T may still run
     wgmma_fence_regs(s);
 
-    const bool need_mask = q0 + kBr > p.q_end || k0 + kBc > p.k_end || (p.causal && k0 + kBc - 1 > q0 + p.diag);
-    compute_pt(s, p.scale2, lse_t, tile_mask(p, q0, k0), krow0, need_mask, t);
+    const bool need_mask = mask.q_lim < kBr || mask.k_lim < kBc || (mask.causal && kBc - 1 > mask.diag);
+    compute_pt(s, p.scale2, lse_t, mask, krow0, need_mask, t);
     uint32_t pf[16], df[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
@@ -705,35 +714,35 @@ __global__ void __launch_bounds__(kV5Threads, 1) attn_bwd_wgmma_v5_kernel(const 
     wgmma_wait<1>();  // dQ done; dK may still run
     wgmma_fence_regs(dq);
 
-    // Stage dQ * scale: D = 128 columns wg*64.. of the (64, 128) tile; D = 64 partial wg.
-    const uint32_t part = D == 128 ? dq_buf + uint32_t(wg) * 256 : dq_buf + uint32_t(wg) * Smem::kDqPartBytes;
-    named_bar_sync(kBarDqEmpty, kDqBarThreads);
+    // Stage dQ * scale into buffer it & 1: D = 128 columns wg*64.. of the (64, 128) tile (blocks 2wg, 2wg + 1);
+    // D = 64 partial wg (blocks 2wg, 2wg + 1). Column nt*8 + 2t of the warpgroup's 64 is in block 2wg + nt/4,
+    // 16-byte chunk (nt%4)*2 + t/2, swizzled with the row (row & 7 = g).
+    const int sb = it & 1;
+    const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
+    if (sb == 0) named_bar_sync(kBarDqEmpty, kDqBarThreads);  // immediate ids: ptxas reserves only these
+    else named_bar_sync(kBarDqEmpty + 1, kDqBarThreads);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint32_t a = part + uint32_t(warp * 16 + g + 8 * r) * Smem::kDqRowBytes + uint32_t(nt * 8 + 2 * t) * 4;
+        const int row = warp * 16 + g + 8 * r, chunk = (nt % 4) * 2 + t / 2;
+        const uint32_t a = stage + uint32_t(nt / 4) * Smem::kDqBlockBytes + uint32_t(row) * 128 +
+                           (uint32_t(chunk ^ g) << 4) + uint32_t(t & 1) * 8;
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[nt * 4 + 2 * r] * p.scale),
                      "f"(dq[nt * 4 + 2 * r + 1] * p.scale)
                      : "memory");
       }
-    if (tid == 0) {
-      const int64_t h = hk * p.group + it / n_qt;
-      meta->dst = p.dq + ((b * p.Nq + q0) * p.H + h) * D;
-      meta->turn = p.dq_turn == nullptr ? nullptr
-                                        : p.dq_turn + (b * p.H + h) * ((p.q_end - p.q_begin + kBr - 1) / kBr) +
-                                              (q0 - p.q_begin) / kBr;
-      meta->rows = int(p.q_end - q0 < kBr ? p.q_end - q0 : kBr);
-    }
-    fence_proxy_async_smem();  // the bulk reduces read the buffer through the async proxy
-    named_bar_arrive(kBarDqFull, kDqBarThreads);
+    fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
+    if (sb == 0) named_bar_arrive(kBarDqFull, kDqBarThreads);
+    else named_bar_arrive(kBarDqFull + 1, kDqBarThreads);
 
     wgmma_wait<0>();  // dK done (it ran during the staging)
     wgmma_fence_regs(dk);
     fence_regs_u32(df);
     mbar_arrive(empty_bar + 8 * st);  // this tile's Q / dO are no longer read
   }
-  write_dk_dv<D>(p, dk, dv, key_a, key_b, b, hk, t);
+  const int64_t key_a = k0 + krow0;
+  write_dk_dv<D>(p, dk, dv, key_a, key_a + 8, b, hk, t);
 #else
   __trap();
 #endif
@@ -758,16 +767,29 @@ namespace {
 template <int D, bool V5>
 void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = V5 ? WgBwdV5Smem<D>::kBytes : WgBwdSmem<D>::kBytes;
-  constexpr auto kernel = V5 ? attn_bwd_wgmma_v5_kernel<D> : attn_bwd_wgmma_kernel<D>;
   static bool configured[16] = {};  // the shared-memory opt-in is per device (and per kernel)
   if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if constexpr (V5)
+      CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_wgmma_v5_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)));
+    else
+      CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)));
     configured[device & 15] = true;
   }
   const int64_t tiles = (p.k_end - p.k_begin + kBc - 1) / kBc;
   RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
   const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
-  kernel<<<grid, V5 ? kV5Threads : kWgBwdThreads, smem, stream>>>(p);
+  if constexpr (V5) {
+    RT_CHECK(p.q_end <= INT_MAX && p.H <= INT_MAX,
+             "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", H = " << p.H);
+    const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kBr);
+    const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, kBr);
+    const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
+    attn_bwd_wgmma_v5_kernel<D><<<grid, kV5Threads, smem, stream>>>(tq, tdo, tdq, p);
+  } else {
+    attn_bwd_wgmma_kernel<D><<<grid, kWgBwdThreads, smem, stream>>>(p);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -778,6 +800,9 @@ void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int dev
   RT_CHECK(D == 128 || D == 64,
            "attn_bwd_block (wgmma): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
   RT_CHECK(variant == 4 || variant == 5, "attn_bwd_block (wgmma): variant " << variant << " is not 4 or 5");
+  // A TMA box (64 rows) must not be longer than the tensor map's row extent (q_end): such tiny blocks run v4,
+  // which has the same contract.
+  if (variant == 5 && p.q_end < kBr) variant = 4;
   if (variant == 5) D == 64 ? launch_for_d<64, true>(p, B, device, stream) : launch_for_d<128, true>(p, B, device, stream);
   else D == 64 ? launch_for_d<64, false>(p, B, device, stream) : launch_for_d<128, false>(p, B, device, stream);
 }

@@ -224,17 +224,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
-// A 4-D tensor map over a (B, rows, heads, D) bf16 tensor whose row extent is cut at `rows_end` (rows at or
-// past it read as zero), boxes of (128 rows, 64 columns) of one head: dims innermost first (D, heads, rows, B).
-CUtensorMap attn_tensor_map(const __nv_bfloat16* base, int64_t B, int64_t rows_total, int64_t rows_end,
-                            int64_t heads, int64_t D) {
-  const uint64_t dims[4] = {uint64_t(D), uint64_t(heads), uint64_t(rows_end), uint64_t(B)};
-  const uint64_t strides[3] = {uint64_t(D) * 2, uint64_t(heads * D) * 2, uint64_t(rows_total * heads * D) * 2};
-  const uint32_t box[4] = {64, 1, uint32_t(kWgKeysPerTile), 1};
-  static_assert(kWgKeysPerTile == kWgRowsPerCta, "one box shape serves the Q, K and V tiles");
-  return make_tma_map_bf16_sw128(base, 4, dims, strides, box);
-}
-
 template <int D, int STAGES, bool PINGPONG>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = WsSmem<D, STAGES>::kBytes;
@@ -248,9 +237,9 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
   RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
            "attn_fwd_block (ws): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk);
-  const CUtensorMap tq = attn_tensor_map(p.q, B, p.Nq, p.q_end, p.H, D);
-  const CUtensorMap tk = attn_tensor_map(p.k, B, p.Nk, p.k_end, p.Hkv, D);
-  const CUtensorMap tv = attn_tensor_map(p.v, B, p.Nk, p.k_end, p.Hkv, D);
+  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kWgRowsPerCta);
+  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
+  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
   attn_fwd_ws_kernel<D, STAGES, PINGPONG><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
   CUDA_CHECK_LAUNCH();

@@ -143,44 +143,64 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A tensor map for a bf16 tensor of `rank` (2..5) dims for TMA loads of (box rows) x 64 columns with the
-// 128-byte swizzle (the sw128 layout of wgmma_ops.cuh: one box = one (rows, 64) column block, row r at
-// r * 128 bytes, 16-byte chunk c at c ^ (r & 7); the shared-memory destination must be 1024-byte aligned).
+// A tensor map for a bf16 or f32 tensor of `rank` (2..5) dims for TMA transfers of (box rows) x 128-byte column
+// blocks with the 128-byte swizzle (for bf16 the sw128 layout of wgmma_ops.cuh: one box = one (rows, 64)
+// column block, row r at r * 128 bytes, 16-byte chunk c at c ^ (r & 7); the shared-memory side must be
+// 1024-byte aligned).
 //   dims[0..rank): extents in elements, dims[0] innermost and contiguous;
 //   strides_bytes[0..rank-1): byte strides of dims 1..rank-1 (multiples of 16);
-//   box[0..rank): box extents; box[0] must be 64 (128 bytes), every box[i] <= 256.
-// Elements outside dims (e.g. rows past a range end made the extent) read as zero.
-inline CUtensorMap make_tma_map_bf16_sw128(const void* base, int rank, const uint64_t* dims,
-                                           const uint64_t* strides_bytes, const uint32_t* box) {
-  RT_CHECK(rank >= 2 && rank <= 5, "make_tma_map_bf16_sw128: rank " << rank << " is not in 2..5");
-  RT_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "make_tma_map_bf16_sw128: base must be 16-byte aligned");
-  RT_CHECK(box[0] == 64, "make_tma_map_bf16_sw128: the inner box extent must be 64 bf16 (128 bytes), got " << box[0]);
+//   box[0..rank): box extents; box[0] must span 128 bytes (64 bf16 or 32 f32), every box[i] <= 256.
+// Elements outside dims (e.g. rows past a range end made the extent) read as zero and are not written.
+inline CUtensorMap make_tma_map_sw128(CUtensorMapDataType type, uint32_t elem_bytes, const void* base, int rank,
+                                      const uint64_t* dims, const uint64_t* strides_bytes, const uint32_t* box) {
+  RT_CHECK(rank >= 2 && rank <= 5, "make_tma_map_sw128: rank " << rank << " is not in 2..5");
+  RT_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "make_tma_map_sw128: base must be 16-byte aligned");
+  RT_CHECK(box[0] * elem_bytes == 128, "make_tma_map_sw128: the inner box extent must span 128 bytes, got "
+                                           << box[0] << " elements of " << elem_bytes << " bytes");
   cuuint64_t gdim[5], gstride[4];
   cuuint32_t bdim[5], estride[5];
   for (int i = 0; i < rank; ++i) {
-    RT_CHECK(dims[i] >= 1 && dims[i] <= (uint64_t(1) << 32), "make_tma_map_bf16_sw128: dim " << i << " = " << dims[i]
-                                                                                          << " out of range");
-    RT_CHECK(box[i] >= 1 && box[i] <= 256, "make_tma_map_bf16_sw128: box " << i << " = " << box[i]
-                                                                           << " out of range 1..256");
+    RT_CHECK(dims[i] >= 1 && dims[i] <= (uint64_t(1) << 32), "make_tma_map_sw128: dim " << i << " = " << dims[i]
+                                                                                     << " out of range");
+    RT_CHECK(box[i] >= 1 && box[i] <= 256, "make_tma_map_sw128: box " << i << " = " << box[i]
+                                                                      << " out of range 1..256");
     gdim[i] = dims[i];
     bdim[i] = box[i];
     estride[i] = 1;
   }
   for (int i = 0; i + 1 < rank; ++i) {
     RT_CHECK(strides_bytes[i] % 16 == 0 && strides_bytes[i] < (uint64_t(1) << 40),
-             "make_tma_map_bf16_sw128: stride " << i << " = " << strides_bytes[i]
-                                                << " bytes must be a multiple of 16 below 2^40");
+             "make_tma_map_sw128: stride " << i << " = " << strides_bytes[i]
+                                           << " bytes must be a multiple of 16 below 2^40");
     gstride[i] = strides_bytes[i];
   }
   CUtensorMap map;
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), const_cast<void*>(base),
-                                          gdim, gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = tensor_map_encoder()(&map, type, cuuint32_t(rank), const_cast<void*>(base), gdim, gstride, bdim,
+                                          estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   RT_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " << int(r) << " (rank " << rank
                                                                              << ", dims[0] " << dims[0] << ", box "
                                                                              << box[0] << " x " << box[1] << ")");
   return map;
+}
+
+inline CUtensorMap make_tma_map_bf16_sw128(const void* base, int rank, const uint64_t* dims,
+                                           const uint64_t* strides_bytes, const uint32_t* box) {
+  return make_tma_map_sw128(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rank, dims, strides_bytes, box);
+}
+
+// A 4-D tensor map over a (B, rows, heads, D) bf16 activation tensor (q, k, v, dO) whose row extent is cut at
+// `rows_end` (rows at or past it read as zero), boxes of (box_rows, 64 columns) of one head: dims innermost first
+// (D, heads, rows, B). Load coordinates: (column, head, row, batch).
+// elem_bytes 2: bf16 (boxes of 64 columns); 4: f32 (boxes of 32 columns, e.g. the backward's dQ accumulator).
+inline CUtensorMap make_rows_heads_tma_map(const void* base, int64_t B, int64_t rows_total, int64_t rows_end,
+                                           int64_t heads, int64_t D, uint32_t box_rows, uint32_t elem_bytes = 2) {
+  const uint64_t e = elem_bytes;
+  const uint64_t dims[4] = {uint64_t(D), uint64_t(heads), uint64_t(rows_end), uint64_t(B)};
+  const uint64_t strides[3] = {uint64_t(D) * e, uint64_t(heads * D) * e, uint64_t(rows_total * heads * D) * e};
+  const uint32_t box[4] = {128 / elem_bytes, 1, box_rows, 1};
+  return make_tma_map_sw128(elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            elem_bytes, base, 4, dims, strides, box);
 }
 
 }  // namespace cuda
@@ -197,6 +217,16 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
                "r"(bytes)
                : "memory");
+}
+// Adds the box at `src` (the sw128 layout of the tensor map `tmap`) into the f32 tensor at element coordinates
+// (c0 innermost, c1, c2, c3); elements outside the tensor's extents are skipped. Same fence rule as above.
+__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap* tmap, uint32_t src, int c0, int c1, int c2,
+                                                  int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
 }
 // Closes this thread's bulk group of the operations issued since the last commit.
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }

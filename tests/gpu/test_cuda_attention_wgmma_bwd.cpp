@@ -243,6 +243,16 @@ TEST_P(CudaAttentionWgmmaBwd, NonCausalUnalignedKeyRange) {
   run_case({"noncausal_key_range", 1, 200, 1100, 2, 1, mask(false, 0, 0, 0, -1, 70, 1030)}, D(), variant(), 700);
 }
 
+TEST_P(CudaAttentionWgmmaBwd, QueryBlockShorterThanOneTile) {
+  // q_end = 40 < 64 rows: v5's TMA box would be longer than the tensor map's rows, so v5 hands it to v4.
+  run_case({"short_query_block", 2, 40, 300, 2, 1, mask(false, 0, 0)}, D(), variant(), 800);
+}
+
+TEST_P(CudaAttentionWgmmaBwd, CausalLastTileOneRow) {
+  // q_end = 129: the last query tile has one valid row (the dQ tensor reduce must skip the other 63).
+  run_case({"causal_one_row_tile", 1, 129, 129, 2, 2, mask(true, 0, 0)}, D(), variant(), 900);
+}
+
 // Deterministic mode keeps the ordered dQ adds: the same bits on two runs, and still the right gradients.
 TEST_P(CudaAttentionWgmmaBwd, DeterministicRepeatsBitForBit) {
   const BwdCase c{"deterministic", 1, 768, 768, 4, 2, mask(true, 0, 0)};
