@@ -3,7 +3,8 @@
 //   grid: d in {64,128}, N in {1K,4K,16K,64K}, causal and not, bf16, model dim 2048 (H = 2048/d),
 //         B*N = 32K tokens (B = 1 for N >= 32K).
 //   FLOPs: forward 4*B*H*N^2*d (half when causal), backward 2.5x forward.
-//   forward  = attn_state_reset + attn_fwd_block + attn_fwd_finalize (O bf16 and LSE from scratch);
+//   forward  = attn_fwd_whole (O bf16 and LSE from scratch: one fused kernel on an H100/H200), or with
+//              --fwd-sequence attn_state_reset + attn_fwd_block + attn_fwd_finalize (what a ring step runs);
 //   backward = attn_bwd_delta + zeroing dq/dk/dv (f32) + attn_bwd_block.
 //   Timing: CUDA events, median of --reps (10) after --warmup (3).
 // Output: a table on stdout and, with --json FILE, one JSON object per measurement.
@@ -39,7 +40,7 @@ using Dev = DeviceBuffer;
 int main(int argc, char** argv) {
   int warmup = 3, reps = 10;
   std::string json_path, only_d, only_n;
-  bool ceilings = true;
+  bool ceilings = true, fwd_sequence = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -49,10 +50,11 @@ int main(int argc, char** argv) {
     else if (a == "--d") only_d = next();
     else if (a == "--n") only_n = next();
     else if (a == "--no-ceilings") ceilings = false;
+    else if (a == "--fwd-sequence") fwd_sequence = true;
     else if (a == "--deterministic") rt::set_deterministic_attention(true);
     else {
       std::fprintf(stderr, "usage: bench_attention [--warmup 3] [--reps 10] [--json FILE] [--d 128] [--n 4096] "
-                           "[--no-ceilings] [--deterministic]\n");
+                           "[--no-ceilings] [--deterministic] [--fwd-sequence]\n");
       return 2;
     }
   }
@@ -120,9 +122,13 @@ int main(int argc, char** argv) {
           rt::AttnMask mask;
           mask.causal = causal;
           auto fwd = [&] {
-            rt::attn_state_reset(st);
-            rt::attn_fwd_block(tq, tk, tv, st, mask);
-            rt::attn_fwd_finalize(st, tout, tlse);
+            if (fwd_sequence) {
+              rt::attn_state_reset(st);
+              rt::attn_fwd_block(tq, tk, tv, st, mask);
+              rt::attn_fwd_finalize(st, tout, tlse);
+            } else {
+              rt::attn_fwd_whole(tq, tk, tv, st, mask, tout, tlse);
+            }
           };
           auto bwd = [&] {
             rt::attn_bwd_delta(tout, tdo, tdelta);

@@ -1,5 +1,6 @@
 // Ring-step benchmark (issue 5, "Ring-step forms"): the kernel calls of a whole cp-rank ring, run one after
-// another on one GPU, against one whole-sequence call with the same FLOPs. Each rank's queries resume the
+// another on one GPU, against one whole-sequence call with the same FLOPs (the forward's whole call is
+// attn_fwd_whole, the fused fresh + finalized kernel). Each rank's queries resume the
 // fp32 state over cp K/V blocks with the masks of parallel/ring_schedule.h (zigzag: the causal diagonal block,
 // then half the keys or half the queries per step), then finalize; the backward recomputes per block and
 // accumulates dQ per rank and dK/dV per source block. No communication: this measures what the ring's step
@@ -121,14 +122,12 @@ int main(int argc, char** argv) {
         random_bf16(bf(v, S, 0), 13);
         random_bf16(bf(dout, S, 0), 14);
 
-        // One whole-sequence call.
+        // One whole-sequence call, as a single-GPU run makes it (attn_fwd_whole: one fused kernel on an H200).
         AttnState whole{accv(S, 0), rowsv(m, S, 0), rowsv(l, S, 0)};
         AttnMask causal;
         causal.causal = true;
         auto whole_fwd = [&] {
-          attn_state_reset(whole);
-          attn_fwd_block(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), whole, causal);
-          attn_fwd_finalize(whole, bf(out, S, 0), rowsv(lse, S, 0));
+          attn_fwd_whole(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), whole, causal, bf(out, S, 0), rowsv(lse, S, 0));
         };
         auto whole_bwd = [&] {
           attn_bwd_delta(bf(out, S, 0), bf(dout, S, 0), rowsv(delta, S, 0));

@@ -32,6 +32,12 @@ void attn_state_reset(AttnState& state);
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask);
 // out (B,Nq,H,D) = acc / l (0 where l == 0); lse (B,H,Nq) f32 = (m + log2(l)) * ln 2, -inf where l == 0.
 void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse);
+// The whole forward of one K/V block from a fresh state: the same out and lse as attn_state_reset +
+// attn_fwd_block + attn_fwd_finalize, which is what it runs where no fused kernel applies. On an H100/H200
+// (fwd v5, bf16 out, the mask's query range = all rows) one kernel does it: no state reset, no fp32 state read
+// or written, no finalize pass. `scratch` is an AttnState of q's shape; its contents afterwards are unspecified.
+void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
+                    Tensor out, Tensor lse);
 // delta (B,H,Nq) f32 = rowsum(dout * out), once per layer.
 void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta);
 // Recomputes P = exp(S - lse) for one K/V block. dq_acc (B,Nq,H,D), dk_acc and dv_acc (B,Nk,Hkv,D) are

@@ -26,6 +26,8 @@ void sum_squares_accumulate(const Tensor& x, Tensor acc);
 void attn_state_reset(AttnState& state);
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask);
 void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse);
+void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
+                    Tensor out, Tensor lse);
 void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta);
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask);

@@ -98,6 +98,10 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   RT_DISPATCH(q, attn_fwd_block, q, k, v, s, mask);
 }
 void attn_fwd_finalize(const AttnState& s, Tensor out, Tensor lse) { RT_DISPATCH(out, attn_fwd_finalize, s, out, lse); }
+void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
+                    Tensor out, Tensor lse) {
+  RT_DISPATCH(q, attn_fwd_whole, q, k, v, scratch, mask, out, lse);
+}
 void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta) {
   RT_DISPATCH(out, attn_bwd_delta, out, dout, delta);
 }

@@ -121,6 +121,20 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   check_shape(lse, {shape_.batch, shape_.heads, shape_.local_tokens}, "ring_attention.forward", "lse");
   const int cp = cp_.size(), r = cp_.rank();
   maybe_inject_fault("ring_attention.forward");
+  if (cp == 1) {  // one block: the fused whole forward (no state reset / finalize passes where it applies)
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, ring_source(r, 0, cp), shape_.local_tokens);
+      if (plan.skip) {
+        attn_state_reset(state_);
+        attn_fwd_finalize(state_, out, lse);
+      } else {
+        attn_fwd_whole(q, k, v, state_, plan.mask, out, lse);
+      }
+    }
+    finish_call();
+    return;
+  }
   ExchangeHandle hop;
   {
     RingTimerScope t(*timer_, Phase::compute);

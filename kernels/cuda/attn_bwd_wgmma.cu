@@ -524,7 +524,9 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;          // 2 x 8 bytes each
 
   const int tid = int(threadIdx.x);
-  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  // wg through a shuffle: the compiler then knows it is warp-uniform, so the smem addresses and wgmma descriptors
+  // derived from it can live in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBc;
   const int64_t hk = blockIdx.y, b = blockIdx.z;

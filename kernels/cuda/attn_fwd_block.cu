@@ -301,18 +301,9 @@ int fwd_variant(int64_t D, int64_t q_rows, int device) {
   return (D == 128 && q_rows >= 16384) ? 3 : 2;
 }
 
-}  // namespace
-void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask) {
-  const char* op = "attn_fwd_block";
-  cudaStream_t stream = stream_for(q, op);
-  const AttnDims d = attn_dims(q, k, v, op);
-  require_attn_tensor(state.acc, DType::f32, q.device, op, "state.acc");
-  require_dtype_on(state.m, DType::f32, q.device, op, "state.m");
-  require_dtype_on(state.l, DType::f32, q.device, op, "state.l");
-  check_attn_state_shapes(d, state, op);
-  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
-
+// The fwd v5 parameters of one call with its checks (shared by attn_fwd_block and attn_fwd_whole).
+AttnFwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask,
+                         const AttnDims& d, const AttnRanges& r) {
   AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
@@ -326,6 +317,56 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   p.causal = mask.causal;
   p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
   p.num_q_tiles = 0;  // set by the launcher for its tile size
+  return p;
+}
+
+}  // namespace
+
+void attn_state_reset(AttnState& state);                                 // attn_state_reset.cu
+void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse);  // attn_fwd_finalize.cu
+void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask);
+
+void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
+                    Tensor out, Tensor lse) {
+  const char* op = "attn_fwd_whole";
+  cudaStream_t stream = stream_for(q, op);
+  const AttnDims d = attn_dims(q, k, v, op);
+  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
+  // One fused fwd v5 kernel when it applies: v5 chosen, bf16 out, every query row in the range (finalize writes
+  // every row), TMA boxes no longer than the rows (as launch_attn_fwd_ws requires), something to do.
+  const bool fused = d.B > 0 && d.H > 0 && r.k_begin < r.k_end && r.q_begin == 0 && r.q_end == d.Nq &&
+                     r.q_end >= 128 && r.k_end >= 128 && out.dtype == DType::bf16 &&
+                     fwd_variant(d.D, r.q_end - r.q_begin, q.device.index) == 5;
+  if (!fused) {
+    cuda::attn_state_reset(scratch);  // qualified: rt::attn_state_reset (ops.h) is found by ADL too
+    cuda::attn_fwd_block(q, k, v, scratch, mask);
+    cuda::attn_fwd_finalize(scratch, out, lse);
+    return;
+  }
+  require_attn_tensor(out, DType::bf16, q.device, op, "out");
+  require_dtype_on(lse, DType::f32, q.device, op, "lse");
+  check_shape(out, {d.B, d.Nq, d.H, d.D}, op, "out (B,Nq,H,D)");
+  check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
+  AttnFwdParams p = fwd_params(q, k, v, scratch, mask, d, r);
+  p.acc = p.m = p.l = nullptr;  // the fused kernel reads and writes no state
+  p.fresh = true;
+  p.out = out.ptr<__nv_bfloat16>();
+  p.lse = lse.ptr<float>();
+  launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);
+}
+
+void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask) {
+  const char* op = "attn_fwd_block";
+  cudaStream_t stream = stream_for(q, op);
+  const AttnDims d = attn_dims(q, k, v, op);
+  require_attn_tensor(state.acc, DType::f32, q.device, op, "state.acc");
+  require_dtype_on(state.m, DType::f32, q.device, op, "state.m");
+  require_dtype_on(state.l, DType::f32, q.device, op, "state.l");
+  check_attn_state_shapes(d, state, op);
+  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
+  if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
+
+  const AttnFwdParams p = fwd_params(q, k, v, state, mask, d, r);
   const int variant = fwd_variant(d.D, r.q_end - r.q_begin, q.device.index);
   if (variant == 5) {
     launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);

@@ -30,7 +30,7 @@ namespace cuda {
 namespace {
 
 using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128), issue_qk, issue_pv, softmax_tile, rescale_o,
-                        // load_state_rows, store_state_rows
+                        // load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
 constexpr int kWsThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kWsProducerRegs = 24;    // 24 * 128 + 240 * 256 <= 64K registers
@@ -89,7 +89,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
-  if (k_hi <= k_lo) return;  // no visible key: state untouched (the whole CTA leaves before any barrier)
+  if (k_hi <= k_lo) {  // no visible key: state untouched (the whole CTA leaves before any barrier)
+    if (p.out != nullptr) {  // finalized: O = 0, lse = -inf for the tile's rows
+      const int rows = int(q_last - q0 + 1);
+      for (int i = int(threadIdx.x); i < rows * D; i += kWsThreads)
+        p.out[((b * p.Nq + q0 + i / D) * p.H + h) * D + i % D] = __float2bfloat16(0.f);
+      for (int i = int(threadIdx.x); i < rows; i += kWsThreads) p.lse[(b * p.H + h) * p.Nq + q0 + i] = -INFINITY;
+    }
+    return;
+  }
   const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
 
   if (threadIdx.x == 0) {
@@ -104,7 +112,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   __syncthreads();
 
-  const int wg = int(threadIdx.x) / 128;
+  // Through a shuffle, so the compiler knows wg is warp-uniform (addresses derived from it stay in uniform
+  // registers).
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
     // ---- producer ----
     setmaxnreg_dec<kWsProducerRegs>();
@@ -144,7 +154,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
   float m_run[2], l_run[2];  // l: per-thread partial sums, reduced across the quad at the end
   float o[D / 2];            // (64 rows, D) accumulator: o[nt*4 + 2r + e] = (row r, column nt*8 + 2t + e)
-  load_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
+  if (p.fresh) fresh_state_rows<D>(m_run, l_run, o);
+  else load_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
 
   // Turns: S_0, then one per pipeline step, then the last P V (n_tiles + 1 each). Consumer 0 goes first;
   // consumer 1 hands the turn back after each of its turns but the last (no arrival is left pending).
@@ -217,7 +228,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma_fence_regs(o);
   }
 
-  store_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
+  if (p.out != nullptr) store_final_rows<D>(p, q0 + lrow0, b, h, t, m_run, l_run, o);
+  else store_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
 #else
   // Built without an sm_90a image: attn_fwd_ws_supported() refuses such binaries, so this never runs.
   __trap();

@@ -23,6 +23,12 @@ struct AttnFwdParams {
   bool causal;
   float scale2;     // log2(e) / sqrt(D)
   int num_q_tiles;  // query tiles of the launch (set by the mma.sync launcher for its tile size)
+  // fwd v5 only, set by attn_fwd_whole: `fresh` = the state is not read (every row starts at m = -inf, l = 0,
+  // acc = 0); `out` non-null = the rows are finalized into out (B,Nq,H,D) bf16 and lse (B,H,Nq) f32 as
+  // attn_fwd_finalize would, and the state is not written.
+  bool fresh = false;
+  __nv_bfloat16* out = nullptr;
+  float* lse = nullptr;
 };
 
 struct AttnBwdParams {

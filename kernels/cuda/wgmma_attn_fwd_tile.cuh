@@ -155,6 +155,42 @@ __device__ __forceinline__ void store_state_rows(const AttnFwdParams& p, int64_t
   }
 }
 
+// Starts this thread's two rows from a fresh state: m = -inf, l = 0, O = 0 (attn_fwd_whole).
+template <int D>
+__device__ __forceinline__ void fresh_state_rows(float (&m_run)[2], float (&l_run)[2], float (&o)[D / 2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_run[r] = -INFINITY;
+    l_run[r] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+}
+
+// Finalizes this thread's two rows (row0, row0 + 8 of head h, batch b; rows past q_end untouched) into
+// p.out (B,Nq,H,D) bf16 = O / l (0 where l == 0) and p.lse (B,H,Nq) = (m + log2 l) ln 2 (-inf where l == 0),
+// as attn_fwd_finalize does from the state.
+template <int D>
+__device__ __forceinline__ void store_final_rows(const AttnFwdParams& p, int64_t row0, int64_t b, int64_t h, int t,
+                                                 const float (&m_run)[2], const float (&l_run)[2],
+                                                 const float (&o)[D / 2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    float lx = l_run[r];
+    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
+    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    if (row >= p.q_end) continue;
+    if (t == 0) p.lse[(b * p.H + h) * p.Nq + row] = lx > 0.f ? (m_run[r] + log2f(lx)) * kLn2 : -INFINITY;
+    const float inv = lx > 0.f ? 1.f / lx : 0.f;
+    __nv_bfloat16* out_row = p.out + ((b * p.Nq + row) * p.H + h) * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(out_row + nt * 8 + 2 * t) =
+          pack_bf16(o[nt * 4 + 2 * r] * inv, o[nt * 4 + 2 * r + 1] * inv);
+  }
+}
+
 }  // namespace wgfwd
 }  // namespace cuda
 }  // namespace rt

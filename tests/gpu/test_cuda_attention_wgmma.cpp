@@ -6,7 +6,8 @@
 // NaN-poisoned out/lse. Checked: out (bf16, P rounded to bf16) 1e-2 relative to fp64; lse 1e-4 absolute;
 // v4/v5 vs v2 (and v5 vs v4): out 1e-2 relative, lse and m 1e-4 absolute; rows outside every block's query range keep their
 // state bit for bit; no NaN anywhere. Skips when there is no CUDA device or it cannot run the kernel
-// (compute capability other than 9.0, or a build without sm_90a).
+// (compute capability other than 9.0, or a build without sm_90a). attn_fwd_whole (the fused fresh + finalized
+// forward) is checked the same way against fp64 and against the reset + block + finalize sequence.
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -334,6 +335,65 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionWgmma,
                          [](const auto& info) {
                            return std::string("v") + info.param.variant + "_D" + std::to_string(info.param.D);
                          });
+
+// attn_fwd_whole (fresh state, one block, finalized in the kernel where fwd v5 applies) against the fp64
+// reference and against the reset + attn_fwd_block + finalize sequence of the same variant, into NaN-poisoned
+// out / lse; the scratch state is poisoned too (the fused kernel must not read it).
+void run_whole_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
+  const int64_t D = kern.D, B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
+  SCOPED_TRACE(std::string(c.name) + " whole v" + kern.variant + " D=" + std::to_string(D));
+  Inputs in;
+  in.q = bf16_rounded(random_vector(B * Nq * H * D, seed, 1.2f));
+  in.k = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 1, 1.2f));
+  in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
+  std::vector<char> touched;
+  const Outputs ref = reference(c, D, in, touched);
+  const Outputs seq = run_gpu(c, D, in, kern.variant);
+  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
+      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
+  Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
+      glse(gpu(), DType::f32, {B, H, Nq});
+  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
+  poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
+  AttnState scratch{gacc.t(), gm.t(), gl.t()};
+  {
+    ForcedFwdVariant forced(kern.variant);
+    attn_fwd_whole(gq.t(), gk.t(), gv.t(), scratch, c.blocks.at(0), gout.t(), glse.t());
+  }
+  const std::vector<float> out = download(gout), lse = download(glse);
+  const double e_out = rel_error(out, ref.out), e_lse = lse_max_abs_error(lse, ref.lse);
+  const double e_seq = rel_error(out, seq.out), e_lse_seq = lse_max_abs_error(lse, seq.lse);
+  std::cout << "[attn whole] " << c.name << " v" << kern.variant << " D=" << D << " out vs fp64 " << e_out << " lse "
+            << e_lse << " | vs sequence: out " << e_seq << " lse " << e_lse_seq << "\n";
+  EXPECT_FALSE(any_nan(out) || any_nan(lse)) << "NaN in out / lse";
+  EXPECT_LE(e_out, 1e-2) << worst_mismatch(out, ref.out);
+  EXPECT_LE(e_lse, 1e-4);
+  EXPECT_LE(e_seq, 2e-3) << worst_mismatch(out, seq.out);  // O / l as O * (1/l): bf16 rounding only
+  EXPECT_LE(e_lse_seq, 1e-5);
+  for (size_t row = 0; row < ref.lse.size(); ++row)  // rows with no visible key: LSE -inf, O 0
+    if (std::isinf(ref.lse[row])) {
+      ASSERT_TRUE(std::isinf(lse[row]) && lse[row] < 0) << "row " << row;
+      const size_t b = row / size_t(H * Nq), h = (row / size_t(Nq)) % size_t(H), i = row % size_t(Nq);
+      for (int64_t d = 0; d < D; ++d)
+        ASSERT_EQ(out[((b * size_t(Nq) + i) * size_t(H) + h) * size_t(D) + size_t(d)], 0.f) << "row " << row;
+    }
+}
+
+TEST_P(CudaAttentionWgmma, WholeForwardNonCausalGqa) {
+  run_whole_case({"whole_noncausal_gqa", 2, 300, 260, 4, 2, false, {mask(false, 0, 0)}}, GetParam(), 1000);
+}
+
+TEST_P(CudaAttentionWgmma, WholeForwardCausalWithQueryTilesThatSeeNoKey) {
+  // k_offset 300: query rows 0..299 see no key, so the first two 128-row tiles of v5 have nothing to do and
+  // must still write O = 0 and LSE = -inf.
+  run_whole_case({"whole_causal_empty_tiles", 1, 700, 700, 2, 1, false, {mask(true, 0, 300)}}, GetParam(), 1100);
+}
+
+TEST_P(CudaAttentionWgmma, WholeForwardFallsBackForPartialRangesAndShortBlocks) {
+  // A query sub-range (finalize writes every row, so no fused kernel) and a 100-row block (under one tile).
+  run_whole_case({"whole_sub_range", 1, 400, 400, 2, 1, false, {mask(true, 0, 0, 37, 300, 0, 400)}}, GetParam(), 1200);
+  run_whole_case({"whole_short", 2, 100, 90, 2, 1, false, {mask(false, 0, 0)}}, GetParam(), 1300);
+}
 
 }  // namespace
 }  // namespace rt::test

@@ -256,6 +256,27 @@ TEST(AttentionCpuResume, BlocksEqualOnePass) {
   }
 }
 
+// attn_fwd_whole (one block from a fresh state, finalized) gives the reset + block + finalize result bit for
+// bit on the host, whatever the scratch state held before (poisoned here).
+TEST(AttentionCpuWhole, EqualsResetBlockFinalize) {
+  const AttnShape s{2, 75, 150, 4, 2, 16};
+  Inputs in(s, 91);
+  AttnMask m;
+  m.causal = true;
+  m.q_offset = 75;
+  const Forward seq = forward_one_pass(in, m);
+  State scratch(s);
+  test::poison(scratch.acc);
+  test::poison(scratch.m);
+  test::poison(scratch.l);
+  Forward whole{test::f32({s.B, s.Nq, s.H, s.D}), test::f32({s.B, s.H, s.Nq})};
+  test::poison(whole.out);
+  test::poison(whole.lse);
+  attn_fwd_whole(in.q, in.k, in.v, scratch.st, m, whole.out, whole.lse);
+  EXPECT_EQ(test::rel_err(whole.out, seq.out.to_double()), 0.0);
+  EXPECT_EQ(lse_err(whole.lse, seq.lse.to_double()), 0.0);
+}
+
 // Rows outside [q_begin,q_end) keep their state / gradients; keys outside [k_begin,k_end) contribute
 // nothing and receive no gradient.
 TEST(AttentionCpuRanges, SubRangesTouchOnlyTheirRows) {
