@@ -163,7 +163,9 @@ __device__ __forceinline__ void compute_dst_store(float (&dp)[32], uint32_t (&df
 }
 
 // dK and dV rows of this thread (keys key_a, key_b = key_a + 8; accumulator layout as in the kernels): read,
-// add, write (each row is owned by one CTA).
+// add, write (each row is owned by one CTA). All reads are issued before the first write: interleaved, the
+// compiler must keep each read behind the previous write (the pointers may alias), so the CTA's last act was
+// 2 x D / 4 dependent round trips to memory.
 template <int D>
 __device__ __forceinline__ void write_dk_dv(const AttnBwdParams& p, const float (&dk)[D / 2], const float (&dv)[D / 2],
                                             int64_t key_a, int64_t key_b, int64_t b, int64_t hk, int t) {
@@ -172,18 +174,19 @@ __device__ __forceinline__ void write_dk_dv(const AttnBwdParams& p, const float 
     const int64_t key = r ? key_b : key_a;
     if (key >= p.k_end) continue;
     const int64_t off = ((b * p.Nk + key) * p.Hkv + hk) * D;
+    float2 old_k[D / 8], old_v[D / 8];  // this row's current dK / dV pairs at columns nt*8 + 2t
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      old_k[nt] = *reinterpret_cast<const float2*>(p.dk + off + nt * 8 + 2 * t);
+      old_v[nt] = *reinterpret_cast<const float2*>(p.dv + off + nt * 8 + 2 * t);
+    }
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       const int col = nt * 8 + 2 * t;
-      float2* pk = reinterpret_cast<float2*>(p.dk + off + col);
-      float2* pv = reinterpret_cast<float2*>(p.dv + off + col);
-      float2 a = *pk, c = *pv;
-      a.x += dk[nt * 4 + 2 * r] * p.scale;
-      a.y += dk[nt * 4 + 2 * r + 1] * p.scale;
-      c.x += dv[nt * 4 + 2 * r];
-      c.y += dv[nt * 4 + 2 * r + 1];
-      *pk = a;
-      *pv = c;
+      *reinterpret_cast<float2*>(p.dk + off + col) =
+          make_float2(old_k[nt].x + dk[nt * 4 + 2 * r] * p.scale, old_k[nt].y + dk[nt * 4 + 2 * r + 1] * p.scale);
+      *reinterpret_cast<float2*>(p.dv + off + col) =
+          make_float2(old_v[nt].x + dv[nt * 4 + 2 * r], old_v[nt].y + dv[nt * 4 + 2 * r + 1]);
     }
   }
 }
