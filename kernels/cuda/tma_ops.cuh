@@ -206,20 +206,13 @@ inline CUtensorMap make_rows_heads_tma_map(const void* base, int64_t B, int64_t 
 }  // namespace cuda
 }  // namespace rt
 
-// --- used by the backward (bwd v5, kernels/cuda/attn_bwd_wgmma.cu): 1-D bulk reduce shared -> global -------
+// --- used by the backward (bwd v5, kernels/cuda/attn_bwd_wgmma.cu): TMA tensor reduce shared -> global -------
 namespace rt {
 namespace cuda {
 
-// dst[i] += src[i] for bytes / 4 floats (bytes a multiple of 16, both addresses 16-byte aligned), done by the
-// async proxy: the threads that wrote `src` run fence_proxy_async() before the barrier that hands the buffer
-// to the issuing thread.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
 // Adds the box at `src` (the sw128 layout of the tensor map `tmap`) into the f32 tensor at element coordinates
-// (c0 innermost, c1, c2, c3); elements outside the tensor's extents are skipped. Same fence rule as above.
+// (c0 innermost, c1, c2, c3); elements outside the tensor's extents are skipped. The threads that wrote `src`
+// run fence_proxy_async() before the barrier that hands the buffer to the issuing thread.
 __device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap* tmap, uint32_t src, int c0, int c1, int c2,
                                                   int c3) {
   asm volatile(

@@ -131,6 +131,12 @@ __device__ __forceinline__ void load_state_rows(const AttnFwdParams& p, int64_t 
   }
 }
 
+// A row's l: each of the quad's 4 threads holds the sum over its own columns.
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 // Writes the state of this thread's two rows back (rows past q_end untouched): l summed over the quad, m and l
 // by the quad's thread 0, O into acc.
 template <int D>
@@ -140,9 +146,7 @@ __device__ __forceinline__ void store_state_rows(const AttnFwdParams& p, int64_t
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = row0 + 8 * r;
-    float lx = l_run[r];
-    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
-    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    const float lx = quad_sum(l_run[r]);
     if (row >= p.q_end) continue;
     if (t == 0) {
       p.m[bh_row0 + row] = m_run[r];
@@ -177,9 +181,7 @@ __device__ __forceinline__ void store_final_rows(const AttnFwdParams& p, int64_t
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = row0 + 8 * r;
-    float lx = l_run[r];
-    lx += __shfl_xor_sync(0xffffffffu, lx, 1);
-    lx += __shfl_xor_sync(0xffffffffu, lx, 2);
+    const float lx = quad_sum(l_run[r]);
     if (row >= p.q_end) continue;
     if (t == 0) p.lse[(b * p.H + h) * p.Nq + row] = lx > 0.f ? (m_run[r] + log2f(lx)) * kLn2 : -INFINITY;
     const float inv = lx > 0.f ? 1.f / lx : 0.f;
