@@ -16,7 +16,8 @@
 //     adds while dK runs; the next tile's barrier waits for dK (its loads reuse this tile's Q buffer);
 //   * dS^T goes to shared memory once (bf16, keys x queries); dQ (64 queries x 128) = dS K is one wgmma
 //     m64n64k16 per warpgroup (its half of D) with both operands MN-major, added to the f32 dq_acc with
-//     float2 atomics, or in deterministic mode with the ordered turn protocol of attn_bwd_block.cu;
+//     float2 reductions (red.global.add.v2.f32), or in deterministic mode with the ordered turn protocol of
+//     attn_bwd_block.cu;
 //   * D = 64: each warpgroup computes a partial dQ (64 queries x 64) over its own 64 keys (4 k-steps, so only
 //     a warpgroup barrier after its dS^T store), the warpgroups swap column halves through shared memory and
 //     each adds 32 columns of the sum: one add per dQ element per CTA, as at D = 128;
@@ -459,17 +460,19 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 //   * warpgroups 0 and 1 (consumers, setmaxnreg 240) do the MMAs and the exps; warpgroup 2 (setmaxnreg 24)
 //     holds the producer warp (Q/dO/lse/delta into a 2-stage ring: lane 0 loads Q and dO with TMA, the lanes
 //     copy lse and delta, and all 32 arrive on the stage's `full` mbarrier, which also waits for the TMA bytes;
-//     it refills a stage after the consumers arrive on its `empty` mbarrier) and the dQ warp (reduces the
-//     staged dQ into dq_acc with 1-D bulk reduces); blocks with q_end < 64 run v4 (a TMA box is 64 rows);
+//     it refills a stage after the consumers arrive on its `empty` mbarrier) and the dQ warp (adds the staged
+//     dQ into dq_acc with TMA tensor reduces); blocks with q_end < 64 run v4 (a TMA box is 64 rows);
 //   * no CTA-wide barrier in the loop: dS^T has 2 stages, so the only per-tile barrier between the consumers is
 //     "dS^T stored" (D = 128: both warpgroups, their dQ halves read all 128 keys; D = 64: per warpgroup, each
 //     forms a partial dQ over its own keys);
-//   * dQ (scaled, f32) goes to a shared staging buffer (named barriers dQ empty / full with the dQ warp); the
-//     dQ warp issues one cp.reduce.async.bulk .add.f32 per query row (D = 64: per row and partial). In
-//     deterministic mode it alone waits for the query tile's turn, issues, waits for the reduces to complete
-//     and passes the turn; the consumers only wait when the staging buffer is still being read;
-//   * order per tile (consumers): S^T, dP^T issued behind the previous tile's dK | exps | dV | dS^T |
-//     barrier | dQ, dK issued | dQ staged while dK runs; the stage is released once dK completed.
+//   * dQ (scaled, f32) goes to one of 2 staging buffers in the 128-byte swizzle of the dq_acc tensor map (named
+//     barriers dQ empty / full per buffer with the dQ warp); the dQ warp's lane 0 adds a tile with 4
+//     cp.reduce.async.bulk.tensor (boxes of 64 rows x 32 columns; D = 64: 2 per partial) and hands the buffer
+//     back once they have read it. In deterministic mode it alone waits for the query tile's turn, issues,
+//     waits for the reduces to complete and passes the turn; the consumers go on with the other buffer;
+//   * the consumers' loop keeps no 64-bit index live (the masks come from 32-bit offsets computed once);
+//   * order per tile (consumers): wait for the stage, S^T, dP^T | exps | dV | dS^T | barrier | dQ, dK issued |
+//     dQ staged while dK runs; the stage is released once dK completed.
 constexpr int kV5Threads = 384;
 // setmaxnreg moves registers only within the CTA's launch allocation: 384 threads at 1 CTA per SM start with
 // 168 each (65536 / 384 rounded down to a multiple of 8), so the consumers can rise only by what the producer
