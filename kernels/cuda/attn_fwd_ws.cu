@@ -299,6 +299,8 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
   // A TMA box (128 rows) must not be longer than the tensor map's row extent (q_end, k_end): such tiny
   // blocks run fwd v4 (cp.async with zero-fill), which has the same contract and the same requirements.
   if (p.q_end < kWgRowsPerCta || p.k_end < kWgKeysPerTile) {
+    RT_CHECK(!p.fresh && p.out == nullptr, "attn_fwd_block (ws): a fused whole call (fresh state, finalized "
+                                           "output) needs q_end and k_end >= 128; fwd v4 has no fused form");
     launch_attn_fwd_wgmma(p, D, B, device, stream);
     return;
   }
