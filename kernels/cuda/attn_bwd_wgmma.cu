@@ -139,6 +139,22 @@ __device__ __forceinline__ void compute_pt(float (&s)[32], float scale2, const f
   }
 }
 
+// After P^T was formed in s: packs it into pf (bf16 A fragments), issues dV += P^T dO (do_tile: the tile's dO;
+// it runs while dS^T is formed), then waits for dP^T (issued before dV). Returns with dV possibly still running.
+template <int D>
+__device__ __forceinline__ void issue_dv_wait_dp(const float (&s)[32], float (&dp)[32], float (&dv)[D / 2],
+                                                 uint32_t (&pf)[16], uint32_t do_tile) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+  wgmma_fence_regs(dv);
+  fence_regs_u32(pf);
+  wgmma_fence();
+  issue_acc<D>(dv, pf, do_tile);
+  wgmma_commit();
+  wgmma_wait<1>();  // dP^T ready; dV may still run
+  wgmma_fence_regs(dp);
+}
+
 // dS^T = P^T (dP^T - delta) in place of dp, packed to bf16 A fragments df, and stored (keys x queries) to the
 // sw128 dS^T tile: df[2nt + r] holds (key krow0 + 8r, queries nt*8 + 2t, +1).
 __device__ __forceinline__ void compute_dst_store(float (&dp)[32], uint32_t (&df)[16], const float (&s)[32],
@@ -421,18 +437,7 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
     const bool need_mask = q0 + kBr > p.q_end || k0 + kBc > p.k_end || (p.causal && k0 + kBc - 1 > q0 + p.diag);
     compute_pt(s, p.scale2, lse_t, tile_mask(p, q0, k0), krow0, need_mask, t);
     uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments: [4kk + {0,1,2,3}] = queries 16kk + ...
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-
-    // dV += P^T dO (queries are the k dimension): runs while dS^T is formed.
-    wgmma_fence_regs(dv);
-    fence_regs_u32(pf);
-    wgmma_fence();
-    issue_acc<D>(dv, pf, dos);
-    wgmma_commit();
-
-    wgmma_wait<1>();  // dP^T ready; dV may still run
-    wgmma_fence_regs(dp);
+    issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
     compute_dst_store(dp, df, s, delta_t, ds_tile, krow0, t);
     cp_async_wait<0>();        // this thread's copies of it + 1 (issued at the top of this tile)
     fence_proxy_async_smem();  // dS^T and those tiles, for the wgmma reads
@@ -683,18 +688,8 @@ __global__ void __launch_bounds__(kV5Threads, 1)
 
     const bool need_mask = mask.q_lim < kBr || mask.k_lim < kBc || (mask.causal && kBc - 1 > mask.diag);
     compute_pt(s, p.scale2, lse_t, mask, krow0, need_mask, t);
-    uint32_t pf[16], df[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-
-    wgmma_fence_regs(dv);
-    fence_regs_u32(pf);
-    wgmma_fence();
-    issue_acc<D>(dv, pf, dos);
-    wgmma_commit();
-
-    wgmma_wait<1>();  // dP^T ready; dV may still run
-    wgmma_fence_regs(dp);
+    uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments
+    issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
     compute_dst_store_packed(dp, df, s, delta_t, ds_tile, krow0, t);
     fence_proxy_async_smem();
     if constexpr (D == 128) named_bar_sync(kBarDs, 256);

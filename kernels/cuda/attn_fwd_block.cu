@@ -12,11 +12,12 @@
 //   * the state is read at the start and written at the end, so the kernel resumes across ring steps
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
-// Variant choice: fwd_variant() below (v2, or v3 for long D = 128 rows, or the wgmma kernels v4 of
+// Variant choice: attn_fwd_variant() below (v2, or v3 for long D = 128 rows, or the wgmma kernels v4 of
 // attn_fwd_wgmma.cu / v5 of attn_fwd_ws.cu on compute capability 9.0; RT_ATTN_FWD_VARIANT forces one).
 #include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attn_fwd_dispatch.cuh"
 #include "kernels/cuda/attn_params.cuh"
 #include "kernels/cuda/attn_fwd_ws.cuh"
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
@@ -279,6 +280,8 @@ void launch_fwd_variant(int variant, const AttnFwdParams& p, int64_t B, int devi
   else launch_fwd<D, 2, 4>(p, B, device, stream);
 }
 
+}  // namespace
+
 // 1 = v1 (8 warps x 16 rows, Q in registers), 2 = v2 (4 warps x 32 rows), 3 = v3 (8 warps x 32 rows,
 // Br 256: half the K/V traffic from L2 per FLOP), 4 = v4 (wgmma, attn_fwd_wgmma.cu), 5 = v5 (wgmma + TMA
 // producer warpgroup + 2 consumer warpgroups, pingpong optional, attn_fwd_ws.cu); v4 and v5 need compute capability 9.0 with an sm_90a
@@ -290,7 +293,7 @@ constexpr bool kFwdV5DefaultD128 = true;
 constexpr bool kFwdV5DefaultD64 = true;
 constexpr bool kFwdV4DefaultD128 = true;
 constexpr bool kFwdV4DefaultD64 = false;
-int fwd_variant(int64_t D, int64_t q_rows, int device) {
+int attn_fwd_variant(int64_t D, int64_t q_rows, int device) {
   const char* env = std::getenv("RT_ATTN_FWD_VARIANT");
   const int forced = (env && env[0] >= '1' && env[0] <= '5') ? env[0] - '0' : 0;
   const bool v5_default = D == 128 ? kFwdV5DefaultD128 : kFwdV5DefaultD64;
@@ -301,9 +304,8 @@ int fwd_variant(int64_t D, int64_t q_rows, int device) {
   return (D == 128 && q_rows >= 16384) ? 3 : 2;
 }
 
-// The fwd v5 parameters of one call with its checks (shared by attn_fwd_block and attn_fwd_whole).
-AttnFwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask,
-                         const AttnDims& d, const AttnRanges& r) {
+AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnState& state,
+                              const AttnMask& mask, const AttnDims& d, const AttnRanges& r) {
   AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
@@ -320,41 +322,6 @@ AttnFwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, Attn
   return p;
 }
 
-}  // namespace
-
-void attn_state_reset(AttnState& state);                                 // attn_state_reset.cu
-void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse);  // attn_fwd_finalize.cu
-void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask);
-
-void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
-                    Tensor out, Tensor lse) {
-  const char* op = "attn_fwd_whole";
-  cudaStream_t stream = stream_for(q, op);
-  const AttnDims d = attn_dims(q, k, v, op);
-  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  // One fused fwd v5 kernel when it applies: v5 chosen, bf16 out, every query row in the range (finalize writes
-  // every row), TMA boxes no longer than the rows (as launch_attn_fwd_ws requires), something to do.
-  const bool fused = d.B > 0 && d.H > 0 && r.k_begin < r.k_end && r.q_begin == 0 && r.q_end == d.Nq &&
-                     r.q_end >= 128 && r.k_end >= 128 && out.dtype == DType::bf16 &&
-                     fwd_variant(d.D, r.q_end - r.q_begin, q.device.index) == 5;
-  if (!fused) {
-    cuda::attn_state_reset(scratch);  // qualified: rt::attn_state_reset (ops.h) is found by ADL too
-    cuda::attn_fwd_block(q, k, v, scratch, mask);
-    cuda::attn_fwd_finalize(scratch, out, lse);
-    return;
-  }
-  require_attn_tensor(out, DType::bf16, q.device, op, "out");
-  require_dtype_on(lse, DType::f32, q.device, op, "lse");
-  check_shape(out, {d.B, d.Nq, d.H, d.D}, op, "out (B,Nq,H,D)");
-  check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
-  AttnFwdParams p = fwd_params(q, k, v, scratch, mask, d, r);
-  p.acc = p.m = p.l = nullptr;  // the fused kernel reads and writes no state
-  p.fresh = true;
-  p.out = out.ptr<__nv_bfloat16>();
-  p.lse = lse.ptr<float>();
-  launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);
-}
-
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state, const AttnMask& mask) {
   const char* op = "attn_fwd_block";
   cudaStream_t stream = stream_for(q, op);
@@ -366,8 +333,8 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
 
-  const AttnFwdParams p = fwd_params(q, k, v, state, mask, d, r);
-  const int variant = fwd_variant(d.D, r.q_end - r.q_begin, q.device.index);
+  const AttnFwdParams p = attn_fwd_params(q, k, v, state, mask, d, r);
+  const int variant = attn_fwd_variant(d.D, r.q_end - r.q_begin, q.device.index);
   if (variant == 5) {
     launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);
     return;
