@@ -5,7 +5,9 @@
 //   FLOPs: forward 4*B*H*N^2*d (half when causal), backward 2.5x forward.
 //   forward  = attn_fwd_whole (O bf16 and LSE from scratch: one fused kernel on an H100/H200), or with
 //              --fwd-sequence attn_state_reset + attn_fwd_block + attn_fwd_finalize (what a ring step runs);
-//   backward = attn_bwd_delta + zeroing dq/dk/dv (f32) + attn_bwd_block.
+//   backward = attn_bwd_delta + zeroing dq (f32) + attn_bwd_block_fresh (dK / dV f32 overwritten: on an
+//              H100/H200 the kernel stores them), or with --bwd-accumulate attn_bwd_delta + zeroing dq/dk/dv +
+//              attn_bwd_block (what a ring step adding into a travelling accumulator would run).
 //   Timing: CUDA events, median of --reps (10) after --warmup (3).
 // Output: a table on stdout and, with --json FILE, one JSON object per measurement.
 #include <cuda_bf16.h>
@@ -40,7 +42,7 @@ using Dev = DeviceBuffer;
 int main(int argc, char** argv) {
   int warmup = 3, reps = 10;
   std::string json_path, only_d, only_n;
-  bool ceilings = true, fwd_sequence = false;
+  bool ceilings = true, fwd_sequence = false, bwd_accumulate = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -51,10 +53,11 @@ int main(int argc, char** argv) {
     else if (a == "--n") only_n = next();
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--fwd-sequence") fwd_sequence = true;
+    else if (a == "--bwd-accumulate") bwd_accumulate = true;
     else if (a == "--deterministic") rt::set_deterministic_attention(true);
     else {
       std::fprintf(stderr, "usage: bench_attention [--warmup 3] [--reps 10] [--json FILE] [--d 128] [--n 4096] "
-                           "[--no-ceilings] [--deterministic] [--fwd-sequence]\n");
+                           "[--no-ceilings] [--deterministic] [--fwd-sequence] [--bwd-accumulate]\n");
       return 2;
     }
   }
@@ -133,9 +136,13 @@ int main(int argc, char** argv) {
           auto bwd = [&] {
             rt::attn_bwd_delta(tout, tdo, tdelta);
             rt::fill(tdq, 0.f);
-            rt::fill(tdk, 0.f);
-            rt::fill(tdv, 0.f);
-            rt::attn_bwd_block(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask);
+            if (bwd_accumulate) {
+              rt::fill(tdk, 0.f);
+              rt::fill(tdv, 0.f);
+              rt::attn_bwd_block(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask);
+            } else {
+              rt::attn_bwd_block_fresh(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask);
+            }
           };
           const double fwd_ms = time_ms(fwd, warmup, reps);
           fwd();

@@ -44,6 +44,11 @@ void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta);
 // f32 and accumulate.
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask);
+// attn_bwd_block into dk and dv (B,Nk,Hkv,D) f32 that it overwrites with this block's gradients (rows outside the
+// key range: zero); dq_acc still accumulates. Same as fill(dk, 0), fill(dv, 0), attn_bwd_block; on an H100/H200
+// with the key range = all rows (bwd v5) one kernel does it, storing dK / dV instead of adding them.
+void attn_bwd_block_fresh(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                          const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& mask);
 
 // Deterministic attention backward: the same bits on every run (the CUDA kernel orders its dQ adds instead of
 // using float atomics; the CPU backend is deterministic either way). Default: RT_ATTN_DETERMINISTIC=1 in the

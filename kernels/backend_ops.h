@@ -31,3 +31,5 @@ void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
 void attn_bwd_delta(const Tensor& out, const Tensor& dout, Tensor delta);
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask);
+void attn_bwd_block_fresh(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                          const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& mask);

@@ -109,6 +109,10 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     const Tensor& delta, Tensor dq, Tensor dk, Tensor dv, const AttnMask& mask) {
   RT_DISPATCH(q, attn_bwd_block, q, k, v, dout, lse, delta, dq, dk, dv, mask);
 }
+void attn_bwd_block_fresh(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                          const Tensor& delta, Tensor dq, Tensor dk, Tensor dv, const AttnMask& mask) {
+  RT_DISPATCH(q, attn_bwd_block_fresh, q, k, v, dout, lse, delta, dq, dk, dv, mask);
+}
 
 namespace {
 std::atomic<int> g_deterministic_attention{-1};  // -1: not set; read RT_ATTN_DETERMINISTIC

@@ -234,9 +234,11 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
     const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, source, n);
     {
       RingTimerScope t(*timer_, Phase::compute);
-      fill(contrib, 0.f);
-      if (!plan.skip) {
-        attn_bwd_block(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1), plan.mask);
+      if (plan.skip) {
+        fill(contrib, 0.f);
+      } else {  // overwrites contrib (on an H100/H200 without a separate zero-fill where the mask allows)
+        attn_bwd_block_fresh(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1),
+                             plan.mask);
       }
     }
     if (step > 0) {

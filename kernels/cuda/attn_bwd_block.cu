@@ -24,6 +24,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attn_bwd_dispatch.cuh"
 #include "kernels/cuda/attn_params.cuh"
 #include "kernels/cuda/wgmma_attn_bwd.cuh"
 
@@ -305,11 +306,9 @@ int* dq_turn_buffer(int device, size_t count, cudaStream_t stream) {
 
 }  // namespace
 
-void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
-                    const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask) {
-  const char* op = "attn_bwd_block";
-  cudaStream_t stream = stream_for(q, op);
-  const AttnDims d = attn_dims(q, k, v, op);
+void check_attn_bwd_args(const AttnDims& d, const Tensor& q, const Tensor& dout, const Tensor& lse,
+                         const Tensor& delta, const Tensor& dq_acc, const Tensor& dk_acc, const Tensor& dv_acc,
+                         const char* op) {
   const Device& dev = q.device;
   require_attn_tensor(dout, DType::bf16, dev, op, "dout");
   require_attn_tensor(lse, DType::f32, dev, op, "lse");
@@ -318,9 +317,11 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   require_attn_tensor(dk_acc, DType::f32, dev, op, "dk_acc");
   require_attn_tensor(dv_acc, DType::f32, dev, op, "dv_acc");
   check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
-  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
+}
 
+AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                              const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
+                              const AttnMask& mask, const AttnDims& d, const AttnRanges& r, cudaStream_t stream) {
   AttnBwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
@@ -332,8 +333,8 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.dk = dk_acc.ptr<float>();
   p.dv = dv_acc.ptr<float>();
   p.dq_turn = rt::deterministic_attention()
-                  ? dq_turn_buffer(dev.index, size_t(d.B * d.H * ((r.q_end - r.q_begin + kBwdRows - 1) / kBwdRows)),
-                                   stream)
+                  ? dq_turn_buffer(q.device.index,
+                                   size_t(d.B * d.H * ((r.q_end - r.q_begin + kBwdRows - 1) / kBwdRows)), stream)
                   : nullptr;
   p.Nq = d.Nq; p.Nk = d.Nk; p.H = d.H; p.Hkv = d.Hkv; p.group = d.group;
   p.q_begin = r.q_begin; p.q_end = r.q_end; p.k_begin = r.k_begin; p.k_end = r.k_end;
@@ -341,6 +342,10 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   p.causal = mask.causal;
   p.scale = float(1.0 / std::sqrt(double(d.D)));
   p.scale2 = p.scale * kLog2e;
+  return p;
+}
+
+int attn_bwd_variant(int64_t D, int device) {
   // 1 = v1 (mma.sync, 8 warps), 2 = v2 (mma.sync, 4 warps), 4 = v4 (wgmma, attn_bwd_wgmma.cu), 5 = v5 (wgmma,
   // warp-specialized: TMA producer warp, dQ staged in shared memory and added by TMA tensor reduces;
   // attn_bwd_wgmma.cu). v4 and v5 run for D = 64 or 128 on compute capability 9.0 with an sm_90a build only,
@@ -352,15 +357,33 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   constexpr int kBwdWgmmaDefaultD64 = 5;
   const char* env = std::getenv("RT_ATTN_BWD_VARIANT");
   const int forced = (env && env[0] >= '1' && env[0] <= '5') ? env[0] - '0' : 0;
-  const int wgmma_default = d.D == 128 ? kBwdWgmmaDefaultD128 : d.D == 64 ? kBwdWgmmaDefaultD64 : 0;
+  const int wgmma_default = D == 128 ? kBwdWgmmaDefaultD128 : D == 64 ? kBwdWgmmaDefaultD64 : 0;
   const int wgmma_variant = forced == 4 || forced == 5 ? forced : forced == 0 ? wgmma_default : 0;
-  if ((d.D == 128 || d.D == 64) && wgmma_variant != 0 && attn_bwd_wgmma_supported(dev.index, d.D)) {
-    launch_attn_bwd_wgmma(p, d.D, d.B, dev.index, stream, wgmma_variant);
+  if ((D == 128 || D == 64) && wgmma_variant != 0 && attn_bwd_wgmma_supported(device, D)) return wgmma_variant;
+  return forced == 2 ? 2 : 1;
+}
+
+void launch_attn_bwd(const AttnBwdParams& p, const AttnDims& d, int variant, int device, cudaStream_t stream) {
+  if (variant == 4 || variant == 5) {
+    launch_attn_bwd_wgmma(p, d.D, d.B, device, stream, variant);
     return;
   }
-  const bool v2 = forced == 2;
-  if (d.D == 64) v2 ? launch_bwd<64, 4>(p, d.B, dev.index, stream) : launch_bwd<64, 8>(p, d.B, dev.index, stream);
-  else v2 ? launch_bwd<128, 4>(p, d.B, dev.index, stream) : launch_bwd<128, 8>(p, d.B, dev.index, stream);
+  RT_CHECK(!p.overwrite_dkv, "attn_bwd_block: the mma.sync kernels only add to dK / dV");
+  const bool v2 = variant == 2;
+  if (d.D == 64) v2 ? launch_bwd<64, 4>(p, d.B, device, stream) : launch_bwd<64, 8>(p, d.B, device, stream);
+  else v2 ? launch_bwd<128, 4>(p, d.B, device, stream) : launch_bwd<128, 8>(p, d.B, device, stream);
+}
+
+void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                    const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask) {
+  const char* op = "attn_bwd_block";
+  cudaStream_t stream = stream_for(q, op);
+  const AttnDims d = attn_dims(q, k, v, op);
+  check_attn_bwd_args(d, q, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
+  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
+  if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
+  const AttnBwdParams p = attn_bwd_params(q, k, v, dout, lse, delta, dq_acc, dk_acc, dv_acc, mask, d, r, stream);
+  launch_attn_bwd(p, d, attn_bwd_variant(d.D, q.device.index), q.device.index, stream);
 }
 
 }  // namespace cuda

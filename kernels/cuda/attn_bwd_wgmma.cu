@@ -218,6 +218,39 @@ __device__ __forceinline__ void compute_dst_store_packed(const float (&dp)[32], 
   }
 }
 
+// Stores a (64 rows, 8 NT columns) f32 accumulator fragment of a warpgroup (x[nt*4 + 2r + e] = row warp*16 +
+// g + 8r, column nt*8 + 2t + e), times `scale`, as NT / 4 blocks of (64 rows, 32 columns) at `blocks` (8 KB
+// apart) in the 128-byte swizzle of an f32 tensor map: column c is in block c / 32, 16-byte chunk (c % 32) / 4,
+// which sits at chunk ^ (row & 7) (row & 7 = g). A warp's float2 stores of 8 rows x 32 bytes hit every bank
+// twice, the minimum for 256 bytes.
+template <int NT>
+__device__ __forceinline__ void stage_rows_f32_sw128(uint32_t blocks, const float (&x)[4 * NT], float scale, int warp,
+                                                     int g, int t) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + g + 8 * r, chunk = (nt % 4) * 2 + t / 2;
+      const uint32_t a = blocks + uint32_t(nt / 4) * (kBr * 128) + uint32_t(row) * 128 + (uint32_t(chunk ^ g) << 4) +
+                         uint32_t(t & 1) * 8;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x[nt * 4 + 2 * r] * scale),
+                   "f"(x[nt * 4 + 2 * r + 1] * scale)
+                   : "memory");
+    }
+}
+
+// Overwrite mode, a CTA whose keys no query sees: zeroes its dK / dV rows [k0, min(k0 + 128, k_end)).
+template <int D>
+__device__ __forceinline__ void zero_dk_dv_rows(const AttnBwdParams& p, int64_t k0, int64_t b, int64_t hk, int tid,
+                                                int threads) {
+  const int64_t rows = (p.k_end - k0 < kBc ? p.k_end - k0 : kBc);
+  for (int64_t i = tid; i < rows * (D / 4); i += threads) {
+    const int64_t off = ((b * p.Nk + k0 + i / (D / 4)) * p.Hkv + hk) * D + (i % (D / 4)) * 4;
+    *reinterpret_cast<float4*>(p.dk + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(p.dv + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 struct dq_dims {
   int64_t b, h, q0;
 };
@@ -503,8 +536,12 @@ struct WgBwdV5Smem {
   static constexpr uint32_t kDs = kDo + 2 * kQBytes;  // (2 stages, 128 keys, 64 queries)
   static constexpr uint32_t kDq = kDs + 2 * kDsBytes;  // (2 buffers, 4, 64, 32) f32 sw128
   static constexpr uint32_t kStats = kDq + 2 * kDqBufBytes;  // lse (2, 64), delta (2, 64) f32
-  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;   // full[2], empty[2] mbarriers
-  static constexpr size_t kBytes = size_t(kBars) + 32 + 1024;  // + alignment slack
+  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;   // full[2], empty[2], kv_full mbarriers
+  static constexpr size_t kBytes = size_t(kBars) + 40 + 1024;  // + alignment slack
+  // The epilogue stages the CTA's f32 dK in the K and V tiles and its dV in the Q and dO stages (both free by
+  // then): (2 warpgroups, D / 32 column blocks, 64 keys, 32) each, in the sw128 layout of the dk / dv tensor maps.
+  static_assert(2 * kKVBytes == kBc * D * 4 && kDo + 2 * kQBytes - kQ == kBc * D * 4,
+                "bwd v5: the dK / dV staging areas must hold 128 x D f32 each");
   static_assert(kBytes <= 232448, "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
 };
 
@@ -512,7 +549,9 @@ struct WgBwdV5Smem {
 template <int D>
 __global__ void __launch_bounds__(kV5Threads, 1)
     attn_bwd_wgmma_v5_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                             const __grid_constant__ CUtensorMap tm_dq, const AttnBwdParams p) {
+                             const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                             const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_dk,
+                             const __grid_constant__ CUtensorMap tm_dv, const AttnBwdParams p) {
 #if RT_WGMMA_AVAILABLE
   static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
   using Smem = WgBwdV5Smem<D>;
@@ -525,6 +564,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   float* lse_s = reinterpret_cast<float*>(smem_raw + (base - raw) + Smem::kStats);  // (2, 64)
   float* delta_s = lse_s + 2 * kBr;                                                 // (2, 64)
   const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;          // 2 x 8 bytes each
+  const uint32_t kv_bar = full_bar + 32;                                            // K and V landed
 
   const int tid = int(threadIdx.x);
   // wg through a shuffle: the compiler then knows it is warp-uniform, so the smem addresses and wgmma descriptors
@@ -534,31 +574,33 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBc;
   const int64_t hk = blockIdx.y, b = blockIdx.z;
   const int64_t q_first = first_query_tile_row<kBr>(p, k0);
-  if (q_first >= p.q_end) return;  // no query sees these keys
+  if (q_first >= p.q_end) {  // no query sees these keys: their gradients are zero
+    if (p.overwrite_dkv) zero_dk_dv_rows<D>(p, k0, b, hk, tid, kV5Threads);
+    return;
+  }
   const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
   const int n_iter = int(p.group) * n_qt;
-  const int64_t kv_stride = p.Hkv * D;
 
-  if (tid < 256) {
-    load_tile_sw128_async<kBc, D, 256>(k_tile, p.k + (b * p.Nk * p.Hkv + hk) * D, kv_stride, k0, p.k_end);
-    load_tile_sw128_async<kBc, D, 256>(v_tile, p.v + (b * p.Nk * p.Hkv + hk) * D, kv_stride, k0, p.k_end);
-    cp_async_commit();
-  }
   if (tid == 0) {
     mbar_init(full_bar, 32);
     mbar_init(full_bar + 8, 32);
     mbar_init(empty_bar, 256);
     mbar_init(empty_bar + 8, 256);
+    mbar_init(kv_bar, 1);
     mbar_init_fence();
   }
-  cp_async_wait<0>();
-  fence_proxy_async_smem();
-  __syncthreads();  // K, V landed; mbarriers initialized
+  __syncthreads();  // mbarriers initialized
 
   if (wg == 2) {
     setmaxnreg_dec<kV5ProducerRegs>();
     if (warp == 0) {  // producer: Q, dO (TMA, lane 0), lse, delta (all lanes) of iteration `it` into stage it & 1
-      if (lane == 0) {
+      if (lane == 0) {  // K and V first (one barrier), in flight with the first Q / dO stages
+        mbar_arrive_expect_tx(kv_bar, 2 * Smem::kKVBytes);
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          tma_load_4d(k_tile + uint32_t(c) * (kBc * 128), &tm_k, kv_bar, c * 64, int(hk), int(k0), int(b));
+          tma_load_4d(v_tile + uint32_t(c) * (kBc * 128), &tm_v, kv_bar, c * 64, int(hk), int(k0), int(b));
+        }
         tma_prefetch_desc(&tm_q);
         tma_prefetch_desc(&tm_do);
       }
@@ -657,6 +699,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const int64_t diag0 = q_first + p.diag - k0;
 
   const uint32_t k_wg = k_tile + uint32_t(wg) * 64 * 128, v_wg = v_tile + uint32_t(wg) * 64 * 128;
+  mbar_wait(kv_bar, 0);
   for (int it = 0; it < n_iter; ++it) {
     const uint32_t st = uint32_t(it & 1);
     const int qi = (it % n_qt) * kBr;  // the tile's first row, from q_first
@@ -716,17 +759,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
     const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
     if (sb == 0) named_bar_sync(kBarDqEmpty, kDqBarThreads);  // immediate ids: ptxas reserves only these
     else named_bar_sync(kBarDqEmpty + 1, kDqBarThreads);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + g + 8 * r, chunk = (nt % 4) * 2 + t / 2;
-        const uint32_t a = stage + uint32_t(nt / 4) * Smem::kDqBlockBytes + uint32_t(row) * 128 +
-                           (uint32_t(chunk ^ g) << 4) + uint32_t(t & 1) * 8;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[nt * 4 + 2 * r] * p.scale),
-                     "f"(dq[nt * 4 + 2 * r + 1] * p.scale)
-                     : "memory");
-      }
+    stage_rows_f32_sw128<8>(stage, dq, p.scale, warp, g, t);
     fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
     if (sb == 0) named_bar_arrive(kBarDqFull, kDqBarThreads);
     else named_bar_arrive(kBarDqFull + 1, kDqBarThreads);
@@ -736,8 +769,34 @@ __global__ void __launch_bounds__(kV5Threads, 1)
     fence_regs_u32(df);
     mbar_arrive(empty_bar + 8 * st);  // this tile's Q / dO are no longer read
   }
-  const int64_t key_a = k0 + krow0;
-  write_dk_dv<D>(p, dk, dv, key_a, key_a + 8, b, hk, t);
+  // Epilogue: once both warpgroups' last MMAs are done (K, V, Q, dO and dS^T are read no more), dK * scale goes
+  // to the K / V tiles and dV to the Q / dO stages, and one thread per warpgroup adds (or, overwriting, stores)
+  // its 64 rows with TMA tensor ops: the consumers' last act is 2 x D / 4 shared-memory stores instead of as
+  // many global reductions (6 us per CTA at d128). Rows past k_end are skipped by the tensor maps.
+  named_bar_sync(kBarDs, 256);
+  const uint32_t dk_stage = k_tile + uint32_t(wg) * (D / 32) * Smem::kDqBlockBytes;
+  const uint32_t dv_stage = q_tiles + uint32_t(wg) * (D / 32) * Smem::kDqBlockBytes;
+  stage_rows_f32_sw128<D / 8>(dk_stage, dk, p.scale, warp, g, t);
+  stage_rows_f32_sw128<D / 8>(dv_stage, dv, 1.f, warp, g, t);
+  fence_proxy_async_smem();
+  if (wg == 0) named_bar_sync(kBarDsWg, 128);  // immediate ids: ptxas then reserves only these
+  else named_bar_sync(kBarDsWg + 1, 128);
+  if (tid % 128 == 0) {
+    const int row0 = int(k0) + wg * 64;
+#pragma unroll
+    for (int cb = 0; cb < D / 32; ++cb) {
+      const uint32_t off = uint32_t(cb) * Smem::kDqBlockBytes;
+      if (p.overwrite_dkv) {
+        tma_store_4d(&tm_dk, dk_stage + off, cb * 32, int(hk), row0, int(b));
+        tma_store_4d(&tm_dv, dv_stage + off, cb * 32, int(hk), row0, int(b));
+      } else {
+        tma_reduce_add_4d(&tm_dk, dk_stage + off, cb * 32, int(hk), row0, int(b));
+        tma_reduce_add_4d(&tm_dv, dv_stage + off, cb * 32, int(hk), row0, int(b));
+      }
+    }
+    bulk_commit();
+    bulk_wait_read<0>();  // the staging must outlive the reads; the writes complete with the kernel
+  }
 #else
   __trap();
 #endif
@@ -776,12 +835,16 @@ void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t st
   RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
   const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
   if constexpr (V5) {
-    RT_CHECK(p.q_end <= INT_MAX && p.H <= INT_MAX,
-             "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", H = " << p.H);
+    RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
+             "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk << ", H = " << p.H);
     const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kBr);
     const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, kBr);
+    const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kBc);
+    const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kBc);
     const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
-    attn_bwd_wgmma_v5_kernel<D><<<grid, kV5Threads, smem, stream>>>(tq, tdo, tdq, p);
+    const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
+    const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
+    attn_bwd_wgmma_v5_kernel<D><<<grid, kV5Threads, smem, stream>>>(tq, tdo, tk, tv, tdq, tdk, tdv, p);
   } else {
     attn_bwd_wgmma_kernel<D><<<grid, kWgBwdThreads, smem, stream>>>(p);
   }
@@ -798,6 +861,8 @@ void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int dev
   // A TMA box (64 rows) must not be longer than the tensor map's row extent (q_end): such tiny blocks run v4,
   // which has the same contract.
   if (variant == 5 && p.q_end < kBr) variant = 4;
+  RT_CHECK(variant == 5 || !p.overwrite_dkv,
+           "attn_bwd_block (wgmma): only v5 overwrites dK / dV (q_end = " << p.q_end << ", variant " << variant << ")");
   if (variant == 5) D == 64 ? launch_for_d<64, true>(p, B, device, stream) : launch_for_d<128, true>(p, B, device, stream);
   else D == 64 ? launch_for_d<64, false>(p, B, device, stream) : launch_for_d<128, false>(p, B, device, stream);
 }

@@ -277,6 +277,32 @@ TEST(AttentionCpuWhole, EqualsResetBlockFinalize) {
   EXPECT_EQ(lse_err(whole.lse, seq.lse.to_double()), 0.0);
 }
 
+// attn_bwd_block_fresh overwrites dk / dv (poisoned here) with what fill(0) + attn_bwd_block gives, bit for bit,
+// rows outside the key range included (zero); dq accumulates the same way.
+TEST(AttentionCpuBwdFresh, EqualsFillThenBlock) {
+  const AttnShape s{2, 70, 90, 4, 2, 16};
+  Inputs in(s, 93);
+  AttnMask m;
+  m.causal = true;
+  m.q_offset = 30;
+  m.k_begin = 5;
+  m.k_end = 80;
+  const Forward f = forward_one_pass(in, m);
+  HostTensor delta = test::f32({s.B, s.H, s.Nq});
+  attn_bwd_delta(f.out, in.dout, delta);
+  Grads seq(s, 94), fresh(s, 94);
+  fill(seq.dk, 0.f);
+  fill(seq.dv, 0.f);
+  attn_bwd_block(in.q, in.k, in.v, in.dout, f.lse, delta, seq.dq, seq.dk, seq.dv, m);
+  test::poison(fresh.dk);
+  test::poison(fresh.dv);
+  attn_bwd_block_fresh(in.q, in.k, in.v, in.dout, f.lse, delta, fresh.dq, fresh.dk, fresh.dv, m);
+  EXPECT_EQ(test::rel_err(fresh.dq, seq.dq.to_double()), 0.0);
+  EXPECT_EQ(test::rel_err(fresh.dk, seq.dk.to_double()), 0.0);
+  EXPECT_EQ(test::rel_err(fresh.dv, seq.dv.to_double()), 0.0);
+  EXPECT_EQ(fresh.dk[0], 0.f) << "key row 0 (outside the key range) must be zero";
+}
+
 // Rows outside [q_begin,q_end) keep their state / gradients; keys outside [k_begin,k_end) contribute
 // nothing and receive no gradient.
 TEST(AttentionCpuRanges, SubRangesTouchOnlyTheirRows) {
