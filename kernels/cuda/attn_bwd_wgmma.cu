@@ -26,6 +26,7 @@
 // dk_acc / dv_acc rows are each owned by one CTA; they are added with float2 reductions (write_dk_dv).
 // bwd v5 (attn_bwd_wgmma_v5_kernel below, RT_ATTN_BWD_VARIANT=5) is the warp-specialized form of the same
 // kernel: a producer warp loads, a dQ warp adds dQ with bulk reduces; see its comment.
+#include <algorithm>
 #include <climits>
 
 #include "kernels/cuda/tma_ops.cuh"
@@ -546,12 +547,36 @@ struct WgBwdV5Smem {
 };
 
 
+// bwd v5's 1-D grid: CTA c < full_items takes item c whole, where item i = key tile i % n_kt of K/V head
+// i / n_kt % Hkv of batch i / (n_kt Hkv); with pieces > 1 the CTAs after those split each remaining item (the
+// last, partial wave of a grid of equal items) into `pieces` ranges of its iterations, which add their partial
+// dK / dV with TMA reduces, so the last wave no longer leaves most SMs idle while a few items run.
+struct BwdV5Grid {
+  int64_t n_kt;        // key tiles per (batch, K/V head)
+  int64_t full_items;  // items run whole, one per CTA
+  int pieces;          // > 1: CTAs past full_items are pieces of the remaining items; else none are split
+};
+
+template <int D>
+__device__ __forceinline__ void zero_dk_dv_rows(const AttnBwdParams& p, int64_t k0, int64_t b, int64_t hk, int tid,
+                                                int threads);
+
+// Overwrite mode with a split tail: zeroes the split items' dK / dV rows before their pieces add into them (one
+// CTA per item, launched on the same stream before the kernel).
+template <int D>
+__global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid grid) {
+  const int64_t item = grid.full_items + blockIdx.x;
+  const int64_t kt = item % grid.n_kt, hk = item / grid.n_kt % p.Hkv, b = item / (grid.n_kt * p.Hkv);
+  zero_dk_dv_rows<D>(p, p.k_begin + kt * kBc, b, hk, int(threadIdx.x), int(blockDim.x));
+}
+
 template <int D>
 __global__ void __launch_bounds__(kV5Threads, 1)
     attn_bwd_wgmma_v5_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                              const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_dk,
-                             const __grid_constant__ CUtensorMap tm_dv, const AttnBwdParams p) {
+                             const __grid_constant__ CUtensorMap tm_dv, const AttnBwdParams p,
+                             const BwdV5Grid grid) {
 #if RT_WGMMA_AVAILABLE
   static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
   using Smem = WgBwdV5Smem<D>;
@@ -571,15 +596,23 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   // derived from it can live in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBc;
-  const int64_t hk = blockIdx.y, b = blockIdx.z;
+  const int64_t cta = blockIdx.x;
+  const bool piece = cta >= grid.full_items;
+  const int64_t item = piece ? grid.full_items + (cta - grid.full_items) / grid.pieces : cta;
+  const int64_t kt = item % grid.n_kt, hk = item / grid.n_kt % p.Hkv, b = item / (grid.n_kt * p.Hkv);
+  const int64_t k0 = p.k_begin + kt * kBc;
   const int64_t q_first = first_query_tile_row<kBr>(p, k0);
   if (q_first >= p.q_end) {  // no query sees these keys: their gradients are zero
-    if (p.overwrite_dkv) zero_dk_dv_rows<D>(p, k0, b, hk, tid, kV5Threads);
+    if (p.overwrite_dkv && !piece) zero_dk_dv_rows<D>(p, k0, b, hk, tid, kV5Threads);
     return;
   }
   const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
-  const int n_iter = int(p.group) * n_qt;
+  // This CTA's iterations [it_begin, it_begin + n_iter) of the item's group * n_qt (query head, query tile) pairs.
+  const int item_iters = int(p.group) * n_qt;
+  const int part = piece ? int((cta - grid.full_items) % grid.pieces) : 0, parts = piece ? grid.pieces : 1;
+  const int it_begin = int(int64_t(part) * item_iters / parts);
+  const int n_iter = int(int64_t(part + 1) * item_iters / parts) - it_begin;
+  const bool store_dkv = p.overwrite_dkv && !piece;  // pieces add into rows zeroed before the kernel
 
   if (tid == 0) {
     mbar_init(full_bar, 32);
@@ -593,7 +626,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
 
   if (wg == 2) {
     setmaxnreg_dec<kV5ProducerRegs>();
-    if (warp == 0) {  // producer: Q, dO (TMA, lane 0), lse, delta (all lanes) of iteration `it` into stage it & 1
+    if (warp == 0) {  // producer: Q, dO (TMA, lane 0), lse, delta (all lanes) of iteration `it` into stage j & 1
       if (lane == 0) {  // K and V first (one barrier), in flight with the first Q / dO stages
         mbar_arrive_expect_tx(kv_bar, 2 * Smem::kKVBytes);
 #pragma unroll
@@ -605,9 +638,10 @@ __global__ void __launch_bounds__(kV5Threads, 1)
         tma_prefetch_desc(&tm_do);
       }
 #pragma unroll 1
-      for (int it = 0; it < n_iter; ++it) {
-        const uint32_t st = uint32_t(it & 1);
-        if (it >= 2) mbar_wait(empty_bar + 8 * st, uint32_t((it >> 1) - 1) & 1u);
+      for (int j = 0; j < n_iter; ++j) {
+        const int it = it_begin + j;
+        const uint32_t st = uint32_t(j & 1);
+        if (j >= 2) mbar_wait(empty_bar + 8 * st, uint32_t((j >> 1) - 1) & 1u);
         const int h = int(hk * p.group) + it / n_qt;
         const int q0 = int(q_first) + (it % n_qt) * kBr;
         const float* lse_src = p.lse + (b * p.H + h) * p.Nq + q0;
@@ -632,13 +666,13 @@ __global__ void __launch_bounds__(kV5Threads, 1)
         }
       }
     } else if (warp == 1) {  // dQ: staged tiles into dq_acc with TMA tensor reduces (lane 0)
-      const int mine = int(blockIdx.x);
+      const int mine = int(kt);  // deterministic mode never splits: the CTA is the whole key tile
       if (lane == 0) tma_prefetch_desc(&tm_dq);
       named_bar_arrive(kBarDqEmpty, kDqBarThreads);  // both buffers start empty
       if (n_iter > 1) named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
 #pragma unroll 1
-      for (int it = 0; it < n_iter; ++it) {
-        const int sb = it & 1;
+      for (int j = 0; j < n_iter; ++j) {
+        const int it = it_begin + j, sb = j & 1;
         if (sb == 0) named_bar_sync(kBarDqFull, kDqBarThreads);  // immediate ids (see the consumers)
         else named_bar_sync(kBarDqFull + 1, kDqBarThreads);
         if (lane == 0) {
@@ -675,7 +709,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
           }
         }
         __syncwarp();
-        if (it + 2 < n_iter) {  // the consumers stage tile it + 2 here
+        if (j + 2 < n_iter) {  // the consumers stage tile j + 2 here
           if (sb == 0) named_bar_arrive(kBarDqEmpty, kDqBarThreads);
           else named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
         }
@@ -700,15 +734,16 @@ __global__ void __launch_bounds__(kV5Threads, 1)
 
   const uint32_t k_wg = k_tile + uint32_t(wg) * 64 * 128, v_wg = v_tile + uint32_t(wg) * 64 * 128;
   mbar_wait(kv_bar, 0);
-  for (int it = 0; it < n_iter; ++it) {
-    const uint32_t st = uint32_t(it & 1);
+  for (int j = 0; j < n_iter; ++j) {
+    const int it = it_begin + j;
+    const uint32_t st = uint32_t(j & 1);
     const int qi = (it % n_qt) * kBr;  // the tile's first row, from q_first
     const TileMask mask{q_span - qi, k_lim, clamp_rel(diag0 + qi), p.causal};
     const uint32_t qs = q_tiles + st * Smem::kQBytes, dos = do_tiles + st * Smem::kQBytes;
     const uint32_t ds_tile = ds_tiles + st * Smem::kDsBytes;
     const float* lse_t = lse_s + st * kBr;
     const float* delta_t = delta_s + st * kBr;
-    mbar_wait(full_bar + 8 * st, uint32_t(it >> 1) & 1u);  // this stage's Q, dO, lse, delta landed
+    mbar_wait(full_bar + 8 * st, uint32_t(j >> 1) & 1u);  // this stage's Q, dO, lse, delta landed
 
     // S^T = K Q^T and dP^T = V dO^T.
     wgmma_fence_regs(s);
@@ -752,10 +787,10 @@ __global__ void __launch_bounds__(kV5Threads, 1)
     wgmma_wait<1>();  // dQ done; dK may still run
     wgmma_fence_regs(dq);
 
-    // Stage dQ * scale into buffer it & 1: D = 128 columns wg*64.. of the (64, 128) tile (blocks 2wg, 2wg + 1);
+    // Stage dQ * scale into buffer j & 1: D = 128 columns wg*64.. of the (64, 128) tile (blocks 2wg, 2wg + 1);
     // D = 64 partial wg (blocks 2wg, 2wg + 1). Column nt*8 + 2t of the warpgroup's 64 is in block 2wg + nt/4,
     // 16-byte chunk (nt%4)*2 + t/2, swizzled with the row (row & 7 = g).
-    const int sb = it & 1;
+    const int sb = j & 1;
     const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
     if (sb == 0) named_bar_sync(kBarDqEmpty, kDqBarThreads);  // immediate ids: ptxas reserves only these
     else named_bar_sync(kBarDqEmpty + 1, kDqBarThreads);
@@ -786,7 +821,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
 #pragma unroll
     for (int cb = 0; cb < D / 32; ++cb) {
       const uint32_t off = uint32_t(cb) * Smem::kDqBlockBytes;
-      if (p.overwrite_dkv) {
+      if (store_dkv) {
         tma_store_4d(&tm_dk, dk_stage + off, cb * 32, int(hk), row0, int(b));
         tma_store_4d(&tm_dv, dv_stage + off, cb * 32, int(hk), row0, int(b));
       } else {
@@ -818,6 +853,24 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
 
 namespace {
 
+// bwd v5's grid for `items` equal-or-not items: the remainder of items over the SMs (one CTA per SM) is the
+// last wave; when it is at most half the SMs, the items are equal (not causal) and the dQ adds need no order
+// (not deterministic), each remaining item is split into up to SMs / remainder pieces (at most its iterations).
+BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t items, int64_t n_kt, int device) {
+  static int sms[16] = {};
+  int& n_sm = sms[device & 15];
+  if (n_sm == 0) CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
+  BwdV5Grid g{n_kt, items, 1};
+  const int64_t rem = items % n_sm;
+  if (p.dq_turn != nullptr || p.causal || items < n_sm || rem == 0 || 2 * rem > n_sm) return g;
+  const int64_t item_iters = p.group * ((p.q_end - p.q_begin + kBr - 1) / kBr);
+  const int64_t pieces = std::min<int64_t>(n_sm / rem, item_iters);
+  if (pieces < 2) return g;
+  g.full_items = items - rem;
+  g.pieces = int(pieces);
+  return g;
+}
+
 template <int D, bool V5>
 void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = V5 ? WgBwdV5Smem<D>::kBytes : WgBwdSmem<D>::kBytes;
@@ -833,7 +886,6 @@ void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t st
   }
   const int64_t tiles = (p.k_end - p.k_begin + kBc - 1) / kBc;
   RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
-  const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
   if constexpr (V5) {
     RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
              "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk << ", H = " << p.H);
@@ -844,8 +896,17 @@ void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t st
     const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
     const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
     const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
-    attn_bwd_wgmma_v5_kernel<D><<<grid, kV5Threads, smem, stream>>>(tq, tdo, tk, tv, tdq, tdk, tdv, p);
+    const BwdV5Grid g = v5_grid(p, tiles * p.Hkv * B, tiles, device);
+    const int64_t split_items = tiles * p.Hkv * B - g.full_items;
+    const int64_t ctas = g.full_items + (g.pieces > 1 ? split_items * g.pieces : 0);
+    RT_CHECK(ctas <= INT_MAX, "attn_bwd_block (v5): " << ctas << " CTAs do not fit a 1-D grid");
+    if (g.pieces > 1 && p.overwrite_dkv) {
+      zero_split_items_kernel<D><<<unsigned(split_items), 256, 0, stream>>>(p, g);
+      CUDA_CHECK_LAUNCH();
+    }
+    attn_bwd_wgmma_v5_kernel<D><<<unsigned(ctas), kV5Threads, smem, stream>>>(tq, tdo, tk, tv, tdq, tdk, tdv, p, g);
   } else {
+    const dim3 grid(unsigned(tiles), unsigned(p.Hkv), unsigned(B));
     attn_bwd_wgmma_kernel<D><<<grid, kWgBwdThreads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();

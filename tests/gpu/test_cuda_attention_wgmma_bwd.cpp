@@ -356,6 +356,40 @@ TEST_P(CudaAttentionBwdFresh, DeterministicRepeatsBitForBit) {
   check_against("fresh deterministic vs fp64", first, in, reference(c, D, in), 1e-2);
 }
 
+// Key rows [lo, hi) of a (1, Nk, 1, D) gradient.
+std::vector<float> key_rows(const std::vector<float>& x, int64_t D, int64_t lo, int64_t hi) {
+  return std::vector<float>(x.begin() + lo * D, x.begin() + hi * D);
+}
+
+// One partial wave of 3 items past the SM count (B = Hkv = 1: item = key tile): bwd v5 splits each of the last
+// 3 key tiles into pieces (here one (head, query tile) iteration each) that add partial dK / dV; accumulating
+// and overwriting. Those rows are checked on their own, where a lost or doubled piece would show.
+TEST_P(CudaAttentionBwdFresh, SplitTailPiecesAddUp) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t D = GetParam(), tail_lo = int64_t(sms) * 128, Nk = (int64_t(sms) + 3) * 128;
+  const BwdCase c{"split_tail", 1, 192, Nk, 2, 1, mask(false, 0, 0)};
+  const Inputs in = make_inputs(c, D, 1600);
+  const Grads ref = reference(c, D, in);
+  Inputs zeroed = in;
+  std::fill(zeroed.dk.begin(), zeroed.dk.end(), 0.f);
+  std::fill(zeroed.dv.begin(), zeroed.dv.end(), 0.f);
+  const Outputs acc = run_gpu(c, D, in, "5");
+  const Outputs fresh = run_gpu_fresh(c, D, zeroed);
+  std::cout << "[attn bwd split tail] D=" << D << " key tiles " << sms + 3 << "\n";
+  ASSERT_FALSE(any_nan(acc.dk) || any_nan(acc.dv) || any_nan(fresh.dq) || any_nan(fresh.dk) || any_nan(fresh.dv));
+  check_against("split accumulate vs fp64", acc, in, ref, 1e-2);
+  check_against("split fresh vs fp64", fresh, zeroed, ref, 1e-2);
+  for (const Outputs* o : {&acc, &fresh}) {
+    const Inputs& start = o == &acc ? in : zeroed;
+    const double ek = rel_error(key_rows(increment(o->dk, start.dk), D, tail_lo, Nk), key_rows(ref.dk, D, tail_lo, Nk));
+    const double ev = rel_error(key_rows(increment(o->dv, start.dv), D, tail_lo, Nk), key_rows(ref.dv, D, tail_lo, Nk));
+    std::cout << "  split rows (" << (o == &acc ? "accumulate" : "fresh") << "): dk " << ek << " dv " << ev << "\n";
+    EXPECT_LE(ek, 1e-2) << "dK of the split key tiles";
+    EXPECT_LE(ev, 1e-2) << "dV of the split key tiles";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HeadDim, CudaAttentionBwdFresh, ::testing::Values(int64_t(128), int64_t(64)),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return "D" + std::to_string(info.param);
