@@ -1,6 +1,7 @@
 // Ring-step benchmark (issue 5, "Ring-step forms"): the kernel calls of a whole cp-rank ring, run one after
 // another on one GPU, against one whole-sequence call with the same FLOPs (the forward's whole call is
-// attn_fwd_whole, the fused fresh + finalized kernel). Each rank's queries resume the
+// attn_fwd_whole, the fused fresh + finalized kernel; the backward's is attn_bwd_delta, zeroing dQ and
+// attn_bwd_block_fresh, which stores dK / dV instead of adding them). Each rank's queries resume the
 // fp32 state over cp K/V blocks with the masks of parallel/ring_schedule.h (zigzag: the causal diagonal block,
 // then half the keys or half the queries per step), then finalize; the backward recomputes per block and
 // accumulates dQ per rank and dK/dV per source block. No communication: this measures what the ring's step
@@ -122,7 +123,8 @@ int main(int argc, char** argv) {
         random_bf16(bf(v, S, 0), 13);
         random_bf16(bf(dout, S, 0), 14);
 
-        // One whole-sequence call, as a single-GPU run makes it (attn_fwd_whole: one fused kernel on an H200).
+        // One whole-sequence call, as a single-GPU run makes it (attn_fwd_whole and attn_bwd_block_fresh: one
+        // fused kernel each on an H200).
         AttnState whole{accv(S, 0), rowsv(m, S, 0), rowsv(l, S, 0)};
         AttnMask causal;
         causal.causal = true;
@@ -132,10 +134,8 @@ int main(int argc, char** argv) {
         auto whole_bwd = [&] {
           attn_bwd_delta(bf(out, S, 0), bf(dout, S, 0), rowsv(delta, S, 0));
           fill(f32(dq, S, 0), 0.f);
-          fill(f32(dk, S, 0), 0.f);
-          fill(f32(dv, S, 0), 0.f);
-          attn_bwd_block(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), bf(dout, S, 0), rowsv(lse, S, 0),
-                         rowsv(delta, S, 0), f32(dq, S, 0), f32(dk, S, 0), f32(dv, S, 0), causal);
+          attn_bwd_block_fresh(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), bf(dout, S, 0), rowsv(lse, S, 0),
+                               rowsv(delta, S, 0), f32(dq, S, 0), f32(dk, S, 0), f32(dv, S, 0), causal);
         };
 
         // The ring's calls, rank after rank: rank r's tokens are rows [r*n, (r+1)*n) of every buffer.
