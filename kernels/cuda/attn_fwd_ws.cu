@@ -13,11 +13,9 @@
 //   * a consumer releases K_j (empty barrier) as soon as S_j is done and V_j once P_j V_j is done;
 //   * TMA boxes: Q rows past q_end and K/V rows past k_end read as zero (the tensor maps' row extents end
 //     there); keys at or past the CTA's last visible key in a tile are masked in the softmax.
-//   * causal: key tiles wholly above the diagonal are never visited; heaviest query tiles launch first, across
-//     windows of (batch, head) pairs (FwdWsGrid).
+//   * causal: key tiles wholly above the diagonal are never visited; heaviest query tiles launch first.
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0; acc is
 // not read for rows whose m is -inf.
-#include <algorithm>
 #include <climits>
 #include <cstdlib>
 
@@ -69,20 +67,10 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (128 * 128), map, bar, c * 64, head, row, batch);
 }
 
-// The 1-D grid: CTA c is one 128-row query tile of one (batch, head) pair bh = b * H + h, in windows of `window`
-// pairs: window w holds pairs [w window, (w + 1) window) tile by tile (the pairs fastest), the heaviest causal
-// tiles (the last) first, so that across the window large tiles start before small ones and the last CTAs to
-// start are small. window = 1: pair by pair, the tiles of a pair heaviest first (the former 3-D grid's order).
-struct FwdWsGrid {
-  int num_q_tiles;  // query tiles per pair
-  int64_t n_bh;     // (batch, head) pairs
-  int64_t window;   // pairs per window
-};
-
 template <int D, int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(kWsThreads, 1)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, const FwdWsGrid grid) {
+                       const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
   using Smem = WsSmem<D, STAGES>;
   constexpr int kBc = kWgKeysPerTile;
@@ -93,11 +81,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (STAGES, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + STAGES * Smem::kKVBytes;  // (STAGES, 128, D) bf16 sw128
 
-  const int64_t per_window = grid.window * grid.num_q_tiles, w = int64_t(blockIdx.x) / per_window;
-  const int64_t rem = int64_t(blockIdx.x) % per_window;
-  const int64_t width = grid.n_bh - w * grid.window < grid.window ? grid.n_bh - w * grid.window : grid.window;
-  const int tile = grid.num_q_tiles - 1 - int(rem / width);  // heaviest (causal) tiles first
-  const int64_t bh = w * grid.window + rem % width, h = bh % p.H, b = bh / p.H;
+  const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
+  const int64_t h = blockIdx.y, b = blockIdx.z;
   const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
   const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
   // Keys this CTA visits: [k_lo, k_hi).
@@ -267,15 +252,8 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kWgRowsPerCta);
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
-  // Causal: windows of pairs whose K and V take at most 32 MB (the H200 has 50 MB of L2).
-  FwdWsGrid grid{int(tiles), B * p.H, 1};
-  if (p.causal) {
-    const int64_t pair_bytes = std::max<int64_t>(1, (p.k_end - p.k_begin) * D * 4);
-    grid.window = std::max<int64_t>(1, std::min<int64_t>(grid.n_bh, (int64_t(32) << 20) / pair_bytes));
-  }
-  RT_CHECK(tiles * grid.n_bh <= INT_MAX, "attn_fwd_block (ws): " << tiles * grid.n_bh << " CTAs do not fit a 1-D grid");
-  attn_fwd_ws_kernel<D, STAGES, PINGPONG><<<unsigned(tiles * grid.n_bh), kWsThreads, smem, stream>>>(tq, tk, tv, p,
-                                                                                                     grid);
+  const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
+  attn_fwd_ws_kernel<D, STAGES, PINGPONG><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
   CUDA_CHECK_LAUNCH();
 }
 
