@@ -9,6 +9,12 @@ forward. Median of 10 timed runs after 3 warm-ups, CUDA events. PyTorch's backwa
 
 Usage: python3 bench/sdpa_side_by_side.py --ours build-gpu/bench/bench_attention [--out table.md]
        [--variant NAME:VAR=VALUE,VAR=VALUE ...]   (ours once per variant, environment set; one table each)
+       [--dims 64,128] [--interleave]
+
+By default ours runs the whole grid in one process, then PyTorch runs it. Under sustained load an H200 caps its
+power (700 W) and lowers its clock by up to a quarter, by an amount that depends on what ran in the last
+seconds, so a cell's number depends on the cells before it. --interleave runs each (d, N) cell as ours then
+PyTorch's two backends, back to back, so that both see the same recent history.
 """
 import argparse
 import json
@@ -82,6 +88,9 @@ def main():
     ap.add_argument("--out", help="also write the markdown table here")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--dims", default="64,128", help="head dims of the grid")
+    ap.add_argument("--interleave", action="store_true",
+                    help="per (d, N) cell: ours, then PyTorch (one variant only)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:VAR=VALUE,VAR=VALUE; ours runs once per variant (default: one run, 'default')")
     args = ap.parse_args()
@@ -91,13 +100,17 @@ def main():
         name, _, env_spec = spec.partition(":")
         env = dict(kv.split("=", 1) for kv in env_spec.split(",") if kv)
         variants.append((name, env))
+    dims = [int(x) for x in args.dims.split(",")]
+    lengths = [1024, 4096, 16384, 65536]
+    if args.interleave and len(variants) > 1:
+        sys.exit("--interleave takes one variant")
     ours_by_variant, ceilings = {}, None
-    for i, (name, env) in enumerate(variants):
+
+    def run_ours(name, env, extra):
+        nonlocal ceilings
         with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
             ours_json = f.name
-        cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps)]
-        if i > 0:
-            cmd.append("--no-ceilings")
+        cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps)] + extra
         print(f"running [{name}] {env}:", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, env={**os.environ, **env})
         ours = {}
@@ -105,12 +118,24 @@ def main():
             r = json.loads(line)
             if r["kind"] == "ceiling":
                 ceilings = r
-            else:
+            elif r["d"] in dims:
                 ours[(r["d"], r["N"], r["causal"])] = r
         os.unlink(ours_json)
-        ours_by_variant[name] = (env, ours)
+        return ours
 
-    torch_rows = measure_torch([64, 128], [1024, 4096, 16384, 65536], args.warmup, args.reps)
+    if args.interleave:
+        name, env = variants[0]
+        ours, torch_rows = {}, []
+        for d in dims:
+            for n in lengths:
+                ours.update(run_ours(name, env, ["--no-ceilings", "--d", str(d), "--n", str(n)]))
+                torch_rows += measure_torch([d], [n], args.warmup, args.reps)
+        ours_by_variant[name] = (env, ours)
+    else:
+        for i, (name, env) in enumerate(variants):
+            extra = (["--no-ceilings"] if i > 0 else []) + (["--d", str(dims[0])] if len(dims) == 1 else [])
+            ours_by_variant[name] = (env, run_ours(name, env, extra))
+        torch_rows = measure_torch(dims, lengths, args.warmup, args.reps)
     theirs = {(r["backend"], r["d"], r["N"], r["causal"]): r for r in torch_rows}
 
     import torch
@@ -121,7 +146,9 @@ def main():
         lines.append(f"Ceilings (same job): d2d copy {ceilings['copy_tbps']:.2f} TB/s; bf16 gemm 8192^3 "
                      f"{ceilings['gemm_bf16_tflops']:.0f} TFLOP/s")
     lines.append("")
-    lines.append("TFLOP/s (fwd 4BHN^2d, /2 causal; bwd 2.5x). ratio = ours / theirs.")
+    lines.append("TFLOP/s (fwd 4BHN^2d, /2 causal; bwd 2.5x). ratio = ours / theirs. Order: " +
+                 ("per (d, N) cell, ours then PyTorch (--interleave)" if args.interleave
+                  else "ours for the whole grid, then PyTorch for the whole grid"))
 
     def tf(r, key):
         return r.get(key) if r and key in r else None
