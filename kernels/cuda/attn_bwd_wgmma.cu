@@ -489,10 +489,11 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 // ---- bwd v5: warp-specialized (RT_ATTN_BWD_VARIANT=5) -----------------------------------------------------
 // Same tiles, math and accumulator layouts as v4, with three warpgroups (384 threads, 1 CTA per SM):
 //   * warpgroups 0 and 1 (consumers, setmaxnreg 240) do the MMAs and the exps; warpgroup 2 (setmaxnreg 24)
-//     holds the producer warp (Q/dO/lse/delta into a 2-stage ring: lane 0 loads Q and dO with TMA, the lanes
-//     copy lse and delta, and all 32 arrive on the stage's `full` mbarrier, which also waits for the TMA bytes;
-//     it refills a stage after the consumers arrive on its `empty` mbarrier) and the dQ warp (adds the staged
-//     dQ into dq_acc with TMA tensor reduces); blocks with q_end < 64 run v4 (a TMA box is 64 rows);
+//     holds the producer warp (K and V first, with TMA on their own mbarrier, in flight with the first stages;
+//     then Q/dO/lse/delta into a 2-stage ring: lane 0 loads Q and dO with TMA, the lanes copy lse and delta, and
+//     all 32 arrive on the stage's `full` mbarrier, which also waits for the TMA bytes; it refills a stage after
+//     the consumers arrive on its `empty` mbarrier) and the dQ warp (adds the staged dQ into dq_acc with TMA
+//     tensor reduces); blocks with q_end < 64 run v4 (a TMA box is 64 rows);
 //   * no CTA-wide barrier in the loop: dS^T has 2 stages, so the only per-tile barrier between the consumers is
 //     "dS^T stored" (D = 128: both warpgroups, their dQ halves read all 128 keys; D = 64: per warpgroup, each
 //     forms a partial dQ over its own keys);
@@ -503,7 +504,14 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 //     waits for the reduces to complete and passes the turn; the consumers go on with the other buffer;
 //   * the consumers' loop keeps no 64-bit index live (the masks come from 32-bit offsets computed once);
 //   * order per tile (consumers): wait for the stage, S^T, dP^T | exps | dV | dS^T | barrier | dQ, dK issued |
-//     dQ staged while dK runs; the stage is released once dK completed.
+//     dQ staged while dK runs; the stage is released once dK completed;
+//   * epilogue: dK and dV go to shared memory (the K / V tiles and the Q / dO stages, free by then) and are
+//     added to dk_acc / dv_acc (or stored, overwrite_dkv: attn_bwd_block_fresh) by TMA tensor ops, one thread
+//     per warpgroup;
+//   * a 1-D grid (BwdV5Grid): causal items in windows of (batch, K/V head) pairs, largest first; a last partial
+//     wave of equal items split into pieces that add partial dK / dV.
+// Per-CTA timeline at d128 4K (clock64 at each phase, a session-only instrumented build; bench/NOTES.md "bwd v5
+// epilogue and grid"): loop 169 us, before the loop 2-3 us, after it 3.7 us.
 constexpr int kV5Threads = 384;
 // setmaxnreg moves registers only within the CTA's launch allocation: 384 threads at 1 CTA per SM start with
 // 168 each (65536 / 384 rounded down to a multiple of 8), so the consumers can rise only by what the producer
