@@ -183,7 +183,8 @@ __device__ __forceinline__ void compute_dst_store(float (&dp)[32], uint32_t (&df
 // Adds this thread's dK and dV rows (keys key_a, key_b = key_a + 8; accumulator layout as in the kernels) to
 // dk_acc / dv_acc with float2 reductions: no value comes back, so the CTA's last act is to issue 2 x D / 4
 // stores instead of waiting for its reads (a read-add-write epilogue measured 13.7 us per CTA at d128, 7% of a
-// 4K CTA). Each row belongs to one CTA, so there is one add per element per launch: still deterministic.
+// 4K CTA). Each row belongs to one CTA, so there is one add per element per launch: still deterministic. v4's
+// epilogue; v5 stages the rows and adds them with TMA (the same L2 add of the same f32 values: equal bits).
 template <int D>
 __device__ __forceinline__ void write_dk_dv(const AttnBwdParams& p, const float (&dk)[D / 2], const float (&dv)[D / 2],
                                             int64_t key_a, int64_t key_b, int64_t b, int64_t hk, int t) {

@@ -125,7 +125,10 @@ struct Outputs {
   std::vector<float> dq, dk, dv;  // final accumulators
 };
 
-Outputs run_gpu(const BwdCase& c, int64_t D, const Inputs& in, const char* variant) {
+// Runs the backward on the GPU from `in`: attn_bwd_block with RT_ATTN_BWD_VARIANT=variant into the initial
+// accumulators, or (fresh) attn_bwd_block_fresh with the default dispatch into poisoned dk / dv (every row must
+// be written).
+Outputs run_gpu_op(const BwdCase& c, int64_t D, const Inputs& in, const char* variant, bool fresh) {
   const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
   Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
       gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gdo(gpu(), DType::bf16, {B, Nq, H, D});
@@ -134,13 +137,19 @@ Outputs run_gpu(const BwdCase& c, int64_t D, const Inputs& in, const char* varia
       gdv(gpu(), DType::f32, {B, Nk, Hkv, D});
   poison(gdq); poison(gdk); poison(gdv);
   upload(gq, in.q); upload(gk, in.k); upload(gv, in.v); upload(gdo, in.dout);
-  upload(glse, in.lse); upload(gdelta, in.delta);
-  upload(gdq, in.dq); upload(gdk, in.dk); upload(gdv, in.dv);
-  {
+  upload(glse, in.lse); upload(gdelta, in.delta); upload(gdq, in.dq);
+  if (fresh) {
+    attn_bwd_block_fresh(gq.t(), gk.t(), gv.t(), gdo.t(), glse.t(), gdelta.t(), gdq.t(), gdk.t(), gdv.t(), c.mask);
+  } else {
+    upload(gdk, in.dk); upload(gdv, in.dv);
     ForcedBwdVariant forced(variant);
     attn_bwd_block(gq.t(), gk.t(), gv.t(), gdo.t(), glse.t(), gdelta.t(), gdq.t(), gdk.t(), gdv.t(), c.mask);
   }
   return Outputs{download(gdq), download(gdk), download(gdv)};
+}
+
+Outputs run_gpu(const BwdCase& c, int64_t D, const Inputs& in, const char* variant) {
+  return run_gpu_op(c, D, in, variant, false);
 }
 
 std::vector<float> increment(const std::vector<float>& out, const std::vector<float>& init) {
@@ -284,19 +293,7 @@ INSTANTIATE_TEST_SUITE_P(CudaAttentionWgmmaBwdHeadDim, CudaAttentionWgmmaBwd,
 // ---- attn_bwd_block_fresh: dk / dv are overwritten with the block's gradients, dq still accumulates ----------
 // Fused (bwd v5 storing dK / dV with TMA) where the key range is every row and q_end >= 64, else fill + attn_bwd_block.
 
-Outputs run_gpu_fresh(const BwdCase& c, int64_t D, const Inputs& in) {
-  const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
-  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
-      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gdo(gpu(), DType::bf16, {B, Nq, H, D});
-  Buffer glse(gpu(), DType::f32, {B, H, Nq}), gdelta(gpu(), DType::f32, {B, H, Nq});
-  Buffer gdq(gpu(), DType::f32, {B, Nq, H, D}), gdk(gpu(), DType::f32, {B, Nk, Hkv, D}),
-      gdv(gpu(), DType::f32, {B, Nk, Hkv, D});
-  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v); upload(gdo, in.dout);
-  upload(glse, in.lse); upload(gdelta, in.delta); upload(gdq, in.dq);
-  poison(gdk); poison(gdv);  // every row must be written
-  attn_bwd_block_fresh(gq.t(), gk.t(), gv.t(), gdo.t(), glse.t(), gdelta.t(), gdq.t(), gdk.t(), gdv.t(), c.mask);
-  return Outputs{download(gdq), download(gdk), download(gdv)};
-}
+Outputs run_gpu_fresh(const BwdCase& c, int64_t D, const Inputs& in) { return run_gpu_op(c, D, in, nullptr, true); }
 
 void run_fresh_case(const BwdCase& c, int64_t D, uint64_t seed) {
   SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(D));
