@@ -258,6 +258,11 @@ TEST_P(CudaAttentionWgmmaBwd, QueryBlockShorterThanOneTile) {
   run_case({"short_query_block", 2, 40, 300, 2, 1, mask(false, 0, 0)}, D(), variant(), 800);
 }
 
+TEST_P(CudaAttentionWgmmaBwd, KeyBlockShorterThanOneTile) {
+  // k_end = 100 < 128 rows: v5's K / V TMA box would be longer than the tensor map's rows, so v5 hands it to v4.
+  run_case({"short_key_block", 2, 300, 100, 2, 1, mask(false, 0, 0)}, D(), variant(), 850);
+}
+
 TEST_P(CudaAttentionWgmmaBwd, CausalLastTileOneRow) {
   // q_end = 129: the last query tile has one valid row (the dQ tensor reduce must skip the other 63).
   run_case({"causal_one_row_tile", 1, 129, 129, 2, 2, mask(true, 0, 0)}, D(), variant(), 900);
@@ -332,6 +337,10 @@ TEST_P(CudaAttentionBwdFresh, FusedCausalKeysNoQuerySees) {
 
 TEST_P(CudaAttentionBwdFresh, KeySubRangeFallsBack) {
   run_fresh_case({"fresh_key_range", 1, 200, 1100, 2, 1, mask(false, 0, 0, 0, -1, 70, 1030)}, GetParam(), 1300);
+}
+
+TEST_P(CudaAttentionBwdFresh, ShortKeyBlockFallsBack) {
+  run_fresh_case({"fresh_short_keys", 2, 300, 100, 2, 1, mask(false, 0, 0)}, GetParam(), 1450);
 }
 
 TEST_P(CudaAttentionBwdFresh, ShortQueryBlockFallsBack) {
