@@ -34,8 +34,8 @@ namespace {
 
 // NW warps per CTA, each owning 16 keys: Bc = 16 * NW keys per CTA (v1: NW = 8, one CTA per SM;
 // v2: NW = 4, two CTAs per SM). RT_ATTN_BWD_VARIANT=2 selects v2 (7-9% slower at 4K+ on an H200,
-// 2026-11-29). The default is v4 (wgmma, attn_bwd_wgmma.cu) for D = 64 and 128 on compute capability 9.0
-// with an sm_90a image, else v1; this mma.sync kernel stays the fallback and the oracle of the v4 tests.
+// 2026-11-29). The default is v5 (wgmma, attn_bwd_wgmma.cu) for D = 64 and 128 on compute capability 9.0
+// with an sm_90a image, else v1; this mma.sync kernel stays the fallback and the oracle of the wgmma tests.
 constexpr int kBwdRows = 64;              // Br
 
 template <int D, int kBwdKeys>

@@ -22,10 +22,8 @@ void attn_bwd_block_fresh(const Tensor& q, const Tensor& k, const Tensor& v, con
   check_attn_bwd_args(d, q, dout, lse, delta, dq_acc, dk, dv, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   const int device = q.device.index;
-  // v5 runs only with 64 query rows or more before q_end and 128 key rows or more before k_end (below, v4 takes
-  // the call and only adds).
-  const bool fused = d.B > 0 && d.H > 0 && r.q_begin < r.q_end && r.q_end >= kWgBwdRows && r.k_begin == 0 &&
-                     r.k_end == d.Nk && r.k_end >= kWgBwdKeys && attn_bwd_variant(d.D, device) == 5;
+  const bool fused = d.B > 0 && d.H > 0 && r.q_begin < r.q_end && r.k_begin == 0 && r.k_end == d.Nk &&
+                     attn_bwd_v5_fits(r.q_end, r.k_end) && attn_bwd_variant(d.D, device) == 5;
   if (!fused) {
     cuda::fill(dk, 0.f);  // qualified: rt::fill (ops.h) is found by ADL too
     cuda::fill(dv, 0.f);

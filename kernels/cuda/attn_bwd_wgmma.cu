@@ -952,11 +952,9 @@ void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int dev
   RT_CHECK(D == 128 || D == 64,
            "attn_bwd_block (wgmma): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
   RT_CHECK(variant == 4 || variant == 5, "attn_bwd_block (wgmma): variant " << variant << " is not 4 or 5");
-  // A TMA box must not be longer than the tensor map's row extent: 64 query rows (q_end), 128 key rows (k_end,
-  // the K / V loads). Such tiny blocks run v4, which has the same contract.
-  if (variant == 5 && (p.q_end < kBr || p.k_end < kBc)) variant = 4;
-  RT_CHECK(variant == 5 || !p.overwrite_dkv,
-           "attn_bwd_block (wgmma): only v5 overwrites dK / dV (q_end = " << p.q_end << ", variant " << variant << ")");
+  if (variant == 5 && !attn_bwd_v5_fits(p.q_end, p.k_end)) variant = 4;  // v4 has the same contract
+  RT_CHECK(variant == 5 || !p.overwrite_dkv, "attn_bwd_block (wgmma): only v5 overwrites dK / dV (q_end = "
+                                                 << p.q_end << ", k_end = " << p.k_end << ", variant " << variant << ")");
   if (variant == 5) D == 64 ? launch_for_d<64, true>(p, B, device, stream) : launch_for_d<128, true>(p, B, device, stream);
   else D == 64 ? launch_for_d<64, false>(p, B, device, stream) : launch_for_d<128, false>(p, B, device, stream);
 }

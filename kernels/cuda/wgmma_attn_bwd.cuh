@@ -20,6 +20,11 @@ constexpr int kWgBwdKeys = 128;
 // image of the kernel in this binary, D == 64 or 128. Cached per device and D.
 bool attn_bwd_wgmma_supported(int device, int64_t D);
 
+// True when bwd v5 can take a block whose query rows end at q_end and key rows at k_end: its TMA boxes (64 query
+// rows, 128 key rows) must not be longer than the tensor maps' row extents. Smaller blocks run v4, which only
+// adds to dK / dV (so attn_bwd_block_fresh asks this before choosing its fused form).
+inline bool attn_bwd_v5_fits(int64_t q_end, int64_t k_end) { return q_end >= kWgBwdRows && k_end >= kWgBwdKeys; }
+
 // Launches the wgmma backward (B batches): variant 4 (two math warpgroups, cp.async by all threads, dQ
 // atomics) or 5 (warp-specialized: a producer warp, a dQ warp with bulk reduces). Call only when
 // attn_bwd_wgmma_supported(device, D).
