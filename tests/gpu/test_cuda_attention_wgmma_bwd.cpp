@@ -268,6 +268,12 @@ TEST_P(CudaAttentionWgmmaBwd, CausalLastTileOneRow) {
   run_case({"causal_one_row_tile", 1, 129, 129, 2, 2, mask(true, 0, 0)}, D(), variant(), 900);
 }
 
+TEST_P(CudaAttentionWgmmaBwd, CausalManyUnitsPerCtaWithUnseenKeys) {
+  // 4 x 8 pairs x 6 key tiles = 192 units, more than an H100 / H200 has SMs: bwd v5's persistent CTAs fetch
+  // several, among them the 64 whose keys (512..767, after every query) no query sees.
+  run_case({"causal_many_units", 4, 512, 768, 16, 8, mask(true, 0, 0)}, D(), variant(), 950);
+}
+
 // Deterministic mode keeps the ordered dQ adds: the same bits on two runs, and still the right gradients.
 TEST_P(CudaAttentionWgmmaBwd, DeterministicRepeatsBitForBit) {
   const BwdCase c{"deterministic", 1, 768, 768, 4, 2, mask(true, 0, 0)};
@@ -360,6 +366,28 @@ TEST_P(CudaAttentionBwdFresh, DeterministicRepeatsBitForBit) {
   EXPECT_TRUE(first.dq == second.dq && first.dk == second.dk && first.dv == second.dv)
       << "deterministic fresh backward differs between two runs";
   check_against("fresh deterministic vs fp64", first, in, reference(c, D, in), 1e-2);
+}
+
+TEST_P(CudaAttentionBwdFresh, CausalManyUnitsPerCtaWithUnseenKeys) {
+  // 192 units over the SMs (see the accumulating case): the unseen key tiles store zeros between other units.
+  run_fresh_case({"fresh_causal_many_units", 4, 512, 768, 16, 8, mask(true, 0, 0)}, GetParam(), 1550);
+}
+
+// Deterministic mode with several units per CTA: a unit's dQ adds wait for the key tiles before it, which other
+// CTAs (or this one, earlier) fetched first.
+TEST_P(CudaAttentionBwdFresh, DeterministicManyUnitsPerCta) {
+  const BwdCase c{"fresh_deterministic_many_units", 8, 768, 768, 8, 4, mask(true, 0, 0)};
+  const int64_t D = GetParam();
+  Inputs in = make_inputs(c, D, 1570);
+  std::fill(in.dk.begin(), in.dk.end(), 0.f);
+  std::fill(in.dv.begin(), in.dv.end(), 0.f);
+  set_deterministic_attention(true);
+  const Outputs first = run_gpu_fresh(c, D, in);
+  const Outputs second = run_gpu_fresh(c, D, in);
+  set_deterministic_attention(false);
+  EXPECT_TRUE(first.dq == second.dq && first.dk == second.dk && first.dv == second.dv)
+      << "deterministic fresh backward (192 units) differs between two runs";
+  check_against("fresh deterministic many units vs fp64", first, in, reference(c, D, in), 1e-2);
 }
 
 // Key rows [lo, hi) of a (1, Nk, 1, D) gradient.
