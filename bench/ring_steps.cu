@@ -225,6 +225,43 @@ int main(int argc, char** argv) {
                          cp, layout_name(layout), long(D), long(S), kind.c_str(), mf.first / kind_calls[kind],
                          tf(mf.second, mf.first));
         }
+        // Where the sequence's time goes beyond its block calls: every rank's calls timed one by one (summed), and
+        // the per-rank calls around them (state reset and finalize; the backward's delta and dQ zeroing).
+        double fwd_calls_ms = 0, bwd_calls_ms = 0;
+        for (int r = 0; r < cp; ++r) {
+          AttnState st{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)};
+          attn_state_reset(st);
+          for (int t = 0; t < cp; ++t) {
+            const int s = ring_source(r, t, cp);
+            const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
+            if (plan.skip) continue;
+            fwd_calls_ms += time_ms([&] { attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st,
+                                                         plan.mask); },
+                                    1, 3);
+            bwd_calls_ms += time_ms(
+                [&] {
+                  attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n),
+                                 rowsv(lse, n, r * n), rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n),
+                                 f32(dv, n, s * n), plan.mask);
+                },
+                1, 3);
+          }
+        }
+        AttnState st0{accv(n, 0), rowsv(m, n, 0), rowsv(l, n, 0)};
+        const double reset_ms = time_ms([&] { attn_state_reset(st0); }, 1, reps);
+        const double finalize_ms = time_ms([&] { attn_fwd_finalize(st0, bf(out, n, 0), rowsv(lse, n, 0)); }, 1, reps);
+        const double bwd_pre_ms = time_ms(
+            [&] {
+              attn_bwd_delta(bf(out, n, 0), bf(dout, n, 0), rowsv(delta, n, 0));
+              fill(f32(dq, n, 0), 0.f);
+            },
+            1, reps);
+        std::printf("  fwd: block calls one by one %8.3f ms + %d x (reset %.3f + finalize %.3f ms) = %8.3f ms; "
+                    "sequence %8.3f ms\n",
+                    fwd_calls_ms, cp, reset_ms, finalize_ms, fwd_calls_ms + cp * (reset_ms + finalize_ms), ring_fwd_ms);
+        std::printf("  bwd: block calls one by one %8.3f ms + %d x (delta + dQ zero %.3f ms) = %8.3f ms; "
+                    "sequence %8.3f ms\n",
+                    bwd_calls_ms, cp, bwd_pre_ms, bwd_calls_ms + cp * bwd_pre_ms, ring_bwd_ms);
         std::fflush(stdout);
         if (json)
           std::fprintf(json,

@@ -1019,19 +1019,20 @@ bool attn_bwd_wgmma_supported(int device, int64_t D) {
 
 namespace {
 
-// bwd v5's grid for n_kt x n_bh items. Causal: windows of pairs whose Q, dO (bf16) and dQ (f32) take at most
-// 32 MB (the H200 has 50 MB of L2), so that large items start before small ones across several pairs and the
-// last items to start are small (one pair per window left a tail of 3.4% at d128 4K: the last pair's largest
-// item started about a wave before the end). Not causal: the
-// remainder of items over the SMs (one CTA per SM) is the last wave; when it is at most half the SMs and the
-// dQ adds need no order (not deterministic), each remaining item is split into up to SMs / remainder pieces (at
-// most its iterations).
+// bwd v5's unit list for n_kt x n_bh items. Causal: windows of pairs whose Q, dO (bf16) and dQ (f32) take at
+// most 16 MB (the H200 has 50 MB of L2, in two partitions), so that large items start before small ones across
+// several pairs and the last items to start are small (one pair per window at d128 4K left a tail of 3.4% on a
+// grid of one CTA per item). An A/B of the budget (persistent kernel, 2 rounds, d128 causal bwd TF/s): 4K 32 MB
+// 419 / 415, 16 MB 444 / 435, 8 MB 428 / 411, one pair 432 / 423; 16K within 3% for all four; d64 flat. Not
+// causal: the remainder of items over the SMs (one CTA per SM) is the last wave; when it is at most half the SMs
+// and the dQ adds need no order (not deterministic), each remaining item is split into up to SMs / remainder
+// pieces (at most its iterations).
 BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t n_bh, int64_t n_kt, int n_sm) {
   const int64_t items = n_bh * n_kt;
   BwdV5Grid g{n_kt, n_bh, 1, items, 1, items, 0};
   if (p.causal) {
     const int64_t pair_bytes = (p.q_end - p.q_begin) * p.group * D * 8;
-    g.window = std::max<int64_t>(1, std::min<int64_t>(n_bh, (int64_t(32) << 20) / std::max<int64_t>(pair_bytes, 1)));
+    g.window = std::max<int64_t>(1, std::min<int64_t>(n_bh, (int64_t(16) << 20) / std::max<int64_t>(pair_bytes, 1)));
   } else {
     const int64_t rem = items % n_sm;
     const int64_t item_iters = p.group * ((p.q_end - p.q_begin + kBr - 1) / kBr);

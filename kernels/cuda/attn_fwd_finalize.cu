@@ -6,7 +6,7 @@ namespace rt {
 namespace cuda {
 namespace {
 
-// One thread per element of out; the thread with d == 0 also writes the row's lse.
+// One thread per element of out; the thread with d == 0 also writes the row's lse. For D % 4 != 0.
 __global__ void finalize_kernel(FloatPtr out, float* lse, const float* acc, const float* m, const float* l,
                                 int64_t n, int64_t Nq, int64_t H, int64_t D) {
   RT_GRID_STRIDE(e, n) {
@@ -18,6 +18,34 @@ __global__ void finalize_kernel(FloatPtr out, float* lse, const float* acc, cons
     const float lr = l[row];
     out.st(e, lr > 0.f ? acc[row * D + d] / lr : 0.f);
     if (d == 0) lse[row] = lr > 0.f ? (m[row] + log2f(lr)) * kLn2 : -INFINITY;
+  }
+}
+
+// D % 4 == 0: one thread per 4 consecutive elements of out (a float4 of acc, 4 outputs in one 8- or 16-byte store),
+// with the index arithmetic in Index (32-bit when the element count allows). The per-element form spent its time
+// in 64-bit divisions: 0.13 ms for a (16, 8192, 128) state at d128 64K, about 0.8 TB/s, 8 times per cp = 8 ring.
+template <class Index>
+__global__ void finalize_vec4_kernel(FloatPtr out, float* lse, const float* acc, const float* m, const float* l,
+                                     Index n4, Index Nq, Index H, Index D4) {
+  for (Index v = Index(blockIdx.x) * blockDim.x + threadIdx.x; v < n4; v += Index(gridDim.x) * blockDim.x) {
+    const Index d4 = v % D4, r = v / D4;  // r: (b, i, h), out's row order
+    const Index h = r % H, bi = r / H;
+    const Index i = bi % Nq, b = bi / Nq;
+    const int64_t row = (int64_t(b) * H + h) * Nq + i;  // (B,H,Nq) index
+    const float lr = l[row];
+    const float inv = lr > 0.f ? 1.f / lr : 0.f;
+    const float4 a = *reinterpret_cast<const float4*>(acc + row * (int64_t(D4) * 4) + int64_t(d4) * 4);
+    const float4 o = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+    if (out.bf16) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(out.p)[v] = packed;
+    } else {
+      reinterpret_cast<float4*>(out.p)[v] = o;
+    }
+    if (d4 == 0) lse[row] = lr > 0.f ? (m[row] + log2f(lr)) * kLn2 : -INFINITY;
   }
 }
 
@@ -40,8 +68,16 @@ void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse) {
   const FloatPtr o = float_arg(out, dev, op, "out");
   const int64_t n = out.numel();
   if (n == 0) return;
-  finalize_kernel<<<grid_for(n), kThreads, 0, stream>>>(o, lse.ptr<float>(), state.acc.ptr<float>(),
-                                                        state.m.ptr<float>(), state.l.ptr<float>(), n, Nq, H, D);
+  const float *acc = state.acc.ptr<float>(), *m = state.m.ptr<float>(), *l = state.l.ptr<float>();
+  if (D % 4 != 0) {
+    finalize_kernel<<<grid_for(n), kThreads, 0, stream>>>(o, lse.ptr<float>(), acc, m, l, n, Nq, H, D);
+  } else if (n / 4 + 2 * int64_t(grid_for(n / 4)) * kThreads <= int64_t(UINT32_MAX)) {  // v + stride fits
+    finalize_vec4_kernel<uint32_t><<<grid_for(n / 4), kThreads, 0, stream>>>(
+        o, lse.ptr<float>(), acc, m, l, uint32_t(n / 4), uint32_t(Nq), uint32_t(H), uint32_t(D / 4));
+  } else {
+    finalize_vec4_kernel<int64_t><<<grid_for(n / 4), kThreads, 0, stream>>>(o, lse.ptr<float>(), acc, m, l, n / 4,
+                                                                           Nq, H, D / 4);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,8 @@
 // see the same values. Tolerances: out (bf16 output, P rounded to bf16 before PV) 1e-2 relative; lse 1e-4
 // absolute (natural log, f32 sums); dq/dk/dv (bf16 P and dS in the mma) 1e-2 relative. Measured on an
 // H200 (2026-11-29): out 1.8e-3..2.0e-3, lse <= 2e-6, dq/dk/dv 1.5e-3..2.2e-3.
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "tests/gpu/attention_test_util.h"
@@ -141,6 +143,54 @@ TEST_P(CudaAttention, DeterministicBackwardIsAccurateAndRepeatsBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttention, ::testing::Values(int64_t(64), int64_t(128)),
                          [](const auto& info) { return "D" + std::to_string(info.param); });
+
+// attn_fwd_finalize on its own (the ring finalizes each rank's state after its last step) against the CPU op, for
+// both output dtypes, D % 4 == 0 (the vectorized kernel) and not (the per-element one), with rows that saw no key
+// (l = 0): out 0 and lse -inf there. Outputs poisoned first.
+TEST(CudaAttentionFinalize, MatchesCpuForBothOutputDtypesAndHeadDims) {
+  RT_REQUIRE_CUDA();
+  const int64_t B = 2, Nq = 37, H = 3;
+  for (const int64_t D : {int64_t(128), int64_t(12)}) {
+    for (const DType out_dtype : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + " out " + dtype_name(out_dtype));
+      const int64_t nrow = B * H * Nq;
+      std::vector<float> acc = random_vector(nrow * D, 7000 + D, 2.f), m = random_vector(nrow, 7100 + D, 3.f);
+      std::vector<float> l = random_vector(nrow, 7200 + D, 1.f, 4.f);
+      for (int64_t r = 0; r < nrow; r += 5) l[size_t(r)] = 0.f;  // rows that saw no key
+      for (float& x : l) x = std::fabs(x);
+      std::vector<float> out(static_cast<size_t>(B * Nq * H * D)), lse(static_cast<size_t>(nrow));
+      AttnState host{host_view(acc, {B, H, Nq, D}), host_view(m, {B, H, Nq}), host_view(l, {B, H, Nq})};
+      RT_CPU_REFERENCE(attn_fwd_finalize(host, host_view(out, {B, Nq, H, D}), host_view(lse, {B, H, Nq})));
+      if (out_dtype == DType::bf16) out = bf16_rounded(out);
+
+      Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq});
+      Buffer gout(gpu(), out_dtype, {B, Nq, H, D}), glse(gpu(), DType::f32, {B, H, Nq});
+      upload(gacc.t(), acc);
+      upload(gm.t(), m);
+      upload(gl.t(), l);
+      poison(gout.t());
+      poison(glse.t());
+      AttnState st{gacc.t(), gm.t(), gl.t()};
+      attn_fwd_finalize(st, gout.t(), glse.t());
+      const std::vector<float> o = download(gout.t()), lg = download(glse.t());
+      ASSERT_FALSE(std::any_of(o.begin(), o.end(), [](float x) { return std::isnan(x); })) << "NaN in out";
+      // f32: acc * (1 / l) against acc / l, a few ulps; bf16: at most one bf16 step apart after that.
+      EXPECT_LE(rel_error(o, out), out_dtype == DType::f32 ? 1e-6 : 4e-3) << worst_mismatch(o, out);
+      for (int64_t r = 0; r < nrow; ++r) {
+        if (l[size_t(r)] == 0.f) {
+          EXPECT_TRUE(std::isinf(lg[size_t(r)]) && lg[size_t(r)] < 0) << "row " << r << " lse " << lg[size_t(r)];
+        } else {
+          EXPECT_NEAR(lg[size_t(r)], lse[size_t(r)], 1e-5f) << "row " << r;
+        }
+      }
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Nq; ++i)
+          for (int64_t h = 0; h < H; ++h)
+            if (l[size_t((b * H + h) * Nq + i)] == 0.f)
+              for (int64_t d = 0; d < D; ++d) EXPECT_EQ(o[size_t(((b * Nq + i) * H + h) * D + d)], 0.f);
+    }
+  }
+}
 
 TEST(CudaAttentionArgs, UnsupportedHeadDimIsRefused) {
   RT_REQUIRE_CUDA();
