@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   int warmup = 3, reps = 10;
   std::string json_path, only_d, only_n;
   bool ceilings = true, fwd_sequence = false, bwd_accumulate = false;
+  double sustain_ms = 0;  // > 0: each op runs back to back this long before it is timed (sustained-load clocks)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -55,9 +56,10 @@ int main(int argc, char** argv) {
     else if (a == "--fwd-sequence") fwd_sequence = true;
     else if (a == "--bwd-accumulate") bwd_accumulate = true;
     else if (a == "--deterministic") rt::set_deterministic_attention(true);
+    else if (a == "--sustain-ms") sustain_ms = std::stod(next());
     else {
       std::fprintf(stderr, "usage: bench_attention [--warmup 3] [--reps 10] [--json FILE] [--d 128] [--n 4096] "
-                           "[--no-ceilings] [--deterministic] [--fwd-sequence] [--bwd-accumulate]\n");
+                           "[--no-ceilings] [--deterministic] [--fwd-sequence] [--bwd-accumulate] [--sustain-ms 0]\n");
       return 2;
     }
   }
@@ -144,9 +146,9 @@ int main(int argc, char** argv) {
               rt::attn_bwd_block_fresh(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask);
             }
           };
-          const double fwd_ms = time_ms(fwd, warmup, reps);
+          const double fwd_ms = time_ms(fwd, warmup, reps, sustain_ms);
           fwd();
-          const double bwd_ms = time_ms(bwd, warmup, reps);
+          const double bwd_ms = time_ms(bwd, warmup, reps, sustain_ms);
           const double flops = 4.0 * double(B) * H * double(N) * double(N) * d * (causal ? 0.5 : 1.0);
           const double fwd_tf = flops / (fwd_ms * 1e-3) / 1e12, bwd_tf = 2.5 * flops / (bwd_ms * 1e-3) / 1e12;
           std::printf("%3ld %6ld %3ld %3ld %6s %8.3f %9.1f %8.3f %9.1f\n", long(d), long(N), long(B), long(H),

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -31,9 +32,18 @@ inline void random_bf16(const Tensor& t, uint64_t seed) {
   CUDA_CHECK_LAUNCH();
 }
 
-// Median milliseconds of fn over reps timed runs after warmup runs (CUDA events on the compute stream).
-inline double time_ms(const std::function<void()>& fn, int warmup, int reps) {
+// Median milliseconds of fn over reps timed runs after warmup runs (CUDA events on the compute stream). With
+// sustain_ms > 0, fn first runs back to back (synchronized each time) for that long, so that the timed runs see
+// the clock of sustained load: an H200 at its 700 W cap runs below the clock of a short burst.
+inline double time_ms(const std::function<void()>& fn, int warmup, int reps, double sustain_ms = 0.0) {
   for (int i = 0; i < warmup; ++i) fn();
+  if (sustain_ms > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < sustain_ms) {
+      fn();
+      CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));
+    }
+  }
   CUDA_CHECK(cudaDeviceSynchronize());
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));

@@ -9,12 +9,14 @@ forward. Median of 10 timed runs after 3 warm-ups, CUDA events. PyTorch's backwa
 
 Usage: python3 bench/sdpa_side_by_side.py --ours build-gpu/bench/bench_attention [--out table.md]
        [--variant NAME:VAR=VALUE,VAR=VALUE ...]   (ours once per variant, environment set; one table each)
-       [--dims 64,128] [--interleave]
+       [--dims 64,128] [--interleave] [--sustain-ms MS]
 
 By default ours runs the whole grid in one process, then PyTorch runs it. Under sustained load an H200 caps its
 power (700 W) and lowers its clock by up to a quarter, by an amount that depends on what ran in the last
 seconds, so a cell's number depends on the cells before it. --interleave runs each (d, N) cell as ours then
-PyTorch's two backends, back to back, so that both see the same recent history.
+PyTorch's two backends, back to back, so that both see the same recent history. --sustain-ms runs every op
+(ours and PyTorch's) back to back for that long before timing it, so that both are timed at the clock of
+sustained load, as in training.
 """
 import argparse
 import json
@@ -24,7 +26,8 @@ import sys
 import tempfile
 
 
-def measure_torch(d_list, n_list, warmup, reps):
+def measure_torch(d_list, n_list, warmup, reps, sustain_ms=0.0):
+    import time
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -33,6 +36,10 @@ def measure_torch(d_list, n_list, warmup, reps):
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
+        start_s = time.perf_counter()
+        while (time.perf_counter() - start_s) * 1e3 < sustain_ms:  # sustained-load clocks (--sustain-ms)
+            fn()
+            torch.cuda.synchronize()
         times = []
         for _ in range(reps):
             start = torch.cuda.Event(enable_timing=True)
@@ -91,6 +98,8 @@ def main():
     ap.add_argument("--dims", default="64,128", help="head dims of the grid")
     ap.add_argument("--interleave", action="store_true",
                     help="per (d, N) cell: ours, then PyTorch (one variant only)")
+    ap.add_argument("--sustain-ms", type=float, default=0.0,
+                    help="run each op back to back this long before timing it, on both sides (sustained-load clocks)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:VAR=VALUE,VAR=VALUE; ours runs once per variant (default: one run, 'default')")
     args = ap.parse_args()
@@ -110,7 +119,8 @@ def main():
         nonlocal ceilings
         with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
             ours_json = f.name
-        cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps)] + extra
+        cmd = [args.ours, "--json", ours_json, "--warmup", str(args.warmup), "--reps", str(args.reps),
+               "--sustain-ms", str(args.sustain_ms)] + extra
         print(f"running [{name}] {env}:", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, env={**os.environ, **env})
         ours = {}
@@ -129,13 +139,13 @@ def main():
         for d in dims:
             for n in lengths:
                 ours.update(run_ours(name, env, ["--no-ceilings", "--d", str(d), "--n", str(n)]))
-                torch_rows += measure_torch([d], [n], args.warmup, args.reps)
+                torch_rows += measure_torch([d], [n], args.warmup, args.reps, args.sustain_ms)
         ours_by_variant[name] = (env, ours)
     else:
         for i, (name, env) in enumerate(variants):
             extra = (["--no-ceilings"] if i > 0 else []) + (["--d", str(dims[0])] if len(dims) == 1 else [])
             ours_by_variant[name] = (env, run_ours(name, env, extra))
-        torch_rows = measure_torch(dims, lengths, args.warmup, args.reps)
+        torch_rows = measure_torch(dims, lengths, args.warmup, args.reps, args.sustain_ms)
     theirs = {(r["backend"], r["d"], r["N"], r["causal"]): r for r in torch_rows}
 
     import torch
@@ -148,7 +158,8 @@ def main():
     lines.append("")
     lines.append("TFLOP/s (fwd 4BHN^2d, /2 causal; bwd 2.5x). ratio = ours / theirs. Order: " +
                  ("per (d, N) cell, ours then PyTorch (--interleave)" if args.interleave
-                  else "ours for the whole grid, then PyTorch for the whole grid"))
+                  else "ours for the whole grid, then PyTorch for the whole grid") +
+                 (f"; each op run back to back for {args.sustain_ms:.0f} ms before it is timed" if args.sustain_ms else ""))
 
     def tf(r, key):
         return r.get(key) if r and key in r else None
