@@ -138,15 +138,25 @@ int main(int argc, char** argv) {
                                rowsv(delta, S, 0), f32(dq, S, 0), f32(dk, S, 0), f32(dv, S, 0), causal);
         };
 
-        // The ring's calls, rank after rank: rank r's tokens are rows [r*n, (r+1)*n) of every buffer.
+        // One block call of rank r with the K/V block of source rank s (rank r's tokens are rows [r*n, (r+1)*n) of
+        // every buffer), forward into the rank's state, backward into its dQ and the source's dK / dV.
+        auto rank_state = [&](int r) { return AttnState{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)}; };
+        auto fwd_step = [&](int r, int s, AttnState& st, const AttnMask& mask) {
+          attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, mask);
+        };
+        auto bwd_step = [&](int r, int s, const AttnMask& mask) {
+          attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rowsv(lse, n, r * n),
+                         rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), mask);
+        };
+        // The ring's calls, rank after rank.
         auto ring_fwd = [&] {
           for (int r = 0; r < cp; ++r) {
-            AttnState st{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)};
+            AttnState st = rank_state(r);
             attn_state_reset(st);
             for (int t = 0; t < cp; ++t) {
               const int s = ring_source(r, t, cp);
               const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
-              if (!plan.skip) attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, plan.mask);
+              if (!plan.skip) fwd_step(r, s, st, plan.mask);
             }
             attn_fwd_finalize(st, bf(out, n, r * n), rowsv(lse, n, r * n));
           }
@@ -160,10 +170,7 @@ int main(int argc, char** argv) {
             for (int t = 0; t < cp; ++t) {
               const int s = ring_source(r, t, cp);
               const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
-              if (!plan.skip)
-                attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n),
-                               rowsv(lse, n, r * n), rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n),
-                               f32(dv, n, s * n), plan.mask);
+              if (!plan.skip) bwd_step(r, s, plan.mask);
             }
           }
         };
@@ -193,18 +200,10 @@ int main(int argc, char** argv) {
             const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
             if (plan.skip) continue;
             if (r == 0 && plan.mask.causal) continue;  // the diagonal is counted once (rank cp-1)
-            AttnState st{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)};
+            AttnState st = rank_state(r);
             attn_state_reset(st);
-            const double ms_f = time_ms([&] { attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st,
-                                                             plan.mask); },
-                                        1, reps);
-            const double ms_b = time_ms(
-                [&] {
-                  attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n),
-                                 rowsv(lse, n, r * n), rowsv(delta, n, r * n), f32(dq, n, r * n),
-                                 f32(dk, n, s * n), f32(dv, n, s * n), plan.mask);
-                },
-                1, reps);
+            const double ms_f = time_ms([&] { fwd_step(r, s, st, plan.mask); }, 1, reps);
+            const double ms_b = time_ms([&] { bwd_step(r, s, plan.mask); }, 1, reps);
             const double fl = 4.0 * double(H) * double(D) * visible_pairs(plan.mask, n);
             const std::string kind = step_kind(plan);
             kind_ms_flops[kind + " fwd"].first += ms_f;
@@ -229,25 +228,17 @@ int main(int argc, char** argv) {
         // the per-rank calls around them (state reset and finalize; the backward's delta and dQ zeroing).
         double fwd_calls_ms = 0, bwd_calls_ms = 0;
         for (int r = 0; r < cp; ++r) {
-          AttnState st{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)};
+          AttnState st = rank_state(r);
           attn_state_reset(st);
           for (int t = 0; t < cp; ++t) {
             const int s = ring_source(r, t, cp);
             const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
             if (plan.skip) continue;
-            fwd_calls_ms += time_ms([&] { attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st,
-                                                         plan.mask); },
-                                    1, 3);
-            bwd_calls_ms += time_ms(
-                [&] {
-                  attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n),
-                                 rowsv(lse, n, r * n), rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n),
-                                 f32(dv, n, s * n), plan.mask);
-                },
-                1, 3);
+            fwd_calls_ms += time_ms([&] { fwd_step(r, s, st, plan.mask); }, 1, 3);
+            bwd_calls_ms += time_ms([&] { bwd_step(r, s, plan.mask); }, 1, 3);
           }
         }
-        AttnState st0{accv(n, 0), rowsv(m, n, 0), rowsv(l, n, 0)};
+        AttnState st0 = rank_state(0);
         const double reset_ms = time_ms([&] { attn_state_reset(st0); }, 1, reps);
         const double finalize_ms = time_ms([&] { attn_fwd_finalize(st0, bf(out, n, 0), rowsv(lse, n, 0)); }, 1, reps);
         const double bwd_pre_ms = time_ms(

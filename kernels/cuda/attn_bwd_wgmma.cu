@@ -573,12 +573,13 @@ struct WgBwdV5Smem {
 };
 
 
-// bwd v5's 1-D grid of items (one key tile of one (batch, K/V head) pair, bh = b * Hkv + hk), in windows of
+// bwd v5's list of units: items (one key tile of one (batch, K/V head) pair, bh = b * Hkv + hk) in windows of
 // `window` pairs: window w holds pairs [w window, (w + 1) window) key tile by key tile (the pairs fastest), so
 // within a window the causal items, largest at key tile 0, start largest first, and a window's Q / dO / dQ stay
-// in L2. CTA c < full_items takes item c whole; with pieces > 1 the CTAs after those split each remaining item
-// (the last, partial wave of a grid of equal items) into `pieces` ranges of its iterations, which add their
-// partial dK / dV with TMA reduces, so the last wave no longer leaves most SMs idle while a few items run.
+// in L2. Unit u < full_items is item u whole; with pieces > 1 the units after those split each remaining item
+// (the last, partial wave of a list of equal items) into `pieces` ranges of its iterations, which add their
+// partial dK / dV with TMA reduces, so the last wave no longer leaves most SMs idle while a few items run. The
+// persistent CTAs take the units in list order.
 struct BwdV5Grid {
   int64_t n_kt;        // key tiles per (batch, K/V head)
   int64_t n_bh;        // (batch, K/V head) pairs

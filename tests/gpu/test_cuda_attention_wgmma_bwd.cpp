@@ -353,10 +353,10 @@ TEST_P(CudaAttentionBwdFresh, ShortQueryBlockFallsBack) {
   run_fresh_case({"fresh_short_query", 2, 40, 300, 2, 1, mask(false, 0, 0)}, GetParam(), 1400);
 }
 
-TEST_P(CudaAttentionBwdFresh, DeterministicRepeatsBitForBit) {
-  const BwdCase c{"fresh_deterministic", 1, 768, 768, 4, 2, mask(true, 0, 0)};
-  const int64_t D = GetParam();
-  Inputs in = make_inputs(c, D, 1500);
+// Deterministic mode, fresh: two runs give the same bits, and the gradients are right.
+void run_fresh_deterministic_case(const BwdCase& c, int64_t D, uint64_t seed) {
+  SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(D));
+  Inputs in = make_inputs(c, D, seed);
   std::fill(in.dk.begin(), in.dk.end(), 0.f);
   std::fill(in.dv.begin(), in.dv.end(), 0.f);
   set_deterministic_attention(true);
@@ -368,6 +368,10 @@ TEST_P(CudaAttentionBwdFresh, DeterministicRepeatsBitForBit) {
   check_against("fresh deterministic vs fp64", first, in, reference(c, D, in), 1e-2);
 }
 
+TEST_P(CudaAttentionBwdFresh, DeterministicRepeatsBitForBit) {
+  run_fresh_deterministic_case({"fresh_deterministic", 1, 768, 768, 4, 2, mask(true, 0, 0)}, GetParam(), 1500);
+}
+
 TEST_P(CudaAttentionBwdFresh, CausalManyUnitsPerCtaWithUnseenKeys) {
   // 192 units over the SMs (see the accumulating case): the unseen key tiles store zeros between other units.
   run_fresh_case({"fresh_causal_many_units", 4, 512, 768, 16, 8, mask(true, 0, 0)}, GetParam(), 1550);
@@ -376,18 +380,8 @@ TEST_P(CudaAttentionBwdFresh, CausalManyUnitsPerCtaWithUnseenKeys) {
 // Deterministic mode with several units per CTA: a unit's dQ adds wait for the key tiles before it, which other
 // CTAs (or this one, earlier) fetched first.
 TEST_P(CudaAttentionBwdFresh, DeterministicManyUnitsPerCta) {
-  const BwdCase c{"fresh_deterministic_many_units", 8, 768, 768, 8, 4, mask(true, 0, 0)};
-  const int64_t D = GetParam();
-  Inputs in = make_inputs(c, D, 1570);
-  std::fill(in.dk.begin(), in.dk.end(), 0.f);
-  std::fill(in.dv.begin(), in.dv.end(), 0.f);
-  set_deterministic_attention(true);
-  const Outputs first = run_gpu_fresh(c, D, in);
-  const Outputs second = run_gpu_fresh(c, D, in);
-  set_deterministic_attention(false);
-  EXPECT_TRUE(first.dq == second.dq && first.dk == second.dk && first.dv == second.dv)
-      << "deterministic fresh backward (192 units) differs between two runs";
-  check_against("fresh deterministic many units vs fp64", first, in, reference(c, D, in), 1e-2);
+  run_fresh_deterministic_case({"fresh_deterministic_many_units", 8, 768, 768, 8, 4, mask(true, 0, 0)}, GetParam(),
+                               1570);
 }
 
 // Key rows [lo, hi) of a (1, Nk, 1, D) gradient.
