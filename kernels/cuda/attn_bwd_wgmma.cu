@@ -1082,7 +1082,8 @@ void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t st
   RT_CHECK(tiles <= INT_MAX, "attn_bwd_block: too many key rows (" << p.k_end - p.k_begin << ")");
   if constexpr (V5) {
     RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
-             "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk << ", H = " << p.H);
+             "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk << ", H = " << p.H
+                 << "; split the call into query / key sub-ranges (AttnMask q_begin / k_begin) under 2^31 rows");
     const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kBr);
     const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, kBr);
     const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kBc);
@@ -1094,7 +1095,8 @@ void launch_for_d(const AttnBwdParams& p, int64_t B, int device, cudaStream_t st
     int& n_sm = sms[device & 15];
     if (n_sm == 0) CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
     const BwdV5Grid g = v5_grid(p, D, p.Hkv * B, tiles, n_sm);
-    RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units do not fit 32 bits");
+    RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units (key tiles x batch x "
+                                              "K/V heads) do not fit 32 bits; split the batch or the key range");
     if (g.pieces > 1 && p.overwrite_dkv) {
       zero_split_items_kernel<D><<<unsigned((g.units - g.full_items) / g.pieces), 256, 0, stream>>>(p, g);
       CUDA_CHECK_LAUNCH();

@@ -154,7 +154,9 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 inline CUtensorMap make_tma_map_sw128(CUtensorMapDataType type, uint32_t elem_bytes, const void* base, int rank,
                                       const uint64_t* dims, const uint64_t* strides_bytes, const uint32_t* box) {
   RT_CHECK(rank >= 2 && rank <= 5, "make_tma_map_sw128: rank " << rank << " is not in 2..5");
-  RT_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "make_tma_map_sw128: base must be 16-byte aligned");
+  RT_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0,
+           "make_tma_map_sw128: base must be 16-byte aligned (a view at an offset that is not a multiple of 16 bytes: "
+           "pass a contiguous tensor)");
   RT_CHECK(box[0] * elem_bytes == 128, "make_tma_map_sw128: the inner box extent must span 128 bytes, got "
                                            << box[0] << " elements of " << elem_bytes << " bytes");
   cuuint64_t gdim[5], gstride[4];
