@@ -1,6 +1,6 @@
 // The ringtrain command:
 //   ringtrain train <config.yaml> [--set key=value]...
-//   ringtrain plan  <config.yaml> [--json] [--set key=value]...
+//   ringtrain plan  <config.yaml> [--json] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--set key=value]...
 //   ringtrain version
 // MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
@@ -26,6 +26,7 @@ struct Args {
   std::vector<std::string> overrides;
   std::string checkpoint;
   bool json = false;  // plan: one JSON object instead of the table
+  std::string doc_lengths;  // plan: a document-length file
 };
 
 void add_config_args(CLI::App* cmd, Args& args) {
@@ -44,7 +45,8 @@ int world_size() {
 int run_command(const std::string& command, const Args& args) {
   if (command == "plan") {
     // plan predicts for the configured grid without launching it: the world-size check is skipped.
-    return rt::plan_main(rt::load_config(args.config_path, args.overrides, /*world_size=*/0), args.json);
+    return rt::plan_main(rt::load_config(args.config_path, args.overrides, /*world_size=*/0), args.json,
+                         args.doc_lengths);
   }
   const rt::Config config = rt::load_config(args.config_path, args.overrides, world_size());
   if (command == "train") return rt::train_main(config);
@@ -63,6 +65,9 @@ int main(int argc, char** argv) {
   add_config_args(plan, args);
   plan->add_flag("--json", args.json, "print one JSON object (params, flops_per_step, peak_bytes_per_rank, fits, "
                                       "device_bytes) for scripts such as launch/sweep.sh");
+  plan->add_option("--doc-lengths", args.doc_lengths,
+                   "document-length file (one length per line): attention FLOPs on visible pairs and ring imbalance "
+                   "per layout for packed documents of that mix");
   CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint");
   add_config_args(eval, args);
   eval->add_option("--checkpoint", args.checkpoint, "checkpoint directory (run_dir/checkpoints/step_<N>)")

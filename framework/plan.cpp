@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/mfu.h"
+#include "framework/plan_docs.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
 #include "kernels/device_memory.h"
@@ -117,7 +118,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
 
 }  // namespace
 
-int plan_main(const Config& config, bool json) {
+int plan_main(const Config& config, bool json, const std::string& doc_lengths) {
   const ParallelConfig& p = config.parallel;
   SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp);
   ModelComms comms;
@@ -146,6 +147,16 @@ int plan_main(const Config& config, bool json) {
   const int world = p.dp * p.cp * p.tp;
   if (json) {
     print_plan_json(config, device, params, model_flops, hw_flops, session.arena->peak());
+    if (!doc_lengths.empty()) {
+      const DocLengthPlan d = doc_length_plan(config, doc_lengths);
+      const nlohmann::json j = {{"doc_lengths", d.path},
+                                {"visible_pairs_per_sample", d.pairs_per_sample},
+                                {"causal_pairs_per_sample", d.causal_pairs_per_sample},
+                                {"attention_flops_per_step", d.attention_flops_per_step},
+                                {"imbalance", {{"contiguous", d.imbalance[0]}, {"zigzag", d.imbalance[1]},
+                                               {"striped", d.imbalance[2]}, {"balanced", d.imbalance[3]}}}};
+      std::printf("%s\n", j.dump().c_str());
+    }
     return 0;
   }
 
@@ -169,6 +180,17 @@ int plan_main(const Config& config, bool json) {
   if (peak > 0)
     std::printf("  at 50%% MFU   %.1f s/step on %d x %.0f TFLOP/s\n", model_flops / (0.5 * peak * 1e12 * world), world,
                 peak);
+
+  if (!doc_lengths.empty()) {
+    const DocLengthPlan d = doc_length_plan(config, doc_lengths);
+    std::printf("  documents    %s: %.4g visible pairs per sample (%.1f%% of causal), mean of %d windows\n",
+                d.path.c_str(), d.pairs_per_sample, 100.0 * d.pairs_per_sample / d.causal_pairs_per_sample, d.windows);
+    std::printf("  attention    %s FLOPs/step on visible pairs (12 L d_model pairs batch)\n",
+                human_count(d.attention_flops_per_step).c_str());
+    std::printf("  imbalance    at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+                "(sum over ring steps of the slowest rank's pairs / the mean)\n",
+                p.cp, d.imbalance[0], d.imbalance[1], d.imbalance[2], d.imbalance[3]);
+  }
 
   const Arena& arena = *session.arena;
   const double allowance = non_arena_allowance_bytes(device);

@@ -14,8 +14,9 @@ int train_main(const Config& config);
 int eval_main(const Config& config, const std::string& checkpoint_dir);
 // Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
 // json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
-// read by launch/sweep.sh.
-int plan_main(const Config& config, bool json = false);
+// read by launch/sweep.sh. doc_lengths: a document-length file (one per line); adds the visible-pair attention
+// FLOPs and the ring imbalance of each layout for that mix (framework/plan_docs.h).
+int plan_main(const Config& config, bool json = false, const std::string& doc_lengths = "");
 // Device memory a rank uses outside the arena, added to `ringtrain plan`'s total: 2 GiB on CUDA (CUDA context,
 // cuBLASLt workspace, allocator rounding; measured 0.55-2 GiB on an H200), 0 on CPU.
 double non_arena_allowance_bytes(Device device);
