@@ -2,10 +2,26 @@
 // checkpoint, log, device. Every knob lives here; the YAML keys are the field names.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace rt {
+
+// RoPE scaling for context extension, as Hugging Face transformers computes it (framework/rope_scaling.h):
+//   none; linear (factor); llama3 (factor, low/high_freq_factor, original_max_position_embeddings);
+//   yarn (factor, beta_fast/slow, original_max_position_embeddings, attention_factor: cos and sin are
+//   multiplied by it; 0 = transformers' default 0.1 ln(factor) + 1).
+struct RopeScalingConfig {
+  std::string type = "none";  // none | linear | llama3 | yarn
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_position_embeddings = 8192;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double attention_factor = 0;
+};
 
 struct ModelConfig {
   int n_layer = 2;
@@ -18,6 +34,7 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float norm_eps = 1e-5f;
   bool tied_embeddings = false;
+  RopeScalingConfig rope_scaling;
   int head_dim() const { return d_model / n_head; }
 };
 
@@ -48,6 +65,9 @@ struct TrainConfig {
   bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
+  // A ringtrain checkpoint directory or a Hugging Face model directory to start from (fresh optimizer, step 0;
+  // the model section comes from it, framework/init_from.h). checkpoint.resume wins when it finds a checkpoint.
+  std::string init_from;
 };
 
 struct OptimConfig {
@@ -82,6 +102,8 @@ struct Config {
   LogConfig log;
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)
+  std::set<std::string> explicit_keys;  // dotted keys the YAML or --set gave a value (not a YAML key)
+  std::vector<std::string> notes;       // lines for the start-up print (e.g. model values taken from init_from)
 };
 
 // Loads YAML, applies `--set a.b=c` overrides in order, validates every constraint (world_size: the

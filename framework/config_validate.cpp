@@ -7,6 +7,7 @@
 
 #include "framework/config.h"
 #include "framework/data_files.h"
+#include "framework/rope_scaling.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -68,6 +69,13 @@ void check_model(const Config& c, Problems& p) {
   } else if (m.head_dim() % 2 != 0) {
     p.add("head_dim = model.d_model / model.n_head = ", m.head_dim(),
           " is odd; RoPE rotates pairs, so choose d_model and n_head with an even quotient");
+  }
+  if (m.d_model % m.n_head == 0 && m.head_dim() % 2 == 0) {
+    try {
+      (void)rope_frequencies(m);
+    } catch (const Error& e) {
+      p.add(e.what());
+    }
   }
   if (m.n_head % m.n_kv_head != 0)
     p.add("model.n_head=", m.n_head, " is not divisible by model.n_kv_head=", m.n_kv_head,

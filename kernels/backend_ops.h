@@ -6,7 +6,7 @@ void gemm(Tensor c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b
 void rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& weight, float eps);
 void rmsnorm_bwd(Tensor dx, Tensor dweight, const Tensor& dout, const Tensor& x, const Tensor& weight,
                  const Tensor& rstd);
-void rope(Tensor x, const Tensor& positions, float base, bool inverse);
+void rope(Tensor x, const Tensor& positions, const RopeFreqs& freqs, bool inverse);
 void gelu_fwd(Tensor out, const Tensor& x);
 void gelu_bwd(Tensor dx, const Tensor& dout, const Tensor& x);
 void swiglu_fwd(Tensor out, const Tensor& gate, const Tensor& up);

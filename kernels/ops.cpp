@@ -53,8 +53,8 @@ void rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w, floa
 void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& rstd) {
   RT_DISPATCH(x, rmsnorm_bwd, dx, dw, dout, x, w, rstd);
 }
-void rope(Tensor x, const Tensor& positions, float base, bool inverse) {
-  RT_DISPATCH(x, rope, x, positions, base, inverse);
+void rope(Tensor x, const Tensor& positions, const RopeFreqs& freqs, bool inverse) {
+  RT_DISPATCH(x, rope, x, positions, freqs, inverse);
 }
 void gelu_fwd(Tensor out, const Tensor& x) { RT_DISPATCH(x, gelu_fwd, out, x); }
 void gelu_bwd(Tensor dx, const Tensor& dout, const Tensor& x) { RT_DISPATCH(x, gelu_bwd, dx, dout, x); }

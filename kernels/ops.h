@@ -6,6 +6,7 @@
 //   (gradients of weights, optimizer state, norms' rstd) f32.
 //   "accumulates" means out += result; otherwise out is overwritten.
 #pragma once
+#include "kernels/rope_freqs.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -25,9 +26,11 @@ void rmsnorm_bwd(Tensor dx, Tensor dweight, const Tensor& dout, const Tensor& x,
                  const Tensor& rstd);
 
 // ---- positions ----
-// x (B,T,H,D) rotated in place. Pairs (i, i+D/2) within each head, angle pos * base^(-2i/D).
-// positions (T) i32 are global token indices. inverse=true rotates by -angle (the backward).
-void rope(Tensor x, const Tensor& positions, float base, bool inverse);
+// x (B,T,H,D) rotated in place and scaled: pairs (i, i+D/2) within each head, angle pos * freqs.inv_freq[i],
+//   x1' = s (x1 cos - x2 sin),  x2' = s (x2 cos + x1 sin),  s = freqs.cos_sin_scale.
+// positions (T) i32 are global token indices; freqs.pairs must be D/2. inverse=true applies the transpose
+// (angle -> -angle, the same s): the backward.
+void rope(Tensor x, const Tensor& positions, const RopeFreqs& freqs, bool inverse);
 
 // ---- activations ----
 // GELU, tanh approximation. out, x: (N,F).

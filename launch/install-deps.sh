@@ -22,6 +22,7 @@ need libgtest-dev has_header gtest/gtest.h
 need python3 command -v python3
 need python3-yaml has_py_module yaml
 need python3-matplotlib has_py_module matplotlib
+need python3-numpy has_py_module numpy    # tests/hf (Hugging Face import/export checks), launch/prepare_data.py
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   sudo_cmd=""

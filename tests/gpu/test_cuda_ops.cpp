@@ -74,16 +74,16 @@ TEST(CudaRope, MatchesCpuAndInverts) {
   Buffer dx(gpu(), DType::f32, {B, T, H, D}), dpos(gpu(), DType::i32, {T});
   upload(dx, x);
   upload_i32(dpos, pos);
-  rope(dx.t(), dpos.t(), 10000.f, false);
+  rope(dx.t(), dpos.t(), RopeFreqs::plain(10000.0, D), false);
   std::vector<float> ref = x;
-  RT_CPU_REFERENCE(rope(host_view(ref, {B, T, H, D}), host_view_i32(pos, {T}), 10000.f, false));
+  RT_CPU_REFERENCE(rope(host_view(ref, {B, T, H, D}), host_view_i32(pos, {T}), RopeFreqs::plain(10000.0, D), false));
   EXPECT_CLOSE(download(dx), ref, 1e-5);
   // Large positions: the inverse rotation restores x.
   for (auto& p : pos) p = int32_t(rng() % 2000000);
   upload(dx, x);
   upload_i32(dpos, pos);
-  rope(dx.t(), dpos.t(), 500000.f, false);
-  rope(dx.t(), dpos.t(), 500000.f, true);
+  rope(dx.t(), dpos.t(), RopeFreqs::plain(500000.0, D), false);
+  rope(dx.t(), dpos.t(), RopeFreqs::plain(500000.0, D), true);
   EXPECT_CLOSE(download(dx), x, 1e-6);
 }
 
