@@ -20,3 +20,8 @@ foreach(case forward roundtrip init_from uint32 refusals)
   set_tests_properties(hf_${case} PROPERTIES LABELS "integration;hf" ENVIRONMENT "${RT_MPI_ENV}" TIMEOUT 600)
 endforeach()
 set_tests_properties(hf_init_from PROPERTIES PROCESSORS 2)
+
+# launch/prepare_data.py (needs the `tokenizers` package: launch/install-deps.sh --prepare-data; skips without it).
+add_test(NAME hf_prepare_data
+         COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prepare_data.py --ringtrain $<TARGET_FILE:ringtrain>)
+set_tests_properties(hf_prepare_data PROPERTIES LABELS "integration;hf" SKIP_RETURN_CODE 77 TIMEOUT 300)
