@@ -162,6 +162,9 @@ HfModelInfo read_hf_config(const std::string& dir) {
     refuse(dir, "config.json field 'attention_bias' = true is not supported (ringtrain's projections have no bias)");
   if (f.boolean_or("mlp_bias", false))
     refuse(dir, "config.json field 'mlp_bias' = true is not supported (ringtrain's MLP has no bias)");
+  if (f.boolean_or("rope_interleaved", false))
+    refuse(dir, "config.json field 'rope_interleaved' = true is not supported (ringtrain's RoPE rotates halves, as "
+                "transformers' Llama does)");
   const std::string act = f.string_or("hidden_act", "silu");
   if (act != "silu")
     refuse(dir, "config.json field 'hidden_act' = \"" + act + "\" is not supported; ringtrain's SwiGLU uses silu");

@@ -218,6 +218,13 @@ def case_init_from(args, tmp):
     out = run([args.ringtrain, "train", cfg, *base, "--set", "train.run_dir=" + rr, "--set", "checkpoint.resume=auto",
                "--set", "train.steps=4"]).stdout
     check("resumed from" in out and "initialised from" not in out, "checkpoint.resume wins over train.init_from")
+    # configs/finetune-hf-64k.yaml (the README walk-through) loads and plans with a fixture as its source.
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = run([args.ringtrain, "plan", os.path.join(repo, "configs", "finetune-hf-64k.yaml"), "--set",
+             "train.init_from=" + ckpt, "--set", "data.path=" + train, "--set", "data.eval_path=" + ev,
+             "--set", "data.seq_len=96", "--set", "device=cpu"], expect_ok=False)
+    check(p.returncode == 0 and "L=2 d=64 H=4 Hkv=2" in p.stdout,
+          "configs/finetune-hf-64k.yaml plans with an imported model: " + p.stdout.strip()[-200:])
     # The trained checkpoint exports with the trained context and imports back bitwise.
     step3 = os.path.join(rr, "checkpoints", "step_3")
     ex = os.path.join(tmp, "trained_hf")
@@ -261,6 +268,7 @@ def case_refusals(args, tmp):
         ("gqa_llama3", {"torch_dtype": "int8"}, "'torch_dtype' = \"int8\""),
         ("tied_mha", {"dtype": "float8_e4m3fn"}, "'dtype' = \"float8_e4m3fn\""),
         ("gqa_llama3", {"hidden_act": "gelu"}, "'hidden_act' = \"gelu\""),
+        ("gqa_llama3", {"rope_interleaved": True}, "'rope_interleaved' = true"),
         ("gqa_llama3", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "'rope_type' = \"dynamic\""),
         ("tied_mha", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "'rope_type' = \"longrope\""),
         ("gqa_yarn", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7, "rope_theta": 1e4}},
