@@ -316,7 +316,7 @@ nlohmann::json hf_config_json(const ModelConfig& m, int64_t context, bool bf16, 
     if (s.attention_factor > 0) rope["attention_factor"] = s.attention_factor;
   }
   nlohmann::json parameters = rope;
-  parameters["rope_theta"] = double(m.rope_base);
+  parameters["rope_theta"] = double(m.rope_base);  // (rope_type, rope_theta, factor, ...)
   const char* dtype = bf16 ? "bfloat16" : "float32";
   nlohmann::json js = {
       {"architectures", {"LlamaForCausalLM"}},
@@ -337,9 +337,11 @@ nlohmann::json hf_config_json(const ModelConfig& m, int64_t context, bool bf16, 
       {"max_position_embeddings", context},
       {"initializer_range", 0.02},
       {"use_cache", true},
-      {"rope_theta", double(m.rope_base)},                          // transformers 4.x
-      {"rope_scaling", s.type == "none" ? nlohmann::json() : rope},  // transformers 4.x
-      {"rope_parameters", parameters},                              // transformers 5.x
+      // transformers 4.x reads rope_theta + rope_scaling, 5.x rope_parameters; 5.x also takes a non-null
+      // rope_scaling as its rope_parameters, so both carry rope_theta and the same values.
+      {"rope_theta", double(m.rope_base)},
+      {"rope_scaling", s.type == "none" ? nlohmann::json() : parameters},
+      {"rope_parameters", parameters},
       {"torch_dtype", dtype},                                       // 4.x
       {"dtype", dtype},                                             // 5.x
   };
