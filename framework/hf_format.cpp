@@ -1,7 +1,9 @@
 // Reading and writing Hugging Face Llama-family directories (framework/hf_format.h).
 #include "framework/hf_format.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -203,7 +205,7 @@ HfModelInfo read_hf_config(const std::string& dir) {
     const Fields r{rp, dir, "config.json rope_parameters"};
     m.rope_base = float(r.number_or("rope_theta", f.number_or("rope_theta", 10000.0)));
     read_rope(rp, "config.json rope_parameters", info.max_position_embeddings, dir, m);
-  } else {
+  } else {  // (4.x)
     m.rope_base = float(f.number_or("rope_theta", 10000.0));
     if (f.has("rope_scaling")) {
       const auto& rs = js["rope_scaling"];
@@ -212,6 +214,10 @@ HfModelInfo read_hf_config(const std::string& dir) {
     }
   }
   if (!(m.rope_base > 1)) refuse(dir, "config.json rope_theta = " + json_text(m.rope_base) + " must be > 1");
+  // A top-level original_max_position_embeddings takes priority for llama3 / yarn, as in transformers 5.x.
+  if (f.has("original_max_position_embeddings") && (m.rope_scaling.type == "llama3" || m.rope_scaling.type == "yarn"))
+    m.rope_scaling.original_max_position_embeddings =
+        checked_int(dir, "original_max_position_embeddings", f.integer("original_max_position_embeddings"));
   return info;
 }
 
@@ -265,7 +271,18 @@ std::vector<HostTensor> read_hf_weights(const std::string& dir, const ModelConfi
   std::map<std::string, const ParamEntry*> wanted;  // HF name -> entry
   for (const ParamEntry& e : table) wanted[hf_name_of(e.name)] = &e;
   std::map<std::string, HostTensor> found;          // ringtrain name -> tensor
-  for (const std::string& file : hf_weight_files(dir)) {
+  const std::vector<std::string> files = hf_weight_files(dir);
+  uint64_t total = 0, done = 0;
+  for (const std::string& file : files) total += uint64_t(fs::file_size(file));
+  const auto start = std::chrono::steady_clock::now();
+  for (const std::string& file : files) {
+    done += uint64_t(fs::file_size(file));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("import-hf: reading %s (%.2f of %.2f GB%s)\n", fs::path(file).filename().c_str(), double(done) / 1e9,
+                double(total) / 1e9,
+                done > 0 && s > 1 ? (", ETA " + std::to_string(int(s / double(done) * double(total - done))) + " s").c_str()
+                                  : "");
+    std::fflush(stdout);
     for (HostTensor& t : read_safetensors(file, nullptr, /*accept_half=*/true, /*header_only=*/false)) {
       const std::string hf = t.name;
       if (hf.size() >= 19 && hf.compare(hf.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;  // a buffer
@@ -374,6 +391,8 @@ void write_hf_weights(const std::string& dir, const std::vector<HostTensor>& ten
       weight_map[renamed.back().name] = name;
     }
     write_safetensors((fs::path(dir) / name).string(), renamed, {{"format", "pt"}}, bf16);
+    std::printf("export-hf: wrote %s (%zu tensors)\n", name, renamed.size());
+    std::fflush(stdout);
   }
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_file_durably((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
