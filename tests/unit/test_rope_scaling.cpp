@@ -6,7 +6,9 @@
 
 #include <cmath>
 
+#include "framework/checkpoint.h"
 #include "framework/config.h"
+#include "framework/init_from.h"
 #include "framework/rope_scaling.h"
 #include "kernels/ops.h"
 #include "tests/unit/test_reference.h"
@@ -161,6 +163,25 @@ TEST(RopeScaling, ConfigGroupParsesNestedAndSetAndRoundTrips) {
   EXPECT_NE(bad2.find(":9: unknown key 'model.rope_scaling.colour'"), std::string::npos) << bad2;
   const std::string bad3 = test::error_of([&] { parse_config_text(yaml, {"model.rope_scaling.type=ntk"}, 0); });
   EXPECT_NE(bad3.find("model.rope_scaling.type='ntk' is not a valid choice"), std::string::npos) << bad3;
+}
+
+// The checkpoint metadata carries the scaling: model_config_from_metadata(model_metadata(m)) rebuilds m, and
+// metadata written before rope_scaling existed reads as unscaled.
+TEST(RopeScaling, CheckpointMetadataRoundTrips) {
+  ModelConfig m = llama31_like();
+  m.rope_scaling.type = "yarn";
+  m.rope_scaling.attention_factor = 1.0625;
+  m.rope_scaling.beta_fast = 16;
+  Config a, b;
+  a.model = m;
+  b.model = model_config_from_metadata(model_metadata(m), "test");
+  EXPECT_EQ(model_config_hash(a), model_config_hash(b));
+  EXPECT_EQ(b.model.rope_scaling.attention_factor, 1.0625);
+  auto old = model_metadata(ModelConfig{});
+  for (auto it = old.begin(); it != old.end();) it = it->first.rfind("rope_scaling.", 0) == 0 ? old.erase(it) : ++it;
+  EXPECT_EQ(model_config_from_metadata(old, "old").rope_scaling.type, "none");
+  old.erase("d_model");
+  EXPECT_NE(test::error_of([&] { model_config_from_metadata(old, "old"); }).find("lacks 'd_model'"), std::string::npos);
 }
 
 }  // namespace
