@@ -8,6 +8,7 @@
 #endif
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -41,6 +42,10 @@ const char* node_kind(const YAML::Node& node) {
   return "a value";
 }
 
+void mark_explicit(Config& config, const std::string& path) {
+  if (!config.is_explicit(path)) config.explicit_fields.push_back(path);
+}
+
 // Applies one YAML value to `field`; appends a problem on failure.
 void apply_node(Config& config, const FieldSpec& field, const YAML::Node& value, const std::string& loc,
                 std::vector<std::string>& problems) {
@@ -61,7 +66,7 @@ void apply_node(Config& config, const FieldSpec& field, const YAML::Node& value,
   }
   std::string error;
   if (!set_field(config, field, text, &error)) problems.push_back(loc + ": " + error);
-  else config.explicit_keys.insert(field.path());
+  else mark_explicit(config, field.path());
 }
 
 std::string unknown_key(const std::string& path) {
@@ -176,7 +181,7 @@ void apply_override(Config& config, const std::string& assignment, std::vector<s
   }
   std::string error;
   if (!set_field(config, *f, value, &error)) problems.push_back(loc + ": " + error);
-  else config.explicit_keys.insert(f->path());
+  else mark_explicit(config, f->path());
 }
 
 std::string yaml_quote(const std::string& s) {
@@ -285,6 +290,10 @@ std::string model_config_hash(const Config& config) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+bool Config::is_explicit(const std::string& path) const {
+  return std::find(explicit_fields.begin(), explicit_fields.end(), path) != explicit_fields.end();
 }
 
 std::string resolved_layout(const Config& config) {

@@ -2,7 +2,6 @@
 // checkpoint, log, device. Every knob lives here; the YAML keys are the field names.
 #pragma once
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -102,7 +101,10 @@ struct Config {
   LogConfig log;
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)
-  std::set<std::string> explicit_keys;  // dotted keys the YAML or --set gave a value (not a YAML key)
+  // Dotted paths set explicitly, by the file or by --set (not a YAML key). Fields not listed hold defaults, so
+  // train.init_from can take them from the source (framework/init_from.h). (Named as issue 17's eval uses them.)
+  std::vector<std::string> explicit_fields;
+  bool is_explicit(const std::string& path) const;
   std::vector<std::string> notes;       // lines for the start-up print (e.g. model values taken from init_from)
 };
 

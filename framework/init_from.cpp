@@ -72,7 +72,7 @@ void apply_init_from_model(Config& config) {
     if (std::string(f.section) != "model") continue;
     const std::string key = f.path();
     const std::string theirs = field_text(src, f);
-    if (!config.explicit_keys.count(key)) {
+    if (!config.is_explicit(key)) {
       std::string error;
       RT_CHECK(set_field(config, f, theirs, &error), error);
       continue;

@@ -143,8 +143,8 @@ TEST(RopeScaling, ConfigGroupParsesNestedAndSetAndRoundTrips) {
   EXPECT_EQ(c.model.rope_scaling.type, "llama3");
   EXPECT_EQ(c.model.rope_scaling.factor, 8);
   EXPECT_EQ(c.model.rope_scaling.high_freq_factor, 4);
-  EXPECT_TRUE(c.explicit_keys.count("model.rope_scaling.factor"));
-  EXPECT_FALSE(c.explicit_keys.count("model.rope_scaling.beta_fast"));
+  EXPECT_TRUE(c.is_explicit("model.rope_scaling.factor"));
+  EXPECT_FALSE(c.is_explicit("model.rope_scaling.beta_fast"));
   const Config back = parse_config_text(config_to_yaml(c), {}, 0);
   EXPECT_EQ(model_config_hash(back), model_config_hash(c));
   EXPECT_EQ(back.model.rope_scaling.original_max_position_embeddings, 8192);
