@@ -23,7 +23,14 @@ struct Batch {
   int64_t tokens_per_rank = 0;       // T_local = seq_len / cp
   std::vector<int32_t> tokens;       // (B_local, T_local) inputs, layout order
   std::vector<int32_t> targets;      // (B_local, T_local) next-token labels, -1 = ignored
-  std::vector<int32_t> positions;    // (T_local) global positions of this rank's tokens
+  std::vector<int32_t> positions;    // (B_local, T_local) RoPE positions of this rank's tokens (data.positions:
+                                     // global = position in the sample; document = position in its document)
+  // data.documents: eot only (else empty): every position of each sample in ring order (rank s's tokens at
+  // columns [s*T_local, (s+1)*T_local)) and the first position of its document (RingAttention::set_documents).
+  std::vector<int64_t> doc_pos;      // (B_local, T)
+  std::vector<int64_t> doc_start;    // (B_local, T)
+  int64_t boundary_targets = 0;      // targets dropped because they cross into the next document, over this
+                                     // rank's samples (whole samples: every cp rank of a sample counts them alike)
   std::vector<uint8_t> groups;       // (B_local, T_local) loss group of each target, 0 = none
   std::vector<std::string> group_names;  // the source's loss groups (SampleSource::loss_groups)
 };

@@ -30,7 +30,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
 
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
-  positions_ = arena.alloc(DType::i32, {s.n}, "positions");  // (n)
+  positions_ = arena.alloc(DType::i32, {s.B * s.n}, "positions");  // (B*n)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
   for (int64_t l = 0; l <= s.L; ++l)
@@ -145,7 +145,7 @@ void Model::upload_batch(const Batch& batch) {
            "batch of " << batch.batch << " x " << batch.tokens_per_rank << " tokens given to a model built for "
                        << shape_.B << " x " << shape_.n);
   RT_CHECK(int64_t(batch.tokens.size()) == shape_.N() && int64_t(batch.targets.size()) == shape_.N() &&
-               int64_t(batch.positions.size()) == shape_.n,
+               int64_t(batch.positions.size()) == shape_.N(),
            "batch vectors have the wrong sizes");
   for (int32_t t : batch.tokens)
     RT_CHECK(t >= 0 && t < shape_.V, "token " << t << " is outside the vocabulary [0, " << shape_.V
@@ -155,6 +155,30 @@ void Model::upload_batch(const Batch& batch) {
   copy_host_to_tensor(tokens_, batch.tokens.data());
   copy_host_to_tensor(targets_, batch.targets.data());
   copy_host_to_tensor(positions_, batch.positions.data());
+  // Documents: positions may differ per sample, and the ring takes the batch's document mask (host arrays: the
+  // CUDA kernels do not take document masks yet, and refuse them by name).
+  per_sample_positions_ = !batch.doc_pos.empty();
+  if (per_sample_positions_) {
+    RT_CHECK(int64_t(batch.doc_pos.size()) == shape_.B * shape_.n * comms_.cp->size() &&
+                 batch.doc_start.size() == batch.doc_pos.size(),
+             "batch document arrays have the wrong sizes");
+    RT_CHECK(tokens_.device.is_cpu(), "data.documents=eot: the CUDA attention kernels do not take document masks "
+                                      "yet; use device: cpu, or data.documents: none");
+    doc_pos_ = batch.doc_pos;
+    doc_start_ = batch.doc_start;
+    attention_->set_documents(doc_pos_.data(), doc_start_.data());
+  } else {
+    attention_->set_documents(nullptr, nullptr);
+  }
+}
+
+void Model::rope_rows(const Tensor& x4, bool inverse) {
+  const int64_t n = shape_.n;
+  if (!per_sample_positions_) {  // every sample has the same positions: one call over the batch
+    rope(x4, positions_.slice(0, n), rope_freqs_, inverse);
+    return;
+  }
+  for (int64_t b = 0; b < shape_.B; ++b) rope(x4.slice(b, b + 1), positions_.slice(b * n, (b + 1) * n), rope_freqs_, inverse);
 }
 
 double Model::global_target_count(const Batch& batch) {

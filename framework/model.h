@@ -191,7 +191,10 @@ class Model {
 
   Tensor master_, grads_, compute_;  // (P)
   Tensor tokens_, targets_;          // (N) i32
-  Tensor positions_;                 // (n) i32 global positions
+  Tensor positions_;                 // (B, n) i32 RoPE positions (Batch::positions)
+  bool per_sample_positions_ = false;  // positions differ per sample (documents): RoPE runs sample by sample
+  std::vector<int64_t> doc_pos_, doc_start_;  // (B, cp*n) the batch's document mask (Batch::doc_pos / doc_start)
+  void rope_rows(const Tensor& x4, bool inverse);  // RoPE of x4 (B, n, heads, D) at positions_
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
   std::vector<std::unique_ptr<BlockActs>> acts_;  // L; under checkpointing, recomputed buffers are shared
