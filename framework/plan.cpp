@@ -34,6 +34,8 @@ class SizeOnlyComm final : public Comm {
   void barrier() override { refuse(); }
   ExchangeHandle ring_exchange_start(const Tensor&, Tensor) override { refuse(); }
   void wait(ExchangeHandle) override { refuse(); }
+  ExchangeHandle reduce_scatter_sum_start(const Tensor&, Tensor) override { refuse(); }
+  ExchangeHandle all_gather_start(const Tensor&, Tensor) override { refuse(); }
 
  private:
   [[noreturn]] static void refuse() { RT_CHECK(false, "ringtrain plan does not communicate"); }
