@@ -37,6 +37,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped"),
       RT_FIELD(parallel, comm, string, "auto | mpi | nccl"),
       RT_FIELD(parallel, dkv_wire, string, "ring dK/dV accumulator on the wire: fp32 | bf16"),
+      RT_FIELD(parallel, zero, i32, "ZeRO stage over dp x cp: 0 | 1 (optimizer) | 2 (+ gradients) | 3 (+ weights)"),
       RT_FIELD(train, batch_size, i32, "global sequences per step"),
       RT_FIELD(train, steps, i32, "optimizer steps"),
       RT_FIELD(train, eval_every, i32, "steps between evals (0 = never)"),

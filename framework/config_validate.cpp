@@ -82,6 +82,9 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   p.one_of("parallel.layout", g.layout, {"auto", "contiguous", "zigzag", "striped"});
   p.one_of("parallel.comm", g.comm, {"auto", "mpi", "nccl"});
   p.one_of("parallel.dkv_wire", g.dkv_wire, {"fp32", "bf16"});
+  if (g.zero < 0 || g.zero > 3)
+    p.add("parallel.zero=", g.zero, " is not a ZeRO stage; use 0 (replicated), 1 (optimizer state sharded), 2 (+ "
+          "gradients) or 3 (+ weights)");
   p.one_of("device", c.device, {"auto", "cpu", "cuda"});
   if (g.comm == "nccl" && c.device == "cpu")
     p.add("parallel.comm=nccl needs GPU tensors but device=cpu; use parallel.comm: mpi (or auto) or device: cuda");

@@ -11,21 +11,42 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
     : config_(config), options_(options), comms_(comms) {
   RT_CHECK(comms.tp && comms.cp && comms.dp_cp, "model: tp, cp and dp_cp communicators are required");
   shape_ = make_model_shape(config, comms.tp->size(), comms.tp_rank, batch, local_tokens);
-  params_ = build_param_table(config, comms.tp->size(), comms.tp_rank);
+  RT_CHECK(options.zero >= 0 && options.zero <= 3, "parallel.zero: " << options.zero << " must be 0, 1, 2 or 3");
+  // A dp x cp group of one holds nothing another rank could share: run stage 0 (the trainer says so).
+  zero_ = comms.dp_cp->size() > 1 ? options.zero : 0;
+  shards_ = zero_ > 0 ? comms.dp_cp->size() : 1;
+  shard_rank_ = zero_ > 0 ? comms.dp_cp->rank() : 0;
+  layout_ = build_param_layout(config, comms.tp->size(), comms.tp_rank, shards_);
+  params_ = layout_.table;
   const ModelShape& s = shape_;
   RT_CHECK(s.B > 0 && s.n > 0, "model: empty batch (" << s.B << " sequences of " << s.n << " tokens per rank)");
   const DType act = options.act_dtype;
   const int64_t N = s.N(), C = s.C, qd = s.Hl * s.D, kvd = s.Hkvl * s.D, Fl = s.Fl;
 
-  int64_t P = 0;
-  for (const ParamEntry& e : params_) {
-    P = std::max(P, e.offset + e.numel);
-    if (e.decay) decay_numel_ = std::max(decay_numel_, e.offset + e.numel);
+  const int64_t P = layout_.total, local = P / shards_;
+  build_local_runs();
+  master_ = arena.alloc(DType::f32, {local}, zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");  // (local)
+  if (zero_ <= 1) full_grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");  // (P)
+  grads_ = zero_ == 0 ? full_grads_ : arena.alloc(DType::f32, {local}, "gradients (f32 shard)");  // (local)
+  if (zero_ == 3) compute_ = arena.alloc(act, {local}, "parameters (compute shard)");  // (local)
+  else if (act == DType::f32 && zero_ == 0) compute_ = master_;                        // (P)
+  else compute_ = arena.alloc(act, {P}, "parameters (compute copy)");                  // (P)
+  // Slots for the units in flight: [0] embedding, [1] head, [2, 3] layers by parity, each sized for the largest
+  // unit it serves. Gradients (zero 2/3) are reduce-scattered out of them; weights (zero 3) gathered into them.
+  if (zero_ >= 2) {
+    int64_t slot_numel[4] = {0, 0, 0, 0};
+    for (int u = 0; u < int(layout_.units.size()); ++u)
+      slot_numel[slot_of(u)] = std::max(slot_numel[slot_of(u)], layout_.units[size_t(u)].numel);
+    const char* grad_names[4] = {"zero: embedding gradient slot (f32)", "zero: head gradient slot (f32)",
+                                 "zero: layer gradient slots (f32)", "zero: layer gradient slots (f32)"};
+    const char* weight_names[4] = {"zero 3: embedding gather slot", "zero 3: head gather slot",
+                                   "zero 3: layer gather slots", "zero 3: layer gather slots"};
+    for (int k = 0; k < 4; ++k) {
+      if (slot_numel[k] == 0) continue;
+      grad_slot_[k] = arena.alloc(DType::f32, {slot_numel[k]}, grad_names[k]);  // (unit numel) f32
+      if (zero_ == 3) weight_slot_[k] = arena.alloc(act, {slot_numel[k]}, weight_names[k]);  // (unit numel) act
+    }
   }
-  P = (P + 63) / 64 * 64;
-  master_ = arena.alloc(DType::f32, {P}, "parameters (f32 master)");          // (P)
-  grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");                   // (P)
-  compute_ = act == DType::f32 ? master_ : arena.alloc(act, {P}, "parameters (compute copy)");  // (P)
 
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
@@ -88,7 +109,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
   if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
   d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");        // (chunk, Fl)
-  if (s.tp > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
+  if (s.tp > 1 || shards_ > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
@@ -120,6 +141,7 @@ ModelComms ModelComms::from(ProcessGrid& grid) {
 Model::BlockActs& Model::acts_for(int layer) { return *acts_[size_t(layer)]; }
 
 Model::LayerWeights Model::layer_weights(const Tensor& flat, int layer) const {
+  // flat: unit (layer + 1)'s buffer
   const std::string p = "layers." + std::to_string(layer) + ".";
   LayerWeights w;
   w.attn_norm = param_view(flat, p + "attn_norm.weight");

@@ -9,9 +9,13 @@
 // The backward runs layer by layer in reverse; there is no autograd. All math goes through rt ops, so the
 // same code runs on CPU (f32 activations) and CUDA (bf16 activations, f32 masters and gradients).
 //
-// Parameters live in ONE flat f32 buffer (gradients in another, same layout) so the gradient all-reduce
-// over dp x cp is a single call. The table params() maps each checkpoint name to its slice. 2-D weights
-// come first in the buffer (weight decay applies to [0, decay_numel())), norm weights last.
+// Parameters live in ONE flat f32 buffer (gradients in another, same layout), cut into units: the embedding,
+// each layer, and the head (final norm + LM head). Each unit is contiguous and padded so that it splits into
+// equal shards, so a unit takes one collective. The table params() maps each checkpoint name to its slice.
+// ZeRO (`parallel.zero`, DESIGN.md "Sharded training state"): at stage >= 1 every rank of the dp x cp group
+// keeps only its shard of each unit of the fp32 masters, gradients and Adam moments (master(), grads() and the
+// moments are then the concatenation of this rank's unit shards); stage 2 reduce-scatters each unit's gradient
+// as the backward finishes it; stage 3 shards the compute weights too and all-gathers each unit before use.
 //
 // Every buffer comes from the Arena given to the constructor; build once on Arena::measuring to learn the
 // exact bytes (and for `ringtrain plan`), then on a real arena. A step allocates nothing.
@@ -47,6 +51,7 @@ struct ParamEntry {
   std::vector<int64_t> local_shape; // this rank's shard
   ShardKind shard = ShardKind::replicated;
   int64_t offset = 0;               // into the flat buffers, elements
+  int unit = 0;                     // 0 embedding, 1 + l layer l, L + 1 head (final norm, LM head)
   int64_t numel = 0;                // local elements
   bool decay = false;               // 2-D weight: weight decay applies
   float init_std = 0;               // 0: initialised to ones (norm weights)
@@ -87,6 +92,8 @@ struct ModelOptions {
   // 0 = all N tokens at once; -1 = auto (resolve_mlp_chunk). Exact: only the weight-gradient sums over
   // tokens are split into per-chunk partial sums (gemm beta = 1).
   int64_t mlp_chunk = -1;
+  // ZeRO stage 0-3 over the dp x cp group (a group of one shards nothing: the model runs stage 0).
+  int zero = 0;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
@@ -95,8 +102,22 @@ struct ModelOptions {
 //   largest multiple of 256 tokens with chunk * Fl <= 2^27 (16,384 tokens at Fl = 8192), at least 256.
 int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff);
 
-// The parameter table for one tp rank, in flat-buffer order (pure function of the config; no memory).
+// A contiguous, padded range of the flat buffers holding one unit's parameters (numel % (64 * shards) == 0).
+struct ParamUnit {
+  std::string name;  // "embedding", "layers.<l>", "head"
+  int64_t offset = 0, numel = 0;
+};
+struct ParamLayout {
+  std::vector<ParamEntry> table;  // checkpoint order (embedding, 2-D weights, LM head, norms)
+  std::vector<ParamUnit> units;   // L + 2, in flat order
+  int64_t total = 0;              // flat elements (sum of the units)
+  int shard_count = 1;
+};
+// The parameter table and units for one tp rank, units padded for `shard_count` shards (pure function of the
+// config; no memory). build_param_table is its table with shard_count 1.
+ParamLayout build_param_layout(const ModelConfig& model, int tp, int tp_rank, int shard_count);
 std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int tp_rank);
+int param_unit_of(const std::string& name, int n_layer);
 // Total parameters of the full model (embedding and LM head included; tied counted once).
 int64_t count_parameters(const ModelConfig& model);
 
@@ -120,10 +141,29 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamEntry>& params() const { return params_; }
   const ParamEntry& param(const std::string& name) const;
-  Tensor master() const { return master_; }    // (P) f32
-  Tensor grads() const { return grads_; }      // (P) f32
-  Tensor compute() const { return compute_; }  // (P) act dtype; the same storage as master() on CPU
-  int64_t decay_numel() const { return decay_numel_; }
+  // The local buffers: (P) at zero 0, this rank's shards (P / shards) at zero >= 1 (see owned()).
+  Tensor master() const { return master_; }    // (local) f32
+  Tensor grads() const { return grads_; }      // (local) f32: summed over dp x cp after reduce_gradients()
+  // (P) act dtype (the same storage as master() on CPU at zero 0); (P / shards) at zero 3.
+  Tensor compute() const { return compute_; }
+  int zero() const { return zero_; }            // the stage in effect (0 when the dp x cp group is one rank)
+  int shard_count() const { return shards_; }   // 1 at zero 0
+  const std::vector<ParamUnit>& units() const { return layout_.units; }
+  // Unit u's part owned by this rank: flat [flat_begin, flat_end), at local_begin of the local buffers.
+  struct OwnedRange {
+    int64_t flat_begin = 0, flat_end = 0, local_begin = 0;
+  };
+  OwnedRange owned(int unit) const;
+  // The local buffers as runs of elements that share weight decay and ownership (each alignment gap belongs to
+  // the parameter before it); AdamW and the gradient norm walk these.
+  struct LocalRun {
+    int64_t begin = 0, end = 0;
+    bool decay = false, owner = true;
+  };
+  const std::vector<LocalRun>& local_runs() const { return runs_; }
+  // After forward_backward(want_grad): grads() summed over dp x cp. zero 0: one all-reduce; zero 1: one
+  // reduce-scatter per unit; zero 2/3: waits for the per-unit reduce-scatters the backward posted.
+  void reduce_gradients();
   Comm& tp_comm() { return *comms_.tp; }
   Comm& dp_cp_comm() { return *comms_.dp_cp; }
   // The ring attention every layer uses; its timings() cover all layers' forward and backward calls.
@@ -132,7 +172,8 @@ class Model {
   // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
   // are generated from `seed` and sliced, so every grid gets the same model.
   void init_weights(uint64_t seed);
-  // After the masters change outside the optimizer (init, load): refresh the compute copy (CUDA).
+  // After the masters change (init, load; and after every update at zero >= 1): refresh the compute weights
+  // (zero 1/2: this rank's shard copied into the full copy, then all-gathered per unit; zero 3: the shard).
   void sync_compute_weights();
 
   // Target tokens of this batch summed over dp x cp (all ranks call it).
@@ -150,7 +191,8 @@ class Model {
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();
 
-  // Full (unsharded) host tensors from a flat buffer laid out like master(): collective over tp.
+  // Full (unsharded) host tensors from a local buffer laid out like master(): collective over tp (and dp x cp
+  // at zero >= 1).
   // Names are prefix + parameter name.
   std::vector<HostTensor> gather_full(const Tensor& flat, const std::string& prefix);
   // Fills this rank's shards of `flat` from full tensors (checks names and shapes).
@@ -159,7 +201,22 @@ class Model {
  private:
   struct BlockActs;
   struct LayerWeights;
-  LayerWeights layer_weights(const Tensor& flat, int layer) const;
+  // Views of one unit's buffer (as returned by unit_weights / unit_grads).
+  LayerWeights layer_weights(const Tensor& unit_buffer, int layer) const;
+  // The full compute weights of unit u (zero 3: waits for its gather, posting it when not prefetched).
+  Tensor unit_weights(int unit);
+  void prefetch_weights(int unit);  // zero 3: posts unit u's all-gather into its slot (no-op otherwise)
+  // The full gradient of unit u: a view of the full buffer (zero 0/1) or its slot (zero 2/3), which
+  // begin_unit_grads zeroes (after the slot's previous reduce-scatter) and end_unit_grads reduce-scatters.
+  Tensor unit_grads(int unit);
+  void begin_unit_grads(int unit);
+  void end_unit_grads(int unit);
+  int slot_of(int unit) const;
+  void build_local_runs();
+  // Calls fn(entry, local offset, first, last) for the part [first, last) of each parameter's local elements
+  // that this rank owns, at `local offset` of the local buffers.
+  template <class Fn> void for_each_owned_piece(Fn&& fn) const;
+  void sum_over(Comm& comm, std::vector<float>& values);  // through gather_scratch_
   void upload_batch(const Batch& batch);
   // What block_forward computes: the training forward, or a recompute for the backward (which stops at the
   // MLP norm: the backward recomputes the MLP hidden chunk by chunk; under selective checkpointing it also
@@ -175,16 +232,25 @@ class Model {
   void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
   void block_backward(int layer, BlockActs& acts);
   BlockActs& acts_for(int layer);
-  Tensor param_view(const Tensor& flat, const std::string& name) const;
+  Tensor param_view(const Tensor& unit_buffer, const std::string& name) const;
 
   ModelConfig config_;
   ModelOptions options_;
   ModelShape shape_;
   ModelComms comms_;
   std::vector<ParamEntry> params_;
-  int64_t decay_numel_ = 0;
+  ParamLayout layout_;
+  int zero_ = 0, shards_ = 1, shard_rank_ = 0;
+  std::vector<LocalRun> runs_;
 
-  Tensor master_, grads_, compute_;  // (P)
+  Tensor master_, grads_, compute_;  // (local) f32, (local) f32, (P | local at zero 3) act
+  Tensor full_grads_;                // (P) f32 at zero 0 (= grads_) and 1; absent at zero 2/3
+  // zero 2/3: gradient slots, zero 3: weight slots, by slot_of(unit): [0] embedding, [1] head, [2, 3] layers
+  // by parity. Each is (largest unit it serves) f32 / act dtype.
+  Tensor grad_slot_[4], weight_slot_[4];
+  int weight_slot_unit_[4] = {-1, -1, -1, -1};  // which unit a weight slot holds (or is being gathered into)
+  int weight_pending_[4] = {-1, -1, -1, -1};    // handle of a gather not yet waited for
+  int grad_pending_[4] = {-1, -1, -1, -1};      // handle of a reduce-scatter not yet waited for
   Tensor tokens_, targets_;          // (N) i32
   Tensor positions_;                 // (n) i32 global positions
   Tensor losses_;                    // (N) f32
@@ -203,7 +269,7 @@ class Model {
   Tensor d_h_, d_u_, d_g_;           // (mlp_chunk_, Fl)
   int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
   bool keep_mlp_hidden_ = false;     // no checkpointing: h, u, g are kept per layer as (N, Fl)
-  Tensor gather_scratch_;            // (chunk) f32, tp > 1 only: full tensors are summed through it
+  Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
   std::unique_ptr<RingAttention> attention_;
 };
 

@@ -106,6 +106,7 @@ int train_main(const Config& config) {
     std::printf("%s", config_table(config).c_str());
     std::printf("cp=%d layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, layout.c_str(), config.parallel.tp,
                 config.parallel.dp, device_name(device).c_str());
+    if (!zero_note(config).empty()) std::printf("%s\n", zero_note(config).c_str());
     std::filesystem::create_directories(tc.run_dir);
     std::ofstream(tc.run_dir + "/config.yaml") << config_to_yaml(config);
   }

@@ -80,7 +80,16 @@ ModelOptions model_options(const Config& config, Device device) {
   o.act_dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   o.layout = parse_layout(resolved_layout(config));
   o.dkv_wire = config.parallel.dkv_wire == "bf16" ? DType::bf16 : DType::f32;
+  o.zero = config.parallel.zero;
   return o;
+}
+
+std::string zero_note(const Config& config) {
+  const ParallelConfig& p = config.parallel;
+  if (p.zero == 0 || p.dp * p.cp > 1) return "";
+  return "note: parallel.zero=" + std::to_string(p.zero) + " has nothing to shard: the dp x cp group is one rank "
+         "(dp=" + std::to_string(p.dp) + ", cp=" + std::to_string(p.cp) + "), so every rank holds the whole state "
+         "as at zero 0; raise dp or cp to shard it";
 }
 
 LoaderRank loader_rank(const Config& config, const ProcessGrid& grid) {

@@ -21,6 +21,8 @@ std::shared_ptr<Comm> make_world_comm(const Config& config);
 ProcessGrid make_process_grid(const Config& config);
 
 ModelOptions model_options(const Config& config, Device device);
+// "" or the note that parallel.zero > 0 has nothing to shard on a dp x cp group of one rank (it runs as zero 0).
+std::string zero_note(const Config& config);
 // This rank's loader coordinates (dp, cp, layout).
 LoaderRank loader_rank(const Config& config, const ProcessGrid& grid);
 int64_t sequences_per_rank(const Config& config);
