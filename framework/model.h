@@ -118,6 +118,11 @@ struct ParamLayout {
 ParamLayout build_param_layout(const ModelConfig& model, int tp, int tp_rank, int shard_count);
 std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int tp_rank);
 int param_unit_of(const std::string& name, int n_layer);
+// The index in the full row-major tensor of local element i of e's tp shard.
+inline int64_t full_index(const ParamEntry& e, int64_t i) {
+  const int64_t lc = e.col_end - e.col_begin, fc = e.full_shape.back();
+  return (e.row_begin + i / lc) * fc + e.col_begin + i % lc;
+}
 // Total parameters of the full model (embedding and LM head included; tied counted once).
 int64_t count_parameters(const ModelConfig& model);
 
@@ -161,6 +166,17 @@ class Model {
     bool decay = false, owner = true;
   };
   const std::vector<LocalRun>& local_runs() const { return runs_; }
+  // Parts of parameters in this rank's local buffers: local elements [first, last) of `entry`'s tp shard,
+  // stored at `at` of master() (and of grads() and the moments).
+  struct Piece {
+    const ParamEntry* entry = nullptr;
+    int64_t at = 0, first = 0, last = 0;
+  };
+  std::vector<Piece> owned_pieces() const;  // all of them: what a load fills
+  // A partition of the whole model over the world: every element of every full tensor lies in exactly one
+  // rank's writer pieces (tp: the owner's copy; dp x cp: the shards, or at zero 0 an even split). Checkpoints
+  // write and check these.
+  std::vector<Piece> writer_pieces() const;
   // After forward_backward(want_grad): grads() summed over dp x cp. zero 0: one all-reduce; zero 1: one
   // reduce-scatter per unit; zero 2/3: waits for the per-unit reduce-scatters the backward posted.
   void reduce_gradients();

@@ -16,13 +16,6 @@ int64_t full_numel(const ParamEntry& e) {
   return n;
 }
 
-namespace {
-// The full row-major index of local element i of e's tp shard.
-inline int64_t full_index(const ParamEntry& e, int64_t i) {
-  const int64_t lc = e.col_end - e.col_begin, fc = e.full_shape.back();
-  return (e.row_begin + i / lc) * fc + e.col_begin + i % lc;
-}
-}  // namespace
 
 void extract_piece(const ParamEntry& e, int64_t first, int64_t last, const float* full, float* piece) {
   for (int64_t i = first; i < last; ++i) piece[i - first] = full[full_index(e, i)];
@@ -40,6 +33,26 @@ Model::OwnedRange Model::owned(int unit) const {
   r.flat_end = r.flat_begin + per;
   r.local_begin = u.offset / shards_;
   return r;
+}
+
+std::vector<Model::Piece> Model::owned_pieces() const {
+  std::vector<Piece> out;
+  for_each_owned_piece([&](const ParamEntry& e, int64_t at, int64_t first, int64_t last) {
+    out.push_back({&e, at, first, last});
+  });
+  return out;
+}
+
+std::vector<Model::Piece> Model::writer_pieces() const {
+  std::vector<Piece> out;
+  const int split = shards_ == 1 ? comms_.dp_cp->size() : 1, part = shards_ == 1 ? comms_.dp_cp->rank() : 0;
+  for (const Piece& p : owned_pieces()) {
+    if (!p.entry->owner) continue;
+    const int64_t n = p.last - p.first;
+    const int64_t lo = p.first + n * part / split, hi = p.first + n * (part + 1) / split;
+    if (lo < hi) out.push_back({p.entry, p.at + (lo - p.first), lo, hi});
+  }
+  return out;
 }
 
 void Model::build_local_runs() {

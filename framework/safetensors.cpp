@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/checkpoint_internal.h"
 #include "framework/checkpoint_io.h"
 #include "framework/data_files.h"
 #include "kernels/tensor.h"
@@ -31,35 +32,56 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsLayout make_safetensors_layout(const std::vector<std::string>& names,
+                                          const std::vector<std::vector<int64_t>>& shapes,
+                                          const std::map<std::string, std::string>& metadata) {
+  RT_CHECK(names.size() == shapes.size(), "make_safetensors_layout: " << names.size() << " names but " << shapes.size()
+                                                                     << " shapes");
+  SafetensorsLayout layout;
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
-  for (const HostTensor& t : tensors) {
-    RT_CHECK(!t.name.empty() && t.name != "__metadata__", "write_safetensors: invalid tensor name '" << t.name << "'");
-    RT_CHECK(!header.contains(t.name), "write_safetensors: tensor name '" << t.name << "' appears twice");
-    for (int64_t d : t.shape) RT_CHECK(d >= 0, "write_safetensors: tensor '" << t.name << "' has a negative dim");
-    RT_CHECK(numel_of(t.shape) == int64_t(t.values.size()),
-             "write_safetensors: tensor '" << t.name << "' has " << t.values.size() << " values but its shape holds "
-                                           << numel_of(t.shape));
-    const uint64_t bytes = uint64_t(t.values.size()) * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    RT_CHECK(!name.empty() && name != "__metadata__", "write_safetensors: invalid tensor name '" << name << "'");
+    RT_CHECK(!header.contains(name), "write_safetensors: tensor name '" << name << "' appears twice");
+    for (int64_t d : shapes[i]) RT_CHECK(d >= 0, "write_safetensors: tensor '" << name << "' has a negative dim");
+    const uint64_t bytes = uint64_t(numel_of(shapes[i])) * sizeof(float);
+    header[name] = {{"dtype", "F32"}, {"shape", shapes[i]}, {"data_offsets", {offset, offset + bytes}}};
+    layout.tensors.push_back({name, shapes[i], offset, offset + bytes});
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
+  layout.header.assign(reinterpret_cast<const char*>(&header_len), sizeof header_len);
+  layout.header += text;
+  layout.data_start = layout.header.size();
+  layout.file_bytes = layout.data_start + offset;
+  return layout;
+}
 
+void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const HostTensor& t : tensors) {
+    RT_CHECK(numel_of(t.shape) == int64_t(t.values.size()),
+             "write_safetensors: tensor '" << t.name << "' has " << t.values.size() << " values but its shape holds "
+                                           << numel_of(t.shape));
+    names.push_back(t.name);
+    shapes.push_back(t.shape);
+  }
+  const SafetensorsLayout layout = make_safetensors_layout(names, shapes, metadata);
   DurableFileWriter w(path);
-  w.write(&header_len, sizeof header_len);
-  w.write(text.data(), text.size());
+  w.write(layout.header.data(), layout.header.size());
   for (const HostTensor& t : tensors) w.write(t.values.data(), t.values.size() * sizeof(float));
   w.commit();
 }
 
-std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  MappedFile file(path);
+std::vector<SafetensorsEntry> read_safetensors_index(const MappedFile& file,
+                                                     std::map<std::string, std::string>* metadata) {
+  const std::string& path = file.path();
   const uint64_t size = file.size();
   if (size < 8)
     corrupt(path, "it has " + std::to_string(size) + " bytes, fewer than the 8-byte header length (truncated?)");
@@ -77,7 +99,6 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
   }
   if (!header.is_object()) corrupt(path, "the JSON header is not an object");
   const uint64_t data_bytes = size - 8 - header_len;
-  const uint8_t* data = file.data() + 8 + header_len;
 
   struct Entry {
     uint64_t begin, end;
@@ -136,12 +157,19 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
     corrupt(path, "the data region has " + std::to_string(data_bytes) + " bytes but the tensors cover " +
                       std::to_string(expected) + " (trailing bytes)");
 
+  std::vector<SafetensorsEntry> out;
+  out.reserve(entries.size());
+  for (Entry& e : entries) out.push_back({e.tensor.name, e.tensor.shape, 8 + header_len + e.begin, 8 + header_len + e.end});
+  return out;
+}
+
+std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  MappedFile file(path);
   std::vector<HostTensor> tensors;
-  tensors.reserve(entries.size());
-  for (Entry& e : entries) {
-    e.tensor.values.resize((e.end - e.begin) / sizeof(float));
-    if (!e.tensor.values.empty()) std::memcpy(e.tensor.values.data(), data + e.begin, e.end - e.begin);
-    tensors.push_back(std::move(e.tensor));
+  for (const SafetensorsEntry& e : read_safetensors_index(file, metadata)) {
+    HostTensor t{e.name, e.shape, std::vector<float>((e.end - e.begin) / sizeof(float))};
+    if (!t.values.empty()) std::memcpy(t.values.data(), file.data() + e.begin, e.end - e.begin);
+    tensors.push_back(std::move(t));
   }
   return tensors;
 }

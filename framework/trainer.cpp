@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/checkpoint_internal.h"
+#include "framework/checkpoint_sharded.h"
 #include "framework/metrics.h"
 #include "framework/mfu.h"
 #include "framework/train_step.h"
@@ -58,23 +60,16 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-// Saves model + optimizer + state (collective over tp; world rank 0 writes). Returns the directory.
+// Saves model + optimizer + state: every rank writes its own byte ranges of the unsharded files (no rank
+// assembles the full state; framework/checkpoint_sharded.h). Collective over the world. Returns the directory.
 std::string save(const Config& config, ModelSession& session, DataLoader& loader, int64_t step, Comm& world) {
-  const bool writer = world.rank() == 0;
-  Model& model = *session.model;
-  std::vector<HostTensor> weights = model.gather_full(model.master(), "");
-  std::vector<HostTensor> optimizer = session.optimizer->export_state();
-  std::string dir;
-  if (writer) {
-    TrainState state;
-    state.step = step;
-    state.data_cursor = loader.cursor();
-    state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
-    state.config_hash = model_config_hash(config);
-    dir = save_checkpoint(config.train.run_dir, weights, optimizer, state, config.model, config.checkpoint.keep_last);
-  }
-  world.barrier();
-  return dir;
+  TrainState state;
+  state.step = step;
+  state.data_cursor = loader.cursor();
+  state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
+  state.config_hash = model_config_hash(config);
+  return save_checkpoint_sharded(config.train.run_dir, *session.model, *session.optimizer, state,
+                                 config.checkpoint.keep_last, world);
 }
 
 // Finds the checkpoint to resume from: "" none, "auto" the newest in run_dir (none is fine), else a directory.
@@ -87,10 +82,9 @@ std::string resume_dir(const Config& config) {
   return r;
 }
 
-void load_into(ModelSession& session, const LoadedCheckpoint& ckpt) {
-  session.model->scatter_full(session.model->master(), ckpt.model, "");
-  session.model->sync_compute_weights();
-  if (session.optimizer) session.optimizer->import_state(ckpt.optimizer);
+// Reads this rank's ranges of a checkpoint (any grid, any ZeRO stage). Collective over the world.
+TrainState load_into(ModelSession& session, const std::string& dir, Comm& world) {
+  return load_checkpoint_sharded(dir, *session.model, session.optimizer.get(), world);
 }
 
 }  // namespace
@@ -121,12 +115,13 @@ int train_main(const Config& config) {
   int64_t start_step = 0;
   const std::string from = resume_dir(config);
   if (!from.empty()) {
-    const LoadedCheckpoint ckpt = load_checkpoint(from);
-    RT_CHECK(ckpt.state.config_hash.empty() || ckpt.state.config_hash == model_config_hash(config),
+    TrainState peek;
+    read_checkpoint_state(from, &peek);
+    RT_CHECK(peek.config_hash.empty() || peek.config_hash == model_config_hash(config),
              "checkpoint " << from << " was written for a different model config; resume with the same model.*");
-    load_into(session, ckpt);
-    start_step = ckpt.state.step;
-    loader->set_cursor(ckpt.state.data_cursor);
+    const TrainState resumed = load_into(session, from, grid.world());
+    start_step = resumed.step;
+    loader->set_cursor(resumed.data_cursor);
     if (rank0) std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)start_step);
   } else {
     model.init_weights(tc.seed);
@@ -231,8 +226,7 @@ int eval_main(const Config& config, const std::string& checkpoint_dir) {
   ProcessGrid grid = make_process_grid(config);
   const Device device = resolve_device(config);
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
-  const LoadedCheckpoint ckpt = load_checkpoint(checkpoint_dir);
-  load_into(session, ckpt);
+  load_into(session, checkpoint_dir, grid.world());
   std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "eval");
   const LossTally ev = evaluate(*session.model, *loader, std::max(1, config.train.eval_batches));
   if (grid.world().rank() == 0)
