@@ -50,6 +50,10 @@ struct TrainConfig {
   int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
   int mlp_chunk = -1;           // tokens per MLP chunk: -1 auto (chunk only when N x d_ff > 2^27), 0 = none
   bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
+  // Activation offload (CUDA): the checkpointed block inputs of the first offload_layers layers go to pinned
+  // host memory as each layer's forward ends and come back one layer ahead in the backward.
+  std::string offload = "none";          // none | activations
+  std::string offload_layers = "auto";   // auto (as few layers as make the step fit the GPU) | a layer count
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
 };

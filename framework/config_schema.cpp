@@ -47,6 +47,8 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(train, mlp_chunk, i32, "tokens per MLP chunk: -1 auto (only when tokens x d_ff > 2^27), 0 none"),
       RT_FIELD(train, deterministic_attention, boolean,
                "attention backward with the same bits on every run (ordered dQ adds; slower, see bench/NOTES.md)"),
+      RT_FIELD(train, offload, string, "activation offload to pinned host memory (CUDA): none | activations"),
+      RT_FIELD(train, offload_layers, string, "layers whose block inputs are offloaded: auto (fewest that fit) | N"),
       RT_FIELD(train, seed, u64, "init seed"),
       RT_FIELD(train, run_dir, string, "output directory"),
       RT_FIELD(optim, lr, f32, "peak learning rate"),

@@ -211,6 +211,16 @@ void check_train(const Config& c, Problems& p) {
   p.at_least("train.lm_head_chunk", t.lm_head_chunk, 1);
   p.at_least("train.mlp_chunk", t.mlp_chunk, -1, " (-1 = auto, 0 = no chunking)");
   p.one_of("train.checkpointing", t.checkpointing, {"none", "full", "selective"});
+  p.one_of("train.offload", t.offload, {"none", "activations"});
+  if (t.offload_layers != "auto") {
+    const std::string& v = t.offload_layers;
+    const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 6;
+    if (!digits || std::stoi(v) > c.model.n_layer)
+      p.add("train.offload_layers='", v, "' must be auto or a layer count from 0 to model.n_layer=", c.model.n_layer);
+  }
+  if (t.offload == "activations" && c.device == "cpu")
+    p.add("train.offload=activations moves a GPU's block inputs to pinned host memory, but device=cpu keeps every "
+          "activation in host memory already; use train.offload: none on the CPU (or device: cuda)");
   if (t.run_dir.empty()) p.add("train.run_dir is empty; set a directory for config.yaml, metrics and checkpoints");
 }
 

@@ -53,8 +53,19 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   positions_ = arena.alloc(DType::i32, {s.n}, "positions");  // (n)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
+  offload_layers_ = options.offload_layers;
+  RT_CHECK(offload_layers_ >= 0 && offload_layers_ <= s.L,
+           "train.offload_layers=" << offload_layers_ << " must be between 0 and model.n_layer=" << s.L);
+  RT_CHECK(offload_layers_ == 0 || arena.device().is_cuda(),
+           "train.offload=activations is for GPU runs (block inputs to pinned host memory); on the CPU use "
+           "train.offload: none");
+  for (int k = 0; k < 2 && k < offload_layers_; ++k)
+    offload_stage_[k] = arena.alloc(act, {N, C}, "offload: block input staging (x2)");  // (N, C)
   for (int64_t l = 0; l <= s.L; ++l)
-    residual_.push_back(arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
+    residual_.push_back(l < offload_layers_ ? offload_stage_[l % 2]
+                                            : arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
+  host_offload_bytes_ = size_t(offload_layers_) * size_t(N) * size_t(C) * dtype_size(act);
+  if (offload_layers_ > 0 && !arena.is_measuring()) init_offload();
   // Which buffers each layer keeps: all (none), attention output + LSE (selective), nothing (full). The
   // buffers a layer does not keep are one shared set, recomputed in the backward.
   const ActivationCheckpointing ckpt = options.checkpointing;
@@ -118,7 +129,6 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
       std::make_unique<RingAttention>(*comms.cp, options.layout, /*causal=*/true, ring, arena, options.dkv_wire);
 }
 
-Model::~Model() = default;
 
 int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff) {
   RT_CHECK(requested >= -1, "train.mlp_chunk=" << requested << " must be -1 (auto), 0 (no chunking) or a token count");

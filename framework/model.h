@@ -94,6 +94,9 @@ struct ModelOptions {
   int64_t mlp_chunk = -1;
   // ZeRO stage 0-3 over the dp x cp group (a group of one shards nothing: the model runs stage 0).
   int zero = 0;
+  // Activation offload (CUDA): the block inputs of layers [0, offload_layers) live in pinned host memory
+  // between their forward and backward; on the device they share two (N, C) staging buffers.
+  int offload_layers = 0;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
@@ -152,6 +155,9 @@ class Model {
   // (P) act dtype (the same storage as master() on CPU at zero 0); (P / shards) at zero 3.
   Tensor compute() const { return compute_; }
   int zero() const { return zero_; }            // the stage in effect (0 when the dp x cp group is one rank)
+  int offload_layers() const { return offload_layers_; }
+  // Pinned host memory the offloaded block inputs take on this rank (allocated only on a real arena).
+  size_t host_offload_bytes() const { return host_offload_bytes_; }
   int shard_count() const { return shards_; }   // 1 at zero 0
   const std::vector<ParamUnit>& units() const { return layout_.units; }
   // Unit u's part owned by this rank: flat [flat_begin, flat_end), at local_begin of the local buffers.
@@ -271,6 +277,21 @@ class Model {
   Tensor positions_;                 // (n) i32 global positions
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
+  // Offload: layers [0, offload_layers_) keep their inputs in host_inputs_[l] (pinned, (N, C) act); on the
+  // device residual_[l] is offload_stage_[l % 2]. offload_.. state: model_offload.cpp.
+  int offload_layers_ = 0;
+  size_t host_offload_bytes_ = 0;
+  Tensor offload_stage_[2];          // (N, C) act
+  std::vector<void*> host_inputs_;   // offload_layers_ x pinned (N * C) act
+  struct Offload;
+  std::unique_ptr<Offload> offload_;
+  void offload_after_forward(int layer);    // posts host_inputs_[layer] <- residual_[layer]
+  void offload_before_output(int layer);    // before block `layer` writes residual_[layer + 1]
+  void offload_prefetch(int layer);         // posts residual_[layer] <- host (the backward, one layer ahead)
+  void offload_wait_input(int layer);       // the compute stream waits for residual_[layer]
+  void init_offload();                      // pinned host buffers and the copy stream
+  void offload_begin_step(bool want_grad);  // settles the previous step's copies
+  bool offload_active_ = false;
   std::vector<std::unique_ptr<BlockActs>> acts_;  // L; under checkpointing, recomputed buffers are shared
   Tensor final_rstd_;                // (N) f32
   Tensor final_out_;                 // (N, C) same storage as d_res_ (dead before the backward starts)

@@ -20,6 +20,8 @@ void Model::backward() {
     unit_weights(l + 1);       // zero 3: gathered again (the last two layers are still held from the forward)
     if (l > 0) prefetch_weights(l);  // the layer below, under this one's recompute and backward
     begin_unit_grads(l + 1);
+    offload_wait_input(l);   // offload: this layer's input back on the device (posted one layer ahead)
+    offload_prefetch(l - 1);
     if (options_.checkpointing == ActivationCheckpointing::full) block_forward(l, a, BlockPass::recompute);
     if (options_.checkpointing == ActivationCheckpointing::selective)
       block_forward(l, a, BlockPass::recompute_keep_attention);

@@ -35,6 +35,7 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   // backward recomputes each chunk's hidden just before using it.
   rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
   if (pass != BlockPass::forward) return;
+  offload_before_output(layer);  // its output buffer may be staging that the layer before is still copying out
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
   for (int64_t begin = 0; begin < s.N(); begin += mlp_chunk_) {
     const int64_t end = std::min(s.N(), begin + mlp_chunk_);
@@ -81,6 +82,7 @@ std::vector<float> Model::step(const Batch& batch, double global_count, bool wan
 void Model::forward_backward(const Batch& batch, double global_count, bool want_grad) {
   const ModelShape& s = shape_;
   upload_batch(batch);
+  offload_begin_step(want_grad);
   const int head_unit = int(s.L) + 1;
   // Unit by unit; at zero 3 each unit's gather is posted one unit ahead (prefetch) so that it runs under the
   // current unit's compute, and unit_weights() waits for it.
@@ -92,6 +94,7 @@ void Model::forward_backward(const Batch& batch, double global_count, bool want_
     unit_weights(l + 1);
     prefetch_weights(l + 2);  // the next layer, or the head after the last one
     block_forward(l, acts_for(l), BlockPass::forward);
+    offload_after_forward(l);  // its input to pinned host memory, under the next layer's compute
   }
   const Tensor head_weights = unit_weights(head_unit);
   rmsnorm_fwd(final_out_, final_rstd_, residual_[size_t(s.L)], param_view(head_weights, "norm.weight"),

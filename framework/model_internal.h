@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "framework/model.h"
+#include "kernels/host_copy.h"
 
 namespace rt {
 
@@ -23,6 +24,14 @@ struct Model::BlockActs {
   Tensor h;        // (N | chunk, Fl)  GELU: fc output; SwiGLU: w1 (gate) output
   Tensor u;        // (N | chunk, Fl)  SwiGLU only: w3 (up) output
   Tensor g;        // (N | chunk, Fl)  activated hidden (input of proj / w2)
+};
+
+// The activation offload's copy stream and tickets (framework/model_offload.cpp).
+struct Model::Offload {
+  explicit Offload(Device d) : copier(d) {}
+  AsyncHostCopier copier;
+  std::vector<int> out_ticket, in_ticket;  // per offloaded layer: pending copy out / back (-1: none)
+  int stage_holds[2] = {-1, -1};           // which layer's input a staging buffer holds
 };
 
 // One layer's weights (or gradients) as views of a flat buffer. Linear weights are (out, in) local shards.

@@ -1,5 +1,7 @@
 #include "framework/trainer_setup.h"
 
+#include "framework/plan_fit.h"
+
 #include <mpi.h>
 
 #include <cstdio>
@@ -81,6 +83,14 @@ ModelOptions model_options(const Config& config, Device device) {
   o.layout = parse_layout(resolved_layout(config));
   o.dkv_wire = config.parallel.dkv_wire == "bf16" ? DType::bf16 : DType::f32;
   o.zero = config.parallel.zero;
+  if (config.train.offload == "activations") {
+    RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
+                               "run is on the CPU, where every activation is in host memory already; use "
+                               "train.offload: none (or device: cuda)");
+    RT_CHECK(config.train.offload_layers != "auto", "train.offload_layers: auto must be resolved before the model is "
+                                                    "built (build_session does it)");
+    o.offload_layers = std::stoi(config.train.offload_layers);
+  }
   return o;
 }
 
@@ -130,7 +140,39 @@ ModelSession measure_session(const Config& config, const ModelComms& comms, Devi
   return s;
 }
 
-ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer) {
+namespace {
+int env_int(const char* a, const char* b, int fallback) {
+  for (const char* key : {a, b})
+    if (const char* v = std::getenv(key)) return std::max(1, std::atoi(v));
+  return fallback;
+}
+}  // namespace
+
+Config resolve_offload(const Config& config, Device device) {
+  if (config.train.offload != "activations") return config;
+  RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
+                             "run is on the CPU, where every activation is in host memory already; use "
+                             "train.offload: none (or device: cuda)");
+  Config c = config;
+  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", 1);
+  PlanLimits limits;
+  limits.ranks_per_node = local_ranks;
+  limits.device_bytes = double(device_total_bytes(device)) / std::max(1, local_ranks / std::max(1, cuda_device_count()));
+  const double host = double(host_physical_bytes());
+  const PlanPoint pt = plan_point(c, device, limits);
+  c.train.offload_layers = std::to_string(pt.offload_layers);
+  // Refused up front: pinned memory beyond the host's would fail (or swap) in the middle of the first step.
+  const double gib = 1024.0 * 1024 * 1024;
+  RT_CHECK(pt.host_bytes_per_rank * local_ranks <= host,
+           "train.offload: " << pt.offload_layers << " offloaded layers need " << pt.host_bytes_per_rank * local_ranks / gib
+                             << " GiB of pinned host memory per node (" << local_ranks << " ranks x "
+                             << pt.host_bytes_per_rank / gib << " GiB), but this host has " << host / gib
+                             << " GiB; lower train.offload_layers, or spread the sequence over more GPUs (parallel.cp)");
+  return c;
+}
+
+ModelSession build_session(const Config& config_in, const ModelComms& comms, Device device, bool with_optimizer) {
+  const Config config = resolve_offload(config_in, device);
   if (config.train.deterministic_attention) set_deterministic_attention(true);  // else RT_ATTN_DETERMINISTIC decides
   size_t bytes = 0;
   {
