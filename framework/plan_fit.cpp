@@ -2,6 +2,7 @@
 #include "framework/plan_fit.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "framework/trainer.h"
@@ -107,6 +108,19 @@ PlanPoint plan_point(const Config& config, Device device, const PlanLimits& limi
     else lo = mid;
   }
   return at_hi;
+}
+
+std::string offload_host_problem(const PlanPoint& pt, int ranks_per_node, double host_bytes) {
+  const double need = pt.host_bytes_per_rank * std::max(1, ranks_per_node);
+  if (need <= host_bytes) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "train.offload: %d offloaded layers need %.1f GiB of pinned host memory per node (%d ranks x %.1f GiB), "
+                "but the host has %.1f GiB; lower train.offload_layers, or spread the sequence over more GPUs "
+                "(parallel.cp)",
+                pt.offload_layers, need / kGiB, std::max(1, ranks_per_node), pt.host_bytes_per_rank / kGiB,
+                host_bytes / kGiB);
+  return buf;
 }
 
 int seq_len_step(const Config& config) {

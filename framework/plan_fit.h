@@ -41,6 +41,9 @@ double nccl_buffer_bytes(const Config& config, Device device);
 // The rank's needs for `config` as it stands; train.offload_layers auto takes the fewest layers with which the
 // device fits (all of them when none does).
 PlanPoint plan_point(const Config& config, Device device, const PlanLimits& limits);
+// "" or the refusal of an offload whose pinned inputs (pt.host_bytes_per_rank x ranks_per_node) exceed the node's
+// host memory, saying how much is needed and what to change.
+std::string offload_host_problem(const PlanPoint& pt, int ranks_per_node, double host_bytes);
 // data.seq_len steps the layout allows: 2 * cp * 128 under zigzag, cp * 128 otherwise.
 int seq_len_step(const Config& config);
 // The longest data.seq_len (a multiple of seq_len_step) whose plan fits the limits; seq_len 0 when none does.

@@ -162,12 +162,8 @@ Config resolve_offload(const Config& config, Device device) {
   const PlanPoint pt = plan_point(c, device, limits);
   c.train.offload_layers = std::to_string(pt.offload_layers);
   // Refused up front: pinned memory beyond the host's would fail (or swap) in the middle of the first step.
-  const double gib = 1024.0 * 1024 * 1024;
-  RT_CHECK(pt.host_bytes_per_rank * local_ranks <= host,
-           "train.offload: " << pt.offload_layers << " offloaded layers need " << pt.host_bytes_per_rank * local_ranks / gib
-                             << " GiB of pinned host memory per node (" << local_ranks << " ranks x "
-                             << pt.host_bytes_per_rank / gib << " GiB), but this host has " << host / gib
-                             << " GiB; lower train.offload_layers, or spread the sequence over more GPUs (parallel.cp)");
+  const std::string problem = offload_host_problem(pt, local_ranks, host);
+  RT_CHECK(problem.empty(), problem);
   return c;
 }
 

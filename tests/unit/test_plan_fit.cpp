@@ -8,6 +8,7 @@
 
 #include "framework/config.h"
 #include "framework/plan_fit.h"
+#include "framework/trainer_setup.h"
 
 namespace rt {
 namespace {
@@ -137,6 +138,37 @@ TEST(PlanFit, NcclBuffersCountOnlyMultiRankNcclGroups) {
   EXPECT_EQ(nccl_buffer_bytes(c, Device::cpu()), 0);
   c.parallel.cp = 4, c.parallel.tp = 2;  // world 8, tp 2, cp 4, dp x cp 4
   EXPECT_NEAR(nccl_buffer_bytes(c, Device::cuda(0)), 4 * 0.8 * kGiB, 1);
+}
+
+}  // namespace
+}  // namespace rt
+
+namespace rt {
+namespace {
+
+TEST(PlanFit, OffloadRefusedUpFrontWhenTheHostIsTooSmallOrTheRunIsOnTheCpu) {
+  const Config c = load("gpt-1b-1m.yaml");
+  const PlanPoint pt = plan_point(c, Device::cuda(0), node(139, 128, 1));
+  EXPECT_EQ(offload_host_problem(pt, 1, 128 * kGiB), "");
+  const std::string m = offload_host_problem(pt, 2, 100 * kGiB);  // two such ranks on a 100 GiB host
+  EXPECT_NE(m.find("pinned host memory per node"), std::string::npos) << m;
+  EXPECT_NE(m.find("lower train.offload_layers"), std::string::npos) << m;
+  char need[32];
+  std::snprintf(need, sizeof need, "%.1f GiB", 2 * pt.host_bytes_per_rank / kGiB);
+  EXPECT_NE(m.find(need), std::string::npos) << "the message must say how much is needed: " << m;
+  // On the CPU: refused by the config check (device: cpu) and when the run resolves to the CPU.
+  try {
+    load_config(std::string(RINGTRAIN_SOURCE_DIR) + "/configs/gpt-1b-1m.yaml", {"device=cpu"}, 0);
+    ADD_FAILURE() << "offload on device: cpu was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.offload: none"), std::string::npos) << e.what();
+  }
+  try {
+    resolve_offload(c, Device::cpu());
+    ADD_FAILURE() << "offload on a CPU run was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.offload: none"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
