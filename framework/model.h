@@ -183,6 +183,14 @@ class Model {
   // rank's writer pieces (tp: the owner's copy; dp x cp: the shards, or at zero 0 an even split). Checkpoints
   // write and check these.
   std::vector<Piece> writer_pieces() const;
+  // ZeRO traffic since reset_zero_stats(): host seconds inside the ZeRO collectives' start and wait calls (with
+  // the mpi communicator that is their whole cost: host staging and MPI; with NCCL only the enqueue), and bytes.
+  struct ZeroStats {
+    double host_s = 0, gathered_bytes = 0, scattered_bytes = 0;
+    int64_t gathers = 0, reduce_scatters = 0;
+  };
+  const ZeroStats& zero_stats() const { return zero_stats_; }
+  void reset_zero_stats() { zero_stats_ = {}; }
   // After forward_backward(want_grad): grads() summed over dp x cp. zero 0: one all-reduce; zero 1: one
   // reduce-scatter per unit; zero 2/3: waits for the per-unit reduce-scatters the backward posted.
   void reduce_gradients();
@@ -273,6 +281,11 @@ class Model {
   int weight_slot_unit_[4] = {-1, -1, -1, -1};  // which unit a weight slot holds (or is being gathered into)
   int weight_pending_[4] = {-1, -1, -1, -1};    // handle of a gather not yet waited for
   int grad_pending_[4] = {-1, -1, -1, -1};      // handle of a reduce-scatter not yet waited for
+  ZeroStats zero_stats_;
+  // The ZeRO collectives, timed into zero_stats_.
+  int zero_gather(const Tensor& send, Tensor recv);
+  int zero_reduce_scatter(const Tensor& send, Tensor recv);
+  void zero_wait(int handle);
   Tensor tokens_, targets_;          // (N) i32
   Tensor positions_;                 // (n) i32 global positions
   Tensor losses_;                    // (N) f32

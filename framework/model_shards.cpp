@@ -2,6 +2,7 @@
 // 2 and 3 (gradients reduce-scattered out of them, weights all-gathered into them, the next unit prefetched),
 // the gradient reduction after the backward, the compute-weight refresh after an update, and the conversion
 // between this rank's local buffers and full, unsharded tensors (checkpoints, tests).
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -84,6 +85,34 @@ int Model::slot_of(int unit) const {
   return 2 + (unit - 1) % 2;
 }
 
+// ---- timed collectives ----
+
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+int Model::zero_gather(const Tensor& send, Tensor recv) {
+  const double t0 = now_s();
+  const int h = comms_.dp_cp->all_gather_start(send, recv).id;
+  zero_stats_.host_s += now_s() - t0;
+  zero_stats_.gathers += 1, zero_stats_.gathered_bytes += double(recv.nbytes());
+  return h;
+}
+
+int Model::zero_reduce_scatter(const Tensor& send, Tensor recv) {
+  const double t0 = now_s();
+  const int h = comms_.dp_cp->reduce_scatter_sum_start(send, recv).id;
+  zero_stats_.host_s += now_s() - t0;
+  zero_stats_.reduce_scatters += 1, zero_stats_.scattered_bytes += double(send.nbytes());
+  return h;
+}
+
+void Model::zero_wait(int handle) {
+  const double t0 = now_s();
+  comms_.dp_cp->wait({handle});
+  zero_stats_.host_s += now_s() - t0;
+}
+
 // ---- weights ----------------------------------------------------------------------------------------------
 
 void Model::prefetch_weights(int unit) {
@@ -95,8 +124,7 @@ void Model::prefetch_weights(int unit) {
   const ParamUnit& u = layout_.units[size_t(unit)];
   const OwnedRange r = owned(unit);
   const int64_t per = u.numel / shards_;
-  weight_pending_[k] = comms_.dp_cp->all_gather_start(compute_.slice(r.local_begin, r.local_begin + per),
-                                                      weight_slot_[k].slice(0, u.numel)).id;
+  weight_pending_[k] = zero_gather(compute_.slice(r.local_begin, r.local_begin + per), weight_slot_[k].slice(0, u.numel));
   weight_slot_unit_[k] = unit;
 }
 
@@ -106,7 +134,7 @@ Tensor Model::unit_weights(int unit) {
   const int k = slot_of(unit);
   prefetch_weights(unit);
   if (weight_pending_[k] >= 0) {
-    comms_.dp_cp->wait({weight_pending_[k]});
+    zero_wait(weight_pending_[k]);
     weight_pending_[k] = -1;
   }
   return weight_slot_[k].slice(0, u.numel);
@@ -127,16 +155,15 @@ void Model::sync_compute_weights() {
     return;
   }
   // zero 1/2: this rank's shard into its place of the full copy, then every unit all-gathered in place.
-  std::vector<ExchangeHandle> gathers;
+  std::vector<int> gathers;
   for (int unit = 0; unit < int(layout_.units.size()); ++unit) {
     const OwnedRange r = owned(unit);
     const int64_t per = r.flat_end - r.flat_begin;
     copy_cast(compute_.slice(r.flat_begin, r.flat_end), master_.slice(r.local_begin, r.local_begin + per));
     const ParamUnit& u = layout_.units[size_t(unit)];
-    gathers.push_back(comms_.dp_cp->all_gather_start(compute_.slice(r.flat_begin, r.flat_end),
-                                                     compute_.slice(u.offset, u.offset + u.numel)));
+    gathers.push_back(zero_gather(compute_.slice(r.flat_begin, r.flat_end), compute_.slice(u.offset, u.offset + u.numel)));
   }
-  for (ExchangeHandle h : gathers) comms_.dp_cp->wait(h);
+  for (int h : gathers) zero_wait(h);
 }
 
 // ---- gradients --------------------------------------------------------------------------------------------
@@ -151,7 +178,7 @@ void Model::begin_unit_grads(int unit) {
   if (zero_ <= 1) return;  // the full buffer was zeroed at the start of the step
   const int k = slot_of(unit);
   if (grad_pending_[k] >= 0) {  // the slot's previous unit is still being reduce-scattered out of it
-    comms_.dp_cp->wait({grad_pending_[k]});
+    zero_wait(grad_pending_[k]);
     grad_pending_[k] = -1;
   }
   fill(unit_grads(unit), 0.f);
@@ -162,8 +189,7 @@ void Model::end_unit_grads(int unit) {
   const int k = slot_of(unit);
   const OwnedRange r = owned(unit);
   const int64_t per = r.flat_end - r.flat_begin;
-  grad_pending_[k] = comms_.dp_cp->reduce_scatter_sum_start(unit_grads(unit),
-                                                            grads_.slice(r.local_begin, r.local_begin + per)).id;
+  grad_pending_[k] = zero_reduce_scatter(unit_grads(unit), grads_.slice(r.local_begin, r.local_begin + per));
 }
 
 void Model::reduce_gradients() {
@@ -173,17 +199,17 @@ void Model::reduce_gradients() {
     return;
   }
   if (zero_ == 1) {
-    std::vector<ExchangeHandle> posted;
+    std::vector<int> posted;
     for (int unit = 0; unit < int(layout_.units.size()); ++unit) {
       const OwnedRange r = owned(unit);
       const int64_t per = r.flat_end - r.flat_begin;
-      posted.push_back(dp_cp.reduce_scatter_sum_start(unit_grads(unit), grads_.slice(r.local_begin, r.local_begin + per)));
+      posted.push_back(zero_reduce_scatter(unit_grads(unit), grads_.slice(r.local_begin, r.local_begin + per)));
     }
-    for (ExchangeHandle h : posted) dp_cp.wait(h);
+    for (int h : posted) zero_wait(h);
     return;
   }
   for (int& h : grad_pending_) {
-    if (h >= 0) dp_cp.wait({h});
+    if (h >= 0) zero_wait(h);
     h = -1;
   }
 }

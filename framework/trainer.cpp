@@ -155,6 +155,7 @@ int train_main(const Config& config) {
   while (step < tc.steps) {
     const Batch batch = loader->next();
     model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
+    model.reset_zero_stats();
     ++step;
     const float lr = learning_rate(config.optim, step, tc.steps);
     train_step(model, optimizer, batch, step, lr);
@@ -185,6 +186,12 @@ int train_main(const Config& config) {
         const RingTimings& ring = model.attention().timings();
         sm.extra["attn_ms"] = ring.total_s() * 1e3;
         sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
+        if (model.zero() > 0) {  // the latest step's ZeRO gathers and reduce-scatters (host time in their calls)
+          const Model::ZeroStats& z = model.zero_stats();
+          sm.extra["zero_comm_ms"] = z.host_s * 1e3;
+          sm.extra["zero_gathered_gib"] = z.gathered_bytes / double(1 << 30);
+          sm.extra["zero_scattered_gib"] = z.scattered_bytes / double(1 << 30);
+        }
         std::printf("%s\n", format_step_line(sm).c_str());
         std::fflush(stdout);
         metrics->write(sm);
