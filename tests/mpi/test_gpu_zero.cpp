@@ -16,8 +16,11 @@
 #include "framework/train_step.h"
 #include "framework/trainer.h"
 #include "kernels/attention.h"
+#include "kernels/arena.h"
 #include "kernels/device_memory.h"
+#include "kernels/ops.h"
 #include "tests/gpu/gpu_model_util.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/mpi/gpu_rank_placement.h"
 
 using namespace rt;
@@ -78,6 +81,44 @@ RunResult run(const Config& config, ProcessGrid& grid, Device gpu, int steps) {
   r.measured_device = double(measured_memory_bytes(gpu));
   grid.world().barrier();
   return r;
+}
+
+// The collectives themselves on GPU tensors: reduce-scatter (f32) and all-gather (bf16, in place), two of each
+// outstanding at once, over the mpi communicator (host-staged) or NCCL (the comm stream), against host sums.
+TEST(GpuZeroComm, ReduceScatterAndAllGatherOfGpuTensors) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const GpuRankPlacement placement = gpu_rank_placement();
+  ASSERT_TRUE(placement.error.empty()) << placement.error;
+  std::shared_ptr<Comm> comm = sub_world(world_size(), placement);
+  ASSERT_TRUE(comm);
+  const int r = comm->rank(), P = comm->size();
+  const int64_t n = 1000;
+  auto value = [](int rank, int64_t i) { return float((rank + 1) * 0.25 + double(i % 97) * 0.5); };  // exact in bf16
+  std::vector<float> send_h(size_t(n * P));
+  for (int64_t i = 0; i < n * P; ++i) send_h[size_t(i)] = value(r, i);
+  Arena arena(Device::cuda(placement.device), size_t(16) << 20);
+  Tensor send = arena.alloc(DType::f32, {n * P}, "send"), recv = arena.alloc(DType::f32, {n}, "recv");
+  Tensor send2 = arena.alloc(DType::f32, {n * P}, "send2"), recv2 = arena.alloc(DType::f32, {n}, "recv2");
+  Tensor gathered = arena.alloc(DType::bf16, {n * P}, "gathered");
+  upload(send, send_h);
+  upload(send2, send_h);
+  fill(recv, NAN), fill(recv2, NAN), fill(gathered, NAN);
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = -value(r, i);
+  upload(gathered.slice(r * n, (r + 1) * n), mine);
+  const ExchangeHandle a = comm->reduce_scatter_sum_start(send, recv);
+  const ExchangeHandle b = comm->all_gather_start(gathered.slice(r * n, (r + 1) * n), gathered);
+  const ExchangeHandle c = comm->reduce_scatter_sum_start(send2, recv2);
+  comm->wait(c), comm->wait(a), comm->wait(b);
+  const std::vector<float> got = download(recv), got2 = download(recv2), all = download(gathered);
+  for (int64_t i = 0; i < n; ++i) {
+    double want = 0;
+    for (int q = 0; q < P; ++q) want += value(q, r * n + i);
+    ASSERT_NEAR(got[size_t(i)], want, 1e-5 * want) << "reduce-scatter element " << i;
+    ASSERT_EQ(got2[size_t(i)], got[size_t(i)]) << "second reduce-scatter element " << i;
+  }
+  for (int q = 0; q < P; ++q)
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(all[size_t(q * n + i)], -value(q, i)) << "all-gather block " << q;
 }
 
 struct ZeroCase {
