@@ -6,8 +6,7 @@
 #include <vector>
 
 #ifdef RINGTRAIN_HAVE_CUDA
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda_api.h"
 #endif
 
 namespace rt {
