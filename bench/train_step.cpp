@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       const Batch batch = loader->next();
       const uint64_t waits0 = cuda_host_waits();
+      model.reset_zero_stats();
       train_step(model, optimizer, batch, s, learning_rate(config.optim, s, config.train.steps));
       const auto t_enqueued = std::chrono::steady_clock::now();
       const uint64_t waits = cuda_host_waits() - waits0;
@@ -166,8 +167,14 @@ int main(int argc, char** argv) {
       const double enqueue = std::chrono::duration<double>(t_enqueued - t0).count();
       const LossTally tally = step_losses(model, batch);  // after the timed step, as at a logging point
       last_loss = tally.mean(0);
-      std::printf("  step %d%s: %.1f ms, loss %.4f | host enqueue %.1f ms, host waits inside the step %llu\n", s,
+      std::printf("  step %d%s: %.1f ms, loss %.4f | host enqueue %.1f ms, host waits inside the step %llu", s,
                   s <= warmup ? " (warm-up)" : "", dt * 1e3, last_loss, enqueue * 1e3, (unsigned long long)waits);
+      if (model.zero() > 0)
+        std::printf(" | zero: %lld gathers %.2f GiB, %lld reduce-scatters %.2f GiB, %.1f ms in their calls",
+                    (long long)model.zero_stats().gathers, model.zero_stats().gathered_bytes / (1 << 30),
+                    (long long)model.zero_stats().reduce_scatters, model.zero_stats().scattered_bytes / (1 << 30),
+                    model.zero_stats().host_s * 1e3);
+      std::printf("\n");
       std::fflush(stdout);
       if (s > warmup) times.push_back(dt), enqueue_times.push_back(enqueue), max_waits = std::max(max_waits, waits);
     }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "framework/checkpoint_internal.h"
 #include "framework/checkpoint_io.h"
 #include "kernels/tensor.h"
 
@@ -24,8 +25,6 @@ namespace rt {
 namespace {
 
 constexpr const char* kFormat = "ringtrain-checkpoint-1";
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
 
 // step_<digits> -> the step; -1 for anything else.
@@ -74,36 +73,38 @@ nlohmann::json file_record(const fs::path& file) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTensor>& model,
-                            const std::vector<HostTensor>& optimizer, const TrainState& state,
-                            const ModelConfig& model_config, int keep_last,
-                            const std::map<std::string, std::string>& extra_metadata) {
-  RT_CHECK(state.step >= 0, "save_checkpoint: step " << state.step << " is negative");
+std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / (".tmp_step_" + std::to_string(step))).string();
+}
+
+std::string begin_checkpoint_save(const std::string& run_dir, int64_t step) {
+  RT_CHECK(step >= 0, "save_checkpoint: step " << step << " is negative");
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  const std::string name = "step_" + std::to_string(state.step);
-  const fs::path tmp = root / (".tmp_" + name);
-  const fs::path final_dir = root / name;
+  const fs::path tmp = checkpoint_temp_dir(run_dir, step);
   make_dirs(root);
   remove_tree(tmp);
   make_dirs(tmp);
+  return tmp.string();
+}
 
-  std::map<std::string, std::string> meta = model_metadata(model_config);
-  for (const auto& [k, v] : extra_metadata) meta[k] = v;
-  meta["format"] = "pt";  // lets Hugging Face loaders accept the file as PyTorch-layout weights
-  write_safetensors((tmp / kModelFile).string(), model, meta);
+void crash_in_save_hook(const std::string& written) {
   const char* crash = std::getenv("RINGTRAIN_TEST_CRASH_IN_SAVE");
   if (crash && std::string(crash) == "1")
-    throw Error("simulated crash in save_checkpoint (RINGTRAIN_TEST_CRASH_IN_SAVE=1) after writing " +
-                (tmp / kModelFile).string());
-  write_safetensors((tmp / kOptimizerFile).string(), optimizer, {{"step", std::to_string(state.step)}});
+    throw Error("simulated crash in save_checkpoint (RINGTRAIN_TEST_CRASH_IN_SAVE=1) after writing " + written);
+}
 
+std::string finish_checkpoint_save(const std::string& run_dir, const TrainState& state, const nlohmann::json& files,
+                                   int keep_last) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const std::string name = "step_" + std::to_string(state.step);
+  const fs::path tmp = checkpoint_temp_dir(run_dir, state.step);
+  const fs::path final_dir = root / name;
   nlohmann::json js = {{"format", kFormat},
                        {"step", state.step},
                        {"data_cursor", state.data_cursor},
                        {"rng_state", state.rng_state},
                        {"config_hash", state.config_hash},
-                       {"files", {{kModelFile, file_record(tmp / kModelFile)},
-                                  {kOptimizerFile, file_record(tmp / kOptimizerFile)}}}};
+                       {"files", files}};
   write_file_durably((tmp / kStateFile).string(), js.dump(2) + "\n");
   fsync_directory(tmp.string());
 
@@ -138,7 +139,30 @@ std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTe
   return final_dir.string();
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& dir) {
+std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTensor>& model,
+                            const std::vector<HostTensor>& optimizer, const TrainState& state,
+                            const ModelConfig& model_config, int keep_last,
+                            const std::map<std::string, std::string>& extra_metadata) {
+  const fs::path tmp = begin_checkpoint_save(run_dir, state.step);
+  write_safetensors((tmp / kModelFile).string(), model, model_file_metadata(model_config, extra_metadata));
+  crash_in_save_hook((tmp / kModelFile).string());
+  write_safetensors((tmp / kOptimizerFile).string(), optimizer, optimizer_file_metadata(state.step));
+  const nlohmann::json files = {{kModelFile, file_record(tmp / kModelFile)},
+                                {kOptimizerFile, file_record(tmp / kOptimizerFile)}};
+  return finish_checkpoint_save(run_dir, state, files, keep_last);
+}
+
+std::map<std::string, std::string> model_file_metadata(const ModelConfig& model_config,
+                                                       const std::map<std::string, std::string>& extra_metadata) {
+  std::map<std::string, std::string> meta = model_metadata(model_config);
+  for (const auto& [k, v] : extra_metadata) meta[k] = v;
+  meta["format"] = "pt";  // lets Hugging Face loaders accept the file as PyTorch-layout weights
+  return meta;
+}
+
+std::map<std::string, std::string> optimizer_file_metadata(int64_t step) { return {{"step", std::to_string(step)}}; }
+
+nlohmann::json read_checkpoint_state(const std::string& dir, TrainState* state) {
   const fs::path d(dir);
   std::error_code ec;
   if (!fs::is_directory(d, ec))
@@ -163,12 +187,11 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   if (field("format") != kFormat)
     throw Error("checkpoint '" + dir + "': state.json field 'format' is " + field("format").dump() +
                 ", expected \"" + kFormat + "\"");
-  LoadedCheckpoint out;
   try {
-    out.state.step = field("step").get<int64_t>();
-    out.state.data_cursor = field("data_cursor").get<uint64_t>();
-    out.state.rng_state = field("rng_state").get<std::string>();
-    out.state.config_hash = field("config_hash").get<std::string>();
+    state->step = field("step").get<int64_t>();
+    state->data_cursor = field("data_cursor").get<uint64_t>();
+    state->rng_state = field("rng_state").get<std::string>();
+    state->config_hash = field("config_hash").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     throw Error("checkpoint '" + dir + "': state.json has a field of the wrong type (" + std::string(e.what()) + ")");
   }
@@ -178,17 +201,35 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   for (const char* f : {kModelFile, kOptimizerFile}) {
     if (std::string(f) == kOptimizerFile && !has_optimizer) continue;
     const fs::path p = d / f;
-    if (!files.contains(f) || !files[f].contains("bytes") || !files[f].contains("checksum"))
+    if (!files.contains(f) || !files[f].contains("bytes") ||
+        !(files[f].contains("checksum") || files[f].contains("tensor_sums")))
       throw Error("checkpoint '" + dir + "': state.json records no size/checksum for " + f);
     if (!fs::is_regular_file(p, ec))
       throw Error("checkpoint '" + dir + "': " + f + " is missing; use an earlier checkpoint");
-    uint64_t bytes = 0;
-    const std::string sum = file_checksum(p.string(), &bytes);
+    const uint64_t bytes = fs::file_size(p, ec);
     const uint64_t want_bytes = files[f]["bytes"].get<uint64_t>();
-    const std::string want_sum = files[f]["checksum"].get<std::string>();
     if (bytes != want_bytes)
       throw Error("checkpoint '" + dir + "': " + f + " has " + std::to_string(bytes) + " bytes but state.json "
                   "records " + std::to_string(want_bytes) + " (truncated or replaced); use an earlier checkpoint");
+  }
+  return files;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& dir) {
+  const fs::path d(dir);
+  LoadedCheckpoint out;
+  const nlohmann::json files = read_checkpoint_state(dir, &out.state);
+  const bool has_optimizer = files.contains(kOptimizerFile);  // a weights-only checkpoint (import-hf) has none
+  for (const char* f : {kModelFile, kOptimizerFile}) {
+    if (std::string(f) == kOptimizerFile && !has_optimizer) continue;
+    const fs::path p = d / f;
+    if (files[f].contains("tensor_sums")) {  // written range by range: the sums are checked tensor by tensor
+      verify_tensor_sums(p.string(), files[f]);
+      continue;
+    }
+    uint64_t bytes = 0;
+    const std::string sum = file_checksum(p.string(), &bytes);
+    const std::string want_sum = files[f]["checksum"].get<std::string>();
     if (sum != want_sum)
       throw Error("checkpoint '" + dir + "': " + f + " is corrupted (checksum " + sum + ", state.json records " +
                   want_sum + "); use an earlier checkpoint");

@@ -17,6 +17,9 @@ struct HostTensor {
   std::vector<float> values;
 };
 
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
 struct TrainState {
   int64_t step = 0;
   uint64_t data_cursor = 0;     // the loader's position
@@ -39,6 +42,11 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
 
 // The model config as __metadata__ strings (n_layer, d_model, ..., tied_embeddings).
 std::map<std::string, std::string> model_metadata(const ModelConfig& model);
+// The __metadata__ of model.safetensors (model_metadata + extra, e.g. context_length and hf_source, + format: pt)
+// and of optimizer.safetensors (step).
+std::map<std::string, std::string> model_file_metadata(const ModelConfig& model,
+                                                       const std::map<std::string, std::string>& extra = {});
+std::map<std::string, std::string> optimizer_file_metadata(int64_t step);
 
 // Writes run_dir/checkpoints/step_<N>/ atomically; keeps the last `keep_last`. Returns the directory.
 // extra_metadata joins the model config in model.safetensors' __metadata__ (e.g. context_length, hf_source).

@@ -54,6 +54,10 @@ struct ParallelConfig {
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl
   std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
+  // ZeRO over the dp x cp group (ranks with the same tp coordinate): 0 replicated; 1 fp32 masters and Adam
+  // moments sharded; 2 gradients too (reduce-scattered per layer during the backward); 3 compute weights too
+  // (all-gathered per layer before use, the next layer prefetched).
+  int zero = 0;
 };
 
 struct TrainConfig {
@@ -65,6 +69,10 @@ struct TrainConfig {
   int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
   int mlp_chunk = -1;           // tokens per MLP chunk: -1 auto (chunk only when N x d_ff > 2^27), 0 = none
   bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
+  // Activation offload (CUDA): the checkpointed block inputs of the first offload_layers layers go to pinned
+  // host memory as each layer's forward ends and come back one layer ahead in the backward.
+  std::string offload = "none";          // none | activations
+  std::string offload_layers = "auto";   // auto (as few layers as make the step fit the GPU) | a layer count
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
   // A ringtrain checkpoint directory or a Hugging Face model directory to start from (fresh optimizer, step 0;

@@ -96,6 +96,9 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
           "layout: zigzag");
   p.one_of("parallel.comm", g.comm, {"auto", "mpi", "nccl"});
   p.one_of("parallel.dkv_wire", g.dkv_wire, {"fp32", "bf16"});
+  if (g.zero < 0 || g.zero > 3)
+    p.add("parallel.zero=", g.zero, " is not a ZeRO stage; use 0 (replicated), 1 (optimizer state sharded), 2 (+ "
+          "gradients) or 3 (+ weights)");
   p.one_of("device", c.device, {"auto", "cpu", "cuda"});
   if (g.comm == "nccl" && c.device == "cpu")
     p.add("parallel.comm=nccl needs GPU tensors but device=cpu; use parallel.comm: mpi (or auto) or device: cuda");
@@ -243,6 +246,16 @@ void check_train(const Config& c, Problems& p) {
   p.at_least("train.lm_head_chunk", t.lm_head_chunk, 1);
   p.at_least("train.mlp_chunk", t.mlp_chunk, -1, " (-1 = auto, 0 = no chunking)");
   p.one_of("train.checkpointing", t.checkpointing, {"none", "full", "selective"});
+  p.one_of("train.offload", t.offload, {"none", "activations"});
+  if (t.offload_layers != "auto") {
+    const std::string& v = t.offload_layers;
+    const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 6;
+    if (!digits || std::stoi(v) > c.model.n_layer)
+      p.add("train.offload_layers='", v, "' must be auto or a layer count from 0 to model.n_layer=", c.model.n_layer);
+  }
+  if (t.offload == "activations" && c.device == "cpu")
+    p.add("train.offload=activations moves a GPU's block inputs to pinned host memory, but device=cpu keeps every "
+          "activation in host memory already; use train.offload: none on the CPU (or device: cuda)");
   if (t.run_dir.empty()) p.add("train.run_dir is empty; set a directory for config.yaml, metrics and checkpoints");
 }
 

@@ -1,6 +1,7 @@
 // The ringtrain command:
 //   ringtrain train <config.yaml> [--set key=value]...
-//   ringtrain plan  <config.yaml> [--json] [--doc-lengths FILE] [--set key=value]...
+//   ringtrain plan  <config.yaml> [--json] [--max-seq-len] [--device-memory-gib G] [--host-memory-gib H]
+//                   [--ranks-per-node R] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
@@ -29,8 +30,7 @@ struct Args {
   std::vector<std::string> overrides;
   std::string checkpoint;
   std::string dump_logits;  // eval: .npy file for the first eval batch's logits
-  bool json = false;  // plan: one JSON object instead of the table
-  std::string doc_lengths;  // plan: a document-length file
+  rt::PlanArgs plan;        // plan: --json, --max-seq-len, limits
 };
 
 struct HfArgs {
@@ -57,8 +57,7 @@ int world_size() {
 int run_command(const std::string& command, const Args& args) {
   if (command == "plan") {
     // plan predicts for the configured grid without launching it: the world-size check is skipped.
-    return rt::plan_main(rt::load_config(args.config_path, args.overrides, /*world_size=*/0), args.json,
-                         args.doc_lengths);
+    return rt::plan_main(rt::load_config(args.config_path, args.overrides, /*world_size=*/0), args.plan);
   }
   const rt::Config config = rt::load_config(args.config_path, args.overrides, world_size());
   if (command == "train") return rt::train_main(config);
@@ -75,11 +74,17 @@ int main(int argc, char** argv) {
   add_config_args(train, args);
   CLI::App* plan = app.add_subcommand("plan", "print parameters, FLOPs and predicted peak memory per rank");
   add_config_args(plan, args);
-  plan->add_flag("--json", args.json, "print one JSON object (params, flops_per_step, peak_bytes_per_rank, fits, "
-                                      "device_bytes) for scripts such as launch/sweep.sh");
-  plan->add_option("--doc-lengths", args.doc_lengths,
+  plan->add_flag("--json", args.plan.json, "print one JSON object (params, flops_per_step, peak_bytes_per_rank, fits, "
+                                           "device_bytes) for scripts such as launch/sweep.sh");
+  plan->add_flag("--max-seq-len", args.plan.max_seq_len,
+                 "search the longest data.seq_len that fits (steps of 2*cp*128 under zigzag) and show what dominates");
+  plan->add_option("--device-memory-gib", args.plan.device_memory_gib, "memory per GPU (default: the visible GPU's)");
+  plan->add_option("--doc-lengths", args.plan.doc_lengths,
                    "document-length file (one length per line): attention FLOPs on visible pairs and ring imbalance "
                    "per layout for packed documents of that mix");
+  plan->add_option("--host-memory-gib", args.plan.host_memory_gib, "host memory per node (default: this host's)");
+  plan->add_option("--ranks-per-node", args.plan.ranks_per_node, "ranks sharing a node's host memory (default: "
+                                                                 "min(world, 8))");
   CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint");
   add_config_args(eval, args);
   eval->add_option("--checkpoint", args.checkpoint, "checkpoint directory (run_dir/checkpoints/step_<N>)")

@@ -12,29 +12,61 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
     : config_(config), rope_freqs_(rope_frequencies(config)), options_(options), comms_(comms) {
   RT_CHECK(comms.tp && comms.cp && comms.dp_cp, "model: tp, cp and dp_cp communicators are required");
   shape_ = make_model_shape(config, comms.tp->size(), comms.tp_rank, batch, local_tokens);
-  params_ = build_param_table(config, comms.tp->size(), comms.tp_rank);
+  RT_CHECK(options.zero >= 0 && options.zero <= 3, "parallel.zero: " << options.zero << " must be 0, 1, 2 or 3");
+  // A dp x cp group of one holds nothing another rank could share: run stage 0 (the trainer says so).
+  zero_ = comms.dp_cp->size() > 1 ? options.zero : 0;
+  shards_ = zero_ > 0 ? comms.dp_cp->size() : 1;
+  shard_rank_ = zero_ > 0 ? comms.dp_cp->rank() : 0;
+  layout_ = build_param_layout(config, comms.tp->size(), comms.tp_rank, shards_);
+  params_ = layout_.table;
   const ModelShape& s = shape_;
   RT_CHECK(s.B > 0 && s.n > 0, "model: empty batch (" << s.B << " sequences of " << s.n << " tokens per rank)");
   const DType act = options.act_dtype;
   const int64_t N = s.N(), C = s.C, qd = s.Hl * s.D, kvd = s.Hkvl * s.D, Fl = s.Fl;
 
-  int64_t P = 0;
-  for (const ParamEntry& e : params_) {
-    P = std::max(P, e.offset + e.numel);
-    if (e.decay) decay_numel_ = std::max(decay_numel_, e.offset + e.numel);
+  const int64_t P = layout_.total, local = P / shards_;
+  build_local_runs();
+  master_ = arena.alloc(DType::f32, {local}, zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");  // (local)
+  if (zero_ <= 1) full_grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");  // (P)
+  grads_ = zero_ == 0 ? full_grads_ : arena.alloc(DType::f32, {local}, "gradients (f32 shard)");  // (local)
+  if (zero_ == 3) compute_ = arena.alloc(act, {local}, "parameters (compute shard)");  // (local)
+  else if (act == DType::f32 && zero_ == 0) compute_ = master_;                        // (P)
+  else compute_ = arena.alloc(act, {P}, "parameters (compute copy)");                  // (P)
+  // Slots for the units in flight: [0] embedding, [1] head, [2, 3] layers by parity, each sized for the largest
+  // unit it serves. Gradients (zero 2/3) are reduce-scattered out of them; weights (zero 3) gathered into them.
+  if (zero_ >= 2) {
+    int64_t slot_numel[4] = {0, 0, 0, 0};
+    for (int u = 0; u < int(layout_.units.size()); ++u)
+      slot_numel[slot_of(u)] = std::max(slot_numel[slot_of(u)], layout_.units[size_t(u)].numel);
+    const char* grad_names[4] = {"zero: embedding gradient slot (f32)", "zero: head gradient slot (f32)",
+                                 "zero: layer gradient slots (f32)", "zero: layer gradient slots (f32)"};
+    const char* weight_names[4] = {"zero 3: embedding gather slot", "zero 3: head gather slot",
+                                   "zero 3: layer gather slots", "zero 3: layer gather slots"};
+    for (int k = 0; k < 4; ++k) {
+      if (slot_numel[k] == 0) continue;
+      grad_slot_[k] = arena.alloc(DType::f32, {slot_numel[k]}, grad_names[k]);  // (unit numel) f32
+      if (zero_ == 3) weight_slot_[k] = arena.alloc(act, {slot_numel[k]}, weight_names[k]);  // (unit numel) act
+    }
   }
-  P = (P + 63) / 64 * 64;
-  master_ = arena.alloc(DType::f32, {P}, "parameters (f32 master)");          // (P)
-  grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");                   // (P)
-  compute_ = act == DType::f32 ? master_ : arena.alloc(act, {P}, "parameters (compute copy)");  // (P)
 
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
   positions_ = arena.alloc(DType::i32, {s.B * s.n}, "positions");  // (B*n)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
+  offload_layers_ = options.offload_layers;
+  RT_CHECK(offload_layers_ >= 0 && offload_layers_ <= s.L,
+           "train.offload_layers=" << offload_layers_ << " must be between 0 and model.n_layer=" << s.L);
+  RT_CHECK(offload_layers_ == 0 || arena.device().is_cuda(),
+           "train.offload=activations is for GPU runs (block inputs to pinned host memory); on the CPU use "
+           "train.offload: none");
+  for (int k = 0; k < 2 && k < offload_layers_; ++k)
+    offload_stage_[k] = arena.alloc(act, {N, C}, "offload: block input staging (x2)");  // (N, C)
   for (int64_t l = 0; l <= s.L; ++l)
-    residual_.push_back(arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
+    residual_.push_back(l < offload_layers_ ? offload_stage_[l % 2]
+                                            : arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
+  host_offload_bytes_ = size_t(offload_layers_) * size_t(N) * size_t(C) * dtype_size(act);
+  if (offload_layers_ > 0 && !arena.is_measuring()) init_offload();
   // Which buffers each layer keeps: all (none), attention output + LSE (selective), nothing (full). The
   // buffers a layer does not keep are one shared set, recomputed in the backward.
   const ActivationCheckpointing ckpt = options.checkpointing;
@@ -89,7 +121,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
   if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
   d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");        // (chunk, Fl)
-  if (s.tp > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
+  if (s.tp > 1 || shards_ > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
@@ -98,7 +130,6 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
       std::make_unique<RingAttention>(*comms.cp, options.layout, /*causal=*/true, ring, arena, options.dkv_wire);
 }
 
-Model::~Model() = default;
 
 int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff) {
   RT_CHECK(requested >= -1, "train.mlp_chunk=" << requested << " must be -1 (auto), 0 (no chunking) or a token count");
@@ -121,6 +152,7 @@ ModelComms ModelComms::from(ProcessGrid& grid) {
 Model::BlockActs& Model::acts_for(int layer) { return *acts_[size_t(layer)]; }
 
 Model::LayerWeights Model::layer_weights(const Tensor& flat, int layer) const {
+  // flat: unit (layer + 1)'s buffer
   const std::string p = "layers." + std::to_string(layer) + ".";
   LayerWeights w;
   w.attn_norm = param_view(flat, p + "attn_norm.weight");

@@ -9,9 +9,13 @@
 // The backward runs layer by layer in reverse; there is no autograd. All math goes through rt ops, so the
 // same code runs on CPU (f32 activations) and CUDA (bf16 activations, f32 masters and gradients).
 //
-// Parameters live in ONE flat f32 buffer (gradients in another, same layout) so the gradient all-reduce
-// over dp x cp is a single call. The table params() maps each checkpoint name to its slice. 2-D weights
-// come first in the buffer (weight decay applies to [0, decay_numel())), norm weights last.
+// Parameters live in ONE flat f32 buffer (gradients in another, same layout), cut into units: the embedding,
+// each layer, and the head (final norm + LM head). Each unit is contiguous and padded so that it splits into
+// equal shards, so a unit takes one collective. The table params() maps each checkpoint name to its slice.
+// ZeRO (`parallel.zero`, DESIGN.md "Sharded training state"): at stage >= 1 every rank of the dp x cp group
+// keeps only its shard of each unit of the fp32 masters, gradients and Adam moments (master(), grads() and the
+// moments are then the concatenation of this rank's unit shards); stage 2 reduce-scatters each unit's gradient
+// as the backward finishes it; stage 3 shards the compute weights too and all-gathers each unit before use.
 //
 // Every buffer comes from the Arena given to the constructor; build once on Arena::measuring to learn the
 // exact bytes (and for `ringtrain plan`), then on a real arena. A step allocates nothing.
@@ -48,6 +52,7 @@ struct ParamEntry {
   std::vector<int64_t> local_shape; // this rank's shard
   ShardKind shard = ShardKind::replicated;
   int64_t offset = 0;               // into the flat buffers, elements
+  int unit = 0;                     // 0 embedding, 1 + l layer l, L + 1 head (final norm, LM head)
   int64_t numel = 0;                // local elements
   bool decay = false;               // 2-D weight: weight decay applies
   float init_std = 0;               // 0: initialised to ones (norm weights)
@@ -88,6 +93,11 @@ struct ModelOptions {
   // 0 = all N tokens at once; -1 = auto (resolve_mlp_chunk). Exact: only the weight-gradient sums over
   // tokens are split into per-chunk partial sums (gemm beta = 1).
   int64_t mlp_chunk = -1;
+  // ZeRO stage 0-3 over the dp x cp group (a group of one shards nothing: the model runs stage 0).
+  int zero = 0;
+  // Activation offload (CUDA): the block inputs of layers [0, offload_layers) live in pinned host memory
+  // between their forward and backward; on the device they share two (N, C) staging buffers.
+  int offload_layers = 0;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
@@ -96,8 +106,27 @@ struct ModelOptions {
 //   largest multiple of 256 tokens with chunk * Fl <= 2^27 (16,384 tokens at Fl = 8192), at least 256.
 int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff);
 
-// The parameter table for one tp rank, in flat-buffer order (pure function of the config; no memory).
+// A contiguous, padded range of the flat buffers holding one unit's parameters (numel % (64 * shards) == 0).
+struct ParamUnit {
+  std::string name;  // "embedding", "layers.<l>", "head"
+  int64_t offset = 0, numel = 0;
+};
+struct ParamLayout {
+  std::vector<ParamEntry> table;  // checkpoint order (embedding, 2-D weights, LM head, norms)
+  std::vector<ParamUnit> units;   // L + 2, in flat order
+  int64_t total = 0;              // flat elements (sum of the units)
+  int shard_count = 1;
+};
+// The parameter table and units for one tp rank, units padded for `shard_count` shards (pure function of the
+// config; no memory). build_param_table is its table with shard_count 1.
+ParamLayout build_param_layout(const ModelConfig& model, int tp, int tp_rank, int shard_count);
 std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int tp_rank);
+int param_unit_of(const std::string& name, int n_layer);
+// The index in the full row-major tensor of local element i of e's tp shard.
+inline int64_t full_index(const ParamEntry& e, int64_t i) {
+  const int64_t lc = e.col_end - e.col_begin, fc = e.full_shape.back();
+  return (e.row_begin + i / lc) * fc + e.col_begin + i % lc;
+}
 // Total parameters of the full model (embedding and LM head included; tied counted once).
 int64_t count_parameters(const ModelConfig& model);
 
@@ -121,10 +150,51 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamEntry>& params() const { return params_; }
   const ParamEntry& param(const std::string& name) const;
-  Tensor master() const { return master_; }    // (P) f32
-  Tensor grads() const { return grads_; }      // (P) f32
-  Tensor compute() const { return compute_; }  // (P) act dtype; the same storage as master() on CPU
-  int64_t decay_numel() const { return decay_numel_; }
+  // The local buffers: (P) at zero 0, this rank's shards (P / shards) at zero >= 1 (see owned()).
+  Tensor master() const { return master_; }    // (local) f32
+  Tensor grads() const { return grads_; }      // (local) f32: summed over dp x cp after reduce_gradients()
+  // (P) act dtype (the same storage as master() on CPU at zero 0); (P / shards) at zero 3.
+  Tensor compute() const { return compute_; }
+  int zero() const { return zero_; }            // the stage in effect (0 when the dp x cp group is one rank)
+  int offload_layers() const { return offload_layers_; }
+  // Pinned host memory the offloaded block inputs take on this rank (allocated only on a real arena).
+  size_t host_offload_bytes() const { return host_offload_bytes_; }
+  int shard_count() const { return shards_; }   // 1 at zero 0
+  const std::vector<ParamUnit>& units() const { return layout_.units; }
+  // Unit u's part owned by this rank: flat [flat_begin, flat_end), at local_begin of the local buffers.
+  struct OwnedRange {
+    int64_t flat_begin = 0, flat_end = 0, local_begin = 0;
+  };
+  OwnedRange owned(int unit) const;
+  // The local buffers as runs of elements that share weight decay and ownership (each alignment gap belongs to
+  // the parameter before it); AdamW and the gradient norm walk these.
+  struct LocalRun {
+    int64_t begin = 0, end = 0;
+    bool decay = false, owner = true;
+  };
+  const std::vector<LocalRun>& local_runs() const { return runs_; }
+  // Parts of parameters in this rank's local buffers: local elements [first, last) of `entry`'s tp shard,
+  // stored at `at` of master() (and of grads() and the moments).
+  struct Piece {
+    const ParamEntry* entry = nullptr;
+    int64_t at = 0, first = 0, last = 0;
+  };
+  std::vector<Piece> owned_pieces() const;  // all of them: what a load fills
+  // A partition of the whole model over the world: every element of every full tensor lies in exactly one
+  // rank's writer pieces (tp: the owner's copy; dp x cp: the shards, or at zero 0 an even split). Checkpoints
+  // write and check these.
+  std::vector<Piece> writer_pieces() const;
+  // ZeRO traffic since reset_zero_stats(): host seconds inside the ZeRO collectives' start and wait calls (with
+  // the mpi communicator that is their whole cost: host staging and MPI; with NCCL only the enqueue), and bytes.
+  struct ZeroStats {
+    double host_s = 0, gathered_bytes = 0, scattered_bytes = 0;
+    int64_t gathers = 0, reduce_scatters = 0;
+  };
+  const ZeroStats& zero_stats() const { return zero_stats_; }
+  void reset_zero_stats() { zero_stats_ = {}; }
+  // After forward_backward(want_grad): grads() summed over dp x cp. zero 0: one all-reduce; zero 1: one
+  // reduce-scatter per unit; zero 2/3: waits for the per-unit reduce-scatters the backward posted.
+  void reduce_gradients();
   Comm& tp_comm() { return *comms_.tp; }
   Comm& dp_cp_comm() { return *comms_.dp_cp; }
   // The ring attention every layer uses; its timings() cover all layers' forward and backward calls.
@@ -133,7 +203,8 @@ class Model {
   // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
   // are generated from `seed` and sliced, so every grid gets the same model.
   void init_weights(uint64_t seed);
-  // After the masters change outside the optimizer (init, load): refresh the compute copy (CUDA).
+  // After the masters change (init, load; and after every update at zero >= 1): refresh the compute weights
+  // (zero 1/2: this rank's shard copied into the full copy, then all-gathered per unit; zero 3: the shard).
   void sync_compute_weights();
 
   // Target tokens of this batch summed over dp x cp (all ranks call it).
@@ -154,7 +225,8 @@ class Model {
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();
 
-  // Full (unsharded) host tensors from a flat buffer laid out like master(): collective over tp.
+  // Full (unsharded) host tensors from a local buffer laid out like master(): collective over tp (and dp x cp
+  // at zero >= 1).
   // Names are prefix + parameter name.
   std::vector<HostTensor> gather_full(const Tensor& flat, const std::string& prefix);
   // Fills this rank's shards of `flat` from full tensors (checks names and shapes).
@@ -163,7 +235,22 @@ class Model {
  private:
   struct BlockActs;
   struct LayerWeights;
-  LayerWeights layer_weights(const Tensor& flat, int layer) const;
+  // Views of one unit's buffer (as returned by unit_weights / unit_grads).
+  LayerWeights layer_weights(const Tensor& unit_buffer, int layer) const;
+  // The full compute weights of unit u (zero 3: waits for its gather, posting it when not prefetched).
+  Tensor unit_weights(int unit);
+  void prefetch_weights(int unit);  // zero 3: posts unit u's all-gather into its slot (no-op otherwise)
+  // The full gradient of unit u: a view of the full buffer (zero 0/1) or its slot (zero 2/3), which
+  // begin_unit_grads zeroes (after the slot's previous reduce-scatter) and end_unit_grads reduce-scatters.
+  Tensor unit_grads(int unit);
+  void begin_unit_grads(int unit);
+  void end_unit_grads(int unit);
+  int slot_of(int unit) const;
+  void build_local_runs();
+  // Calls fn(entry, local offset, first, last) for the part [first, last) of each parameter's local elements
+  // that this rank owns, at `local offset` of the local buffers.
+  template <class Fn> void for_each_owned_piece(Fn&& fn) const;
+  void sum_over(Comm& comm, std::vector<float>& values);  // through gather_scratch_
   void upload_batch(const Batch& batch);
   // What block_forward computes: the training forward, or a recompute for the backward (which stops at the
   // MLP norm: the backward recomputes the MLP hidden chunk by chunk; under selective checkpointing it also
@@ -179,7 +266,7 @@ class Model {
   void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
   void block_backward(int layer, BlockActs& acts);
   BlockActs& acts_for(int layer);
-  Tensor param_view(const Tensor& flat, const std::string& name) const;
+  Tensor param_view(const Tensor& unit_buffer, const std::string& name) const;
 
   ModelConfig config_;
   RopeFreqs rope_freqs_;             // computed once from config_ on the host in fp64 (framework/rope_scaling.h)
@@ -187,9 +274,23 @@ class Model {
   ModelShape shape_;
   ModelComms comms_;
   std::vector<ParamEntry> params_;
-  int64_t decay_numel_ = 0;
+  ParamLayout layout_;
+  int zero_ = 0, shards_ = 1, shard_rank_ = 0;
+  std::vector<LocalRun> runs_;
 
-  Tensor master_, grads_, compute_;  // (P)
+  Tensor master_, grads_, compute_;  // (local) f32, (local) f32, (P | local at zero 3) act
+  Tensor full_grads_;                // (P) f32 at zero 0 (= grads_) and 1; absent at zero 2/3
+  // zero 2/3: gradient slots, zero 3: weight slots, by slot_of(unit): [0] embedding, [1] head, [2, 3] layers
+  // by parity. Each is (largest unit it serves) f32 / act dtype.
+  Tensor grad_slot_[4], weight_slot_[4];
+  int weight_slot_unit_[4] = {-1, -1, -1, -1};  // which unit a weight slot holds (or is being gathered into)
+  int weight_pending_[4] = {-1, -1, -1, -1};    // handle of a gather not yet waited for
+  int grad_pending_[4] = {-1, -1, -1, -1};      // handle of a reduce-scatter not yet waited for
+  ZeroStats zero_stats_;
+  // The ZeRO collectives, timed into zero_stats_.
+  int zero_gather(const Tensor& send, Tensor recv);
+  int zero_reduce_scatter(const Tensor& send, Tensor recv);
+  void zero_wait(int handle);
   Tensor tokens_, targets_;          // (N) i32
   Tensor positions_;                 // (B, n) i32 RoPE positions (Batch::positions)
   bool per_sample_positions_ = false;  // positions differ per sample (documents): RoPE runs sample by sample
@@ -197,6 +298,21 @@ class Model {
   void rope_rows(const Tensor& x4, bool inverse);  // RoPE of x4 (B, n, heads, D) at positions_
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
+  // Offload: layers [0, offload_layers_) keep their inputs in host_inputs_[l] (pinned, (N, C) act); on the
+  // device residual_[l] is offload_stage_[l % 2]. offload_.. state: model_offload.cpp.
+  int offload_layers_ = 0;
+  size_t host_offload_bytes_ = 0;
+  Tensor offload_stage_[2];          // (N, C) act
+  std::vector<void*> host_inputs_;   // offload_layers_ x pinned (N * C) act
+  struct Offload;
+  std::unique_ptr<Offload> offload_;
+  void offload_after_forward(int layer);    // posts host_inputs_[layer] <- residual_[layer]
+  void offload_before_output(int layer);    // before block `layer` writes residual_[layer + 1]
+  void offload_prefetch(int layer);         // posts residual_[layer] <- host (the backward, one layer ahead)
+  void offload_wait_input(int layer);       // the compute stream waits for residual_[layer]
+  void init_offload();                      // pinned host buffers and the copy stream
+  void offload_begin_step(bool want_grad);  // settles the previous step's copies
+  bool offload_active_ = false;
   std::vector<std::unique_ptr<BlockActs>> acts_;  // L; under checkpointing, recomputed buffers are shared
   Tensor final_rstd_;                // (N) f32
   Tensor final_out_;                 // (N, C) same storage as d_res_ (dead before the backward starts)
@@ -211,7 +327,7 @@ class Model {
   Tensor d_h_, d_u_, d_g_;           // (mlp_chunk_, Fl)
   int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
   bool keep_mlp_hidden_ = false;     // no checkpointing: h, u, g are kept per layer as (N, Fl)
-  Tensor gather_scratch_;            // (chunk) f32, tp > 1 only: full tensors are summed through it
+  Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
   std::unique_ptr<RingAttention> attention_;
 };
 

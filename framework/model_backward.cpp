@@ -10,24 +10,33 @@ namespace rt {
 void Model::backward() {
   const ModelShape& s = shape_;
   // Final RMSNorm: d_res = d(final_out) through the norm.
+  const int head_unit = int(s.L) + 1;
   fill(d_res_, 0.f);
-  rmsnorm_bwd(d_res_, param_view(grads_, "norm.weight"), d_final_, residual_[size_t(s.L)],
-              param_view(compute_, "norm.weight"), final_rstd_);
+  rmsnorm_bwd(d_res_, param_view(unit_grads(head_unit), "norm.weight"), d_final_, residual_[size_t(s.L)],
+              param_view(unit_weights(head_unit), "norm.weight"), final_rstd_);
+  end_unit_grads(head_unit);  // zero 2/3: reduce-scattered while the layers run
   for (int l = int(s.L) - 1; l >= 0; --l) {
     BlockActs& a = acts_for(l);
+    unit_weights(l + 1);       // zero 3: gathered again (the last two layers are still held from the forward)
+    if (l > 0) prefetch_weights(l);  // the layer below, under this one's recompute and backward
+    begin_unit_grads(l + 1);
+    offload_wait_input(l);   // offload: this layer's input back on the device (posted one layer ahead)
+    offload_prefetch(l - 1);
     if (options_.checkpointing == ActivationCheckpointing::full) block_forward(l, a, BlockPass::recompute);
     if (options_.checkpointing == ActivationCheckpointing::selective)
       block_forward(l, a, BlockPass::recompute_keep_attention);
     block_backward(l, a);
+    end_unit_grads(l + 1);
   }
-  embedding_bwd(param_view(grads_, "tok_embeddings.weight"), d_res_, tokens_);
+  embedding_bwd(param_view(unit_grads(0), "tok_embeddings.weight"), d_res_, tokens_);
+  end_unit_grads(0);
 }
 
 // On entry d_res_ = d(loss)/d(block output); on return d(loss)/d(block input).
 void Model::block_backward(int layer, BlockActs& a) {
   const ModelShape& s = shape_;
-  const LayerWeights w = layer_weights(compute_, layer);
-  const LayerWeights dw = layer_weights(grads_, layer);
+  const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
+  const LayerWeights dw = layer_weights(unit_grads(layer + 1), layer);
   const Tensor& x = residual_[size_t(layer)];  // (N, C)
 
   // MLP, chunk by chunk of mlp_chunk_ tokens (the hidden recomputed per chunk unless kept). proj is

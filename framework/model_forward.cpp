@@ -11,7 +11,7 @@ namespace rt {
 // recompute_keep_attention also the ring attention, whose output and LSE were kept.
 void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   const ModelShape& s = shape_;
-  const LayerWeights w = layer_weights(compute_, layer);
+  const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
   const Tensor& x = residual_[size_t(layer)];  // (N, C)
 
   // Attention: RMSNorm -> q, k, v (local heads) -> RoPE -> ring attention -> wo -> all-reduce over tp.
@@ -35,6 +35,7 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   // backward recomputes each chunk's hidden just before using it.
   rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
   if (pass != BlockPass::forward) return;
+  offload_before_output(layer);  // its output buffer may be staging that the layer before is still copying out
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
   for (int64_t begin = 0; begin < s.N(); begin += mlp_chunk_) {
     const int64_t end = std::min(s.N(), begin + mlp_chunk_);
@@ -68,7 +69,7 @@ void Model::mlp_chunk_hidden(int layer, BlockActs& a, int64_t begin, int64_t end
   if (shape_.swiglu) u = kept ? a.u.slice(begin, end) : a.u.slice(0, m);         // (m, Fl)
   g = kept ? a.g.slice(begin, end) : a.g.slice(0, m);                            // (m, Fl)
   if (kept && for_backward) return;
-  mlp_hidden_forward(layer_weights(compute_, layer), a.ln2.slice(begin, end), h, u, g);
+  mlp_hidden_forward(layer_weights(unit_weights(layer + 1), layer), a.ln2.slice(begin, end), h, u, g);
 }
 
 std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {
@@ -81,17 +82,36 @@ std::vector<float> Model::step(const Batch& batch, double global_count, bool wan
 void Model::forward_backward(const Batch& batch, double global_count, bool want_grad) {
   const ModelShape& s = shape_;
   upload_batch(batch);
-  embedding_fwd(residual_[0], tokens_, param_view(compute_, "tok_embeddings.weight"));
-  for (int l = 0; l < s.L; ++l) block_forward(l, acts_for(l), BlockPass::forward);
-  rmsnorm_fwd(final_out_, final_rstd_, residual_[size_t(s.L)], param_view(compute_, "norm.weight"),
+  offload_begin_step(want_grad);
+  const int head_unit = int(s.L) + 1;
+  // Unit by unit; at zero 3 each unit's gather is posted one unit ahead (prefetch) so that it runs under the
+  // current unit's compute, and unit_weights() waits for it.
+  prefetch_weights(0);
+  const Tensor embedding = unit_weights(0);
+  prefetch_weights(1);
+  embedding_fwd(residual_[0], tokens_, param_view(embedding, "tok_embeddings.weight"));
+  for (int l = 0; l < s.L; ++l) {
+    unit_weights(l + 1);
+    prefetch_weights(l + 2);  // the next layer, or the head after the last one
+    block_forward(l, acts_for(l), BlockPass::forward);
+    offload_after_forward(l);  // its input to pinned host memory, under the next layer's compute
+  }
+  const Tensor head_weights = unit_weights(head_unit);
+  rmsnorm_fwd(final_out_, final_rstd_, residual_[size_t(s.L)], param_view(head_weights, "norm.weight"),
               config_.norm_eps);
 
   // The fused head computes the loss and, when asked, d(final_out) and the head's weight gradient.
   const char* head = s.tied ? "tok_embeddings.weight" : "lm_head.weight";
   const float grad_scale = global_count > 0 ? float(1.0 / global_count) : 0.f;
-  if (want_grad) fill(grads_, 0.f);
-  lm_head_loss(final_out_, param_view(compute_, head), targets_, losses_, head_scratch_,
-               want_grad ? d_final_ : Tensor{}, want_grad ? param_view(grads_, head) : Tensor{}, grad_scale);
+  if (want_grad) {
+    if (zero_ <= 1) fill(full_grads_, 0.f);
+    begin_unit_grads(0);  // zero 2/3: the embedding's slot lives through the whole backward (tied: the head too)
+    begin_unit_grads(head_unit);
+  }
+  const Tensor head_w = s.tied ? unit_weights(0) : head_weights;
+  const Tensor head_dw = want_grad ? (s.tied ? unit_grads(0) : unit_grads(head_unit)) : Tensor{};
+  lm_head_loss(final_out_, param_view(head_w, head), targets_, losses_, head_scratch_,
+               want_grad ? d_final_ : Tensor{}, want_grad ? param_view(head_dw, head) : Tensor{}, grad_scale);
   if (want_grad) backward();
 }
 

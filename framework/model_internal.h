@@ -1,7 +1,10 @@
 // Pieces shared by framework/model*.cpp: the per-block activation buffers, the per-layer weight views,
 // and host <-> device copies of raw arrays.
 #pragma once
+#include <algorithm>
+
 #include "framework/model.h"
+#include "kernels/host_copy.h"
 
 namespace rt {
 
@@ -23,6 +26,14 @@ struct Model::BlockActs {
   Tensor g;        // (N | chunk, Fl)  activated hidden (input of proj / w2)
 };
 
+// The activation offload's copy stream and tickets (framework/model_offload.cpp).
+struct Model::Offload {
+  explicit Offload(Device d) : copier(d) {}
+  AsyncHostCopier copier;
+  std::vector<int> out_ticket, in_ticket;  // per offloaded layer: pending copy out / back (-1: none)
+  int stage_holds[2] = {-1, -1};           // which layer's input a staging buffer holds
+};
+
 // One layer's weights (or gradients) as views of a flat buffer. Linear weights are (out, in) local shards.
 struct Model::LayerWeights {
   Tensor attn_norm;      // (C)
@@ -34,6 +45,22 @@ struct Model::LayerWeights {
   Tensor w3;             // (Fl, C)  SwiGLU up
   Tensor proj_or_w2;     // (C, Fl)  GELU proj | SwiGLU w2 (down)
 };
+
+// Elements of a parameter's full (unsharded) tensor.
+int64_t full_numel(const ParamEntry& e);
+// A parameter's local (tp shard) elements [first, last) <-> their places in the full row-major tensor:
+// piece (last - first) <- full, and full += piece.
+void extract_piece(const ParamEntry& e, int64_t first, int64_t last, const float* full, float* piece);
+void add_piece(const ParamEntry& e, int64_t first, int64_t last, const float* piece, float* full);
+
+template <class Fn>
+void Model::for_each_owned_piece(Fn&& fn) const {
+  for (const ParamEntry& e : params_) {
+    const OwnedRange r = owned(e.unit);
+    const int64_t lo = std::max(e.offset, r.flat_begin), hi = std::min(e.offset + e.numel, r.flat_end);
+    if (lo < hi) fn(e, r.local_begin + (lo - r.flat_begin), lo - e.offset, hi - e.offset);
+  }
+}
 
 // Copies nbytes of host memory into dst (any device) and back. dst/src give dtype and size.
 void copy_host_to_tensor(Tensor dst, const void* host);

@@ -125,31 +125,11 @@ std::vector<float> generate_full(const ParamEntry& e, uint64_t seed) {
   return full;
 }
 
-int64_t full_cols(const ParamEntry& e) { return e.full_shape.back(); }
-
-// local (numel) <- full[rows, cols] of this rank's shard.
-void extract_shard(const ParamEntry& e, const float* full, float* local) {
-  const int64_t lc = e.col_end - e.col_begin, fc = full_cols(e);
-  for (int64_t r = e.row_begin; r < e.row_end; ++r)
-    std::memcpy(local + (r - e.row_begin) * lc, full + r * fc + e.col_begin, size_t(lc) * sizeof(float));
-}
-
-// full[rows, cols] += local.
-void add_shard(const ParamEntry& e, const float* local, float* full) {
-  const int64_t lc = e.col_end - e.col_begin, fc = full_cols(e);
-  for (int64_t r = e.row_begin; r < e.row_end; ++r)
-    for (int64_t c = 0; c < lc; ++c) full[r * fc + e.col_begin + c] += local[(r - e.row_begin) * lc + c];
-}
-
-int64_t full_numel(const ParamEntry& e) {
-  int64_t n = 1;
-  for (int64_t d : e.full_shape) n *= d;
-  return n;
-}
-
 }  // namespace
 
-std::vector<ParamEntry> build_param_table(const ModelConfig& m, int tp, int tp_rank) {
+namespace {
+
+std::vector<ParamEntry> unordered_param_table(const ModelConfig& m, int tp, int tp_rank) {
   const ModelShape s = make_model_shape(m, tp, tp_rank, 1, 1);
   const float std0 = 0.02f;
   const float std_resid = 0.02f / std::sqrt(2.f * float(s.L));
@@ -179,12 +159,48 @@ std::vector<ParamEntry> build_param_table(const ModelConfig& m, int tp, int tp_r
 
   std::vector<ParamEntry> table = std::move(decayed);
   table.insert(table.end(), plain.begin(), plain.end());
-  int64_t offset = 0;
-  for (ParamEntry& e : table) {
-    e.offset = offset;
-    offset += (e.numel + kOffsetAlign - 1) / kOffsetAlign * kOffsetAlign;
-  }
   return table;
+}
+
+}  // namespace
+
+int param_unit_of(const std::string& name, int n_layer) {
+  if (name == "tok_embeddings.weight") return 0;
+  if (name.rfind("layers.", 0) == 0) return 1 + std::stoi(name.substr(7));
+  return n_layer + 1;  // norm.weight, lm_head.weight
+}
+
+ParamLayout build_param_layout(const ModelConfig& m, int tp, int tp_rank, int shard_count) {
+  RT_CHECK(shard_count >= 1, "build_param_layout: shard_count " << shard_count << " must be >= 1");
+  ParamLayout layout;
+  layout.shard_count = shard_count;
+  layout.table = unordered_param_table(m, tp, tp_rank);
+  // Offsets unit by unit (embedding, layers 0..L-1, final norm + LM head), parameters within a unit in table
+  // order; each parameter starts 64-element aligned, each unit is padded to a multiple of 64 * shard_count so
+  // that its shards are equal and aligned. The table keeps its order (checkpoint files do not depend on it).
+  const int units = m.n_layer + 2;
+  layout.units.resize(size_t(units));
+  for (ParamEntry& e : layout.table) e.unit = param_unit_of(e.name, m.n_layer);
+  const int64_t unit_align = kOffsetAlign * shard_count;
+  int64_t offset = 0;
+  for (int u = 0; u < units; ++u) {
+    ParamUnit& pu = layout.units[size_t(u)];
+    pu.name = u == 0 ? "embedding" : u == units - 1 ? "head" : "layers." + std::to_string(u - 1);
+    pu.offset = offset;
+    for (ParamEntry& e : layout.table) {
+      if (e.unit != u) continue;
+      e.offset = offset;
+      offset += (e.numel + kOffsetAlign - 1) / kOffsetAlign * kOffsetAlign;
+    }
+    offset = (offset + unit_align - 1) / unit_align * unit_align;
+    pu.numel = offset - pu.offset;
+  }
+  layout.total = offset;
+  return layout;
+}
+
+std::vector<ParamEntry> build_param_table(const ModelConfig& m, int tp, int tp_rank) {
+  return build_param_layout(m, tp, tp_rank, 1).table;
 }
 
 int64_t count_parameters(const ModelConfig& m) {
@@ -199,91 +215,24 @@ const ParamEntry& Model::param(const std::string& name) const {
   RT_CHECK(false, "model has no parameter named '" << name << "'");
 }
 
-Tensor Model::param_view(const Tensor& flat, const std::string& name) const {
+Tensor Model::param_view(const Tensor& unit_buffer, const std::string& name) const {
   const ParamEntry& e = param(name);
-  Tensor t = flat.slice(e.offset, e.offset + e.numel);
+  const int64_t begin = e.offset - layout_.units[size_t(e.unit)].offset;
+  Tensor t = unit_buffer.slice(begin, begin + e.numel);
   if (e.local_shape.size() == 2) return t.view({e.local_shape[0], e.local_shape[1]});
   return t;
 }
 
 void Model::init_weights(uint64_t seed) {
   fill(master_, 0.f);  // the alignment gaps between parameters stay zero
-  for (const ParamEntry& e : params_) {
+  std::vector<float> local;
+  for_each_owned_piece([&](const ParamEntry& e, int64_t at, int64_t first, int64_t last) {
     const std::vector<float> full = generate_full(e, seed);
-    std::vector<float> local(size_t(e.numel));
-    extract_shard(e, full.data(), local.data());
-    copy_host_to_tensor(master_.slice(e.offset, e.offset + e.numel), local.data());
-  }
+    local.resize(size_t(last - first));
+    extract_piece(e, first, last, full.data(), local.data());
+    copy_host_to_tensor(master_.slice(at, at + (last - first)), local.data());
+  });
   sync_compute_weights();
-}
-
-void Model::sync_compute_weights() {
-  if (compute_.data != master_.data) copy_cast(compute_, master_);
-}
-
-namespace {
-// Sums a host vector over the tp ranks, chunk by chunk through a device buffer (the comm may be NCCL).
-void tp_sum(Comm& tp, Tensor scratch, std::vector<float>& values) {
-  const int64_t chunk = scratch.numel();
-  for (int64_t begin = 0; begin < int64_t(values.size()); begin += chunk) {
-    const int64_t len = std::min<int64_t>(chunk, int64_t(values.size()) - begin);
-    Tensor part = scratch.slice(0, len);
-    copy_host_to_tensor(part, values.data() + begin);
-    tp.all_reduce_sum(part);
-    copy_tensor_to_host(values.data() + begin, part);
-  }
-}
-}  // namespace
-
-std::vector<HostTensor> Model::gather_full(const Tensor& flat, const std::string& prefix) {
-  std::vector<HostTensor> out;
-  out.reserve(params_.size());
-  std::vector<float> local;
-  for (const ParamEntry& e : params_) {
-    HostTensor t{prefix + e.name, e.full_shape, std::vector<float>(size_t(full_numel(e)), 0.f)};
-    local.resize(size_t(e.numel));
-    copy_tensor_to_host(local.data(), flat.slice(e.offset, e.offset + e.numel));
-    if (e.owner) add_shard(e, local.data(), t.values.data());
-    if (shape_.tp > 1) tp_sum(tp_comm(), gather_scratch_, t.values);
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-void Model::scatter_full(Tensor flat, const std::vector<HostTensor>& tensors, const std::string& prefix) {
-  std::map<std::string, const HostTensor*> by_name;
-  for (const HostTensor& t : tensors) by_name[t.name] = &t;
-  std::vector<float> local;
-  fill(flat, 0.f);  // the alignment gaps between parameters stay zero
-  for (const ParamEntry& e : params_) {
-    auto it = by_name.find(prefix + e.name);
-    RT_CHECK(it != by_name.end(), "checkpoint has no tensor '" << prefix + e.name
-                                                               << "'; it was written for a different model config");
-    const HostTensor& t = *it->second;
-    RT_CHECK(t.shape == e.full_shape && int64_t(t.values.size()) == full_numel(e),
-             "checkpoint tensor '" << t.name << "' has a different shape than the model expects; "
-                                   << "check model.* in the config against the checkpoint's metadata");
-    local.resize(size_t(e.numel));
-    extract_shard(e, t.values.data(), local.data());
-    copy_host_to_tensor(flat.slice(e.offset, e.offset + e.numel), local.data());
-  }
-  RT_CHECK(by_name.size() >= params_.size(), "checkpoint holds fewer tensors than the model");
-}
-
-void Model::reduce_shared_kv_grads() {
-  if (shape_.tp == 1 || shape_.Hkv >= shape_.tp) return;
-  std::vector<float> local, full;
-  for (const ParamEntry& e : params_) {
-    if (e.shard != ShardKind::kv_replicated) continue;
-    Tensor g = grads_.slice(e.offset, e.offset + e.numel);
-    local.resize(size_t(e.numel));
-    full.assign(size_t(full_numel(e)), 0.f);
-    copy_tensor_to_host(local.data(), g);
-    add_shard(e, local.data(), full.data());  // every sharer contributes its query heads' part
-    tp_sum(tp_comm(), gather_scratch_, full);
-    extract_shard(e, full.data(), local.data());
-    copy_host_to_tensor(g, local.data());
-  }
 }
 
 void copy_host_to_tensor(Tensor dst, const void* host) {

@@ -16,8 +16,8 @@ float learning_rate(const OptimConfig& o, int64_t step, int64_t total_steps) {
 
 AdamW::AdamW(const OptimConfig& config, Model& model, Arena& arena) : config_(config), model_(model) {
   const int64_t P = model.master().numel();
-  m_ = arena.alloc(DType::f32, {P}, "adam m (f32)");  // (P)
-  v_ = arena.alloc(DType::f32, {P}, "adam v (f32)");  // (P)
+  m_ = arena.alloc(DType::f32, {P}, model.zero() > 0 ? "adam m (f32 shard)" : "adam m (f32)");  // (local)
+  v_ = arena.alloc(DType::f32, {P}, model.zero() > 0 ? "adam v (f32 shard)" : "adam v (f32)");  // (local)
   clip_ = arena.alloc(DType::f32, {2}, "grad norm^2 and clip factor (f32)");  // (2)
 }
 
@@ -33,26 +33,27 @@ void AdamW::step(int64_t step, float lr) {
   const Tensor sumsq = clip_.slice(0, 1), scale = clip_.slice(1, 2);  // (1), (1)
   const Tensor grads = model_.grads();
   fill(sumsq, 0.f);
-  for (const ParamEntry& e : model_.params())
-    if (e.owner) sum_squares_accumulate(grads.slice(e.offset, e.offset + e.numel), sumsq);
+  for (const Model::LocalRun& r : model_.local_runs())
+    if (r.owner) sum_squares_accumulate(grads.slice(r.begin, r.end), sumsq);
+  // ZeRO: each rank holds a disjoint shard of the gradients, so the shards' sums add up over dp x cp.
+  if (model_.shard_count() > 1) model_.dp_cp_comm().all_reduce_sum(sumsq);
   if (model_.shape().tp > 1) model_.tp_comm().all_reduce_sum(sumsq);
   grad_clip_scale(sumsq, scale, config_.grad_clip);
 
   AdamWArgs args;
   args.lr = lr, args.beta1 = config_.beta1, args.beta2 = config_.beta2, args.eps = config_.eps;
   args.step = step;
-  // 2-D weights come first in the flat buffer and get weight decay; norm weights after them do not.
-  const int64_t P = m_.numel(), split = model_.decay_numel();
+  // Weight decay on 2-D weights only. At zero 0 a bf16 compute copy is written by the update itself; at
+  // zero >= 1 the updated shard is refreshed into the compute weights afterwards (copied and all-gathered).
   const Tensor master = model_.master(), compute = model_.compute();
-  const bool lowp = compute.data != master.data;
+  const bool lowp = model_.zero() == 0 && compute.data != master.data;
   const Tensor clip_factor = config_.grad_clip > 0 ? scale : Tensor{};
-  for (int part = 0; part < 2; ++part) {
-    const int64_t begin = part == 0 ? 0 : split, end = part == 0 ? split : P;
-    if (begin == end) continue;
-    args.weight_decay = part == 0 ? config_.weight_decay : 0.f;
-    adamw(master.slice(begin, end), grads.slice(begin, end), m_.slice(begin, end), v_.slice(begin, end), args,
-          lowp ? compute.slice(begin, end) : Tensor{}, clip_factor);
+  for (const Model::LocalRun& r : model_.local_runs()) {
+    args.weight_decay = r.decay ? config_.weight_decay : 0.f;
+    adamw(master.slice(r.begin, r.end), grads.slice(r.begin, r.end), m_.slice(r.begin, r.end),
+          v_.slice(r.begin, r.end), args, lowp ? compute.slice(r.begin, r.end) : Tensor{}, clip_factor);
   }
+  if (model_.zero() > 0) model_.sync_compute_weights();
 }
 
 double AdamW::last_grad_norm() const {

@@ -10,6 +10,7 @@
 
 #include "framework/mfu.h"
 #include "framework/plan_docs.h"
+#include "framework/plan_fit.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
 #include "kernels/device_memory.h"
@@ -21,25 +22,6 @@
 namespace rt {
 
 namespace {
-
-// A communicator that knows only its size: enough to shape buffers; any traffic is refused.
-class SizeOnlyComm final : public Comm {
- public:
-  explicit SizeOnlyComm(int size) : size_(size) {}
-  int rank() const override { return 0; }
-  int size() const override { return size_; }
-  std::string name() const override { return "plan"; }
-  void all_reduce_sum(Tensor) override { refuse(); }
-  void all_reduce_sum(double*, int) override { refuse(); }
-  void broadcast(Tensor, int) override { refuse(); }
-  void barrier() override { refuse(); }
-  ExchangeHandle ring_exchange_start(const Tensor&, Tensor) override { refuse(); }
-  void wait(ExchangeHandle) override { refuse(); }
-
- private:
-  [[noreturn]] static void refuse() { RT_CHECK(false, "ringtrain plan does not communicate"); }
-  int size_;
-};
 
 std::string human_bytes(double b) {
   char buf[32];
@@ -87,51 +69,86 @@ double non_arena_allowance_bytes(Device device) { return device.is_cuda() ? 2.0 
 
 namespace {
 
-// `ringtrain plan --json`: one object on stdout. fits: peak + reserve <= device_bytes (true when the device
-// memory is unknown). reserve: what the arena does not count (CUDA context, cuBLASLt workspace, NCCL).
+// `ringtrain plan --json`: one object on stdout. fits: the device (and host) limits hold (true when unknown).
+// reserve: what the arena does not count (CUDA context, cuBLASLt workspace, NCCL).
 void print_plan_json(const Config& config, Device device, int64_t params, double model_flops, double hw_flops,
-                     size_t peak_bytes) {
+                     const PlanPoint& pt, const PlanLimits& limits) {
   const ParallelConfig& p = config.parallel;
-  const double device_bytes = device_memory_bytes(device);
-  const double reserve = non_arena_allowance_bytes(device);
+  const double reserve = pt.allowance_bytes + pt.nccl_bytes;
   nlohmann::json j = {{"params", params},
                       {"flops_per_step", model_flops},
                       {"hw_flops_per_step", hw_flops},
-                      {"peak_bytes_per_rank", peak_bytes},
+                      {"peak_bytes_per_rank", pt.arena_bytes},
                       {"reserve_bytes_per_rank", reserve},
-                      {"total_bytes_per_rank", double(peak_bytes) + reserve},
-                      {"fits", device_bytes <= 0 || double(peak_bytes) + reserve <= device_bytes},
-                      {"device_bytes", device_bytes > 0 ? nlohmann::json(device_bytes) : nlohmann::json(nullptr)},
+                      {"nccl_bytes_per_rank", pt.nccl_bytes},
+                      {"total_bytes_per_rank", pt.device_bytes()},
+                      {"host_bytes_per_rank", pt.host_bytes_per_rank},
+                      {"host_bytes_per_node", pt.host_bytes_per_node},
+                      {"fits", pt.fits()},
+                      {"device_bytes", limits.device_bytes > 0 ? nlohmann::json(limits.device_bytes) : nlohmann::json(nullptr)},
+                      {"host_bytes", limits.host_bytes > 0 ? nlohmann::json(limits.host_bytes) : nlohmann::json(nullptr)},
                       {"device", device.is_cuda() ? "cuda" : "cpu"},
                       {"world_size", p.dp * p.cp * p.tp},
                       {"dp", p.dp},
                       {"cp", p.cp},
                       {"tp", p.tp},
+                      {"zero", pt.zero},
+                      {"offload_layers", pt.offload_layers},
                       {"layout", resolved_layout(config)},
-                      {"seq_len", config.data.seq_len},
+                      {"seq_len", pt.seq_len},
                       {"batch_size", config.train.batch_size},
-                      {"tokens_per_step", double(config.train.batch_size) * config.data.seq_len},
+                      {"tokens_per_step", double(config.train.batch_size) * pt.seq_len},
                       {"n_layer", config.model.n_layer},
                       {"d_model", config.model.d_model}};
   std::printf("%s\n", j.dump().c_str());
 }
 
+void print_memory(const PlanPoint& pt, const PlanLimits& limits, Device device, int top) {
+  std::printf("  device/rank  %s = arena %s + %s allowance (CUDA context, cuBLASLt workspace) + %s NCCL buffers",
+              human_bytes(pt.device_bytes()).c_str(), human_bytes(pt.arena_bytes).c_str(),
+              human_bytes(pt.allowance_bytes).c_str(), human_bytes(pt.nccl_bytes).c_str());
+  if (limits.device_bytes > 0)
+    std::printf("  [of %s: %s]", human_bytes(limits.device_bytes).c_str(), pt.fits_device ? "fits" : "DOES NOT FIT");
+  std::printf("\n");
+  if (pt.offload_layers > 0 || pt.host_bytes_per_rank > 0) {
+    std::printf("  host/node    %s pinned = %d ranks x %s (block inputs of %d offloaded layers)",
+                human_bytes(pt.host_bytes_per_node).c_str(), limits.ranks_per_node,
+                human_bytes(pt.host_bytes_per_rank).c_str(), pt.offload_layers);
+    if (limits.host_bytes > 0)
+      std::printf("  [of %s: %s]", human_bytes(limits.host_bytes).c_str(), pt.fits_host ? "fits" : "DOES NOT FIT");
+    std::printf("\n");
+  }
+  std::printf("  largest buffers (%s):\n", device.str().c_str());
+  for (size_t i = 0; i < pt.largest.size() && int(i) < top; ++i)
+    std::printf("    %10s  %5.1f%%  %s\n", human_bytes(pt.largest[i].second).c_str(),
+                100.0 * pt.largest[i].second / pt.arena_bytes, pt.largest[i].first.c_str());
+}
+
 }  // namespace
 
-int plan_main(const Config& config, bool json, const std::string& doc_lengths) {
+int plan_main(const Config& config, const PlanArgs& args) {
   const ParallelConfig& p = config.parallel;
-  SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp);
-  ModelComms comms;
-  comms.tp = &tp, comms.cp = &cp, comms.dp_cp = &dp_cp, comms.tp_rank = 0;
   const Device device = plan_device(config);
-  const ModelSession session = measure_session(config, comms, device, /*with_optimizer=*/true);
-  const Model& model = *session.model;
-  const ModelShape& s = model.shape();
+  PlanLimits limits;
+  limits.device_bytes = args.device_memory_gib > 0 ? args.device_memory_gib * 1024.0 * 1024 * 1024
+                                                   : device_memory_bytes(device);
+  limits.host_bytes = args.host_memory_gib > 0 ? args.host_memory_gib * 1024.0 * 1024 * 1024
+                                               : double(host_physical_bytes());
+  const int world = p.dp * p.cp * p.tp;
+  limits.ranks_per_node = args.ranks_per_node > 0 ? args.ranks_per_node : std::min(world, 8);
+  Config planned = config;
+  PlanPoint pt;
+  if (args.max_seq_len) {
+    pt = max_seq_len(config, device, limits);
+    if (pt.seq_len > 0) planned.data.seq_len = pt.seq_len;
+  } else {
+    pt = plan_point(config, device, limits);
+  }
 
   const ModelConfig& m = config.model;
   const int64_t params = count_parameters(m);
-  const FlopsModel flops = flops_model(config);
-  const double tokens_step = double(config.train.batch_size) * config.data.seq_len;
+  const FlopsModel flops = flops_model(planned);
+  const double tokens_step = double(config.train.batch_size) * planned.data.seq_len;
   const double model_flops = flops.per_token() * tokens_step;
   const bool recompute = config.train.checkpointing != "none";
   // Full checkpointing re-runs each block's forward (1/3 of its fwd + bwd work) in the backward.
@@ -144,11 +161,10 @@ int plan_main(const Config& config, bool json, const std::string& doc_lengths) {
   const double hw_flops = config.train.checkpointing == "full"      ? model_flops * (1.0 + block_share / 3.0)
                           : config.train.checkpointing == "selective" ? model_flops + selective_extra
                                                                       : model_flops;
-  const int world = p.dp * p.cp * p.tp;
-  if (json) {
-    print_plan_json(config, device, params, model_flops, hw_flops, session.arena->peak());
-    if (!doc_lengths.empty()) {
-      const DocLengthPlan d = doc_length_plan(config, doc_lengths);
+  if (args.json) {
+    print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits);
+    if (!args.doc_lengths.empty()) {  // a second JSON object, on its own line
+      const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
       const nlohmann::json j = {{"doc_lengths", d.path},
                                 {"visible_pairs_per_sample", d.pairs_per_sample},
                                 {"causal_pairs_per_sample", d.causal_pairs_per_sample},
@@ -160,17 +176,30 @@ int plan_main(const Config& config, bool json, const std::string& doc_lengths) {
     return 0;
   }
 
-  std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d tp=%d, layout %s)\n", config.source_path.c_str(),
-              device.str().c_str(), world, p.dp, p.cp, p.tp, resolved_layout(config).c_str());
+  std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d tp=%d, layout %s, zero %d%s)\n", config.source_path.c_str(),
+              device.str().c_str(), world, p.dp, p.cp, p.tp, resolved_layout(config).c_str(), pt.zero,
+              config.train.offload == "activations" ? ", offload activations" : "");
+  if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());
+  if (args.max_seq_len) {
+    if (pt.seq_len == 0) {
+      std::printf("  max seq_len  none: even %d tokens (the smallest step of the layout) do not fit\n",
+                  seq_len_step(config));
+      print_memory(pt, limits, device, 6);
+      return 0;
+    }
+    std::printf("  max seq_len  %d tokens (%.2fM; steps of %d), offload_layers %d, checkpointing %s\n", pt.seq_len,
+                pt.seq_len / 1048576.0, seq_len_step(config), pt.offload_layers, config.train.checkpointing.c_str());
+  }
   std::printf("  model        L=%d d=%d H=%d Hkv=%d D=%d mlp=%s d_ff=%d vocab=%d tied=%s\n", m.n_layer, m.d_model,
               m.n_head, m.n_kv_head, m.head_dim(), m.mlp.c_str(), m.d_ff, m.vocab_size,
               m.tied_embeddings ? "yes" : "no");
   std::printf("  parameters   %s total (%lld), %s in matmuls\n", human_count(double(params)).c_str(),
               (long long)params, human_count(double(flops.params_matmul)).c_str());
-  std::printf("  per rank     %lld sequences x %lld tokens, %lld local heads, %lld local KV heads, d_ff/tp %lld\n",
-              (long long)s.B, (long long)s.n, (long long)s.Hl, (long long)s.Hkvl, (long long)s.Fl);
+  std::printf("  per rank     %lld sequences x %lld tokens, ZeRO shards %d\n",
+              (long long)sequences_per_rank(planned), (long long)tokens_per_rank(planned),
+              pt.zero > 0 ? p.dp * p.cp : 1);
   std::printf("  tokens/step  %.0f (batch %d x seq_len %d)\n", tokens_step, config.train.batch_size,
-              config.data.seq_len);
+              planned.data.seq_len);
   std::printf("  FLOPs/token  %s\n", flops.formula().c_str());
   std::printf("  FLOPs/step   %s model (%s per rank)", human_count(model_flops).c_str(),
               human_count(model_flops / world).c_str());
@@ -180,9 +209,13 @@ int plan_main(const Config& config, bool json, const std::string& doc_lengths) {
   if (peak > 0)
     std::printf("  at 50%% MFU   %.1f s/step on %d x %.0f TFLOP/s\n", model_flops / (0.5 * peak * 1e12 * world), world,
                 peak);
-
-  if (!doc_lengths.empty()) {
-    const DocLengthPlan d = doc_length_plan(config, doc_lengths);
+  std::printf("  activations  %s, dtype %s, MLP chunk %lld tokens\n", config.train.checkpointing.c_str(),
+              device.is_cuda() ? "bf16" : "f32",
+              (long long)resolve_mlp_chunk(config.train.mlp_chunk,
+                                           sequences_per_rank(planned) * tokens_per_rank(planned),
+                                           m.d_ff / p.tp));
+  if (!args.doc_lengths.empty()) {
+    const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
     std::printf("  documents    %s: %.4g visible pairs per sample (%.1f%% of causal), mean of %d windows\n",
                 d.path.c_str(), d.pairs_per_sample, 100.0 * d.pairs_per_sample / d.causal_pairs_per_sample, d.windows);
     std::printf("  attention    %s FLOPs/step on visible pairs (12 L d_model pairs batch)\n",
@@ -191,29 +224,7 @@ int plan_main(const Config& config, bool json, const std::string& doc_lengths) {
                 "(sum over ring steps of the slowest rank's pairs / the mean)\n",
                 p.cp, d.imbalance[0], d.imbalance[1], d.imbalance[2], d.imbalance[3]);
   }
-
-  const Arena& arena = *session.arena;
-  const double allowance = non_arena_allowance_bytes(device);
-  std::printf("  peak memory  %s per rank: arena %s + %s allowance for the CUDA context and cuBLASLt workspace\n",
-              human_bytes(double(arena.peak()) + allowance).c_str(), human_bytes(double(arena.peak())).c_str(),
-              human_bytes(allowance).c_str());
-  std::printf("               (%s, activations %s, activation dtype %s, MLP chunk %lld of %lld tokens)\n",
-              device.str().c_str(), config.train.checkpointing.c_str(), device.is_cuda() ? "bf16" : "f32",
-              (long long)resolve_mlp_chunk(config.train.mlp_chunk, s.N(), s.Fl), (long long)s.N());
-  std::map<std::string, std::pair<size_t, int>> by_name;  // what -> (bytes, count)
-  for (const Arena::Entry& e : arena.entries()) {
-    auto& slot = by_name[e.what];
-    slot.first += e.bytes, slot.second += 1;
-  }
-  std::vector<std::pair<std::string, std::pair<size_t, int>>> rows(by_name.begin(), by_name.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::printf("  largest buffers:\n");
-  for (size_t i = 0; i < rows.size() && i < 10; ++i)
-    std::printf("    %10s  %5.1f%%  %s%s\n", human_bytes(double(rows[i].second.first)).c_str(),
-                100.0 * double(rows[i].second.first) / double(arena.peak()), rows[i].first.c_str(),
-                rows[i].second.second > 1 ? (" (x" + std::to_string(rows[i].second.second) + ")").c_str() : "");
-  if (device.is_cuda())
-    std::printf("  not counted  NCCL buffers (cp/tp > 1 over NCCL); the allowance above covers the rest\n");
+  print_memory(pt, limits, device, 10);
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/checkpoint_internal.h"
 #include "framework/checkpoint_io.h"
 #include "framework/data_files.h"
 #include "kernels/tensor.h"
@@ -76,30 +77,50 @@ void write_safetensors(const std::string& path, const std::vector<HostTensor>& t
   write_safetensors(path, tensors, metadata, /*bf16=*/false);
 }
 
-void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata, bool bf16) {
+SafetensorsLayout make_safetensors_layout(const std::vector<std::string>& names,
+                                          const std::vector<std::vector<int64_t>>& shapes,
+                                          const std::map<std::string, std::string>& metadata, bool bf16) {
+  RT_CHECK(names.size() == shapes.size(), "make_safetensors_layout: " << names.size() << " names but " << shapes.size()
+                                                                     << " shapes");
   const uint64_t elem = bf16 ? 2 : 4;
+  SafetensorsLayout layout;
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
-  for (const HostTensor& t : tensors) {
-    RT_CHECK(!t.name.empty() && t.name != "__metadata__", "write_safetensors: invalid tensor name '" << t.name << "'");
-    RT_CHECK(!header.contains(t.name), "write_safetensors: tensor name '" << t.name << "' appears twice");
-    for (int64_t d : t.shape) RT_CHECK(d >= 0, "write_safetensors: tensor '" << t.name << "' has a negative dim");
-    RT_CHECK(numel_of(t.shape) == int64_t(t.values.size()),
-             "write_safetensors: tensor '" << t.name << "' has " << t.values.size() << " values but its shape holds "
-                                           << numel_of(t.shape));
-    const uint64_t bytes = uint64_t(t.values.size()) * elem;
-    header[t.name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    RT_CHECK(!name.empty() && name != "__metadata__", "write_safetensors: invalid tensor name '" << name << "'");
+    RT_CHECK(!header.contains(name), "write_safetensors: tensor name '" << name << "' appears twice");
+    for (int64_t d : shapes[i]) RT_CHECK(d >= 0, "write_safetensors: tensor '" << name << "' has a negative dim");
+    const uint64_t bytes = uint64_t(numel_of(shapes[i])) * elem;
+    header[name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", shapes[i]}, {"data_offsets", {offset, offset + bytes}}};
+    layout.tensors.push_back({name, shapes[i], offset, offset + bytes, bf16 ? "BF16" : "F32"});
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
+  layout.header.assign(reinterpret_cast<const char*>(&header_len), sizeof header_len);
+  layout.header += text;
+  layout.data_start = layout.header.size();
+  layout.file_bytes = layout.data_start + offset;
+  return layout;
+}
 
+void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata, bool bf16) {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const HostTensor& t : tensors) {
+    RT_CHECK(numel_of(t.shape) == int64_t(t.values.size()),
+             "write_safetensors: tensor '" << t.name << "' has " << t.values.size() << " values but its shape holds "
+                                           << numel_of(t.shape));
+    names.push_back(t.name);
+    shapes.push_back(t.shape);
+  }
+  const SafetensorsLayout layout = make_safetensors_layout(names, shapes, metadata, bf16);
   DurableFileWriter w(path);
-  w.write(&header_len, sizeof header_len);
-  w.write(text.data(), text.size());
+  w.write(layout.header.data(), layout.header.size());
   std::vector<uint16_t> half;
   for (const HostTensor& t : tensors) {
     if (!bf16) {
@@ -113,13 +134,9 @@ void write_safetensors(const std::string& path, const std::vector<HostTensor>& t
   w.commit();
 }
 
-std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  return read_safetensors(path, metadata, /*accept_half=*/false, /*header_only=*/false);
-}
-
-std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
-                                         bool accept_half, bool header_only) {
-  MappedFile file(path);
+std::vector<SafetensorsEntry> read_safetensors_index(const MappedFile& file, std::map<std::string, std::string>* metadata,
+                                                     bool accept_half) {
+  const std::string& path = file.path();
   const uint64_t size = file.size();
   if (size < 8)
     corrupt(path, "it has " + std::to_string(size) + " bytes, fewer than the 8-byte header length (truncated?)");
@@ -137,7 +154,6 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
   }
   if (!header.is_object()) corrupt(path, "the JSON header is not an object");
   const uint64_t data_bytes = size - 8 - header_len;
-  const uint8_t* data = file.data() + 8 + header_len;
 
   struct Entry {
     uint64_t begin, end;
@@ -206,26 +222,42 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
     corrupt(path, "the data region has " + std::to_string(data_bytes) + " bytes but the tensors cover " +
                       std::to_string(expected) + " (trailing bytes)");
 
+  std::vector<SafetensorsEntry> out;
+  out.reserve(entries.size());
+  for (Entry& e : entries)
+    out.push_back({e.tensor.name, e.tensor.shape, 8 + header_len + e.begin, 8 + header_len + e.end, e.dtype});
+  return out;
+}
+
+std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  return read_safetensors(path, metadata, /*accept_half=*/false, /*header_only=*/false);
+}
+
+std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
+                                         bool accept_half, bool header_only) {
+  MappedFile file(path);
   std::vector<HostTensor> tensors;
-  tensors.reserve(entries.size());
-  for (Entry& e : entries) {
+  for (const SafetensorsEntry& e : read_safetensors_index(file, metadata, accept_half)) {
+    HostTensor t{e.name, e.shape, {}};
     if (header_only) {  // names and shapes only
-      tensors.push_back(std::move(e.tensor));
+      tensors.push_back(std::move(t));
       continue;
     }
-    const size_t n = size_t((e.end - e.begin) / e.elem);
-    e.tensor.values.resize(n);
-    if (e.elem == 4) {
-      if (n > 0) std::memcpy(e.tensor.values.data(), data + e.begin, e.end - e.begin);
+    const uint64_t elem = e.dtype == "F32" ? 4 : 2;
+    const size_t n = size_t((e.end - e.begin) / elem);
+    t.values.resize(n);
+    const uint8_t* data = file.data() + e.begin;
+    if (elem == 4) {
+      if (n > 0) std::memcpy(t.values.data(), data, e.end - e.begin);
     } else {
       const bool bf16 = e.dtype == "BF16";
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
-        std::memcpy(&h, data + e.begin + 2 * i, 2);
-        e.tensor.values[i] = bf16 ? bf16_widen(h) : f16_widen(h);
+        std::memcpy(&h, data + 2 * i, 2);
+        t.values[i] = bf16 ? bf16_widen(h) : f16_widen(h);
       }
     }
-    tensors.push_back(std::move(e.tensor));
+    tensors.push_back(std::move(t));
   }
   return tensors;
 }

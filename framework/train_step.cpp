@@ -36,8 +36,7 @@ std::vector<std::pair<std::string, double>> LossTally::group_means() const {
 void train_step(Model& model, AdamW& optimizer, const Batch& batch, int64_t step, float lr) {
   const double count = model.global_target_count(batch);  // host scalars over MPI: no GPU wait
   model.forward_backward(batch, count, /*want_grad=*/true);
-  Comm& dp_cp = model.dp_cp_comm();
-  if (dp_cp.size() > 1) dp_cp.all_reduce_sum(model.grads());
+  model.reduce_gradients();  // over dp x cp: all-reduce (zero 0) or reduce-scatter into the shards (zero >= 1)
   model.reduce_shared_kv_grads();
   optimizer.step(step, lr);
 }

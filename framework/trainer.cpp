@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/checkpoint_internal.h"
+#include "framework/checkpoint_sharded.h"
 #include "framework/dump_logits.h"
 #include "framework/init_from.h"
 #include "framework/metrics.h"
@@ -64,25 +66,17 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-// Saves model + optimizer + state (collective over tp; world rank 0 writes). Returns the directory.
+// Saves model + optimizer + state: every rank writes its own byte ranges of the unsharded files (no rank
+// assembles the full state; framework/checkpoint_sharded.h). Collective over the world. Returns the directory.
 std::string save(const Config& config, ModelSession& session, DataLoader& loader, int64_t step, Comm& world,
                  const std::map<std::string, std::string>& extra_metadata) {
-  const bool writer = world.rank() == 0;
-  Model& model = *session.model;
-  std::vector<HostTensor> weights = model.gather_full(model.master(), "");
-  std::vector<HostTensor> optimizer = session.optimizer->export_state();
-  std::string dir;
-  if (writer) {
-    TrainState state;
-    state.step = step;
-    state.data_cursor = loader.cursor();
-    state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
-    state.config_hash = model_config_hash(config);
-    dir = save_checkpoint(config.train.run_dir, weights, optimizer, state, config.model, config.checkpoint.keep_last,
-                          extra_metadata);
-  }
-  world.barrier();
-  return dir;
+  TrainState state;
+  state.step = step;
+  state.data_cursor = loader.cursor();
+  state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
+  state.config_hash = model_config_hash(config);
+  return save_checkpoint_sharded(config.train.run_dir, *session.model, *session.optimizer, state,
+                                 config.checkpoint.keep_last, world, extra_metadata);
 }
 
 // Finds the checkpoint to resume from: "" none, "auto" the newest in run_dir (none is fine), else a directory.
@@ -95,20 +89,19 @@ std::string resume_dir(const Config& config) {
   return r;
 }
 
-void load_into(ModelSession& session, const LoadedCheckpoint& ckpt) {
-  session.model->scatter_full(session.model->master(), ckpt.model, "");
-  session.model->sync_compute_weights();
-  if (!session.optimizer) return;
-  if (ckpt.optimizer.empty()) session.optimizer->zero_state();  // a weights-only checkpoint (import-hf)
-  else session.optimizer->import_state(ckpt.optimizer);
-}
-
 // What every checkpoint of this run records besides the model config: the context it trains at and the
 // Hugging Face directory its weights first came from (export-hf copies the tokenizer from there).
 std::map<std::string, std::string> run_metadata(const Config& config, const std::string& hf_source) {
   std::map<std::string, std::string> meta = {{"context_length", std::to_string(config.data.seq_len)}};
   if (!hf_source.empty()) meta["hf_source"] = hf_source;
   return meta;
+}
+
+// Reads this rank's ranges of a checkpoint (any grid, any ZeRO stage); a weights-only checkpoint (import-hf)
+// leaves the optimizer at zero. Collective over the world.
+TrainState load_into(ModelSession& session, const std::string& dir, Comm& world,
+                     std::map<std::string, std::string>* model_metadata = nullptr) {
+  return load_checkpoint_sharded(dir, *session.model, session.optimizer.get(), world, model_metadata);
 }
 
 }  // namespace
@@ -125,6 +118,7 @@ int train_main(const Config& config) {
     for (const std::string& note : config.notes) std::printf("%s\n", note.c_str());
     std::printf("cp=%d layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, layout.c_str(), config.parallel.tp,
                 config.parallel.dp, device_name(device).c_str());
+    if (!zero_note(config).empty()) std::printf("%s\n", zero_note(config).c_str());
     std::filesystem::create_directories(tc.run_dir);
     std::ofstream(tc.run_dir + "/config.yaml") << config_to_yaml(config);
   }
@@ -140,13 +134,15 @@ int train_main(const Config& config) {
   std::string hf_source;  // carried into every checkpoint's metadata
   const std::string from = resume_dir(config);
   if (!from.empty()) {  // checkpoint.resume wins over train.init_from: a resumed run continues
-    const LoadedCheckpoint ckpt = load_checkpoint(from);
-    RT_CHECK(ckpt.state.config_hash.empty() || ckpt.state.config_hash == model_config_hash(config),
+    TrainState peek;
+    read_checkpoint_state(from, &peek);
+    RT_CHECK(peek.config_hash.empty() || peek.config_hash == model_config_hash(config),
              "checkpoint " << from << " was written for a different model config; resume with the same model.*");
-    load_into(session, ckpt);
-    start_step = ckpt.state.step;
-    loader->set_cursor(ckpt.state.data_cursor);
-    if (auto it = ckpt.metadata.find("hf_source"); it != ckpt.metadata.end()) hf_source = it->second;
+    std::map<std::string, std::string> meta;
+    const TrainState resumed = load_into(session, from, grid.world(), &meta);
+    start_step = resumed.step;
+    loader->set_cursor(resumed.data_cursor);
+    if (auto it = meta.find("hf_source"); it != meta.end()) hf_source = it->second;
     if (rank0) std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)start_step);
   } else if (!tc.init_from.empty()) {  // weights from the source, fresh optimizer, step 0
     const ModelSource source = read_model_source(tc.init_from);
@@ -191,6 +187,7 @@ int train_main(const Config& config) {
   while (step < tc.steps) {
     const Batch batch = loader->next();
     model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
+    model.reset_zero_stats();
     ++step;
     const float lr = learning_rate(config.optim, step, tc.steps);
     train_step(model, optimizer, batch, step, lr);
@@ -221,6 +218,12 @@ int train_main(const Config& config) {
         const RingTimings& ring = model.attention().timings();
         sm.extra["attn_ms"] = ring.total_s() * 1e3;
         sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
+        if (model.zero() > 0) {  // the latest step's ZeRO gathers and reduce-scatters (host time in their calls)
+          const Model::ZeroStats& z = model.zero_stats();
+          sm.extra["zero_comm_ms"] = z.host_s * 1e3;
+          sm.extra["zero_gathered_gib"] = z.gathered_bytes / double(1 << 30);
+          sm.extra["zero_scattered_gib"] = z.scattered_bytes / double(1 << 30);
+        }
         std::printf("%s\n", format_step_line(sm).c_str());
         std::fflush(stdout);
         metrics->write(sm);
@@ -262,8 +265,7 @@ int eval_main(const Config& config, const std::string& checkpoint_dir, const std
   ProcessGrid grid = make_process_grid(config);
   const Device device = resolve_device(config);
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
-  const LoadedCheckpoint ckpt = load_checkpoint(checkpoint_dir);
-  load_into(session, ckpt);
+  load_into(session, checkpoint_dir, grid.world());
   std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "eval");
   if (!dump_logits_file.empty()) {
     loader->set_cursor(0);

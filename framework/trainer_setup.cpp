@@ -1,5 +1,7 @@
 #include "framework/trainer_setup.h"
 
+#include "framework/plan_fit.h"
+
 #include <mpi.h>
 
 #include <cstdio>
@@ -80,7 +82,24 @@ ModelOptions model_options(const Config& config, Device device) {
   o.act_dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   o.layout = parse_layout(resolved_layout(config));
   o.dkv_wire = config.parallel.dkv_wire == "bf16" ? DType::bf16 : DType::f32;
+  o.zero = config.parallel.zero;
+  if (config.train.offload == "activations") {
+    RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
+                               "run is on the CPU, where every activation is in host memory already; use "
+                               "train.offload: none (or device: cuda)");
+    RT_CHECK(config.train.offload_layers != "auto", "train.offload_layers: auto must be resolved before the model is "
+                                                    "built (build_session does it)");
+    o.offload_layers = std::stoi(config.train.offload_layers);
+  }
   return o;
+}
+
+std::string zero_note(const Config& config) {
+  const ParallelConfig& p = config.parallel;
+  if (p.zero == 0 || p.dp * p.cp > 1) return "";
+  return "note: parallel.zero=" + std::to_string(p.zero) + " has nothing to shard: the dp x cp group is one rank "
+         "(dp=" + std::to_string(p.dp) + ", cp=" + std::to_string(p.cp) + "), so every rank holds the whole state "
+         "as at zero 0; raise dp or cp to shard it";
 }
 
 LoaderRank loader_rank(const Config& config, const ProcessGrid& grid) {
@@ -121,11 +140,39 @@ ModelSession measure_session(const Config& config, const ModelComms& comms, Devi
   return s;
 }
 
-ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer) {
-  const int head_dim = config.model.n_head > 0 ? config.model.d_model / config.model.n_head : 0;
+namespace {
+int env_int(const char* a, const char* b, int fallback) {
+  for (const char* key : {a, b})
+    if (const char* v = std::getenv(key)) return std::max(1, std::atoi(v));
+  return fallback;
+}
+}  // namespace
+
+Config resolve_offload(const Config& config, Device device) {
+  if (config.train.offload != "activations") return config;
+  RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
+                             "run is on the CPU, where every activation is in host memory already; use "
+                             "train.offload: none (or device: cuda)");
+  Config c = config;
+  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", 1);
+  PlanLimits limits;
+  limits.ranks_per_node = local_ranks;
+  limits.device_bytes = double(device_total_bytes(device)) / std::max(1, local_ranks / std::max(1, cuda_device_count()));
+  const double host = double(host_physical_bytes());
+  const PlanPoint pt = plan_point(c, device, limits);
+  c.train.offload_layers = std::to_string(pt.offload_layers);
+  // Refused up front: pinned memory beyond the host's would fail (or swap) in the middle of the first step.
+  const std::string problem = offload_host_problem(pt, local_ranks, host);
+  RT_CHECK(problem.empty(), problem);
+  return c;
+}
+
+ModelSession build_session(const Config& config_in, const ModelComms& comms, Device device, bool with_optimizer) {
+  const int head_dim = config_in.model.n_head > 0 ? config_in.model.d_model / config_in.model.n_head : 0;
   if (device.is_cuda() && head_dim != 64 && head_dim != 128)
     throw Error("head_dim = model.d_model / model.n_head = " + std::to_string(head_dim) +
                 ", but the CUDA attention kernels take head dims 64 and 128; change d_model / n_head, or set device: cpu");
+  const Config config = resolve_offload(config_in, device);
   if (config.train.deterministic_attention) set_deterministic_attention(true);  // else RT_ATTN_DETERMINISTIC decides
   size_t bytes = 0;
   {

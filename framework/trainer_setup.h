@@ -21,6 +21,8 @@ std::shared_ptr<Comm> make_world_comm(const Config& config);
 ProcessGrid make_process_grid(const Config& config);
 
 ModelOptions model_options(const Config& config, Device device);
+// "" or the note that parallel.zero > 0 has nothing to shard on a dp x cp group of one rank (it runs as zero 0).
+std::string zero_note(const Config& config);
 // This rank's loader coordinates (dp, cp, layout).
 LoaderRank loader_rank(const Config& config, const ProcessGrid& grid);
 int64_t sequences_per_rank(const Config& config);
@@ -33,7 +35,11 @@ struct ModelSession {
 };
 // Builds on Arena::measuring(device) (allocates nothing); the arena then holds the exact byte counts.
 ModelSession measure_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer);
-// Measures, then builds on a real arena of exactly that size. Weights are not initialised.
+// train.offload_layers: auto resolved to the fewest layers with which this rank fits its GPU (the GPU's memory
+// shared by the ranks on it); refuses, saying how much is needed, when the offloaded inputs of the node's ranks
+// exceed the host's memory, or when the run is on the CPU.
+Config resolve_offload(const Config& config, Device device);
+// Resolves the offload, measures, then builds on a real arena of exactly that size. Weights are not initialised.
 ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer);
 
 }  // namespace rt

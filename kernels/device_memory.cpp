@@ -1,5 +1,7 @@
 #include "kernels/device_memory.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -15,6 +17,7 @@ void cuda_free(int, void*) {}
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 size_t cuda_memory_in_use(int) { return 0; }
+size_t cuda_memory_total(int) { return 0; }
 uint64_t cuda_host_waits() { return 0; }
 #else
 namespace cuda {
@@ -22,6 +25,7 @@ uint64_t host_wait_count();  // kernels/cuda/runtime.cu
 }
 uint64_t cuda_host_waits() { return cuda::host_wait_count(); }
 size_t cuda_memory_in_use(int device);  // kernels/cuda/memory.cu
+size_t cuda_memory_total(int device);   // kernels/cuda/memory.cu
 void* cuda_alloc(int device, size_t bytes);  // kernels/cuda/memory.cu
 void cuda_free(int device, void* ptr);
 #endif
@@ -37,6 +41,12 @@ void device_free(Device device, void* ptr) {
   if (!ptr) return;
   if (device.is_cuda()) cuda_free(device.index, ptr);
   else std::free(ptr);
+}
+
+size_t host_physical_bytes() { return size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGE_SIZE)); }
+
+size_t device_total_bytes(Device device) {
+  return device.is_cuda() ? cuda_memory_total(device.index) : host_physical_bytes();
 }
 
 size_t measured_memory_bytes(Device device) {

@@ -19,5 +19,8 @@ size_t measured_memory_bytes(Device device);
 // rt::cuda::host_wait, kernels/cuda/runtime.h), over the process. 0 without CUDA. Tests use it to check
 // that a training step does not wait outside its logging point.
 uint64_t cuda_host_waits();
+// The host's physical memory, and a device's total memory (the host's for the CPU), in bytes.
+size_t host_physical_bytes();
+size_t device_total_bytes(Device device);
 
 }  // namespace rt

@@ -15,4 +15,34 @@ ExchangeHandle LocalComm::ring_exchange_start(const Tensor& send, Tensor recv) {
   return {0};
 }
 
+void check_reduce_scatter(const Tensor& send, const Tensor& recv, int size, const char* comm) {
+  RT_CHECK(send.dtype == recv.dtype && send.numel() == recv.numel() * size,
+           comm << "::reduce_scatter_sum: send " << send.shape_str() << " " << dtype_name(send.dtype) << " must hold "
+                << size << " x recv " << recv.shape_str() << " " << dtype_name(recv.dtype) << " of the same dtype");
+  RT_CHECK(send.dtype == DType::f32 || send.dtype == DType::bf16,
+           comm << "::reduce_scatter_sum: only f32 and bf16 tensors can be summed, got " << dtype_name(send.dtype));
+  const char* s0 = static_cast<const char*>(send.data);
+  const char* r0 = static_cast<const char*>(recv.data);
+  RT_CHECK(send.numel() == 0 || r0 + recv.nbytes() <= s0 || s0 + send.nbytes() <= r0,
+           comm << "::reduce_scatter_sum: send and recv overlap; give recv its own buffer");
+}
+
+void check_all_gather(const Tensor& send, const Tensor& recv, int size, const char* comm) {
+  RT_CHECK(send.dtype == recv.dtype && send.numel() * size == recv.numel(),
+           comm << "::all_gather: recv " << recv.shape_str() << " " << dtype_name(recv.dtype) << " must hold " << size
+                << " x send " << send.shape_str() << " " << dtype_name(send.dtype) << " of the same dtype");
+}
+
+ExchangeHandle LocalComm::reduce_scatter_sum_start(const Tensor& send, Tensor recv) {
+  check_reduce_scatter(send, recv, 1, "LocalComm");
+  copy_cast(recv, send);
+  return {0};
+}
+
+ExchangeHandle LocalComm::all_gather_start(const Tensor& send, Tensor recv) {
+  check_all_gather(send, recv, 1, "LocalComm");
+  if (send.data != recv.data) copy_cast(recv, send);
+  return {0};
+}
+
 }  // namespace rt

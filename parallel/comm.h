@@ -32,12 +32,26 @@ class Comm {
   virtual ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) = 0;
   virtual void wait(ExchangeHandle handle) = 0;
 
+  // Non-blocking collectives over all ranks (ZeRO, DESIGN.md "Sharded training state"), completed by wait()
+  // like an exchange; several may be outstanding, and every rank must post them in the same order.
+  //   reduce_scatter_sum: send (size * n) f32 is summed over the ranks; rank r receives elements
+  //                       [r * n, (r + 1) * n) of the sum in recv (n). send and recv must not overlap.
+  //   all_gather:         send (n) of any dtype from every rank, concatenated in rank order into recv
+  //                       (size * n). send may be recv's own block r (in place).
+  // Neither buffer may be touched until wait() returns (on NCCL: until the compute stream has waited).
+  virtual ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) = 0;
+  virtual ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) = 0;
+
   // Collective: a new communicator of the ranks that pass the same `color`, ranked by `key`. Used by
   // ProcessGrid to build the tp, cp, dp and dp x cp groups. The default refuses, naming the comm.
   virtual std::shared_ptr<Comm> split(int color, int key);
 };
 
 // A ring of one: every collective is the identity. Used by single-process runs and unit tests.
+// Checks the shapes of a reduce-scatter / all-gather over `size` ranks (shared by the implementations).
+void check_reduce_scatter(const Tensor& send, const Tensor& recv, int size, const char* comm);
+void check_all_gather(const Tensor& send, const Tensor& recv, int size, const char* comm);
+
 class LocalComm final : public Comm {
  public:
   int rank() const override { return 0; }
@@ -49,6 +63,8 @@ class LocalComm final : public Comm {
   void barrier() override {}
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle) override {}
+  ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;  // a copy
+  ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;          // a copy
   std::shared_ptr<Comm> split(int, int) override { return std::make_shared<LocalComm>(); }
 };
 

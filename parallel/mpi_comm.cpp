@@ -189,10 +189,59 @@ void MpiComm::wait(ExchangeHandle handle) {
   Pending& p = it->second;
   if (!p.requests.empty()) {
     RT_MPI_CHECK(MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE));
-    staging_.release(p.send, p.send_host, /*copy_out=*/false);
+    if (p.send_host.data) staging_.release(p.send, p.send_host, /*copy_out=*/false);
     staging_.release(p.recv, p.recv_host, /*copy_out=*/true);
   }
   pending_.erase(it);
+}
+
+ExchangeHandle MpiComm::reduce_scatter_sum_start(const Tensor& send, Tensor recv) {
+  check_reduce_scatter(send, recv, size_, "MpiComm");
+  RT_CHECK(send.dtype == DType::f32, "MpiComm::reduce_scatter_sum: only f32 is supported (gradients), got "
+                                         << dtype_name(send.dtype));
+  RT_CHECK(recv.numel() < (int64_t(1) << 31), "MpiComm::reduce_scatter_sum: " << recv.numel()
+                                                  << " elements per rank exceed MPI's int count; use more ranks");
+  const int id = next_id_++;
+  Pending& p = pending_[id];
+  p.send = send;
+  p.recv = recv;
+  if (size_ == 1) {
+    copy_cast(recv, send);
+    return {id};
+  }
+  p.send_host = staging_.acquire(send, /*copy_in=*/true);
+  p.recv_host = staging_.acquire(recv, /*copy_in=*/false);
+  p.requests.emplace_back();
+  RT_MPI_CHECK(MPI_Ireduce_scatter_block(p.send_host.data, p.recv_host.data, int(recv.numel()), MPI_FLOAT, MPI_SUM,
+                                         comm_, &p.requests.back()));
+  return {id};
+}
+
+ExchangeHandle MpiComm::all_gather_start(const Tensor& send, Tensor recv) {
+  check_all_gather(send, recv, size_, "MpiComm");
+  RT_CHECK(send.nbytes() < (size_t(1) << 31), "MpiComm::all_gather: " << send.nbytes()
+                                                  << " bytes per rank exceed MPI's int count; use more ranks");
+  const int id = next_id_++;
+  Pending& p = pending_[id];
+  p.send = send;
+  p.recv = recv;
+  if (size_ == 1) {
+    if (send.data != recv.data) copy_cast(recv, send);
+    return {id};
+  }
+  // In place (send is recv's own block): MPI_IN_PLACE, and only recv is staged (its block r copied in).
+  const size_t block = send.nbytes();
+  const bool in_place = static_cast<const char*>(send.data) == static_cast<const char*>(recv.data) + block * rank_;
+  p.recv_host = staging_.acquire(recv, /*copy_in=*/in_place);
+  const void* src = MPI_IN_PLACE;
+  if (!in_place) {
+    p.send_host = staging_.acquire(send, /*copy_in=*/true);
+    src = p.send_host.data;
+  }
+  p.requests.emplace_back();
+  RT_MPI_CHECK(MPI_Iallgather(src, in_place ? 0 : int(block), MPI_BYTE, p.recv_host.data, int(block), MPI_BYTE,
+                              comm_, &p.requests.back()));
+  return {id};
 }
 
 std::shared_ptr<Comm> MpiComm::split(int color, int key) {

@@ -51,6 +51,10 @@ class MpiComm final : public Comm {
   void barrier() override;
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle handle) override;
+  // f32 (MPI_Ireduce_scatter_block, summed in f32) / any dtype (MPI_Iallgather of bytes). GPU tensors are staged
+  // through the host: the send is copied out when the collective is posted, the result copied back in wait().
+  ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;
+  ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;
   std::shared_ptr<Comm> split(int color, int key) override;
 
   MPI_Comm handle() const { return comm_; }

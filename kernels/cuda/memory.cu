@@ -37,4 +37,11 @@ size_t cuda_memory_in_use(int device) {
   return total_bytes - free_bytes;
 }
 
+size_t cuda_memory_total(int device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes;
+}
+
 }  // namespace rt

@@ -147,18 +147,30 @@ ExchangeHandle NcclComm::ring_exchange_start(const Tensor& send, Tensor recv) {
                                                                  << " must have the same byte size");
   check_tensor(send, "ring_exchange_start");
   check_tensor(recv, "ring_exchange_start");
-  Exchanges& x = *exchanges_;
   cudaStream_t compute = cuda::stream_for(send, "NcclComm::ring_exchange_start");
-  cudaStream_t comm = as_stream(comm_stream_);
   // The hop may start once everything launched so far on the compute stream is done: that covers the
   // writes to `send` and the last reads of `recv` (the buffer being replaced).
-  CUDA_CHECK(cudaEventRecord(x.ready, compute));
-  CUDA_CHECK(cudaStreamWaitEvent(comm, x.ready, 0));
+  cudaStream_t comm = as_stream(enter_comm_stream(compute));
   const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclSend(send.data, send.nbytes(), ncclUint8, next, comm_, comm));
   NCCL_CHECK(ncclRecv(recv.data, recv.nbytes(), ncclUint8, prev, comm_, comm));
   NCCL_CHECK(ncclGroupEnd());
+  return post(compute, "ring exchange (send to next + recv from previous)");
+}
+
+void* NcclComm::enter_comm_stream(void* compute_stream) {
+  cudaStream_t compute = as_stream(compute_stream), comm = as_stream(comm_stream_);
+  // The collective may start once everything launched so far on the compute stream is done: that covers the
+  // writes to its send buffer and the last reads of the buffer it overwrites.
+  CUDA_CHECK(cudaEventRecord(exchanges_->ready, compute));
+  CUDA_CHECK(cudaStreamWaitEvent(comm, exchanges_->ready, 0));
+  return comm;
+}
+
+ExchangeHandle NcclComm::post(void* compute_stream, const char* what) {
+  Exchanges& x = *exchanges_;
+  cudaStream_t comm = as_stream(comm_stream_);
   cudaEvent_t done = nullptr;
   if (!x.free.empty()) {
     done = x.free.back();
@@ -167,11 +179,32 @@ ExchangeHandle NcclComm::ring_exchange_start(const Tensor& send, Tensor recv) {
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   }
   CUDA_CHECK(cudaEventRecord(done, comm));
-  watchdog_->watch(comm, "ring exchange (send to next + recv from previous)");
-  check_async("ring_exchange_start");
+  watchdog_->watch(comm, what);
+  check_async(what);
   const int id = x.next_id++;
-  x.posted[id] = {done, compute};
+  x.posted[id] = {done, as_stream(compute_stream)};
   return {id};
+}
+
+ExchangeHandle NcclComm::reduce_scatter_sum_start(const Tensor& send, Tensor recv) {
+  check_reduce_scatter(send, recv, size_, "NcclComm");
+  check_tensor(send, "reduce_scatter_sum_start");
+  check_tensor(recv, "reduce_scatter_sum_start");
+  const ncclDataType_t type = nccl_float_type(send.dtype, "reduce_scatter_sum_start");
+  cudaStream_t compute = cuda::stream_for(send, "NcclComm::reduce_scatter_sum_start");
+  cudaStream_t comm = as_stream(enter_comm_stream(compute));
+  NCCL_CHECK(ncclReduceScatter(send.data, recv.data, size_t(recv.numel()), type, ncclSum, comm_, comm));
+  return post(compute, "reduce_scatter");
+}
+
+ExchangeHandle NcclComm::all_gather_start(const Tensor& send, Tensor recv) {
+  check_all_gather(send, recv, size_, "NcclComm");
+  check_tensor(send, "all_gather_start");
+  check_tensor(recv, "all_gather_start");
+  cudaStream_t compute = cuda::stream_for(send, "NcclComm::all_gather_start");
+  cudaStream_t comm = as_stream(enter_comm_stream(compute));
+  NCCL_CHECK(ncclAllGather(send.data, recv.data, send.nbytes(), ncclUint8, comm_, comm));
+  return post(compute, "all_gather");
 }
 
 void NcclComm::wait(ExchangeHandle handle) {

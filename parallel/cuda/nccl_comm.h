@@ -10,6 +10,9 @@
 //               ncclGroupStart/End of send (to next) + recv (from prev) -> a "done" event. wait() makes the
 //               compute stream wait for that event: the host never blocks, compute waits only for the hop
 //               it needs, and the hop overlaps whatever compute was launched between start and wait.
+//   zero        reduce_scatter_sum_start / all_gather_start go on the same comm stream as the ring, ordered by the
+//               same events: posted after everything launched so far on the compute stream, and wait() makes
+//               the compute stream (never the host) wait for the result.
 //   failures    every NCCL call is checked (file:line). A watchdog thread polls ncclCommGetAsyncError and
 //               the completion events of every enqueued NCCL operation; an async error, or an operation not
 //               done after the timeout (a dead or stuck peer), prints "ringtrain: error on rank R: ...",
@@ -59,6 +62,8 @@ class NcclComm final : public Comm {
   void barrier() override;
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle handle) override;
+  ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;  // f32 or bf16
+  ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;          // any dtype
   std::shared_ptr<Comm> split(int color, int key) override;
 
   int device() const { return device_; }
@@ -67,6 +72,9 @@ class NcclComm final : public Comm {
  private:
   void check_tensor(const Tensor& t, const char* op) const;
   void check_async(const char* op);
+  // The comm stream after waiting for `compute`'s work so far; post() records the done event and a handle.
+  void* enter_comm_stream(void* compute);
+  ExchangeHandle post(void* compute, const char* what);
 
   MPI_Comm mpi_ = MPI_COMM_NULL;
   int device_ = 0;

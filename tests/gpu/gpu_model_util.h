@@ -53,7 +53,7 @@ inline StepResult first_step(const Config& config, ProcessGrid& grid, Device dev
   for (size_t i = 0; i < losses.size(); ++i)
     if (batch.targets[i] >= 0) sum += losses[i];
   grid.dp_cp().all_reduce_sum(&sum, 1);
-  if (grid.dp_cp().size() > 1) grid.dp_cp().all_reduce_sum(model.grads());
+  model.reduce_gradients();  // all-reduce (zero 0) or reduce-scatter into the shards (zero >= 1)
   model.reduce_shared_kv_grads();
   StepResult r;
   r.loss = sum / count;

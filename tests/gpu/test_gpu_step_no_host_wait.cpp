@@ -118,7 +118,7 @@ TEST(GpuStepNoHostWait, LoggedValuesMatchTheSynchronousPath) {
   const double bc1 = 1 - std::pow(double(o.beta1), 2.0), bc2 = 1 - std::pow(double(o.beta2), 2.0);
   double num = 0, den = 0;
   for (const ParamEntry& e : model.params()) {
-    const double wd = e.offset < model.decay_numel() ? o.weight_decay : 0.0;
+    const double wd = e.decay ? o.weight_decay : 0.0;
     for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
       const size_t k = size_t(i);
       const double gi = double(g[k]) * scale;
@@ -138,7 +138,7 @@ TEST(GpuStepNoHostWait, LoggedValuesMatchTheSynchronousPath) {
   for (const ParamEntry& e : model.params())
     for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
       const size_t k = size_t(i);
-      const double wd = e.offset < model.decay_numel() ? o.weight_decay : 0.0;
+      const double wd = e.decay ? o.weight_decay : 0.0;
       const double m = o.beta1 * double(m1[k]) + (1 - o.beta1) * g[k];
       const double v = o.beta2 * double(v1[k]) + (1 - o.beta2) * double(g[k]) * g[k];
       const double p = double(p1[k]) * (1 - lr * wd) - lr * (m / bc1) / (std::sqrt(v / bc2) + o.eps);

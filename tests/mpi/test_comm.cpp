@@ -110,3 +110,42 @@ TEST(ProcessGrid, CoordinatesAndGroups) {
   ProcessGrid local = ProcessGrid::local();
   EXPECT_EQ(local.cp().size(), 1);
 }
+
+// ZeRO's collectives: reduce-scatter (sum, rank r keeps block r) and all-gather (blocks in rank order), several
+// outstanding at once and waited out of order, in place and not; CPU tensors here (GPU tensors: test_gpu_nccl).
+TEST(MpiComm, ReduceScatterAndAllGatherAsync) {
+  auto world = make_mpi_world_comm();
+  const int r = world->rank(), P = world->size();
+  const int64_t n = 37;  // elements per rank (odd: no alignment luck)
+  std::vector<float> send(size_t(n * P)), recv(size_t(n), std::nanf(""));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = value(r, int64_t(i));
+  std::vector<float> mine(static_cast<size_t>(n)), gathered(size_t(n * P), std::nanf(""));
+  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = -value(r, i);
+  std::vector<float> in_place(size_t(n * P), std::nanf(""));
+  for (int64_t i = 0; i < n; ++i) in_place[size_t(r * n + i)] = 2.f * value(r, i);
+
+  ExchangeHandle rs = world->reduce_scatter_sum_start(host_f32(send), host_f32(recv));
+  ExchangeHandle ag = world->all_gather_start(host_f32(mine), host_f32(gathered));
+  Tensor whole = host_f32(in_place);
+  ExchangeHandle ip = world->all_gather_start(whole.slice(r * n, (r + 1) * n), whole);
+  world->wait(ip);
+  world->wait(ag);
+  world->wait(rs);
+  for (int64_t i = 0; i < n; ++i) {
+    double want = 0;
+    for (int q = 0; q < P; ++q) want += value(q, r * n + i);
+    ASSERT_NEAR(recv[size_t(i)], want, 1e-6 * std::abs(want)) << "reduce-scatter element " << i;
+  }
+  for (int q = 0; q < P; ++q)
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(gathered[size_t(q * n + i)], -value(q, i)) << "all-gather block " << q << " element " << i;
+      ASSERT_EQ(in_place[size_t(q * n + i)], 2.f * value(q, i)) << "in-place all-gather block " << q;
+    }
+  EXPECT_THROW(world->wait(rs), Error);  // already waited
+  std::vector<float> wrong(size_t(n + 1));
+  EXPECT_THROW(world->reduce_scatter_sum_start(host_f32(send), host_f32(wrong)), Error);
+  EXPECT_THROW(world->all_gather_start(host_f32(mine), host_f32(wrong)), Error);
+  // send and recv of a reduce-scatter may not overlap.
+  Tensor s = host_f32(send);
+  EXPECT_THROW(world->reduce_scatter_sum_start(s, s.slice(0, n)), Error);
+}

@@ -34,3 +34,11 @@ rt_mpi_test(gpu_ring_attention 8 --gtest_filter=*zigzag_causal_d128*)  # a ring 
 rt_mpi_test(gpu_model_grid 4)
 set_tests_properties(mpi_gpu_nccl_np1 mpi_gpu_nccl_np2 mpi_gpu_ring_attention_np4 mpi_gpu_ring_attention_np8
                      mpi_gpu_model_grid_np4 PROPERTIES LABELS "mpi;gpu")
+# ZeRO stages 1-3 against stage 0 on (1,2,1), (1,4,1), (2,2,1), (1,2,2).
+rt_mpi_test(zero 4)
+# Checkpoints written range by range: zero 3 on 4 ranks <-> zero 0 on 1 rank, both ways.
+rt_mpi_test(zero_checkpoint 4)
+# ZeRO 3 vs 0 and activation offload on the GPU (ranks share one GPU through the mpi communicator).
+rt_mpi_test(gpu_zero 2)
+rt_mpi_test(gpu_zero 4)
+set_tests_properties(mpi_gpu_zero_np2 mpi_gpu_zero_np4 PROPERTIES LABELS "mpi;gpu")
