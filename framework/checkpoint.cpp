@@ -1,5 +1,5 @@
-// Checkpoint directories: run_dir/checkpoints/step_<N>/{model.safetensors, optimizer.safetensors, state.json}.
-// Save: everything goes into run_dir/checkpoints/.tmp_step_<N>/, each file fsynced, state.json (with a
+// Checkpoint directories: run_dir/checkpoints/<lineage>/step_<N>/{model.safetensors, optimizer.safetensors,
+// state.json} (lineages: framework/run_dir.h). Save: everything goes into <lineage_dir>/.tmp_step_<N>/, each file fsynced, state.json (with a
 // checksum and size per file) last, the directory fsynced, renamed to step_<N>, and the parent fsynced.
 // A directory counts as a checkpoint only when its name is step_<digits> and it holds state.json, so an
 // interrupted save is never mistaken for one. Test hook: RINGTRAIN_TEST_CRASH_IN_SAVE=1 makes the save
@@ -7,6 +7,7 @@
 #include "framework/checkpoint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -72,13 +73,31 @@ nlohmann::json file_record(const fs::path& file) {
   return {{"bytes", bytes}, {"checksum", sum}};
 }
 
+bool guard_passed_at(const fs::path& dir) {
+  std::ifstream in(dir / kStateFile);
+  try {
+    const nlohmann::json js = nlohmann::json::parse(in);
+    return !js.contains("guard_passed") || js["guard_passed"].get<bool>();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void test_save_delay() {
+  const char* delay = std::getenv("RINGTRAIN_TEST_SAVE_DELAY_S");
+  if (!delay || !*delay) return;
+  const double s = std::atof(delay);
+  if (s > 0) ::usleep(useconds_t(s * 1e6));
+}
+
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTensor>& model,
+std::string save_checkpoint(const std::string& lineage_dir, const std::vector<HostTensor>& model,
                             const std::vector<HostTensor>& optimizer, const TrainState& state,
-                            const ModelConfig& model_config, int keep_last) {
+                            const ModelConfig& model_config, int keep_last,
+                            const std::vector<std::string>& keep_always) {
   RT_CHECK(state.step >= 0, "save_checkpoint: step " << state.step << " is negative");
-  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const fs::path root = fs::path(lineage_dir);
   const std::string name = "step_" + std::to_string(state.step);
   const fs::path tmp = root / (".tmp_" + name);
   const fs::path final_dir = root / name;
@@ -100,10 +119,15 @@ std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTe
                        {"data_cursor", state.data_cursor},
                        {"rng_state", state.rng_state},
                        {"config_hash", state.config_hash},
+                       {"lineage", state.lineage},
+                       {"parent", state.parent},
+                       {"config", state.config},
+                       {"guard_passed", state.guard_passed},
                        {"files", {{kModelFile, file_record(tmp / kModelFile)},
                                   {kOptimizerFile, file_record(tmp / kOptimizerFile)}}}};
   write_file_durably((tmp / kStateFile).string(), js.dump(2) + "\n");
   fsync_directory(tmp.string());
+  test_save_delay();
 
   // Replace an existing checkpoint of the same step only after the new one is complete.
   const fs::path replaced = root / (".old_" + name);
@@ -119,12 +143,22 @@ std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTe
   fsync_directory(root.string());
   if (had_old) remove_tree(replaced);
 
-  // Keep the newest `keep_last` (never the one just written) and drop leftovers of interrupted saves.
+  // Keep the newest `keep_last` of this lineage (never the one just written, one in keep_always, nor the
+  // newest that passed the divergence guard) and drop leftovers of interrupted saves.
   auto all = complete_checkpoints(root);
+  fs::path last_good;
+  for (const auto& entry : all)
+    if (guard_passed_at(entry.second)) last_good = entry.second;
+  auto is_kept = [&](const fs::path& p) {
+    if (p == final_dir || p == last_good) return true;
+    for (const std::string& k : keep_always)
+      if (fs::equivalent(p, k, ec)) return true;
+    return false;
+  };
   const size_t keep = size_t(std::max(keep_last, 1));
   size_t excess = all.size() > keep ? all.size() - keep : 0;
   for (size_t i = 0; i < all.size() && excess > 0; ++i) {
-    if (all[i].second == final_dir) continue;
+    if (is_kept(all[i].second)) continue;
     remove_tree(all[i].second);
     --excess;
   }
@@ -136,13 +170,14 @@ std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTe
   return final_dir.string();
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& dir) {
+namespace {
+
+nlohmann::json read_state_json(const std::string& dir) {
   const fs::path d(dir);
   std::error_code ec;
   if (!fs::is_directory(d, ec))
-    throw Error("checkpoint '" + dir + "' is not a directory; pass run_dir/checkpoints/step_<N>");
-  const fs::path state_path = d / kStateFile;
-  std::ifstream in(state_path);
+    throw Error("checkpoint '" + dir + "' is not a directory; pass run_dir/checkpoints/<lineage>/step_<N>");
+  std::ifstream in(d / kStateFile);
   if (!in)
     throw Error("checkpoint '" + dir + "' has no state.json: it is incomplete (an interrupted save?); use an "
                 "earlier checkpoint");
@@ -153,49 +188,96 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
     throw Error("checkpoint '" + dir + "': state.json does not parse (" + std::string(e.what()) +
                 "); the file is corrupted, use an earlier checkpoint");
   }
-  auto field = [&](const char* key) -> const nlohmann::json& {
-    if (!js.is_object() || !js.contains(key))
-      throw Error("checkpoint '" + dir + "': state.json lacks the field '" + std::string(key) + "'");
-    return js[key];
-  };
-  if (field("format") != kFormat)
-    throw Error("checkpoint '" + dir + "': state.json field 'format' is " + field("format").dump() +
+  if (!js.is_object()) throw Error("checkpoint '" + dir + "': state.json is not a JSON object");
+  return js;
+}
+
+const nlohmann::json& state_field(const nlohmann::json& js, const std::string& dir, const char* key) {
+  if (!js.contains(key))
+    throw Error("checkpoint '" + dir + "': state.json lacks the field '" + std::string(key) + "'");
+  return js[key];
+}
+
+TrainState parse_state(const nlohmann::json& js, const std::string& dir) {
+  if (state_field(js, dir, "format") != kFormat)
+    throw Error("checkpoint '" + dir + "': state.json field 'format' is " + state_field(js, dir, "format").dump() +
                 ", expected \"" + kFormat + "\"");
-  LoadedCheckpoint out;
+  TrainState st;
   try {
-    out.state.step = field("step").get<int64_t>();
-    out.state.data_cursor = field("data_cursor").get<uint64_t>();
-    out.state.rng_state = field("rng_state").get<std::string>();
-    out.state.config_hash = field("config_hash").get<std::string>();
+    st.step = state_field(js, dir, "step").get<int64_t>();
+    st.data_cursor = state_field(js, dir, "data_cursor").get<uint64_t>();
+    st.rng_state = state_field(js, dir, "rng_state").get<std::string>();
+    st.config_hash = state_field(js, dir, "config_hash").get<std::string>();
+    // Fields added with lineages (issue 17); older checkpoints lack them.
+    if (js.contains("lineage")) st.lineage = js["lineage"].get<std::string>();
+    if (js.contains("parent")) st.parent = js["parent"].get<std::string>();
+    if (js.contains("config")) st.config = js["config"].get<std::map<std::string, std::string>>();
+    if (js.contains("guard_passed")) st.guard_passed = js["guard_passed"].get<bool>();
   } catch (const nlohmann::json::exception& e) {
     throw Error("checkpoint '" + dir + "': state.json has a field of the wrong type (" + std::string(e.what()) + ")");
   }
-  const nlohmann::json& files = field("files");
-  for (const char* f : {kModelFile, kOptimizerFile}) {
-    const fs::path p = d / f;
-    if (!files.contains(f) || !files[f].contains("bytes") || !files[f].contains("checksum"))
-      throw Error("checkpoint '" + dir + "': state.json records no size/checksum for " + f);
-    if (!fs::is_regular_file(p, ec))
-      throw Error("checkpoint '" + dir + "': " + f + " is missing; use an earlier checkpoint");
-    uint64_t bytes = 0;
-    const std::string sum = file_checksum(p.string(), &bytes);
-    const uint64_t want_bytes = files[f]["bytes"].get<uint64_t>();
-    const std::string want_sum = files[f]["checksum"].get<std::string>();
-    if (bytes != want_bytes)
-      throw Error("checkpoint '" + dir + "': " + f + " has " + std::to_string(bytes) + " bytes but state.json "
-                  "records " + std::to_string(want_bytes) + " (truncated or replaced); use an earlier checkpoint");
-    if (sum != want_sum)
-      throw Error("checkpoint '" + dir + "': " + f + " is corrupted (checksum " + sum + ", state.json records " +
-                  want_sum + "); use an earlier checkpoint");
-  }
+  return st;
+}
+
+// Checks one file against the size and checksum state.json records for it.
+void verify_file(const nlohmann::json& js, const std::string& dir, const char* f) {
+  const fs::path p = fs::path(dir) / f;
+  std::error_code ec;
+  const nlohmann::json& files = state_field(js, dir, "files");
+  if (!files.contains(f) || !files[f].contains("bytes") || !files[f].contains("checksum"))
+    throw Error("checkpoint '" + dir + "': state.json records no size/checksum for " + f);
+  if (!fs::is_regular_file(p, ec))
+    throw Error("checkpoint '" + dir + "': " + f + " is missing; use an earlier checkpoint");
+  uint64_t bytes = 0;
+  const std::string sum = file_checksum(p.string(), &bytes);
+  const uint64_t want_bytes = files[f]["bytes"].get<uint64_t>();
+  const std::string want_sum = files[f]["checksum"].get<std::string>();
+  if (bytes != want_bytes)
+    throw Error("checkpoint '" + dir + "': " + f + " has " + std::to_string(bytes) + " bytes but state.json "
+                "records " + std::to_string(want_bytes) + " (truncated or replaced); use an earlier checkpoint");
+  if (sum != want_sum)
+    throw Error("checkpoint '" + dir + "': " + f + " is corrupted (checksum " + sum + ", state.json records " +
+                want_sum + "); use an earlier checkpoint");
+}
+
+}  // namespace
+
+TrainState read_checkpoint_state(const std::string& dir) { return parse_state(read_state_json(dir), dir); }
+
+LoadedCheckpoint load_checkpoint(const std::string& dir) {
+  const nlohmann::json js = read_state_json(dir);
+  LoadedCheckpoint out;
+  out.state = parse_state(js, dir);
+  for (const char* f : {kModelFile, kOptimizerFile}) verify_file(js, dir, f);
+  const fs::path d(dir);
   out.model = read_safetensors((d / kModelFile).string(), nullptr);
   out.optimizer = read_safetensors((d / kOptimizerFile).string(), nullptr);
   return out;
 }
 
-std::string latest_checkpoint(const std::string& run_dir) {
-  auto all = complete_checkpoints(fs::path(run_dir) / "checkpoints");
+std::vector<HostTensor> load_model_weights(const std::string& path, std::map<std::string, std::string>* metadata) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return read_safetensors(path, metadata);
+  if (!fs::is_directory(path, ec))
+    throw Error("checkpoint '" + path + "' does not exist; pass run_dir/checkpoints/<lineage>/step_<N> or a "
+                "model.safetensors file");
+  const fs::path model = fs::path(path) / kModelFile;
+  if (!fs::is_regular_file(model, ec))
+    throw Error("checkpoint '" + path + "' has no " + kModelFile + "; pass a checkpoint directory "
+                "(run_dir/checkpoints/<lineage>/step_<N>)");
+  if (fs::is_regular_file(fs::path(path) / kStateFile, ec)) verify_file(read_state_json(path), path, kModelFile);
+  return read_safetensors(model.string(), metadata);
+}
+
+std::string latest_checkpoint(const std::string& lineage_dir) {
+  auto all = complete_checkpoints(fs::path(lineage_dir));
   return all.empty() ? "" : all.back().second.string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& lineage_dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : complete_checkpoints(fs::path(lineage_dir))) out.push_back(entry.second.string());
+  return out;
 }
 
 }  // namespace rt

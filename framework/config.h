@@ -35,6 +35,8 @@ struct ParallelConfig {
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl
   std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
+  double timeout_s = 600;        // watchdog: a rank waiting this long in a collective ends the job (exit 4)
+  double save_timeout_s = 3600;  // the same while a checkpoint is written
 };
 
 struct TrainConfig {
@@ -48,6 +50,9 @@ struct TrainConfig {
   bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
+  bool overwrite = false;       // a fresh run into a run_dir holding checkpoints: delete them (else refused)
+  double divergence_factor = 0; // also diverged: a logged loss above factor x its running mean (0 = off)
+  std::string on_divergence = "stop";  // a non-finite loss or grad norm: stop (exit 3) | skip_step
 };
 
 struct OptimConfig {
@@ -82,11 +87,16 @@ struct Config {
   LogConfig log;
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)
+  // Dotted paths set explicitly, by the file or by --set (not a YAML key). Fields not listed hold defaults,
+  // so eval can take them from a checkpoint (framework/model_source.h).
+  std::vector<std::string> explicit_fields;
+  bool is_explicit(const std::string& path) const;
 };
 
 // Loads YAML, applies `--set a.b=c` overrides in order, validates every constraint (world_size: the
 // number of ranks the job runs on, checked against dp*cp*tp; 0 skips that check). Throws rt::Error with
 // the key's path (and line) and what to change. Creates nothing on disk.
+// A directory, or a file with no settings, is an error.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 0);
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,
                          int world_size = 0, const std::string& origin = "<string>");

@@ -83,6 +83,9 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   p.one_of("parallel.comm", g.comm, {"auto", "mpi", "nccl"});
   p.one_of("parallel.dkv_wire", g.dkv_wire, {"fp32", "bf16"});
   p.one_of("device", c.device, {"auto", "cpu", "cuda"});
+  if (!(g.timeout_s > 0)) p.add("parallel.timeout_s=", g.timeout_s, " must be > 0 seconds (default 600)");
+  if (!(g.save_timeout_s > 0))
+    p.add("parallel.save_timeout_s=", g.save_timeout_s, " must be > 0 seconds (default 3600)");
   if (g.comm == "nccl" && c.device == "cpu")
     p.add("parallel.comm=nccl needs GPU tensors but device=cpu; use parallel.comm: mpi (or auto) or device: cuda");
 #ifndef RINGTRAIN_HAVE_CUDA
@@ -208,6 +211,9 @@ void check_train(const Config& c, Problems& p) {
   p.at_least("train.lm_head_chunk", t.lm_head_chunk, 1);
   p.at_least("train.mlp_chunk", t.mlp_chunk, -1, " (-1 = auto, 0 = no chunking)");
   p.one_of("train.checkpointing", t.checkpointing, {"none", "full", "selective"});
+  p.one_of("train.on_divergence", t.on_divergence, {"stop", "skip_step"});
+  if (!(t.divergence_factor >= 0))
+    p.add("train.divergence_factor=", t.divergence_factor, " must be >= 0 (0 = off; e.g. 4 flags a loss 4x its mean)");
   if (t.run_dir.empty()) p.add("train.run_dir is empty; set a directory for config.yaml, metrics and checkpoints");
 }
 

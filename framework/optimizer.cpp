@@ -18,7 +18,7 @@ AdamW::AdamW(const OptimConfig& config, Model& model, Arena& arena) : config_(co
   const int64_t P = model.master().numel();
   m_ = arena.alloc(DType::f32, {P}, "adam m (f32)");  // (P)
   v_ = arena.alloc(DType::f32, {P}, "adam v (f32)");  // (P)
-  clip_ = arena.alloc(DType::f32, {2}, "grad norm^2 and clip factor (f32)");  // (2)
+  clip_ = arena.alloc(DType::f32, {4}, "grad norm^2, clip factor, skipped steps, loss check (f32)");  // (4)
 }
 
 void AdamW::zero_state() {
@@ -36,7 +36,7 @@ void AdamW::step(int64_t step, float lr) {
   for (const ParamEntry& e : model_.params())
     if (e.owner) sum_squares_accumulate(grads.slice(e.offset, e.offset + e.numel), sumsq);
   if (model_.shape().tp > 1) model_.tp_comm().all_reduce_sum(sumsq);
-  grad_clip_scale(sumsq, scale, config_.grad_clip);
+  grad_clip_scale(sumsq, clip_.slice(1, 3), config_.grad_clip);  // NaN factor + a counted skip if not finite
 
   AdamWArgs args;
   args.lr = lr, args.beta1 = config_.beta1, args.beta2 = config_.beta2, args.eps = config_.eps;
@@ -45,7 +45,7 @@ void AdamW::step(int64_t step, float lr) {
   const int64_t P = m_.numel(), split = model_.decay_numel();
   const Tensor master = model_.master(), compute = model_.compute();
   const bool lowp = compute.data != master.data;
-  const Tensor clip_factor = config_.grad_clip > 0 ? scale : Tensor{};
+  const Tensor clip_factor = scale;  // always read: besides clipping it carries the guard's skip
   for (int part = 0; part < 2; ++part) {
     const int64_t begin = part == 0 ? 0 : split, end = part == 0 ? split : P;
     if (begin == end) continue;
@@ -59,6 +59,20 @@ double AdamW::last_grad_norm() const {
   float sumsq = 0;
   copy_cast(Tensor(&sumsq, DType::f32, Device::cpu(), {1}), clip_.slice(0, 1));  // a host wait on CUDA
   return std::sqrt(double(sumsq));
+}
+
+void AdamW::guard_losses(const Tensor& losses) {
+  const Tensor check = clip_.slice(3, 4);  // (1)
+  fill(check, 0.f);
+  sum_squares_accumulate(losses, check);
+  scale_inplace(check, 0.f);  // finite -> 0, inf or NaN -> NaN
+  add_inplace(model_.grads().slice(0, 1), check);
+}
+
+int64_t AdamW::skipped_steps() const {
+  float skipped = 0;
+  copy_cast(Tensor(&skipped, DType::f32, Device::cpu(), {1}), clip_.slice(2, 3));  // a host wait on CUDA
+  return int64_t(skipped);
 }
 
 std::vector<HostTensor> AdamW::export_state() {

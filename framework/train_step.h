@@ -6,6 +6,7 @@
 // model.losses() and its gradient norm on the device; step_losses() and AdamW::last_grad_norm() fetch them
 // where the step is logged.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "framework/data.h"
@@ -30,5 +31,11 @@ void train_step(Model& model, AdamW& optimizer, const Batch& batch, int64_t step
 // The losses of the latest train_step (whose batch was `batch`), summed over dp x cp: collective over
 // model.dp_cp_comm(). Downloads model.losses(): on CUDA the host waits for the GPU here.
 LossTally step_losses(Model& model, const Batch& batch);
+
+class DataLoader;
+// Mean per-token loss over the first `batches` held-out batches (the same batches every time). Collective.
+LossTally evaluate(Model& model, DataLoader& eval_loader, int batches);
+// " (first half 3.4012, repeat half 0.0100)" for the copy task, else "".
+std::string halves_text(const LossTally& t);
 
 }  // namespace rt

@@ -65,11 +65,14 @@ struct AdamWArgs {
 // param, grad, m, v: same shape, f32. Decoupled weight decay: p -= lr*wd*p. When param_lowp (bf16) is
 // defined it receives the updated weights (the compute copy on CUDA). When grad_scale (1) f32 on param's
 // device is defined, the update uses grad * grad_scale[0] (the clip factor, read on the device: no host
-// wait); grad itself is not changed.
+// wait); grad itself is not changed. A non-finite grad_scale[0] skips the update: param, m, v and param_lowp
+// stay as they were (the divergence guard: grad_clip_scale writes NaN for a non-finite norm).
 void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs& args, Tensor param_lowp,
            const Tensor& grad_scale = Tensor{});
-// Global-norm clipping without a host wait. sumsq, scale: (1) f32 on one device.
-// scale = max_norm / (norm + 1e-6) when max_norm > 0 and norm = sqrt(sumsq) > max_norm, else 1.
+// Global-norm clipping without a host wait. sumsq (1), scale (1) or (2) f32 on one device.
+// scale[0] = max_norm / (norm + 1e-6) when max_norm > 0 and norm = sqrt(sumsq) > max_norm, else 1; NaN when the
+// norm is not finite (adamw then skips the step), and then scale[1], when present, is incremented (a count of
+// skipped steps the host reads when it logs).
 void grad_clip_scale(const Tensor& sumsq, Tensor scale, float max_norm);
 
 // ---- elementwise and reductions ----

@@ -5,6 +5,15 @@
 #   launch/train.sh configs/tiny-copy.yaml --set parallel.cp=4
 #   launch/train.sh configs/gpt-1b-256k.yaml -- --hostfile hosts --map-by ppr:8:node
 # BUILD_DIR picks the build (default build/). RINGTRAIN_DRY_RUN=1 prints the command instead of running it.
+#
+# Signals: Open MPI's mpirun, on SIGINT or SIGTERM, forwards the signal and SIGKILLs the ranks about a second
+# later, which can kill a checkpoint half written. This script therefore runs mpirun in a session of its own
+# (so Ctrl-C in the terminal reaches only this script) and turns INT, TERM and USR1 into a SIGUSR1 for mpirun,
+# which forwards it without a kill. The ranks finish the step, save a complete checkpoint and stop; this script
+# then exits with 128 + the number of the signal it received (130 for Ctrl-C, 143 for SIGTERM, 138 for USR1).
+# A second signal is forwarded again and changes nothing; `kill -9` abandons the run (the last checkpoint stays).
+# Errors: the ranks also write their error line to a file; it is printed again after mpirun exits, so it is
+# the last thing on the screen.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -58,4 +67,34 @@ if [ -n "${RINGTRAIN_DRY_RUN:-}" ]; then
 fi
 [ -x "$bin" ] || { echo "train.sh: $bin not found; build first (launch/build.sh) or set BUILD_DIR" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec "${cmd[@]}"
+errors="$(mktemp "${TMPDIR:-/tmp}/ringtrain-errors.XXXXXX")"
+export RINGTRAIN_ERROR_FILE="$errors"
+got_signal=0
+forward() {  # $1: the signal this script received
+  got_signal=$1
+  echo "train.sh: signal $1 received; asking the ranks to finish the step, save and stop (SIGUSR1 to mpirun)" >&2
+  kill -USR1 "$mpirun_pid" 2>/dev/null || true
+}
+trap 'forward 2' INT
+trap 'forward 15' TERM
+trap 'forward 10' USR1
+setsid "${cmd[@]}" &
+mpirun_pid=$!
+rc=0
+while :; do
+  rc=0
+  wait "$mpirun_pid" || rc=$?
+  kill -0 "$mpirun_pid" 2>/dev/null || break  # wait was cut short by a trapped signal: wait again
+done
+trap - INT TERM USR1
+if [ -s "$errors" ]; then
+  echo "train.sh: the job failed (exit $rc):" >&2
+  sort -u "$errors" >&2
+fi
+rm -f "$errors"
+# The ranks stop with 128 + the signal they saw (USR1); report the one this script was sent.
+if [ "$got_signal" -ne 0 ] && [ "$rc" -eq $((128 + 10)) ]; then
+  rc=$((128 + got_signal))
+  echo "train.sh: stopped on signal $got_signal after a complete save (exit $rc); continue with --set checkpoint.resume=auto" >&2
+fi
+exit "$rc"
