@@ -32,7 +32,7 @@ awk -v x="$final" 'BEGIN { exit !(x + 0 < 0.05) }' || fail "final repeat-half lo
 
 # `ringtrain eval` on the saved checkpoint, on a different grid (one process) and on the training grid
 # (2 ranks), must reproduce the run's last held-out loss.
-ckpt=$(ls -d "$work"/run/checkpoints/step_* | tail -n 1)
+ckpt=$(ls -d "$work"/run/checkpoints/main/step_* | tail -n 1)
 [ -d "$ckpt" ] || fail "no checkpoint saved under $work/run/checkpoints"
 want=$(grep -o '"eval_loss":[^,}]*' "$metrics" | tail -n 1 | cut -d: -f2)
 eval_loss() { grep -o 'mean loss [0-9.]*' | tail -n 1 | cut -d' ' -f3; }

@@ -33,3 +33,10 @@ rt_mpi_test(gpu_ring_attention 8 --gtest_filter=*zigzag_causal_d128*)  # a ring 
 rt_mpi_test(gpu_model_grid 4)
 set_tests_properties(mpi_gpu_nccl_np1 mpi_gpu_nccl_np2 mpi_gpu_ring_attention_np4 mpi_gpu_ring_attention_np8
                      mpi_gpu_model_grid_np4 PROPERTIES LABELS "mpi;gpu")
+# Runs that go wrong (issue 17), each through the real binary and launch/train.sh: run-directory ownership,
+# lineages and metrics de-duplication; divergence, signals with a slow save, eval against the checkpoint's
+# model, bad paths, a stopped rank (the MPI watchdog), errors printed once.
+add_dependencies(test_mpi_run_dirs ringtrain)
+rt_mpi_test(run_dirs 1)
+add_dependencies(test_mpi_run_failures ringtrain)
+rt_mpi_test(run_failures 1)
