@@ -11,7 +11,8 @@
 # (so Ctrl-C in the terminal reaches only this script) and turns INT, TERM and USR1 into a SIGUSR1 for mpirun,
 # which forwards it without a kill. The ranks finish the step, save a complete checkpoint and stop; this script
 # then exits with 128 + the number of the signal it received (130 for Ctrl-C, 143 for SIGTERM, 138 for USR1).
-# A second signal is forwarded again and changes nothing; `kill -9` abandons the run (the last checkpoint stays).
+# A second signal gives up on the save: mpirun gets SIGTERM and ends the ranks within about a second (the last
+# complete checkpoint stays). mpirun runs in its own session, so `kill -9` of this script alone leaves it running.
 # Errors: the ranks also write their error line to a file; it is printed again after mpirun exits, so it is
 # the last thing on the screen.
 set -euo pipefail
@@ -71,8 +72,14 @@ errors="$(mktemp "${TMPDIR:-/tmp}/ringtrain-errors.XXXXXX")"
 export RINGTRAIN_ERROR_FILE="$errors"
 got_signal=0
 forward() {  # $1: the signal this script received
+  if [ "$got_signal" -ne 0 ]; then
+    echo "train.sh: second signal ($1): stopping the ranks now, without waiting for the save (SIGTERM to mpirun)" >&2
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+    return
+  fi
   got_signal=$1
-  echo "train.sh: signal $1 received; asking the ranks to finish the step, save and stop (SIGUSR1 to mpirun)" >&2
+  echo "train.sh: signal $1 received; asking the ranks to finish the step, save and stop (SIGUSR1 to mpirun;" \
+       "a second signal stops them at once)" >&2
   kill -USR1 "$mpirun_pid" 2>/dev/null || true
 }
 trap 'forward 2' INT
