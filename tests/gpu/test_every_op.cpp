@@ -1,0 +1,404 @@
+// Every op of kernels/op_list.inc, run on CPU and on CUDA from the same inputs and compared (the pattern of
+// ggml's test-backend-ops). The op names come from the op list itself, so an op added to the list without a case
+// here fails EveryOp/CudaMatchesCpu.Op/<op> (on any machine: the check comes before the device check).
+// Each case builds its inputs on the device it is given: f32 on the CPU, the dtype the CUDA path uses (bf16
+// activations, f32 accumulators) on the GPU, with values rounded to bf16 wherever the GPU reads bf16, so both
+// sides see identical numbers. Outputs are poisoned (NaN) before the call unless the op accumulates into them.
+// Error: ||cuda - cpu|| / ||cpu|| over finite entries; infinities must match; any NaN fails.
+#include <map>
+#include <memory>
+
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::test {
+namespace {
+
+const std::vector<std::string>& listed_ops() {
+  static const std::vector<std::string> names = {
+#define RT_OP(ret, name, params, args, first, dispatch) #name,
+#define RT_ATTN_OP RT_OP
+#include "kernels/op_list.inc"
+  };
+  return names;
+}
+
+// The tensors of one run of one case on one device.
+class OpRun {
+ public:
+  explicit OpRun(Device device) : device_(device) {}
+  Device device() const { return device_; }
+  // A tensor holding `values`: f32 on the CPU, `gpu_dtype` on CUDA (i32 stays i32).
+  Tensor in(DType gpu_dtype, std::initializer_list<int64_t> dims, const std::vector<float>& values) {
+    Tensor t = make(gpu_dtype, dims);
+    upload(t, gpu_dtype == DType::bf16 ? bf16_rounded(values) : values);
+    return t;
+  }
+  Tensor in_i32(std::initializer_list<int64_t> dims, std::vector<int32_t> values) {
+    Tensor t = make(DType::i32, dims);
+    upload_i32(t, std::move(values));
+    return t;
+  }
+  // An output tensor, poisoned.
+  Tensor out(DType gpu_dtype, std::initializer_list<int64_t> dims) {
+    Tensor t = make(gpu_dtype, dims);
+    poison(t);
+    return t;
+  }
+
+ private:
+  Tensor make(DType gpu_dtype, std::initializer_list<int64_t> dims) {
+    const DType dt = device_.is_cuda() || gpu_dtype == DType::i32 ? gpu_dtype : DType::f32;
+    buffers_.push_back(std::make_unique<Buffer>(device_, dt, dims));
+    return buffers_.back()->t();
+  }
+  Device device_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+using Outputs = std::vector<std::vector<float>>;
+struct OpCase {
+  double tol;                          // on ||cuda - cpu|| / ||cpu||
+  std::function<Outputs(OpRun&)> run;  // runs the op on run.device(), returns its outputs on the host
+};
+
+std::vector<float> rand_vec(int64_t n, uint64_t seed, float stddev = 1.f, float mean = 0.f) {
+  return random_vector(n, seed, stddev, mean);
+}
+std::vector<float> positive_vec(int64_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Attention inputs shared by the attention cases: q (B,N,H,D), k, v (B,N,Hkv,D), dout like q, all bf16-rounded;
+// out, lse (B,H,N) and delta (B,H,N) from the CPU forward, so both backends' backward sees the same statistics.
+constexpr int64_t kB = 1, kN = 256, kH = 2, kHkv = 1, kD = 64;
+struct AttnInputs {
+  std::vector<float> q, k, v, k2, v2, dout, out, lse, delta;
+};
+const AttnInputs& attn_inputs() {
+  static const AttnInputs in = [] {
+    AttnInputs a;
+    a.q = bf16_rounded(rand_vec(kB * kN * kH * kD, 901));
+    a.k = bf16_rounded(rand_vec(kB * kN * kHkv * kD, 902));
+    a.v = bf16_rounded(rand_vec(kB * kN * kHkv * kD, 903));
+    a.k2 = bf16_rounded(rand_vec(kB * kN * kHkv * kD, 904));
+    a.v2 = bf16_rounded(rand_vec(kB * kN * kHkv * kD, 905));
+    a.dout = bf16_rounded(rand_vec(kB * kN * kH * kD, 906));
+    a.out.resize(a.q.size());
+    a.lse.resize(size_t(kB * kH * kN));
+    a.delta.resize(a.lse.size());
+    std::vector<float> acc(a.q.size()), m(a.lse.size()), l(a.lse.size());
+    AttnState scratch{host_view(acc, {kB, kH, kN, kD}), host_view(m, {kB, kH, kN}), host_view(l, {kB, kH, kN})};
+    AttnMask mask;
+    mask.causal = true;
+    attn_fwd_whole(host_view(a.q, {kB, kN, kH, kD}), host_view(a.k, {kB, kN, kHkv, kD}),
+                   host_view(a.v, {kB, kN, kHkv, kD}), scratch, mask, host_view(a.out, {kB, kN, kH, kD}),
+                   host_view(a.lse, {kB, kH, kN}));
+    a.out = bf16_rounded(a.out);
+    attn_bwd_delta(host_view(a.out, {kB, kN, kH, kD}), host_view(a.dout, {kB, kN, kH, kD}),
+                   host_view(a.delta, {kB, kH, kN}));
+    return a;
+  }();
+  return in;
+}
+AttnMask causal_mask() {
+  AttnMask mask;
+  mask.causal = true;
+  return mask;
+}
+AttnState attn_state(OpRun& r) {
+  return AttnState{r.out(DType::f32, {kB, kH, kN, kD}), r.out(DType::f32, {kB, kH, kN}), r.out(DType::f32, {kB, kH, kN})};
+}
+
+// One case per op. The tolerances: f32 results of f32 math 1e-4 (summation order), results written in bf16 or
+// computed from bf16 intermediates 1.5e-2, attention 2e-2 (bf16 P and dS tiles).
+const std::map<std::string, OpCase>& op_cases() {
+  static const std::map<std::string, OpCase> cases = {
+      {"gemm", {5e-3, [](OpRun& r) -> Outputs {
+         const int64_t M = 72, N = 48, K = 136;
+         Tensor a = r.in(DType::bf16, {M, K}, rand_vec(M * K, 1)), b = r.in(DType::bf16, {N, K}, rand_vec(N * K, 2));
+         Tensor c = r.in(DType::f32, {M, N}, rand_vec(M * N, 3));
+         gemm(c, a, b, false, true, 0.7f, 0.3f);
+         return {download(c)};
+       }}},
+      {"rmsnorm_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         const int64_t N = 40, C = 96;
+         Tensor x = r.in(DType::bf16, {N, C}, rand_vec(N * C, 11)), w = r.in(DType::bf16, {C}, rand_vec(C, 12, 0.2f, 1.f));
+         Tensor out = r.out(DType::bf16, {N, C}), rstd = r.out(DType::f32, {N});
+         rmsnorm_fwd(out, rstd, x, w, 1e-5f);
+         return {download(out), download(rstd)};
+       }}},
+      {"rmsnorm_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         const int64_t N = 40, C = 96;
+         std::vector<float> xv = bf16_rounded(rand_vec(N * C, 21));
+         std::vector<float> rstd(static_cast<size_t>(N));
+         for (int64_t i = 0; i < N; ++i) {
+           double ss = 0;
+           for (int64_t j = 0; j < C; ++j) ss += double(xv[i * C + j]) * xv[i * C + j];
+           rstd[i] = float(1.0 / std::sqrt(ss / C + 1e-5));
+         }
+         Tensor x = r.in(DType::bf16, {N, C}, xv), w = r.in(DType::bf16, {C}, rand_vec(C, 22, 0.2f, 1.f));
+         Tensor dout = r.in(DType::bf16, {N, C}, rand_vec(N * C, 23)), rs = r.in(DType::f32, {N}, rstd);
+         Tensor dx = r.in(DType::bf16, {N, C}, rand_vec(N * C, 24)), dw = r.in(DType::f32, {C}, rand_vec(C, 25));
+         rmsnorm_bwd(dx, dw, dout, x, w, rs);
+         return {download(dx), download(dw)};
+       }}},
+      {"rope", {1.5e-2, [](OpRun& r) -> Outputs {
+         const int64_t B = 2, T = 24, H = 3, D = 64;
+         std::vector<int32_t> pos(static_cast<size_t>(T));
+         for (int64_t t = 0; t < T; ++t) pos[t] = int32_t(70000 + 3 * t);
+         Tensor p = r.in_i32({T}, pos);
+         Tensor x = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 31));
+         Tensor y = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 32));
+         rope(x, p, 10000.f, false);
+         rope(y, p, 500000.f, true);
+         return {download(x), download(y)};
+       }}},
+      {"gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         Tensor x = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 41, 2.f)), out = r.out(DType::bf16, {33, 64});
+         gelu_fwd(out, x);
+         return {download(out)};
+       }}},
+      {"gelu_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         Tensor x = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 42, 2.f));
+         Tensor dout = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 43)), dx = r.out(DType::bf16, {33, 64});
+         gelu_bwd(dx, dout, x);
+         return {download(dx)};
+       }}},
+      {"swiglu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         Tensor g = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 44, 2.f)), u = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 45));
+         Tensor out = r.out(DType::bf16, {33, 64});
+         swiglu_fwd(out, g, u);
+         return {download(out)};
+       }}},
+      {"swiglu_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         Tensor g = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 46, 2.f)), u = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 47));
+         Tensor dout = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 48));
+         Tensor dg = r.out(DType::bf16, {33, 64}), du = r.out(DType::bf16, {33, 64});
+         swiglu_bwd(dg, du, dout, g, u);
+         return {download(dg), download(du)};
+       }}},
+      {"embedding_fwd", {1e-6, [](OpRun& r) -> Outputs {
+         const int64_t V = 50, C = 48, N = 37;
+         std::vector<int32_t> tok(static_cast<size_t>(N));
+         for (int64_t i = 0; i < N; ++i) tok[i] = int32_t((i * 17 + 3) % V);
+         Tensor table = r.in(DType::bf16, {V, C}, rand_vec(V * C, 51)), t = r.in_i32({N}, tok);
+         Tensor out = r.out(DType::bf16, {N, C});
+         embedding_fwd(out, t, table);
+         return {download(out)};
+       }}},
+      {"embedding_bwd", {1e-5, [](OpRun& r) -> Outputs {
+         const int64_t V = 20, C = 48, N = 37;  // N > V: rows repeat, the adds collide
+         std::vector<int32_t> tok(static_cast<size_t>(N));
+         for (int64_t i = 0; i < N; ++i) tok[i] = int32_t((i * 7 + 1) % V);
+         Tensor dtable = r.in(DType::f32, {V, C}, rand_vec(V * C, 52)), t = r.in_i32({N}, tok);
+         Tensor dout = r.in(DType::bf16, {N, C}, rand_vec(N * C, 53));
+         embedding_bwd(dtable, dout, t);
+         return {download(dtable)};
+       }}},
+      {"cross_entropy", {1e-4, [](OpRun& r) -> Outputs {
+         const int64_t n = 19, V = 300;
+         std::vector<int32_t> tgt(static_cast<size_t>(n));
+         for (int64_t i = 0; i < n; ++i) tgt[i] = i == 5 ? -1 : int32_t((i * 37) % V);
+         Tensor logits = r.in(DType::f32, {n, V}, rand_vec(n * V, 61, 3.f)), t = r.in_i32({n}, tgt);
+         Tensor losses = r.out(DType::f32, {n});
+         cross_entropy(logits, t, losses, 0.25f, true);
+         return {download(logits), download(losses)};
+       }}},
+      {"adamw", {1e-4, [](OpRun& r) -> Outputs {
+         const int64_t n = 1000;
+         Tensor p = r.in(DType::f32, {n}, rand_vec(n, 71)), g = r.in(DType::f32, {n}, rand_vec(n, 72));
+         Tensor m = r.in(DType::f32, {n}, rand_vec(n, 73, 0.1f)), v = r.in(DType::f32, {n}, positive_vec(n, 74, 0.f, 0.1f));
+         Tensor lowp = r.out(DType::bf16, {n}), scale = r.in(DType::f32, {1}, {0.6f});
+         AdamWArgs args;
+         args.lr = 1e-2f;
+         args.weight_decay = 0.1f;
+         args.step = 7;
+         adamw(p, g, m, v, args, r.device().is_cuda() ? lowp : Tensor{}, scale);
+         Outputs outs{download(p), download(m), download(v)};
+         if (r.device().is_cuda()) {
+           // The CPU path keeps no bf16 copy; the GPU's copy must be the rounded f32 weights.
+           std::vector<float> want = bf16_rounded(outs[0]), got = download(lowp);
+           EXPECT_CLOSE(got, want, 1e-6);
+         }
+         return outs;
+       }}},
+      {"grad_clip_scale", {1e-6, [](OpRun& r) -> Outputs {
+         Tensor big = r.in(DType::f32, {1}, {400.f}), small = r.in(DType::f32, {1}, {0.25f});
+         Tensor s1 = r.out(DType::f32, {1}), s2 = r.out(DType::f32, {1}), s3 = r.out(DType::f32, {1});
+         grad_clip_scale(big, s1, 2.f);    // norm 20 > 2: clipped
+         grad_clip_scale(small, s2, 2.f);  // norm 0.5 <= 2: 1
+         grad_clip_scale(big, s3, 0.f);    // off: 1
+         return {download(s1), download(s2), download(s3)};
+       }}},
+      {"add_inplace", {1e-2, [](OpRun& r) -> Outputs {
+         Tensor y = r.in(DType::bf16, {513}, rand_vec(513, 81)), x = r.in(DType::bf16, {513}, rand_vec(513, 82));
+         Tensor yf = r.in(DType::f32, {513}, rand_vec(513, 83));
+         add_inplace(y, x);
+         add_inplace(yf, x);
+         return {download(y), download(yf)};
+       }}},
+      {"scale_inplace", {1e-2, [](OpRun& r) -> Outputs {
+         Tensor y = r.in(DType::bf16, {513}, rand_vec(513, 84)), yf = r.in(DType::f32, {513}, rand_vec(513, 85));
+         scale_inplace(y, -0.37f);
+         scale_inplace(yf, 1.7f);
+         return {download(y), download(yf)};
+       }}},
+      {"fill", {0, [](OpRun& r) -> Outputs {
+         Tensor y = r.out(DType::bf16, {517}), yf = r.out(DType::f32, {3, 7});
+         fill(y, 0.375f);
+         fill(yf, -2.5f);
+         return {download(y), download(yf)};
+       }}},
+      {"copy_cast", {1e-6, [](OpRun& r) -> Outputs {
+         std::vector<float> v = rand_vec(301, 91);
+         Tensor f = r.in(DType::f32, {301}, v), b = r.out(DType::bf16, {301}), back = r.out(DType::f32, {301});
+         copy_cast(b, f);     // f32 -> bf16 (CPU: f32 -> f32)
+         copy_cast(back, b);  // and back
+         std::vector<float> got = download(back);
+         if (!r.device().is_cuda()) got = bf16_rounded(got);  // the CPU path holds f32: round as the GPU did
+         return {got};
+       }}},
+      {"sum_squares", {1e-5, [](OpRun& r) -> Outputs {
+         Tensor x = r.in(DType::bf16, {4097}, rand_vec(4097, 95));
+         return {{float(sum_squares(x))}};
+       }}},
+      {"sum_squares_accumulate", {1e-5, [](OpRun& r) -> Outputs {
+         Tensor x = r.in(DType::bf16, {4097}, rand_vec(4097, 96)), xf = r.in(DType::f32, {333}, rand_vec(333, 97));
+         Tensor acc = r.in(DType::f32, {1}, {3.f});
+         sum_squares_accumulate(x, acc);
+         sum_squares_accumulate(xf, acc);
+         return {download(acc)};
+       }}},
+      {"attn_state_reset", {0, [](OpRun& r) -> Outputs {
+         AttnState s = attn_state(r);
+         attn_state_reset(s);
+         return {download(s.acc), download(s.m), download(s.l)};
+       }}},
+      {"attn_fwd_block", {2e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
+         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         Tensor k2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2), v2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2);
+         AttnState s = attn_state(r);
+         attn_state_reset(s);
+         AttnMask second;  // an earlier block: every key visible, then the causal diagonal block
+         attn_fwd_block(q, k2, v2, s, second);
+         attn_fwd_block(q, k, v, s, causal_mask());
+         Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
+         attn_fwd_finalize(s, out, lse);
+         return {download(out), download(lse), download(s.l)};
+       }}},
+      {"attn_fwd_finalize", {1.5e-2, [](OpRun& r) -> Outputs {
+         AttnState s{r.in(DType::f32, {kB, kH, kN, kD}, rand_vec(kB * kH * kN * kD, 110)),
+                     r.in(DType::f32, {kB, kH, kN}, rand_vec(kB * kH * kN, 111, 2.f)),
+                     r.in(DType::f32, {kB, kH, kN}, positive_vec(kB * kH * kN, 112, 0.5f, 20.f))};
+         Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
+         attn_fwd_finalize(s, out, lse);
+         return {download(out), download(lse)};
+       }}},
+      {"attn_fwd_whole", {2e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
+         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         AttnState scratch = attn_state(r);
+         Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
+         attn_fwd_whole(q, k, v, scratch, causal_mask(), out, lse);
+         return {download(out), download(lse)};
+       }}},
+      {"attn_bwd_delta", {1e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor out = r.in(DType::bf16, {kB, kN, kH, kD}, a.out), dout = r.in(DType::bf16, {kB, kN, kH, kD}, a.dout);
+         Tensor delta = r.out(DType::f32, {kB, kH, kN});
+         attn_bwd_delta(out, dout, delta);
+         return {download(delta)};
+       }}},
+      {"attn_bwd_block", {2e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q), dout = r.in(DType::bf16, {kB, kN, kH, kD}, a.dout);
+         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         Tensor lse = r.in(DType::f32, {kB, kH, kN}, a.lse), delta = r.in(DType::f32, {kB, kH, kN}, a.delta);
+         Tensor dq = r.in(DType::f32, {kB, kN, kH, kD}, rand_vec(kB * kN * kH * kD, 120, 0.1f));
+         Tensor dk = r.in(DType::f32, {kB, kN, kHkv, kD}, rand_vec(kB * kN * kHkv * kD, 121, 0.1f));
+         Tensor dv = r.in(DType::f32, {kB, kN, kHkv, kD}, rand_vec(kB * kN * kHkv * kD, 122, 0.1f));
+         attn_bwd_block(q, k, v, dout, lse, delta, dq, dk, dv, causal_mask());
+         return {download(dq), download(dk), download(dv)};
+       }}},
+      {"attn_bwd_block_fresh", {2e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q), dout = r.in(DType::bf16, {kB, kN, kH, kD}, a.dout);
+         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         Tensor lse = r.in(DType::f32, {kB, kH, kN}, a.lse), delta = r.in(DType::f32, {kB, kH, kN}, a.delta);
+         Tensor dq = r.in(DType::f32, {kB, kN, kH, kD}, rand_vec(kB * kN * kH * kD, 123, 0.1f));
+         Tensor dk = r.out(DType::f32, {kB, kN, kHkv, kD}), dv = r.out(DType::f32, {kB, kN, kHkv, kD});
+         attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, causal_mask());
+         return {download(dq), download(dk), download(dv)};
+       }}},
+  };
+  return cases;
+}
+
+// ||out - ref|| / ||ref|| over finite reference entries; infinite entries must be equal; NaN anywhere fails.
+::testing::AssertionResult close(const std::vector<float>& out, const std::vector<float>& ref, double tol) {
+  if (out.size() != ref.size())
+    return ::testing::AssertionFailure() << "size " << out.size() << " vs " << ref.size();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (std::isnan(out[i]) || std::isnan(ref[i]))
+      return ::testing::AssertionFailure() << "NaN at [" << i << "]: cuda " << out[i] << ", cpu " << ref[i];
+    if (std::isinf(ref[i]) || std::isinf(out[i])) {
+      if (out[i] != ref[i])
+        return ::testing::AssertionFailure() << "at [" << i << "]: cuda " << out[i] << ", cpu " << ref[i];
+      continue;
+    }
+    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  const double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+  if (err <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative error " << err << " > " << tol << "; "
+                                       << worst_mismatch(out, ref);
+}
+
+class EveryOp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryOp, CudaMatchesCpu) {
+  const std::string& op = GetParam();
+  const auto it = op_cases().find(op);
+  ASSERT_NE(it, op_cases().end()) << op << " is in kernels/op_list.inc but has no case in "
+                                  << "tests/gpu/test_every_op.cpp: add one to op_cases()";
+  RT_REQUIRE_CUDA();
+  OpRun cpu_run(Device::cpu()), cuda_run(gpu());
+  const Outputs want = it->second.run(cpu_run);
+  const Outputs got = it->second.run(cuda_run);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(close(got[i], want[i], it->second.tol)) << op << " output " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Op, EveryOp, ::testing::ValuesIn(listed_ops()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Every case names an op of the list (a renamed op must not leave a stale case behind), and every case runs on
+// the CPU and gives finite, non-trivial outputs (the CPU half of the comparison works without a GPU).
+TEST(EveryOpTable, CasesMatchTheListAndRunOnCpu) {
+  const auto& names = listed_ops();
+  for (const auto& [op, c] : op_cases()) {
+    EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op << " has a case but is not listed";
+    SCOPED_TRACE(op);
+    OpRun run(Device::cpu());
+    const Outputs outs = c.run(run);
+    ASSERT_FALSE(outs.empty());
+    for (const auto& o : outs) {
+      ASSERT_FALSE(o.empty());
+      for (float x : o) ASSERT_FALSE(std::isnan(x));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rt::test
