@@ -65,7 +65,7 @@ struct OptimConfig {
 };
 
 struct CheckpointConfig {
-  int every = 0;                // steps between saves; 0 = only at the end and on SIGTERM/SIGINT
+  int every = 0;                // steps between saves; 0 = only at the end and on SIGUSR1/SIGTERM/SIGINT
   int keep_last = 3;
   bool save_final = true;       // save at the last step (benchmarks and sweeps turn it off)
   std::string resume;           // "" | "auto" (latest in run_dir) | a checkpoint directory

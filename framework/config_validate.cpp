@@ -241,7 +241,7 @@ void check_checkpoint_and_log(const Config& c, Problems& p) {
   p.at_least("checkpoint.keep_last", k.keep_last, 1);
   if (!k.resume.empty() && k.resume != "auto" && !is_directory(k.resume))
     p.add("checkpoint.resume='", k.resume, "' is not a directory; use \"\" (fresh start), auto (latest in "
-          "train.run_dir) or an existing run_dir/checkpoints/step_<N> directory");
+          "train.run_dir) or an existing run_dir/checkpoints/<lineage>/step_<N> directory");
   const LogConfig& l = c.log;
   p.at_least("log.every", l.every, 1);
   if (l.metrics_file.empty()) p.add("log.metrics_file is empty; set a file name such as metrics.jsonl");
