@@ -85,7 +85,14 @@ forward() {  # $1: the signal this script received
 trap 'forward 2' INT
 trap 'forward 15' TERM
 trap 'forward 10' USR1
-setsid "${cmd[@]}" &
+# mpirun's stderr passes through tee (which ignores the signals) into a side file, so that a rank that died (for
+# example killed by the OOM killer) can be named again at the end.
+mpirun_err="$errors.mpirun"
+fifo="$errors.fifo"
+mkfifo "$fifo"
+(trap '' INT TERM USR1; exec tee "$mpirun_err" <"$fifo" >&2) &
+tee_pid=$!
+setsid "${cmd[@]}" 2>"$fifo" &
 mpirun_pid=$!
 rc=0
 while :; do
@@ -94,11 +101,16 @@ while :; do
   kill -0 "$mpirun_pid" 2>/dev/null || break  # wait was cut short by a trapped signal: wait again
 done
 trap - INT TERM USR1
+wait "$tee_pid" 2>/dev/null || true
 if [ -s "$errors" ]; then
   echo "train.sh: the job failed (exit $rc):" >&2
   sort -u "$errors" >&2
+elif [ "$rc" -ne 0 ] && grep -q "exited on signal" "$mpirun_err" 2>/dev/null; then
+  # No rank reported an error: one died. mpirun's banner names it; say it again, last.
+  died=$(grep -o "process rank [0-9]* with PID [0-9]* on node [^ ]* exited on signal [0-9]*[^.]*" "$mpirun_err" | head -n 1)
+  echo "train.sh: the job failed (exit $rc): $died; continue from the last checkpoint with --set checkpoint.resume=auto" >&2
 fi
-rm -f "$errors"
+rm -f "$errors" "$mpirun_err" "$fifo"
 # The ranks stop with 128 + the signal they saw (USR1); report the one this script was sent.
 if [ "$got_signal" -ne 0 ] && [ "$rc" -eq $((128 + 10)) ]; then
   rc=$((128 + got_signal))

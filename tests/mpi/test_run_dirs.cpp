@@ -5,7 +5,8 @@
 //     other lineage's checkpoints nor the one resumed from; resume: auto then continues the branch and says why;
 //     metrics.jsonl holds each step once, the superseded lines moved to a side file;
 //   - two runs into one run_dir: the second is refused, naming the holder's pid and host;
-//   - a rank killed with SIGKILL: the job ends within seconds; after resume: auto each step is logged once.
+//   - a rank killed with SIGKILL: the job ends within seconds, launch/train.sh names the rank last; after
+//     resume: auto each step is logged once.
 #include "framework/checkpoint.h"
 #include "tests/mpi/run_job_util.h"
 
@@ -104,16 +105,19 @@ TEST_F(RunDirs, KilledRankEndsTheJobAndResumeLogsEachStepOnce) {
   const std::string cfg = config("d.yaml", run.string());
   const std::string metrics = (run / "metrics.jsonl").string();
   ProcessResult r = bash(
-      "$MPIRUN -np 2 --oversubscribe $BIN train " + cfg + " --set train.steps=1000000 --set checkpoint.every=10 "
-      "> $D/kill.log 2>&1 &\nm=$!\n"
+      "$TRAIN " + cfg + " --set train.steps=1000000 --set checkpoint.every=10 > $D/kill.log 2>&1 &\np=$!\n"
       // Kill a few steps past a checkpoint (one line per step), so that steps past it are logged.
       "for i in $(seq 3000); do n=$(cat " + metrics + " 2>/dev/null | wc -l); "
       "[ $n -ge 13 ] && [ $((n % 10)) -ge 2 ] && [ $((n % 10)) -le 7 ] && break; sleep 0.02; done\n"
+      "m=$(pgrep -P $p -x mpirun)\n"
       "holder=$(sed -n 's/^pid \\([0-9]*\\) .*/\\1/p' " + (run / ".lock").string() + ")\n"
       "victim=$(pgrep -P $m | grep -v \"^$holder\\$\" | head -n 1)\n"
-      "start=$(date +%s)\nkill -9 $victim\nwait $m\necho rc=$?\necho seconds=$(( $(date +%s) - start ))\n"
+      "start=$(date +%s)\nkill -9 $victim\nwait $p\necho rc=$?\necho seconds=$(( $(date +%s) - start ))\n"
       "cat $D/kill.log", 90);
   EXPECT_EQ(r.output.find("rc=0"), std::string::npos) << r.output;
+  // launch/train.sh names the dead rank again, last.
+  EXPECT_NE(r.output.find("train.sh: the job failed (exit 137): process rank 1 with PID"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("rc="), std::string::npos) << r.output;
   const size_t at = r.output.find("seconds=");
   ASSERT_NE(at, std::string::npos) << r.output;
