@@ -20,8 +20,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda_api.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "bench/cuda_bench_util.cuh"

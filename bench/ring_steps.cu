@@ -24,8 +24,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda_api.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "parallel/ring_schedule.h"

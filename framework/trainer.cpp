@@ -243,7 +243,7 @@ int train_main(const Config& loaded) {
         StepMetrics sm;
         sm.step = step, sm.total_steps = tc.steps;
         sm.loss = tally.mean(0);
-        if (tally.has_halves()) sm.loss_first_half = tally.mean(1), sm.loss_repeat_half = tally.mean(2);
+        sm.group_losses = tally.group_means();
         sm.lr = lr, sm.grad_norm = optimizer.last_grad_norm();
         sm.tok_per_s = tokens_per_step / seconds;
         sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
@@ -273,7 +273,7 @@ int train_main(const Config& loaded) {
       if (rank0) {
         std::printf("eval step %lld | loss %.4f%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str());
         nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
-        if (ev.has_halves()) j["eval_loss_first_half"] = ev.mean(1), j["eval_loss_repeat_half"] = ev.mean(2);
+        for (const auto& [name, mean] : ev.group_means()) j["eval_loss_" + name] = mean;
         metrics->write_json_line(j.dump());
       }
     }

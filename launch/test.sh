@@ -4,6 +4,6 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/launch/install-deps.sh"
-"$root/launch/build.sh"
+"$root/launch/build.sh" -DRINGTRAIN_DEV_KERNELS=ON  # + the kernel lab, so that it keeps compiling
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-$root/build}" --output-on-failure -j "$(nproc)" "$@"

@@ -12,7 +12,7 @@ namespace cuda {
 void fill(Tensor y, float value);  // fill.cu
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
-                    const AttnMask& mask);  // attn_bwd_block.cu
+                    const AttnMask& mask);  // attn_bwd_dispatch.cu
 
 void attn_bwd_block_fresh(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                           const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& mask) {

@@ -1,5 +1,6 @@
-// The backward's argument checks, parameter set-up, variant choice and launch (kernels/cuda/attn_bwd_block.cu),
-// shared by attn_bwd_block and attn_bwd_block_fresh (kernels/cuda/attn_bwd_block_fresh.cu). Keep C++17.
+// The backward's argument checks, parameter set-up, variant choice and launch (kernels/cuda/attn_bwd_dispatch.cu),
+// shared by attn_bwd_block and attn_bwd_block_fresh (kernels/cuda/attn_bwd_block_fresh.cu), and the mma.sync
+// launcher. Keep C++17.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -22,12 +23,16 @@ AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r, cudaStream_t stream);
 
-// The backward kernel for head dim D on `device`: 1 / 2 mma.sync, 4 wgmma, 5 warp-specialized wgmma
-// (RT_ATTN_BWD_VARIANT forces one; see the definition for the defaults).
+// The backward kernel for head dim D on `device`: 1 mma.sync, 4 wgmma, 5 warp-specialized wgmma (the defaults and
+// the override: attn_bwd_dispatch.cu).
 int attn_bwd_variant(int64_t D, int device);
 
-// Launches `variant` (from attn_bwd_variant). Only v5 takes p.overwrite_dkv.
+// Launches `variant` (from attn_bwd_variant); v5 runs v4 for blocks it cannot take (attn_bwd_v5_fits). Only v5
+// takes p.overwrite_dkv.
 void launch_attn_bwd(const AttnBwdParams& p, const AttnDims& d, int variant, int device, cudaStream_t stream);
+
+// Launches mma.sync bwd v1 (attn_bwd_mma.cu), any architecture, D = 64 or 128; adds to dK / dV only.
+void launch_attn_bwd_mma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rt

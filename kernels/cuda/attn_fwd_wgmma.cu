@@ -1,6 +1,7 @@
 // attn_fwd_block on Hopper (fwd v4, sm_90a): continues the fp32 online-softmax state (acc, m, l) with one
-// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernel in attn_fwd_block.cu, which
-// dispatches here (variant 4) and keeps the mma.sync kernels as the fallback for other GPUs.
+// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernels in attn_fwd_mma.cu;
+// attn_fwd_dispatch.cu dispatches here (variant 4, and fwd v5's fallback for small blocks) and keeps the mma.sync
+// kernels as the fallback for other GPUs.
 //   * one CTA = 128 query rows of one (batch, head) = 2 warpgroups x 64 rows, 256 threads, 1 CTA per SM;
 //   * S = Q K^T: wgmma m64n128k16 with Q and K read from 128-byte-swizzled shared memory through matrix
 //     descriptors (kernels/cuda/wgmma_ops.cuh); 128 keys per tile;
@@ -157,10 +158,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
 template <int D>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = WgFwdSmem<D>::kBytes;
-  static bool configured[16] = {};  // the shared-memory opt-in is per device
-  if (!configured[device & 15]) {
+  static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
+  if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    configured[device & 15] = true;
+    configured[device_slot(device)] = true;
   }
   const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
   RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
@@ -173,8 +174,8 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
 
 bool attn_fwd_wgmma_supported(int device, int64_t D) {
   if (D != 64 && D != 128) return false;
-  static int cached[16] = {};  // per device: 0 unknown, 1 supported, 2 not
-  int& c = cached[device & 15];
+  static int cached[kMaxDevices] = {};  // per device: 0 unknown, 1 supported, 2 not
+  int& c = cached[device_slot(device)];
   if (c == 0) {
     const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_wgmma_kernel<128>));
     c = ok ? 1 : 2;

@@ -12,7 +12,7 @@ namespace cuda {
 void attn_state_reset(AttnState& state);                                 // attn_state_reset.cu
 void attn_fwd_finalize(const AttnState& state, Tensor out, Tensor lse);  // attn_fwd_finalize.cu
 void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& state,
-                    const AttnMask& mask);  // attn_fwd_block.cu
+                    const AttnMask& mask);  // attn_fwd_dispatch.cu
 
 void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
                     Tensor out, Tensor lse) {

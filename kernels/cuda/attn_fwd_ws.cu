@@ -1,15 +1,14 @@
 // attn_fwd_block on Hopper, warp-specialized (fwd v5, sm_90a): continues the fp32 online-softmax state
 // (acc, m, l) with one K/V block. Same contract as fwd v4 (attn_fwd_wgmma.cu) and the mma.sync kernels
-// (attn_fwd_block.cu, which dispatches here).
+// (attn_fwd_mma.cu); attn_fwd_dispatch.cu chooses it.
 //   * one CTA = 128 query rows of one (batch, head), 384 threads = 3 warpgroups, 1 CTA per SM:
 //       - warpgroup 0, the producer: setmaxnreg.dec to 24; one thread loads Q once and the K/V tiles (128
-//         keys) with TMA into a ring of STAGES (2) stages, K and V with separate full/empty mbarriers;
+//         keys) with TMA into a ring of kStages (2) stages, K and V with separate full/empty mbarriers;
 //       - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240): 64 query rows each, the S = Q K^T /
 //         softmax / O += P V pipeline of fwd v4 (wgmma_attn_fwd_tile.cuh): S_{j+1} and P_j V_j are issued
 //         back to back and the softmax of S_{j+1} runs while P_j V_j is on the tensor cores;
-//   * optional pingpong (PINGPONG, off by default: measured no faster): the two consumers take turns issuing
-//     their MMAs (named barriers 1 and 2), so one warpgroup's softmax overlaps the other's GEMMs; without it
-//     the warp schedulers interleave the two warpgroups freely; no CTA-wide barrier after the start;
+//   * the warp schedulers interleave the two consumer warpgroups freely (a pingpong order measured no faster:
+//     dev/attention/README.md); no CTA-wide barrier after the start;
 //   * a consumer releases K_j (empty barrier) as soon as S_j is done and V_j once P_j V_j is done;
 //   * TMA boxes: Q rows past q_end and K/V rows past k_end read as zero (the tensor maps' row extents end
 //     there); keys at or past the CTA's last visible key in a tile are masked in the softmax.
@@ -17,7 +16,6 @@
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0; acc is
 // not read for rows whose m is -inf.
 #include <climits>
-#include <cstdlib>
 
 #include "kernels/cuda/attn_fwd_ws.cuh"
 #include "kernels/cuda/tma_ops.cuh"
@@ -35,27 +33,28 @@ using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128), issue_qk, 
 constexpr int kWsThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kWsProducerRegs = 24;    // 24 * 128 + 240 * 256 <= 64K registers
 constexpr int kWsConsumerRegs = 240;
-constexpr int kBarTurn0 = 1;           // named barriers 1, 2: consumer warpgroup 0's / 1's turn to issue MMAs
+// K/V ring stages: 2 (D = 128: 32 + 4 x 32 KB of shared memory; D = 64: 16 + 4 x 16 KB); 3 measured no faster
+// (dev/attention/README.md).
+constexpr int kStages = 2;
 constexpr int kEmptyArrivals = 256;    // every consumer thread (a lane-0-only arrival, branch or predicate,
                                        // makes ptxas serialize the wgmma pipeline: C7513)
 
-template <int D, int STAGES>
+template <int D>
 struct WsSmem {
   static constexpr uint32_t kQBytes = kWgRowsPerCta * D * 2;    // (128, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
-  static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * STAGES * size_t(kKVBytes);
-  static_assert(8 + 32 * STAGES <= kBarBytes, "mbarriers do not fit");
+  static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
+  static_assert(8 + 32 * kStages <= kBarBytes, "mbarriers do not fit");
 };
 
-template <int STAGES>
 struct WsBars {
   uint32_t base;  // 8-byte mbarriers: q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
   __device__ __forceinline__ uint32_t q_full() const { return base; }
   __device__ __forceinline__ uint32_t k_full(int s) const { return base + 8 + 8 * s; }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 8 + 8 * (STAGES + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 8 + 8 * (2 * STAGES + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 8 + 8 * (3 * STAGES + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 8 + 8 * (kStages + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 8 + 8 * (2 * kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 8 + 8 * (3 * kStages + s); }
 };
 
 // Loads one (128, D) sw128 tile: D/64 boxes of (128 rows, 64 columns) at element coordinates
@@ -67,19 +66,19 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (128 * 128), map, bar, c * 64, head, row, batch);
 }
 
-template <int D, int STAGES, bool PINGPONG>
+template <int D>
 __global__ void __launch_bounds__(kWsThreads, 1)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
-  using Smem = WsSmem<D, STAGES>;
+  using Smem = WsSmem<D>;
   constexpr int kBc = kWgKeysPerTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const WsBars<STAGES> bars{base};
+  const WsBars bars{base};
   const uint32_t q_tile = base + Smem::kBarBytes;          // (128, D) bf16 sw128
-  const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (STAGES, 128, D) bf16 sw128
-  const uint32_t v_tiles = k_tiles + STAGES * Smem::kKVBytes;  // (STAGES, 128, D) bf16 sw128
+  const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
+  const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
   const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
   const int64_t h = blockIdx.y, b = blockIdx.z;
@@ -102,7 +101,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   if (threadIdx.x == 0) {
     mbar_init(bars.q_full(), 1);
-    for (int s = 0; s < STAGES; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       mbar_init(bars.k_full(s), 1);
       mbar_init(bars.v_full(s), 1);
       mbar_init(bars.k_empty(s), kEmptyArrivals);
@@ -131,13 +130,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int j = 0; j < n_tiles; ++j) {
         const int j1 = j + 1;
         if (j1 < n_tiles) {
-          const int s = j1 % STAGES;
-          if (j1 >= STAGES) mbar_wait(bars.k_empty(s), uint32_t((j1 / STAGES - 1) & 1));
+          const int s = j1 % kStages;
+          if (j1 >= kStages) mbar_wait(bars.k_empty(s), uint32_t((j1 / kStages - 1) & 1));
           mbar_arrive_expect_tx(bars.k_full(s), Smem::kKVBytes);
           tma_tile<D>(k_tiles + uint32_t(s) * Smem::kKVBytes, &tm_k, bars.k_full(s), hk, k0 + j1 * kBc, bb);
         }
-        const int s = j % STAGES;
-        if (j >= STAGES) mbar_wait(bars.v_empty(s), uint32_t((j / STAGES - 1) & 1));
+        const int s = j % kStages;
+        if (j >= kStages) mbar_wait(bars.v_empty(s), uint32_t((j / kStages - 1) & 1));
         mbar_arrive_expect_tx(bars.v_full(s), Smem::kKVBytes);
         tma_tile<D>(v_tiles + uint32_t(s) * Smem::kKVBytes, &tm_v, bars.v_full(s), hk, k0 + j * kBc, bb);
       }
@@ -157,11 +156,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (p.fresh) fresh_state_rows<D>(m_run, l_run, o);
   else load_state_rows<D>(p, q0 + lrow0, bh_row0, t, m_run, l_run, o);
 
-  // Turns: S_0, then one per pipeline step, then the last P V (n_tiles + 1 each). Consumer 0 goes first;
-  // consumer 1 hands the turn back after each of its turns but the last (no arrival is left pending).
-  const int my_turn = kBarTurn0 + cw, other_turn = kBarTurn0 + (1 - cw);
-  if (PINGPONG && cw == 1) named_bar_arrive(other_turn, 256);
-
   const uint32_t q_wg = q_tile + uint32_t(cw) * 64 * 128;  // this warpgroup's 64 rows in each column block
   float s[64];      // (64 rows, 128 keys) scores: s[nt*4 + 2r + e] = (row r, key nt*8 + 2t + e)
   uint32_t pf[32];  // P of the tile whose P V is pending, bf16 A fragments
@@ -172,12 +166,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // S_0 and its softmax.
   mbar_wait(bars.q_full(), 0);
   mbar_wait(bars.k_full(0), 0);
-  if (PINGPONG) named_bar_sync(my_turn, 256);
   wgmma_fence_regs(s);
   wgmma_fence();
   issue_qk<D>(s, q_wg, k_tiles);
   wgmma_commit();
-  if (PINGPONG) named_bar_arrive(other_turn, 256);
   wgmma_wait<0>();
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
@@ -185,10 +177,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
-    const int s1 = (j + 1) % STAGES, s0 = j % STAGES;
-    mbar_wait(bars.k_full(s1), uint32_t(((j + 1) / STAGES) & 1));
-    mbar_wait(bars.v_full(s0), uint32_t((j / STAGES) & 1));
-    if (PINGPONG) named_bar_sync(my_turn, 256);
+    const int s1 = (j + 1) % kStages, s0 = j % kStages;
+    mbar_wait(bars.k_full(s1), uint32_t(((j + 1) / kStages) & 1));
+    mbar_wait(bars.v_full(s0), uint32_t((j / kStages) & 1));
     wgmma_fence_regs(s);
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
@@ -197,7 +188,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma_commit();
     issue_pv<D>(o, pf, v_tiles + uint32_t(s0) * Smem::kKVBytes);
     wgmma_commit();
-    if (PINGPONG) named_bar_arrive(other_turn, 256);
 
     wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
     wgmma_fence_regs(s);
@@ -215,15 +205,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // P V of the last tile.
   {
-    const int sl = (n_tiles - 1) % STAGES;
-    mbar_wait(bars.v_full(sl), uint32_t(((n_tiles - 1) / STAGES) & 1));
-    if (PINGPONG) named_bar_sync(my_turn, 256);
+    const int sl = (n_tiles - 1) % kStages;
+    mbar_wait(bars.v_full(sl), uint32_t(((n_tiles - 1) / kStages) & 1));
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
     wgmma_fence();
     issue_pv<D>(o, pf, v_tiles + uint32_t(sl) * Smem::kKVBytes);
     wgmma_commit();
-    if (PINGPONG && cw == 0) named_bar_arrive(other_turn, 256);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
   }
@@ -236,14 +224,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
-template <int D, int STAGES, bool PINGPONG>
+template <int D>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = WsSmem<D, STAGES>::kBytes;
-  static bool configured[16] = {};  // the shared-memory opt-in is per device
-  if (!configured[device & 15]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, STAGES, PINGPONG>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    configured[device & 15] = true;
+  constexpr size_t smem = WsSmem<D>::kBytes;
+  static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
+  if (!configured[device_slot(device)]) {
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured[device_slot(device)] = true;
   }
   const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
   RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
@@ -253,42 +240,18 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
-  attn_fwd_ws_kernel<D, STAGES, PINGPONG><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
+  attn_fwd_ws_kernel<D><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
   CUDA_CHECK_LAUNCH();
-}
-
-// Stages and pingpong: 2 stages (D = 128: 32 + 4 x 32 KB of shared memory; D = 64: 16 + 4 x 16 KB) and no
-// pingpong by default, the fastest in the same job on an H200 (2026-11-29, bench/NOTES.md "fwd v5": 3 stages
-// lost up to 3%, pingpong -5% to +1%; a persistent grid with double-buffered Q, commit a1de91d, was up to 11%
-// slower at d128). Experiment knob, read on every call: RT_ATTN_FWD_WS=s2|s3 (stages), with "p" appended
-// for pingpong (e.g. s2p); s3 is not covered by the tests.
-template <int D>
-void launch_d(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  const char* env = std::getenv("RT_ATTN_FWD_WS");
-  int stages = 2;
-  bool pingpong = false;
-  if (env && env[0] == 's' && (env[1] == '2' || env[1] == '3')) {
-    stages = env[1] - '0';
-    pingpong = env[2] == 'p';
-  }
-  if (stages == 2) {
-    if (pingpong) launch<D, 2, true>(p, B, device, stream);
-    else launch<D, 2, false>(p, B, device, stream);
-  } else {
-    if (pingpong) launch<D, 3, true>(p, B, device, stream);
-    else launch<D, 3, false>(p, B, device, stream);
-  }
 }
 
 }  // namespace
 
 bool attn_fwd_ws_supported(int device, int64_t D) {
   if (D != 64 && D != 128) return false;
-  static int cached[16] = {};  // per device: 0 unknown, 1 supported, 2 not
-  int& c = cached[device & 15];
+  static int cached[kMaxDevices] = {};  // per device: 0 unknown, 1 supported, 2 not
+  int& c = cached[device_slot(device)];
   if (c == 0) {
-    const bool ok =
-        wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128, 2, true>));
+    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128>));
     c = ok ? 1 : 2;
   }
   return c == 1;
@@ -304,8 +267,8 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
     launch_attn_fwd_wgmma(p, D, B, device, stream);
     return;
   }
-  if (D == 64) launch_d<64>(p, B, device, stream);
-  else launch_d<128>(p, B, device, stream);
+  if (D == 64) launch<64>(p, B, device, stream);
+  else launch<128>(p, B, device, stream);
 }
 
 }  // namespace cuda

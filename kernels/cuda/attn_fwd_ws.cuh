@@ -1,5 +1,5 @@
 // attn_fwd_block's warp-specialized Hopper path (fwd v5, kernels/cuda/attn_fwd_ws.cu): the two host entry
-// points the dispatcher in attn_fwd_block.cu uses. Keep C++17.
+// points the dispatcher in attn_fwd_dispatch.cu uses. Keep C++17.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -14,6 +14,17 @@
 namespace rt {
 namespace cuda {
 
+// Per-device caches in kernels/cuda (kernel attributes set, counters, SM counts) are arrays of kMaxDevices entries
+// indexed by device_slot(device), which refuses an index outside [0, kMaxDevices) instead of mixing devices up.
+constexpr int kMaxDevices = 64;
+inline int device_slot(int device) {
+  RT_CHECK(device >= 0 && device < kMaxDevices,
+           "CUDA device " << device << " is past the " << kMaxDevices
+                          << " devices the kernels' per-device caches hold; raise rt::cuda::kMaxDevices "
+                             "(kernels/cuda/runtime.h)");
+  return device;
+}
+
 // Selects `device` for the calling thread and creates its handle, workspace and scratch (once).
 void init(int device);
 

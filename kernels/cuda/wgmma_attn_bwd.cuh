@@ -1,5 +1,5 @@
-// attn_bwd_block's Hopper path (bwd v4 and v5, kernels/cuda/attn_bwd_wgmma.cu): the parameters it takes and the two
-// host entry points the dispatcher in attn_bwd_block.cu uses. Keep C++17.
+// attn_bwd_block's Hopper paths: the tile sizes bwd v4 (kernels/cuda/attn_bwd_wgmma.cu) and v5 (attn_bwd_ws.cu)
+// share, and v4's host entry points for the dispatcher in attn_bwd_dispatch.cu. Keep C++17.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,8 +16,8 @@ namespace cuda {
 constexpr int kWgBwdRows = 64;
 constexpr int kWgBwdKeys = 128;
 
-// True when `device` can run the wgmma backward for head dim D: compute capability exactly 9.0, an sm_90a
-// image of the kernel in this binary, D == 64 or 128. Cached per device and D.
+// True when `device` can run the wgmma backward (v4 and v5) for head dim D: compute capability exactly 9.0, an
+// sm_90a image of the kernel in this binary, D == 64 or 128. Cached per device and D.
 bool attn_bwd_wgmma_supported(int device, int64_t D);
 
 // True when bwd v5 can take a block whose query rows end at q_end and key rows at k_end: its TMA boxes (64 query
@@ -25,11 +25,9 @@ bool attn_bwd_wgmma_supported(int device, int64_t D);
 // adds to dK / dV (so attn_bwd_block_fresh asks this before choosing its fused form).
 inline bool attn_bwd_v5_fits(int64_t q_end, int64_t k_end) { return q_end >= kWgBwdRows && k_end >= kWgBwdKeys; }
 
-// Launches the wgmma backward (B batches): variant 4 (two math warpgroups, cp.async by all threads, dQ
-// atomics) or 5 (warp-specialized: a producer warp, a dQ warp with bulk reduces). Call only when
-// attn_bwd_wgmma_supported(device, D).
-void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream,
-                           int variant);
+// Launches bwd v4 (B batches; two math warpgroups, cp.async by all threads, dQ atomics; adds to dK / dV only).
+// Call only when attn_bwd_wgmma_supported(device, D).
+void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rt

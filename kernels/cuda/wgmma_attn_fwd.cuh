@@ -1,5 +1,5 @@
 // attn_fwd_block's Hopper path (fwd v4, kernels/cuda/attn_fwd_wgmma.cu): the parameters it takes and the two
-// host entry points the dispatcher in attn_fwd_block.cu uses. Keep C++17.
+// host entry points the dispatcher in attn_fwd_dispatch.cu uses. Keep C++17.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

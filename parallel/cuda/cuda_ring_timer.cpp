@@ -2,8 +2,7 @@
 
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda_api.h"
 
 namespace rt {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_api.h"
 #include "kernels/device_memory.h"
 #include "parallel/cuda/nccl_comm.h"
 

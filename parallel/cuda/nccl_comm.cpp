@@ -6,8 +6,7 @@
 #include <exception>
 #include <unordered_map>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda_api.h"
 #include "parallel/cuda/nccl_check.h"
 #include "parallel/cuda/nccl_watchdog.h"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_api.h"
 #include "parallel/cuda/nccl_check.h"
 
 namespace rt {

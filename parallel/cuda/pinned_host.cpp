@@ -1,6 +1,6 @@
 #include "parallel/cuda/pinned_host.h"
 
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_api.h"
 
 namespace rt {
 

@@ -1,10 +1,11 @@
 // Shared pieces of the attention GPU tests: an error measure for LSE rows that may be -inf, an AttnMask
-// builder, and a scoped environment variable (to force a kernel variant).
+// builder, and a scoped override of the attention kernel variant.
 #pragma once
 #include <cstdlib>
 #include <string>
 
 #include "kernels/attention.h"
+#include "kernels/cuda/attn_variant.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {
@@ -18,26 +19,22 @@ inline AttnMask mask(bool causal, int64_t q_off, int64_t k_off, int64_t qb = 0, 
   return m;
 }
 
-// Sets an environment variable for its scope and restores the old value (or its absence) after; the
-// attention dispatch reads RT_ATTN_FWD_VARIANT / RT_ATTN_BWD_VARIANT on every call.
-class ScopedEnv {
+// Forces attention kernel variants for its scope through rt::cuda::set_attn_variant_override (the environment is
+// read once per process) and restores the previous overrides after. fwd / bwd: "2".."5" (or nullptr: unchanged).
+class ScopedAttnVariant {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_old_ = old != nullptr;
-    if (had_old_) old_ = old;
-    setenv(name, value, 1);
+  ScopedAttnVariant(const char* fwd, const char* bwd) : old_(cuda::attn_variant_override()) {
+    cuda::AttnVariantOverride o = old_;
+    if (fwd != nullptr) o.fwd = std::atoi(fwd);
+    if (bwd != nullptr) o.bwd = std::atoi(bwd);
+    cuda::set_attn_variant_override(o);
   }
-  ~ScopedEnv() {
-    if (had_old_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedAttnVariant() { cuda::set_attn_variant_override(old_); }
+  ScopedAttnVariant(const ScopedAttnVariant&) = delete;
+  ScopedAttnVariant& operator=(const ScopedAttnVariant&) = delete;
 
  private:
-  std::string name_, old_;
-  bool had_old_ = false;
+  cuda::AttnVariantOverride old_;
 };
 
 // Max |out - ref| over rows, where a -inf reference must be matched by -inf exactly. Infinity on a

@@ -1,5 +1,5 @@
 // attn_fwd_block's Hopper kernels (sm_90a): fwd v4 (wgmma, kernels/cuda/attn_fwd_wgmma.cu) and fwd v5 (TMA
-// producer warp + pingpong consumers, kernels/cuda/attn_fwd_ws.cu), forced with RT_ATTN_FWD_VARIANT=4|5,
+// producer warpgroup + 2 consumer warpgroups, kernels/cuda/attn_fwd_ws.cu), forced with set_attn_variant_override,
 // against an fp64 host reference of the same sequence of blocks and against the mma.sync kernel (variant 2)
 // on the same inputs (v5 also against v4). Each case starts from a fresh state (reset) or from a
 // random resumable state (some rows never seen: m = -inf), runs one or more blocks, then finalizes into
@@ -22,9 +22,9 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-// Sets RT_ATTN_FWD_VARIANT for its scope (the dispatch reads it on every call).
-struct ForcedFwdVariant : ScopedEnv {
-  explicit ForcedFwdVariant(const char* variant) : ScopedEnv("RT_ATTN_FWD_VARIANT", variant) {}
+// Forces the forward variant for its scope (set_attn_variant_override).
+struct ForcedFwdVariant : ScopedAttnVariant {
+  explicit ForcedFwdVariant(const char* variant) : ScopedAttnVariant(variant, nullptr) {}
 };
 
 struct WgCase {
@@ -165,7 +165,7 @@ int64_t untouched_rows_changed(const Outputs& o, const Inputs& in, const std::ve
   return bad;
 }
 
-// The kernel under test: RT_ATTN_FWD_VARIANT value and head dim.
+// The kernel under test: forward variant ("4" or "5") and head dim.
 struct FwdKernel {
   const char* variant;  // "4" or "5"
   int64_t D;

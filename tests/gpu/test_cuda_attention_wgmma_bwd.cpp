@@ -1,5 +1,5 @@
-// attn_bwd_block's wgmma kernels (bwd v4 and the warp-specialized v5, sm_90a; kernels/cuda/attn_bwd_wgmma.cu),
-// forced with RT_ATTN_BWD_VARIANT=4 / 5, against an fp64 host reference and against the mma.sync kernel
+// attn_bwd_block's wgmma kernels (bwd v4 and the warp-specialized v5, sm_90a; kernels/cuda/attn_bwd_wgmma.cu and
+// attn_bwd_ws.cu), forced with set_attn_variant_override (4 / 5), against an fp64 host reference and against the mma.sync kernel
 // (variant 1) on the same inputs, every case for head dim 128 and 64 and both variants. Fresh random bf16 q/k/v/dout, lse = the true log-sum-exp
 // of the visible keys plus a random positive offset (as if other K/V blocks contributed; -inf for rows that
 // see no key), random delta; dq/dk/dv accumulators pre-filled with random values (the op accumulates).
@@ -19,9 +19,9 @@
 namespace rt::test {
 namespace {
 
-// Sets RT_ATTN_BWD_VARIANT for its scope (the dispatch reads it on every call).
-struct ForcedBwdVariant : ScopedEnv {
-  explicit ForcedBwdVariant(const char* variant) : ScopedEnv("RT_ATTN_BWD_VARIANT", variant) {}
+// Forces the backward variant for its scope (set_attn_variant_override).
+struct ForcedBwdVariant : ScopedAttnVariant {
+  explicit ForcedBwdVariant(const char* variant) : ScopedAttnVariant(nullptr, variant) {}
 };
 
 struct BwdCase {
@@ -125,7 +125,7 @@ struct Outputs {
   std::vector<float> dq, dk, dv;  // final accumulators
 };
 
-// Runs the backward on the GPU from `in`: attn_bwd_block with RT_ATTN_BWD_VARIANT=variant into the initial
+// Runs the backward on the GPU from `in`: attn_bwd_block with the backward variant forced to `variant` into the initial
 // accumulators, or (fresh) attn_bwd_block_fresh with the default dispatch into poisoned dk / dv (every row must
 // be written).
 Outputs run_gpu_op(const BwdCase& c, int64_t D, const Inputs& in, const char* variant, bool fresh) {

@@ -1,0 +1,113 @@
+// bwd v5's shared-memory layout, register split, named barriers and the consumer / dQ-warp handshakes
+// (attn_bwd_ws.cu). Included by that file only; keep C++17.
+#pragma once
+#include "kernels/cuda/tma_ops.cuh"
+#include "kernels/cuda/wgmma_attn_bwd_tile.cuh"
+
+namespace rt {
+namespace cuda {
+namespace wgbwd {
+
+constexpr int kV5Threads = 384;
+// setmaxnreg moves registers only within the CTA's launch allocation: 384 threads at 1 CTA per SM start with
+// 168 each (65536 / 384 rounded down to a multiple of 8), so the consumers can rise only by what the producer
+// warpgroup gives up (an inc beyond that blocks forever: 240 / 32 deadlocked on the first device run).
+// Persistent (unit loop in every role), per D (ptxas -v, nvcc 13):
+//   * D = 128: 240 / 24. At 232 / 40 ptxas serializes the wgmmas for want of registers (C7512), which costs the
+//     backward far more (bench/NOTES.md) than 240 / 24's spill of about 130 bytes in the producer warpgroup's loops;
+//   * D = 64: 232 / 40, 4 bytes of spill (240 / 24 spills about 180 bytes in the producer warpgroup).
+template <int D>
+constexpr int kV5ConsumerRegs = D == 128 ? 240 : 232;
+template <int D>
+constexpr int kV5ProducerRegs = D == 128 ? 24 : 40;
+static_assert(kV5ConsumerRegs<128> * 256 + kV5ProducerRegs<128> * 128 <= 168 * kV5Threads &&
+                  kV5ConsumerRegs<64> * 256 + kV5ProducerRegs<64> * 128 <= 168 * kV5Threads,
+              "setmaxnreg: the consumers' registers must come from the producer warpgroup");
+// Named barriers (tma_ops.cuh; 0 is __syncthreads).
+constexpr int kBarDs = 1;        // D = 128: dS^T of both consumer warpgroups stored (256 threads)
+constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgroup stored (128 threads)
+constexpr int kBarDqFull = 4;    // 4 + buffer: the consumers staged dQ there (256 + the dQ warp's 32)
+constexpr int kBarDqEmpty = 6;   // 6 + buffer: the dQ warp's reduces finished reading it (256 + 32)
+constexpr int kDqBarThreads = 256 + 32;
+constexpr int kUnitReaders = 8 + 1;  // the consumer warps and the dQ warp release a unit-ring slot
+
+template <int D>
+struct WgBwdV5Smem {
+  static constexpr uint32_t kKVBytes = kBc * D * 2;
+  static constexpr uint32_t kQBytes = kBr * D * 2;
+  static constexpr uint32_t kDsBytes = kBc * kBr * 2;
+  // dQ staging, f32, 2 buffers of (4 column blocks, 64 queries, 32) in the 128-byte swizzle of the dq_acc
+  // tensor map (16-byte chunk c of row r at c ^ (r & 7): a warp's float2 stores of 8 rows x 32 bytes hit
+  // every bank twice, the minimum for 256 bytes). D = 128: blocks = columns 0-31 .. 96-127 of the tile;
+  // D = 64: blocks 2w, 2w + 1 = columns 0-31, 32-63 of warpgroup w's partial (over its own 64 keys).
+  static constexpr uint32_t kDqBlockBytes = kBr * 128;
+  static constexpr uint32_t kDqBufBytes = 4 * kDqBlockBytes;
+  static constexpr uint32_t kK = 0;
+  static constexpr uint32_t kV = kK + kKVBytes;
+  static constexpr uint32_t kQ = kV + kKVBytes;       // (2 stages, 64, D)
+  static constexpr uint32_t kDo = kQ + 2 * kQBytes;   // (2 stages, 64, D)
+  static constexpr uint32_t kDs = kDo + 2 * kQBytes;  // (2 stages, 128 keys, 64 queries)
+  static constexpr uint32_t kDq = kDs + 2 * kDsBytes;  // (2 buffers, 4, 64, 32) f32 sw128
+  static constexpr uint32_t kStats = kDq + 2 * kDqBufBytes;  // lse (2, 64), delta (2, 64) f32
+  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;  // full[2], empty[2], kv, kv_empty, unit_full[2],
+                                                           // unit_empty[2] mbarriers
+  static constexpr uint32_t kUnits = kBars + 10 * 8;       // the unit ring's 2 slots (int)
+  static constexpr size_t kBytes = size_t(kUnits) + 8 + 1024;  // + alignment slack
+  // The epilogue stages the CTA's f32 dK and dV 64 columns at a time in the dQ buffers: (2 warpgroups, 2 column
+  // blocks, 64 keys, 32), in the sw128 layout of the dk / dv tensor maps.
+  static_assert(kDqBufBytes == kBc * 64 * 4, "bwd v5: a dQ buffer must hold 128 keys x 64 columns f32");
+  static_assert(kBytes <= 232448, "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
+};
+
+// dQ buffer `sb` (0 or 1) handshakes between the consumers (256 threads) and the dQ warp, with immediate barrier
+// ids (ptxas then reserves only these).
+__device__ __forceinline__ void dq_buffer_sync_empty(int sb) {
+  if (sb == 0) named_bar_sync(kBarDqEmpty, kDqBarThreads);
+  else named_bar_sync(kBarDqEmpty + 1, kDqBarThreads);
+}
+__device__ __forceinline__ void dq_buffer_arrive_empty(int sb) {
+  if (sb == 0) named_bar_arrive(kBarDqEmpty, kDqBarThreads);
+  else named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
+}
+__device__ __forceinline__ void dq_buffer_sync_full(int sb) {
+  if (sb == 0) named_bar_sync(kBarDqFull, kDqBarThreads);
+  else named_bar_sync(kBarDqFull + 1, kDqBarThreads);
+}
+__device__ __forceinline__ void dq_buffer_arrive_full(int sb) {
+  if (sb == 0) named_bar_arrive(kBarDqFull, kDqBarThreads);
+  else named_bar_arrive(kBarDqFull + 1, kDqBarThreads);
+}
+
+// The epilogue as 2 x D / 64 more tiles of the dQ ring: tile c (c < D / 64) holds dK * scale columns
+// [64c, 64c + 64) of the CTA's 128 keys, tile D / 64 + c the same columns of dV; warpgroup w stages its 64 keys in
+// blocks 2w, 2w + 1 (as its dQ half), and the dQ warp writes the 4 boxes to dk / dv (kEpilogueTiles, below).
+template <int D, int C>
+__device__ __forceinline__ void stage_dkv_tile(const float (&x)[D / 2], float scale, uint32_t dq_bufs, uint32_t& jq,
+                                               int wg, int warp, int g, int t) {
+  const int sb = int(jq & 1u);
+  dq_buffer_sync_empty(sb);
+  stage_rows_f32_sw128<8, 32 * C>(dq_bufs + uint32_t(sb) * WgBwdV5Smem<D>::kDqBufBytes +
+                                      uint32_t(2 * wg) * WgBwdV5Smem<D>::kDqBlockBytes,
+                                  x, scale, warp, g, t);
+  fence_proxy_async_smem();  // the dQ warp's TMA reads the buffer through the async proxy
+  dq_buffer_arrive_full(sb);
+  ++jq;
+}
+
+// The shared-memory regions and mbarriers of bwd v5, as every role addresses them.
+struct BwdV5Shared {
+  uint32_t k_tile, v_tile;                 // (128, D) bf16 sw128 each
+  uint32_t q_tiles, do_tiles;              // (2 stages, 64, D) bf16 sw128 each
+  uint32_t ds_tiles;                       // (2 stages, 128 keys, 64 queries) bf16 sw128, dS^T
+  uint32_t dq_bufs;                        // (2 buffers, 4, 64, 32) f32 sw128: dQ, then the epilogue's dK / dV
+  float* lse_s;                            // (2 stages, 64) f32
+  float* delta_s;                          // (2 stages, 64) f32
+  int* unit_slots;                         // (2) the unit ring
+  uint32_t full_bar, empty_bar;            // Q / dO stages, 2 x 8 bytes each
+  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (256 arrivals)
+  uint32_t unit_full_bar, unit_empty_bar;  // the unit ring, 2 x 8 bytes each
+};
+
+}  // namespace wgbwd
+}  // namespace cuda
+}  // namespace rt

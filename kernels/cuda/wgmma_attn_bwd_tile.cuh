@@ -1,0 +1,198 @@
+// The per-tile device pieces of the Hopper attention backward kernels (bwd v4 attn_bwd_wgmma.cu, bwd v5
+// attn_bwd_ws.cu), on one (64 queries x 128 keys) tile of a CTA's key block; a consumer warpgroup owns 64 keys:
+//   S^T = K Q^T and dP^T = V dO^T (issue_kq), P^T from the LSE with the tile's mask (compute_pt), dV += P^T dO and
+//   dK += dS^T Q from register A fragments (issue_acc, issue_dv_wait_dp), dS^T = P^T (dP^T - delta) formed and
+//   stored to shared memory (compute_dst_store / _packed), dQ = dS K (issue_dq), the f32 staging of accumulator
+//   rows for TMA (stage_rows_f32_sw128) and the zeroing of dK / dV rows no query sees (zero_dk_dv_rows).
+// Accumulator layout everywhere: x[nt*4 + 2r + e] = (key krow0 + 8r, column nt*8 + 2t + e), krow0 = the thread's
+// first key row (warpgroup*64 + warp*16 + g). Keep C++17.
+#pragma once
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attn_params.cuh"
+#include "kernels/cuda/wgmma_attn_bwd.cuh"
+#include "kernels/cuda/wgmma_ops.cuh"
+
+namespace rt {
+namespace cuda {
+namespace wgbwd {
+
+constexpr int kBr = kWgBwdRows;  // 64 queries per tile
+constexpr int kBc = kWgBwdKeys;  // 128 keys per CTA
+
+// X^T (64 keys x 64 queries per warpgroup) = A_wg B^T in D/16 k-steps: a_wg is this warpgroup's first row
+// of a (128, D) K or V tile, b a (64, D) Q or dO tile, both K-major.
+template <int D>
+__device__ __forceinline__ void issue_kq(float (&x)[32], uint32_t a_wg, uint32_t b) {
+  const uint64_t a0 = sw128_desc(opaque_u32(a_wg), 16, 1024), b0 = sw128_desc(opaque_u32(b), 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t a = a0 + uint64_t(((kk / 4) * (kBc * 128) + (kk % 4) * 32) >> 4);
+    const uint64_t bb = b0 + uint64_t(((kk / 4) * (kBr * 128) + (kk % 4) * 32) >> 4);
+    wgmma_m64n64k16_ss(x, a, bb, kk > 0 ? 1 : 0);
+  }
+}
+
+// acc (64 keys x D per warpgroup) += A B where A (64 keys x 64 queries) is in registers as bf16 A
+// fragments (af[4kk..4kk+3] = queries 16kk..16kk+15) and B is a (64, D) Q or dO tile read MN-major.
+// D = 128: wgmma m64n128k16; D = 64: m64n64k16.
+template <int D>
+__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const uint32_t (&af)[16], uint32_t b) {
+  const uint64_t b0 = sw128_desc(opaque_u32(b), kBr * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBr / 16; ++kk) {
+    if constexpr (D == 128)
+      wgmma_m64n128k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
+                              b0 + uint64_t((kk * 16 * 128) >> 4));
+    else
+      wgmma_m64n64k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
+                             b0 + uint64_t((kk * 16 * 128) >> 4));
+  }
+}
+
+// dQ (64 queries x 64 columns) = dS K over KEYS keys: dS^T (keys x 64 queries, from row `ds_rows`) and K
+// (keys x 64 columns, from `k_cols`) are both read MN-major, KEYS/16 k-steps of 16 keys. D = 128: all 128
+// keys, the 64 columns of this warpgroup's D half; D = 64: this warpgroup's 64 keys, all 64 columns.
+template <int KEYS>
+__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_rows, uint32_t k_cols) {
+  const uint64_t a0 = sw128_desc(opaque_u32(ds_rows), kBc * 128, 1024);
+  const uint64_t b0 = sw128_desc(opaque_u32(k_cols), kBc * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < KEYS / 16; ++kk) {
+    const uint64_t off = uint64_t((kk * 16 * 128) >> 4);
+    wgmma_m64n64k16_ss_mn(dq, a0 + off, b0 + off, kk > 0 ? 1 : 0);
+  }
+}
+
+// Where masking is needed, the limits of one (64 queries x 128 keys) tile as 32-bit offsets from (q0, k0): query
+// row qi and key row kj (tile-relative) are visible iff qi < q_lim, kj < k_lim and (!causal || kj <= qi + diag).
+// The int64 limits are clamped to +-2^30, far outside [0, 128), so the comparisons keep their result.
+struct TileMask {
+  int q_lim, k_lim, diag;
+  bool causal;
+};
+__device__ __forceinline__ int clamp_rel(int64_t x) { return int(x < -(1 << 30) ? -(1 << 30) : x > (1 << 30) ? (1 << 30) : x); }
+__device__ __forceinline__ TileMask tile_mask(const AttnBwdParams& p, int64_t q0, int64_t k0) {
+  return TileMask{clamp_rel(p.q_end - q0), clamp_rel(p.k_end - k0), clamp_rel(q0 + p.diag - k0), p.causal};
+}
+
+// P^T = exp2(S^T scale2 - lse log2e) in place of s (64 keys x 64 queries per warpgroup, accumulator layout
+// x[nt*4 + 2r + e] = (tile key krow0 + 8r, tile query nt*8 + 2t + e)), zero where masked.
+__device__ __forceinline__ void compute_pt(float (&s)[32], float scale2, const float* lse_t, const TileMask& m,
+                                           int krow0, bool need_mask, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) {
+    const float2 lse2v = *reinterpret_cast<const float2*>(lse_t + nt * 8 + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float lse_raw = e ? lse2v.y : lse2v.x;
+      const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;  // no visible key: P = 0
+      const int qi = nt * 8 + 2 * t + e;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float pv = fast_exp2(fmaf(s[nt * 4 + 2 * r + e], scale2, -lse2));
+        if (need_mask) {
+          const int kj = krow0 + 8 * r;
+          const bool visible = qi < m.q_lim && kj < m.k_lim && (!m.causal || kj <= qi + m.diag);
+          if (!visible) pv = 0.f;
+        }
+        s[nt * 4 + 2 * r + e] = pv;
+      }
+    }
+  }
+}
+
+// After P^T was formed in s: packs it into pf (bf16 A fragments), issues dV += P^T dO (do_tile: the tile's dO;
+// it runs while dS^T is formed), then waits for dP^T (issued before dV). Returns with dV possibly still running.
+template <int D>
+__device__ __forceinline__ void issue_dv_wait_dp(const float (&s)[32], float (&dp)[32], float (&dv)[D / 2],
+                                                 uint32_t (&pf)[16], uint32_t do_tile) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) pf[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+  wgmma_fence_regs(dv);
+  fence_regs_u32(pf);
+  wgmma_fence();
+  issue_acc<D>(dv, pf, do_tile);
+  wgmma_commit();
+  wgmma_wait<1>();  // dP^T ready; dV may still run
+  wgmma_fence_regs(dp);
+}
+
+// dS^T = P^T (dP^T - delta) in place of dp, packed to bf16 A fragments df, and stored (keys x queries) to the
+// sw128 dS^T tile: df[2nt + r] holds (key krow0 + 8r, queries nt*8 + 2t, +1).
+__device__ __forceinline__ void compute_dst_store(float (&dp)[32], uint32_t (&df)[16], const float (&s)[32],
+                                                  const float* delta_t, uint32_t ds_tile, int krow0, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      dp[nt * 4 + 2 * r] = s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x);
+      dp[nt * 4 + 2 * r + 1] = s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) df[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
+    }
+}
+
+// As compute_dst_store, without writing dS^T back into dp: each pair of P^T / dP^T values dies as soon as it
+// is packed (v5, where the consumers have 232 registers instead of 255).
+__device__ __forceinline__ void compute_dst_store_packed(const float (&dp)[32], uint32_t (&df)[16],
+                                                         const float (&s)[32], const float* delta_t,
+                                                         uint32_t ds_tile, int krow0, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      df[2 * nt + r] = pack_bf16(s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x),
+                                 s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y));
+      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
+    }
+  }
+}
+
+// Stores a (64 rows, 8 NT columns) f32 accumulator fragment of a warpgroup (x[FIRST + nt*4 + 2r + e] = row
+// warp*16 + g + 8r, column nt*8 + 2t + e), times `scale`, as NT / 4 blocks of (64 rows, 32 columns) at `blocks`
+// (8 KB apart) in the 128-byte swizzle of an f32 tensor map: column c is in block c / 32, 16-byte chunk
+// (c % 32) / 4, which sits at chunk ^ (row & 7) (row & 7 = g). A warp's float2 stores of 8 rows x 32 bytes hit
+// every bank twice, the minimum for 256 bytes.
+template <int NT, int FIRST = 0, int N>
+__device__ __forceinline__ void stage_rows_f32_sw128(uint32_t blocks, const float (&x)[N], float scale, int warp,
+                                                     int g, int t) {
+  static_assert(FIRST + 4 * NT <= N, "stage_rows_f32_sw128: columns past the fragment");
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + g + 8 * r, chunk = (nt % 4) * 2 + t / 2;
+      const uint32_t a = blocks + uint32_t(nt / 4) * (kBr * 128) + uint32_t(row) * 128 + (uint32_t(chunk ^ g) << 4) +
+                         uint32_t(t & 1) * 8;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x[FIRST + nt * 4 + 2 * r] * scale),
+                   "f"(x[FIRST + nt * 4 + 2 * r + 1] * scale)
+                   : "memory");
+    }
+}
+
+// Overwrite mode, a CTA whose keys no query sees: zeroes its dK / dV rows [k0, min(k0 + 128, k_end)).
+template <int D>
+__device__ __forceinline__ void zero_dk_dv_rows(const AttnBwdParams& p, int64_t k0, int64_t b, int64_t hk, int tid,
+                                                int threads) {
+  const int64_t rows = (p.k_end - k0 < kBc ? p.k_end - k0 : kBc);
+  for (int64_t i = tid; i < rows * (D / 4); i += threads) {
+    const int64_t off = ((b * p.Nk + k0 + i / (D / 4)) * p.Hkv + hk) * D + (i % (D / 4)) * 4;
+    *reinterpret_cast<float4*>(p.dk + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(p.dv + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+}  // namespace wgbwd
+}  // namespace cuda
+}  // namespace rt
