@@ -10,15 +10,17 @@
 namespace rt {
 
 // ---- the save protocol (temporary directory, fsync, rename) ----
-std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step);
-// Creates run_dir/checkpoints/.tmp_step_<N>/ (empty). Returns it.
-std::string begin_checkpoint_save(const std::string& run_dir, int64_t step);
+// lineage_dir is run_dir/checkpoints/<lineage> (framework/run_dir.h).
+std::string checkpoint_temp_dir(const std::string& lineage_dir, int64_t step);
+// Creates lineage_dir/.tmp_step_<N>/ (empty). Returns it.
+std::string begin_checkpoint_save(const std::string& lineage_dir, int64_t step);
 // Throws when RINGTRAIN_TEST_CRASH_IN_SAVE=1 (the crash test), naming what was written.
 void crash_in_save_hook(const std::string& written);
 // Writes state.json (with `files`: per file its bytes and checksum or tensor sums), fsyncs, renames the temporary
-// directory to step_<N>, drops old checkpoints beyond keep_last. Returns the final directory.
-std::string finish_checkpoint_save(const std::string& run_dir, const TrainState& state, const nlohmann::json& files,
-                                   int keep_last);
+// directory to step_<N>, and rotates the lineage as save_checkpoint does (keep_last, keep_always, the newest that
+// passed the divergence guard). Returns the final directory.
+std::string finish_checkpoint_save(const std::string& lineage_dir, const TrainState& state, const nlohmann::json& files,
+                                   int keep_last, const std::vector<std::string>& keep_always = {});
 // Parses and checks state.json and the files' sizes; returns its "files" record.
 nlohmann::json read_checkpoint_state(const std::string& dir, TrainState* state);
 

@@ -132,13 +132,14 @@ void create_sized(const std::string& path, const SafetensorsLayout& layout) {
 
 }  // namespace
 
-std::string save_checkpoint_sharded(const std::string& run_dir, Model& model, AdamW& optimizer,
+std::string save_checkpoint_sharded(const std::string& lineage_dir, Model& model, AdamW& optimizer,
                                     const TrainState& state, int keep_last, Comm& world,
-                                    const std::map<std::string, std::string>& extra_metadata) {
+                                    const std::map<std::string, std::string>& extra_metadata,
+                                    const std::vector<std::string>& keep_always) {
   const bool writer0 = world.rank() == 0;
-  if (writer0) begin_checkpoint_save(run_dir, state.step);
+  if (writer0) begin_checkpoint_save(lineage_dir, state.step);
   world.barrier();
-  const fs::path tmp = checkpoint_temp_dir(run_dir, state.step);
+  const fs::path tmp = checkpoint_temp_dir(lineage_dir, state.step);
   const FileSpec specs[2] = {
       {kModelFile, {""}, {model.master()}, model_file_metadata(model.config(), extra_metadata)},
       {kOptimizerFile, {"exp_avg.", "exp_avg_sq."}, {optimizer.m(), optimizer.v()}, optimizer_file_metadata(state.step)}};
@@ -157,8 +158,8 @@ std::string save_checkpoint_sharded(const std::string& run_dir, Model& model, Ad
                         {"tensor_sums", tensor_sums}};
     if (spec.file == std::string(kModelFile)) crash_in_save_hook(path);
   }
-  std::string dir = (fs::path(run_dir) / "checkpoints" / ("step_" + std::to_string(state.step))).string();
-  if (writer0) dir = finish_checkpoint_save(run_dir, state, files, keep_last);
+  std::string dir = (fs::path(lineage_dir) / ("step_" + std::to_string(state.step))).string();
+  if (writer0) dir = finish_checkpoint_save(lineage_dir, state, files, keep_last, keep_always);
   world.barrier();
   return dir;
 }

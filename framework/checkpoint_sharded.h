@@ -9,6 +9,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "framework/checkpoint.h"
 #include "framework/model.h"
@@ -17,11 +18,13 @@
 
 namespace rt {
 
-// Collective over `world` (every rank of the model's grid). Returns run_dir/checkpoints/step_<N>.
-// extra_metadata joins the model config in model.safetensors' __metadata__ (context_length, hf_source).
-std::string save_checkpoint_sharded(const std::string& run_dir, Model& model, AdamW& optimizer,
+// Collective over `world` (every rank of the model's grid). Returns lineage_dir/step_<N> (lineage_dir is
+// run_dir/checkpoints/<lineage>; rotation as save_checkpoint's, keep_always included). extra_metadata joins the
+// model config in model.safetensors' __metadata__ (context_length, hf_source).
+std::string save_checkpoint_sharded(const std::string& lineage_dir, Model& model, AdamW& optimizer,
                                     const TrainState& state, int keep_last, Comm& world,
-                                    const std::map<std::string, std::string>& extra_metadata = {});
+                                    const std::map<std::string, std::string>& extra_metadata = {},
+                                    const std::vector<std::string>& keep_always = {});
 // Fills the model's masters (and compute weights) and, when given, the optimizer's moments; a weights-only
 // checkpoint (import-hf: no optimizer.safetensors) zeroes the optimizer instead. model_metadata, when given,
 // receives model.safetensors' __metadata__. Collective over `world`. Throws naming the file and tensor on a

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <set>
@@ -46,9 +47,13 @@ void mark_explicit(Config& config, const std::string& path) {
   if (!config.is_explicit(path)) config.explicit_fields.push_back(path);
 }
 
+void mark_explicit(Config& config, const FieldSpec& field) { mark_explicit(config, field.path()); }
+
 // Applies one YAML value to `field`; appends a problem on failure.
+
 void apply_node(Config& config, const FieldSpec& field, const YAML::Node& value, const std::string& loc,
                 std::vector<std::string>& problems) {
+  mark_explicit(config, field);
   std::string text;
   if (value.IsNull()) {
     if (field.type != FieldType::string) {
@@ -179,6 +184,7 @@ void apply_override(Config& config, const std::string& assignment, std::vector<s
     problems.push_back(loc + ": " + unknown_key(key));
     return;
   }
+  mark_explicit(config, *f);
   std::string error;
   if (!set_field(config, *f, value, &error)) problems.push_back(loc + ": " + error);
   else mark_explicit(config, f->path());
@@ -200,7 +206,19 @@ std::string value_for_yaml(const Config& config, const FieldSpec& f) {
   return f.type == FieldType::string ? yaml_quote(text) : text;
 }
 
+// The number of settings (keys with a value) in a parsed YAML document.
+int count_settings(const YAML::Node& root) {
+  if (!root.IsMap()) return root.IsNull() ? 0 : 1;
+  int n = 0;
+  for (auto it = root.begin(); it != root.end(); ++it) n += it->second.IsMap() ? int(it->second.size()) : 1;
+  return n;
+}
+
 }  // namespace
+
+bool Config::is_explicit(const std::string& path) const {
+  return std::find(explicit_fields.begin(), explicit_fields.end(), path) != explicit_fields.end();
+}
 
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides, int world_size,
                          const std::string& origin) {
@@ -223,11 +241,31 @@ Config parse_config_text(const std::string& yaml_text, const std::vector<std::st
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::string inside;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+      const std::string ext = e.path().extension().string();
+      if ((ext == ".yaml" || ext == ".yml") && inside.size() < 200) inside += (inside.empty() ? "" : ", ") + e.path().string();
+    }
+    throw Error("config '" + path + "' is a directory; give a YAML file" +
+                (inside.empty() ? std::string(" (configs/ holds the examples)") : ", e.g. one of: " + inside));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error("config file '" + path + "' cannot be opened (does it exist? configs/ holds the examples)");
   std::stringstream ss;
   ss << in.rdbuf();
+  int settings = 0;
+  try {
+    settings = count_settings(YAML::Load(ss.str()));
+  } catch (const YAML::Exception&) {
+    settings = 1;  // parse_config_text reports the syntax error with its line
+  }
+  if (settings == 0)
+    throw Error("config file '" + path + "' holds no settings (empty, or only comments); ringtrain does not "
+                "train built-in defaults from an empty file. Start from an example in configs/ (e.g. "
+                "configs/tiny.yaml)");
   return parse_config_text(ss.str(), overrides, world_size, path);
 }
 
@@ -292,9 +330,6 @@ std::string model_config_hash(const Config& config) {
   return buf;
 }
 
-bool Config::is_explicit(const std::string& path) const {
-  return std::find(explicit_fields.begin(), explicit_fields.end(), path) != explicit_fields.end();
-}
 
 std::string resolved_layout(const Config& config) {
   const std::string& layout = config.parallel.layout;

@@ -58,6 +58,8 @@ struct ParallelConfig {
   // moments sharded; 2 gradients too (reduce-scattered per layer during the backward); 3 compute weights too
   // (all-gathered per layer before use, the next layer prefetched).
   int zero = 0;
+  double timeout_s = 600;        // watchdog: a rank waiting this long in a collective ends the job (exit 4)
+  double save_timeout_s = 3600;  // the same while a checkpoint is written
 };
 
 struct TrainConfig {
@@ -78,6 +80,9 @@ struct TrainConfig {
   // A ringtrain checkpoint directory or a Hugging Face model directory to start from (fresh optimizer, step 0;
   // the model section comes from it, framework/init_from.h). checkpoint.resume wins when it finds a checkpoint.
   std::string init_from;
+  bool overwrite = false;       // a fresh run into a run_dir holding checkpoints: delete them (else refused)
+  double divergence_factor = 0; // also diverged: a logged loss above factor x its running mean (0 = off)
+  std::string on_divergence = "stop";  // a non-finite loss or grad norm: stop (exit 3) | skip_step
 };
 
 struct OptimConfig {
@@ -90,7 +95,7 @@ struct OptimConfig {
 };
 
 struct CheckpointConfig {
-  int every = 0;                // steps between saves; 0 = only at the end and on SIGTERM/SIGINT
+  int every = 0;                // steps between saves; 0 = only at the end and on SIGUSR1/SIGTERM/SIGINT
   int keep_last = 3;
   bool save_final = true;       // save at the last step (benchmarks and sweeps turn it off)
   std::string resume;           // "" | "auto" (latest in run_dir) | a checkpoint directory
@@ -113,7 +118,7 @@ struct Config {
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)
   // Dotted paths set explicitly, by the file or by --set (not a YAML key). Fields not listed hold defaults, so
-  // train.init_from can take them from the source (framework/init_from.h). (Named as issue 17's eval uses them.)
+  // eval and train.init_from can take them from a checkpoint (framework/model_source.h, framework/init_from.h).
   std::vector<std::string> explicit_fields;
   bool is_explicit(const std::string& path) const;
   std::vector<std::string> notes;       // lines for the start-up print (e.g. model values taken from init_from)
@@ -122,6 +127,7 @@ struct Config {
 // Loads YAML, applies `--set a.b=c` overrides in order, validates every constraint (world_size: the
 // number of ranks the job runs on, checked against dp*cp*tp; 0 skips that check). Throws rt::Error with
 // the key's path (and line) and what to change. Creates nothing on disk.
+// A directory, or a file with no settings, is an error.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 0);
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,
                          int world_size = 0, const std::string& origin = "<string>");

@@ -100,6 +100,9 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
     p.add("parallel.zero=", g.zero, " is not a ZeRO stage; use 0 (replicated), 1 (optimizer state sharded), 2 (+ "
           "gradients) or 3 (+ weights)");
   p.one_of("device", c.device, {"auto", "cpu", "cuda"});
+  if (!(g.timeout_s > 0)) p.add("parallel.timeout_s=", g.timeout_s, " must be > 0 seconds (default 600)");
+  if (!(g.save_timeout_s > 0))
+    p.add("parallel.save_timeout_s=", g.save_timeout_s, " must be > 0 seconds (default 3600)");
   if (g.comm == "nccl" && c.device == "cpu")
     p.add("parallel.comm=nccl needs GPU tensors but device=cpu; use parallel.comm: mpi (or auto) or device: cuda");
 #ifndef RINGTRAIN_HAVE_CUDA
@@ -256,6 +259,9 @@ void check_train(const Config& c, Problems& p) {
   if (t.offload == "activations" && c.device == "cpu")
     p.add("train.offload=activations moves a GPU's block inputs to pinned host memory, but device=cpu keeps every "
           "activation in host memory already; use train.offload: none on the CPU (or device: cuda)");
+  p.one_of("train.on_divergence", t.on_divergence, {"stop", "skip_step"});
+  if (!(t.divergence_factor >= 0))
+    p.add("train.divergence_factor=", t.divergence_factor, " must be >= 0 (0 = off; e.g. 4 flags a loss 4x its mean)");
   if (t.run_dir.empty()) p.add("train.run_dir is empty; set a directory for config.yaml, metrics and checkpoints");
 }
 
@@ -283,7 +289,7 @@ void check_checkpoint_and_log(const Config& c, Problems& p) {
   p.at_least("checkpoint.keep_last", k.keep_last, 1);
   if (!k.resume.empty() && k.resume != "auto" && !is_directory(k.resume))
     p.add("checkpoint.resume='", k.resume, "' is not a directory; use \"\" (fresh start), auto (latest in "
-          "train.run_dir) or an existing run_dir/checkpoints/step_<N> directory");
+          "train.run_dir) or an existing run_dir/checkpoints/<lineage>/step_<N> directory");
   const LogConfig& l = c.log;
   p.at_least("log.every", l.every, 1);
   if (l.metrics_file.empty()) p.add("log.metrics_file is empty; set a file name such as metrics.jsonl");

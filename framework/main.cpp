@@ -7,8 +7,13 @@
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
 // MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
-// Any error prints "ringtrain: error on rank R: <message>"; with more than one rank the whole job is
-// aborted at once so that no rank waits forever in a collective.
+// Exit codes (framework/run_errors.h): 0 finished, 2 config or data error, 3 divergence, 4 watchdog, 128+N
+// stopped by signal N after a complete save, 1 anything else.
+// Errors: one found by every rank alike (the config, a refused run_dir or resume) is printed once, as
+// "ringtrain: error: <message>", and every rank exits with its code without MPI_Abort's banner. Any other
+// error prints "ringtrain: error on rank R (host:pid): <message>" and aborts the whole job at once, so that no
+// rank waits forever in a collective. Both also go to $RINGTRAIN_ERROR_FILE when set (launch/train.sh prints
+// it again after mpirun's own lines).
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -19,9 +24,12 @@
 
 #include "framework/config.h"
 #include "framework/hf_commands.h"
+#include "framework/run_errors.h"
 #include "framework/trainer.h"
 #include "framework/version.h"
 #include "kernels/tensor.h"
+#include "parallel/fault.h"
+#include "parallel/watchdog.h"
 
 namespace {
 
@@ -55,13 +63,14 @@ int world_size() {
 }
 
 int run_command(const std::string& command, const Args& args) {
-  if (command == "plan") {
-    // plan predicts for the configured grid without launching it: the world-size check is skipped.
-    return rt::plan_main(rt::load_config(args.config_path, args.overrides, /*world_size=*/0), args.plan);
-  }
-  const rt::Config config = rt::load_config(args.config_path, args.overrides, world_size());
+  rt::Config config;
+  // plan predicts for the configured grid without launching it, and eval fits the grid to the processes it
+  // has: only train checks the world size here.
+  const int checked_world = command == "train" ? world_size() : 0;
+  rt::agree_on([&] { config = rt::load_config(args.config_path, args.overrides, checked_world); }, rt::kExitUsage);
+  if (command == "plan") return rt::plan_main(config, args.plan);
   if (command == "train") return rt::train_main(config);
-  return rt::eval_main(config, args.checkpoint, args.dump_logits);
+  return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits);
 }
 
 }  // namespace
@@ -85,9 +94,10 @@ int main(int argc, char** argv) {
   plan->add_option("--host-memory-gib", args.plan.host_memory_gib, "host memory per node (default: this host's)");
   plan->add_option("--ranks-per-node", args.plan.ranks_per_node, "ranks sharing a node's host memory (default: "
                                                                  "min(world, 8))");
-  CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint");
+  CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint (any grid)");
   add_config_args(eval, args);
-  eval->add_option("--checkpoint", args.checkpoint, "checkpoint directory (run_dir/checkpoints/step_<N>)")
+  eval->add_option("--checkpoint", args.checkpoint,
+                   "checkpoint directory (run_dir/checkpoints/<lineage>/step_<N>) or a model.safetensors file")
       ->required();
   eval->add_option("--dump-logits", args.dump_logits,
                     "write the first eval batch's logits (B,T,V) float32 to FILE (.npy) and its tokens to "
@@ -130,22 +140,23 @@ int main(int argc, char** argv) {
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int code = 1;
-  std::string error;
+  int code = rt::kExitFailure;
   try {
     code = run_command(command, args);
+  } catch (const rt::AgreedError& e) {
+    if (rank == 0) rt::report_error_line(std::string("ringtrain: error: ") + e.what());
+    code = e.code();
+  } catch (const rt::RunError& e) {
+    rt::abort_job_with("ringtrain: error on rank " + std::to_string(rank) + " (" + rt::this_host() + "): " + e.what(),
+                       e.code());
   } catch (const std::exception& e) {
-    error = e.what();
+    rt::abort_job_with("ringtrain: error on rank " + std::to_string(rank) + " (" + rt::this_host() + "): " + e.what(),
+                       rt::kExitFailure);
   } catch (...) {
-    error = "unknown exception";
+    rt::abort_job_with("ringtrain: error on rank " + std::to_string(rank) + ": unknown exception", rt::kExitFailure);
   }
-  if (!error.empty()) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "ringtrain: error on rank %d: %s\n", rank, error.c_str());
-    std::fflush(stderr);
-    if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-    code = 1;
-  }
+  std::fflush(stdout);
+  rt::watchdog_shutdown();
   MPI_Finalize();
   return code;
 }

@@ -18,7 +18,7 @@ AdamW::AdamW(const OptimConfig& config, Model& model, Arena& arena) : config_(co
   const int64_t P = model.master().numel();
   m_ = arena.alloc(DType::f32, {P}, model.zero() > 0 ? "adam m (f32 shard)" : "adam m (f32)");  // (local)
   v_ = arena.alloc(DType::f32, {P}, model.zero() > 0 ? "adam v (f32 shard)" : "adam v (f32)");  // (local)
-  clip_ = arena.alloc(DType::f32, {2}, "grad norm^2 and clip factor (f32)");  // (2)
+  clip_ = arena.alloc(DType::f32, {4}, "grad norm^2, clip factor, skipped steps, loss check (f32)");  // (4)
 }
 
 void AdamW::zero_state() {
@@ -38,7 +38,7 @@ void AdamW::step(int64_t step, float lr) {
   // ZeRO: each rank holds a disjoint shard of the gradients, so the shards' sums add up over dp x cp.
   if (model_.shard_count() > 1) model_.dp_cp_comm().all_reduce_sum(sumsq);
   if (model_.shape().tp > 1) model_.tp_comm().all_reduce_sum(sumsq);
-  grad_clip_scale(sumsq, scale, config_.grad_clip);
+  grad_clip_scale(sumsq, clip_.slice(1, 3), config_.grad_clip);  // NaN factor + a counted skip if not finite
 
   AdamWArgs args;
   args.lr = lr, args.beta1 = config_.beta1, args.beta2 = config_.beta2, args.eps = config_.eps;
@@ -47,7 +47,7 @@ void AdamW::step(int64_t step, float lr) {
   // zero >= 1 the updated shard is refreshed into the compute weights afterwards (copied and all-gathered).
   const Tensor master = model_.master(), compute = model_.compute();
   const bool lowp = model_.zero() == 0 && compute.data != master.data;
-  const Tensor clip_factor = config_.grad_clip > 0 ? scale : Tensor{};
+  const Tensor clip_factor = scale;  // always read: besides clipping it carries the guard's skip
   for (const Model::LocalRun& r : model_.local_runs()) {
     args.weight_decay = r.decay ? config_.weight_decay : 0.f;
     adamw(master.slice(r.begin, r.end), grads.slice(r.begin, r.end), m_.slice(r.begin, r.end),
@@ -60,6 +60,20 @@ double AdamW::last_grad_norm() const {
   float sumsq = 0;
   copy_cast(Tensor(&sumsq, DType::f32, Device::cpu(), {1}), clip_.slice(0, 1));  // a host wait on CUDA
   return std::sqrt(double(sumsq));
+}
+
+void AdamW::guard_losses(const Tensor& losses) {
+  const Tensor check = clip_.slice(3, 4);  // (1)
+  fill(check, 0.f);
+  sum_squares_accumulate(losses, check);
+  scale_inplace(check, 0.f);  // finite -> 0, inf or NaN -> NaN
+  add_inplace(model_.grads().slice(0, 1), check);
+}
+
+int64_t AdamW::skipped_steps() const {
+  float skipped = 0;
+  copy_cast(Tensor(&skipped, DType::f32, Device::cpu(), {1}), clip_.slice(2, 3));  // a host wait on CUDA
+  return int64_t(skipped);
 }
 
 std::vector<HostTensor> AdamW::export_state() {

@@ -30,6 +30,13 @@ class AdamW {
   // The global gradient norm (before clipping) of the latest step(): downloads one float, so on CUDA the host
   // waits for that step's optimizer work. Call it where the step is logged.
   double last_grad_norm() const;
+  // The divergence guard, on the device: 0 * sum(losses^2) (0 when every loss is finite, NaN otherwise) is
+  // added to the first gradient element, so a non-finite loss makes the global norm non-finite on every rank
+  // once the gradients are all-reduced. Call between forward_backward and the gradient all-reduce.
+  void guard_losses(const Tensor& losses);
+  // Steps skipped since zero_state() because the norm was not finite (their update was not applied). Downloads
+  // one float: a host wait on CUDA; call it where the step is logged or before a save.
+  int64_t skipped_steps() const;
 
   // Moments as full tensors ("exp_avg.<param>", "exp_avg_sq.<param>"), collective over tp; and back.
   std::vector<HostTensor> export_state();
@@ -42,7 +49,9 @@ class AdamW {
   OptimConfig config_;
   Model& model_;
   Tensor m_, v_;  // (P) f32
-  Tensor clip_;    // (2) f32: [0] global sum of squared gradients, [1] clip factor (1 when not clipping)
+  // (4) f32: [0] global sum of squared gradients, [1] clip factor (1 when not clipping; NaN: skip the step),
+  // [2] skipped-step count, [3] the loss check's scratch
+  Tensor clip_;
 };
 
 }  // namespace rt

@@ -11,6 +11,7 @@
 
 #include "framework/checkpoint.h"
 #include "framework/checkpoint_internal.h"
+#include "framework/model_source.h"
 #include "framework/checkpoint_io.h"
 #include "framework/data_files.h"
 #include "kernels/tensor.h"
@@ -263,34 +264,9 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
 }
 
 std::map<std::string, std::string> model_metadata(const ModelConfig& m) {
-  auto real = [](float v) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
-  };
-  auto real64 = [](double v) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
-  };
-  return {{"n_layer", std::to_string(m.n_layer)},
-          {"d_model", std::to_string(m.d_model)},
-          {"n_head", std::to_string(m.n_head)},
-          {"n_kv_head", std::to_string(m.n_kv_head)},
-          {"vocab_size", std::to_string(m.vocab_size)},
-          {"mlp", m.mlp},
-          {"d_ff", std::to_string(m.d_ff)},
-          {"rope_base", real(m.rope_base)},
-          {"norm_eps", real(m.norm_eps)},
-          {"tied_embeddings", m.tied_embeddings ? "true" : "false"},
-          {"rope_scaling.type", m.rope_scaling.type},
-          {"rope_scaling.factor", real64(m.rope_scaling.factor)},
-          {"rope_scaling.low_freq_factor", real64(m.rope_scaling.low_freq_factor)},
-          {"rope_scaling.high_freq_factor", real64(m.rope_scaling.high_freq_factor)},
-          {"rope_scaling.original_max_position_embeddings", std::to_string(m.rope_scaling.original_max_position_embeddings)},
-          {"rope_scaling.beta_fast", real64(m.rope_scaling.beta_fast)},
-          {"rope_scaling.beta_slow", real64(m.rope_scaling.beta_slow)},
-          {"rope_scaling.attention_factor", real64(m.rope_scaling.attention_factor)}};
+  Config config;  // every model field of the schema, in its canonical text (framework/model_source.h)
+  config.model = m;
+  return model_fields_as_metadata(config);
 }
 
 }  // namespace rt

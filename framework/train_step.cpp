@@ -1,5 +1,8 @@
 #include "framework/train_step.h"
 
+#include <cstdio>
+
+#include "framework/data.h"
 #include "kernels/ops.h"
 
 namespace rt {
@@ -36,9 +39,32 @@ std::vector<std::pair<std::string, double>> LossTally::group_means() const {
 void train_step(Model& model, AdamW& optimizer, const Batch& batch, int64_t step, float lr) {
   const double count = model.global_target_count(batch);  // host scalars over MPI: no GPU wait
   model.forward_backward(batch, count, /*want_grad=*/true);
+  optimizer.guard_losses(model.losses());  // a non-finite loss poisons the norm: the step is skipped
   model.reduce_gradients();  // over dp x cp: all-reduce (zero 0) or reduce-scatter into the shards (zero >= 1)
   model.reduce_shared_kv_grads();
   optimizer.step(step, lr);
+}
+
+LossTally evaluate(Model& model, DataLoader& eval_loader, int batches) {
+  eval_loader.set_cursor(0);
+  LossTally tally;
+  for (int b = 0; b < batches; ++b) {
+    const Batch batch = eval_loader.next();
+    const double count = model.global_target_count(batch);
+    tally.add(batch, model.step(batch, count, /*want_grad=*/false));
+  }
+  tally.all_reduce(model.dp_cp_comm());
+  return tally;
+}
+
+std::string halves_text(const LossTally& t) {  // the data source's loss groups, e.g. the copy task's halves
+  std::string text;
+  for (const auto& [name, mean] : t.group_means()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.4f", text.empty() ? " (" : ", ", name.c_str(), mean);
+    text += buf;
+  }
+  return text.empty() ? text : text + ")";
 }
 
 LossTally step_losses(Model& model, const Batch& batch) {

@@ -35,4 +35,10 @@ void train_step(Model& model, AdamW& optimizer, const Batch& batch, int64_t step
 // model.dp_cp_comm(). Downloads model.losses(): on CUDA the host waits for the GPU here.
 LossTally step_losses(Model& model, const Batch& batch);
 
+class DataLoader;
+// Mean per-token loss over the first `batches` held-out batches (the same batches every time). Collective.
+LossTally evaluate(Model& model, DataLoader& eval_loader, int batches);
+// " (first_half 3.4012, repeat_half 0.0100)": the data source's loss groups, or "" when it has none.
+std::string halves_text(const LossTally& t);
+
 }  // namespace rt

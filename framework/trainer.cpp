@@ -1,18 +1,23 @@
-// train_main and eval_main (framework/trainer.h): the training loop around Model and AdamW.
+// train_main (framework/trainer.h): the training loop around Model and AdamW.
 //
-// One step: next batch -> train_step (framework/train_step.h: global target count (dp x cp) -> forward +
-// fused loss + backward -> gradient all-reduce over dp x cp (one call on the flat buffer) -> shared-KV
-// reduction over tp (GQA with n_kv_head < tp) -> clip + AdamW) -> log. Losses are global token sums /
-// global token counts. Rank 0 prints and writes files; every rank computes.
-// On CUDA the host waits for the GPU only at a logging point (log.every, and the last step): the losses,
-// the grad norm and the ring timings are fetched there; other steps only queue work. Time per step is so
-// measured over the steps since the previous logging point (or eval / checkpoint, which also wait).
+// Start-up, each part agreed on by every rank (framework/run_errors.h: an error is printed once, exit 2):
+//   rank 0 locks run_dir (framework/run_dir.h) -> every rank plans the start (fresh / continue / branch,
+//   framework/resume_plan.h) and reconciles the config with the checkpoint -> rank 0 writes run.json,
+//   config.yaml and de-duplicates metrics.jsonl -> model, loaders, checkpoint.
+// One step: next batch -> train_step (framework/train_step.h: forward + fused loss + backward -> loss guard ->
+// gradient all-reduce over dp x cp -> shared-KV reduction over tp -> clip + AdamW, skipped on the device when
+// the norm is not finite) -> log. Losses are global token sums / global token counts. Rank 0 prints and
+// writes files; every rank computes.
+// On CUDA the host waits for the GPU only at a logging point (log.every, and the last step), eval and saves:
+// the losses, the grad norm, the divergence guard's count and the ring timings are fetched there.
+// Stopping: SIGUSR1, SIGTERM and SIGINT alike finish the step, save a complete checkpoint and return 128+N.
+// The divergence guard (framework/divergence_guard.h) is read at each logging point and before every save;
+// on divergence every rank returns 3 and nothing is saved.
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
@@ -23,11 +28,17 @@
 #include "framework/metrics.h"
 #include "framework/mfu.h"
 #include "framework/rope_scaling.h"
+#include "framework/divergence_guard.h"
+#include "framework/resume_plan.h"
+#include "framework/run_dir.h"
+#include "framework/run_errors.h"
 #include "framework/train_step.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "parallel/fault.h"
+#include "parallel/watchdog.h"
 
 namespace rt {
 
@@ -36,28 +47,21 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
 
-std::string halves_text(const LossTally& t) {  // the data source's loss groups, e.g. the copy task's halves
-  std::string text;
-  for (const auto& [name, mean] : t.group_means()) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s %.4f", text.empty() ? " (" : ", ", name.c_str(), mean);
-    text += buf;
+// Installs the stop handlers for USR1, TERM and INT; restores the previous ones when destroyed.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    for (int i = 0; i < 3; ++i) old_[i] = std::signal(kSignals[i], on_stop_signal);
   }
-  return text.empty() ? text : text + ")";
-}
+  ~StopSignals() {
+    for (int i = 0; i < 3; ++i) std::signal(kSignals[i], old_[i]);
+  }
 
-// Mean per-token loss over the first `batches` held-out batches (the same batches every time).
-LossTally evaluate(Model& model, DataLoader& eval_loader, int batches) {
-  eval_loader.set_cursor(0);
-  LossTally tally;
-  for (int b = 0; b < batches; ++b) {
-    const Batch batch = eval_loader.next();
-    const double count = model.global_target_count(batch);
-    tally.add(batch, model.step(batch, count, /*want_grad=*/false));
-  }
-  tally.all_reduce(model.dp_cp_comm());
-  return tally;
-}
+ private:
+  static constexpr int kSignals[3] = {SIGUSR1, SIGTERM, SIGINT};
+  void (*old_[3])(int);
+};
 
 std::string format_bytes(double bytes) {
   char buf[32];
@@ -66,27 +70,30 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+struct SaveTarget {
+  std::string lineage_dir, lineage, parent, resumed_from;
+};
+
 // Saves model + optimizer + state: every rank writes its own byte ranges of the unsharded files (no rank
-// assembles the full state; framework/checkpoint_sharded.h). Collective over the world. Returns the directory.
-std::string save(const Config& config, ModelSession& session, DataLoader& loader, int64_t step, Comm& world,
-                 const std::map<std::string, std::string>& extra_metadata) {
+// assembles the full state; framework/checkpoint_sharded.h). Collective over the world, under
+// parallel.save_timeout_s. Returns the directory.
+std::string save(const Config& config, const SaveTarget& target, ModelSession& session, DataLoader& loader,
+                 int64_t step, Comm& world, const std::map<std::string, std::string>& extra_metadata) {
+  watchdog_set_phase("the save of step " + std::to_string(step), /*saving=*/true);
   TrainState state;
   state.step = step;
   state.data_cursor = loader.cursor();
   state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
   state.config_hash = model_config_hash(config);
-  return save_checkpoint_sharded(config.train.run_dir, *session.model, *session.optimizer, state,
-                                 config.checkpoint.keep_last, world, extra_metadata);
-}
-
-// Finds the checkpoint to resume from: "" none, "auto" the newest in run_dir (none is fine), else a directory.
-std::string resume_dir(const Config& config) {
-  const std::string& r = config.checkpoint.resume;
-  if (r.empty()) return "";
-  if (r == "auto") return latest_checkpoint(config.train.run_dir);
-  RT_CHECK(std::filesystem::is_directory(r),
-           "checkpoint.resume: '" << r << "' is not a directory; give a checkpoint directory, auto or leave it empty");
-  return r;
+  state.lineage = target.lineage, state.parent = target.parent;
+  state.config = config_as_map(config);
+  state.guard_passed = true;  // every save follows a guard check
+  std::vector<std::string> keep;
+  if (!target.resumed_from.empty()) keep.push_back(target.resumed_from);
+  const std::string dir = save_checkpoint_sharded(target.lineage_dir, *session.model, *session.optimizer, state,
+                                                  config.checkpoint.keep_last, world, extra_metadata, keep);
+  watchdog_set_phase("step " + std::to_string(step), /*saving=*/false);
+  return dir;
 }
 
 // What every checkpoint of this run records besides the model config: the context it trains at and the
@@ -104,49 +111,99 @@ TrainState load_into(ModelSession& session, const std::string& dir, Comm& world,
   return load_checkpoint_sharded(dir, *session.model, session.optimizer.get(), world, model_metadata);
 }
 
+void remove_checkpoints(const std::vector<std::string>& dirs) {
+  for (const std::string& d : dirs) {
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+    if (ec) throw Error("train.overwrite: cannot delete " + d + ": " + ec.message());
+  }
+}
+
 }  // namespace
 
-int train_main(const Config& config) {
+int train_main(const Config& loaded) {
+  const StopSignals signals;  // from the start: a signal during set-up stops after the first step
+  Config config = loaded;
   ProcessGrid grid = make_process_grid(config);
   const Device device = resolve_device(config);
   const bool rank0 = grid.world().rank() == 0;
+  const int world_size = grid.dims().world();
   const TrainConfig& tc = config.train;
-  const std::string layout = resolved_layout(config);
 
+  // ---- the run directory: one owner, a plan, the config reconciled with the checkpoint ----
+  std::unique_ptr<RunDirLock> lock;
+  agree_on([&] { if (rank0) lock = std::make_unique<RunDirLock>(tc.run_dir); }, kExitUsage);
+  RunPlan plan;
+  std::vector<std::string> changes;
+  int64_t resumed_step = 0;
+  agree_on([&] {
+    plan = plan_run(config);
+    if (!plan.resume_from.empty()) {
+      changes = reconcile_resume_config(config, plan.resume_from, world_size);
+      resumed_step = read_checkpoint_state(plan.resume_from).step;
+    }
+  }, kExitUsage);
+  std::string moved_metrics;
+  agree_on([&] {
+    if (!rank0) return;
+    remove_checkpoints(plan.wipe);
+    prepare_run_dir(config);
+    if (plan.write_record) write_run_record(tc.run_dir, {plan.lineage, plan.parent});
+    const std::string metrics_file = metrics_path(config);
+    moved_metrics = plan.resume_from.empty() ? move_metrics_aside(metrics_file)
+                                             : move_metrics_after(metrics_file, resumed_step);
+  }, kExitUsage);
+  const SaveTarget target{lineage_dir(tc.run_dir, plan.lineage), plan.lineage, plan.parent, plan.resume_from};
+
+  const std::string layout = resolved_layout(config);
   if (rank0) {
     std::printf("%s", config_table(config).c_str());
     for (const std::string& note : config.notes) std::printf("%s\n", note.c_str());
     std::printf("cp=%d layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, layout.c_str(), config.parallel.tp,
                 config.parallel.dp, device_name(device).c_str());
     if (!zero_note(config).empty()) std::printf("%s\n", zero_note(config).c_str());
-    std::filesystem::create_directories(tc.run_dir);
-    std::ofstream(tc.run_dir + "/config.yaml") << config_to_yaml(config);
+    std::printf("%s\n", plan.why.c_str());
+    for (const std::string& c : changes) std::printf("resume: changed (allowed) %s\n", c.c_str());
+    if (!moved_metrics.empty())
+      std::printf("metrics: earlier lines %s moved to %s\n",
+                  plan.resume_from.empty() ? "of another run" : "past the resumed step", moved_metrics.c_str());
   }
 
-  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/true);
+  // ---- model, data, checkpoint ----
+  ModelSession session;
+  agree_on([&] { session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/true); },
+           kExitFailure);
   Model& model = *session.model;
   AdamW& optimizer = *session.optimizer;
-  const LoaderRank lrank = loader_rank(config, grid);
-  std::unique_ptr<DataLoader> loader = make_loader(config, lrank, "train");
-  std::unique_ptr<DataLoader> eval_loader = tc.eval_every > 0 ? make_loader(config, lrank, "eval") : nullptr;
-
+  std::unique_ptr<DataLoader> loader, eval_loader;
   int64_t start_step = 0;
   std::string hf_source;  // carried into every checkpoint's metadata
-  const std::string from = resume_dir(config);
-  if (!from.empty()) {  // checkpoint.resume wins over train.init_from: a resumed run continues
+  agree_on([&] {
+    const LoaderRank lrank = loader_rank(config, grid);
+    loader = make_loader(config, lrank, "train");
+    if (tc.eval_every > 0) eval_loader = make_loader(config, lrank, "eval");
+  }, kExitUsage);
+  if (!plan.resume_from.empty()) {  // checkpoint.resume wins over train.init_from: a resumed run continues
     TrainState peek;
-    read_checkpoint_state(from, &peek);
-    RT_CHECK(peek.config_hash.empty() || peek.config_hash == model_config_hash(config),
-             "checkpoint " << from << " was written for a different model config; resume with the same model.*");
+    agree_on([&] {
+      read_checkpoint_state(plan.resume_from, &peek);
+      RT_CHECK(peek.config_hash.empty() || peek.config_hash == model_config_hash(config),
+               "checkpoint " << plan.resume_from << " was written for a different model config; resume with the "
+                             << "same model.*");
+    }, kExitUsage);
     std::map<std::string, std::string> meta;
-    const TrainState resumed = load_into(session, from, grid.world(), &meta);
+    const TrainState resumed = load_into(session, plan.resume_from, grid.world(), &meta);  // collective
     start_step = resumed.step;
     loader->set_cursor(resumed.data_cursor);
     if (auto it = meta.find("hf_source"); it != meta.end()) hf_source = it->second;
-    if (rank0) std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)start_step);
   } else if (!tc.init_from.empty()) {  // weights from the source, fresh optimizer, step 0
-    const ModelSource source = read_model_source(tc.init_from);
-    model.scatter_full(model.master(), load_source_weights(source), "");
+    ModelSource source;
+    std::vector<HostTensor> weights;
+    agree_on([&] {
+      source = read_model_source(tc.init_from);
+      weights = load_source_weights(source);
+    }, kExitUsage);
+    model.scatter_full(model.master(), weights, "");
     model.sync_compute_weights();
     optimizer.zero_state();
     hf_source = source.hf_source;
@@ -154,9 +211,12 @@ int train_main(const Config& config) {
       std::printf("initialised from %s (%s), fresh optimizer at step 0; RoPE base %g, scaling %s\n",
                   tc.init_from.c_str(), source.is_hf ? "Hugging Face model" : "ringtrain checkpoint",
                   double(config.model.rope_base), rope_scaling_text(config.model.rope_scaling).c_str());
-  } else {
+  }
+  if (plan.resume_from.empty() && tc.init_from.empty()) {
     model.init_weights(tc.seed);
     optimizer.zero_state();
+  } else if (rank0) {
+    std::printf("resumed from %s at step %lld\n", plan.resume_from.c_str(), (long long)start_step);
   }
   const std::map<std::string, std::string> metadata = run_metadata(config, hf_source);
 
@@ -171,24 +231,34 @@ int train_main(const Config& config) {
     std::printf("MFU = %s * tok/s / (%.0f TFLOP/s * %d devices)%s\n", flops.formula().c_str(), peak, devices,
                 peak > 0 ? "" : "  [no peak for this device: set log.peak_tflops to report MFU]");
   }
-  // A resumed run continues its metrics file; a fresh one starts it over.
+  // The file holds only the steps up to the resumed one (plan above), so appending never duplicates a step.
   std::unique_ptr<MetricsWriter> metrics;
-  if (rank0) metrics = std::make_unique<MetricsWriter>(tc.run_dir + "/" + config.log.metrics_file, start_step > 0);
+  if (rank0) metrics = std::make_unique<MetricsWriter>(metrics_path(config), /*append=*/true);
 
-  g_stop_signal.store(0);
-  auto old_term = std::signal(SIGTERM, on_stop_signal);
-  auto old_int = std::signal(SIGINT, on_stop_signal);
+  DivergenceGuard guard(tc, config.optim);
+  // Reads the guard's device count (every rank: they all see the same all-reduced values and decide alike).
+  auto guard_check = [&](int64_t step, double loss) -> bool {
+    const GuardVerdict v = guard.check(step, optimizer.skipped_steps(), loss, optimizer.last_grad_norm());
+    if (v.stop) {
+      if (rank0) report_error_line("ringtrain: error: " + v.message);
+      return true;
+    }
+    if (rank0 && !v.message.empty()) std::printf("warning: %s\n", v.message.c_str());
+    return false;
+  };
 
   using clock = std::chrono::steady_clock;
   const auto run_start = clock::now();
   auto interval_start = run_start;  // since the host last waited for the GPU (logging, eval, checkpoint)
   int64_t interval_steps = 0;
   int64_t step = start_step;
+  int64_t guarded_step = start_step;  // the latest step the guard has checked
   while (step < tc.steps) {
     const Batch batch = loader->next();
     model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
     model.reset_zero_stats();
     ++step;
+    watchdog_set_phase("step " + std::to_string(step), /*saving=*/false);
     const float lr = learning_rate(config.optim, step, tc.steps);
     train_step(model, optimizer, batch, step, lr);
     ++interval_steps;
@@ -197,6 +267,8 @@ int train_main(const Config& config) {
     if (step % std::max(1, config.log.every) == 0 || step == tc.steps) {
       const LossTally tally = step_losses(model, batch);  // every rank (collective); waits for the step
       waited = true;
+      if (guard_check(step, tally.mean(0))) return kExitDivergence;
+      guarded_step = step;
       const double seconds = std::chrono::duration<double>(clock::now() - interval_start).count() /
                              double(interval_steps);
       if (rank0) {
@@ -214,6 +286,7 @@ int train_main(const Config& config) {
         const double elapsed = std::chrono::duration<double>(clock::now() - run_start).count();
         sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
         sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;
+        if (guard.skipped() > 0) sm.extra["skipped_steps"] = double(guard.skipped());
         // Rank 0's time inside ring attention, and the part of it blocked waiting for the ring (exposed comm).
         const RingTimings& ring = model.attention().timings();
         sm.extra["attn_ms"] = ring.total_s() * 1e3;
@@ -224,7 +297,9 @@ int train_main(const Config& config) {
           sm.extra["zero_gathered_gib"] = z.gathered_bytes / double(1 << 30);
           sm.extra["zero_scattered_gib"] = z.scattered_bytes / double(1 << 30);
         }
-        std::printf("%s\n", format_step_line(sm).c_str());
+        std::string line = format_step_line(sm);
+        if (guard.skipped() > 0) line += " | skipped " + std::to_string(guard.skipped());
+        std::printf("%s\n", line.c_str());
         std::fflush(stdout);
         metrics->write(sm);
       }
@@ -242,40 +317,32 @@ int train_main(const Config& config) {
     }
 
     // Every rank must agree to stop at the same step: a signal may reach the ranks at different times.
-    double stop = g_stop_signal.load() != 0 ? 1 : 0;
-    grid.world().all_reduce_sum(&stop, 1);
+    double stop[2] = {g_stop_signal.load() != 0 ? 1.0 : 0.0, double(g_stop_signal.load())};
+    grid.world().all_reduce_sum(stop, 2);
+    const int signal = stop[0] > 0 ? int(stop[1] / stop[0] + 0.5) : 0;
     const bool periodic = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
-    if (periodic || stop > 0 || (step == tc.steps && config.checkpoint.save_final)) {
-      const std::string dir = save(config, session, *loader, step, grid.world(), metadata);
+    if (periodic || signal > 0 || (step == tc.steps && config.checkpoint.save_final)) {
+      if (guarded_step != step) {  // never save a state the guard has not seen
+        const LossTally tally = step_losses(model, batch);
+        if (guard_check(step, tally.mean(0))) return kExitDivergence;
+        guarded_step = step;
+      }
+      if (rank0 && signal > 0) std::printf("signal %d: saving step %lld, then stopping\n", signal, (long long)step);
+      std::fflush(stdout);
+      const std::string dir = save(config, target, session, *loader, step, grid.world(), metadata);
       waited = true;
       if (rank0) std::printf("saved checkpoint %s\n", dir.c_str());
     }
-    if (stop > 0) {
-      if (rank0) std::printf("stopping at step %lld on signal; resume with checkpoint.resume=auto\n", (long long)step);
-      break;
+    if (signal > 0 && step < tc.steps) {
+      if (rank0)
+        std::printf("stopped at step %lld on signal %d after a complete save; continue with "
+                    "--set checkpoint.resume=auto\n", (long long)step, signal);
+      std::fflush(stdout);
+      return 128 + signal;
     }
     if (waited) interval_start = clock::now(), interval_steps = 0;
   }
-  std::signal(SIGTERM, old_term);
-  std::signal(SIGINT, old_int);
-  return 0;
-}
-
-int eval_main(const Config& config, const std::string& checkpoint_dir, const std::string& dump_logits_file) {
-  ProcessGrid grid = make_process_grid(config);
-  const Device device = resolve_device(config);
-  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
-  load_into(session, checkpoint_dir, grid.world());
-  std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "eval");
-  if (!dump_logits_file.empty()) {
-    loader->set_cursor(0);
-    dump_logits(*session.model, loader->next(), grid.dims().world(), dump_logits_file);  // the first eval batch
-  }
-  const LossTally ev = evaluate(*session.model, *loader, std::max(1, config.train.eval_batches));
-  if (grid.world().rank() == 0)
-    std::printf("eval %s: mean loss %.4f nats/token over %.0f tokens%s\n", checkpoint_dir.c_str(), ev.mean(0),
-                ev.count[0], halves_text(ev).c_str());
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace rt

@@ -8,11 +8,18 @@
 namespace rt {
 
 // Trains per config: builds the grid from the MPI world, the model, the loader; logs, evaluates,
-// checkpoints (also on SIGTERM/SIGINT) and writes run_dir/{config.yaml, metrics.jsonl}.
+// checkpoints (also on SIGUSR1/SIGTERM/SIGINT, then returns 128+N) and writes run_dir/{config.yaml,
+// metrics.jsonl, run.json}. Returns 0, 3 (divergence) or 128+N; errors agreed by every rank throw AgreedError.
 int train_main(const Config& config);
-// Loads `checkpoint_dir` (any grid) and prints the mean per-token loss over the config's eval data.
-// dump_logits_file: also writes the first eval batch's logits and tokens as .npy (framework/dump_logits.h).
-int eval_main(const Config& config, const std::string& checkpoint_dir, const std::string& dump_logits_file = "");
+// Loads the weights of `checkpoint` (a checkpoint directory or a .safetensors file), takes the model fields the
+// config does not set from its metadata, and prints the mean per-token loss over the config's eval data, on a
+// grid of `world_size` processes (the config's, or one that fits; printed). dump_logits_file: also writes the
+// first eval batch's logits and tokens as .npy (framework/dump_logits.h).
+int eval_main(const Config& config, const std::string& checkpoint, int world_size = 1,
+              const std::string& dump_logits_file = "");
+// Sets config.parallel to a grid of world_size processes when dp*cp*tp differs (cp, then tp, then dp take them
+// all). Returns the sentence saying so, or "" when the grid already fits. Throws RunError when none fits.
+std::string fit_grid_to_world(Config& config, int world_size);
 // Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
 // json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
 // read by launch/sweep.sh.

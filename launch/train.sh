@@ -5,6 +5,16 @@
 #   launch/train.sh configs/tiny-copy.yaml --set parallel.cp=4
 #   launch/train.sh configs/gpt-1b-256k.yaml -- --hostfile hosts --map-by ppr:8:node
 # BUILD_DIR picks the build (default build/). RINGTRAIN_DRY_RUN=1 prints the command instead of running it.
+#
+# Signals: Open MPI's mpirun, on SIGINT or SIGTERM, forwards the signal and SIGKILLs the ranks about a second
+# later, which can kill a checkpoint half written. This script therefore runs mpirun in a session of its own
+# (so Ctrl-C in the terminal reaches only this script) and turns INT, TERM and USR1 into a SIGUSR1 for mpirun,
+# which forwards it without a kill. The ranks finish the step, save a complete checkpoint and stop; this script
+# then exits with 128 + the number of the signal it received (130 for Ctrl-C, 143 for SIGTERM, 138 for USR1).
+# A second signal gives up on the save: mpirun gets SIGTERM and ends the ranks within about a second (the last
+# complete checkpoint stays). mpirun runs in its own session, so `kill -9` of this script alone leaves it running.
+# Errors: the ranks also write their error line to a file; it is printed again after mpirun exits, so it is
+# the last thing on the screen.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -58,4 +68,52 @@ if [ -n "${RINGTRAIN_DRY_RUN:-}" ]; then
 fi
 [ -x "$bin" ] || { echo "train.sh: $bin not found; build first (launch/build.sh) or set BUILD_DIR" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec "${cmd[@]}"
+errors="$(mktemp "${TMPDIR:-/tmp}/ringtrain-errors.XXXXXX")"
+export RINGTRAIN_ERROR_FILE="$errors"
+got_signal=0
+forward() {  # $1: the signal this script received
+  if [ "$got_signal" -ne 0 ]; then
+    echo "train.sh: second signal ($1): stopping the ranks now, without waiting for the save (SIGTERM to mpirun)" >&2
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+    return
+  fi
+  got_signal=$1
+  echo "train.sh: signal $1 received; asking the ranks to finish the step, save and stop (SIGUSR1 to mpirun;" \
+       "a second signal stops them at once)" >&2
+  kill -USR1 "$mpirun_pid" 2>/dev/null || true
+}
+trap 'forward 2' INT
+trap 'forward 15' TERM
+trap 'forward 10' USR1
+# mpirun's stderr passes through tee (which ignores the signals) into a side file, so that a rank that died (for
+# example killed by the OOM killer) can be named again at the end.
+mpirun_err="$errors.mpirun"
+fifo="$errors.fifo"
+mkfifo "$fifo"
+(trap '' INT TERM USR1; exec tee "$mpirun_err" <"$fifo" >&2) &
+tee_pid=$!
+setsid "${cmd[@]}" 2>"$fifo" &
+mpirun_pid=$!
+rc=0
+while :; do
+  rc=0
+  wait "$mpirun_pid" || rc=$?
+  kill -0 "$mpirun_pid" 2>/dev/null || break  # wait was cut short by a trapped signal: wait again
+done
+trap - INT TERM USR1
+wait "$tee_pid" 2>/dev/null || true
+if [ -s "$errors" ]; then
+  echo "train.sh: the job failed (exit $rc):" >&2
+  sort -u "$errors" >&2
+elif [ "$rc" -ne 0 ] && grep -q "exited on signal" "$mpirun_err" 2>/dev/null; then
+  # No rank reported an error: one died. mpirun's banner names it; say it again, last.
+  died=$(grep -o "process rank [0-9]* with PID [0-9]* on node [^ ]* exited on signal [0-9]*[^.]*" "$mpirun_err" | head -n 1)
+  echo "train.sh: the job failed (exit $rc): $died; continue from the last checkpoint with --set checkpoint.resume=auto" >&2
+fi
+rm -f "$errors" "$mpirun_err" "$fifo"
+# The ranks stop with 128 + the signal they saw (USR1); report the one this script was sent.
+if [ "$got_signal" -ne 0 ] && [ "$rc" -eq $((128 + 10)) ]; then
+  rc=$((128 + got_signal))
+  echo "train.sh: stopped on signal $got_signal after a complete save (exit $rc); continue with --set checkpoint.resume=auto" >&2
+fi
+exit "$rc"

@@ -24,16 +24,32 @@ int world_rank_or_zero() {
 }
 
 [[noreturn]] void abort_job(const std::string& cause) {
-  std::fprintf(stderr, "ringtrain: error on rank %d: %s\n", world_rank_or_zero(), cause.c_str());
-  std::fflush(stderr);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
+  abort_job_with("ringtrain: error on rank " + std::to_string(world_rank_or_zero()) + ": " + cause, 1);
 }
 
 }  // namespace
+
+void report_error_line(const std::string& line) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  const char* path = std::getenv("RINGTRAIN_ERROR_FILE");
+  if (!path || !*path) return;
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f, "%s\n", line.c_str());
+    std::fclose(f);
+  }
+}
+
+void abort_job_with(const std::string& line, int code) {
+  report_error_line(line);
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
 
 int run_or_abort(const std::function<int()>& body) {
   try {

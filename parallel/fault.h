@@ -3,8 +3,16 @@
 // then MPI_Abort(MPI_COMM_WORLD, 1) takes every rank down (mpirun exits non-zero).
 #pragma once
 #include <functional>
+#include <string>
 
 namespace rt {
+
+// Prints `line` (one or more lines, no trailing newline needed) to stderr and, when the environment names
+// RINGTRAIN_ERROR_FILE (launch/train.sh does), appends it there too, so the launcher can print it again
+// after mpirun's own messages.
+void report_error_line(const std::string& line);
+// report_error_line(line), then MPI_Abort(MPI_COMM_WORLD, code) when MPI runs with several ranks, else exit.
+[[noreturn]] void abort_job_with(const std::string& line, int code);
 
 // Runs body and returns its result. On any exception prints "ringtrain: error on rank R: <cause>" to stderr
 // and calls MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialised (returns 1 otherwise).

@@ -5,6 +5,7 @@
 
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "parallel/watchdog.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
 #include "parallel/cuda/pinned_host.h"
@@ -117,7 +118,9 @@ void MpiComm::all_reduce_sum(Tensor t) {
   }
   for (int64_t done = 0, n = host.numel(); done < n;) {
     const int64_t count = std::min(n - done, kMaxCollectiveElems);
-    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done, int(count), MPI_FLOAT, MPI_SUM, comm_));
+    MPI_Request r;
+    RT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done, int(count), MPI_FLOAT, MPI_SUM, comm_, &r));
+    watchdog_wait(&r, 1, comm_, "all_reduce (tensor)");
     done += count;
   }
   if (t.dtype == DType::bf16) {
@@ -129,7 +132,9 @@ void MpiComm::all_reduce_sum(Tensor t) {
 
 void MpiComm::all_reduce_sum(double* values, int count) {
   if (size_ == 1 || count == 0) return;
-  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_));
+  MPI_Request r;
+  RT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm_, &r));
+  watchdog_wait(&r, 1, comm_, "all_reduce (scalars)");
 }
 
 void MpiComm::broadcast(Tensor t, int root) {
@@ -139,13 +144,19 @@ void MpiComm::broadcast(Tensor t, int root) {
   char* p = static_cast<char*>(host.data);
   for (size_t done = 0, n = host.nbytes(); done < n;) {
     const size_t count = std::min(n - done, kMaxMessageBytes);
-    RT_MPI_CHECK(MPI_Bcast(p + done, int(count), MPI_BYTE, root, comm_));
+    MPI_Request r;
+    RT_MPI_CHECK(MPI_Ibcast(p + done, int(count), MPI_BYTE, root, comm_, &r));
+    watchdog_wait(&r, 1, comm_, "broadcast");
     done += count;
   }
   staging_.release(t, host, /*copy_out=*/rank_ != root);
 }
 
-void MpiComm::barrier() { RT_MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiComm::barrier() {
+  MPI_Request r;
+  RT_MPI_CHECK(MPI_Ibarrier(comm_, &r));
+  watchdog_wait(&r, 1, comm_, "barrier");
+}
 
 ExchangeHandle MpiComm::ring_exchange_start(const Tensor& send, Tensor recv) {
   RT_CHECK(send.nbytes() == recv.nbytes(), "ring exchange: send " << send.shape_str() << " " << dtype_name(send.dtype)
@@ -188,7 +199,7 @@ void MpiComm::wait(ExchangeHandle handle) {
   RT_CHECK(it != pending_.end(), "MpiComm::wait: exchange " << handle.id << " was never started or already waited");
   Pending& p = it->second;
   if (!p.requests.empty()) {
-    RT_MPI_CHECK(MPI_Waitall(int(p.requests.size()), p.requests.data(), MPI_STATUSES_IGNORE));
+    watchdog_wait(p.requests.data(), int(p.requests.size()), comm_, "ring exchange");
     if (p.send_host.data) staging_.release(p.send, p.send_host, /*copy_out=*/false);
     staging_.release(p.recv, p.recv_host, /*copy_out=*/true);
   }

@@ -3,7 +3,8 @@
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
 // param_lowp, when defined on the host (f32 or bf16, same shape), receives a copy of the updated weights.
-// grad_scale (1) f32, when defined, multiplies g (the clip factor from grad_clip_scale).
+// grad_scale (1) f32, when defined, multiplies g (the clip factor from grad_clip_scale); a non-finite one skips
+// the update (nothing is written).
 #include <cmath>
 
 #include "kernels/cpu/cpu_util.h"
@@ -37,6 +38,7 @@ void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWArgs
     RT_CHECK(grad_scale.numel() == 1, op << ": grad_scale " << grad_scale.shape_str() << " must be one f32 scalar");
   }
   const float gs = scaled ? grad_scale.ptr<float>()[0] : 1.f;
+  if (!std::isfinite(gs)) return;  // the divergence guard: a non-finite norm skips the step
   const double bc1 = 1.0 - std::pow(double(args.beta1), double(args.step));
   const double bc2 = 1.0 - std::pow(double(args.beta2), double(args.step));
   const float step_size = float(double(args.lr) / bc1);       // lr / (1 - b1^t)

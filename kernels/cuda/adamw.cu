@@ -2,7 +2,7 @@
 //   p -= lr * wd * p  (decoupled weight decay);  p -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
 // with bias corrections bc1 = 1 - b1^step, bc2 = 1 - b2^step. param_lowp (bf16), when defined, receives
 // the updated weights (the compute copy). grad_scale (1) f32, when defined, multiplies g on the device
-// (the clip factor from grad_clip_scale), so the host never needs the norm.
+// (the clip factor from grad_clip_scale), so the host never needs the norm; a non-finite one skips the update.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -15,6 +15,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_
                              float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
                              const float* grad_scale) {
   const float gs = grad_scale ? *grad_scale : 1.f;
+  if (!isfinite(gs)) return;  // the divergence guard: a non-finite norm skips the step
   RT_GRID_STRIDE(i, n) {
     const float gi = grad_scale ? g[i] * gs : g[i];
     const float mi = b1 * m[i] + (1.f - b1) * gi;

@@ -251,8 +251,10 @@ def die_with_parent():
 
 
 def stop_process_group(proc):
-    """SIGTERM to the run's own process group (mpirun and its ranks), SIGKILL if it lingers."""
-    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+    """SIGTERM to the run's own process group, a second SIGTERM if it lingers, SIGKILL last. launch/train.sh runs
+    mpirun in a session of its own and turns the first SIGTERM into "finish the step, save, stop" and the second
+    into an immediate stop of mpirun and its ranks (a SIGKILL of train.sh would not reach them)."""
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:

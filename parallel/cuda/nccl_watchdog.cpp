@@ -1,4 +1,6 @@
 #include "parallel/cuda/nccl_watchdog.h"
+#include "parallel/fault.h"
+#include "parallel/watchdog.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +25,7 @@ double default_nccl_timeout_s() {
     const double s = std::atof(v);
     if (s > 0) return s;
   }
-  return 600.0;
+  return watchdog_timeout_s();  // parallel.timeout_s (600 s before the config is known)
 }
 
 NcclWatchdog::NcclWatchdog(ncclComm_t comm, int device, double timeout_s, int world_rank, std::string label)
@@ -59,12 +61,11 @@ void NcclWatchdog::drain() {
   idle_.wait(lock, [this] { return pending_.empty(); });
 }
 
-void NcclWatchdog::fatal(const std::string& what) {
-  std::fprintf(stderr, "ringtrain: error on rank %d: %s\n", world_rank_, what.c_str());
-  std::fflush(stderr);
+void NcclWatchdog::fatal(const std::string& what, int code) {
+  report_error_line("ringtrain: error on rank " + std::to_string(world_rank_) + " (" + this_host() + "): " + what);
   std::fflush(stdout);
   ncclCommAbort(comm_);  // not checked: we are exiting either way
-  std::_Exit(1);
+  std::_Exit(code);
 }
 
 void NcclWatchdog::loop() {
@@ -98,8 +99,8 @@ void NcclWatchdog::loop() {
         std::ostringstream os;
         os << "NCCL " << e.op << " on the " << label_ << " did not complete within " << timeout_s_
            << " s: a peer rank died, hangs, or did not post the matching call. Aborting the job "
-           << "(raise RINGTRAIN_NCCL_TIMEOUT_S if steps legitimately take this long)";
-        fatal(os.str());
+           << "(raise parallel.timeout_s, or RINGTRAIN_NCCL_TIMEOUT_S, if steps legitimately take this long)";
+        fatal(os.str(), kExitWatchdog);
       }
       break;  // operations complete in order on a stream; check the next poll
     }

@@ -42,7 +42,7 @@ class NcclWatchdog {
     const char* op;
   };
   void loop();
-  [[noreturn]] void fatal(const std::string& what);
+  [[noreturn]] void fatal(const std::string& what, int code = 1);  // code 4 (kExitWatchdog) for a timeout
 
   ncclComm_t comm_;
   int device_;

@@ -183,3 +183,46 @@ TEST(CudaAdamw, ThreeStepsWithDecayAndLowpCopy) {
 
 }  // namespace
 }  // namespace rt::test
+
+namespace rt::test {
+namespace {
+
+// The divergence guard on the device: a non-finite norm gives a NaN factor (and a counted skip), and adamw
+// with a NaN factor leaves param, m, v and the bf16 copy exactly as they were.
+TEST(CudaDivergenceGuard, NonFiniteNormSkipsTheUpdateAndCounts) {
+  RT_REQUIRE_CUDA();
+  const int64_t n = 1000;
+  const std::vector<float> p = random_vector(n, 61), m = random_vector(n, 62, 0.1f), g = random_vector(n, 63, 0.1f);
+  std::vector<float> v = random_vector(n, 64, 0.1f);
+  for (float& x : v) x = x * x;
+  Buffer dp(gpu(), DType::f32, {n}), dg(gpu(), DType::f32, {n}), dm(gpu(), DType::f32, {n}), dv(gpu(), DType::f32, {n});
+  Buffer dlow(gpu(), DType::bf16, {n}), sumsq(gpu(), DType::f32, {1}), scale(gpu(), DType::f32, {2});
+  upload(dp, p), upload(dg, g), upload(dm, m), upload(dv, v);
+  copy_cast(dlow.t(), dp.t());
+  const std::vector<float> low_before = download(dlow);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    upload(sumsq, std::vector<float>{bad});
+    upload(scale, std::vector<float>{0.5f, 2.f});  // count 2 before
+    grad_clip_scale(sumsq.t(), scale.t(), 1.f);
+    const std::vector<float> s = download(scale);
+    EXPECT_TRUE(std::isnan(s[0])) << s[0];
+    EXPECT_EQ(s[1], 3.f);
+    AdamWArgs args;
+    args.lr = 1e-2f, args.weight_decay = 0.1f, args.step = 3;
+    adamw(dp.t(), dg.t(), dm.t(), dv.t(), args, dlow.t(), scale.t().slice(0, 1));
+    EXPECT_EQ(download(dp), p);
+    EXPECT_EQ(download(dm), m);
+    EXPECT_EQ(download(dv), v);
+    EXPECT_EQ(download(dlow), low_before);
+  }
+  // A finite norm is not counted and updates as before.
+  upload(sumsq, std::vector<float>{4.f});
+  upload(scale, std::vector<float>{0.f, 3.f});
+  grad_clip_scale(sumsq.t(), scale.t(), 1.f);
+  const std::vector<float> s = download(scale);
+  EXPECT_NEAR(s[0], 0.5f, 1e-6);
+  EXPECT_EQ(s[1], 3.f);
+}
+
+}  // namespace
+}  // namespace rt::test

@@ -189,7 +189,7 @@ def main():
         # (b) train, export, load in transformers.
         run([args.ringtrain, "train", cfg, "--set", "train.init_from=" + ckpt,
              "--set", "device=" + ("cpu" if args.no_cuda else "cuda")])
-        step = os.path.join(tmp, "run", "checkpoints", f"step_{args.steps}")
+        step = os.path.join(tmp, "run", "checkpoints", "main", f"step_{args.steps}")
         for dtype in ("fp32", "bf16"):
             out = os.path.join(tmp, "exported_" + dtype)
             run([args.ringtrain, "export-hf", step, "--out", out, "--dtype", dtype])

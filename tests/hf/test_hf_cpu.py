@@ -226,7 +226,7 @@ def case_init_from(args, tmp):
     check(p.returncode == 0 and "L=2 d=64 H=4 Hkv=2" in p.stdout,
           "configs/finetune-hf-64k.yaml plans with an imported model: " + p.stdout.strip()[-200:])
     # The trained checkpoint exports with the trained context and imports back bitwise.
-    step3 = os.path.join(rr, "checkpoints", "step_3")
+    step3 = os.path.join(rr, "checkpoints", "main", "step_3")
     ex = os.path.join(tmp, "trained_hf")
     run([args.ringtrain, "export-hf", step3, "--out", ex, "--dtype", "fp32"])
     cfgj = json.load(open(os.path.join(ex, "config.json")))

@@ -32,7 +32,7 @@ awk -v x="$final" 'BEGIN { exit !(x + 0 < 0.05) }' || fail "final repeat-half lo
 
 # `ringtrain eval` on the saved checkpoint, on a different grid (one process) and on the training grid
 # (2 ranks), must reproduce the run's last held-out loss.
-ckpt=$(ls -d "$work"/run/checkpoints/step_* | tail -n 1)
+ckpt=$(ls -d "$work"/run/checkpoints/main/step_* | tail -n 1)
 [ -d "$ckpt" ] || fail "no checkpoint saved under $work/run/checkpoints"
 want=$(grep -o '"eval_loss":[^,}]*' "$metrics" | tail -n 1 | cut -d: -f2)
 eval_loss() { grep -o 'mean loss [0-9.]*' | tail -n 1 | cut -d' ' -f3; }
@@ -40,8 +40,21 @@ one=$("$build/ringtrain" eval "$root/configs/tiny.yaml" --checkpoint "$ckpt" --s
       2>>"$log" | tee -a "$log" | eval_loss) || fail "ringtrain eval (1 process) failed"
 two=$(mpirun -np 2 --oversubscribe "$build/ringtrain" eval "$root/configs/tiny.yaml" --checkpoint "$ckpt" \
       --set device=cpu 2>>"$log" | tee -a "$log" | eval_loss) || fail "ringtrain eval (2 ranks) failed"
+# The README's own eval example, run as written (from a directory where runs/tiny is this run and build/ the
+# build under test): one process although configs/tiny.yaml says cp=2 (on the CPU, like the training run above,
+# so that the losses compare to 1e-3).
+readme_line=$(grep -o 'build/ringtrain eval configs/tiny.yaml --checkpoint [^ ]*' "$root/README.md" | head -n 1)
+[ -n "$readme_line" ] || fail "README.md has no 'build/ringtrain eval configs/tiny.yaml --checkpoint' example"
+mkdir -p "$work/readme/runs"
+ln -sfn "$root/configs" "$work/readme/configs"
+ln -sfn "$build" "$work/readme/build"
+ln -sfn "$work/run" "$work/readme/runs/tiny"
+readme=$(cd "$work/readme" && CUDA_VISIBLE_DEVICES= $readme_line 2>>"$log" | tee -a "$log" | eval_loss) ||
+  fail "the README example '$readme_line' failed"
+echo "README example '$readme_line': ${readme}"
+one="$one $readme"
 echo "eval: training run ${want}, 1 process ${one}, 2 ranks ${two}"
-for got in "$one" "$two"; do
+for got in $one "$two"; do
   [ -n "$got" ] || fail "ringtrain eval printed no 'mean loss'"
   awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3) }' ||
     fail "ringtrain eval gave ${got}, the training run's last eval ${want}"

@@ -314,22 +314,22 @@ TEST(ModelGridCheckpoint, FilesAreByteIdenticalWhateverGridSavesThem) {
       std::vector<HostTensor> w = s.model->gather_full(s.model->master(), "");
       std::vector<HostTensor> o = s.optimizer->export_state();
       if (grid.world().rank() == 0)
-        save_checkpoint((root / name).string(), w, o, state, config.model, /*keep_last=*/1);
+        save_checkpoint((root / name / "checkpoints" / "main").string(), w, o, state, config.model, /*keep_last=*/1);
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
   if (world_rank() != 0) return;
   for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"}) {
-    const std::string want = read_bytes(root / names[0] / "checkpoints/step_17" / file);
+    const std::string want = read_bytes(root / names[0] / "checkpoints/main/step_17" / file);
     ASSERT_GT(want.size(), 100u) << file;
     for (size_t g = 1; g < names.size(); ++g) {
-      const std::string got = read_bytes(root / names[g] / "checkpoints/step_17" / file);
+      const std::string got = read_bytes(root / names[g] / "checkpoints/main/step_17" / file);
       EXPECT_TRUE(got == want) << file << " saved on " << names[g] << " differs from the one-rank file ("
                                << got.size() << " vs " << want.size() << " bytes)";
     }
   }
   // And the file holds what was loaded: the round trip through the shards lost nothing.
-  const LoadedCheckpoint back = load_checkpoint((root / names.back() / "checkpoints/step_17").string());
+  const LoadedCheckpoint back = load_checkpoint((root / names.back() / "checkpoints/main/step_17").string());
   ASSERT_EQ(back.model.size(), weights.size());
   for (size_t i = 0; i < weights.size(); ++i) EXPECT_EQ(back.model[i].values, weights[i].values) << weights[i].name;
   fs::remove_all(root);

@@ -105,7 +105,7 @@ TEST_F(TrainLaunch, ResumeOnDifferentGridContinuesTheLossCurve) {
   const ProcessResult a = train_sh(config, "");  // (1,2,1), uninterrupted, checkpoints at 10 and 20
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("cp=2 layout=zigzag"), std::string::npos) << a.output;
-  const fs::path ckpt = run_a / "checkpoints" / "step_10";
+  const fs::path ckpt = run_a / "checkpoints" / "main" / "step_10";
   ASSERT_TRUE(fs::exists(ckpt / "model.safetensors")) << a.output;
 
   const ProcessResult b = train_sh(config, "--set parallel.cp=1 --set parallel.tp=2 --set train.run_dir=" +
@@ -157,7 +157,7 @@ TEST_F(TrainLaunch, Zero3CheckpointResumesOnOneRankWithANote) {
   const std::string config = write_config("small.yaml", small_model_yaml(run_a.string()));
   const ProcessResult a = train_sh(config, "--set parallel.zero=3");
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const fs::path ckpt = run_a / "checkpoints" / "step_10";
+  const fs::path ckpt = run_a / "checkpoints" / "main" / "step_10";
   ASSERT_TRUE(fs::exists(ckpt / "model.safetensors")) << a.output;
   {
     std::ifstream in(run_a / "metrics.jsonl");

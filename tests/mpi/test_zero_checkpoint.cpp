@@ -106,7 +106,7 @@ TEST(ZeroCheckpoint, ResumesAcrossStagesAndGridsBothWays) {
     s.optimizer->zero_state();
     train(s, z3, grid, 1, 3);
     saved = full_state(s);
-    save_checkpoint_sharded((root / "a").string(), *s.model, *s.optimizer, state, 2, grid.world());
+    save_checkpoint_sharded((root / "a/checkpoints").string(), *s.model, *s.optimizer, state, 2, grid.world());
   }
   const std::string dir_a = (root / "a/checkpoints/step_3").string();
 
@@ -119,7 +119,7 @@ TEST(ZeroCheckpoint, ResumesAcrossStagesAndGridsBothWays) {
     const TrainState st = load_checkpoint_sharded(dir_a, *s.model, s.optimizer.get(), one.world());
     EXPECT_EQ(st.step, 3);
     expect_same(full_state(s), saved);
-    save_checkpoint((root / "whole").string(), saved.w,
+    save_checkpoint((root / "whole/checkpoints").string(), saved.w,
                     [&] { auto o = saved.m; o.insert(o.end(), saved.v.begin(), saved.v.end()); return o; }(), state,
                     z0.model, 1);
     for (const char* f : {"model.safetensors", "optimizer.safetensors"})
@@ -134,7 +134,7 @@ TEST(ZeroCheckpoint, ResumesAcrossStagesAndGridsBothWays) {
     train(s, z0, one, 4, 2);
     resumed_one = full_state(s);
     state.step = 5, state.data_cursor = 5;
-    save_checkpoint_sharded((root / "b").string(), *s.model, *s.optimizer, state, 2, one.world());
+    save_checkpoint_sharded((root / "b/checkpoints").string(), *s.model, *s.optimizer, state, 2, one.world());
   }
   MPI_Barrier(MPI_COMM_WORLD);
   const std::string dir_b = (root / "b/checkpoints/step_5").string();
@@ -151,7 +151,7 @@ TEST(ZeroCheckpoint, ResumesAcrossStagesAndGridsBothWays) {
     // and reading back on this grid gives the same state.
     if (world_rank() == 0) expect_same(got, resumed_one);
     state.step = 6;
-    save_checkpoint_sharded((root / "c").string(), *s.model, *s.optimizer, state, 2, grid.world());
+    save_checkpoint_sharded((root / "c/checkpoints").string(), *s.model, *s.optimizer, state, 2, grid.world());
     ModelSession t = build_session(z3tp, ModelComms::from(grid), Device::cpu(), true);
     load_checkpoint_sharded((root / "c/checkpoints/step_6").string(), *t.model, t.optimizer.get(), grid.world());
     expect_same(full_state(t), got);

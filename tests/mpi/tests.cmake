@@ -42,3 +42,10 @@ rt_mpi_test(zero_checkpoint 4)
 rt_mpi_test(gpu_zero 2)
 rt_mpi_test(gpu_zero 4)
 set_tests_properties(mpi_gpu_zero_np2 mpi_gpu_zero_np4 PROPERTIES LABELS "mpi;gpu")
+# Runs that go wrong (issue 17), each through the real binary and launch/train.sh: run-directory ownership,
+# lineages and metrics de-duplication; divergence, signals with a slow save, eval against the checkpoint's
+# model, bad paths, a stopped rank (the MPI watchdog), errors printed once.
+add_dependencies(test_mpi_run_dirs ringtrain)
+rt_mpi_test(run_dirs 1)
+add_dependencies(test_mpi_run_failures ringtrain)
+rt_mpi_test(run_failures 1)

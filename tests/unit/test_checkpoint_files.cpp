@@ -83,10 +83,12 @@ class CheckpointFilesTest : public ::testing::Test {
     s.data_cursor = uint64_t(step) * 1000003ull + (uint64_t(1) << 40);
     s.rng_state = "rng-" + std::to_string(step);
     s.config_hash = "abcdef0123456789";
-    return rt::save_checkpoint(run_dir(), model_tensors(uint32_t(step)), model_tensors(uint32_t(step + 1000)), s,
+    return rt::save_checkpoint(lineage(), model_tensors(uint32_t(step)), model_tensors(uint32_t(step + 1000)), s,
                                rt::ModelConfig{}, keep);
   }
   std::string run_dir() const { return (dir_ / "run").string(); }
+  // These tests save into one lineage directory, run_dir/checkpoints (a run uses run_dir/checkpoints/<lineage>).
+  std::string lineage() const { return (dir_ / "run" / "checkpoints").string(); }
   fs::path dir_;
 };
 
@@ -172,7 +174,7 @@ TEST_F(CheckpointFilesTest, PythonSafetensorsLoadsTheFile) {
 TEST_F(CheckpointFilesTest, CheckpointRoundTripAndState) {
   const std::string d = save(7);
   EXPECT_EQ(d, (fs::path(run_dir()) / "checkpoints" / "step_7").string());
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), d);
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), d);
   const rt::LoadedCheckpoint c = rt::load_checkpoint(d);
   expect_same(c.model, model_tensors(7));
   expect_same(c.optimizer, model_tensors(1007));
@@ -227,7 +229,7 @@ TEST_F(CheckpointFilesTest, TruncationIsDetected) {
   fs::remove(fs::path(d) / "state.json");
   e = error_of([&] { rt::load_checkpoint(d); });
   EXPECT_NE(e.find("has no state.json: it is incomplete"), std::string::npos) << e;
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), "");
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), "");
 }
 
 TEST_F(CheckpointFilesTest, CrashMidSaveKeepsPreviousCheckpoint) {
@@ -239,17 +241,17 @@ TEST_F(CheckpointFilesTest, CrashMidSaveKeepsPreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(fs::path(run_dir()) / "checkpoints" / ".tmp_step_20" / "model.safetensors"))
       << "the hook should leave a partial temp dir behind";
   EXPECT_FALSE(fs::exists(fs::path(run_dir()) / "checkpoints" / "step_20"));
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), good);
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), good);
   const rt::LoadedCheckpoint c = rt::load_checkpoint(good);
   EXPECT_EQ(c.state.step, 10);
   expect_same(c.model, model_tensors(10));
   // A directory that looks like a checkpoint but lacks state.json is ignored too.
   fs::create_directories(fs::path(run_dir()) / "checkpoints" / "step_99");
   fs::create_directories(fs::path(run_dir()) / "checkpoints" / "step_x1");
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), good);
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), good);
   // The next save succeeds and clears the leftover.
   const std::string next = save(20);
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), next);
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), next);
   EXPECT_FALSE(fs::exists(fs::path(run_dir()) / "checkpoints" / ".tmp_step_20"));
 }
 
@@ -260,10 +262,10 @@ TEST_F(CheckpointFilesTest, KeepLastK) {
     names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"step_400", "step_500"}));
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), (fs::path(run_dir()) / "checkpoints" / "step_500").string());
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), (fs::path(run_dir()) / "checkpoints" / "step_500").string());
   // Numeric, not lexicographic, order: step_1000 is newer than step_500.
   save(1000, 2);
-  EXPECT_EQ(rt::latest_checkpoint(run_dir()), (fs::path(run_dir()) / "checkpoints" / "step_1000").string());
+  EXPECT_EQ(rt::latest_checkpoint(lineage()), (fs::path(run_dir()) / "checkpoints" / "step_1000").string());
   EXPECT_FALSE(fs::exists(fs::path(run_dir()) / "checkpoints" / "step_400"));
 }
 

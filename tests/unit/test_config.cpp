@@ -301,3 +301,26 @@ TEST_F(ConfigTest, DeterministicAttentionKnob) {
   EXPECT_TRUE(on.train.deterministic_attention);
   expect_error(yaml(), {"train.deterministic_attention=maybe"}, 2, {"train.deterministic_attention"});
 }
+
+TEST(ConfigPaths, DirectoryOrEmptyFileIsRefused) {
+  const fs::path dir = fs::temp_directory_path() / ("rt_cfg_paths_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "empty.yaml") << "# nothing but a comment\n\n";
+  std::ofstream(dir / "blank.yaml") << "";
+  auto error_of = [](const std::string& path) {
+    try {
+      rt::load_config(path, {}, 0);
+    } catch (const rt::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(dir.string()).find("is a directory; give a YAML file, e.g. one of: "), std::string::npos)
+      << error_of(dir.string());
+  for (const char* f : {"empty.yaml", "blank.yaml"})
+    EXPECT_NE(error_of((dir / f).string()).find("holds no settings"), std::string::npos) << error_of((dir / f).string());
+  // One setting is enough.
+  std::ofstream(dir / "one.yaml") << "device: cpu\n";
+  EXPECT_EQ(error_of((dir / "one.yaml").string()), "no error");
+  fs::remove_all(dir);
+}

@@ -1,6 +1,7 @@
 // Resume is bitwise: 20 straight steps == 10 steps, save, resume from that checkpoint, 10 more steps (every
 // logged loss and every final weight identical). A SIGTERM mid-run saves a checkpoint and returns 0, and
-// checkpoint.resume=auto finishes the run with the same weights as the uninterrupted one.
+// checkpoint.resume=auto finishes the run with the same weights as the uninterrupted one (the stopped run returns
+// 128 + SIGTERM).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -51,7 +52,7 @@ std::map<int64_t, double> logged_losses(const std::string& run_dir) {
 }
 
 std::vector<HostTensor> final_weights(const std::string& run_dir) {
-  return read_safetensors(run_dir + "/checkpoints/step_20/model.safetensors", nullptr);
+  return read_safetensors(run_dir + "/checkpoints/main/step_20/model.safetensors", nullptr);
 }
 
 void expect_same_weights(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
@@ -69,8 +70,8 @@ TEST(Resume, TenPlusTenStepsEqualTwentyBitwise) {
   ASSERT_EQ(train_main(resume_config(straight, {})), 0);
   // Saves at step 10 (and 20); the second run resumes from step 10 in a new run directory.
   ASSERT_EQ(train_main(resume_config(first, {"checkpoint.every=10"})), 0);
-  ASSERT_TRUE(fs::is_directory(first + "/checkpoints/step_10"));
-  ASSERT_EQ(train_main(resume_config(second, {"checkpoint.resume=" + first + "/checkpoints/step_10"})), 0);
+  ASSERT_TRUE(fs::is_directory(first + "/checkpoints/main/step_10"));
+  ASSERT_EQ(train_main(resume_config(second, {"checkpoint.resume=" + first + "/checkpoints/main/step_10"})), 0);
 
   const auto a = logged_losses(straight), b = logged_losses(second);
   ASSERT_EQ(a.size(), 20u);
@@ -103,8 +104,8 @@ TEST(Resume, SigtermSavesAndAutoResumeFinishesTheSameRun) {
   done = true;
   signaller.join();
   sigaction(SIGTERM, &previous, nullptr);
-  ASSERT_EQ(rc, 0);
-  const std::string stopped = latest_checkpoint(run);
+  ASSERT_EQ(rc, 128 + SIGTERM) << "a run stopped by a signal after its save returns 128 + the signal";
+  const std::string stopped = latest_checkpoint(run + "/checkpoints/main");
   ASSERT_FALSE(stopped.empty()) << "no checkpoint saved on SIGTERM";
   EXPECT_NE(fs::path(stopped).filename(), "step_20") << "the signal did not stop the run early";
 

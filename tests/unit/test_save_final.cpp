@@ -27,8 +27,8 @@ std::string run_tiny(bool save_final) {
 
 TEST(SaveFinal, OnByDefaultOffOnRequest) {
   const std::string on = run_tiny(true), off = run_tiny(false);
-  EXPECT_NE(latest_checkpoint(on), "") << "the last step must be saved by default";
-  EXPECT_EQ(latest_checkpoint(off), "") << "checkpoint.save_final=false must skip the final save";
+  EXPECT_NE(latest_checkpoint(on + "/checkpoints/main"), "") << "the last step must be saved by default";
+  EXPECT_EQ(latest_checkpoint(off + "/checkpoints/main"), "") << "checkpoint.save_final=false must skip the final save";
   EXPECT_TRUE(std::filesystem::exists(off + "/metrics.jsonl"));
   std::filesystem::remove_all(on);
   std::filesystem::remove_all(off);
