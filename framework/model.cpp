@@ -87,7 +87,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
   d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
   if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
-  d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");        // (chunk, Fl)
+  // GELU takes the activation gradient inside linear_dgelu (no buffer); SwiGLU needs it.
+  if (s.swiglu) d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");  // (chunk, Fl)
   if (s.tp > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;
