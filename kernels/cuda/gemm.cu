@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "kernels/cuda/common.cuh"
@@ -153,12 +154,17 @@ PlanKey make_key(const Tensor& c, const Tensor& a, const Tensor& b, bool trans_a
 
 }  // namespace
 
-bool gemm_epilogues_enabled() {
-  static const bool on = [] {
+bool gemm_epilogue_enabled(GemmEpilogue epilogue) {
+  // RT_GEMM_EPILOGUES: unset or 1 = all, 0 = none, gelu_aux or dgelu = only that one. Read once.
+  static const std::string allowed = [] {
     const char* v = std::getenv("RT_GEMM_EPILOGUES");
-    return !(v && std::strcmp(v, "0") == 0);
+    return std::string(v ? v : "1");
   }();
-  return on;
+  if (allowed == "1") return true;
+  if (allowed == "gelu_aux") return epilogue == GemmEpilogue::gelu_aux;
+  if (allowed == "dgelu") return epilogue == GemmEpilogue::dgelu;
+  RT_CHECK(allowed == "0", "RT_GEMM_EPILOGUES=" << allowed << " is not one of 1 (all), 0 (none), gelu_aux, dgelu");
+  return false;
 }
 
 bool gemm_with_epilogue(Tensor c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, GemmEpilogue epilogue,
@@ -170,7 +176,7 @@ bool gemm_with_epilogue(Tensor c, const Tensor& a, const Tensor& b, bool trans_a
   require_same_numel(aux, c, op, "aux", "c");
   RT_CHECK(aux.dtype == c.dtype, op << ": aux is " << dtype_name(aux.dtype) << " but c is " << dtype_name(c.dtype));
   require_dtype_on(aux, aux.dtype, c.device, op, "aux");
-  if (!gemm_epilogues_enabled() || epilogue == GemmEpilogue::none || M == 0 || N == 0 || K == 0 || N % 8 != 0)
+  if (epilogue == GemmEpilogue::none || !gemm_epilogue_enabled(epilogue) || M == 0 || N == 0 || K == 0 || N % 8 != 0)
     return false;  // the caller runs the unfused ops
   require_defined(c, op, "c");
   PlanKey key = make_key(c, a, b, trans_a, trans_b, M, N, K);
