@@ -1,7 +1,7 @@
 // The loader: this rank's samples of each global batch, with the sequence layout applied once here.
 // Global batch c holds global samples [c*B, (c+1)*B); dp rank r takes [r*B/dp, (r+1)*B/dp) of them and,
 // of each, the tokens at layout_positions(layout, T, cp, cp_rank). Targets (token p+1 for global position
-// p, -1 at the end) and kinds are permuted the same way.
+// p, -1 at the end) and loss groups are permuted the same way.
 #include "framework/data.h"
 
 #include "framework/data_source.h"
@@ -29,7 +29,7 @@ class Loader final : public DataLoader {
     local_batch_ = global_batch_ / rank.dp;
     tokens_.resize(size_t(seq_len_));
     targets_.resize(size_t(seq_len_));
-    kinds_.resize(size_t(seq_len_));
+    groups_.resize(size_t(seq_len_));
   }
 
   Batch next() override {
@@ -40,16 +40,17 @@ class Loader final : public DataLoader {
     b.positions = positions_;                              // (T_local)
     b.tokens.resize(size_t(local_batch_ * T_local));       // (B_local, T_local)
     b.targets.resize(size_t(local_batch_ * T_local));      // (B_local, T_local)
-    b.kinds.resize(size_t(local_batch_ * T_local));        // (B_local, T_local)
+    b.groups.resize(size_t(local_batch_ * T_local));       // (B_local, T_local)
+    b.group_names = source_->loss_groups();
     for (int64_t i = 0; i < local_batch_; ++i) {
       const uint64_t index = cursor_ * uint64_t(global_batch_) + uint64_t(rank_.dp_rank * local_batch_ + i);
-      source_->sample(index, seq_len_, tokens_.data(), targets_.data(), kinds_.data());  // (T) each
+      source_->sample(index, seq_len_, tokens_.data(), targets_.data(), groups_.data());  // (T) each
       const size_t row = size_t(i * T_local);
       for (int64_t j = 0; j < T_local; ++j) {
         const size_t p = size_t(positions_[size_t(j)]);
         b.tokens[row + size_t(j)] = tokens_[p];
         b.targets[row + size_t(j)] = targets_[p];
-        b.kinds[row + size_t(j)] = kinds_[p];
+        b.groups[row + size_t(j)] = groups_[p];
       }
     }
     ++cursor_;
@@ -68,7 +69,7 @@ class Loader final : public DataLoader {
   std::vector<int32_t> positions_;    // (T_local) global positions of this rank's tokens
   std::vector<int32_t> tokens_;       // (T) scratch: one whole global sample
   std::vector<int32_t> targets_;      // (T)
-  std::vector<TargetKind> kinds_;     // (T)
+  std::vector<uint8_t> groups_;       // (T)
   uint64_t cursor_ = 0;
 };
 

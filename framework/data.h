@@ -15,16 +15,17 @@
 
 namespace rt {
 
-// Which part of the copy task a target belongs to, for reporting the two halves' losses separately.
-enum class TargetKind : uint8_t { first_half = 0, repeat_half = 1, other = 2 };
-
+// A data source may sort its targets into named loss groups whose mean losses the trainer reports next to the
+// overall loss (the copy task: "first_half", unpredictable, and "repeat_half", predictable only by attending back).
+// Batch::groups[i] is 0 for a target in no group, else g, the group named group_names[g - 1].
 struct Batch {
   int64_t batch = 0;                 // B_local sequences (global batch / dp)
   int64_t tokens_per_rank = 0;       // T_local = seq_len / cp
   std::vector<int32_t> tokens;       // (B_local, T_local) inputs, layout order
   std::vector<int32_t> targets;      // (B_local, T_local) next-token labels, -1 = ignored
   std::vector<int32_t> positions;    // (T_local) global positions of this rank's tokens
-  std::vector<TargetKind> kinds;     // (B_local, T_local) for per-half loss reporting
+  std::vector<uint8_t> groups;       // (B_local, T_local) loss group of each target, 0 = none
+  std::vector<std::string> group_names;  // the source's loss groups (SampleSource::loss_groups)
 };
 
 struct LoaderRank {

@@ -26,12 +26,12 @@ class BytesSource final : public SampleSource {
                                                << T << "; use more data or a shorter seq_len");
   }
 
-  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, TargetKind* kinds) const override {
+  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
     const uint64_t choices = end_ - begin_ - uint64_t(T) + 1;
     const uint64_t start = begin_ + uniform_below(sample_key(seed_, eval_, index), choices);
     const uint8_t* bytes = file_->data() + start;
     for (int64_t i = 0; i < T; ++i) tokens[i] = bytes[i];
-    next_token_targets(T, tokens, targets, kinds);
+    next_token_targets(T, tokens, targets, groups);
   }
 
  private:

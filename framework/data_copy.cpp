@@ -3,8 +3,8 @@
 //   position  S             the separator, vocab-1
 //   positions [S+1, 2S+1)   x again
 //   positions [2S+1, T)     padding (separator tokens, targets ignored)
-// Targets are next tokens. Kinds: first_half for targets inside the first x (unpredictable), repeat_half
-// for targets inside the repeat (predictable only by attending S+1 positions back), other for the rest.
+// Targets are next tokens. Loss groups: first_half for targets inside the first x (unpredictable), repeat_half
+// for targets inside the repeat (predictable only by attending S+1 positions back), none for the rest.
 #include "framework/data_files.h"
 #include "framework/data_source.h"
 
@@ -17,7 +17,9 @@ class CopySource final : public SampleSource {
       : seed_(config.data.seed), eval_(eval), vocab_(config.model.vocab_size),
         span_(copy_span_resolved(config.data.seq_len, config.data.copy_span)) {}
 
-  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, TargetKind* kinds) const override {
+  std::vector<std::string> loss_groups() const override { return {"first_half", "repeat_half"}; }
+
+  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
     const int64_t S = span_;
     const int32_t separator = vocab_ - 1;
     const uint64_t key = sample_key(seed_, eval_, index);
@@ -30,9 +32,7 @@ class CopySource final : public SampleSource {
     for (int64_t p = 0; p < T; ++p) {
       const bool in_sample = p < 2 * S;  // the target p+1 is still inside the span, separator or repeat
       targets[p] = in_sample ? tokens[p + 1] : -1;
-      if (p < S - 1) kinds[p] = TargetKind::first_half;
-      else if (p >= S && p < 2 * S) kinds[p] = TargetKind::repeat_half;
-      else kinds[p] = TargetKind::other;
+      groups[p] = p < S - 1 ? 1 : (p >= S && p < 2 * S) ? 2 : 0;  // first_half, repeat_half, none
     }
   }
 

@@ -72,7 +72,7 @@ class ShardSource final : public SampleSource {
                  << "; use more data or a shorter seq_len");
   }
 
-  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, TargetKind* kinds) const override {
+  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
     const uint64_t choices = end_ - begin_ - uint64_t(T) + 1;
     uint64_t pos = begin_ + uniform_below(sample_key(seed_, eval_, index), choices);
     // The shard holding `pos`: the last one whose first token is <= pos.
@@ -93,7 +93,7 @@ class ShardSource final : public SampleSource {
       pos += uint64_t(take);
       ++shard;
     }
-    next_token_targets(T, tokens, targets, kinds);
+    next_token_targets(T, tokens, targets, groups);
   }
 
  private:

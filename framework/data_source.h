@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "framework/config.h"
 #include "framework/data.h"
@@ -14,8 +16,10 @@ class SampleSource {
   virtual ~SampleSource() = default;
   // Global sample `index` (cursor * batch_size + sample index in the global batch), all T positions:
   // tokens (T), targets (T; target of position p is the token at p+1, -1 = ignored, the last one is -1)
-  // and kinds (T). Deterministic in (seed, split, index).
-  virtual void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, TargetKind* kinds) const = 0;
+  // and groups (T; Batch::groups, 0 = none). Deterministic in (seed, split, index).
+  virtual void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const = 0;
+  // The names of the loss groups the source reports (group g = loss_groups()[g - 1]); none by default.
+  virtual std::vector<std::string> loss_groups() const { return {}; }
 };
 
 std::unique_ptr<SampleSource> make_copy_source(const Config& config, bool eval);
@@ -37,11 +41,11 @@ inline uint64_t uniform_below(uint64_t bits, uint64_t n) {
 inline uint64_t sample_key(uint64_t seed, bool eval, uint64_t index) {
   return mix64(mix64(seed) ^ (eval ? 0x5EED0E7A15EED0E7ull : 0x7A1B5EEDull) ^ mix64(index * 2 + 1));
 }
-// Plain next-token targets of a token window: targets[p] = tokens[p+1], the last is -1; kinds = other.
-inline void next_token_targets(int64_t T, const int32_t* tokens, int32_t* targets, TargetKind* kinds) {
+// Plain next-token targets of a token window: targets[p] = tokens[p+1], the last is -1; no loss groups.
+inline void next_token_targets(int64_t T, const int32_t* tokens, int32_t* targets, uint8_t* groups) {
   for (int64_t p = 0; p < T; ++p) {
     targets[p] = p + 1 < T ? tokens[p + 1] : -1;
-    kinds[p] = TargetKind::other;
+    groups[p] = 0;
   }
 }
 

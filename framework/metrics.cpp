@@ -39,9 +39,9 @@ std::string format_eta(double seconds) {
 std::string format_step_line(const StepMetrics& m) {
   std::string line = "step " + std::to_string(m.step) + "/" + std::to_string(m.total_steps);
   line += " | loss " + printf_string("%.4f", m.loss);
-  if (std::isfinite(m.loss_first_half) || std::isfinite(m.loss_repeat_half))
-    line += " (first " + printf_string("%.2f", m.loss_first_half) + ", repeat " +
-            printf_string("%.2f", m.loss_repeat_half) + ")";
+  for (size_t i = 0; i < m.group_losses.size(); ++i)
+    line += (i == 0 ? " (" : ", ") + m.group_losses[i].first + " " + printf_string("%.2f", m.group_losses[i].second) +
+            (i + 1 == m.group_losses.size() ? ")" : "");
   line += " | lr " + printf_string("%.1e", m.lr);
   line += " | gnorm " + (std::isfinite(m.grad_norm) ? printf_string("%.2f", m.grad_norm) : std::string("n/a"));
   line += " | " + format_rate(m.tok_per_s) + " tok/s";
@@ -58,8 +58,7 @@ std::string metrics_json(const StepMetrics& m) {
   j["step"] = m.step;
   j["total_steps"] = m.total_steps;
   j["loss"] = number_or_null(m.loss);
-  j["loss_first_half"] = number_or_null(m.loss_first_half);
-  j["loss_repeat_half"] = number_or_null(m.loss_repeat_half);
+  for (const auto& [name, value] : m.group_losses) j["loss_" + name] = number_or_null(value);
   j["lr"] = number_or_null(m.lr);
   j["grad_norm"] = number_or_null(m.grad_norm);
   j["tok_per_s"] = number_or_null(m.tok_per_s);

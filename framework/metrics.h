@@ -7,6 +7,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace rt {
 
@@ -14,8 +16,9 @@ struct StepMetrics {
   int64_t step = 0;
   int64_t total_steps = 0;
   double loss = NAN;
-  double loss_first_half = NAN;   // copy task only; NaN when not applicable
-  double loss_repeat_half = NAN;  // copy task only; NaN when not applicable
+  // The data source's loss groups (the copy task: first_half, repeat_half) and their mean losses; JSONL keys
+  // loss_<name>. Empty for sources without groups.
+  std::vector<std::pair<std::string, double>> group_losses;
   double lr = 0;
   double grad_norm = NAN;
   double tok_per_s = 0;
@@ -27,8 +30,9 @@ struct StepMetrics {
   std::map<std::string, double> extra;  // further numeric fields for the JSONL (e.g. ring comm/compute ms)
 };
 
-// "step 12/300 | loss 2.3145 (first 4.10, repeat 0.52) | lr 3.0e-03 | gnorm 0.84 | 41.2K tok/s |
-//  MFU 0.0% | 12.3 ms | mem 0.1 GiB | ETA 0:03:36" (the halves only when known; "| eval 2.1000" when set).
+// "step 12/300 | loss 2.3145 (first_half 4.10, repeat_half 0.52) | lr 3.0e-03 | gnorm 0.84 | 41.2K tok/s |
+//  MFU 0.0% | 12.3 ms | mem 0.1 GiB | ETA 0:03:36" (the loss groups only when the source has them; "| eval 2.1000"
+//  when set).
 std::string format_step_line(const StepMetrics& m);
 // One JSON object (no newline); NaN values are written as null.
 std::string metrics_json(const StepMetrics& m);

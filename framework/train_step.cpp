@@ -5,20 +5,32 @@
 namespace rt {
 
 void LossTally::add(const Batch& batch, const std::vector<float>& losses) {
+  if (names.empty() && !batch.group_names.empty()) {
+    names = batch.group_names;
+    sum.resize(names.size() + 1, 0.0);
+    count.resize(names.size() + 1, 0.0);
+  }
   for (size_t i = 0; i < losses.size(); ++i) {
     if (batch.targets[i] < 0) continue;
     sum[0] += losses[i], count[0] += 1;
-    if (i < batch.kinds.size() && batch.kinds[i] != TargetKind::other) {
-      const int k = batch.kinds[i] == TargetKind::first_half ? 1 : 2;
-      sum[k] += losses[i], count[k] += 1;
-    }
+    const size_t g = i < batch.groups.size() ? batch.groups[i] : 0;
+    if (g > 0 && g < sum.size()) sum[g] += losses[i], count[g] += 1;
   }
 }
 
 void LossTally::all_reduce(Comm& comm) {
-  double v[6] = {sum[0], sum[1], sum[2], count[0], count[1], count[2]};
-  comm.all_reduce_sum(v, 6);
-  for (int i = 0; i < 3; ++i) sum[i] = v[i], count[i] = v[3 + i];
+  const size_t n = sum.size();
+  std::vector<double> v(sum);
+  v.insert(v.end(), count.begin(), count.end());
+  comm.all_reduce_sum(v.data(), int(v.size()));
+  for (size_t i = 0; i < n; ++i) sum[i] = v[i], count[i] = v[n + i];
+}
+
+std::vector<std::pair<std::string, double>> LossTally::group_means() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t g = 1; g < sum.size() && g <= names.size(); ++g)
+    if (count[g] > 0) out.emplace_back(names[g - 1], sum[g] / count[g]);
+  return out;
 }
 
 void train_step(Model& model, AdamW& optimizer, const Batch& batch, int64_t step, float lr) {

@@ -6,6 +6,8 @@
 // model.losses() and its gradient norm on the device; step_losses() and AdamW::last_grad_norm() fetch them
 // where the step is logged.
 #pragma once
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/data.h"
@@ -14,13 +16,15 @@
 
 namespace rt {
 
-// Losses of one batch (or several), summed; the copy task's two halves separately.
+// Losses of one batch (or several), summed, overall and per loss group of the data source (Batch::groups).
 struct LossTally {
-  double sum[3] = {0, 0, 0}, count[3] = {0, 0, 0};  // [0] all targets, [1] first half, [2] repeat half
+  std::vector<std::string> names;        // the groups (from the first batch added)
+  std::vector<double> sum{0}, count{0};  // [0] all targets, [g] group g
   void add(const Batch& batch, const std::vector<float>& losses);
-  void all_reduce(Comm& comm);  // collective
-  double mean(int k) const { return count[k] > 0 ? sum[k] / count[k] : 0; }
-  bool has_halves() const { return count[1] > 0 || count[2] > 0; }
+  void all_reduce(Comm& comm);  // collective; every rank's source reports the same groups
+  double mean(int k) const { return count[size_t(k)] > 0 ? sum[size_t(k)] / count[size_t(k)] : 0; }
+  // (name, mean loss) of each group with a target; empty when the source reports none.
+  std::vector<std::pair<std::string, double>> group_means() const;
 };
 
 // One optimizer step at the 1-based `step` with learning rate `lr` on this rank's `batch`. Collective over

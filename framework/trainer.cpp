@@ -31,11 +31,14 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
 
-std::string halves_text(const LossTally& t) {
-  if (!t.has_halves()) return "";
-  char buf[96];
-  std::snprintf(buf, sizeof buf, " (first half %.4f, repeat half %.4f)", t.mean(1), t.mean(2));
-  return buf;
+std::string halves_text(const LossTally& t) {  // the data source's loss groups, e.g. the copy task's halves
+  std::string text;
+  for (const auto& [name, mean] : t.group_means()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.4f", text.empty() ? " (" : ", ", name.c_str(), mean);
+    text += buf;
+  }
+  return text.empty() ? text : text + ")";
 }
 
 // Mean per-token loss over the first `batches` held-out batches (the same batches every time).
@@ -174,7 +177,7 @@ int train_main(const Config& config) {
         StepMetrics sm;
         sm.step = step, sm.total_steps = tc.steps;
         sm.loss = tally.mean(0);
-        if (tally.has_halves()) sm.loss_first_half = tally.mean(1), sm.loss_repeat_half = tally.mean(2);
+        sm.group_losses = tally.group_means();
         sm.lr = lr, sm.grad_norm = optimizer.last_grad_norm();
         sm.tok_per_s = tokens_per_step / seconds;
         sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
@@ -201,7 +204,7 @@ int train_main(const Config& config) {
       if (rank0) {
         std::printf("eval step %lld | loss %.4f%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str());
         nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
-        if (ev.has_halves()) j["eval_loss_first_half"] = ev.mean(1), j["eval_loss_repeat_half"] = ev.mean(2);
+        for (const auto& [name, mean] : ev.group_means()) j["eval_loss_" + name] = mean;
         metrics->write_json_line(j.dump());
       }
     }

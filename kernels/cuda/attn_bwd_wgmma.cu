@@ -61,8 +61,8 @@ struct WgBwdSmem {
 // Adds this thread's dK and dV rows (keys key_a, key_b = key_a + 8; accumulator layout as in the kernels) to
 // dk_acc / dv_acc with float2 reductions: no value comes back, so the CTA's last act is to issue 2 x D / 4
 // stores instead of waiting for its reads (a read-add-write epilogue made every CTA wait for its reads at the end:
-// bench/NOTES.md "Figures behind the kernel comments"). Each row belongs to one CTA, so there is one add per element per launch: still deterministic. v4's
-// epilogue; v5 stages the rows and adds them with TMA (the same L2 add of the same f32 values: equal bits).
+// bench/NOTES.md "Figures behind the kernel comments"). Each row belongs to one CTA, so there is one add per
+// element per launch: still deterministic. v4's epilogue; v5 stages the rows and adds them with TMA (the same L2 add of the same f32 values: equal bits).
 template <int D>
 __device__ __forceinline__ void write_dk_dv(const AttnBwdParams& p, const float (&dk)[D / 2], const float (&dv)[D / 2],
                                             int64_t key_a, int64_t key_b, int64_t b, int64_t hk, int t) {

@@ -127,8 +127,8 @@ __device__ __forceinline__ int read_unit(const int* slots, uint32_t unit_full_ba
   return u;
 }
 
-// The producer warp (warpgroup 2, warp 0): fetches the units (the first is blockIdx.x, then a global counter hands them out in order) and
-// publishes each in the unit ring; per unit with work: Q, dO (TMA, lane 0), lse, delta (all lanes) of each
+// The producer warp (warpgroup 2, warp 0): fetches the units (the first is blockIdx.x, then a global counter
+// hands them out in order) and publishes each in the unit ring; per unit with work: Q, dO (TMA, lane 0), lse, delta (all lanes) of each
 // iteration into stage J & 1 of a ring that runs on across units, and K / V (TMA, lane 0, their own
 // barrier) once the first stage is in flight and the consumers are done with the previous unit's K / V.
 template <int D>
@@ -207,8 +207,8 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
   }
 }
 
-// The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0), then the unit's
-// epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). The buffers' empty barriers
+// The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
+// then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). The buffers' empty barriers
 // get 2 arrivals up front and one after each tile; the consumers sync once per tile and twice at the end.
 template <int D>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,

@@ -1,6 +1,7 @@
 // attn_fwd_block on Hopper (fwd v4, sm_90a): continues the fp32 online-softmax state (acc, m, l) with one
-// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernels in attn_fwd_mma.cu; attn_fwd_dispatch.cu
-// dispatches here (variant 4) and keeps the mma.sync kernels as the fallback for other GPUs.
+// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernels in attn_fwd_mma.cu;
+// attn_fwd_dispatch.cu dispatches here (variant 4, and fwd v5's fallback for small blocks) and keeps the mma.sync
+// kernels as the fallback for other GPUs.
 //   * one CTA = 128 query rows of one (batch, head) = 2 warpgroups x 64 rows, 256 threads, 1 CTA per SM;
 //   * S = Q K^T: wgmma m64n128k16 with Q and K read from 128-byte-swizzled shared memory through matrix
 //     descriptors (kernels/cuda/wgmma_ops.cuh); 128 keys per tile;

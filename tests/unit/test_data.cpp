@@ -14,6 +14,7 @@
 
 #include "framework/config.h"
 #include "framework/data.h"
+#include "framework/train_step.h"
 #include "kernels/tensor.h"
 #include "tests/unit/test_util.h"
 #include "parallel/layout.h"
@@ -59,7 +60,7 @@ class DataTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// One whole global batch (dp=1, cp=1): (B, T) tokens, targets and kinds.
+// One whole global batch (dp=1, cp=1): (B, T) tokens, targets and loss groups.
 rt::Batch whole_batch(const rt::Config& c, uint64_t cursor, const std::string& split = "train") {
   auto loader = rt::make_loader(c, rt::LoaderRank{}, split);
   loader->set_cursor(cursor);
@@ -77,10 +78,12 @@ TEST_F(DataTest, CopyTaskHalves) {
     const rt::Batch b = whole_batch(c, 5);
     ASSERT_EQ(b.batch, B);
     ASSERT_EQ(b.tokens_per_rank, T);
+    // The copy source reports its two halves as loss groups 1 and 2.
+    ASSERT_EQ(b.group_names, (std::vector<std::string>{"first_half", "repeat_half"}));
     for (int s = 0; s < B; ++s) {
       const int32_t* tok = &b.tokens[size_t(s * T)];
       const int32_t* tgt = &b.targets[size_t(s * T)];
-      const rt::TargetKind* kind = &b.kinds[size_t(s * T)];
+      const uint8_t* group = &b.groups[size_t(s * T)];
       int distinct = 0;
       for (int i = 0; i < S; ++i) {
         EXPECT_GE(tok[i], 0);
@@ -92,15 +95,16 @@ TEST_F(DataTest, CopyTaskHalves) {
       EXPECT_EQ(tok[S], vocab - 1) << "separator";
       int first = 0, repeat = 0;
       for (int p = 0; p < T; ++p) {
-        if (kind[p] == rt::TargetKind::first_half) {
+        if (group[p] == 1) {
           ++first;
           EXPECT_LT(p, S - 1);
           EXPECT_EQ(tgt[p], tok[p + 1]);
-        } else if (kind[p] == rt::TargetKind::repeat_half) {
+        } else if (group[p] == 2) {
           ++repeat;
           EXPECT_EQ(tgt[p], tok[p - S]) << "repeat target must be the token S positions back, p=" << p;
           EXPECT_EQ(tgt[p], tok[p + 1]);
         } else {
+          EXPECT_EQ(group[p], 0) << p;
           EXPECT_TRUE(tgt[p] == -1 || tgt[p] == tok[p + 1]) << p;
         }
       }
@@ -173,7 +177,7 @@ TEST_F(DataTest, LayoutPermutesTokensTargetsAndPositions) {
           const size_t local = size_t(s * n + j), g = size_t(s * T + p);
           EXPECT_EQ(b.tokens[local], global.tokens[g]);
           EXPECT_EQ(b.targets[local], global.targets[g]) << layout << " position " << p;
-          EXPECT_EQ(b.kinds[local], global.kinds[g]);
+          EXPECT_EQ(b.groups[local], global.groups[g]);
           // The target of global position p is the token at p+1 (or -1 at the end / ignored).
           EXPECT_TRUE(b.targets[local] == -1 || b.targets[local] == global.tokens[g + 1]);
           rebuilt[g] = b.tokens[local];
@@ -319,3 +323,27 @@ TEST_F(DataTest, LoaderRankChecks) {
 }
 
 }  // namespace
+
+// The trainer's per-group losses come from the batch's loss groups, named by the data source.
+TEST(LossTallyTest, ReportsTheSourcesLossGroups) {
+  rt::Batch b;
+  b.targets = {1, 2, 3, -1, 5};
+  b.groups = {1, 2, 0, 1, 1};  // the ignored target (-1) counts nowhere
+  b.group_names = {"first_half", "repeat_half"};
+  rt::LossTally t;
+  t.add(b, {1.f, 2.f, 3.f, 100.f, 5.f});
+  EXPECT_DOUBLE_EQ(t.mean(0), (1 + 2 + 3 + 5) / 4.0);
+  const auto groups = t.group_means();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].first, "first_half");
+  EXPECT_DOUBLE_EQ(groups[0].second, 3.0);
+  EXPECT_EQ(groups[1].first, "repeat_half");
+  EXPECT_DOUBLE_EQ(groups[1].second, 2.0);
+  rt::Batch plain;  // a source without groups (bytes, shards)
+  plain.targets = {1, 2};
+  plain.groups = {0, 0};
+  rt::LossTally p;
+  p.add(plain, {1.f, 3.f});
+  EXPECT_DOUBLE_EQ(p.mean(0), 2.0);
+  EXPECT_TRUE(p.group_means().empty());
+}

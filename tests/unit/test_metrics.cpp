@@ -21,8 +21,7 @@ rt::StepMetrics example() {
   m.step = 12;
   m.total_steps = 300;
   m.loss = 2.31454;
-  m.loss_first_half = 4.1;
-  m.loss_repeat_half = 0.52;
+  m.group_losses = {{"first_half", 4.1}, {"repeat_half", 0.52}};
   m.lr = 3e-3;
   m.grad_norm = 0.84;
   m.tok_per_s = 41230;
@@ -35,11 +34,10 @@ rt::StepMetrics example() {
 
 TEST(Metrics, ConsoleLine) {
   EXPECT_EQ(rt::format_step_line(example()),
-            "step 12/300 | loss 2.3145 (first 4.10, repeat 0.52) | lr 3.0e-03 | gnorm 0.84 | 41.2K tok/s | MFU 0.0% | "
+            "step 12/300 | loss 2.3145 (first_half 4.10, repeat_half 0.52) | lr 3.0e-03 | gnorm 0.84 | 41.2K tok/s | MFU 0.0% | "
             "12.3 ms | mem 0.1 GiB | ETA 0:03:36");
   rt::StepMetrics m = example();
-  m.loss_first_half = NAN;
-  m.loss_repeat_half = NAN;
+  m.group_losses.clear();
   m.mfu = NAN;
   m.eval_loss = 1.5;
   m.tok_per_s = 3.2e6;
@@ -58,7 +56,7 @@ TEST(Metrics, JsonlWriterFlushesEachLine) {
     w.write(example());
     rt::StepMetrics m = example();
     m.step = 13;
-    m.loss_first_half = NAN;
+    m.group_losses = {{"first_half", NAN}};
     m.eval_loss = 2.0;
     m.extra["ring_comm_ms"] = 1.25;
     w.write(m);
@@ -79,7 +77,9 @@ TEST(Metrics, JsonlWriterFlushesEachLine) {
   EXPECT_NEAR(rows[0]["loss"].get<double>(), 2.31454, 1e-12);
   EXPECT_NEAR(rows[0]["tok_per_s"].get<double>(), 41230, 1e-9);
   EXPECT_FALSE(rows[0].contains("eval_loss"));
+  EXPECT_NEAR(rows[0]["loss_repeat_half"].get<double>(), 0.52, 1e-12);
   EXPECT_TRUE(rows[1]["loss_first_half"].is_null());
+  EXPECT_FALSE(rows[1].contains("loss_repeat_half"));
   EXPECT_EQ(rows[1]["eval_loss"], 2.0);
   EXPECT_EQ(rows[1]["ring_comm_ms"], 1.25);
   EXPECT_EQ(rows[2]["step"], 14);

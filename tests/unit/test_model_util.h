@@ -55,7 +55,7 @@ inline Batch random_batch(int vocab, int64_t batch, int64_t tokens, uint64_t see
     for (int64_t i = 0; i < tokens; ++i) {
       b.tokens.push_back(seq[size_t(i)]);
       b.targets.push_back(i + 1 < tokens ? seq[size_t(i + 1)] : -1);
-      b.kinds.push_back(TargetKind::other);
+      b.groups.push_back(0);
     }
   }
   for (int64_t i = 0; i < tokens; ++i) b.positions.push_back(int32_t(i));
