@@ -76,7 +76,8 @@ nlohmann::json file_record(const fs::path& file) {
 
 std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTensor>& model,
                             const std::vector<HostTensor>& optimizer, const TrainState& state,
-                            const ModelConfig& model_config, int keep_last) {
+                            const ModelConfig& model_config, int keep_last,
+                            const std::map<std::string, std::string>& extra_metadata) {
   RT_CHECK(state.step >= 0, "save_checkpoint: step " << state.step << " is negative");
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const std::string name = "step_" + std::to_string(state.step);
@@ -87,6 +88,7 @@ std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTe
   make_dirs(tmp);
 
   std::map<std::string, std::string> meta = model_metadata(model_config);
+  for (const auto& [k, v] : extra_metadata) meta[k] = v;
   meta["format"] = "pt";  // lets Hugging Face loaders accept the file as PyTorch-layout weights
   write_safetensors((tmp / kModelFile).string(), model, meta);
   const char* crash = std::getenv("RINGTRAIN_TEST_CRASH_IN_SAVE");
@@ -171,7 +173,10 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
     throw Error("checkpoint '" + dir + "': state.json has a field of the wrong type (" + std::string(e.what()) + ")");
   }
   const nlohmann::json& files = field("files");
+  // A weights-only checkpoint (ringtrain import-hf) records no optimizer file.
+  const bool has_optimizer = !files.is_object() || files.contains(kOptimizerFile);
   for (const char* f : {kModelFile, kOptimizerFile}) {
+    if (std::string(f) == kOptimizerFile && !has_optimizer) continue;
     const fs::path p = d / f;
     if (!files.contains(f) || !files[f].contains("bytes") || !files[f].contains("checksum"))
       throw Error("checkpoint '" + dir + "': state.json records no size/checksum for " + f);
@@ -188,9 +193,36 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
       throw Error("checkpoint '" + dir + "': " + f + " is corrupted (checksum " + sum + ", state.json records " +
                   want_sum + "); use an earlier checkpoint");
   }
-  out.model = read_safetensors((d / kModelFile).string(), nullptr);
-  out.optimizer = read_safetensors((d / kOptimizerFile).string(), nullptr);
+  out.model = read_safetensors((d / kModelFile).string(), &out.metadata);
+  if (has_optimizer) out.optimizer = read_safetensors((d / kOptimizerFile).string(), nullptr);
   return out;
+}
+
+void save_weights_checkpoint(const std::string& dir, const std::vector<HostTensor>& model, const TrainState& state,
+                             const std::map<std::string, std::string>& metadata) {
+  const fs::path final_dir = fs::path(dir);
+  std::error_code ec;
+  if (fs::exists(final_dir, ec))
+    throw Error("'" + dir + "' already exists; choose a new --out directory (nothing is overwritten)");
+  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
+  make_dirs(parent);
+  const fs::path tmp = parent / (".tmp_" + final_dir.filename().string());
+  remove_tree(tmp);
+  make_dirs(tmp);
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = "pt";
+  write_safetensors((tmp / kModelFile).string(), model, meta);
+  nlohmann::json js = {{"format", kFormat},
+                       {"step", state.step},
+                       {"data_cursor", state.data_cursor},
+                       {"rng_state", state.rng_state},
+                       {"config_hash", state.config_hash},
+                       {"files", {{kModelFile, file_record(tmp / kModelFile)}}}};
+  write_file_durably((tmp / kStateFile).string(), js.dump(2) + "\n");
+  fsync_directory(tmp.string());
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + dir + "': " + ec.message());
+  fsync_directory(parent.string());
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {

@@ -24,22 +24,36 @@ struct TrainState {
   std::string config_hash;
 };
 
-// safetensors files: `metadata` goes to __metadata__ (strings only). Tensors are F32.
+// safetensors files: `metadata` goes to __metadata__ (strings only). Tensors are F32, or BF16 (rounded to
+// nearest even) when bf16.
 void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
                        const std::map<std::string, std::string>& metadata);
+void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata, bool bf16);
 // Throws rt::Error naming the file and the problem on any corruption (bad header, sizes, truncation).
+// F32 tensors only, unless accept_half (BF16 and F16 are widened to fp32 exactly). header_only: names and
+// shapes, no values.
 std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata);
+std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
+                                         bool accept_half, bool header_only);
 
 // The model config as __metadata__ strings (n_layer, d_model, ..., tied_embeddings).
 std::map<std::string, std::string> model_metadata(const ModelConfig& model);
 
 // Writes run_dir/checkpoints/step_<N>/ atomically; keeps the last `keep_last`. Returns the directory.
+// extra_metadata joins the model config in model.safetensors' __metadata__ (e.g. context_length, hf_source).
 std::string save_checkpoint(const std::string& run_dir, const std::vector<HostTensor>& model,
                             const std::vector<HostTensor>& optimizer, const TrainState& state,
-                            const ModelConfig& model_config, int keep_last);
+                            const ModelConfig& model_config, int keep_last,
+                            const std::map<std::string, std::string>& extra_metadata = {});
+// A checkpoint of weights only (no optimizer.safetensors; state.json records none), written into `dir`
+// itself through a temporary sibling and a rename (ringtrain import-hf). `dir` must not exist yet.
+void save_weights_checkpoint(const std::string& dir, const std::vector<HostTensor>& model, const TrainState& state,
+                             const std::map<std::string, std::string>& metadata);
 struct LoadedCheckpoint {
-  std::vector<HostTensor> model, optimizer;
+  std::vector<HostTensor> model, optimizer;  // optimizer empty for a weights-only checkpoint
   TrainState state;
+  std::map<std::string, std::string> metadata;  // model.safetensors' __metadata__
 };
 // Validates every file (and a checksum recorded in state.json) before returning; throws on corruption.
 LoadedCheckpoint load_checkpoint(const std::string& dir);

@@ -8,6 +8,7 @@
 #endif
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "framework/config_schema.h"
+#include "framework/init_from.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -40,6 +42,10 @@ const char* node_kind(const YAML::Node& node) {
   return "a value";
 }
 
+void mark_explicit(Config& config, const std::string& path) {
+  if (!config.is_explicit(path)) config.explicit_fields.push_back(path);
+}
+
 // Applies one YAML value to `field`; appends a problem on failure.
 void apply_node(Config& config, const FieldSpec& field, const YAML::Node& value, const std::string& loc,
                 std::vector<std::string>& problems) {
@@ -60,11 +66,38 @@ void apply_node(Config& config, const FieldSpec& field, const YAML::Node& value,
   }
   std::string error;
   if (!set_field(config, field, text, &error)) problems.push_back(loc + ": " + error);
+  else mark_explicit(config, field.path());
 }
 
 std::string unknown_key(const std::string& path) {
   std::string hint = did_you_mean(path);
   return "unknown key '" + path + "'" + (hint.empty() ? "" : " " + hint);
+}
+
+// A map nested inside a section (model.rope_scaling): its keys are "<prefix>.<key>".
+void apply_group(Config& config, const YAML::Node& body, const std::string& prefix, const std::string& origin,
+                 std::vector<std::string>& problems) {
+  bool known_group = false;
+  for (const FieldSpec& f : config_fields()) known_group |= f.path().rfind(prefix + ".", 0) == 0;
+  if (!known_group) {
+    problems.push_back(where(origin, body.Mark()) + ": " + unknown_key(prefix));
+    return;
+  }
+  std::set<std::string> seen;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string loc = where(origin, it->first.Mark());
+    if (!it->first.IsScalar()) {
+      problems.push_back(loc + ": keys must be plain names, got " + std::string(node_kind(it->first)));
+      continue;
+    }
+    const std::string path = prefix + "." + it->first.Scalar();
+    if (!seen.insert(path).second) {
+      problems.push_back(loc + ": duplicate key '" + path + "'; keep one of them");
+      continue;
+    }
+    if (const FieldSpec* f = find_field(path)) apply_node(config, *f, it->second, loc, problems);
+    else problems.push_back(loc + ": " + unknown_key(path));
+  }
 }
 
 void apply_yaml(Config& config, const YAML::Node& root, const std::string& origin,
@@ -114,6 +147,10 @@ void apply_yaml(Config& config, const YAML::Node& root, const std::string& origi
         problems.push_back(inner_loc + ": duplicate key '" + path + "'; keep one of them");
         continue;
       }
+      if (jt->second.IsMap() && !find_field(path)) {  // a group such as model.rope_scaling
+        apply_group(config, jt->second, path, origin, problems);
+        continue;
+      }
       if (const FieldSpec* f = find_field(path)) apply_node(config, *f, jt->second, inner_loc, problems);
       else problems.push_back(inner_loc + ": " + unknown_key(path));
     }
@@ -144,6 +181,7 @@ void apply_override(Config& config, const std::string& assignment, std::vector<s
   }
   std::string error;
   if (!set_field(config, *f, value, &error)) problems.push_back(loc + ": " + error);
+  else mark_explicit(config, f->path());
 }
 
 std::string yaml_quote(const std::string& s) {
@@ -179,6 +217,7 @@ Config parse_config_text(const std::string& yaml_text, const std::vector<std::st
   apply_yaml(config, root, origin, problems);
   for (const std::string& o : overrides) apply_override(config, o, problems);
   if (!problems.empty()) throw_problems(problems, origin);
+  if (!config.train.init_from.empty()) apply_init_from_model(config);  // framework/init_from.h
   validate_config(config, world_size);
   return config;
 }
@@ -241,6 +280,8 @@ std::string model_config_hash(const Config& config) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64 over "model.key=value\n" lines in schema order
   for (const FieldSpec& f : config_fields()) {
     if (std::string(f.section) != "model") continue;
+    // Unscaled RoPE hashes as it did before rope_scaling existed, so older checkpoints still resume.
+    if (config.model.rope_scaling.type == "none" && f.path().rfind("model.rope_scaling.", 0) == 0) continue;
     for (char ch : f.path() + "=" + field_text(config, f) + "\n") {
       h ^= static_cast<unsigned char>(ch);
       h *= 1099511628211ull;
@@ -249,6 +290,10 @@ std::string model_config_hash(const Config& config) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+bool Config::is_explicit(const std::string& path) const {
+  return std::find(explicit_fields.begin(), explicit_fields.end(), path) != explicit_fields.end();
 }
 
 std::string resolved_layout(const Config& config) {

@@ -7,6 +7,21 @@
 
 namespace rt {
 
+// RoPE scaling for context extension, as Hugging Face transformers computes it (framework/rope_scaling.h):
+//   none; linear (factor); llama3 (factor, low/high_freq_factor, original_max_position_embeddings);
+//   yarn (factor, beta_fast/slow, original_max_position_embeddings, attention_factor: cos and sin are
+//   multiplied by it; 0 = transformers' default 0.1 ln(factor) + 1).
+struct RopeScalingConfig {
+  std::string type = "none";  // none | linear | llama3 | yarn
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_position_embeddings = 8192;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double attention_factor = 0;
+};
+
 struct ModelConfig {
   int n_layer = 2;
   int d_model = 64;
@@ -18,6 +33,7 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float norm_eps = 1e-5f;
   bool tied_embeddings = false;
+  RopeScalingConfig rope_scaling;
   int head_dim() const { return d_model / n_head; }
 };
 
@@ -48,6 +64,9 @@ struct TrainConfig {
   bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
   uint64_t seed = 42;
   std::string run_dir = "runs/default";
+  // A ringtrain checkpoint directory or a Hugging Face model directory to start from (fresh optimizer, step 0;
+  // the model section comes from it, framework/init_from.h). checkpoint.resume wins when it finds a checkpoint.
+  std::string init_from;
 };
 
 struct OptimConfig {
@@ -82,6 +101,11 @@ struct Config {
   LogConfig log;
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)
+  // Dotted paths set explicitly, by the file or by --set (not a YAML key). Fields not listed hold defaults, so
+  // train.init_from can take them from the source (framework/init_from.h). (Named as issue 17's eval uses them.)
+  std::vector<std::string> explicit_fields;
+  bool is_explicit(const std::string& path) const;
+  std::vector<std::string> notes;       // lines for the start-up print (e.g. model values taken from init_from)
 };
 
 // Loads YAML, applies `--set a.b=c` overrides in order, validates every constraint (world_size: the

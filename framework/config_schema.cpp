@@ -13,6 +13,9 @@ namespace rt {
 #define RT_FIELD(sec, key, type, help) \
   FieldSpec{#sec, #key, FieldType::type, [](Config& c) -> void* { return &c.sec.key; }, help}
 
+#define RT_SUBFIELD(sec, group, key, type, help)                                                          \
+  FieldSpec{#sec, #group "." #key, FieldType::type, [](Config& c) -> void* { return &c.sec.group.key; }, help}
+
 const std::vector<FieldSpec>& config_fields() {
   static const std::vector<FieldSpec> fields = {
       RT_FIELD(model, n_layer, i32, "transformer blocks"),
@@ -25,6 +28,16 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(model, rope_base, f32, "RoPE frequency base"),
       RT_FIELD(model, norm_eps, f32, "RMSNorm epsilon"),
       RT_FIELD(model, tied_embeddings, boolean, "LM head shares the embedding"),
+      RT_SUBFIELD(model, rope_scaling, type, string, "RoPE scaling: none | linear | llama3 | yarn"),
+      RT_SUBFIELD(model, rope_scaling, factor, f64, "context extension factor (linear, llama3, yarn)"),
+      RT_SUBFIELD(model, rope_scaling, low_freq_factor, f64, "llama3: low-frequency factor"),
+      RT_SUBFIELD(model, rope_scaling, high_freq_factor, f64, "llama3: high-frequency factor"),
+      RT_SUBFIELD(model, rope_scaling, original_max_position_embeddings, i32,
+                  "llama3, yarn: the context the model was pretrained at"),
+      RT_SUBFIELD(model, rope_scaling, beta_fast, f64, "yarn: extrapolation boundary (rotations)"),
+      RT_SUBFIELD(model, rope_scaling, beta_slow, f64, "yarn: interpolation boundary (rotations)"),
+      RT_SUBFIELD(model, rope_scaling, attention_factor, f64,
+                  "yarn: multiplies cos and sin (0 = 0.1 ln(factor) + 1)"),
       RT_FIELD(data, source, string, "copy | bytes | shards"),
       RT_FIELD(data, path, string, "bytes: text file; shards: file or glob"),
       RT_FIELD(data, eval_path, string, "held-out file/glob (empty: tail of path)"),
@@ -48,6 +61,7 @@ const std::vector<FieldSpec>& config_fields() {
                "attention backward with the same bits on every run (ordered dQ adds; slower, see bench/NOTES.md)"),
       RT_FIELD(train, seed, u64, "init seed"),
       RT_FIELD(train, run_dir, string, "output directory"),
+      RT_FIELD(train, init_from, string, "start from a ringtrain checkpoint or HF model dir (\"\" = random init)"),
       RT_FIELD(optim, lr, f32, "peak learning rate"),
       RT_FIELD(optim, min_lr, f32, "final learning rate (cosine)"),
       RT_FIELD(optim, warmup_steps, i32, "linear warm-up steps"),
@@ -69,6 +83,7 @@ const std::vector<FieldSpec>& config_fields() {
   return fields;
 }
 #undef RT_FIELD
+#undef RT_SUBFIELD
 
 const std::vector<std::string>& config_sections() {
   static const std::vector<std::string> sections = {"model", "data",       "parallel", "train",

@@ -7,6 +7,7 @@
 
 #include "framework/config.h"
 #include "framework/data_files.h"
+#include "framework/rope_scaling.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -69,6 +70,16 @@ void check_model(const Config& c, Problems& p) {
     p.add("head_dim = model.d_model / model.n_head = ", m.head_dim(),
           " is odd; RoPE rotates pairs, so choose d_model and n_head with an even quotient");
   }
+  if (m.d_model % m.n_head == 0 && m.head_dim() % 2 == 0) {
+    try {
+      (void)rope_frequencies(m);
+    } catch (const Error& e) {
+      p.add(e.what());
+    }
+  }
+  if (c.device == "cuda" && m.d_model % m.n_head == 0 && m.head_dim() != 64 && m.head_dim() != 128)
+    p.add("head_dim = model.d_model / model.n_head = ", m.head_dim(), " but device=cuda, whose attention kernels take ",
+          "head dims 64 and 128; change d_model / n_head, or use device: cpu");
   if (m.n_head % m.n_kv_head != 0)
     p.add("model.n_head=", m.n_head, " is not divisible by model.n_kv_head=", m.n_kv_head,
           "; each KV head serves a whole group of query heads, so use an n_kv_head that divides n_head");

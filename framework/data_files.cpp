@@ -57,7 +57,7 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-uint64_t read_shard_header(const std::string& path) {
+uint64_t read_shard_header(const std::string& path, int* token_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("shard '" + path + "' cannot be opened: " + std::strerror(errno));
   in.seekg(0, std::ios::end);
@@ -69,18 +69,23 @@ uint64_t read_shard_header(const std::string& path) {
   int32_t header[256];
   in.read(reinterpret_cast<char*>(header), kShardHeaderBytes);
   if (!in) throw Error("shard '" + path + "': reading the header failed");
-  if (header[0] != kShardMagic)
-    throw Error("shard '" + path + "': header field 'magic' is " + std::to_string(header[0]) + ", expected " +
-                std::to_string(kShardMagic) + " (llm.c token shard); is data.source right for this file?");
-  if (header[1] != kShardVersion)
-    throw Error("shard '" + path + "': header field 'version' is " + std::to_string(header[1]) +
-                ", expected " + std::to_string(kShardVersion) +
-                " (uint16 tokens; version 2 shards hold uint32 tokens and are not supported)");
+  const std::string formats = "llm.c shards are (magic 20240520, version 1, uint16 tokens) or (magic 20240801, "
+                              "version 7, uint32 tokens)";
+  if (header[0] != kShardMagic && header[0] != kShardMagicU32)
+    throw Error("shard '" + path + "': header field 'magic' is " + std::to_string(header[0]) + "; " + formats +
+                "; is data.source right for this file?");
+  const bool u32 = header[0] == kShardMagicU32;
+  const int32_t want_version = u32 ? kShardVersionU32 : kShardVersion;
+  if (header[1] != want_version)
+    throw Error("shard '" + path + "': header field 'version' is " + std::to_string(header[1]) + " with magic " +
+                std::to_string(header[0]) + ", expected " + std::to_string(want_version) + "; " + formats);
   if (header[2] < 0)
     throw Error("shard '" + path + "': header field 'token count' is negative (" + std::to_string(header[2]) +
                 "); the header is corrupted");
+  const uint64_t bytes_per_token = u32 ? 4 : 2;
+  if (token_bytes) *token_bytes = int(bytes_per_token);
   const uint64_t count = uint64_t(uint32_t(header[2]));
-  const uint64_t expected = kShardHeaderBytes + count * sizeof(uint16_t);
+  const uint64_t expected = kShardHeaderBytes + count * bytes_per_token;
   if (file_bytes < expected)
     throw Error("shard '" + path + "' is truncated: header field 'token count' says " + std::to_string(count) +
                 " tokens (" + std::to_string(expected) + " bytes with the header) but the file has " +

@@ -27,14 +27,18 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
-// llm.c token shard: 256 int32 header (magic, version, token count), then uint16 tokens.
+// llm.c token shards (dev/data/data_common.py): 256 int32 header (magic, version, token count), then the
+// tokens. Exactly two formats exist: (20240520, 1) with uint16 tokens (GPT-2) and (20240801, 7) with uint32
+// tokens (Llama 3).
 constexpr int32_t kShardMagic = 20240520;
 constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShardMagicU32 = 20240801;
+constexpr int32_t kShardVersionU32 = 7;
 constexpr uint64_t kShardHeaderBytes = 256 * sizeof(int32_t);
 
-// Reads and checks a shard's header against its file size; returns the token count. Throws rt::Error
-// naming the file and the field (magic, version, token count, truncation).
-uint64_t read_shard_header(const std::string& path);
+// Reads and checks a shard's header against its file size; returns the token count and sets *token_bytes
+// (2 or 4) when given. Throws rt::Error naming the file and the field (magic, version, token count, truncation).
+uint64_t read_shard_header(const std::string& path, int* token_bytes = nullptr);
 
 // The copy task's span length: data.copy_span, or (seq_len - 1) / 2 when 0.
 int copy_span_resolved(int seq_len, int copy_span);

@@ -1,10 +1,12 @@
 // llm.c token shards. The files matching data.path are one concatenated token stream (sorted by name);
 // samples are windows of T tokens at offsets drawn from (seed, split, sample index) and may cross a shard
 // boundary. The held-out split is the stream's last 10%, or the files matching data.eval_path.
+// Shards hold uint16 or uint32 tokens (framework/data_files.h); one stream may mix both.
 // Validation: every header up front (magic, version, token count vs file size); tokens >= vocab_size are
 // refused by a full scan up front when the files hold at most kFullScanTokens tokens, and in every window
 // read otherwise.
 #include <algorithm>
+#include <cstring>
 
 #include "framework/data_files.h"
 #include "framework/data_source.h"
@@ -19,17 +21,27 @@ struct Shard {
   std::unique_ptr<MappedFile> file;
   uint64_t first = 0;  // index of its first token in the concatenated stream
   uint64_t count = 0;
-  const uint16_t* tokens() const {
-    return reinterpret_cast<const uint16_t*>(file->data() + kShardHeaderBytes);
+  int token_bytes = 2;  // 2: uint16 (magic 20240520), 4: uint32 (magic 20240801)
+  uint32_t token(uint64_t i) const {
+    const uint8_t* p = file->data() + kShardHeaderBytes;
+    if (token_bytes == 2) {
+      uint16_t t;
+      std::memcpy(&t, p + 2 * i, 2);
+      return t;
+    }
+    uint32_t t;
+    std::memcpy(&t, p + 4 * i, 4);
+    return t;
   }
 };
 
 [[noreturn]] void bad_token(const Shard& shard, uint64_t i, int32_t vocab) {
-  const int token = shard.tokens()[i];
+  const uint64_t token = shard.token(i);
   throw Error("shard '" + shard.file->path() + "': token " + std::to_string(token) + " at token index " +
               std::to_string(i) + " is >= model.vocab_size=" + std::to_string(vocab) +
               "; set model.vocab_size to at least " + std::to_string(token + 1) +
-              " (GPT-2 tokenised shards need 50257), or check that the shard was made with this vocabulary");
+              " (GPT-2 tokenised shards need 50257, Llama 3 128256), or check that the shard was made with this "
+              "vocabulary");
 }
 
 class ShardSource final : public SampleSource {
@@ -42,10 +54,12 @@ class ShardSource final : public SampleSource {
     RT_CHECK(!files.empty(), key << "='" << pattern << "' matches no file; fix the path or glob");
     uint64_t total = 0;
     for (const std::string& f : files) {
-      const uint64_t count = read_shard_header(f);
+      int token_bytes = 2;
+      const uint64_t count = read_shard_header(f, &token_bytes);
       Shard s;
+      s.token_bytes = token_bytes;
       s.file = std::make_unique<MappedFile>(f);
-      RT_CHECK(s.file->size() == kShardHeaderBytes + count * sizeof(uint16_t),
+      RT_CHECK(s.file->size() == kShardHeaderBytes + count * uint64_t(token_bytes),
                "shard '" << f << "' changed size while being opened; is something still writing it?");
       s.first = total;
       s.count = count;
@@ -54,11 +68,9 @@ class ShardSource final : public SampleSource {
     }
     full_scan_ = total <= kFullScanTokens;
     if (full_scan_)
-      for (const Shard& s : shards_) {
-        const uint16_t* t = s.tokens();
+      for (const Shard& s : shards_)
         for (uint64_t i = 0; i < s.count; ++i)
-          if (t[i] >= vocab_) bad_token(s, i, vocab_);
-      }
+          if (s.token(i) >= uint32_t(vocab_)) bad_token(s, i, vocab_);
     begin_ = 0;
     end_ = total;
     if (config.data.eval_path.empty()) {
@@ -84,10 +96,10 @@ class ShardSource final : public SampleSource {
       const Shard& s = shards_[shard];
       const uint64_t offset = pos - s.first;
       const int64_t take = int64_t(std::min<uint64_t>(s.count - offset, uint64_t(T - filled)));
-      const uint16_t* src = s.tokens() + offset;
       for (int64_t i = 0; i < take; ++i) {
-        if (!full_scan_ && src[i] >= vocab_) bad_token(s, offset + uint64_t(i), vocab_);
-        tokens[filled + i] = src[i];
+        const uint32_t t = s.token(offset + uint64_t(i));
+        if (!full_scan_ && t >= uint32_t(vocab_)) bad_token(s, offset + uint64_t(i), vocab_);
+        tokens[filled + i] = int32_t(t);
       }
       filled += take;
       pos += uint64_t(take);

@@ -1,7 +1,9 @@
 // The ringtrain command:
 //   ringtrain train <config.yaml> [--set key=value]...
 //   ringtrain plan  <config.yaml> [--json] [--set key=value]...
-//   ringtrain eval  <config.yaml> --checkpoint DIR [--set key=value]...
+//   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
+//   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
+//   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
 // MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
 // Any error prints "ringtrain: error on rank R: <message>"; with more than one rank the whole job is
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "framework/config.h"
+#include "framework/hf_commands.h"
 #include "framework/trainer.h"
 #include "framework/version.h"
 #include "kernels/tensor.h"
@@ -25,7 +28,16 @@ struct Args {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string checkpoint;
+  std::string dump_logits;  // eval: .npy file for the first eval batch's logits
   bool json = false;  // plan: one JSON object instead of the table
+};
+
+struct HfArgs {
+  std::string source, out;
+  std::string device = "auto";  // import-hf
+  std::string dtype = "bf16";   // export-hf
+  uint64_t shard_bytes = uint64_t(5) << 30;
+  int64_t max_positions = 0;
 };
 
 void add_config_args(CLI::App* cmd, Args& args) {
@@ -48,7 +60,7 @@ int run_command(const std::string& command, const Args& args) {
   }
   const rt::Config config = rt::load_config(args.config_path, args.overrides, world_size());
   if (command == "train") return rt::train_main(config);
-  return rt::eval_main(config, args.checkpoint);
+  return rt::eval_main(config, args.checkpoint, args.dump_logits);
 }
 
 }  // namespace
@@ -67,12 +79,37 @@ int main(int argc, char** argv) {
   add_config_args(eval, args);
   eval->add_option("--checkpoint", args.checkpoint, "checkpoint directory (run_dir/checkpoints/step_<N>)")
       ->required();
+  eval->add_option("--dump-logits", args.dump_logits,
+                    "write the first eval batch's logits (B,T,V) float32 to FILE (.npy) and its tokens to "
+                    "FILE.tokens.npy; one rank only");
+  HfArgs hf;
+  CLI::App* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama/Mistral directory -> ringtrain checkpoint");
+  import_hf->add_option("hf_dir", hf.source, "directory with config.json and model.safetensors (or shards + index)")
+      ->required();
+  import_hf->add_option("--out", hf.out, "checkpoint directory to create")->required();
+  import_hf->add_option("--device", hf.device, "device the model will train on: auto | cpu | cuda (CUDA: head dim 64 or 128)");
+  CLI::App* export_hf = app.add_subcommand("export-hf", "ringtrain checkpoint -> Hugging Face LlamaForCausalLM directory");
+  export_hf->add_option("checkpoint_dir", hf.source, "checkpoint directory (run_dir/checkpoints/step_<N>)")->required();
+  export_hf->add_option("--out", hf.out, "directory to create")->required();
+  export_hf->add_option("--dtype", hf.dtype, "bf16 (default) | fp32 (export then import is bitwise)");
+  export_hf->add_option("--shard-bytes", hf.shard_bytes, "largest safetensors shard (default 5 GiB)");
+  export_hf->add_option("--max-position-embeddings", hf.max_positions,
+                        "config.json max_position_embeddings (default: the context the checkpoint was trained at)");
   CLI::App* version = app.add_subcommand("version", "print the version and the backends built in");
   CLI11_PARSE(app, argc, argv);
 
   if (version->parsed()) {
     std::printf("%s\n", rt::version_string().c_str());
     return 0;
+  }
+  if (import_hf->parsed() || export_hf->parsed()) {  // single-process file conversions: no MPI
+    try {
+      if (import_hf->parsed()) return rt::import_hf_main(hf.source, hf.out, hf.device);
+      return rt::export_hf_main(hf.source, hf.out, hf.dtype, hf.shard_bytes, hf.max_positions);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ringtrain: error: %s\n", e.what());
+      return 1;
+    }
   }
   const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : "eval";
 

@@ -2,13 +2,14 @@
 #include <algorithm>
 
 #include "framework/model_internal.h"
+#include "framework/rope_scaling.h"
 #include "kernels/ops.h"
 
 namespace rt {
 
 Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t batch, int64_t local_tokens,
              const ModelComms& comms, Arena& arena)
-    : config_(config), options_(options), comms_(comms) {
+    : config_(config), rope_freqs_(rope_frequencies(config)), options_(options), comms_(comms) {
   RT_CHECK(comms.tp && comms.cp && comms.dp_cp, "model: tp, cp and dp_cp communicators are required");
   shape_ = make_model_shape(config, comms.tp->size(), comms.tp_rank, batch, local_tokens);
   params_ = build_param_table(config, comms.tp->size(), comms.tp_rank);

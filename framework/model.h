@@ -25,6 +25,7 @@
 #include "framework/config.h"
 #include "framework/data.h"
 #include "kernels/arena.h"
+#include "kernels/rope_freqs.h"
 #include "parallel/layout.h"
 #include "parallel/process_grid.h"
 #include "parallel/ring_attention.h"
@@ -146,6 +147,9 @@ class Model {
   void forward_backward(const Batch& batch, double global_count, bool want_grad);
   // (B*n) f32 per-token losses of the latest step / forward_backward, on the model's device.
   Tensor losses() const { return losses_; }
+  // (B*n, C) act dtype: the final RMSNorm's output of the latest forward; valid after a step without
+  // gradients (a backward reuses its storage). Read by `ringtrain eval --dump-logits`.
+  Tensor final_hidden() const { return final_out_; }
 
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();
@@ -178,6 +182,7 @@ class Model {
   Tensor param_view(const Tensor& flat, const std::string& name) const;
 
   ModelConfig config_;
+  RopeFreqs rope_freqs_;             // computed once from config_ on the host in fp64 (framework/rope_scaling.h)
   ModelOptions options_;
   ModelShape shape_;
   ModelComms comms_;

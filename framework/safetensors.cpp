@@ -1,9 +1,12 @@
-// safetensors files (F32 only): 8-byte little-endian header length N, N bytes of JSON header
+// safetensors files: 8-byte little-endian header length N, N bytes of JSON header
 // {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ..., "__metadata__": {...}},
 // padded with spaces to a multiple of 8, then the tensor bytes (little-endian, row-major) back to back.
+// Checkpoints are F32; Hugging Face files may also be BF16 or F16 (read_safetensors with accept_half widens
+// them to fp32 exactly), and export writes F32 or BF16 (round to nearest even).
 #include <algorithm>
 #include <bit>
 #include <charconv>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
@@ -31,8 +34,51 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+namespace {
+uint16_t bf16_round(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return uint16_t((bits >> 16) | 0x40);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+float bf16_widen(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+float f16_widen(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | (uint32_t(112 - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+}  // namespace
+
 void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  write_safetensors(path, tensors, metadata, /*bf16=*/false);
+}
+
+void write_safetensors(const std::string& path, const std::vector<HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata, bool bf16) {
+  const uint64_t elem = bf16 ? 2 : 4;
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   for (const HostTensor& t : tensors) {
@@ -42,8 +88,8 @@ void write_safetensors(const std::string& path, const std::vector<HostTensor>& t
     RT_CHECK(numel_of(t.shape) == int64_t(t.values.size()),
              "write_safetensors: tensor '" << t.name << "' has " << t.values.size() << " values but its shape holds "
                                            << numel_of(t.shape));
-    const uint64_t bytes = uint64_t(t.values.size()) * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = uint64_t(t.values.size()) * elem;
+    header[t.name] = {{"dtype", bf16 ? "BF16" : "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -54,11 +100,25 @@ void write_safetensors(const std::string& path, const std::vector<HostTensor>& t
   DurableFileWriter w(path);
   w.write(&header_len, sizeof header_len);
   w.write(text.data(), text.size());
-  for (const HostTensor& t : tensors) w.write(t.values.data(), t.values.size() * sizeof(float));
+  std::vector<uint16_t> half;
+  for (const HostTensor& t : tensors) {
+    if (!bf16) {
+      w.write(t.values.data(), t.values.size() * sizeof(float));
+      continue;
+    }
+    half.resize(t.values.size());
+    for (size_t i = 0; i < half.size(); ++i) half[i] = bf16_round(t.values[i]);
+    w.write(half.data(), half.size() * sizeof(uint16_t));
+  }
   w.commit();
 }
 
 std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  return read_safetensors(path, metadata, /*accept_half=*/false, /*header_only=*/false);
+}
+
+std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
+                                         bool accept_half, bool header_only) {
   MappedFile file(path);
   const uint64_t size = file.size();
   if (size < 8)
@@ -82,6 +142,8 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
   struct Entry {
     uint64_t begin, end;
     HostTensor tensor;
+    uint64_t elem = 4;
+    std::string dtype;
   };
   std::vector<Entry> entries;
   if (metadata) metadata->clear();
@@ -99,9 +161,17 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
     const std::string what = "tensor '" + name + "'";
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       corrupt(path, what + " lacks dtype, shape or data_offsets");
-    if (!v["dtype"].is_string() || v["dtype"].get<std::string>() != "F32")
+    const std::string dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump();
+    const bool ok = dtype == "F32" || (accept_half && (dtype == "BF16" || dtype == "F16"));
+    if (!ok) {
+      if (accept_half)
+        throw Error("safetensors file '" + path + "': " + what + " has dtype " + dtype +
+                    "; ringtrain reads BF16, F16 and F32 weights (convert the model to one of them)");
       corrupt(path, what + " has dtype " + v["dtype"].dump() + "; ringtrain reads F32 tensors only");
+    }
     Entry e;
+    e.elem = dtype == "F32" ? 4 : 2;
+    e.dtype = dtype;
     e.tensor.name = name;
     if (!v["shape"].is_array()) corrupt(path, what + ": shape is not a list");
     for (const auto& d : v["shape"]) {
@@ -118,9 +188,9 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
       corrupt(path, what + " ends at byte " + std::to_string(e.end) + " of the data but the file holds only " +
                         std::to_string(data_bytes) + " data bytes (truncated)");
     const uint64_t numel = uint64_t(numel_of(e.tensor.shape));
-    if (e.end - e.begin != numel * sizeof(float))
+    if (e.end - e.begin != numel * e.elem)
       corrupt(path, what + ": data_offsets span " + std::to_string(e.end - e.begin) + " bytes but shape needs " +
-                        std::to_string(numel * sizeof(float)));
+                        std::to_string(numel * e.elem));
     entries.push_back(std::move(e));
   }
   // The tensors must tile the data region exactly, as the Python package also requires.
@@ -139,8 +209,22 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
   std::vector<HostTensor> tensors;
   tensors.reserve(entries.size());
   for (Entry& e : entries) {
-    e.tensor.values.resize((e.end - e.begin) / sizeof(float));
-    if (!e.tensor.values.empty()) std::memcpy(e.tensor.values.data(), data + e.begin, e.end - e.begin);
+    if (header_only) {  // names and shapes only
+      tensors.push_back(std::move(e.tensor));
+      continue;
+    }
+    const size_t n = size_t((e.end - e.begin) / e.elem);
+    e.tensor.values.resize(n);
+    if (e.elem == 4) {
+      if (n > 0) std::memcpy(e.tensor.values.data(), data + e.begin, e.end - e.begin);
+    } else {
+      const bool bf16 = e.dtype == "BF16";
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, data + e.begin + 2 * i, 2);
+        e.tensor.values[i] = bf16 ? bf16_widen(h) : f16_widen(h);
+      }
+    }
     tensors.push_back(std::move(e.tensor));
   }
   return tensors;
@@ -148,6 +232,11 @@ std::vector<HostTensor> read_safetensors(const std::string& path, std::map<std::
 
 std::map<std::string, std::string> model_metadata(const ModelConfig& m) {
   auto real = [](float v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  };
+  auto real64 = [](double v) {
     char buf[32];
     auto r = std::to_chars(buf, buf + sizeof buf, v);
     return std::string(buf, r.ptr);
@@ -161,7 +250,15 @@ std::map<std::string, std::string> model_metadata(const ModelConfig& m) {
           {"d_ff", std::to_string(m.d_ff)},
           {"rope_base", real(m.rope_base)},
           {"norm_eps", real(m.norm_eps)},
-          {"tied_embeddings", m.tied_embeddings ? "true" : "false"}};
+          {"tied_embeddings", m.tied_embeddings ? "true" : "false"},
+          {"rope_scaling.type", m.rope_scaling.type},
+          {"rope_scaling.factor", real64(m.rope_scaling.factor)},
+          {"rope_scaling.low_freq_factor", real64(m.rope_scaling.low_freq_factor)},
+          {"rope_scaling.high_freq_factor", real64(m.rope_scaling.high_freq_factor)},
+          {"rope_scaling.original_max_position_embeddings", std::to_string(m.rope_scaling.original_max_position_embeddings)},
+          {"rope_scaling.beta_fast", real64(m.rope_scaling.beta_fast)},
+          {"rope_scaling.beta_slow", real64(m.rope_scaling.beta_slow)},
+          {"rope_scaling.attention_factor", real64(m.rope_scaling.attention_factor)}};
 }
 
 }  // namespace rt

@@ -16,8 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/dump_logits.h"
+#include "framework/init_from.h"
 #include "framework/metrics.h"
 #include "framework/mfu.h"
+#include "framework/rope_scaling.h"
 #include "framework/train_step.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
@@ -62,7 +65,8 @@ std::string format_bytes(double bytes) {
 }
 
 // Saves model + optimizer + state (collective over tp; world rank 0 writes). Returns the directory.
-std::string save(const Config& config, ModelSession& session, DataLoader& loader, int64_t step, Comm& world) {
+std::string save(const Config& config, ModelSession& session, DataLoader& loader, int64_t step, Comm& world,
+                 const std::map<std::string, std::string>& extra_metadata) {
   const bool writer = world.rank() == 0;
   Model& model = *session.model;
   std::vector<HostTensor> weights = model.gather_full(model.master(), "");
@@ -74,7 +78,8 @@ std::string save(const Config& config, ModelSession& session, DataLoader& loader
     state.data_cursor = loader.cursor();
     state.rng_state = "none";  // training draws no random numbers after init; data is a function of the cursor
     state.config_hash = model_config_hash(config);
-    dir = save_checkpoint(config.train.run_dir, weights, optimizer, state, config.model, config.checkpoint.keep_last);
+    dir = save_checkpoint(config.train.run_dir, weights, optimizer, state, config.model, config.checkpoint.keep_last,
+                          extra_metadata);
   }
   world.barrier();
   return dir;
@@ -93,7 +98,17 @@ std::string resume_dir(const Config& config) {
 void load_into(ModelSession& session, const LoadedCheckpoint& ckpt) {
   session.model->scatter_full(session.model->master(), ckpt.model, "");
   session.model->sync_compute_weights();
-  if (session.optimizer) session.optimizer->import_state(ckpt.optimizer);
+  if (!session.optimizer) return;
+  if (ckpt.optimizer.empty()) session.optimizer->zero_state();  // a weights-only checkpoint (import-hf)
+  else session.optimizer->import_state(ckpt.optimizer);
+}
+
+// What every checkpoint of this run records besides the model config: the context it trains at and the
+// Hugging Face directory its weights first came from (export-hf copies the tokenizer from there).
+std::map<std::string, std::string> run_metadata(const Config& config, const std::string& hf_source) {
+  std::map<std::string, std::string> meta = {{"context_length", std::to_string(config.data.seq_len)}};
+  if (!hf_source.empty()) meta["hf_source"] = hf_source;
+  return meta;
 }
 
 }  // namespace
@@ -107,6 +122,7 @@ int train_main(const Config& config) {
 
   if (rank0) {
     std::printf("%s", config_table(config).c_str());
+    for (const std::string& note : config.notes) std::printf("%s\n", note.c_str());
     std::printf("cp=%d layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, layout.c_str(), config.parallel.tp,
                 config.parallel.dp, device_name(device).c_str());
     std::filesystem::create_directories(tc.run_dir);
@@ -121,19 +137,32 @@ int train_main(const Config& config) {
   std::unique_ptr<DataLoader> eval_loader = tc.eval_every > 0 ? make_loader(config, lrank, "eval") : nullptr;
 
   int64_t start_step = 0;
+  std::string hf_source;  // carried into every checkpoint's metadata
   const std::string from = resume_dir(config);
-  if (!from.empty()) {
+  if (!from.empty()) {  // checkpoint.resume wins over train.init_from: a resumed run continues
     const LoadedCheckpoint ckpt = load_checkpoint(from);
     RT_CHECK(ckpt.state.config_hash.empty() || ckpt.state.config_hash == model_config_hash(config),
              "checkpoint " << from << " was written for a different model config; resume with the same model.*");
     load_into(session, ckpt);
     start_step = ckpt.state.step;
     loader->set_cursor(ckpt.state.data_cursor);
+    if (auto it = ckpt.metadata.find("hf_source"); it != ckpt.metadata.end()) hf_source = it->second;
     if (rank0) std::printf("resumed from %s at step %lld\n", from.c_str(), (long long)start_step);
+  } else if (!tc.init_from.empty()) {  // weights from the source, fresh optimizer, step 0
+    const ModelSource source = read_model_source(tc.init_from);
+    model.scatter_full(model.master(), load_source_weights(source), "");
+    model.sync_compute_weights();
+    optimizer.zero_state();
+    hf_source = source.hf_source;
+    if (rank0)
+      std::printf("initialised from %s (%s), fresh optimizer at step 0; RoPE base %g, scaling %s\n",
+                  tc.init_from.c_str(), source.is_hf ? "Hugging Face model" : "ringtrain checkpoint",
+                  double(config.model.rope_base), rope_scaling_text(config.model.rope_scaling).c_str());
   } else {
     model.init_weights(tc.seed);
     optimizer.zero_state();
   }
+  const std::map<std::string, std::string> metadata = run_metadata(config, hf_source);
 
   const FlopsModel flops = flops_model(config);
   const double peak = peak_tflops(config, device);
@@ -214,7 +243,7 @@ int train_main(const Config& config) {
     grid.world().all_reduce_sum(&stop, 1);
     const bool periodic = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
     if (periodic || stop > 0 || (step == tc.steps && config.checkpoint.save_final)) {
-      const std::string dir = save(config, session, *loader, step, grid.world());
+      const std::string dir = save(config, session, *loader, step, grid.world(), metadata);
       waited = true;
       if (rank0) std::printf("saved checkpoint %s\n", dir.c_str());
     }
@@ -229,13 +258,17 @@ int train_main(const Config& config) {
   return 0;
 }
 
-int eval_main(const Config& config, const std::string& checkpoint_dir) {
+int eval_main(const Config& config, const std::string& checkpoint_dir, const std::string& dump_logits_file) {
   ProcessGrid grid = make_process_grid(config);
   const Device device = resolve_device(config);
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
   const LoadedCheckpoint ckpt = load_checkpoint(checkpoint_dir);
   load_into(session, ckpt);
   std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "eval");
+  if (!dump_logits_file.empty()) {
+    loader->set_cursor(0);
+    dump_logits(*session.model, loader->next(), grid.dims().world(), dump_logits_file);  // the first eval batch
+  }
   const LossTally ev = evaluate(*session.model, *loader, std::max(1, config.train.eval_batches));
   if (grid.world().rank() == 0)
     std::printf("eval %s: mean loss %.4f nats/token over %.0f tokens%s\n", checkpoint_dir.c_str(), ev.mean(0),

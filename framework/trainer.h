@@ -11,7 +11,8 @@ namespace rt {
 // checkpoints (also on SIGTERM/SIGINT) and writes run_dir/{config.yaml, metrics.jsonl}.
 int train_main(const Config& config);
 // Loads `checkpoint_dir` (any grid) and prints the mean per-token loss over the config's eval data.
-int eval_main(const Config& config, const std::string& checkpoint_dir);
+// dump_logits_file: also writes the first eval batch's logits and tokens as .npy (framework/dump_logits.h).
+int eval_main(const Config& config, const std::string& checkpoint_dir, const std::string& dump_logits_file = "");
 // Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
 // json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
 // read by launch/sweep.sh.

@@ -122,6 +122,10 @@ ModelSession measure_session(const Config& config, const ModelComms& comms, Devi
 }
 
 ModelSession build_session(const Config& config, const ModelComms& comms, Device device, bool with_optimizer) {
+  const int head_dim = config.model.n_head > 0 ? config.model.d_model / config.model.n_head : 0;
+  if (device.is_cuda() && head_dim != 64 && head_dim != 128)
+    throw Error("head_dim = model.d_model / model.n_head = " + std::to_string(head_dim) +
+                ", but the CUDA attention kernels take head dims 64 and 128; change d_model / n_head, or set device: cpu");
   if (config.train.deterministic_attention) set_deterministic_attention(true);  // else RT_ATTN_DETERMINISTIC decides
   size_t bytes = 0;
   {

@@ -2,7 +2,17 @@
 # Installs the packages ringtrain builds with, only those whose files are missing (checked by what they
 # provide, not by package name, so machines with a pip matplotlib or a newer CMake need no network).
 # Debian 12 and Ubuntu 24.04.
+#   launch/install-deps.sh                  what building, training and the tests need
+#   launch/install-deps.sh --prepare-data   also the `tokenizers` Python package for launch/prepare_data.py
+#                                           (from PyPI with pip: Debian ships no python3-tokenizers)
 set -euo pipefail
+prepare_data=0
+for arg in "$@"; do
+  case "$arg" in
+    --prepare-data) prepare_data=1 ;;
+    *) echo "install-deps: unknown option '$arg' (use --prepare-data or nothing)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 need() {  # need <package> <test command...>
   local pkg="$1"; shift
@@ -22,10 +32,16 @@ need libgtest-dev has_header gtest/gtest.h
 need python3 command -v python3
 need python3-yaml has_py_module yaml
 need python3-matplotlib has_py_module matplotlib
+need python3-numpy has_py_module numpy    # tests/hf (Hugging Face import/export checks), launch/prepare_data.py
+if [ "$prepare_data" = 1 ]; then need python3-pip python3 -m pip --version; fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+if [ "$prepare_data" = 1 ] && ! has_py_module tokenizers >/dev/null 2>&1; then
+  echo "install-deps: installing the tokenizers Python package (pip, user site)"
+  python3 -m pip install --user tokenizers || python3 -m pip install --user --break-system-packages tokenizers
 fi

@@ -18,8 +18,10 @@ namespace rt::test {
 
 // 2 layers, d 128, 2 heads of 64 (GQA variant: 1 KV head), vocab 64, copy task of 128 tokens (divisible by
 // 2*cp for cp <= 8), global batch 2.
+// overrides: --set style assignments applied last (e.g. model.rope_scaling.* for the scaled-RoPE cases).
 inline Config gpu_model_config(int dp, int cp, int tp, const std::string& mlp = "gelu", int n_kv_head = 2,
-                               const std::string& checkpointing = "none") {
+                               const std::string& checkpointing = "none",
+                               const std::vector<std::string>& overrides = {}) {
   std::ostringstream y;
   y << "model:\n  n_layer: 2\n  d_model: 128\n  n_head: 2\n  n_kv_head: " << n_kv_head << "\n  vocab_size: 64\n"
     << "  mlp: " << mlp << "\n  d_ff: 256\n  tied_embeddings: false\n"
@@ -29,7 +31,7 @@ inline Config gpu_model_config(int dp, int cp, int tp, const std::string& mlp = 
     << "  checkpointing: " << checkpointing << "\n"
     << "optim:\n  lr: 0.003\n  min_lr: 0.0003\n  warmup_steps: 2\n  grad_clip: 1.0\n"
     << "device: auto\n";
-  return parse_config_text(y.str(), {}, /*world_size=*/0, "gpu_model_config");
+  return parse_config_text(y.str(), overrides, /*world_size=*/0, "gpu_model_config");
 }
 
 struct StepResult {

@@ -74,17 +74,40 @@ TEST(CudaRope, MatchesCpuAndInverts) {
   Buffer dx(gpu(), DType::f32, {B, T, H, D}), dpos(gpu(), DType::i32, {T});
   upload(dx, x);
   upload_i32(dpos, pos);
-  rope(dx.t(), dpos.t(), 10000.f, false);
+  rope(dx.t(), dpos.t(), RopeFreqs::plain(10000.0, D), false);
   std::vector<float> ref = x;
-  RT_CPU_REFERENCE(rope(host_view(ref, {B, T, H, D}), host_view_i32(pos, {T}), 10000.f, false));
+  RT_CPU_REFERENCE(rope(host_view(ref, {B, T, H, D}), host_view_i32(pos, {T}), RopeFreqs::plain(10000.0, D), false));
   EXPECT_CLOSE(download(dx), ref, 1e-5);
   // Large positions: the inverse rotation restores x.
   for (auto& p : pos) p = int32_t(rng() % 2000000);
   upload(dx, x);
   upload_i32(dpos, pos);
-  rope(dx.t(), dpos.t(), 500000.f, false);
-  rope(dx.t(), dpos.t(), 500000.f, true);
+  rope(dx.t(), dpos.t(), RopeFreqs::plain(500000.0, D), false);
+  rope(dx.t(), dpos.t(), RopeFreqs::plain(500000.0, D), true);
   EXPECT_CLOSE(download(dx), x, 1e-6);
+}
+
+// Scaled frequencies (a yarn-like table with a cos/sin factor, as framework/rope_scaling.cpp builds them):
+// the CUDA op against the CPU op, forward and transpose, with positions up to 2^20.
+TEST(CudaRope, ScaledFrequenciesMatchCpu) {
+  RT_REQUIRE_CUDA();
+  const int64_t B = 1, T = 33, H = 2, D = 128;
+  RopeFreqs f = RopeFreqs::plain(500000.0, D);
+  for (int i = 0; i < f.pairs; ++i) f.inv_freq[i] /= 1.0 + 7.0 * double(i) / double(f.pairs);  // a ramp to /8
+  f.cos_sin_scale = 1.2f;
+  std::vector<float> x = random_vector(B * T * H * D, 23);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::mt19937 rng(24);
+  for (auto& p : pos) p = int32_t(rng() % (1u << 20));
+  for (bool inverse : {false, true}) {
+    Buffer dx(gpu(), DType::f32, {B, T, H, D}), dpos(gpu(), DType::i32, {T});
+    upload(dx, x);
+    upload_i32(dpos, pos);
+    rope(dx.t(), dpos.t(), f, inverse);
+    std::vector<float> ref = x;
+    RT_CPU_REFERENCE(rope(host_view(ref, {B, T, H, D}), host_view_i32(pos, {T}), f, inverse));
+    EXPECT_CLOSE(download(dx), ref, 1e-5);
+  }
 }
 
 TEST(CudaEmbedding, ForwardBackward) {

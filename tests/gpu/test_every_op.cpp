@@ -200,8 +200,11 @@ const std::map<std::string, OpCase>& op_cases() {
          Tensor p = r.in_i32({T}, pos);
          Tensor x = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 31));
          Tensor y = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 32));
-         rope(x, p, 10000.f, false);
-         rope(y, p, 500000.f, true);
+         RopeFreqs scaled = RopeFreqs::plain(500000.0, D);  // a yarn-like ramp with a cos/sin factor
+         for (int i = 0; i < scaled.pairs; ++i) scaled.inv_freq[i] /= 1.0 + 3.0 * double(i) / double(scaled.pairs);
+         scaled.cos_sin_scale = 1.1f;
+         rope(x, p, RopeFreqs::plain(10000.0, D), false);
+         rope(y, p, scaled, true);
          return {download(x), download(y)};
        }}},
       {"gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {

@@ -1,6 +1,7 @@
 // The whole model on the GPU (bf16 activations and compute weights, f32 masters and gradients) against the
 // CPU model (f32 throughout) with the same weights and batch: the first step's loss and every gradient,
-// GELU and SwiGLU (GQA), with and without activation checkpointing.
+// GELU and SwiGLU (GQA), with and without activation checkpointing, and with llama3 and yarn RoPE scaling
+// (the 128-token copy task runs past original_max_position_embeddings = 32; yarn scales cos and sin).
 //
 // Tolerances (bf16 rounds each activation to 2^-9 relative; two layers, GEMMs with f32 accumulation):
 //   loss                         |gpu - cpu| / |cpu| <= 1e-2
@@ -26,14 +27,23 @@ struct Case {
   const char* mlp;
   int n_kv_head;
   const char* checkpointing;
+  const char* rope;  // "" | llama3 | yarn
 };
+
+std::vector<std::string> rope_overrides(const std::string& rope) {
+  if (rope.empty()) return {};
+  std::vector<std::string> o = {"model.rope_scaling.type=" + rope, "model.rope_scaling.factor=4",
+                                "model.rope_scaling.original_max_position_embeddings=32"};
+  if (rope == "llama3") o.push_back("model.rope_scaling.high_freq_factor=4");
+  return o;
+}
 
 class GpuModel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuModel, FirstStepMatchesCpuModel) {
   RT_REQUIRE_CUDA();
   const Case c = GetParam();
-  const Config config = gpu_model_config(1, 1, 1, c.mlp, c.n_kv_head, c.checkpointing);
+  const Config config = gpu_model_config(1, 1, 1, c.mlp, c.n_kv_head, c.checkpointing, rope_overrides(c.rope));
   ProcessGrid grid = ProcessGrid::local();
   const StepResult gpu = first_step(config, grid, Device::cuda(0));
   const StepResult cpu = first_step(config, grid, Device::cpu());
@@ -59,9 +69,11 @@ TEST_P(GpuModel, FirstStepMatchesCpuModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, GpuModel,
-                         ::testing::Values(Case{"gelu_mha", "gelu", 2, "none"},
-                                           Case{"swiglu_gqa_full_ckpt", "swiglu", 1, "full"},
-                                           Case{"gelu_selective_ckpt", "gelu", 2, "selective"}),
+                         ::testing::Values(Case{"gelu_mha", "gelu", 2, "none", ""},
+                                           Case{"swiglu_gqa_full_ckpt", "swiglu", 1, "full", ""},
+                                           Case{"gelu_selective_ckpt", "gelu", 2, "selective", ""},
+                                           Case{"swiglu_gqa_llama3", "swiglu", 1, "none", "llama3"},
+                                           Case{"swiglu_yarn_selective", "swiglu", 2, "selective", "yarn"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

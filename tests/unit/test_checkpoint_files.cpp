@@ -100,7 +100,10 @@ TEST_F(CheckpointFilesTest, SafetensorsRoundTrip) {
   expect_same(tensors, back);
   EXPECT_EQ(meta_back, meta);
   for (const char* key : {"n_layer", "d_model", "n_head", "n_kv_head", "vocab_size", "mlp", "d_ff", "rope_base",
-                          "norm_eps", "tied_embeddings"})
+                          "norm_eps", "tied_embeddings", "rope_scaling.type", "rope_scaling.factor",
+                          "rope_scaling.low_freq_factor", "rope_scaling.high_freq_factor",
+                          "rope_scaling.original_max_position_embeddings", "rope_scaling.beta_fast",
+                          "rope_scaling.beta_slow", "rope_scaling.attention_factor"})
     EXPECT_TRUE(meta_back.count(key)) << key;
   EXPECT_EQ(meta_back.at("tied_embeddings"), "false");
 

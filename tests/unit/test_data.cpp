@@ -47,6 +47,20 @@ class DataTest : public ::testing::Test {
     return path;
   }
 
+  // llm.c's Llama 3 format: magic 20240801, version 7, uint32 tokens.
+  std::string write_shard32(const std::string& name, const std::vector<uint32_t>& tokens, int32_t magic = 20240801,
+                            int32_t version = 7) {
+    const std::string path = (dir_ / name).string();
+    std::vector<int32_t> header(256, 0);
+    header[0] = magic;
+    header[1] = version;
+    header[2] = int32_t(tokens.size());
+    std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+    bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
   static rt::Config copy_config(int seq_len, int batch, int vocab = 17) {
     rt::Config c;
     c.model.vocab_size = vocab;
@@ -280,11 +294,16 @@ TEST_F(DataTest, ShardHeaderErrorsNameFileAndField) {
   const std::string magic = write_shard("magic.bin", tokens, 12345);
   std::string e = load(magic);
   EXPECT_NE(e.find("magic.bin"), std::string::npos) << e;
-  EXPECT_NE(e.find("'magic' is 12345, expected 20240520"), std::string::npos) << e;
+  EXPECT_NE(e.find("'magic' is 12345; llm.c shards are (magic 20240520, version 1, uint16 tokens) or (magic 20240801, "
+                   "version 7, uint32 tokens)"), std::string::npos) << e;
 
   e = load(write_shard("version.bin", tokens, 20240520, 2));
   EXPECT_NE(e.find("version.bin"), std::string::npos) << e;
-  EXPECT_NE(e.find("'version' is 2, expected 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("'version' is 2 with magic 20240520, expected 1"), std::string::npos) << e;
+  e = load(write_shard32("version32.bin", {1, 2, 3}, 20240801, 1));
+  EXPECT_NE(e.find("'version' is 1 with magic 20240801, expected 7"), std::string::npos) << e;
+  e = load(write_shard32("mixed.bin", {1, 2, 3}, 20240520, 7));  // uint16 magic with the uint32 version
+  EXPECT_NE(e.find("'version' is 7 with magic 20240520, expected 1"), std::string::npos) << e;
 
   e = load(write_shard("truncated.bin", tokens, 20240520, 1, -1, 10));
   EXPECT_NE(e.find("truncated.bin' is truncated"), std::string::npos) << e;
@@ -308,6 +327,35 @@ TEST_F(DataTest, ShardHeaderErrorsNameFileAndField) {
   e = error_of([&] { rt::validate_config(c, 0); });
   EXPECT_NE(e.find("data.path"), std::string::npos) << e;
   EXPECT_NE(e.find("'magic' is 12345"), std::string::npos) << e;
+}
+
+// uint32 shards (Llama 3 vocabularies): tokens above 65535 come through exactly, in the same stream as a
+// uint16 shard, and a token >= vocab_size is refused.
+TEST_F(DataTest, Uint32ShardsCarryTokensAbove65535) {
+  const int64_t n = 1000, T = 20;
+  std::vector<uint16_t> a(static_cast<size_t>(n));
+  std::vector<uint32_t> b(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) a[size_t(i)] = uint16_t(i), b[size_t(i)] = uint32_t(100000 + i);
+  write_shard("mix_000.bin", a);
+  write_shard32("mix_001.bin", b);
+  rt::Config c;
+  c.model.vocab_size = 128256;
+  c.data.source = "shards";
+  c.data.path = (dir_ / "mix_*.bin").string();
+  c.data.eval_path = (dir_ / "mix_001.bin").string();
+  c.data.seq_len = T;
+  c.train.batch_size = 4;
+  EXPECT_EQ(error_of([&] { rt::validate_config(c, 0); }), "<no error>");
+  auto loader = rt::make_loader(c, rt::LoaderRank{}, "eval");
+  const rt::Batch batch = loader->next();
+  for (int64_t s = 0; s < batch.batch; ++s) {
+    const int32_t first = batch.tokens[size_t(s * T)];
+    ASSERT_GE(first, 100000);
+    for (int64_t t = 0; t < T; ++t) EXPECT_EQ(batch.tokens[size_t(s * T + t)], first + t);
+  }
+  c.model.vocab_size = 100500;
+  const std::string e = error_of([&] { rt::make_loader(c, rt::LoaderRank{}, "eval"); });
+  EXPECT_NE(e.find("token 100500 at token index 500 is >= model.vocab_size=100500"), std::string::npos) << e;
 }
 
 TEST_F(DataTest, LoaderRankChecks) {

@@ -39,7 +39,7 @@ struct RopeInputs {
 TEST(RopeCpu, ForwardMatchesFp64) {
   RopeInputs in;
   const auto ref = rope_ref(in.x.to_double(), in.posv, in.B, in.T, in.H, in.D, 10000.0);
-  rope(in.x, in.pos, 10000.f, false);
+  rope(in.x, in.pos, RopeFreqs::plain(10000.0, in.D), false);
   EXPECT_LT(test::rel_err(in.x, ref), 1e-6);
 }
 
@@ -50,19 +50,21 @@ TEST(RopeCpu, InverseIsTheBackwardAndUndoesTheForward) {
   const auto fd = test::fd_grad(
       [&](const std::vector<double>& x) { return rope_ref(x, in.posv, in.B, in.T, in.H, in.D, 500000.0); }, x0,
       dout.to_double());
-  rope(dout, in.pos, 500000.f, true);  // dx = R^T dout
+  rope(dout, in.pos, RopeFreqs::plain(500000.0, in.D), true);  // dx = R^T dout
   EXPECT_LT(test::rel_err(dout, fd), 1e-6);
 
-  rope(in.x, in.pos, 500000.f, false);
-  rope(in.x, in.pos, 500000.f, true);
+  rope(in.x, in.pos, RopeFreqs::plain(500000.0, in.D), false);
+  rope(in.x, in.pos, RopeFreqs::plain(500000.0, in.D), true);
   EXPECT_LT(test::rel_err(in.x, x0), 1e-6);
 }
 
 TEST(RopeCpu, RefusesOddHeadDimAndWrongPositions) {
   HostTensor x = test::random_f32({1, 2, 1, 5}, 1), pos = test::i32({2});
-  EXPECT_THROW(rope(x, pos, 10000.f, false), Error);
+  EXPECT_THROW(rope(x, pos, RopeFreqs::plain(10000.0, 4), false), Error);
   HostTensor x2 = test::random_f32({1, 2, 1, 4}, 1), pos3 = test::i32({3});
-  EXPECT_THROW(rope(x2, pos3, 10000.f, false), Error);
+  EXPECT_THROW(rope(x2, pos3, RopeFreqs::plain(10000.0, 4), false), Error);
+  HostTensor pos2 = test::i32({2});
+  EXPECT_THROW(rope(x2, pos2, RopeFreqs::plain(10000.0, 8), false), Error);  // frequencies for another D
 }
 
 }  // namespace

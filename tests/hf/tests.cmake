@@ -1,0 +1,27 @@
+# Hugging Face import/export, init_from and uint32 shards (tests/hf/test_hf_cpu.py): CPU, NumPy only.
+# The python3 that has NumPy is used (PATH's first, then the system one); CI installs python3-numpy.
+set(RT_HF_PYTHON "")
+foreach(candidate python3 /usr/bin/python3)
+  find_program(rt_hf_py_${candidate} NAMES ${candidate} NO_CACHE)
+  if(rt_hf_py_${candidate} AND NOT RT_HF_PYTHON)
+    execute_process(COMMAND ${rt_hf_py_${candidate}} -c "import numpy" RESULT_VARIABLE rt_hf_np OUTPUT_QUIET ERROR_QUIET)
+    if(rt_hf_np EQUAL 0)
+      set(RT_HF_PYTHON ${rt_hf_py_${candidate}})
+    endif()
+  endif()
+endforeach()
+if(NOT RT_HF_PYTHON)
+  set(RT_HF_PYTHON python3)  # the tests then fail saying that NumPy is missing
+endif()
+foreach(case forward roundtrip init_from uint32 refusals)
+  add_test(NAME hf_${case}
+           COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_hf_cpu.py --ringtrain $<TARGET_FILE:ringtrain>
+                   --mpirun ${MPIEXEC_EXECUTABLE} ${case})
+  set_tests_properties(hf_${case} PROPERTIES LABELS "integration;hf" ENVIRONMENT "${RT_MPI_ENV}" TIMEOUT 600)
+endforeach()
+set_tests_properties(hf_init_from PROPERTIES PROCESSORS 2)
+
+# launch/prepare_data.py (needs the `tokenizers` package: launch/install-deps.sh --prepare-data; skips without it).
+add_test(NAME hf_prepare_data
+         COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prepare_data.py --ringtrain $<TARGET_FILE:ringtrain>)
+set_tests_properties(hf_prepare_data PROPERTIES LABELS "integration;hf" SKIP_RETURN_CODE 77 TIMEOUT 300)
