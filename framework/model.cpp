@@ -4,6 +4,7 @@
 #include "framework/model_internal.h"
 #include "framework/rope_scaling.h"
 #include "kernels/ops.h"
+#include "kernels/rope_table.h"
 
 namespace rt {
 
@@ -31,6 +32,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
   positions_ = arena.alloc(DType::i32, {s.n}, "positions");  // (n)
+  rope_table_ = arena.alloc(DType::f32, {s.n, s.D / 2, 2}, "rope table (cos, sin per position)");  // (n, D/2, 2)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
   for (int64_t l = 0; l <= s.L; ++l)
@@ -156,6 +158,16 @@ void Model::upload_batch(const Batch& batch) {
   copy_host_to_tensor(tokens_, batch.tokens.data());
   copy_host_to_tensor(targets_, batch.targets.data());
   copy_host_to_tensor(positions_, batch.positions.data());
+  // The RoPE table of this rank's positions, in fp64 on the host, only when they change (in training they are the
+  // same every step: built once).
+  if (batch.positions != rope_table_positions_) {
+    RT_CHECK(rope_freqs_.pairs == shape_.D / 2, "model: RoPE frequencies for " << rope_freqs_.pairs
+                                                   << " pairs but head_dim " << shape_.D << " has " << shape_.D / 2);
+    build_rope_table(rope_table_host_, batch.positions.data(), shape_.n, rope_freqs_.inv_freq, rope_freqs_.pairs,
+                     double(rope_freqs_.cos_sin_scale));
+    copy_host_to_tensor(rope_table_, rope_table_host_.data());
+    rope_table_positions_ = batch.positions;
+  }
 }
 
 double Model::global_target_count(const Batch& batch) {
