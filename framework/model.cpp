@@ -4,6 +4,7 @@
 #include "framework/model_internal.h"
 #include "framework/rope_scaling.h"
 #include "kernels/ops.h"
+#include "kernels/rope_table.h"
 
 namespace rt {
 
@@ -52,6 +53,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
   positions_ = arena.alloc(DType::i32, {s.n}, "positions");  // (n)
+  rope_table_ = arena.alloc(DType::f32, {s.n, s.D / 2, 2}, "rope table (cos, sin per position)");  // (n, D/2, 2)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
   offload_layers_ = options.offload_layers;
@@ -120,7 +122,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
   d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
   if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
-  d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");        // (chunk, Fl)
+  // GELU takes the activation gradient inside linear_dgelu (no buffer); SwiGLU needs it.
+  if (s.swiglu) d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");  // (chunk, Fl)
   if (s.tp > 1 || shards_ > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;
@@ -187,6 +190,16 @@ void Model::upload_batch(const Batch& batch) {
   copy_host_to_tensor(tokens_, batch.tokens.data());
   copy_host_to_tensor(targets_, batch.targets.data());
   copy_host_to_tensor(positions_, batch.positions.data());
+  // The RoPE table of this rank's positions, in fp64 on the host, only when they change (in training they are the
+  // same every step: built once).
+  if (batch.positions != rope_table_positions_) {
+    RT_CHECK(rope_freqs_.pairs == shape_.D / 2, "model: RoPE frequencies for " << rope_freqs_.pairs
+                                                   << " pairs but head_dim " << shape_.D << " has " << shape_.D / 2);
+    build_rope_table(rope_table_host_, batch.positions.data(), shape_.n, rope_freqs_.inv_freq, rope_freqs_.pairs,
+                     double(rope_freqs_.cos_sin_scale));
+    copy_host_to_tensor(rope_table_, rope_table_host_.data());
+    rope_table_positions_ = batch.positions;
+  }
 }
 
 double Model::global_target_count(const Batch& batch) {

@@ -293,6 +293,9 @@ class Model {
   void zero_wait(int handle);
   Tensor tokens_, targets_;          // (N) i32
   Tensor positions_;                 // (n) i32 global positions
+  Tensor rope_table_;                // (n, D/2, 2) f32 (s cos, s sin) of this rank's positions (kernels/rope_table.h)
+  std::vector<int32_t> rope_table_positions_;  // (n) the positions rope_table_ holds; rebuilt when a batch differs
+  std::vector<float> rope_table_host_;         // (n, D/2, 2) its host copy (fp64 math, fp32 storage)
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
   // Offload: layers [0, offload_layers_) keep their inputs in host_inputs_[l] (pinned, (N, C) act); on the
