@@ -113,9 +113,9 @@ TEST_F(RunDirs, KilledRankEndsTheJobAndResumeLogsEachStepOnce) {
         // Kill a few steps past a checkpoint (one line per step), so that steps past it are logged.
         "for i in $(seq 3000); do n=$(cat " + metrics + " 2>/dev/null | wc -l); "
         "[ $n -ge 13 ] && [ $((n % 10)) -ge 2 ] && [ $((n % 10)) -le 7 ] && break; sleep 0.02; done\n"
-        "m=$(pgrep -P $p -x mpirun)\n"
+        "m=$(child_pids $p mpirun)\n"
         "holder=$(sed -n 's/^pid \\([0-9]*\\) .*/\\1/p' " + (run / ".lock").string() + ")\n"
-        "victim=$(pgrep -P $m | grep -v \"^$holder\\$\" | head -n 1)\n"
+        "victim=$(child_pids $m | grep -v \"^$holder\\$\" | head -n 1)\n"
         "start=$(date +%s)\nkill -9 $victim\nwait $p\necho rc=$?\necho seconds=$(( $(date +%s) - start ))\n"
         "cat $D/kill.log", 90);
     EXPECT_EQ(r.output.find("rc=0"), std::string::npos) << r.output;
