@@ -208,7 +208,10 @@ def measure_torch(lengths, args, skip):
 
             def document_causal(b, h, q_idx, kv_idx):
                 return (doc_id[q_idx] == doc_id[kv_idx]) & (q_idx >= kv_idx)
-            block_mask = create_block_mask(document_causal, 1, 1, n, n, device="cuda")
+            try:  # compiled construction: never materialises the (N, N) mask (128K: 16 GiB of bools)
+                block_mask = create_block_mask(document_causal, 1, 1, n, n, device="cuda", _compile=True)
+            except TypeError:  # a PyTorch without _compile
+                block_mask = create_block_mask(document_causal, 1, 1, n, n, device="cuda")
             flex = torch.compile(flex_attention)
             q, k, v = (randn(1, heads, n, d) for _ in range(3))
             dout = randn(1, heads, n, d, grad=False)
