@@ -27,7 +27,8 @@ Usage (on the GPU machine, from a checkout with a CUDA build):
       [--n 16384,65536,131072] [--mixes stdlib,short,short_long] [--cp 8] [--layout balanced] \
       [--jsonl FILE] [--out table.md] [--skip fa4,flex,dense]
   python3 bench/doc_attention_side_by_side.py --dry-run   # CPU: the mixes and their pair counts, no GPU
-  python3 bench/doc_attention_side_by_side.py --self-test # CPU: checks the mixes and the pair counts (ctest)
+  python3 bench/doc_attention_side_by_side.py --self-test [--ours BINARY]  # CPU: the mixes and pair counts,
+      and with --ours that bench_doc_ring_steps --plan-only counts the same pairs (ctest)
 """
 import argparse
 import json
@@ -123,6 +124,26 @@ def self_test(stdlib):
     assert visible_pairs([4, 1, 3]) == 10 + 1 + 6
     assert make_mix("one", 1000, 5, stdlib) == [1000]
     print("doc_attention_side_by_side self-test: mixes and pair counts OK")
+
+
+def cross_check_ours(binary, stdlib, cp=8):
+    """bench_doc_ring_steps --plan-only (no GPU) reads each mix's length file and must count the same visible pairs
+    (its ring_pair_counts over the ring order) as visible_pairs here."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (16384, 131072):
+            for name in MIXES:
+                lengths = make_mix(name, n, 1, stdlib)
+                path = os.path.join(tmp, f"{name}_{n}.txt")
+                with open(path, "w") as f:
+                    f.write("\n".join(str(length) for length in lengths) + "\n")
+                run = subprocess.run([binary, "--lengths", path, "--cp", str(cp), "--plan-only"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                assert run.returncode == 0, run.stdout
+                words = run.stdout.split()
+                pairs = int(words[words.index("visible") - 1])
+                assert pairs == visible_pairs(lengths), (name, n, pairs, visible_pairs(lengths), run.stdout)
+                assert f"N {n}," in run.stdout and f"{len(lengths)} documents" in run.stdout, run.stdout
+    print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --plan-only counts the same pairs")
 
 
 def measure_ours(binary, lengths, args):
@@ -296,6 +317,8 @@ def main():
     stdlib = read_lengths(args.lengths)
     if args.self_test:
         self_test(stdlib)
+        if args.ours:  # CPU too: the binary's --plan-only needs no GPU
+            cross_check_ours(args.ours, stdlib)
         return 0
     sizes = [int(x) for x in args.n.split(",")]
     mixes = [m for m in args.mixes.split(",") if m]

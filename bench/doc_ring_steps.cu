@@ -15,7 +15,8 @@
 // Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
 //
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] [--h 16] [--warmup 3] [--reps 10]
-//                        [--no-ring] [--json FILE]
+//                        [--no-ring] [--plan-only] [--json FILE]
+// --plan-only: the sample's pairs, the ring's skipped calls and imbalance, computed on the host; no GPU needed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,7 +49,7 @@ struct Timed {
 int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
   int64_t D = 128, H = 16;
-  bool ring = true;
+  bool ring = true, plan_only = false;
   std::string lengths_path, layout_str = "balanced", json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -61,20 +62,17 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--no-ring") ring = false;
+    else if (a == "--plan-only") plan_only = true;
     else if (a == "--json") json_path = next();
     else {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] "
-                           "[--h 16] [--warmup 3] [--reps 10] [--no-ring] [--json FILE]\n");
+                           "[--h 16] [--warmup 3] [--reps 10] [--no-ring] [--plan-only] [--json FILE]\n");
       return 2;
     }
   }
   if (lengths_path.empty()) {
     std::fprintf(stderr, "bench_doc_ring_steps: --lengths FILE is required (one document length per line)\n");
     return 2;
-  }
-  if (!cuda_available()) {
-    std::fprintf(stderr, "bench_doc_ring_steps: no CUDA device\n");
-    return 1;
   }
   try {
     const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
@@ -98,6 +96,19 @@ int main(int argc, char** argv) {
       ring_start[size_t(c)] = starts[size_t(order[size_t(c)])];
     }
 
+    int skipped = 0;  // ring calls with no visible pair (RingAttention skips them)
+    for (int r = 0; r < cp; ++r)
+      for (int s = 0; s < cp; ++s) skipped += work[size_t(r * cp + s)] > 0 ? 0 : 1;
+    std::printf("sample: N %ld, %zu documents, %.0f visible pairs (%.4f of causal); cp=%d %s (%s): %d of %d calls "
+                "skipped, imbalance %.3f\n",
+                long(N), lengths.size(), pairs, pairs / (double(N) * double(N + 1) / 2), cp, layout_str.c_str(),
+                chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp));
+    std::fflush(stdout);
+    if (plan_only) return 0;
+    if (!cuda_available()) {
+      std::fprintf(stderr, "bench_doc_ring_steps: no CUDA device (--plan-only prints the sample's plan without one)\n");
+      return 1;
+    }
     cuda::init(0);
     const Device gpu = Device::cuda(0);
     const size_t act = size_t(N * H * D);                                   // elements of one (1, N, H, D)
@@ -170,9 +181,6 @@ int main(int argc, char** argv) {
       attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rowsv(lse, n, r * n),
                      rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), step_mask(r, s));
     };
-    int skipped = 0;
-    for (int r = 0; r < cp; ++r)
-      for (int s = 0; s < cp; ++s) skipped += visible(r, s) ? 0 : 1;
     auto ring_fwd = [&] {
       for (int r = 0; r < cp; ++r) {
         AttnState st = rank_state(r);
