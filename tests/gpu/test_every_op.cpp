@@ -7,6 +7,7 @@
 // Error: ||cuda - cpu|| / ||cpu|| over finite entries; infinities must match; any NaN fails.
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "kernels/rope_table.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -188,8 +189,11 @@ const std::map<std::string, OpCase>& op_cases() {
        }}},
       {"rmsnorm_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
          Outputs got;
-         for (const int64_t C : {int64_t(96), int64_t(2500)}) {  // rows in registers; wider than kept in registers
-           const int64_t N = 40;
+         // (N, C): bf16 rows of 16-byte vectors kept in registers (96: a partial chunk of lanes), wider than kept
+         // (2056: the re-read part ends in a one-lane chunk), C % 8 != 0 (2500: one element per lane access), and
+         // more rows than the grid has warps (4500 x 256: each warp walks several rows, its block sums their dweight).
+         const std::pair<int64_t, int64_t> shapes[] = {{40, 96}, {40, 2056}, {40, 2500}, {4500, 256}};
+         for (const auto& [N, C] : shapes) {
            std::vector<float> xv = bf16_rounded(rand_vec(N * C, 21));
            std::vector<float> rstd(static_cast<size_t>(N));
            for (int64_t i = 0; i < N; ++i) {
