@@ -4,9 +4,12 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,6 +21,21 @@
 namespace rt::test {
 
 namespace fs = std::filesystem;
+
+// `child_pids PID [NAME]`: the pids whose parent is PID (and whose name is NAME), read from /proc.
+inline constexpr const char* kChildPids = R"SH(child_pids() {
+  local parent=$1 name=${2:-} f s pid comm state ppid rest
+  for f in /proc/[0-9]*/stat; do
+    { read -r s < "$f"; } 2>/dev/null || continue
+    pid=${f#/proc/}; pid=${pid%/stat}
+    comm=${s#*\(}; comm=${comm%\)*}
+    read -r state ppid rest <<< "${s##*\) }"
+    [ "$ppid" = "$parent" ] || continue
+    [ -z "$name" ] || [ "$comm" = "$name" ] || continue
+    echo "$pid"
+  done
+}
+)SH";
 
 class RunJobTest : public ::testing::Test {
  protected:
@@ -33,7 +51,9 @@ class RunJobTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override {
-    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+    if (dir_.empty()) return;
+    kill_leftovers("at the end of the test");
+    if (!HasFailure()) fs::remove_all(dir_);
   }
   // A 2-layer model on the copy task as a cp=2 ring on 2 ranks, into run_dir.
   std::string config(const std::string& name, const std::string& run_dir, const std::string& extra_train = "") {
@@ -52,15 +72,39 @@ class RunJobTest : public ::testing::Test {
   }
   // Runs a bash script (stdout and stderr captured) from the source root; TRAIN is launch/train.sh with the
   // build under test, BIN the ringtrain binary, MPIRUN mpirun; the whole script is killed after `limit_s`.
+  // `child_pids PID [NAME]` lists PID's children (named NAME) from /proc, so that no procps is needed (a
+  // fresh Debian 12 has no pgrep). A job the script leaves behind (train.sh runs mpirun in a session of its
+  // own, so killing the script does not reach it) is killed afterwards and fails the test: a job left spinning
+  // would starve every later test on a 2-core machine.
   ProcessResult bash(const std::string& script, int limit_s = 120) {
     const fs::path file = dir_ / ("script_" + std::to_string(scripts_++) + ".sh");
     const std::string build = fs::path(RINGTRAIN_BINARY).parent_path().string();
     std::ofstream(file) << "set -u\ncd '" << RT_SOURCE_DIR << "'\nexport BUILD_DIR='" << build
-                        << "' OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
+                        << "' OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1\n"
                         << "TRAIN=launch/train.sh\nBIN='" << RINGTRAIN_BINARY << "'\nMPIRUN=mpirun\nD='"
                         << dir_.string() << "'\n"
-                        << script << "\n";
-    return run_command("timeout -s KILL " + std::to_string(limit_s) + " bash '" + file.string() + "' 2>&1");
+                        << kChildPids << script << "\n";
+    ProcessResult r = run_command("timeout -s KILL " + std::to_string(limit_s) + " bash '" + file.string() + "' 2>&1");
+    kill_leftovers("after script " + file.filename().string());
+    return r;
+  }
+  // SIGKILLs every process whose command line names this test's directory (a job's mpirun and ranks take
+  // their config from it); each one found fails the test.
+  void kill_leftovers(const std::string& when) {
+    const std::string mark = dir_.string() + "/";
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const int pid = std::stoi(name);
+      if (pid == ::getpid()) continue;
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmdline.find(mark) == std::string::npos) continue;
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (::kill(pid, SIGKILL) == 0)
+        ADD_FAILURE() << when << ": process " << pid << " was still running (killed it): " << cmdline;
+    }
   }
   fs::path dir_;
   int scripts_ = 0;

@@ -109,13 +109,15 @@ TEST_F(RunDirs, KilledRankEndsTheJobAndResumeLogsEachStepOnce) {
   int64_t resumed = 0, logged = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     r = bash(
-        "$TRAIN " + cfg + " --set train.steps=1000000 --set checkpoint.every=10 > $D/kill.log 2>&1 &\np=$!\n"
-        // Kill a few steps past a checkpoint (one line per step), so that steps past it are logged.
-        "for i in $(seq 3000); do n=$(cat " + metrics + " 2>/dev/null | wc -l); "
-        "[ $n -ge 13 ] && [ $((n % 10)) -ge 2 ] && [ $((n % 10)) -le 7 ] && break; sleep 0.02; done\n"
-        "m=$(pgrep -P $p -x mpirun)\n"
+        "$TRAIN " + cfg + " --set train.steps=1000000 --set checkpoint.every=50 > $D/kill.log 2>&1 &\np=$!\n"
+        // The victim first (once the job logs), then kill it well past a checkpoint (one line per step), so
+        // that steps past it are logged however far the job runs on between the poll and the kill.
+        "for i in $(seq 3000); do [ -s " + metrics + " ] && break; sleep 0.02; done\n"
+        "m=$(child_pids $p mpirun)\n"
         "holder=$(sed -n 's/^pid \\([0-9]*\\) .*/\\1/p' " + (run / ".lock").string() + ")\n"
-        "victim=$(pgrep -P $m | grep -v \"^$holder\\$\" | head -n 1)\n"
+        "victim=$(child_pids $m | grep -v \"^$holder\\$\" | head -n 1)\n"
+        "for i in $(seq 3000); do n=$(cat " + metrics + " 2>/dev/null | wc -l); "
+        "[ $n -ge 53 ] && [ $((n % 50)) -ge 3 ] && [ $((n % 50)) -le 30 ] && break; sleep 0.02; done\n"
         "start=$(date +%s)\nkill -9 $victim\nwait $p\necho rc=$?\necho seconds=$(( $(date +%s) - start ))\n"
         "cat $D/kill.log", 90);
     EXPECT_EQ(r.output.find("rc=0"), std::string::npos) << r.output;

@@ -165,7 +165,7 @@ TEST_F(RunFailures, StoppedRankEndsTheJobWithExit4NamingIt) {
       "--set checkpoint.every=0 > $D/stop.log 2>&1 &\nm=$!\n"
       "for i in $(seq 600); do [ -s " + metrics + " ] && [ $(wc -l < " + metrics + ") -ge 3 ] && break; sleep 0.1; done\n"
       "holder=$(sed -n 's/^pid \\([0-9]*\\) .*/\\1/p' " + (run / ".lock").string() + ")\n"
-      "victim=$(pgrep -P $m | grep -v \"^$holder\\$\" | head -n 1)\n"
+      "victim=$(child_pids $m | grep -v \"^$holder\\$\" | head -n 1)\n"
       "echo victim=$victim\nstart=$(date +%s)\nkill -STOP $victim\nwait $m\necho rc=$?\n"
       "echo seconds=$(( $(date +%s) - start ))\ncat $D/stop.log",
       90);

@@ -48,3 +48,6 @@ add_dependencies(test_mpi_run_dirs ringtrain)
 rt_mpi_test(run_dirs 1)
 add_dependencies(test_mpi_run_failures ringtrain)
 rt_mpi_test(run_failures 1)
+# Each of the two launches 2-rank jobs (TwoRunsIntoOneRunDir holds two at once): they count as 2 processors, so
+# that a 2-core CI machine runs nothing else beside them.
+set_tests_properties(mpi_run_dirs_np1 mpi_run_failures_np1 PROPERTIES PROCESSORS 2)
