@@ -42,8 +42,11 @@ TEST(SwigluFused, GateAndUpAreOneSpanOnEveryRankAndShardCount) {
             EXPECT_EQ(w1.local_shape, w3.local_shape);
             EXPECT_EQ(w1.local_shape, (std::vector<int64_t>{d_ff / tp, cfg.d_model}));
           }
-          for (const ParamEntry& e : layout.table)
-            if (e.name.find(".mlp.w3.") == std::string::npos) EXPECT_EQ(e.offset % 64, 0) << e.name;
+          for (const ParamEntry& e : layout.table) {
+            if (e.name.find(".mlp.w3.") == std::string::npos) {
+              EXPECT_EQ(e.offset % 64, 0) << e.name;
+            }
+          }
           for (const ParamUnit& u : layout.units) EXPECT_EQ(u.numel % (64 * shards), 0) << u.name;
           // Parameters never overlap: each ends at or before the next one in flat order.
           std::vector<const ParamEntry*> order;
