@@ -6,6 +6,7 @@
 
 #include "framework/config_schema.h"
 #include "framework/hf_format.h"
+#include "framework/model_source.h"
 #include "kernels/tensor.h"
 
 namespace fs = std::filesystem;
@@ -64,34 +65,12 @@ std::vector<HostTensor> load_source_weights(const ModelSource& source) {
 
 void apply_init_from_model(Config& config) {
   const std::string& from = config.train.init_from;
-  const ModelSource source = read_model_source(from);
-  Config src;
-  src.model = source.model;
-  std::vector<std::string> conflicts;
-  for (const FieldSpec& f : config_fields()) {
-    if (std::string(f.section) != "model") continue;
-    const std::string key = f.path();
-    const std::string theirs = field_text(src, f);
-    if (!config.is_explicit(key)) {
-      std::string error;
-      RT_CHECK(set_field(config, f, theirs, &error), error);
-      continue;
-    }
-    const std::string ours = field_text(config, f);
-    if (ours == theirs) continue;
-    const bool may_override = key == "model.rope_base" || key.rfind("model.rope_scaling.", 0) == 0;
-    if (may_override)
-      config.notes.push_back(key + ": " + ours + " (config) overrides " + theirs + " (train.init_from " + from + ")");
-    else
-      conflicts.push_back(key + "=" + ours + " in the config, but train.init_from '" + from + "' has " + theirs +
-                          "; delete " + key + " from the config (the model section comes from the source)");
-  }
-  if (conflicts.size() == 1) throw Error(conflicts[0]);
-  if (!conflicts.empty()) {
-    std::string all = std::to_string(conflicts.size()) + " model keys disagree with train.init_from:";
-    for (const std::string& c : conflicts) all += "\n  - " + c;
-    throw Error(all);
-  }
+  Config source;
+  source.model = read_model_source(from).model;
+  const ModelSourceReport report = apply_model_from_source(
+      config, model_fields_as_metadata(source), "train.init_from source", "'" + from + "'",
+      {"model.rope_base", "model.rope_scaling."});  // context extension
+  config.notes.insert(config.notes.end(), report.overridden.begin(), report.overridden.end());
 }
 
 }  // namespace rt

@@ -1,7 +1,7 @@
 // Where a model comes from when it does not start from random init (train.init_from, eval, export-hf):
 // a ringtrain checkpoint directory (its model.safetensors __metadata__ holds the model config) or a Hugging
-// Face model directory (config.json). Kept separate from the training loop so that the config merge
-// (apply_init_from_model) can be replaced by a shared "model config from a source + explicit overrides" module.
+// Face model directory (config.json). The config merge itself is framework/model_source.h's, shared with eval
+// and resume.
 #pragma once
 #include <map>
 #include <string>

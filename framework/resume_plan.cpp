@@ -116,7 +116,7 @@ std::vector<std::string> reconcile_resume_config(Config& config, const std::stri
   for (const auto& [path, text] : st.config)
     if (path.rfind("model.", 0) == 0) model_meta[path.substr(6)] = text;
   try {
-    apply_model_from_checkpoint(config, model_meta, checkpoint_dir);
+    apply_model_from_source(config, model_meta, "checkpoint", checkpoint_dir);
   } catch (const Error& e) {
     throw RunError(kExitUsage, std::string("resume refused: ") + e.what());
   }

@@ -62,7 +62,7 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   agree_on([&] {
     std::map<std::string, std::string> metadata;
     weights = load_model_weights(checkpoint, &metadata);
-    taken = apply_model_from_checkpoint(config, metadata, checkpoint);
+    taken = apply_model_from_source(config, metadata, "checkpoint", checkpoint);
     grid_note = fit_grid_to_world(config, world_size);
     validate_config(config, world_size);
   }, kExitUsage);

@@ -210,8 +210,7 @@ def case_init_from(args, tmp):
     check(losses_of(ro)[0] != ref[0], "init_from: the rope override changes the loss")
     # A disagreeing model key is refused, naming it and both values.
     p = run([args.ringtrain, "train", cfg, *base, "--set", "model.n_layer=3"], expect_ok=False)
-    check(p.returncode != 0 and "model.n_layer=3 in the config, but train.init_from" in p.stdout and
-          "has 2" in p.stdout, "init_from: a disagreeing model.n_layer is refused naming it")
+    check(p.returncode != 0 and "model.n_layer: the config sets 3, the train.init_from source has 2" in p.stdout, "init_from: a disagreeing model.n_layer is refused naming it")
     # checkpoint.resume wins: a run with a checkpoint continues rather than restarting.
     rr = os.path.join(tmp, "r_resume")
     run([args.ringtrain, "train", cfg, *base, "--set", "train.run_dir=" + rr, "--set", "checkpoint.save_final=true"])

@@ -1,6 +1,6 @@
 // The model section from a checkpoint (framework/model_source.h): fields the config does not set are taken,
-// an explicit field (file or --set) that disagrees is an error naming it with both values, allowed fields keep
-// the config's value, and every model field of the schema is covered (the metadata round-trips).
+// an explicit field (file or --set) that disagrees is an error naming it with both values, overridable fields keep
+// an explicit config value and report it, and every model field of the schema is covered (the metadata round-trips).
 #include <gtest/gtest.h>
 
 #include "framework/checkpoint.h"
@@ -21,7 +21,7 @@ std::map<std::string, std::string> checkpoint_model() {
 
 TEST(ModelSource, UnsetFieldsComeFromTheCheckpoint) {
   Config c = parse_config_text("data:\n  seq_len: 64\n", {}, 0, "cfg");
-  const ModelSourceReport r = apply_model_from_checkpoint(c, checkpoint_model(), "ckpt/step_1");
+  const ModelSourceReport r = apply_model_from_source(c, checkpoint_model(), "checkpoint", "ckpt/step_1");
   EXPECT_EQ(c.model.n_layer, 3);
   EXPECT_EQ(c.model.d_model, 48);
   EXPECT_EQ(c.model.n_kv_head, 1);
@@ -35,7 +35,7 @@ TEST(ModelSource, UnsetFieldsComeFromTheCheckpoint) {
 TEST(ModelSource, ExplicitDisagreementNamesEveryFieldWithBothValues) {
   Config c = parse_config_text("model:\n  n_layer: 1\n  d_model: 48\n", {"model.rope_base=100"}, 0, "cfg");
   try {
-    apply_model_from_checkpoint(c, checkpoint_model(), "ckpt/step_1");
+    apply_model_from_source(c, checkpoint_model(), "checkpoint", "ckpt/step_1");
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -45,11 +45,21 @@ TEST(ModelSource, ExplicitDisagreementNamesEveryFieldWithBothValues) {
   }
 }
 
-TEST(ModelSource, AllowedFieldsKeepTheConfigValue) {
+TEST(ModelSource, OverridableFieldsKeepAnExplicitConfigValueAndSaySo) {
   Config c = parse_config_text("model:\n  rope_base: 100\n", {}, 0, "cfg");
-  apply_model_from_checkpoint(c, checkpoint_model(), "ckpt", {"model.rope_base"});
+  const ModelSourceReport r =
+      apply_model_from_source(c, checkpoint_model(), "checkpoint", "ckpt", {"model.rope_base"});
   EXPECT_EQ(c.model.rope_base, 100.f);
   EXPECT_EQ(c.model.n_layer, 3);
+  ASSERT_EQ(r.overridden.size(), 1u);
+  EXPECT_EQ(r.overridden[0], "model.rope_base: 100 (config) overrides 12345 (checkpoint ckpt)");
+  // Not explicit: the source's value is taken even for an overridable field.
+  Config d = parse_config_text("data:\n  seq_len: 64\n", {}, 0, "cfg");
+  EXPECT_TRUE(apply_model_from_source(d, checkpoint_model(), "checkpoint", "ckpt", {"model.rope_base"}).overridden.empty());
+  EXPECT_EQ(d.model.rope_base, 12345.f);
+  // A prefix must end in '.' to match more than one field.
+  Config e = parse_config_text("model:\n  rope_base: 100\n", {}, 0, "cfg");
+  EXPECT_THROW(apply_model_from_source(e, checkpoint_model(), "checkpoint", "ckpt", {"model.rope"}), Error);
 }
 
 TEST(ModelSource, MetadataCoversEverySchemaModelField) {
@@ -60,9 +70,9 @@ TEST(ModelSource, MetadataCoversEverySchemaModelField) {
   Config c = parse_config_text("model:\n  norm_eps: 1e-6\n", {}, 0, "cfg");
   auto m = model_metadata(c.model);
   Config d = parse_config_text("model:\n  norm_eps: 0.000001\n", {}, 0, "cfg");
-  EXPECT_NO_THROW(apply_model_from_checkpoint(d, m, "ckpt"));
+  EXPECT_NO_THROW(apply_model_from_source(d, m, "checkpoint", "ckpt"));
   m["n_layer"] = "two";
-  EXPECT_THROW(apply_model_from_checkpoint(d, m, "ckpt"), Error);
+  EXPECT_THROW(apply_model_from_source(d, m, "checkpoint", "ckpt"), Error);
 }
 
 }  // namespace
