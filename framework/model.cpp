@@ -98,14 +98,14 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
       a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
       a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
       const int64_t rows = keep_mlp_hidden_ ? N : mlp_chunk_;  // kept whole, or one chunk at a time
-      a->h = arena.alloc(act, {rows, Fl}, s.swiglu ? "block: mlp gate" : "block: mlp fc out");  // (rows, Fl)
-      if (s.swiglu) a->u = arena.alloc(act, {rows, Fl}, "block: mlp up");  // (rows, Fl)
-      a->g = arena.alloc(act, {rows, Fl}, "block: mlp activation");        // (rows, Fl)
+      a->h = s.swiglu ? arena.alloc(act, {rows, 2 * Fl}, "block: mlp gate|up")  // (rows, 2Fl)
+                      : arena.alloc(act, {rows, Fl}, "block: mlp fc out");       // (rows, Fl)
+      a->g = arena.alloc(act, {rows, Fl}, "block: mlp activation");             // (rows, Fl)
     } else {
       const BlockActs& shared = *acts_[0];
       a->rstd1 = shared.rstd1, a->ln1 = shared.ln1, a->q = shared.q, a->k = shared.k, a->v = shared.v;
       a->x_mid = shared.x_mid, a->rstd2 = shared.rstd2, a->ln2 = shared.ln2;
-      a->h = shared.h, a->u = shared.u, a->g = shared.g;
+      a->h = shared.h, a->g = shared.g;
     }
     acts_.push_back(std::move(a));
   }
@@ -124,8 +124,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   d_q_ = arena.alloc(act, {N, qd}, "grad: q");                  // (N, Hl*D)
   d_k_ = arena.alloc(act, {N, kvd}, "grad: k");                 // (N, Hkvl*D)
   d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
-  d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
-  if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
+  d_h_ = s.swiglu ? arena.alloc(act, {mlp_chunk_, 2 * Fl}, "grad: mlp gate|up")  // (chunk, 2Fl)
+                  : arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");        // (chunk, Fl)
   // GELU takes the activation gradient inside linear_dgelu (no buffer); SwiGLU needs it.
   if (s.swiglu) d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");  // (chunk, Fl)
   if (s.tp > 1 || shards_ > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
@@ -169,11 +169,10 @@ Model::LayerWeights Model::layer_weights(const Tensor& flat, int layer) const {
   w.wo = param_view(flat, p + "attn.wo.weight");
   w.mlp_norm = param_view(flat, p + "mlp_norm.weight");
   if (shape_.swiglu) {
-    w.fc_or_w1 = param_view(flat, p + "mlp.w1.weight");
-    w.w3 = param_view(flat, p + "mlp.w3.weight");
+    w.fc_or_w13 = param_pair_view(flat, p + "mlp.w1.weight", p + "mlp.w3.weight");  // (2Fl, C) = [w1; w3]
     w.proj_or_w2 = param_view(flat, p + "mlp.w2.weight");
   } else {
-    w.fc_or_w1 = param_view(flat, p + "mlp.fc.weight");
+    w.fc_or_w13 = param_view(flat, p + "mlp.fc.weight");
     w.proj_or_w2 = param_view(flat, p + "mlp.proj.weight");
   }
   return w;

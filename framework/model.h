@@ -259,16 +259,18 @@ class Model {
   // skips the attention itself).
   enum class BlockPass { forward, recompute, recompute_keep_attention };
   void block_forward(int layer, BlockActs& acts, BlockPass pass);  // model_forward.cpp
-  // One chunk of rows: ln2 (m, C) -> h (, u) (m, Fl) -> g (m, Fl).
-  void mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor u, Tensor g);
-  // The MLP hidden of rows [begin, end): views of the kept (N, Fl) buffers under no checkpointing (computed
-  // on the forward pass, read in the backward), else the shared (chunk, Fl) buffers computed from ln2.
+  // One chunk of rows: ln2 (m, C) -> h (m, Fl | 2Fl for SwiGLU's gate|up) -> g (m, Fl).
+  void mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g);
+  // The MLP hidden of rows [begin, end): views of the kept (N, .) buffers under no checkpointing (computed
+  // on the forward pass, read in the backward), else the shared (chunk, .) buffers computed from ln2.
   void mlp_chunk_hidden(int layer, BlockActs& acts, int64_t begin, int64_t end, bool for_backward, Tensor& h,
-                        Tensor& u, Tensor& g);
+                        Tensor& g);
   void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
   void block_backward(int layer, BlockActs& acts);
   BlockActs& acts_for(int layer);
   Tensor param_view(const Tensor& unit_buffer, const std::string& name) const;
+  // Two adjacent 2-D parameters of one unit with the same columns as one (rows1 + rows2, cols) view.
+  Tensor param_pair_view(const Tensor& unit_buffer, const std::string& first, const std::string& second) const;
 
   ModelConfig config_;
   RopeFreqs rope_freqs_;             // computed once from config_ on the host in fp64 (framework/rope_scaling.h)
@@ -333,9 +335,10 @@ class Model {
   Tensor d_att_;                     // (N, Hl*D)
   Tensor d_q_;                       // (N, Hl*D)
   Tensor d_k_, d_v_;                 // (N, Hkvl*D)
-  Tensor d_h_, d_u_, d_g_;           // (mlp_chunk_, Fl)
+  Tensor d_h_;                       // (mlp_chunk_, Fl) GELU | (mlp_chunk_, 2Fl) SwiGLU: d gate | d up per row
+  Tensor d_g_;                       // (mlp_chunk_, Fl) SwiGLU only: d(activated hidden)
   int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
-  bool keep_mlp_hidden_ = false;     // no checkpointing: h, u, g are kept per layer as (N, Fl)
+  bool keep_mlp_hidden_ = false;     // no checkpointing: h and g are kept per layer as (N, .)
   Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
   std::unique_ptr<RingAttention> attention_;
 };

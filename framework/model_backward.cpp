@@ -41,28 +41,27 @@ void Model::block_backward(int layer, BlockActs& a) {
 
   // MLP, chunk by chunk of mlp_chunk_ tokens (the hidden recomputed per chunk unless kept). proj is
   // row-parallel: its input gradient is local; fc is column-parallel: d(ln2) is summed over tp. The weight
-  // gradients accumulate over the chunks (beta = 1).
+  // gradients accumulate over the chunks (beta = 1). SwiGLU's w1 and w3 are one (2Fl, C) weight [w1; w3]
+  // (adjacent in the flat buffers of weights and gradients), so, as for GELU's fc, one gemm gives d(ln2) and one
+  // the weight gradient, from d_h = d gate | d up (m, 2Fl).
   for (int64_t begin = 0; begin < s.N(); begin += mlp_chunk_) {
     const int64_t end = std::min(s.N(), begin + mlp_chunk_), m = end - begin;
-    Tensor h, u, g;  // (m, Fl)
-    mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/true, h, u, g);
+    Tensor h, g;  // (m, Fl | 2Fl), (m, Fl)
+    mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/true, h, g);
     const Tensor d_out = d_res_.slice(begin, end);  // (m, C)
     const Tensor ln2 = a.ln2.slice(begin, end);     // (m, C)
     const Tensor d_ln2 = d_ln_.slice(begin, end);   // (m, C)
-    const Tensor d_h = d_h_.slice(0, m);  // (m, Fl)
+    const Tensor d_h = d_h_.slice(0, m);  // (m, Fl | 2Fl)
     gemm(dw.proj_or_w2, d_out, g, true, false, 1.f, 1.f);  // (C, Fl) += d_out^T (C, m) @ g (m, Fl)
     if (s.swiglu) {
-      const Tensor d_u = d_u_.slice(0, m), d_g = d_g_.slice(0, m);  // (m, Fl)
+      const Tensor d_g = d_g_.slice(0, m);           // (m, Fl)
       gemm(d_g, d_out, w.proj_or_w2, false, false);  // (m, Fl) = d_out (m, C) @ (C, Fl)
-      swiglu_bwd(d_h, d_u, d_g, h, u);
-      gemm(dw.w3, d_u, ln2, true, false, 1.f, 1.f);  // (Fl, C) += d_u^T @ ln2
-      gemm(d_ln2, d_h, w.fc_or_w1, false, false);      // (m, C) = d_h (m, Fl) @ (Fl, C)
-      gemm(d_ln2, d_u, w.w3, false, false, 1.f, 1.f);  // += d_u @ w3
+      swiglu_bwd(d_h, d_g, h);                       // (m, 2Fl) d gate | d up
     } else {
-      linear_dgelu(d_h, d_out, w.proj_or_w2, h);   // d_h (m, Fl) = (d_out (m, C) @ (C, Fl)) * gelu'(h)
-      gemm(d_ln2, d_h, w.fc_or_w1, false, false);  // (m, C) = d_h (m, Fl) @ (Fl, C)
+      linear_dgelu(d_h, d_out, w.proj_or_w2, h);  // d_h (m, Fl) = (d_out (m, C) @ (C, Fl)) * gelu'(h)
     }
-    gemm(dw.fc_or_w1, d_h, ln2, true, false, 1.f, 1.f);  // (Fl, C) += d_h^T @ ln2
+    gemm(d_ln2, d_h, w.fc_or_w13, false, false);          // (m, C) = d_h (m, Fl | 2Fl) @ (Fl | 2Fl, C)
+    gemm(dw.fc_or_w13, d_h, ln2, true, false, 1.f, 1.f);  // (Fl | 2Fl, C) += d_h^T @ ln2
   }
   if (s.tp > 1) tp_comm().all_reduce_sum(d_ln_);
   rmsnorm_bwd(d_res_, dw.mlp_norm, d_ln_, a.x_mid, w.mlp_norm, a.rstd2);  // d_res += through the norm

@@ -31,7 +31,7 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
     attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);
-  // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp, chunk by chunk of
+  // MLP: RMSNorm -> fc | [w1; w3] (one gemm) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp, chunk by chunk of
   // mlp_chunk_ tokens (rows are independent). The recomputes stop at ln2 unless the hidden is kept: the
   // backward recomputes each chunk's hidden just before using it.
   add_rmsnorm_fwd(a.x_mid, x, a.ln2, a.rstd2, w.mlp_norm, config_.norm_eps);  // x_mid += x; ln2 = norm(x_mid)
@@ -40,8 +40,8 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
   for (int64_t begin = 0; begin < s.N(); begin += mlp_chunk_) {
     const int64_t end = std::min(s.N(), begin + mlp_chunk_);
-    Tensor h, u, g;  // (m, Fl) with m = end - begin
-    mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/false, h, u, g);
+    Tensor h, g;  // (m, Fl | 2Fl), (m, Fl) with m = end - begin
+    mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/false, h, g);
     gemm(out.slice(begin, end), g, w.proj_or_w2, false, true);  // (m, C) = (m, Fl) @ (C, Fl)^T, partial over tp
   }
   if (s.tp > 1) tp_comm().all_reduce_sum(out);
@@ -56,14 +56,13 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   }
 }
 
-// ln2 (m, C) -> h (and u) (m, Fl) -> g (m, Fl).
-void Model::mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor u, Tensor g) {
+// ln2 (m, C) -> h (m, Fl) GELU | (m, 2Fl) SwiGLU gate|up -> g (m, Fl).
+void Model::mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g) {
   if (shape_.swiglu) {
-    gemm(h, ln2, w.fc_or_w1, false, true);  // (m, Fl) = (m, C) @ (Fl, C)^T
-    gemm(u, ln2, w.w3, false, true);        // (m, Fl)
-    swiglu_fwd(g, h, u);
+    gemm(h, ln2, w.fc_or_w13, false, true);  // (m, 2Fl) = (m, C) @ [w1; w3] (2Fl, C)^T: gate | up per row
+    swiglu_fwd(g, h);                        // (m, Fl) = silu(gate) * up
   } else {
-    linear_gelu_fwd(g, h, ln2, w.fc_or_w1);  // h (m, Fl) = ln2 (m, C) @ (Fl, C)^T, g = gelu(h)
+    linear_gelu_fwd(g, h, ln2, w.fc_or_w13);  // h (m, Fl) = ln2 (m, C) @ (Fl, C)^T, g = gelu(h)
   }
 }
 
@@ -71,14 +70,13 @@ void Model::mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor 
 // (N, Fl) buffers on the forward pass and only viewed afterwards; otherwise computed into the shared
 // (chunk, Fl) buffers every time (the forward, and again in the backward).
 void Model::mlp_chunk_hidden(int layer, BlockActs& a, int64_t begin, int64_t end, bool for_backward, Tensor& h,
-                             Tensor& u, Tensor& g) {
+                             Tensor& g) {
   const int64_t m = end - begin;
   const bool kept = keep_mlp_hidden_;
-  h = kept ? a.h.slice(begin, end) : a.h.slice(0, m);                            // (m, Fl)
-  if (shape_.swiglu) u = kept ? a.u.slice(begin, end) : a.u.slice(0, m);         // (m, Fl)
-  g = kept ? a.g.slice(begin, end) : a.g.slice(0, m);                            // (m, Fl)
+  h = kept ? a.h.slice(begin, end) : a.h.slice(0, m);  // (m, Fl | 2Fl)
+  g = kept ? a.g.slice(begin, end) : a.g.slice(0, m);  // (m, Fl)
   if (kept && for_backward) return;
-  mlp_hidden_forward(layer_weights(unit_weights(layer + 1), layer), a.ln2.slice(begin, end), h, u, g);
+  mlp_hidden_forward(layer_weights(unit_weights(layer + 1), layer), a.ln2.slice(begin, end), h, g);
 }
 
 std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {

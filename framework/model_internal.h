@@ -21,8 +21,8 @@ struct Model::BlockActs {
   Tensor ln2;      // (N, C)
   // MLP hidden: (N, Fl) per layer under no checkpointing; otherwise one shared (mlp_chunk, Fl) set that
   // holds one chunk of rows at a time (forward, and recomputed chunk by chunk in the backward).
-  Tensor h;        // (N | chunk, Fl)  GELU: fc output; SwiGLU: w1 (gate) output
-  Tensor u;        // (N | chunk, Fl)  SwiGLU only: w3 (up) output
+  Tensor h;        // GELU: (N | chunk, Fl) fc output; SwiGLU: (N | chunk, 2Fl) the fused [w1; w3] output, per
+                   // row the gate columns [0, Fl) then the up columns [Fl, 2Fl)
   Tensor g;        // (N | chunk, Fl)  activated hidden (input of proj / w2)
 };
 
@@ -41,8 +41,8 @@ struct Model::LayerWeights {
   Tensor wk, wv;         // (Hkvl*D, C)
   Tensor wo;             // (C, Hl*D)
   Tensor mlp_norm;       // (C)
-  Tensor fc_or_w1;       // (Fl, C)  GELU fc | SwiGLU w1 (gate)
-  Tensor w3;             // (Fl, C)  SwiGLU up
+  Tensor fc_or_w13;      // GELU fc (Fl, C) | SwiGLU (2Fl, C): w1 (gate) rows then w3 (up) rows, one span of the
+                         // flat buffer (the two parameters are adjacent: build_param_layout), one gemm
   Tensor proj_or_w2;     // (C, Fl)  GELU proj | SwiGLU w2 (down)
 };
 

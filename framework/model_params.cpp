@@ -164,6 +164,10 @@ std::vector<ParamEntry> unordered_param_table(const ModelConfig& m, int tp, int 
 
 }  // namespace
 
+static bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 int param_unit_of(const std::string& name, int n_layer) {
   if (name == "tok_embeddings.weight") return 0;
   if (name.rfind("layers.", 0) == 0) return 1 + std::stoi(name.substr(7));
@@ -176,8 +180,10 @@ ParamLayout build_param_layout(const ModelConfig& m, int tp, int tp_rank, int sh
   layout.shard_count = shard_count;
   layout.table = unordered_param_table(m, tp, tp_rank);
   // Offsets unit by unit (embedding, layers 0..L-1, final norm + LM head), parameters within a unit in table
-  // order; each parameter starts 64-element aligned, each unit is padded to a multiple of 64 * shard_count so
-  // that its shards are equal and aligned. The table keeps its order (checkpoint files do not depend on it).
+  // order; each parameter starts 64-element aligned, except SwiGLU's w3, which starts where w1 ends (no gap), so
+  // that w1 and w3 are one (2Fl, C) span: the fused gate|up weight of one gemm (Model::layer_weights). Each unit
+  // is padded to a multiple of 64 * shard_count so that its shards are equal and aligned. The table keeps its
+  // order (checkpoint files do not depend on it: they hold each parameter by name).
   const int units = m.n_layer + 2;
   layout.units.resize(size_t(units));
   for (ParamEntry& e : layout.table) e.unit = param_unit_of(e.name, m.n_layer);
@@ -190,7 +196,9 @@ ParamLayout build_param_layout(const ModelConfig& m, int tp, int tp_rank, int sh
     for (ParamEntry& e : layout.table) {
       if (e.unit != u) continue;
       e.offset = offset;
-      offset += (e.numel + kOffsetAlign - 1) / kOffsetAlign * kOffsetAlign;
+      const bool gate_of_pair = ends_with(e.name, ".mlp.w1.weight");  // w3 follows it directly
+      offset += e.numel;
+      if (!gate_of_pair) offset = (offset + kOffsetAlign - 1) / kOffsetAlign * kOffsetAlign;  // the next one aligned
     }
     offset = (offset + unit_align - 1) / unit_align * unit_align;
     pu.numel = offset - pu.offset;
@@ -221,6 +229,18 @@ Tensor Model::param_view(const Tensor& unit_buffer, const std::string& name) con
   Tensor t = unit_buffer.slice(begin, begin + e.numel);
   if (e.local_shape.size() == 2) return t.view({e.local_shape[0], e.local_shape[1]});
   return t;
+}
+
+Tensor Model::param_pair_view(const Tensor& unit_buffer, const std::string& first, const std::string& second) const {
+  const ParamEntry& a = param(first);
+  const ParamEntry& b = param(second);
+  RT_CHECK(a.unit == b.unit && b.offset == a.offset + a.numel && a.local_shape.size() == 2 &&
+               b.local_shape.size() == 2 && a.local_shape[1] == b.local_shape[1],
+           "param_pair_view: '" << second << "' does not follow '" << first
+                                << "' directly with the same columns (build_param_layout keeps them adjacent)");
+  const int64_t begin = a.offset - layout_.units[size_t(a.unit)].offset;
+  return unit_buffer.slice(begin, begin + a.numel + b.numel)
+      .view({a.local_shape[0] + b.local_shape[0], a.local_shape[1]});
 }
 
 void Model::init_weights(uint64_t seed) {

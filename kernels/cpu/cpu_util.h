@@ -50,5 +50,15 @@ inline int64_t leading_rows(const Tensor& t) {
   return c == 0 ? 0 : t.numel() / c;
 }
 
+// SwiGLU on the fused gate|up layout (swiglu_fwd / swiglu_bwd): N and F from out (N,F) (or dout), and gate_up
+// must be (N, 2F).
+inline void swiglu_shapes(const Tensor& out, const Tensor& gate_up, const char* op, const char* out_name, int64_t& N,
+                          int64_t& F) {
+  F = last_dim(out), N = leading_rows(out);
+  RT_CHECK(last_dim(gate_up) == 2 * F && leading_rows(gate_up) == N,
+           op << ": gate_up " << gate_up.shape_str() << " must be (N, 2F) for " << out_name << " "
+              << out.shape_str() << " (N, F): the gate columns then the up columns of each row");
+}
+
 }  // namespace cpu
 }  // namespace rt

@@ -1,4 +1,5 @@
-// swiglu_fwd on the host: out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g).
+// swiglu_fwd on the host: out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g), where row r of gate_up (N,2F)
+// holds gate in columns [0, F) and up in [F, 2F) (the fused gate|up Linear's output).
 #include <cmath>
 
 #include "kernels/cpu/cpu_util.h"
@@ -6,19 +7,20 @@
 namespace rt {
 namespace cpu {
 
-void swiglu_fwd(Tensor out, const Tensor& gate, const Tensor& up) {
-  require_cpu_f32(out, "swiglu_fwd", "out");
-  require_cpu_f32(gate, "swiglu_fwd", "gate");
-  require_cpu_f32(up, "swiglu_fwd", "up");
-  require_same_numel(out, gate, "swiglu_fwd", "out", "gate");
-  require_same_numel(up, gate, "swiglu_fwd", "up", "gate");
-  const float* pg = gate.ptr<float>();  // (N,F)
-  const float* pu = up.ptr<float>();    // (N,F)
-  float* po = out.ptr<float>();         // (N,F)
-  const int64_t n = gate.numel();
-  for (int64_t e = 0; e < n; ++e) {
-    const float g = pg[e];
-    po[e] = g / (1.f + std::exp(-g)) * pu[e];
+void swiglu_fwd(Tensor out, const Tensor& gate_up) {
+  const char* op = "swiglu_fwd";
+  require_cpu_f32(out, op, "out");
+  require_cpu_f32(gate_up, op, "gate_up");
+  int64_t N = 0, F = 0;
+  swiglu_shapes(out, gate_up, op, "out", N, F);
+  for (int64_t r = 0; r < N; ++r) {
+    const float* pg = gate_up.ptr<float>() + r * 2 * F;  // (F) gate of row r
+    const float* pu = pg + F;                            // (F) up of row r
+    float* po = out.ptr<float>() + r * F;                // (F)
+    for (int64_t c = 0; c < F; ++c) {
+      const float g = pg[c];
+      po[c] = g / (1.f + std::exp(-g)) * pu[c];
+    }
   }
 }
 

@@ -1,29 +1,29 @@
-// swiglu_fwd: out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g).
-#include "kernels/cuda/common.cuh"
+// swiglu_fwd: out (N,F) = silu(gate) * up, silu(g) = g * sigmoid(g), reading the fused gate|up Linear's output
+// gate_up (N,2F) (per row: gate columns, then up columns). Traffic: read 2F, write F per row.
+#include "kernels/cuda/swiglu_common.cuh"
 
 namespace rt {
 namespace cuda {
 namespace {
 
-__global__ void swiglu_fwd_kernel(FloatPtr out, FloatPtr gate, FloatPtr up, int64_t n) {
-  RT_GRID_STRIDE(i, n) {
-    const float g = gate.ld(i);
-    out.st(i, g / (1.f + __expf(-g)) * up.ld(i));
+__global__ void swiglu_fwd_kernel(FloatPtr out, FloatPtr gate_up, int64_t N, int64_t F) {
+  RT_SWIGLU_ROWS_COLS(r, c, N, F) {
+    const int64_t in = r * 2 * F + c;  // the gate; the up value is F further
+    const float g = gate_up.ld(in);
+    out.st(r * F + c, g / (1.f + __expf(-g)) * gate_up.ld(in + F));
   }
 }
 
 }  // namespace
 
-void swiglu_fwd(Tensor out, const Tensor& gate, const Tensor& up) {
+void swiglu_fwd(Tensor out, const Tensor& gate_up) {
   const char* op = "swiglu_fwd";
-  cudaStream_t stream = stream_for(gate, op);
-  require_same_numel(out, gate, op, "out", "gate");
-  require_same_numel(up, gate, op, "up", "gate");
-  const int64_t n = gate.numel();
-  const FloatPtr o = float_arg(out, gate.device, op, "out"), g = float_arg(gate, gate.device, op, "gate"),
-                 u = float_arg(up, gate.device, op, "up");
-  if (n == 0) return;
-  swiglu_fwd_kernel<<<grid_for(n), kThreads, 0, stream>>>(o, g, u, n);
+  cudaStream_t stream = stream_for(gate_up, op);
+  int64_t N = 0, F = 0;
+  swiglu_shapes(out, gate_up, op, "out", N, F);
+  const FloatPtr o = float_arg(out, gate_up.device, op, "out"), gu = float_arg(gate_up, gate_up.device, op, "gate_up");
+  if (N == 0 || F == 0) return;
+  swiglu_fwd_kernel<<<swiglu_grid(N, F), kThreads, 0, stream>>>(o, gu, N, F);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -7,6 +7,7 @@
 // Error: ||cuda - cpu|| / ||cpu|| over finite entries; infinities must match; any NaN fails.
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "kernels/rope_table.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -71,6 +72,18 @@ std::vector<float> positive_vec(int64_t n, uint64_t seed, float lo, float hi) {
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+// gate_up (N, 2F) for the SwiGLU cases: per row F gate values (std 2) then F up values (std 1).
+std::vector<float> gate_up_values(int64_t N, int64_t F, uint64_t seed) {
+  const std::vector<float> g = rand_vec(N * F, seed, 2.f), u = rand_vec(N * F, seed + 1);
+  std::vector<float> gu(size_t(2 * N * F));
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < F; ++c) {
+      gu[size_t(r * 2 * F + c)] = g[size_t(r * F + c)];
+      gu[size_t(r * 2 * F + F + c)] = u[size_t(r * F + c)];
+    }
+  return gu;
 }
 
 // Attention inputs shared by the attention cases: q (B,N,H,D), k, v (B,N,Hkv,D), dout like q, all bf16-rounded;
@@ -176,8 +189,11 @@ const std::map<std::string, OpCase>& op_cases() {
        }}},
       {"rmsnorm_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
          Outputs got;
-         for (const int64_t C : {int64_t(96), int64_t(2500)}) {  // rows in registers; wider than kept in registers
-           const int64_t N = 40;
+         // (N, C): bf16 rows of 16-byte vectors kept in registers (96: a partial chunk of lanes), wider than kept
+         // (2056: the re-read part ends in a one-lane chunk), C % 8 != 0 (2500: one element per lane access), and
+         // more rows than the grid has warps (4500 x 256: each warp walks several rows, its block sums their dweight).
+         const std::pair<int64_t, int64_t> shapes[] = {{40, 96}, {40, 2056}, {40, 2500}, {4500, 256}};
+         for (const auto& [N, C] : shapes) {
            std::vector<float> xv = bf16_rounded(rand_vec(N * C, 21));
            std::vector<float> rstd(static_cast<size_t>(N));
            for (int64_t i = 0; i < N; ++i) {
@@ -237,18 +253,20 @@ const std::map<std::string, OpCase>& op_cases() {
          gelu_bwd(dx, dout, x);
          return {download(dx)};
        }}},
+      // The fused gate|up layout (N, 2F): gate columns (std 2), then up columns (std 1); odd F so that rows do not
+      // line up with any vector width.
       {"swiglu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
-         Tensor g = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 44, 2.f)), u = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 45));
-         Tensor out = r.out(DType::bf16, {33, 64});
-         swiglu_fwd(out, g, u);
+         const int64_t N = 33, F = 65;
+         Tensor gu = r.in(DType::bf16, {N, 2 * F}, gate_up_values(N, F, 44)), out = r.out(DType::bf16, {N, F});
+         swiglu_fwd(out, gu);
          return {download(out)};
        }}},
       {"swiglu_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
-         Tensor g = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 46, 2.f)), u = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 47));
-         Tensor dout = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 48));
-         Tensor dg = r.out(DType::bf16, {33, 64}), du = r.out(DType::bf16, {33, 64});
-         swiglu_bwd(dg, du, dout, g, u);
-         return {download(dg), download(du)};
+         const int64_t N = 33, F = 65;
+         Tensor gu = r.in(DType::bf16, {N, 2 * F}, gate_up_values(N, F, 46));
+         Tensor dout = r.in(DType::bf16, {N, F}, rand_vec(N * F, 48)), dgu = r.out(DType::bf16, {N, 2 * F});
+         swiglu_bwd(dgu, dout, gu);
+         return {download(dgu)};
        }}},
       {"embedding_fwd", {1e-6, [](OpRun& r) -> Outputs {
          const int64_t V = 50, C = 48, N = 37;

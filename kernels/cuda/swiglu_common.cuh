@@ -1,0 +1,38 @@
+// Shared by swiglu_fwd.cu and swiglu_bwd.cu: the shape check of a SwiGLU call on the fused gate|up layout
+// (gate_up (N,2F): per row the gate in columns [0, F), the up projection in [F, 2F)) and the launch grid, rows
+// along y and columns along x, so that no thread divides an element index by F.
+#pragma once
+#include "kernels/cuda/common.cuh"
+
+namespace rt {
+namespace cuda {
+
+// N and F from out (N,F) (or dout) and gate_up, which must be (N, 2F).
+inline void swiglu_shapes(const Tensor& out, const Tensor& gate_up, const char* op, const char* out_name,
+                          int64_t& N, int64_t& F) {
+  F = last_dim(out), N = leading_rows(out);
+  RT_CHECK(last_dim(gate_up) == 2 * F && leading_rows(gate_up) == N,
+           op << ": gate_up " << gate_up.shape_str() << " must be (N, 2F) for " << out_name << " "
+              << out.shape_str() << " (N, F): the gate columns then the up columns of each row");
+}
+
+// x: column blocks of kThreads (capped), y: rows (grid-strided past 65535 or the cap).
+inline dim3 swiglu_grid(int64_t N, int64_t F) {
+  const int64_t cap = int64_t(device_props().multiProcessorCount) * 16;
+  int64_t x = (F + kThreads - 1) / kThreads;
+  if (x > cap) x = cap;
+  if (x < 1) x = 1;
+  int64_t y = cap / x;
+  if (y > N) y = N;
+  if (y > 65535) y = 65535;
+  if (y < 1) y = 1;
+  return dim3(unsigned(x), unsigned(y));
+}
+
+#define RT_SWIGLU_ROWS_COLS(r, c, N, F)                                      \
+  for (int64_t r = blockIdx.y; r < (N); r += gridDim.y)                      \
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < (F); \
+         c += int64_t(gridDim.x) * blockDim.x)
+
+}  // namespace cuda
+}  // namespace rt

@@ -1,0 +1,111 @@
+// SwiGLU's gate and up projections run as one gemm against the (2Fl, C) span [w1; w3] of the flat buffers
+// (framework/model.cpp layer_weights). These tests pin what that relies on: build_param_layout keeps w3 right after
+// w1 on every tp rank and shard count, also where Fl * C is not a multiple of the 64-element alignment, with every
+// other parameter still aligned; and the model's gradient on such an unaligned shape matches central differences
+// for w1, w3 and w2 separately (a swapped or shifted gate|up half would not).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "test_model_util.h"
+
+namespace rt {
+namespace {
+
+using modeltest::LocalModel;
+using modeltest::mean_loss;
+using modeltest::random_batch;
+using modeltest::randomize_weights;
+using modeltest::small_config;
+
+TEST(SwigluFused, GateAndUpAreOneSpanOnEveryRankAndShardCount) {
+  for (int d_ff : {24, 22}) {  // F * C = 384 (aligned) and 352 (not a multiple of 64)
+    ModelConfig cfg = small_config("swiglu", 2, false);
+    cfg.d_ff = d_ff;
+    for (int tp : {1, 2})
+      for (int tp_rank = 0; tp_rank < tp; ++tp_rank)
+        for (int shards : {1, 3}) {
+          const ParamLayout layout = build_param_layout(cfg, tp, tp_rank, shards);
+          auto find = [&](const std::string& name) -> const ParamEntry& {
+            for (const ParamEntry& e : layout.table)
+              if (e.name == name) return e;
+            ADD_FAILURE() << "no " << name;
+            return layout.table.front();
+          };
+          for (int l = 0; l < cfg.n_layer; ++l) {
+            const std::string p = "layers." + std::to_string(l) + ".mlp.";
+            const ParamEntry &w1 = find(p + "w1.weight"), &w3 = find(p + "w3.weight");
+            EXPECT_EQ(w3.offset, w1.offset + w1.numel) << p << " tp " << tp << "/" << tp_rank << " shards " << shards;
+            EXPECT_EQ(w1.unit, w3.unit);
+            EXPECT_EQ(w1.local_shape, w3.local_shape);
+            EXPECT_EQ(w1.local_shape, (std::vector<int64_t>{d_ff / tp, cfg.d_model}));
+          }
+          for (const ParamEntry& e : layout.table) {
+            if (e.name.find(".mlp.w3.") == std::string::npos) {
+              EXPECT_EQ(e.offset % 64, 0) << e.name;
+            }
+          }
+          for (const ParamUnit& u : layout.units) EXPECT_EQ(u.numel % (64 * shards), 0) << u.name;
+          // Parameters never overlap: each ends at or before the next one in flat order.
+          std::vector<const ParamEntry*> order;
+          for (const ParamEntry& e : layout.table) order.push_back(&e);
+          std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+          for (size_t k = 0; k + 1 < order.size(); ++k)
+            EXPECT_LE(order[k]->offset + order[k]->numel, order[k + 1]->offset) << order[k]->name;
+          EXPECT_LE(order.back()->offset + order.back()->numel, layout.total);
+        }
+  }
+}
+
+// The gradient of the fused MLP on the unaligned shape, each MLP weight of each layer checked on its own against
+// (L(p + eps u) - L(p - eps u)) / (2 eps) along a random unit direction u, under none and full checkpointing
+// (the recompute runs the fused gemm again).
+TEST(SwigluFused, GradientMatchesCentralDifferencesOnAnUnalignedShape) {
+  ModelConfig cfg = small_config("swiglu", 2, false);
+  cfg.d_ff = 22;
+  for (ActivationCheckpointing ckpt : {ActivationCheckpointing::none, ActivationCheckpointing::full}) {
+    ModelOptions opt;
+    opt.checkpointing = ckpt;
+    opt.mlp_chunk = 5;  // chunks of rows, the last one partial
+    const int64_t B = 2, n = 8;
+    LocalModel lm(cfg, opt, B, n);
+    Model& model = *lm.model;
+    randomize_weights(model, 7, 0.3f);
+    const Batch batch = random_batch(cfg.vocab_size, B, n, 11);
+    const double count = model.global_target_count(batch);
+    std::fill_n(model.grads().ptr<float>(), model.grads().numel(), std::nanf(""));  // poison
+    model.step(batch, count, true);
+    const std::vector<float> grads(model.grads().ptr<float>(), model.grads().ptr<float>() + model.grads().numel());
+    std::mt19937_64 rng(99);
+    std::normal_distribution<double> normal(0, 1);
+    float* p = model.master().ptr<float>();
+    const double eps = 1e-2;
+    for (const ParamEntry& e : model.params()) {
+      if (e.name.find(".mlp.w") == std::string::npos) continue;
+      std::vector<double> u(size_t(e.numel));
+      double norm = 0, analytic = 0;
+      for (double& x : u) x = normal(rng), norm += x * x;
+      for (int64_t i = 0; i < e.numel; ++i) {
+        u[size_t(i)] /= std::sqrt(norm);
+        ASSERT_TRUE(std::isfinite(grads[size_t(e.offset + i)])) << e.name << "[" << i << "]";
+        analytic += grads[size_t(e.offset + i)] * u[size_t(i)];
+      }
+      const std::vector<float> saved(p + e.offset, p + e.offset + e.numel);
+      auto loss_at = [&](double t) {
+        for (int64_t i = 0; i < e.numel; ++i) p[e.offset + i] = float(saved[size_t(i)] + t * u[size_t(i)]);
+        model.sync_compute_weights();
+        return mean_loss(model.step(batch, count, false), count);
+      };
+      const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+      std::copy(saved.begin(), saved.end(), p + e.offset);
+      model.sync_compute_weights();
+      const double err = std::fabs(numeric - analytic) / std::max(std::fabs(numeric), 1e-3);
+      EXPECT_LT(err, 2e-2) << e.name << " ckpt " << int(ckpt) << ": analytic " << analytic << " numeric " << numeric;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rt
