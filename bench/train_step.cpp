@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     std::vector<double> times, enqueue_times;
+    double timed_pairs = 0;  // packed documents: the timed steps' visible (query, key) pairs (one rank: the batch's)
     uint64_t max_waits = 0;
     double last_loss = 0;
     for (int s = 1; s <= warmup + steps; ++s) {
@@ -176,14 +177,20 @@ int main(int argc, char** argv) {
                     model.zero_stats().host_s * 1e3);
       std::printf("\n");
       std::fflush(stdout);
-      if (s > warmup) times.push_back(dt), enqueue_times.push_back(enqueue), max_waits = std::max(max_waits, waits);
+      if (s > warmup) {
+        times.push_back(dt), enqueue_times.push_back(enqueue), max_waits = std::max(max_waits, waits);
+        timed_pairs += batch.visible_pairs;
+      }
     }
     const size_t k = times.size();
     const double median = median_of(times);
     const double tok_s = double(tokens) / median;
     const FlopsModel flops = flops_model(config);
     const double peak = peak_tflops(config, device);
-    const double frac = mfu(flops, tok_s, peak, 1);
+    const bool documents = config.data.documents == "eot";  // MFU on visible pairs (DESIGN.md "Metrics and output")
+    const double frac = documents ? mfu_of_rate(flops.per_step(double(tokens), timed_pairs / double(times.size())) /
+                                                    median, peak, 1)
+                                  : mfu(flops, tok_s, peak, 1);
     const double gib = double(1 << 30);
     const double arena_gib = double(session.arena->capacity()) / gib;
     const double used_gib = device_used_bytes(device) / gib;
@@ -192,7 +199,11 @@ int main(int argc, char** argv) {
     const double enqueue_median = median_of(enqueue_times);
     std::printf("  host: enqueues a step in %.1f ms (%.1f%% of the step), at most %llu host waits inside a step\n",
                 enqueue_median * 1e3, 100 * enqueue_median / median, (unsigned long long)max_waits);
-    std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
+    if (documents)
+      std::printf("  MFU = (%s) / step time / peak; %.4g visible pairs per step\n", flops.documents_formula().c_str(),
+                  timed_pairs / double(times.size()));
+    else
+      std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
     if (profile) {
       const int s = warmup + steps + 1;
       const Batch batch = loader->next();

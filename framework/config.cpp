@@ -336,6 +336,7 @@ std::string resolved_layout(const Config& config) {
   if (layout != "auto") return layout;
   // The model is always causal: zigzag balances the causal work across the ring. With one cp rank
   // every layout is the identity, so contiguous avoids zigzag's even-length requirement.
+  if (config.parallel.cp > 1 && config.data.documents == "eot") return "balanced";
   return config.parallel.cp > 1 ? "zigzag" : "contiguous";
 }
 

@@ -43,6 +43,9 @@ struct DataConfig {
   std::string eval_path;        // optional held-out file/glob; empty: held-out batches of the same source
   int seq_len = 128;            // T, global context length
   int copy_span = 0;            // copy task: span length; 0 = (seq_len - 1) / 2
+  std::string documents = "none";   // none | eot: samples are packed documents, each starting with eot_token
+  int eot_token = -1;               // -1 = auto: shards: meta.json's eot_token beside them, else 50256 (GPT-2)
+  std::string positions = "global"; // global | document: RoPE positions restart at each document's start
   uint64_t seed = 1234;
 };
 
@@ -135,7 +138,11 @@ std::string config_to_yaml(const Config& config);
 std::string config_table(const Config& config);
 // Stable hash of the resolved config's model section (stored in state.json).
 std::string model_config_hash(const Config& config);
-// parallel.layout with "auto" resolved: zigzag when cp > 1 (the model is causal), else contiguous.
+// parallel.layout with "auto" resolved: balanced when cp > 1 with data.documents: eot, else zigzag when cp > 1
+// (the model is causal), else contiguous.
 std::string resolved_layout(const Config& config);
+// data.eot_token with -1 resolved (framework/data_docs.cpp): shards: "eot_token" of a meta.json in the directory
+// of data.path's first file (launch/prepare_data.py writes it), else 50256 (GPT-2 / llm.c); bytes: -1 (unset).
+int resolved_eot_token(const Config& config);
 
 }  // namespace rt

@@ -90,7 +90,10 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   p.at_least("parallel.dp", g.dp, 1);
   p.at_least("parallel.cp", g.cp, 1);
   p.at_least("parallel.tp", g.tp, 1);
-  p.one_of("parallel.layout", g.layout, {"auto", "contiguous", "zigzag", "striped"});
+  p.one_of("parallel.layout", g.layout, {"auto", "contiguous", "zigzag", "striped", "balanced"});
+  if (g.layout == "balanced" && c.data.documents != "eot")
+    p.add("parallel.layout=balanced assigns positions to ranks by documents; set data.documents: eot, or use "
+          "layout: zigzag");
   p.one_of("parallel.comm", g.comm, {"auto", "mpi", "nccl"});
   p.one_of("parallel.dkv_wire", g.dkv_wire, {"fp32", "bf16"});
   if (g.zero < 0 || g.zero > 3)
@@ -171,6 +174,27 @@ void check_data(const Config& c, Problems& p) {
   const ModelConfig& m = c.model;
   p.one_of("data.source", d.source, {"copy", "bytes", "shards"});
   p.at_least("data.seq_len", d.seq_len, 2, " (a sequence needs at least one next-token target)");
+  p.one_of("data.documents", d.documents, {"none", "eot"});
+  p.one_of("data.positions", d.positions, {"global", "document"});
+  if (d.documents == "eot") {
+    if (d.source == "copy")
+      p.add("data.documents=eot: the copy task has no documents; use data.documents: none, or data.source: shards "
+            "or bytes");
+    const int eot = d.source == "copy" ? 0 : resolved_eot_token(c);
+    if (eot < 0)
+      p.add("data.documents=eot with data.source=", d.source, " needs data.eot_token (the token that starts each "
+            "document, e.g. 10 for newline-separated bytes)");
+    else if (eot >= m.vocab_size)
+      p.add("data.eot_token=", eot, " is >= model.vocab_size=", m.vocab_size, "; set data.eot_token to the "
+            "tokenizer's document delimiter (GPT-2: 50256; prepare_data.py shards: meta.json's eot_token) or raise "
+            "model.vocab_size");
+    if (c.device == "cuda")
+      p.add("data.documents=eot: the CUDA attention kernels do not take document masks yet; use device: cpu, or "
+            "data.documents: none");
+  } else if (d.positions == "document") {
+    p.add("data.positions=document restarts positions at each document; set data.documents: eot, or use "
+          "positions: global");
+  }
   if (d.seq_len < 2) return;
   if (d.source == "copy") {
     if (m.vocab_size < 3)

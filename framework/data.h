@@ -23,7 +23,17 @@ struct Batch {
   int64_t tokens_per_rank = 0;       // T_local = seq_len / cp
   std::vector<int32_t> tokens;       // (B_local, T_local) inputs, layout order
   std::vector<int32_t> targets;      // (B_local, T_local) next-token labels, -1 = ignored
-  std::vector<int32_t> positions;    // (T_local) global positions of this rank's tokens
+  std::vector<int32_t> positions;    // (B_local, T_local) RoPE positions of this rank's tokens (data.positions:
+                                     // global = position in the sample; document = position in its document)
+  // data.documents: eot only (else empty): every position of each sample in ring order (rank s's tokens at
+  // columns [s*T_local, (s+1)*T_local)) and the first position of its document (RingAttention::set_documents).
+  std::vector<int64_t> doc_pos;      // (B_local, T)
+  std::vector<int64_t> doc_start;    // (B_local, T)
+  // data.documents: eot only (else 0), over this rank's tokens (so a sum over the dp x cp ranks is the global
+  // batch's): targets dropped because they cross into the next document (the EOT predicted from the previous
+  // document), and the visible (query, key) pairs of these query rows (doc_start(i) <= j <= i: pos - start + 1).
+  int64_t boundary_targets = 0;
+  double visible_pairs = 0;
   std::vector<uint8_t> groups;       // (B_local, T_local) loss group of each target, 0 = none
   std::vector<std::string> group_names;  // the source's loss groups (SampleSource::loss_groups)
 };

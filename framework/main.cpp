@@ -1,7 +1,7 @@
 // The ringtrain command:
 //   ringtrain train <config.yaml> [--set key=value]...
 //   ringtrain plan  <config.yaml> [--json] [--max-seq-len] [--device-memory-gib G] [--host-memory-gib H]
-//                   [--ranks-per-node R] [--set key=value]...
+//                   [--ranks-per-node R] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
@@ -88,6 +88,9 @@ int main(int argc, char** argv) {
   plan->add_flag("--max-seq-len", args.plan.max_seq_len,
                  "search the longest data.seq_len that fits (steps of 2*cp*128 under zigzag) and show what dominates");
   plan->add_option("--device-memory-gib", args.plan.device_memory_gib, "memory per GPU (default: the visible GPU's)");
+  plan->add_option("--doc-lengths", args.plan.doc_lengths,
+                   "document-length file (one length per line): attention FLOPs on visible pairs and ring imbalance "
+                   "per layout for packed documents of that mix");
   plan->add_option("--host-memory-gib", args.plan.host_memory_gib, "host memory per node (default: this host's)");
   plan->add_option("--ranks-per-node", args.plan.ranks_per_node, "ranks sharing a node's host memory (default: "
                                                                  "min(world, 8))");

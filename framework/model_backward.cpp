@@ -77,8 +77,8 @@ void Model::block_backward(int layer, BlockActs& a) {
   attention_->backward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), d_att_.view({s.B, s.n, s.Hl, s.D}), a.lse,
                        dq4, dk4, d_v_.view({s.B, s.n, s.Hkvl, s.D}));
   // RoPE is a rotation: its backward rotates the gradient back.
-  rope_from_table(dq4, rope_table_, true);
-  rope_from_table(dk4, rope_table_, true);
+  rope_rows(dq4, true);
+  rope_rows(dk4, true);
   gemm(dw.wq, d_q_, a.ln1, true, false, 1.f, 1.f);  // (Hl*D, C) += d_q^T @ ln1
   gemm(dw.wk, d_k_, a.ln1, true, false, 1.f, 1.f);  // (Hkvl*D, C)
   gemm(dw.wv, d_v_, a.ln1, true, false, 1.f, 1.f);  // (Hkvl*D, C)

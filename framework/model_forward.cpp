@@ -25,8 +25,8 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   const Tensor q4 = a.q.view({s.B, s.n, s.Hl, s.D});
   const Tensor k4 = a.k.view({s.B, s.n, s.Hkvl, s.D});
   const Tensor v4 = a.v.view({s.B, s.n, s.Hkvl, s.D});
-  rope_from_table(q4, rope_table_, false);  // rope_table_: this rank's positions (upload_batch)
-  rope_from_table(k4, rope_table_, false);
+  rope_rows(q4, false);
+  rope_rows(k4, false);
   if (pass != BlockPass::recompute_keep_attention)
     attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/mfu.h"
+#include "framework/plan_docs.h"
 #include "framework/plan_fit.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
@@ -162,6 +163,16 @@ int plan_main(const Config& config, const PlanArgs& args) {
                                                                       : model_flops;
   if (args.json) {
     print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits);
+    if (!args.doc_lengths.empty()) {  // a second JSON object, on its own line
+      const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
+      const nlohmann::json j = {{"doc_lengths", d.path},
+                                {"visible_pairs_per_sample", d.pairs_per_sample},
+                                {"causal_pairs_per_sample", d.causal_pairs_per_sample},
+                                {"attention_flops_per_step", d.attention_flops_per_step},
+                                {"imbalance", {{"contiguous", d.imbalance[0]}, {"zigzag", d.imbalance[1]},
+                                               {"striped", d.imbalance[2]}, {"balanced", d.imbalance[3]}}}};
+      std::printf("%s\n", j.dump().c_str());
+    }
     return 0;
   }
 
@@ -203,6 +214,16 @@ int plan_main(const Config& config, const PlanArgs& args) {
               (long long)resolve_mlp_chunk(config.train.mlp_chunk,
                                            sequences_per_rank(planned) * tokens_per_rank(planned),
                                            m.d_ff / p.tp));
+  if (!args.doc_lengths.empty()) {
+    const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
+    std::printf("  documents    %s: %.4g visible pairs per sample (%.1f%% of causal), mean of %d windows\n",
+                d.path.c_str(), d.pairs_per_sample, 100.0 * d.pairs_per_sample / d.causal_pairs_per_sample, d.windows);
+    std::printf("  attention    %s FLOPs/step on visible pairs (12 L d_model pairs batch)\n",
+                human_count(d.attention_flops_per_step).c_str());
+    std::printf("  imbalance    at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+                "(sum over ring steps of the slowest rank's pairs / the mean)\n",
+                p.cp, d.imbalance[0], d.imbalance[1], d.imbalance[2], d.imbalance[3]);
+  }
   print_memory(pt, limits, device, 10);
   return 0;
 }

@@ -29,6 +29,7 @@ struct PlanArgs {
   double device_memory_gib = 0;   // per GPU (or the host, on the CPU); 0: the visible device's
   double host_memory_gib = 0;     // per node; 0: this host's
   int ranks_per_node = 0;         // 0: min(world, 8)
+  std::string doc_lengths;        // a document-length file: visible-pair attention FLOPs and imbalance per layout
 };
 int plan_main(const Config& config, const PlanArgs& args);
 // Device memory a rank uses outside the arena, added to `ringtrain plan`'s total: 2 GiB on CUDA (CUDA context,

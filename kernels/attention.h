@@ -12,11 +12,23 @@ namespace rt {
 //   state / gradient rows outside those ranges are left untouched.
 //   causal: key j is visible to query i iff (k_offset + j) <= (q_offset + i). The offsets are the global
 //   positions (in whatever unit the layout uses) of row 0 of q and of k.
+//   documents (AttnDocs below): when docs.q_pos is set, the document mask replaces causal and the offsets:
+//   key j is visible to query i of sample b iff q_doc_start[b,i] <= k_pos[b,j] <= q_pos[b,i].
+struct AttnDocs {
+  // 64-bit global token positions, on the device of q; sample b's row i at q_pos[b * q_stride + i].
+  const int64_t* q_pos = nullptr;        // (B, Nq) position of each query row
+  const int64_t* q_doc_start = nullptr;  // (B, Nq) position of the first token of that query's document
+  const int64_t* k_pos = nullptr;        // (B, Nk) position of each key row
+  int64_t q_stride = 0, k_stride = 0;    // elements between samples (>= Nq, >= Nk)
+  bool on() const { return q_pos != nullptr; }
+};
+
 struct AttnMask {
   bool causal = false;
   int64_t q_offset = 0, k_offset = 0;
   int64_t q_begin = 0, q_end = -1;
   int64_t k_begin = 0, k_end = -1;
+  AttnDocs docs;  // off by default: no document mask
 };
 
 // fp32 online-softmax state carried across K/V blocks, per (batch, head, query):

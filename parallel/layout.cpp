@@ -8,7 +8,8 @@ Layout parse_layout(const std::string& name) {
   if (name == "contiguous") return Layout::contiguous;
   if (name == "zigzag") return Layout::zigzag;
   if (name == "striped") return Layout::striped;
-  RT_CHECK(false, "unknown sequence layout '" << name << "'; valid layouts: contiguous, zigzag, striped");
+  if (name == "balanced") return Layout::balanced;
+  RT_CHECK(false, "unknown sequence layout '" << name << "'; valid layouts: contiguous, zigzag, striped, balanced");
 }
 
 const char* layout_name(Layout layout) {
@@ -16,6 +17,7 @@ const char* layout_name(Layout layout) {
     case Layout::contiguous: return "contiguous";
     case Layout::zigzag: return "zigzag";
     case Layout::striped: return "striped";
+    case Layout::balanced: return "balanced";
   }
   return "?";
 }
@@ -24,6 +26,8 @@ std::vector<int64_t> layout_positions(Layout layout, int64_t seq_len, int cp, in
   RT_CHECK(cp >= 1, "context-parallel size cp = " << cp << " must be at least 1");
   RT_CHECK(0 <= cp_rank && cp_rank < cp, "cp rank " << cp_rank << " is out of range [0, " << cp << ")");
   RT_CHECK(seq_len > 0, "seq_len " << seq_len << " must be positive");
+  RT_CHECK(layout != Layout::balanced, "layout balanced is chosen per sample from its documents "
+                                       "(balanced_ring_order, parallel/doc_balance.h), not by rank alone");
   if (layout == Layout::zigzag) {
     RT_CHECK(seq_len % (2 * int64_t(cp)) == 0,
              "seq_len " << seq_len << " is not divisible by 2*cp = " << 2 * cp << " (zigzag); use a multiple of "
@@ -50,6 +54,8 @@ std::vector<int64_t> layout_positions(Layout layout, int64_t seq_len, int cp, in
     case Layout::striped:
       for (int64_t i = 0; i < n; ++i) positions[size_t(i)] = cp_rank + i * int64_t(cp);
       break;
+    case Layout::balanced:
+      break;  // refused above
   }
   return positions;
 }

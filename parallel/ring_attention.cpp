@@ -16,6 +16,8 @@
 // and widened back to fp32 on arrival (cp-1 roundings for the block that travels furthest).
 #include "parallel/ring_attention.h"
 
+#include <algorithm>
+
 #include "kernels/ops.h"
 #include "parallel/fault.h"
 #include "parallel/ring_schedule.h"
@@ -65,6 +67,46 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
   }
   delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
   timer_ = make_ring_timer(arena.device());
+}
+
+void RingAttention::set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos,
+                                  const int64_t* host_doc_start) {
+  doc_pos_ = pos;
+  doc_start_ = doc_start;
+  doc_step_visible_.clear();
+  if (pos == nullptr) return;
+  RT_CHECK(doc_start != nullptr, "ring attention: set_documents needs both positions and document starts");
+  const int64_t* hp = host_pos ? host_pos : pos;
+  const int64_t* hs = host_doc_start ? host_doc_start : doc_start;
+  const int cp = cp_.size(), r = cp_.rank();
+  const int64_t n = shape_.local_tokens, T = n * cp;
+  doc_step_visible_.assign(size_t(cp), 0);
+  std::vector<int64_t> keys(static_cast<size_t>(n));  // (n) sorted key positions of one rank of one sample
+  for (int s = 0; s < cp; ++s)
+    for (int64_t b = 0; b < shape_.batch && !doc_step_visible_[size_t(s)]; ++b) {
+      keys.assign(hp + b * T + s * n, hp + b * T + (s + 1) * n);
+      std::sort(keys.begin(), keys.end());
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t qp = hp[b * T + r * n + i], qs = hs[b * T + r * n + i];
+        auto it = std::lower_bound(keys.begin(), keys.end(), qs);
+        if (it != keys.end() && *it <= qp) {
+          doc_step_visible_[size_t(s)] = 1;
+          break;
+        }
+      }
+    }
+}
+
+RingBlockPlan RingAttention::step_plan(int source) const {
+  if (!doc_pos_) return ring_block_plan(layout_, causal_, cp_.rank(), source, shape_.local_tokens);
+  const int64_t n = shape_.local_tokens, T = n * cp_.size();
+  RingBlockPlan plan;
+  plan.skip = !doc_step_visible_[size_t(source)];
+  plan.mask.docs.q_pos = doc_pos_ + cp_.rank() * n;
+  plan.mask.docs.q_doc_start = doc_start_ + cp_.rank() * n;
+  plan.mask.docs.k_pos = doc_pos_ + source * n;
+  plan.mask.docs.q_stride = plan.mask.docs.k_stride = T;
+  return plan;
 }
 
 void RingAttention::finish_call() {
@@ -124,8 +166,9 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   if (cp == 1) {  // one block: the fused whole forward (no state reset / finalize passes where it applies)
     {
       RingTimerScope t(*timer_, Phase::compute);
-      const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, ring_source(r, 0, cp), shape_.local_tokens);
+      const RingBlockPlan plan = step_plan(ring_source(r, 0, cp));
       if (plan.skip) {
+        if (doc_pos_) ++skipped_steps_;
         attn_state_reset(state_);
         attn_fwd_finalize(state_, out, lse);
       } else {
@@ -160,9 +203,10 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
       v_blk = half(cur, 1);
     }
     maybe_inject_fault("ring_attention.forward_step");  // with an exchange in flight
-    const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, ring_source(r, step, cp), shape_.local_tokens);
+    const RingBlockPlan plan = step_plan(ring_source(r, step, cp));
     RingTimerScope t(*timer_, Phase::compute);
     if (!plan.skip) attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
+    else if (doc_pos_) ++skipped_steps_;
   }
   {
     RingTimerScope t(*timer_, Phase::compute);
@@ -231,10 +275,11 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
     // yet) and into grad_local_ afterwards, to be added when the travelling accumulator lands.
     Tensor contrib = step == 0 ? grad_buf_[0] : grad_local_;
     const int source = ring_source(r, step + 1, cp);
-    const RingBlockPlan plan = ring_block_plan(layout_, causal_, r, source, n);
+    const RingBlockPlan plan = step_plan(source);
     {
       RingTimerScope t(*timer_, Phase::compute);
       if (plan.skip) {
+        if (doc_pos_) ++skipped_steps_;
         fill(contrib, 0.f);
       } else {  // overwrites contrib (on an H100/H200 without a separate zero-fill where the mask allows)
         attn_bwd_block_fresh(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1),

@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "parallel/comm.h"
 #include "parallel/layout.h"
+#include "parallel/ring_schedule.h"
 #include "parallel/ring_timing.h"
 
 namespace rt {
@@ -34,6 +35,17 @@ class RingAttention {
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                 const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
 
+  // Document mask for the following forward / backward calls (DESIGN.md "Document masks"): pos and doc_start
+  // (B, cp*n) int64, the whole sample in ring order (rank s's n tokens at columns [s*n, (s+1)*n)): each
+  // token's global position and its document's first position. Host memory on a CPU ring; on CUDA device memory
+  // with host copies in host_pos / host_doc_start (the ring decides on the host which steps see no pair).
+  // Any layout works, since the mask is exact in positions. A step whose every pair is masked skips its compute
+  // (its K/V still travel). nullptr turns the document mask off. The arrays must outlive the calls.
+  void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
+                     const int64_t* host_doc_start = nullptr);
+  // Ring steps (forward and backward) skipped since construction because no pair of them was visible.
+  int64_t skipped_steps() const { return skipped_steps_; }
+
   // Compute vs exposed-communication time (parallel/ring_timing.h): summed over every call since
   // construction or reset_timings(), and of the latest call alone. Reading them resolves the calls' timings
   // (on CUDA the host waits once, for the latest call's last event); the calls themselves never wait.
@@ -61,6 +73,12 @@ class RingAttention {
   mutable RingTimings timings_, last_call_;
   mutable std::vector<RingTimings> collected_;  // scratch of collect_timings()
 
+  const int64_t* doc_pos_ = nullptr;        // (B, cp*n) see set_documents
+  const int64_t* doc_start_ = nullptr;      // (B, cp*n)
+  std::vector<uint8_t> doc_step_visible_;   // (cp) 1 if any query of this rank sees any key of rank s
+  int64_t skipped_steps_ = 0;
+
+  RingBlockPlan step_plan(int source) const;  // the layout's plan, or the document mask's
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
   void finish_call();            // marks the end of a call on the timer (no wait)

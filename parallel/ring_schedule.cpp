@@ -1,6 +1,8 @@
 // The per-step masks of the ring schedule (parallel/ring_schedule.h).
 #include "parallel/ring_schedule.h"
 
+#include "kernels/tensor.h"
+
 namespace rt {
 
 RingBlockPlan ring_block_plan(Layout layout, bool causal, int r, int s, int64_t n) {
@@ -25,6 +27,9 @@ RingBlockPlan ring_block_plan(Layout layout, bool causal, int r, int s, int64_t 
       }
       break;
     }
+    case Layout::balanced:
+      RT_CHECK(false, "ring attention: layout balanced runs on the document mask; call set_documents first");
+      break;
     case Layout::striped:
       // Query i sits at r + i*cp, key j at s + j*cp: visible iff j <= i (s <= r) or j < i (s > r).
       plan.mask.causal = true;

@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/attention_shapes.h"
@@ -32,6 +33,63 @@ inline int64_t attn_visible_keys(const AttnMask& mask, int64_t i, int64_t j0, in
   const int64_t last = mask.q_offset + i - mask.k_offset;  // largest visible j
   const int64_t n = last - j0 + 1;
   return n < 0 ? 0 : (n > nj ? nj : n);
+}
+
+// Document mask (AttnMask::docs) on one tile of query rows [i0, i0+tq) x key rows [j0, j0+nj) of sample b,
+// classified by the minimum and maximum of the positions over the tile:
+//   skip:    no pair visible (every key after every query, or before every query's document start);
+//   full:    every pair visible (every key inside every query's [doc_start, pos]);
+//   partial: decided pair by pair by attn_doc_tile_visible.
+enum class AttnTileClass { skip, full, partial };
+
+struct AttnDocQueryTile {
+  int64_t min_pos, max_pos, min_start, max_start;
+};
+
+inline AttnDocQueryTile attn_doc_query_tile(const AttnDocs& docs, int64_t b, int64_t i0, int64_t tq) {
+  const int64_t* qp = docs.q_pos + b * docs.q_stride + i0;        // (tq)
+  const int64_t* qs = docs.q_doc_start + b * docs.q_stride + i0;  // (tq)
+  AttnDocQueryTile t{qp[0], qp[0], qs[0], qs[0]};
+  for (int64_t r = 1; r < tq; ++r) {
+    t.min_pos = std::min(t.min_pos, qp[r]);
+    t.max_pos = std::max(t.max_pos, qp[r]);
+    t.min_start = std::min(t.min_start, qs[r]);
+    t.max_start = std::max(t.max_start, qs[r]);
+  }
+  return t;
+}
+
+inline AttnTileClass attn_doc_tile_class(const AttnDocs& docs, const AttnDocQueryTile& qt, int64_t b, int64_t j0,
+                                         int64_t nj) {
+  const int64_t* kp = docs.k_pos + b * docs.k_stride + j0;  // (nj)
+  int64_t kmin = kp[0], kmax = kp[0];
+  for (int64_t c = 1; c < nj; ++c) {
+    kmin = std::min(kmin, kp[c]);
+    kmax = std::max(kmax, kp[c]);
+  }
+  if (kmin > qt.max_pos || kmax < qt.min_start) return AttnTileClass::skip;
+  if (kmax <= qt.min_pos && kmin >= qt.max_start) return AttnTileClass::full;
+  return AttnTileClass::partial;
+}
+
+// vis (tq, kAttnTileK): 1 where key j0+c is visible to query i0+r of sample b, else 0.
+inline void attn_doc_tile_visible(const AttnDocs& docs, int64_t b, int64_t i0, int64_t tq, int64_t j0, int64_t nj,
+                                  uint8_t* vis) {
+  const int64_t* qp = docs.q_pos + b * docs.q_stride + i0;        // (tq)
+  const int64_t* qs = docs.q_doc_start + b * docs.q_stride + i0;  // (tq)
+  const int64_t* kp = docs.k_pos + b * docs.k_stride + j0;        // (nj)
+  for (int64_t r = 0; r < tq; ++r)
+    for (int64_t c = 0; c < nj; ++c) vis[r * kAttnTileK + c] = uint8_t(qs[r] <= kp[c] && kp[c] <= qp[r]);
+}
+
+// Checks the document mask's arrays against the row counts (the CPU backend reads them on the host).
+inline void check_attn_docs(const AttnDocs& docs, int64_t Nq, int64_t Nk, const char* op) {
+  if (!docs.on()) return;
+  RT_CHECK(docs.q_doc_start != nullptr && docs.k_pos != nullptr,
+           op << ": document mask needs q_pos, q_doc_start and k_pos (one of them is null)");
+  RT_CHECK(docs.q_stride >= Nq && docs.k_stride >= Nk,
+           op << ": document mask strides (" << docs.q_stride << ", " << docs.k_stride << ") are shorter than the "
+              << Nq << " query / " << Nk << " key rows");
 }
 
 // Grow-only per-thread scratch (allocated once per thread and size, never per element).

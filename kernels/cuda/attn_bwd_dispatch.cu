@@ -57,6 +57,8 @@ void check_attn_bwd_args(const AttnDims& d, const Tensor& q, const Tensor& dout,
 AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r, cudaStream_t stream) {
+  RT_CHECK(!mask.docs.on(), "attn_bwd: document masks (AttnMask::docs) are not implemented in the CUDA "
+           "kernels yet; run with device: cpu, or data.documents: none");
   AttnBwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();

@@ -26,6 +26,8 @@ int attn_fwd_variant(int64_t D, int64_t q_rows, int device) {
 
 AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnState& state,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r) {
+  RT_CHECK(!mask.docs.on(), "attn_fwd: document masks (AttnMask::docs) are not implemented in the CUDA "
+           "kernels yet; run with device: cpu, or data.documents: none");
   AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();

@@ -64,11 +64,31 @@ struct ModelVariant {
   bool tied;
 };
 
-Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::string& layout) {
+// Packed documents (data.documents: eot): an llm.c shard of documents of 1..23 tokens, each starting with token 0
+// (this rank's own copy of the file, so ranks never race on it); returns its path.
+std::string documents_shard() {
+  const std::string path = (fs::temp_directory_path() / ("rt_model_grid_docs_" + std::to_string(world_rank()) +
+                                                         ".bin")).string();
+  std::vector<uint16_t> tokens;
+  for (int d = 0; tokens.size() < 6000; ++d) {
+    tokens.push_back(0);
+    for (int t = 0; t < 1 + (d * 7) % 23; ++t) tokens.push_back(uint16_t(1 + (d * 5 + t * 3) % 23));
+  }
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
+  return path;
+}
+
+Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::string& layout, bool documents = false) {
   std::ostringstream y;
   y << "model:\n  n_layer: 2\n  d_model: 32\n  n_head: 4\n  n_kv_head: " << v.n_kv_head << "\n  vocab_size: 24\n"
     << "  mlp: " << v.mlp << "\n  d_ff: 48\n  tied_embeddings: " << (v.tied ? "true" : "false") << "\n"
-    << "data:\n  source: copy\n  seq_len: 32\n  seed: 7\n"
+    << (documents ? "data:\n  source: shards\n  path: " + documents_shard() +
+                        "\n  documents: eot\n  eot_token: 0\n  positions: document\n  seq_len: 32\n  seed: 7\n"
+                  : std::string("data:\n  source: copy\n  seq_len: 32\n  seed: 7\n"))
     << "parallel:\n  dp: " << dp << "\n  cp: " << cp << "\n  tp: " << tp << "\n  layout: " << layout << "\n"
     << "train:\n  batch_size: 4\n  steps: " << kCurveSteps << "\n  eval_every: 0\n  lm_head_chunk: 40\n  seed: 11\n"
     << "optim:\n  lr: 0.01\n  min_lr: 0.001\n  warmup_steps: 5\n  grad_clip: 1.0\n"
@@ -134,8 +154,9 @@ std::shared_ptr<Comm> sub_world(int size) {
 
 struct GridCase {
   int dp, cp, tp;
-  const char* layout;  // auto resolves to zigzag when cp > 1
+  const char* layout;  // auto resolves to zigzag when cp > 1 (balanced with documents)
   ModelVariant model;
+  bool documents = false;  // packed documents, positions per document (data.documents: eot)
 };
 
 // MQA (1 KV head): replicated KV heads under tp = 2. GQA with 2 KV heads: split over tp = 2.
@@ -144,7 +165,7 @@ const ModelVariant kGqaGeluTied{"gqa_gelu_tied", 2, "gelu", true};
 
 std::string case_name(const GridCase& c) {
   return "dp" + std::to_string(c.dp) + "_cp" + std::to_string(c.cp) + "_tp" + std::to_string(c.tp) + "_" +
-         c.layout + "_" + c.model.name;
+         c.layout + "_" + c.model.name + (c.documents ? "_documents" : "");
 }
 
 class ModelGrid : public ::testing::TestWithParam<GridCase> {};
@@ -153,8 +174,8 @@ TEST_P(ModelGrid, MatchesOneRankLossGradientsAndCurve) {
   const GridCase c = GetParam();
   const int size = c.dp * c.cp * c.tp;
   ASSERT_LE(size, world_size()) << "run this suite with at least " << size << " ranks";
-  const Config config = make_config(c.model, c.dp, c.cp, c.tp, c.layout);
-  const Config ref_config = make_config(c.model, 1, 1, 1, "auto");
+  const Config config = make_config(c.model, c.dp, c.cp, c.tp, c.layout, c.documents);
+  const Config ref_config = make_config(c.model, 1, 1, 1, "auto", c.documents);
 
   std::shared_ptr<Comm> sub = sub_world(size);
   if (!sub) return;  // idle on this grid
@@ -226,7 +247,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{2, 1, 2, "auto", kMqaSwiglu},
                       // Other layouts, GQA split over tp, GELU, tied embeddings.
                       GridCase{1, 4, 1, "striped", kGqaGeluTied}, GridCase{1, 2, 2, "contiguous", kGqaGeluTied},
-                      GridCase{2, 1, 2, "auto", kGqaGeluTied}),
+                      GridCase{2, 1, 2, "auto", kGqaGeluTied},
+                      // Packed documents: the balanced layout (auto) and zigzag / striped on the document mask.
+                      GridCase{1, 2, 1, "auto", kMqaSwiglu, true}, GridCase{1, 4, 1, "auto", kGqaGeluTied, true},
+                      GridCase{2, 2, 1, "zigzag", kMqaSwiglu, true}, GridCase{1, 2, 2, "striped", kGqaGeluTied, true}),
     [](const ::testing::TestParamInfo<GridCase>& info) { return case_name(info.param); });
 
 // ---- Checkpoints are the same bytes whatever grid wrote them ----

@@ -3,6 +3,7 @@ rt_mpi_test(comm 2)
 rt_mpi_test(comm 3)
 rt_mpi_test(comm 4)
 rt_mpi_test(ring_attention 4)
+rt_mpi_test(ring_attention_docs 4)
 rt_mpi_test(ring_attention 8 --gtest_filter=RingAttentionLongRing.*)  # cp up to 8 (oversubscribed on CI)
 rt_mpi_test(tensor_parallel 2)
 

@@ -181,11 +181,12 @@ TEST_F(DataTest, LayoutPermutesTokensTargetsAndPositions) {
       const rt::Batch b = loader->next();
       const int n = T / cp;
       ASSERT_EQ(b.tokens_per_rank, n);
-      ASSERT_EQ(b.positions.size(), size_t(n));
+      ASSERT_EQ(b.positions.size(), size_t(B * n));  // (B, n): every sample alike without documents
       const std::vector<int64_t> want = rt::layout_positions(rt::parse_layout(layout), T, cp, r);
       for (int j = 0; j < n; ++j) {
         const int p = b.positions[size_t(j)];
         EXPECT_EQ(p, want[size_t(j)]) << layout << " rank " << r;
+        for (int s = 1; s < B; ++s) EXPECT_EQ(b.positions[size_t(s * n + j)], p);
         ++seen[size_t(p)];
         for (int s = 0; s < B; ++s) {
           const size_t local = size_t(s * n + j), g = size_t(s * T + p);

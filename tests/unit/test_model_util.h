@@ -58,7 +58,8 @@ inline Batch random_batch(int vocab, int64_t batch, int64_t tokens, uint64_t see
       b.groups.push_back(0);
     }
   }
-  for (int64_t i = 0; i < tokens; ++i) b.positions.push_back(int32_t(i));
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < tokens; ++i) b.positions.push_back(int32_t(i));  // (B, n)
   return b;
 }
 

@@ -95,7 +95,12 @@ struct AttnShape {
   int64_t B, Nq, Nk, H, Hkv, D;
 };
 
-inline bool ref_visible(const AttnMask& m, int64_t i, int64_t j) {
+// Query row i of sample b sees key row j: the document rule when m.docs is set, else causal with offsets.
+inline bool ref_visible(const AttnMask& m, int64_t b, int64_t i, int64_t j) {
+  if (m.docs.on()) {
+    const int64_t kp = m.docs.k_pos[b * m.docs.k_stride + j];
+    return m.docs.q_doc_start[b * m.docs.q_stride + i] <= kp && kp <= m.docs.q_pos[b * m.docs.q_stride + i];
+  }
   return !m.causal || m.k_offset + j <= m.q_offset + i;
 }
 inline int64_t ref_end(int64_t end, int64_t n) { return end < 0 ? n : end; }
@@ -113,7 +118,7 @@ inline void attention_forward_ref(const AttnShape& s, const float* q, const floa
       for (int64_t i = mask.q_begin; i < ref_end(mask.q_end, s.Nq); ++i) {
         double mx = -INFINITY;
         for (int64_t j = mask.k_begin; j < ref_end(mask.k_end, s.Nk); ++j) {
-          if (!ref_visible(mask, i, j)) continue;
+          if (!ref_visible(mask, b, i, j)) continue;
           double dot = 0;
           for (int64_t d = 0; d < s.D; ++d)
             dot += double(q[((b * s.Nq + i) * s.H + h) * s.D + d]) *
@@ -130,7 +135,7 @@ inline void attention_forward_ref(const AttnShape& s, const float* q, const floa
         }
         double sum = 0;
         for (int64_t j = mask.k_begin; j < ref_end(mask.k_end, s.Nk); ++j) {
-          if (!ref_visible(mask, i, j)) continue;
+          if (!ref_visible(mask, b, i, j)) continue;
           const double p = std::exp(sc[size_t(j)] - mx);
           sum += p;
           for (int64_t d = 0; d < s.D; ++d) o[d] += p * double(v[((b * s.Nk + j) * s.Hkv + h / g) * s.D + d]);
@@ -158,7 +163,7 @@ inline void attention_backward_ref(const AttnShape& s, const float* q, const flo
         if (L == -INFINITY) continue;
         const int64_t qo = ((b * s.Nq + i) * s.H + h) * s.D;
         for (int64_t j = mask.k_begin; j < ref_end(mask.k_end, s.Nk); ++j) {
-          if (!ref_visible(mask, i, j)) continue;
+          if (!ref_visible(mask, b, i, j)) continue;
           const int64_t ko = ((b * s.Nk + j) * s.Hkv + h / g) * s.D;
           double dot = 0, dp = 0;
           for (int64_t d = 0; d < s.D; ++d) {

@@ -1,0 +1,20 @@
+// `ringtrain plan --doc-lengths FILE` (framework/plan_docs.cpp).
+#pragma once
+#include <string>
+
+#include "framework/config.h"
+
+namespace rt {
+
+struct DocLengthPlan {
+  std::string path;
+  int windows = 0;                        // seeded sample windows averaged over
+  double pairs_per_sample = 0;            // visible (query, key) pairs of one T-token sample, mean
+  double causal_pairs_per_sample = 0;     // T (T + 1) / 2: the same sample as one document
+  double attention_flops_per_step = 0;    // 12 * L * d_model * pairs * batch (forward 4 d, backward 8 d per pair)
+  double imbalance[4] = {0, 0, 0, 0};     // contiguous, zigzag (0 when seq_len % 2cp != 0), striped, balanced
+};
+
+DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows = 8);
+
+}  // namespace rt

@@ -1,0 +1,143 @@
+// Ring work per step with packed documents, the imbalance metric and the balanced assignment
+// (parallel/doc_balance.h).
+#include "parallel/doc_balance.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "kernels/tensor.h"
+
+namespace rt {
+
+std::vector<int64_t> doc_starts_from_lengths(const std::vector<int64_t>& lengths, int64_t T, size_t first_doc,
+                                             int64_t offset) {
+  RT_CHECK(!lengths.empty(), "document lengths: the list is empty");
+  std::vector<int64_t> start(static_cast<size_t>(T));
+  int64_t p = 0;
+  size_t k = first_doc % lengths.size();
+  int64_t left = lengths[k] - offset;  // tokens of the current document still to place
+  int64_t cur = 0;
+  while (p < T) {
+    if (left <= 0) {
+      k = (k + 1) % lengths.size();
+      left = lengths[k];
+      cur = p;
+    }
+    const int64_t take = std::min(left, T - p);
+    for (int64_t t = 0; t < take; ++t) start[size_t(p + t)] = cur;
+    p += take;
+    left -= take;
+  }
+  return start;
+}
+
+std::vector<int64_t> layout_ring_order(Layout layout, int64_t T, int cp) {
+  std::vector<int64_t> order;
+  order.reserve(size_t(T));
+  for (int s = 0; s < cp; ++s) {
+    const std::vector<int64_t> pos = layout_positions(layout, T, cp, s);
+    order.insert(order.end(), pos.begin(), pos.end());
+  }
+  return order;
+}
+
+std::vector<double> ring_pair_counts(const std::vector<int64_t>& doc_start, const std::vector<int64_t>& order,
+                                     int cp) {
+  const int64_t T = int64_t(doc_start.size()), n = T / cp;
+  RT_CHECK(int64_t(order.size()) == T && T % cp == 0, "ring_pair_counts: order has " << order.size()
+                                                                                   << " entries for T=" << T);
+  std::vector<int> owner(static_cast<size_t>(T), -1);  // (T) rank holding each position
+  for (int64_t c = 0; c < T; ++c) owner[size_t(order[size_t(c)])] = int(c / n);
+  std::vector<double> work(size_t(cp) * size_t(cp), 0.0);
+  std::vector<double> seen(static_cast<size_t>(cp), 0.0);  // keys of the current document so far, per rank
+  for (int64_t p = 0; p < T; ++p) {
+    if (doc_start[size_t(p)] == p) std::fill(seen.begin(), seen.end(), 0.0);
+    const int a = owner[size_t(p)];
+    seen[size_t(a)] += 1;
+    double* row = &work[size_t(a) * size_t(cp)];
+    for (int s = 0; s < cp; ++s) row[s] += seen[size_t(s)];
+  }
+  return work;
+}
+
+double ring_imbalance(const std::vector<double>& work, int cp) {
+  double sum_max = 0, sum_mean = 0;
+  for (int t = 0; t < cp; ++t) {
+    double mx = 0, total = 0;
+    for (int r = 0; r < cp; ++r) {
+      const double w = work[size_t(r) * size_t(cp) + size_t(((r - t) % cp + cp) % cp)];
+      mx = std::max(mx, w);
+      total += w;
+    }
+    sum_max += mx;
+    sum_mean += total / cp;
+  }
+  return sum_mean > 0 ? sum_max / sum_mean : 1.0;
+}
+
+namespace {
+
+// Each document dealt round-robin over the ranks, starting on the rank after the previous document's last token;
+// a rank that is full (T/cp tokens) is passed over.
+std::vector<int64_t> doc_striped_order(const std::vector<int64_t>& doc_start, int cp) {
+  const int64_t T = int64_t(doc_start.size()), n = T / cp;
+  std::vector<std::vector<int64_t>> held(static_cast<size_t>(cp));
+  int next = 0;
+  for (int64_t p = 0; p < T; ++p) {
+    while (int64_t(held[size_t(next)].size()) == n) next = (next + 1) % cp;
+    held[size_t(next)].push_back(p);
+    next = (next + 1) % cp;
+  }
+  std::vector<int64_t> order;
+  order.reserve(size_t(T));
+  for (const auto& h : held) order.insert(order.end(), h.begin(), h.end());
+  return order;
+}
+
+}  // namespace
+
+std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen) {
+  const int64_t T = int64_t(doc_start.size());
+  RT_CHECK(cp >= 1 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
+                                                               << "; use a multiple of " << cp);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> candidates;
+  if (T % (2 * int64_t(cp)) == 0) candidates.emplace_back("zigzag", layout_ring_order(Layout::zigzag, T, cp));
+  candidates.emplace_back("striped", layout_ring_order(Layout::striped, T, cp));
+  candidates.emplace_back("doc-striped", doc_striped_order(doc_start, cp));
+  size_t best = 0;
+  double best_imb = 0;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const double imb = ring_imbalance(ring_pair_counts(doc_start, candidates[c].second, cp), cp);
+    if (c == 0 || imb < best_imb - 1e-12) best = c, best_imb = imb;
+  }
+  if (chosen) *chosen = candidates[best].first;
+  return std::move(candidates[best].second);
+}
+
+std::vector<int64_t> read_doc_lengths(const std::string& path) {
+  std::ifstream in(path);
+  RT_CHECK(in.good(), "document lengths: cannot open '" << path << "'; give a file with one length per line");
+  std::vector<int64_t> lengths;
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+    if (b == std::string::npos) continue;
+    const std::string field = line.substr(b, e - b + 1);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(field, &used);
+    } catch (...) {
+      used = 0;
+    }
+    RT_CHECK(used == field.size() && v > 0, "document lengths '" << path << "' line " << lineno << ": '" << field
+                                                                  << "' is not a positive integer");
+    lengths.push_back(v);
+  }
+  RT_CHECK(!lengths.empty(), "document lengths '" << path << "' holds no length");
+  return lengths;
+}
+
+}  // namespace rt

@@ -1,0 +1,269 @@
+// Ring attention with a document mask (RingAttention::set_documents) on real ranks, against the whole sample on
+// one rank (the CPU kernels with the same document mask, themselves checked against fp64 in
+// tests/unit/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
+// striped and balanced (each sample's order from its documents), and for a random per-sample assignment of
+// positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; and a ring whose off-diagonal steps
+// are all masked skips them (their K/V still travel) without changing the result.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/arena.h"
+#include "kernels/ops.h"
+#include "parallel/doc_balance.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/ring_attention.h"
+#include "tests/mpi/ring_attention_harness.h"
+
+using namespace rt;
+
+namespace {
+
+constexpr double kTolerance = 2e-5;  // relative L2 error vs the one-rank result (f32 compute)
+const int64_t kB = 2, kH = 4, kHkv = 2, kD = 8;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Document start of every position of a T-token sample cut into the given lengths (cycled).
+std::vector<int64_t> starts_of(int64_t T, const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> start(static_cast<size_t>(T));
+  int64_t p = 0;
+  for (size_t k = 0; p < T; k = (k + 1) % lengths.size()) {
+    for (int64_t t = 0; t < lengths[k] && p + t < T; ++t) start[size_t(p + t)] = p;
+    p += lengths[k];
+  }
+  return start;
+}
+
+// Rows of x (B, T, row) at per-sample positions order (B, n): (B, n, row).
+std::vector<float> gather(const std::vector<float>& x, int64_t T, int64_t row, const std::vector<int64_t>& order,
+                          int64_t n, int64_t ring_T, int64_t col0) {
+  std::vector<float> out(size_t(kB * n * row));  // (B, n, row)
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < row; ++e)
+        out[size_t((b * n + t) * row + e)] = x[size_t((b * T + order[size_t(b * ring_T + col0 + t)]) * row + e)];
+  return out;
+}
+
+struct OneRank {
+  std::vector<float> out, lse, dq, dk, dv;  // natural order: (B,T,H,D), (B,H,T), (B,T,H,D), (B,T,Hkv,D) x2
+};
+
+// The whole sample on this rank with the CPU kernels and the document mask in natural order.
+OneRank one_rank(const test::AttentionProblem& p, const std::vector<int64_t>& pos, const std::vector<int64_t>& st) {
+  const int64_t T = p.T;
+  Arena arena(Device::cpu(), size_t(8) << 20);
+  Tensor q = arena.alloc(DType::f32, {kB, T, kH, kD}, "q"), k = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "k");
+  Tensor v = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "v"), dout = arena.alloc(DType::f32, {kB, T, kH, kD}, "do");
+  Tensor out = arena.alloc(DType::f32, {kB, T, kH, kD}, "o"), lse = arena.alloc(DType::f32, {kB, kH, T}, "lse");
+  Tensor dq = arena.alloc(DType::f32, {kB, T, kH, kD}, "dq"), dk = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "dk");
+  Tensor dv = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "dv"), delta = arena.alloc(DType::f32, {kB, kH, T}, "d");
+  AttnState st_{arena.alloc(DType::f32, {kB, kH, T, kD}, "acc"), arena.alloc(DType::f32, {kB, kH, T}, "m"),
+                arena.alloc(DType::f32, {kB, kH, T}, "l")};
+  test::upload(q, p.q);
+  test::upload(k, p.k);
+  test::upload(v, p.v);
+  test::upload(dout, p.dout);
+  AttnMask m;
+  m.docs.q_pos = pos.data();
+  m.docs.q_doc_start = st.data();
+  m.docs.k_pos = pos.data();
+  m.docs.q_stride = m.docs.k_stride = T;
+  attn_fwd_whole(q, k, v, st_, m, out, lse);
+  attn_bwd_delta(out, dout, delta);
+  fill(dq, 0.f);
+  attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, m);
+  return {test::download(out), test::download(lse), test::download(dq), test::download(dk), test::download(dv)};
+}
+
+// order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
+// Runs the ring on world ranks [0, cp) and returns the relative errors against one_rank (summed over ranks) and
+// this rank's skipped steps.
+test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector<int64_t>& order,
+                              const std::vector<std::vector<int64_t>>& lengths, int cp, Layout layout,
+                              double* bad, int64_t* skipped) {
+  const int64_t T = p.T, n = T / cp;
+  std::vector<int64_t> nat_pos(size_t(kB * T)), nat_start(size_t(kB * T));  // (B, T) natural order
+  std::vector<int64_t> ring_pos(size_t(kB * T)), ring_start(size_t(kB * T));  // (B, T) ring order
+  for (int64_t b = 0; b < kB; ++b) {
+    const std::vector<int64_t> s = starts_of(T, lengths[size_t(b) % lengths.size()]);
+    for (int64_t t = 0; t < T; ++t) {
+      nat_pos[size_t(b * T + t)] = t;
+      nat_start[size_t(b * T + t)] = s[size_t(t)];
+      ring_pos[size_t(b * T + t)] = order[size_t(b * T + t)];
+      ring_start[size_t(b * T + t)] = s[size_t(order[size_t(b * T + t)])];
+    }
+  }
+  const bool member = world_rank() < cp;
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, world_rank(), &sub);
+  test::ErrSum err[test::kNumQuantities];
+  *skipped = 0;
+  if (member) {
+    const OneRank ref1 = one_rank(p, nat_pos, nat_start);
+    const std::vector<double> ref[test::kNumQuantities] = {
+        {ref1.out.begin(), ref1.out.end()}, {ref1.lse.begin(), ref1.lse.end()}, {ref1.dq.begin(), ref1.dq.end()},
+        {ref1.dk.begin(), ref1.dk.end()}, {ref1.dv.begin(), ref1.dv.end()}};
+    MpiComm ring(sub, /*owned=*/true);
+    const int r = ring.rank();
+    Arena arena(Device::cpu(), size_t(4) << 20);
+    Tensor q = arena.alloc(DType::f32, {kB, n, kH, kD}, "q"), k = arena.alloc(DType::f32, {kB, n, kHkv, kD}, "k");
+    Tensor v = arena.alloc(DType::f32, {kB, n, kHkv, kD}, "v"), dout = arena.alloc(DType::f32, {kB, n, kH, kD}, "do");
+    Tensor out = arena.alloc(DType::f32, {kB, n, kH, kD}, "o"), lse = arena.alloc(DType::f32, {kB, kH, n}, "lse");
+    Tensor dq = arena.alloc(DType::f32, {kB, n, kH, kD}, "dq"), dk = arena.alloc(DType::f32, {kB, n, kHkv, kD}, "dk");
+    Tensor dv = arena.alloc(DType::f32, {kB, n, kHkv, kD}, "dv");
+    test::upload(q, gather(p.q, T, kH * kD, order, n, T, r * n));
+    test::upload(k, gather(p.k, T, kHkv * kD, order, n, T, r * n));
+    test::upload(v, gather(p.v, T, kHkv * kD, order, n, T, r * n));
+    test::upload(dout, gather(p.dout, T, kH * kD, order, n, T, r * n));
+    for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
+    RingAttention attn(ring, layout, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena);
+    attn.set_documents(ring_pos.data(), ring_start.data());
+    attn.forward(q, k, v, out, lse);
+    attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
+    *skipped = attn.skipped_steps();
+    // Un-permute: this rank's rows are at the positions of its columns (the same for every sample here only if
+    // the order is; compare per sample).
+    const std::vector<float> got[test::kNumQuantities] = {test::download(out), test::download(lse),
+                                                          test::download(dq), test::download(dk),
+                                                          test::download(dv)};
+    const int64_t rows[test::kNumQuantities] = {kH * kD, kH, kH * kD, kHkv * kD, kHkv * kD};
+    for (int qn = 0; qn < test::kNumQuantities; ++qn)
+      for (int64_t b = 0; b < kB; ++b)
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t c = 0; c < rows[qn]; ++c) {
+            const int64_t gp = order[size_t(b * T + r * n + t)];
+            const bool token_major = qn != test::kLse;
+            const double g = token_major ? got[qn][size_t((b * n + t) * rows[qn] + c)]
+                                         : got[qn][size_t((b * kH + c) * n + t)];
+            const double w = token_major ? ref[qn][size_t((b * T + gp) * rows[qn] + c)]
+                                         : ref[qn][size_t((b * kH + c) * T + gp)];
+            if (!std::isfinite(g)) err[qn].bad += 1;
+            err[qn].diff2 += (g - w) * (g - w);
+            err[qn].ref2 += w * w;
+          }
+  }
+  return test::reduce_errors(err, bad);
+}
+
+// The ring order (B, T) of a layout: rank s's layout_positions at columns [s*n, (s+1)*n), every sample alike.
+std::vector<int64_t> layout_order(Layout layout, int64_t T, int cp) {
+  std::vector<int64_t> order;
+  for (int64_t b = 0; b < kB; ++b)
+    for (int s = 0; s < cp; ++s) {
+      const std::vector<int64_t> pos = layout_positions(layout, T, cp, s);
+      order.insert(order.end(), pos.begin(), pos.end());
+    }
+  return order;
+}
+
+// A random assignment of positions to ranks, different per sample, each rank's positions sorted.
+std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed) {
+  std::vector<int64_t> order;
+  std::mt19937_64 rng(seed);
+  for (int64_t b = 0; b < kB; ++b) {
+    std::vector<int64_t> perm(static_cast<size_t>(T));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int s = 0; s < cp; ++s) std::sort(perm.begin() + s * (T / cp), perm.begin() + (s + 1) * (T / cp));
+    order.insert(order.end(), perm.begin(), perm.end());
+  }
+  return order;
+}
+
+// parallel.layout: balanced: each sample's ring order from its documents (balanced_ring_order, as the loader
+// picks it); the candidates chosen are appended to *chosen.
+std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::vector<int64_t>>& lengths,
+                                    std::vector<std::string>* chosen) {
+  std::vector<int64_t> order;
+  for (int64_t b = 0; b < kB; ++b) {
+    std::string name;
+    const std::vector<int64_t> o = balanced_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, &name);
+    order.insert(order.end(), o.begin(), o.end());
+    chosen->push_back(name);
+  }
+  return order;
+}
+
+void expect_close(const test::RelErrors& rel, double bad, const std::string& what) {
+  EXPECT_EQ(bad, 0) << "non-finite outputs: " << what;
+  for (int i = 0; i < test::kNumQuantities; ++i)
+    EXPECT_LT(rel[size_t(i)], kTolerance) << test::kQuantityNames[i] << " " << what;
+  if (world_rank() == 0)
+    std::printf("  %s rel err: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e\n", what.c_str(), rel[0], rel[1], rel[2],
+                rel[3], rel[4]);
+}
+
+// Sample 0: short documents (length 1 among them); sample 1: one document over every rank.
+const std::vector<std::vector<int64_t>> kMix = {{1, 7, 1, 23, 2, 40, 5, 1}, {1 << 20}};
+
+}  // namespace
+
+TEST(RingAttentionDocs, EveryLayoutAndAnyAssignmentMatchOneRank) {
+  const int64_t T = 120;  // divisible by 2*cp for cp = 1..4
+  const test::AttentionProblem p = test::make_attention_problem(4321, kB, T, kH, kHkv, kD, false);
+  for (int cp = 1; cp <= std::min(4, world_size()); ++cp) {
+    for (Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped}) {
+      double bad = 0;
+      int64_t skipped = 0;
+      const test::RelErrors rel = run_docs_ring(p, layout_order(layout, T, cp), kMix, cp, layout, &bad, &skipped);
+      expect_close(rel, bad, std::string(layout_name(layout)) + " cp=" + std::to_string(cp));
+    }
+    double bad = 0;
+    int64_t skipped = 0;
+    const test::RelErrors rel =
+        run_docs_ring(p, random_order(T, cp, 99 + uint64_t(cp)), kMix, cp, Layout::contiguous, &bad, &skipped);
+    expect_close(rel, bad, "random per-sample assignment cp=" + std::to_string(cp));
+    // The balanced layout on two mixes: the short-document one (per-sample orders differ) and documents of
+    // 13 / 29 / 3 tokens, whose edges fall inside chunks.
+    for (const auto& mix : {kMix, std::vector<std::vector<int64_t>>{{13, 29, 3}, {60, 1, 59}}}) {
+      std::vector<std::string> chosen;
+      const std::vector<int64_t> order = balanced_order(T, cp, mix, &chosen);
+      const test::RelErrors relb = run_docs_ring(p, order, mix, cp, Layout::balanced, &bad, &skipped);
+      std::string names;
+      for (const std::string& c : chosen) names += " " + c;
+      expect_close(relb, bad, "balanced (" + names.substr(1) + ") cp=" + std::to_string(cp));
+    }
+  }
+}
+
+// Contiguous layout with every document exactly one rank's chunk: every off-diagonal step sees no pair, so each
+// rank skips cp-1 forward and cp-1 backward steps, and the result is still exact (K/V still travel: the ring
+// would deadlock otherwise).
+TEST(RingAttentionDocs, FullyMaskedStepsAreSkipped) {
+  const int cp = std::min(4, world_size());
+  const int64_t T = 120, n = T / cp;
+  const test::AttentionProblem p = test::make_attention_problem(8765, kB, T, kH, kHkv, kD, false);
+  double bad = 0;
+  int64_t skipped = 0;
+  const test::RelErrors rel =
+      run_docs_ring(p, layout_order(Layout::contiguous, T, cp), {{n}}, cp, Layout::contiguous, &bad, &skipped);
+  expect_close(rel, bad, "documents = chunks, cp=" + std::to_string(cp));
+  if (world_rank() < cp) {
+    EXPECT_EQ(skipped, 2 * (cp - 1)) << "rank " << world_rank();
+  }
+  // Shifting the documents by one token makes the previous rank's block visible to ranks > 0 (rank 0 still skips
+  // every later block, all in its future).
+  const test::RelErrors rel2 = run_docs_ring(p, layout_order(Layout::contiguous, T, cp), {{1, n}}, cp,
+                                             Layout::contiguous, &bad, &skipped);
+  expect_close(rel2, bad, "documents across chunks, cp=" + std::to_string(cp));
+  if (world_rank() >= 1 && world_rank() < cp) {
+    EXPECT_LT(skipped, 2 * (cp - 1)) << "rank " << world_rank();
+  }
+}
