@@ -79,12 +79,6 @@ __device__ __forceinline__ DocTileClass doc_tile_class(const DocRange& q, const 
   return kDocPartial;
 }
 
-// Query row i (absolute) of sample b sees key row j.
-__device__ __forceinline__ bool doc_visible(const DocMaskDev& d, int64_t b, int64_t i, int64_t j) {
-  const int64_t kp = d.k_pos[b * d.k_stride + j];
-  return d.q_doc[b * d.q_stride + i] <= kp && kp <= d.q_pos[b * d.q_stride + i];
-}
-
 // The first and last index t in [0, n) with live(t), into red[0] and red[1] (red[0] > red[1] when none);
 // red: 2 ints of shared memory. Every thread of the block (nthreads) calls it; it synchronises the block twice.
 template <class Live>

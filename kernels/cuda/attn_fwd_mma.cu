@@ -149,8 +149,9 @@ __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) ? 2 : 1) a
       }
     }
 
-    // Mask only tiles that cross the key-range end or the causal diagonal. In tile-local ints: key jj is
-    // visible to local row lr iff jj < kmax and (not causal or jj - lr <= cd).
+    // Mask only tiles that cross the key-range end or the causal diagonal, or (documents) that some row does not
+    // wholly see. In tile-local ints: key jj is visible to local row lr iff jj < kmax and (not causal or
+    // jj - lr <= cd).
     const bool doc_mask =
         p.docs.on &&
         doc_tile_class(qdoc, doc_k_range(p.docs, b, int((kt0 - p.k_begin) / kDocTileRows), 1)) != kDocFull;
