@@ -2,23 +2,34 @@
 """Training step, ringtrain vs a PyTorch GPT of the same shape, side by side in one job on one GPU.
 
 For each config (default: configs/bench/*.yaml) this runs `bench_train_step <config>` (ours, its own
-process) and then a PyTorch model of the same shape in this process, and prints one table with ratios.
+process) and then PyTorch models of the same shape in this process, and prints one table with ratios.
 
-The PyTorch side is what a PyTorch user would write (the way ../shared/baselines measured it): eager mode,
-bf16 autocast over fp32 weights, SDPA restricted to the cuDNN backend, fused AdamW, the full logits and
-F.cross_entropy, per-block torch.utils.checkpoint when the config says checkpointing: full, and when it says
-selective, the same per-block checkpoint with a selective policy that saves the cuDNN attention op's outputs
-(O and LSE, as ours keeps them) and recomputes everything else. Pre-norm RMSNorm,
-RoPE (rotate-half), GELU (tanh) MLP 4d, untied head, vocab 50304, batch 1: the same FLOPs as ours.
+The PyTorch side is what a PyTorch user would write (the way ../shared/baselines measured it): bf16 autocast over
+fp32 weights, SDPA restricted to the cuDNN backend, fused AdamW, the full logits and F.cross_entropy, per-block
+torch.utils.checkpoint when the config says checkpointing: full, and when it says selective, the same per-block
+checkpoint with a selective policy that saves the SDPA op's outputs (O and LSE, as ours keeps them) and recomputes
+everything else. Pre-norm RMSNorm, RoPE (rotate-half), GELU (tanh) MLP 4d, untied head, vocab 50304, batch 1: the
+same FLOPs as ours. Contenders (each in its own try: one that fails, in compile or OOM, leaves the others):
+  eager      that model in eager mode;
+  compiled   (--torch-compile) the same with every block wrapped by torch.compile (default mode), the checkpoint
+             wrapper (and its selective policy) applied before compile, as torchtitan orders them (apply_ac, then
+             apply_compile); compile and warm-up steps are not timed (--compile-warmup, default 2);
+  fa4        (--torch-compile, when `flash_attn.cute` imports: FlashAttention-4, ../shared/peers/fa4) the compiled
+             model with FA4 as its attention (B,T,H,d layout, no transposes). FA4 runs outside the compiled graphs
+             (torch.compiler.disable: a graph break around it). Under selective checkpointing its block is
+             checkpoint(pre-attention) -> FA4 (not checkpointed, so autograd keeps its inputs and output) ->
+             checkpoint(post-attention): the same "keep the attention, recompute the rest" policy.
 
 Both sides: ms/step is the median of the steps after warm-up, each step ended by a device sync; tok/s =
 T / median; MFU = (6*P_matmul + 6*L*d*T) * tok/s / 989e12 (DESIGN.md; P_matmul excludes the embedding lookup).
 Memory: ours = the arena (every model buffer) and the device's used memory (context and cuBLASLt workspace
-included); torch = torch.cuda.max_memory_allocated (and reserved).
+included); torch = torch.cuda.max_memory_allocated.
 
     python3 bench/torch_gpt_side_by_side.py --ours build/bench/bench_train_step [--configs a.yaml b.yaml]
-        [--warmup 1] [--steps 3] [--out table.md] [--skip-torch] [--profile]
+        [--warmup 1] [--steps 3] [--torch-compile] [--contenders ours eager compiled fa4] [--out table.md]
+        [--json results.jsonl] [--skip-torch] [--profile]
 """
+import argparse
 import argparse
 import glob
 import json
@@ -62,7 +73,36 @@ def run_ours(binary, config, warmup, steps, timeout, profile=False):
     return {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
 
 
-def run_torch(shape, warmup, steps):
+def have_fa4():
+    try:
+        from flash_attn.cute import flash_attn_func  # noqa: F401
+        return True
+    except Exception as e:  # ImportError, or a broken install
+        print(f"fa4: flash_attn.cute does not import ({type(e).__name__}: {str(e)[:160]}); no FA4 column", flush=True)
+        return False
+
+
+def run_torch(shape, warmup, steps, contender="eager", compile_warmup=2):
+    """One PyTorch contender (eager | compiled | fa4) on one shape. Returns its numbers, or {"error": ...}."""
+    import gc
+    import torch
+    t_start = time.perf_counter()
+    try:
+        return _run_torch(shape, warmup, steps, contender, compile_warmup)
+    except Exception as e:  # compile errors, OOM, FA4 failures: this contender only
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        print(f"  torch {contender}: FAILED after {time.perf_counter() - t_start:.0f} s: {msg}", flush=True)
+        return {"error": "OOM" if isinstance(e, torch.OutOfMemoryError) else msg[:80]}
+    finally:  # the model and optimizer died with _run_torch's frame
+        gc.collect()
+        if contender != "eager":
+            import torch._dynamo
+            torch._dynamo.reset()  # drop the compiled graphs (and their memory) before the next contender
+        torch.cuda.empty_cache()
+
+
+def _run_torch(shape, warmup, steps, contender, compile_warmup):
+    import functools
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -75,18 +115,30 @@ def run_torch(shape, warmup, steps):
     policy = shape.get("checkpointing", "none")
     if policy not in ("none", "full", "selective"):
         raise SystemExit(f"checkpointing: {policy} is not one of none, full, selective")
-    ckpt = policy in ("full", "selective")
+    compiled = contender in ("compiled", "fa4")
+    use_fa4 = contender == "fa4"
     context_fn = None
     if policy == "selective":
-        import functools
         from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-        keep = {torch.ops.aten._scaled_dot_product_cudnn_attention.default}
+        # Every SDPA backend's op (the sdpa_kernel context below picks cuDNN; the others are listed so the policy
+        # still saves the attention if a build picks another).
+        keep = {getattr(torch.ops.aten, n).default for n in (
+            "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention",
+            "_scaled_dot_product_efficient_attention") if hasattr(torch.ops.aten, n)}
 
         def keep_attention(ctx, op, *args, **kwargs):
             return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
 
         context_fn = functools.partial(create_selective_checkpoint_contexts, keep_attention)
     hd = d // H
+
+    if use_fa4:
+        from flash_attn.cute import flash_attn_func
+
+        @torch.compiler.disable
+        def fa4_attention(q, k, v):  # (B, T, H, hd) each
+            r = flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+            return r[0] if isinstance(r, tuple) else r
 
     class Block(nn.Module):
         def __init__(self):
@@ -98,17 +150,66 @@ def run_torch(shape, warmup, steps):
             self.fc = nn.Linear(d, ff, bias=False)
             self.proj = nn.Linear(ff, d, bias=False)
 
-        def forward(self, x, cos, sin):
+        def pre(self, x, cos, sin):  # norm, qkv, RoPE: q, k, v in the attention's layout
             B, T_, _ = x.shape
-            q, k, v = self.wqkv(self.attn_norm(x)).view(B, T_, 3, H, hd).permute(2, 0, 3, 1, 4)
+            qkv = self.wqkv(self.attn_norm(x)).view(B, T_, 3, H, hd)
+            if use_fa4:
+                q, k, v = qkv.unbind(2)  # (B, T, H, hd)
+                c, s_ = cos[:, None, :], sin[:, None, :]  # (T, 1, hd/2)
+            else:
+                q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
+                c, s_ = cos, sin
 
             def rope(t):  # rotate-half: pairs (i, i + hd/2)
                 t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
-                return torch.cat((t1 * cos - t2 * sin, t2 * cos + t1 * sin), dim=-1)
+                return torch.cat((t1 * c - t2 * s_, t2 * c + t1 * s_), dim=-1)
 
-            y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
-            x = x + self.wo(y.transpose(1, 2).reshape(B, T_, d))
+            return rope(q), rope(k), v
+
+        def attend(self, q, k, v):  # -> (B, T, d)
+            if use_fa4:
+                y = fa4_attention(q, k, v)  # (B, T, H, hd)
+                return y.reshape(y.shape[0], y.shape[1], d)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+            return y.transpose(1, 2).reshape(y.shape[0], y.shape[2], d)
+
+        def post(self, x, y):  # out-projection, residual, MLP, residual
+            x = x + self.wo(y)
             return x + self.proj(F.gelu(self.fc(self.mlp_norm(x)), approximate="tanh"))
+
+        def forward(self, x, cos, sin):
+            return self.post(x, self.attend(*self.pre(x, cos, sin)))
+
+    class Checkpointed(nn.Module):
+        """The block under per-block activation checkpointing (full, or selective through context_fn)."""
+
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x, cos, sin):
+            if context_fn is None:
+                return checkpoint(self.block, x, cos, sin, use_reentrant=False)
+            return checkpoint(self.block, x, cos, sin, use_reentrant=False, context_fn=context_fn)
+
+    class KeepAttention(nn.Module):
+        """Selective checkpointing around an attention the SAC policy cannot see (FA4): the parts before and after
+        it are recomputed, the attention's inputs and output are kept."""
+
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x, cos, sin):
+            q, k, v = checkpoint(self.block.pre, x, cos, sin, use_reentrant=False)
+            return checkpoint(self.block.post, x, self.block.attend(q, k, v), use_reentrant=False)
+
+    def wrap(block):  # checkpointing first, then compile (torchtitan's order)
+        if policy == "selective" and use_fa4:
+            block = KeepAttention(block)
+        elif policy != "none":
+            block = Checkpointed(block)
+        return torch.compile(block) if compiled else block
 
     class GPT(nn.Module):
         def __init__(self):
@@ -117,6 +218,7 @@ def run_torch(shape, warmup, steps):
             self.blocks = nn.ModuleList(Block() for _ in range(L))
             self.norm = nn.RMSNorm(d, eps=1e-5)
             self.head = nn.Linear(d, V, bias=False)
+            self.run_blocks = [wrap(b) for b in self.blocks]  # not registered: the parameters stay in self.blocks
 
         def forward(self, idx, tgt):
             T_ = idx.shape[1]
@@ -124,13 +226,8 @@ def run_torch(shape, warmup, steps):
             ang = torch.outer(torch.arange(T_, device=idx.device).float(), inv)
             cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
             x = self.tok(idx)
-            for b in self.blocks:
-                if not ckpt:
-                    x = b(x, cos, sin)
-                elif context_fn is None:
-                    x = checkpoint(b, x, cos, sin, use_reentrant=False)
-                else:
-                    x = checkpoint(b, x, cos, sin, use_reentrant=False, context_fn=context_fn)
+            for b in self.run_blocks:
+                x = b(x, cos, sin)
             logits = self.head(self.norm(x))
             return F.cross_entropy(logits.float().view(-1, V), tgt.view(-1))
 
@@ -145,38 +242,36 @@ def run_torch(shape, warmup, steps):
     flop_per_token = 6 * P_matmul + 6 * L * d * T
     idx = torch.randint(0, V, (1, T), device="cuda")
     tgt = torch.randint(0, V, (1, T), device="cuda")
-    times, loss = [], float("nan")
-    try:
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            for i in range(warmup + steps):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    l = model(idx, tgt)
-                l.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                torch.cuda.synchronize()
-                dt = time.perf_counter() - t0
-                loss = l.item()
-                print(f"  torch step {i + 1}{' (warm-up)' if i < warmup else ''}: {dt * 1e3:.1f} ms, loss {loss:.4f}",
-                      flush=True)
-                if i >= warmup:
-                    times.append(dt)
-    except torch.OutOfMemoryError:
-        del model, opt
-        torch.cuda.empty_cache()
-        return {"error": "OOM"}
+    n_warm = max(warmup, compile_warmup) if compiled else warmup
+    times, loss, first_s = [], float("nan"), None
+    print(f"  torch {contender}: {L} blocks, ckpt {policy}{', compiling each block' if compiled else ''}; "
+          f"{n_warm} warm-up + {steps} timed steps", flush=True)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        for i in range(n_warm + steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                l = model(idx, tgt)
+            l.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            loss = l.item()
+            if first_s is None:
+                first_s = dt
+            tag = " (warm-up" + (", compiles" if compiled and i == 0 else "") + ")" if i < n_warm else ""
+            print(f"  torch {contender} step {i + 1}{tag}: {dt * 1e3:.1f} ms, loss {loss:.4f}", flush=True)
+            if i >= n_warm:
+                times.append(dt)
     times.sort()
     k = len(times)
     med = times[k // 2] if k % 2 else 0.5 * (times[k // 2 - 1] + times[k // 2])
-    r = {"ms_per_step": med * 1e3, "tok_s": T / med, "mfu": flop_per_token * T / med / (PEAK_TFLOPS * 1e12),
-         "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-         "reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "params": P, "flop_per_token": flop_per_token,
-         "loss": loss}
-    del model, opt
-    torch.cuda.empty_cache()
-    return r
+    return {"contender": contender, "ms_per_step": med * 1e3, "tok_s": T / med,
+            "mfu": flop_per_token * T / med / (PEAK_TFLOPS * 1e12), "first_step_s": first_s,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "params": P, "flop_per_token": flop_per_token,
+            "loss": loss, "steps": k, "warmup": n_warm, "raw_ms": [round(t * 1e3, 1) for t in times]}
 
 
 def fmt(x, spec):
@@ -191,51 +286,102 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run of ours")
     ap.add_argument("--out", default=None, help="also write the table (markdown) here")
+    ap.add_argument("--json", default=None, help="also append every contender's result (one JSON line each) here")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="add the compiled PyTorch model (and, where flash_attn.cute imports, compiled + FA4)")
+    ap.add_argument("--compile-warmup", type=int, default=2,
+                    help="untimed steps for the compiled contenders (the first one compiles); at least --warmup")
+    ap.add_argument("--contenders", nargs="*", default=None, choices=CONTENDERS,
+                    help="run only these (default: ours eager, plus compiled fa4 with --torch-compile)")
     ap.add_argument("--profile", action="store_true", help="ours: one more step with per-op GPU times (in the log)")
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     configs = a.configs or sorted(glob.glob(os.path.join(root, "configs", "bench", "*.yaml")))
+    want = a.contenders or (["ours", "eager"] + (["compiled", "fa4"] if a.torch_compile else []))
     have_torch = False
     gpu = "?"
-    if not a.skip_torch:
+    if not a.skip_torch and any(c != "ours" for c in want):
         try:
             import torch
             have_torch = torch.cuda.is_available()
             if have_torch:
                 gpu = torch.cuda.get_device_name(0)
                 print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {gpu}", flush=True)
+            else:
+                print("torch imports but sees no CUDA device: ours only", flush=True)
         except ImportError:
             print("torch not importable: ours only", flush=True)
+    if "fa4" in want and have_torch and not have_fa4():
+        want = [c for c in want if c != "fa4"]
+    torch_cols = [c for c in want if c != "ours"] if have_torch else []
 
     rows = []
-    for c in configs:
+    t_job = time.perf_counter()
+    for n, c in enumerate(configs):
         shape = read_shape(c)
-        ours = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile)
-        theirs = run_torch(shape, a.warmup, a.steps) if have_torch else {"error": "no torch"}
-        print("torch: " + json.dumps(theirs), flush=True)
-        rows.append((c, shape, ours, theirs))
+        res = {}
+        for who in (["ours"] if "ours" in want else []) + torch_cols:
+            print(f"[{n + 1}/{len(configs)}] {os.path.basename(c)}: {who} "
+                  f"(job at {time.perf_counter() - t_job:.0f} s)", flush=True)
+            if who == "ours":
+                res[who] = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile)
+            else:
+                res[who] = run_torch(shape, a.warmup, a.steps, who, a.compile_warmup)
+            print(f"{who}: " + json.dumps(res[who]), flush=True)
+            if a.json:
+                with open(a.json, "a") as f:
+                    f.write(json.dumps({"config": c, "contender": who, **res[who]}) + "\n")
+        rows.append((c, shape, res))
 
-    head = ("| config | L | d | T | ckpt | ours ms/step | torch ms/step | ours tok/s | torch tok/s | ours/torch "
-            "| ours MFU | torch MFU | ours arena GiB | ours device GiB | torch peak GiB | ours host enqueue ms | ours host waits |")
-    lines = [f"GPU: {gpu}. MFU = (6*P_matmul + 6*L*d*T) * tok/s / {PEAK_TFLOPS:.0f} TFLOP/s. "
-             f"Median of {a.steps} steps after {a.warmup} warm-up.", "", head,
-             "|" + "---|" * (head.count("|") - 1)]
-    for c, s, o, t in rows:
-        ratio = o["tok_s"] / t["tok_s"] if "tok_s" in o and "tok_s" in t else None
-        lines.append("| " + " | ".join([
-            os.path.basename(c), s.get("n_layer", ""), s.get("d_model", ""), s.get("seq_len", ""),
-            s.get("checkpointing", ""),
-            fmt(o.get("ms_per_step"), ".1f") or o.get("error", ""), fmt(t.get("ms_per_step"), ".1f") or t.get("error", ""),
-            fmt(o.get("tok_s"), ".0f"), fmt(t.get("tok_s"), ".0f"), fmt(ratio, ".2f"),
-            fmt(100 * o["mfu"], ".1f") + "%" if "mfu" in o else "", fmt(100 * t["mfu"], ".1f") + "%" if "mfu" in t else "",
-            fmt(o.get("arena_gib"), ".1f"), fmt(o.get("device_used_gib"), ".1f"), fmt(t.get("peak_gib"), ".1f"),
-            fmt(o.get("enqueue_ms"), ".1f"), str(o.get("host_waits", ""))]) + " |")
-    table = "\n".join(lines)
+    table = make_table(rows, ["ours"] + torch_cols if "ours" in want else torch_cols, gpu, a)
     print("\n" + table, flush=True)
     if a.out:
         with open(a.out, "w") as f:
             f.write(table + "\n")
+
+
+CONTENDERS = ("ours", "eager", "compiled", "fa4")
+LABEL = {"ours": "ours", "eager": "torch eager", "compiled": "torch compiled", "fa4": "compiled+FA4"}
+
+
+def make_table(rows, cols, gpu, a):
+    """One row per config: ms/step, tok/s, MFU and memory of every contender, and ours / each PyTorch contender."""
+    def cell(r, key, spec, scale=1.0, suffix=""):
+        if key not in r:
+            return r.get("error", "") if key == "ms_per_step" else ""
+        return fmt(r[key] * scale, spec) + suffix
+
+    torch_cols = [c for c in cols if c != "ours"]
+    head = ["config", "L", "d", "T", "ckpt"]
+    head += [f"{LABEL[c]} ms/step" for c in cols] + [f"{LABEL[c]} tok/s" for c in cols]
+    head += [f"ours / {LABEL[c]}" for c in torch_cols if "ours" in cols]
+    head += [f"{LABEL[c]} MFU" for c in cols]
+    head += [f"{LABEL[c]} peak GiB" for c in torch_cols]
+    if "ours" in cols:
+        head += ["ours arena GiB", "ours device GiB", "ours host enqueue ms", "ours host waits"]
+    lines = [f"GPU: {gpu}. MFU = (6*P_matmul + 6*L*d*T) * tok/s / {PEAK_TFLOPS:.0f} TFLOP/s. Median of {a.steps} "
+             f"steps after {a.warmup} warm-up ({max(a.warmup, a.compile_warmup)} for the compiled contenders, whose "
+             f"first step compiles). torch peak = max_memory_allocated.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c, s, res in rows:
+        r = {k: res.get(k, {"error": "not run"}) for k in cols}
+        cells = [os.path.basename(c), s.get("n_layer", ""), s.get("d_model", ""), s.get("seq_len", ""),
+                 s.get("checkpointing", "")]
+        cells += [cell(r[k], "ms_per_step", ".1f") for k in cols]
+        cells += [cell(r[k], "tok_s", ".0f") for k in cols]
+        if "ours" in cols:
+            for k in torch_cols:
+                ok = "tok_s" in r["ours"] and "tok_s" in r[k]
+                cells.append(fmt(r["ours"]["tok_s"] / r[k]["tok_s"], ".2f") if ok else "")
+        cells += [cell(r[k], "mfu", ".1f", 100.0, "%") for k in cols]
+        cells += [cell(r[k], "peak_gib", ".1f") for k in torch_cols]
+        if "ours" in cols:
+            o = r["ours"]
+            cells += [cell(o, "arena_gib", ".1f"), cell(o, "device_used_gib", ".1f"), cell(o, "enqueue_ms", ".1f"),
+                      str(o.get("host_waits", ""))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ part tests-gpu-zero-np4 300 mpirun -np 4 --oversubscribe "$build/tests/test_mpi_
 # 1.41B, 64K tokens, cp = 2 on two ranks sharing the GPU (the mpi communicator: host-staged collectives).
 for z in 0 3; do
   part "zero$z-cp2" 900 mpirun -np 2 --oversubscribe "$build/ringtrain" train "$root/configs/bench/gpt-1b-64k.yaml" \
-    --set parallel.cp=2 --set parallel.comm=mpi --set parallel.zero=$z --set train.steps=4 \
+    --set parallel.cp=2 --set parallel.comm=mpi --set parallel.zero=$z --set train.steps=4 --set optim.warmup_steps=1 \
     --set checkpoint.save_final=false --set checkpoint.every=0 --set train.run_dir="$out/zero$z-cp2"
 done
 

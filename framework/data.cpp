@@ -68,9 +68,10 @@ class Loader final : public DataLoader {
         // An EOT token is the first token of the document it starts; a window's first, partial document starts
         // at position 0. The one target that crosses into the next document (predicting its EOT) is dropped.
         starts.assign(size_t(T), 0);
+        dropped_.assign(size_t(T), 0);
         for (int64_t p = 1; p < T; ++p) starts[size_t(p)] = tokens_[size_t(p)] == eot_ ? p : starts[size_t(p - 1)];
         for (int64_t p = 0; p + 1 < T; ++p)
-          if (starts[size_t(p + 1)] == p + 1 && targets_[size_t(p)] >= 0) targets_[size_t(p)] = -1, ++crossing_;
+          if (starts[size_t(p + 1)] == p + 1 && targets_[size_t(p)] >= 0) targets_[size_t(p)] = -1, dropped_[size_t(p)] = 1;
         if (layout_ == Layout::balanced) {
           sample_order = balanced_ring_order(starts, rank_.cp);
           order = &sample_order;
@@ -87,10 +88,12 @@ class Loader final : public DataLoader {
         b.targets[row + size_t(j)] = targets_[size_t(p)];
         b.groups[row + size_t(j)] = groups_[size_t(p)];
         b.positions[row + size_t(j)] = int32_t(doc_positions_ ? p - starts[size_t(p)] : p);
+        if (documents_) {  // this rank's query rows: their dropped targets and visible keys
+          b.boundary_targets += dropped_[size_t(p)];
+          b.visible_pairs += double(p - starts[size_t(p)] + 1);
+        }
       }
     }
-    b.boundary_targets = crossing_;
-    crossing_ = 0;
     ++cursor_;
     return b;
   }
@@ -107,7 +110,7 @@ class Loader final : public DataLoader {
   bool documents_ = false, doc_positions_ = false;
   int32_t eot_ = -1;
   int64_t local_batch_ = 0;
-  int64_t crossing_ = 0;                // targets dropped at document boundaries in the batch being built
+  std::vector<uint8_t> dropped_;        // (T) documents: 1 where the sample's target crossed a boundary
   std::vector<int64_t> ring_order_;     // (T) fixed layouts: rank 0's positions, rank 1's, ...
   std::vector<int32_t> tokens_;       // (T) scratch: one whole global sample
   std::vector<int32_t> targets_;      // (T)

@@ -29,8 +29,11 @@ struct Batch {
   // columns [s*T_local, (s+1)*T_local)) and the first position of its document (RingAttention::set_documents).
   std::vector<int64_t> doc_pos;      // (B_local, T)
   std::vector<int64_t> doc_start;    // (B_local, T)
-  int64_t boundary_targets = 0;      // targets dropped because they cross into the next document, over this
-                                     // rank's samples (whole samples: every cp rank of a sample counts them alike)
+  // data.documents: eot only (else 0), over this rank's tokens (so a sum over the dp x cp ranks is the global
+  // batch's): targets dropped because they cross into the next document (the EOT predicted from the previous
+  // document), and the visible (query, key) pairs of these query rows (doc_start(i) <= j <= i: pos - start + 1).
+  int64_t boundary_targets = 0;
+  double visible_pairs = 0;
   std::vector<uint8_t> groups;       // (B_local, T_local) loss group of each target, 0 = none
   std::vector<std::string> group_names;  // the source's loss groups (SampleSource::loss_groups)
 };

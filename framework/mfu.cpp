@@ -23,6 +23,13 @@ std::string FlopsModel::formula() const {
   return os.str();
 }
 
+std::string FlopsModel::documents_formula() const {
+  std::ostringstream os;
+  os << "6*P_matmul*tokens + 12*L*d*pairs = 6*" << params_matmul << "*tokens + 12*" << n_layer << "*" << d_model
+     << "*pairs FLOP/step (pairs: the step's visible (query, key) pairs under the document mask)";
+  return os.str();
+}
+
 FlopsModel flops_model(const Config& config) {
   const ModelConfig& m = config.model;
   FlopsModel f;
@@ -62,6 +69,11 @@ double peak_tflops(const Config& config, Device device) {
 double mfu(const FlopsModel& flops, double tokens_per_s, double peak, int devices) {
   if (peak <= 0 || devices <= 0) return 0;
   return flops.per_token() * tokens_per_s / (peak * 1e12 * devices);
+}
+
+double mfu_of_rate(double flops_per_s, double peak, int devices) {
+  if (peak <= 0 || devices <= 0) return 0;
+  return flops_per_s / (peak * 1e12 * devices);
 }
 
 }  // namespace rt

@@ -3,7 +3,8 @@
 // P_matmul: parameters used in matmuls (every weight except the token-embedding lookup; the LM head counts,
 // tied or not). 6 * L * d * T is the attention score and value work (fwd + bwd) with causal attention
 // counted at half; T is the context length (data.seq_len). Recompute under activation checkpointing is
-// not counted (it is "model" FLOPs, not hardware FLOPs).
+// not counted (it is "model" FLOPs, not hardware FLOPs). With packed documents the attention term counts each
+// step's visible (query, key) pairs (Batch::visible_pairs summed over the ranks): FlopsModel::per_step.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,6 +19,13 @@ struct FlopsModel {
   int64_t n_layer = 0, d_model = 0, seq_len = 0;
   double per_token() const;   // 6 * P_matmul + 6 * L * d * T
   std::string formula() const;  // the formula with the numbers filled in
+  // Packed documents (data.documents: eot): attention counts the visible (query, key) pairs instead of T/2 per
+  // token: 12 * L * d per pair (forward 4 d: scores and values; backward 8 d), all layers.
+  double attention_per_pair() const { return 12.0 * double(n_layer) * double(d_model); }
+  double per_step(double tokens, double visible_pairs) const {  // 6 * P_matmul * tokens + 12 * L * d * pairs
+    return 6.0 * double(params_matmul) * tokens + attention_per_pair() * visible_pairs;
+  }
+  std::string documents_formula() const;
 };
 FlopsModel flops_model(const Config& config);
 
@@ -30,5 +38,7 @@ std::string device_name(Device device);
 
 // Fraction of peak, 0 when peak_tflops is 0.
 double mfu(const FlopsModel& flops, double tokens_per_s, double peak_tflops, int devices);
+// Fraction of peak of a model FLOP rate (FlopsModel::per_step / seconds), 0 when peak_tflops is 0.
+double mfu_of_rate(double flops_per_s, double peak_tflops, int devices);
 
 }  // namespace rt

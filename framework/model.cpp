@@ -4,6 +4,7 @@
 #include "framework/model_internal.h"
 #include "framework/rope_scaling.h"
 #include "kernels/ops.h"
+#include "kernels/rope_table.h"
 
 namespace rt {
 
@@ -51,7 +52,12 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
 
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
-  positions_ = arena.alloc(DType::i32, {s.B * s.n}, "positions");  // (B*n)
+  // The RoPE table: one row per position of this rank's tokens. With positions shared by the samples
+  // (data.positions: global) the B samples read the same n rows; with per-sample positions (data.positions:
+  // document) each sample has its own n rows.
+  rope_table_rows_ = options.per_sample_positions ? s.B * s.n : s.n;
+  rope_table_ = arena.alloc(DType::f32, {rope_table_rows_, s.D / 2, 2},
+                            "rope table (cos, sin per position)");  // (n or B*n, D/2, 2)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
 
   offload_layers_ = options.offload_layers;
@@ -120,7 +126,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
   d_h_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");            // (chunk, Fl)
   if (s.swiglu) d_u_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp up");  // (chunk, Fl)
-  d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");        // (chunk, Fl)
+  // GELU takes the activation gradient inside linear_dgelu (no buffer); SwiGLU needs it.
+  if (s.swiglu) d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");  // (chunk, Fl)
   if (s.tp > 1 || shards_ > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;
@@ -186,11 +193,10 @@ void Model::upload_batch(const Batch& batch) {
     RT_CHECK(t >= -1 && t < shape_.V, "target " << t << " is outside the vocabulary [0, " << shape_.V << ")");
   copy_host_to_tensor(tokens_, batch.tokens.data());
   copy_host_to_tensor(targets_, batch.targets.data());
-  copy_host_to_tensor(positions_, batch.positions.data());
-  // Documents: positions may differ per sample, and the ring takes the batch's document mask (host arrays: the
-  // CUDA kernels do not take document masks yet, and refuse them by name).
-  per_sample_positions_ = !batch.doc_pos.empty();
-  if (per_sample_positions_) {
+  upload_rope_table(batch.positions);
+  // Documents: the ring takes the batch's document mask (host arrays: the CUDA kernels do not take document
+  // masks yet, and refuse them by name).
+  if (!batch.doc_pos.empty()) {
     RT_CHECK(int64_t(batch.doc_pos.size()) == shape_.B * shape_.n * comms_.cp->size() &&
                  batch.doc_start.size() == batch.doc_pos.size(),
              "batch document arrays have the wrong sizes");
@@ -204,13 +210,55 @@ void Model::upload_batch(const Batch& batch) {
   }
 }
 
+void Model::upload_rope_table(const std::vector<int32_t>& positions) {
+  const int64_t n = shape_.n, rows = rope_table_rows_;  // positions: (B, n)
+  if (rows == n)
+    for (int64_t b = 1; b < shape_.B; ++b)
+      RT_CHECK(std::equal(positions.begin(), positions.begin() + n, positions.begin() + b * n),
+               "sample " << b << " of the batch has other RoPE positions than sample 0, but the model was built "
+                         << "for positions shared by every sample (one RoPE table of n rows); per-sample "
+                         << "positions need data.positions: document (ModelOptions::per_sample_positions)");
+  // Only when they change: with global positions the table is built once; with document positions it changes
+  // with the batch, and its rows are copied from rows per position value, each computed once in fp64.
+  if (std::equal(positions.begin(), positions.begin() + rows, rope_table_positions_.begin(),
+                 rope_table_positions_.end()))
+    return;
+  RT_CHECK(rope_freqs_.pairs == shape_.D / 2, "model: RoPE frequencies for " << rope_freqs_.pairs
+                                                 << " pairs but head_dim " << shape_.D << " has " << shape_.D / 2);
+  rope_table_positions_.assign(positions.begin(), positions.begin() + rows);
+  if (rows == n) {
+    build_rope_table(rope_table_host_, rope_table_positions_.data(), rows, rope_freqs_.inv_freq, rope_freqs_.pairs,
+                     double(rope_freqs_.cos_sin_scale));
+  } else {
+    RT_CHECK(*std::min_element(rope_table_positions_.begin(), rope_table_positions_.end()) >= 0,
+             "model: a negative RoPE position in the batch (document positions start at 0)");
+    const int32_t max_pos = *std::max_element(rope_table_positions_.begin(), rope_table_positions_.end());
+    const size_t row = size_t(shape_.D / 2) * 2;  // floats per table row
+    const int64_t have = int64_t(rope_rows_by_position_.size() / row);
+    if (max_pos >= have) {  // extend the per-position rows to [0, max_pos]
+      std::vector<int32_t> more(size_t(max_pos + 1 - have));  // (new positions)
+      for (size_t k = 0; k < more.size(); ++k) more[k] = int32_t(have + int64_t(k));
+      std::vector<float> extra;  // (new positions, D/2, 2)
+      build_rope_table(extra, more.data(), int64_t(more.size()), rope_freqs_.inv_freq, rope_freqs_.pairs,
+                       double(rope_freqs_.cos_sin_scale));
+      rope_rows_by_position_.insert(rope_rows_by_position_.end(), extra.begin(), extra.end());
+    }
+    rope_table_host_.resize(size_t(rows) * row);  // (B*n, D/2, 2)
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(rope_rows_by_position_.data() + size_t(rope_table_positions_[size_t(r)]) * row, row,
+                  rope_table_host_.data() + size_t(r) * row);
+  }
+  copy_host_to_tensor(rope_table_, rope_table_host_.data());
+}
+
 void Model::rope_rows(const Tensor& x4, bool inverse) {
   const int64_t n = shape_.n;
-  if (!per_sample_positions_) {  // every sample has the same positions: one call over the batch
-    rope(x4, positions_.slice(0, n), rope_freqs_, inverse);
+  if (rope_table_rows_ == n) {  // every sample has the same positions: one call over the batch
+    rope_from_table(x4, rope_table_, inverse);
     return;
   }
-  for (int64_t b = 0; b < shape_.B; ++b) rope(x4.slice(b, b + 1), positions_.slice(b * n, (b + 1) * n), rope_freqs_, inverse);
+  for (int64_t b = 0; b < shape_.B; ++b)  // per sample: its (1, n, heads, D) rows and its n table rows
+    rope_from_table(x4.slice(b, b + 1), rope_table_.slice(b * n, (b + 1) * n), inverse);
 }
 
 double Model::global_target_count(const Batch& batch) {

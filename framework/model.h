@@ -98,6 +98,8 @@ struct ModelOptions {
   // Activation offload (CUDA): the block inputs of layers [0, offload_layers) live in pinned host memory
   // between their forward and backward; on the device they share two (N, C) staging buffers.
   int offload_layers = 0;
+  // RoPE positions differ per sample (data.positions: document): the RoPE table holds B*n rows, not n.
+  bool per_sample_positions = false;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
@@ -292,10 +294,17 @@ class Model {
   int zero_reduce_scatter(const Tensor& send, Tensor recv);
   void zero_wait(int handle);
   Tensor tokens_, targets_;          // (N) i32
-  Tensor positions_;                 // (B, n) i32 RoPE positions (Batch::positions)
-  bool per_sample_positions_ = false;  // positions differ per sample (documents): RoPE runs sample by sample
-  std::vector<int64_t> doc_pos_, doc_start_;  // (B, cp*n) the batch's document mask (Batch::doc_pos / doc_start)
-  void rope_rows(const Tensor& x4, bool inverse);  // RoPE of x4 (B, n, heads, D) at positions_
+  // The RoPE table (kernels/rope_table.h): (rope_table_rows_, D/2, 2) f32 (s cos, s sin) of this rank's positions;
+  // rope_table_rows_ = n (positions shared by the samples) or B*n (options.per_sample_positions: sample b's rows
+  // are [b*n, (b+1)*n)).
+  Tensor rope_table_;
+  int64_t rope_table_rows_ = 0;
+  std::vector<int32_t> rope_table_positions_;  // (rope_table_rows_) the positions rope_table_ holds
+  std::vector<float> rope_table_host_;         // (rope_table_rows_, D/2, 2) its host copy (fp64 math, fp32 storage)
+  std::vector<float> rope_rows_by_position_;   // (max position + 1, D/2, 2) per-sample mode: each value's row
+  std::vector<int64_t> doc_pos_, doc_start_;   // (B, cp*n) the batch's document mask (Batch::doc_pos / doc_start)
+  void upload_rope_table(const std::vector<int32_t>& positions);  // positions (B, n): rebuilt when they change
+  void rope_rows(const Tensor& x4, bool inverse);  // RoPE of x4 (B, n, heads, D) from rope_table_
   Tensor losses_;                    // (N) f32
   std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
   // Offload: layers [0, offload_layers_) keep their inputs in host_inputs_[l] (pinned, (N, C) act); on the

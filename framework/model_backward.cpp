@@ -49,17 +49,17 @@ void Model::block_backward(int layer, BlockActs& a) {
     const Tensor d_out = d_res_.slice(begin, end);  // (m, C)
     const Tensor ln2 = a.ln2.slice(begin, end);     // (m, C)
     const Tensor d_ln2 = d_ln_.slice(begin, end);   // (m, C)
-    const Tensor d_g = d_g_.slice(0, m), d_h = d_h_.slice(0, m);  // (m, Fl)
+    const Tensor d_h = d_h_.slice(0, m);  // (m, Fl)
     gemm(dw.proj_or_w2, d_out, g, true, false, 1.f, 1.f);  // (C, Fl) += d_out^T (C, m) @ g (m, Fl)
-    gemm(d_g, d_out, w.proj_or_w2, false, false);           // (m, Fl) = d_out (m, C) @ (C, Fl)
     if (s.swiglu) {
-      const Tensor d_u = d_u_.slice(0, m);  // (m, Fl)
+      const Tensor d_u = d_u_.slice(0, m), d_g = d_g_.slice(0, m);  // (m, Fl)
+      gemm(d_g, d_out, w.proj_or_w2, false, false);  // (m, Fl) = d_out (m, C) @ (C, Fl)
       swiglu_bwd(d_h, d_u, d_g, h, u);
       gemm(dw.w3, d_u, ln2, true, false, 1.f, 1.f);  // (Fl, C) += d_u^T @ ln2
       gemm(d_ln2, d_h, w.fc_or_w1, false, false);      // (m, C) = d_h (m, Fl) @ (Fl, C)
       gemm(d_ln2, d_u, w.w3, false, false, 1.f, 1.f);  // += d_u @ w3
     } else {
-      gelu_bwd(d_h, d_g, h);
+      linear_dgelu(d_h, d_out, w.proj_or_w2, h);   // d_h (m, Fl) = (d_out (m, C) @ (C, Fl)) * gelu'(h)
       gemm(d_ln2, d_h, w.fc_or_w1, false, false);  // (m, C) = d_h (m, Fl) @ (Fl, C)
     }
     gemm(dw.fc_or_w1, d_h, ln2, true, false, 1.f, 1.f);  // (Fl, C) += d_h^T @ ln2

@@ -9,13 +9,16 @@ namespace rt {
 // One block. Reads residual_[layer]; writes acts and, in the forward pass, residual_[layer + 1]. The
 // recomputes for the backward skip the MLP output projection (the backward does not need it), and
 // recompute_keep_attention also the ring attention, whose output and LSE were kept.
+// Residual adds are fused with the norm that reads their sum (add_rmsnorm_fwd): the attention residual with the
+// MLP norm, and, in the forward pass, the block's output residual with the next block's attention norm (or the
+// final norm), so in the forward pass a block after the first finds ln1 / rstd1 already written.
 void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   const ModelShape& s = shape_;
   const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
   const Tensor& x = residual_[size_t(layer)];  // (N, C)
 
   // Attention: RMSNorm -> q, k, v (local heads) -> RoPE -> ring attention -> wo -> all-reduce over tp.
-  rmsnorm_fwd(a.ln1, a.rstd1, x, w.attn_norm, config_.norm_eps);
+  if (pass != BlockPass::forward || layer == 0) rmsnorm_fwd(a.ln1, a.rstd1, x, w.attn_norm, config_.norm_eps);
   gemm(a.q, a.ln1, w.wq, false, true);  // (N, Hl*D) = (N, C) @ (Hl*D, C)^T
   gemm(a.k, a.ln1, w.wk, false, true);  // (N, Hkvl*D)
   gemm(a.v, a.ln1, w.wv, false, true);  // (N, Hkvl*D)
@@ -28,12 +31,10 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
     attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);
-  add_inplace(a.x_mid, x);
-
   // MLP: RMSNorm -> fc | (w1, w3) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp, chunk by chunk of
   // mlp_chunk_ tokens (rows are independent). The recomputes stop at ln2 unless the hidden is kept: the
   // backward recomputes each chunk's hidden just before using it.
-  rmsnorm_fwd(a.ln2, a.rstd2, a.x_mid, w.mlp_norm, config_.norm_eps);
+  add_rmsnorm_fwd(a.x_mid, x, a.ln2, a.rstd2, w.mlp_norm, config_.norm_eps);  // x_mid += x; ln2 = norm(x_mid)
   if (pass != BlockPass::forward) return;
   offload_before_output(layer);  // its output buffer may be staging that the layer before is still copying out
   Tensor out = residual_[size_t(layer) + 1];  // (N, C)
@@ -44,17 +45,25 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
     gemm(out.slice(begin, end), g, w.proj_or_w2, false, true);  // (m, C) = (m, Fl) @ (C, Fl)^T, partial over tp
   }
   if (s.tp > 1) tp_comm().all_reduce_sum(out);
-  add_inplace(out, a.x_mid);
+  // out += x_mid, and the norm of out that reads it next: the next block's ln1, or the final norm.
+  if (layer + 1 < s.L) {
+    BlockActs& next = acts_for(layer + 1);
+    add_rmsnorm_fwd(out, a.x_mid, next.ln1, next.rstd1, layer_weights(unit_weights(layer + 2), layer + 1).attn_norm,
+                    config_.norm_eps);
+  } else {
+    add_rmsnorm_fwd(out, a.x_mid, final_out_, final_rstd_, param_view(unit_weights(int(s.L) + 1), "norm.weight"),
+                    config_.norm_eps);
+  }
 }
 
 // ln2 (m, C) -> h (and u) (m, Fl) -> g (m, Fl).
 void Model::mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor u, Tensor g) {
-  gemm(h, ln2, w.fc_or_w1, false, true);  // (m, Fl) = (m, C) @ (Fl, C)^T
   if (shape_.swiglu) {
-    gemm(u, ln2, w.w3, false, true);  // (m, Fl)
+    gemm(h, ln2, w.fc_or_w1, false, true);  // (m, Fl) = (m, C) @ (Fl, C)^T
+    gemm(u, ln2, w.w3, false, true);        // (m, Fl)
     swiglu_fwd(g, h, u);
   } else {
-    gelu_fwd(g, h);
+    linear_gelu_fwd(g, h, ln2, w.fc_or_w1);  // h (m, Fl) = ln2 (m, C) @ (Fl, C)^T, g = gelu(h)
   }
 }
 
@@ -96,9 +105,8 @@ void Model::forward_backward(const Batch& batch, double global_count, bool want_
     block_forward(l, acts_for(l), BlockPass::forward);
     offload_after_forward(l);  // its input to pinned host memory, under the next layer's compute
   }
+  // The last block's forward has also taken the final norm: final_out_, final_rstd_ of residual_[L].
   const Tensor head_weights = unit_weights(head_unit);
-  rmsnorm_fwd(final_out_, final_rstd_, residual_[size_t(s.L)], param_view(head_weights, "norm.weight"),
-              config_.norm_eps);
 
   // The fused head computes the loss and, when asked, d(final_out) and the head's weight gradient.
   const char* head = s.tied ? "tok_embeddings.weight" : "lm_head.weight";

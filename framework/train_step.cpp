@@ -13,6 +13,7 @@ void LossTally::add(const Batch& batch, const std::vector<float>& losses) {
     sum.resize(names.size() + 1, 0.0);
     count.resize(names.size() + 1, 0.0);
   }
+  boundary_dropped += double(batch.boundary_targets);
   for (size_t i = 0; i < losses.size(); ++i) {
     if (batch.targets[i] < 0) continue;
     sum[0] += losses[i], count[0] += 1;
@@ -25,8 +26,10 @@ void LossTally::all_reduce(Comm& comm) {
   const size_t n = sum.size();
   std::vector<double> v(sum);
   v.insert(v.end(), count.begin(), count.end());
+  v.push_back(boundary_dropped);
   comm.all_reduce_sum(v.data(), int(v.size()));
   for (size_t i = 0; i < n; ++i) sum[i] = v[i], count[i] = v[n + i];
+  boundary_dropped = v[2 * n];
 }
 
 std::vector<std::pair<std::string, double>> LossTally::group_means() const {
@@ -65,6 +68,13 @@ std::string halves_text(const LossTally& t) {  // the data source's loss groups,
     text += buf;
   }
   return text.empty() ? text : text + ")";
+}
+
+std::string targets_text(const LossTally& t) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, " | targets %.0f (%.0f dropped at document boundaries)", t.count[0],
+                t.boundary_dropped);
+  return buf;
 }
 
 LossTally step_losses(Model& model, const Batch& batch) {

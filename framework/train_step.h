@@ -20,6 +20,9 @@ namespace rt {
 struct LossTally {
   std::vector<std::string> names;        // the groups (from the first batch added)
   std::vector<double> sum{0}, count{0};  // [0] all targets, [g] group g
+  // data.documents: eot: targets dropped because they cross into the next document (Batch::boundary_targets);
+  // count[0] excludes them (they are not in the loss).
+  double boundary_dropped = 0;
   void add(const Batch& batch, const std::vector<float>& losses);
   void all_reduce(Comm& comm);  // collective; every rank's source reports the same groups
   double mean(int k) const { return count[size_t(k)] > 0 ? sum[size_t(k)] / count[size_t(k)] : 0; }
@@ -40,5 +43,8 @@ class DataLoader;
 LossTally evaluate(Model& model, DataLoader& eval_loader, int batches);
 // " (first_half 3.4012, repeat_half 0.0100)": the data source's loss groups, or "" when it has none.
 std::string halves_text(const LossTally& t);
+// " | targets 1016 (8 dropped at document boundaries)": the targets in the loss and the boundary targets
+// (data.documents: eot) left out of it.
+std::string targets_text(const LossTally& t);
 
 }  // namespace rt

@@ -224,12 +224,19 @@ int train_main(const Config& loaded) {
   const double peak = peak_tflops(config, device);
   const int devices = grid.dims().world();
   const double tokens_per_step = double(tc.batch_size) * config.data.seq_len;
+  // Packed documents: MFU counts the visible (query, key) pairs of the steps it is measured over.
+  const bool documents = config.data.documents == "eot";
+  double interval_pairs = 0;  // this rank's query rows' visible pairs since interval_start
   if (rank0) {
     std::printf("parameters %lld | memory per rank %s (arena) | tokens/step %.0f\n",
                 (long long)count_parameters(config.model), format_bytes(double(session.arena->capacity())).c_str(),
                 tokens_per_step);
-    std::printf("MFU = %s * tok/s / (%.0f TFLOP/s * %d devices)%s\n", flops.formula().c_str(), peak, devices,
-                peak > 0 ? "" : "  [no peak for this device: set log.peak_tflops to report MFU]");
+    if (documents)
+      std::printf("MFU = (%s) / step time / (%.0f TFLOP/s * %d devices)%s\n", flops.documents_formula().c_str(), peak,
+                  devices, peak > 0 ? "" : "  [no peak for this device: set log.peak_tflops to report MFU]");
+    else
+      std::printf("MFU = %s * tok/s / (%.0f TFLOP/s * %d devices)%s\n", flops.formula().c_str(), peak, devices,
+                  peak > 0 ? "" : "  [no peak for this device: set log.peak_tflops to report MFU]");
   }
   // The file holds only the steps up to the resumed one (plan above), so appending never duplicates a step.
   std::unique_ptr<MetricsWriter> metrics;
@@ -262,6 +269,7 @@ int train_main(const Config& loaded) {
     const float lr = learning_rate(config.optim, step, tc.steps);
     train_step(model, optimizer, batch, step, lr);
     ++interval_steps;
+    interval_pairs += batch.visible_pairs;
     bool waited = false;  // whether the host has waited for the GPU in this iteration
 
     if (step % std::max(1, config.log.every) == 0 || step == tc.steps) {
@@ -271,6 +279,12 @@ int train_main(const Config& loaded) {
       guarded_step = step;
       const double seconds = std::chrono::duration<double>(clock::now() - interval_start).count() /
                              double(interval_steps);
+      double pairs_per_step = 0;  // global visible pairs per step (documents); collective over dp x cp
+      if (documents) {
+        double pairs = interval_pairs;
+        model.dp_cp_comm().all_reduce_sum(&pairs, 1);
+        pairs_per_step = pairs / double(interval_steps);
+      }
       if (rank0) {
         StepMetrics sm;
         sm.step = step, sm.total_steps = tc.steps;
@@ -278,7 +292,11 @@ int train_main(const Config& loaded) {
         sm.group_losses = tally.group_means();
         sm.lr = lr, sm.grad_norm = optimizer.last_grad_norm();
         sm.tok_per_s = tokens_per_step / seconds;
-        sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
+        if (documents)
+          sm.mfu = peak > 0 ? mfu_of_rate(flops.per_step(tokens_per_step, pairs_per_step) / seconds, peak, devices)
+                            : NAN;
+        else
+          sm.mfu = peak > 0 ? mfu(flops, sm.tok_per_s, peak, devices) : NAN;
         sm.ms_per_step = seconds * 1e3;
         // Measured, not planned: `ringtrain plan` predicts the arena, and this checks the prediction.
         sm.peak_mem_bytes = int64_t(measured_memory_bytes(session.arena->device()));
@@ -287,6 +305,11 @@ int train_main(const Config& loaded) {
         sm.eta_s = elapsed / double(step - start_step) * double(tc.steps - step);
         sm.extra["tok_per_s_per_device"] = sm.tok_per_s / devices;
         if (guard.skipped() > 0) sm.extra["skipped_steps"] = double(guard.skipped());
+        if (documents) {  // the logged step's targets in the loss, the boundary targets left out of it
+          sm.extra["targets"] = tally.count[0];
+          sm.extra["boundary_targets_dropped"] = tally.boundary_dropped;
+          sm.extra["visible_pairs_per_step"] = pairs_per_step;
+        }
         // Rank 0's time inside ring attention, and the part of it blocked waiting for the ring (exposed comm).
         const RingTimings& ring = model.attention().timings();
         sm.extra["attn_ms"] = ring.total_s() * 1e3;
@@ -299,6 +322,7 @@ int train_main(const Config& loaded) {
         }
         std::string line = format_step_line(sm);
         if (guard.skipped() > 0) line += " | skipped " + std::to_string(guard.skipped());
+        if (documents) line += targets_text(tally);
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
         metrics->write(sm);
@@ -309,8 +333,10 @@ int train_main(const Config& loaded) {
       const LossTally ev = evaluate(model, *eval_loader, tc.eval_batches);
       waited = true;
       if (rank0) {
-        std::printf("eval step %lld | loss %.4f%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str());
+        std::printf("eval step %lld | loss %.4f%s%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str(),
+                    documents ? targets_text(ev).c_str() : "");
         nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
+        if (documents) j["eval_targets"] = ev.count[0], j["eval_boundary_targets_dropped"] = ev.boundary_dropped;
         for (const auto& [name, mean] : ev.group_means()) j["eval_loss_" + name] = mean;
         metrics->write_json_line(j.dump());
       }
@@ -340,7 +366,7 @@ int train_main(const Config& loaded) {
       std::fflush(stdout);
       return 128 + signal;
     }
-    if (waited) interval_start = clock::now(), interval_steps = 0;
+    if (waited) interval_start = clock::now(), interval_steps = 0, interval_pairs = 0;
   }
   return kExitOk;
 }

@@ -86,8 +86,12 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   }
   const LossTally ev = evaluate(*session.model, *loader, std::max(1, config.train.eval_batches));
   if (rank0)
-    std::printf("eval %s: mean loss %.4f nats/token over %.0f tokens%s\n", checkpoint.c_str(), ev.mean(0),
-                ev.count[0], halves_text(ev).c_str());
+    std::printf("eval %s: mean loss %.4f nats/token over %.0f tokens%s%s\n", checkpoint.c_str(), ev.mean(0),
+                ev.count[0], halves_text(ev).c_str(),
+                config.data.documents == "eot"
+                    ? (" (" + std::to_string(int64_t(ev.boundary_dropped)) + " targets at document boundaries "
+                       "excluded)").c_str()
+                    : "");
   return 0;
 }
 

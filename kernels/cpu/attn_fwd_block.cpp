@@ -7,7 +7,9 @@
 // Causal key tiles wholly after a query tile are skipped; within a tile the visible keys of a row are a
 // prefix, so masked entries are set to P = 0 directly and (-inf) - (-inf) is never evaluated.
 // With a document mask (AttnMask::docs) tiles are classified by position min/max: skipped, run unmasked, or
-// masked pair by pair (vis), where a masked score is replaced by one that exp2 turns into exactly 0.
+// masked pair by pair (vis): a row whose visible keys are one run is summed over the run (as the causal prefix),
+// else a masked score is replaced by one that exp2 turns into exactly 0.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -28,19 +30,35 @@ __attribute__((always_inline)) inline void softmax_update(float* s, int64_t tq, 
     const int64_t i = i0 + r;
     if (vis) {  // document edge inside the tile: masked pair by pair
       const uint8_t* vrow = vis + r * kAttnTileK;  // (nj)
-      float mx = -INFINITY;
-      for (int64_t jj = 0; jj < nj; ++jj)
-        if (vrow[jj]) mx = srow[jj] > mx ? srow[jj] : mx;
-      if (mx == -INFINITY) {
+      // The visible keys of a row with sorted keys are one run [a, e) (a = 0 when its document began before
+      // the tile); unsorted keys (any chunk assignment) may scatter them.
+      int64_t a = 0;
+      while (a < nj && !vrow[a]) ++a;
+      if (a == nj) {  // nothing visible in this tile
         std::memset(srow, 0, sizeof(float) * size_t(nj));
         continue;
       }
+      int64_t e = a;
+      while (e < nj && vrow[e]) ++e;
+      const bool one_run = std::find(vrow + e, vrow + nj, uint8_t(1)) == vrow + nj;
+      float mx = -INFINITY;
+      for (int64_t jj = a; jj < nj; ++jj)
+        if (vrow[jj]) mx = srow[jj] > mx ? srow[jj] : mx;
       const float m_old = m[i];
       const float m_new = m_old > mx ? m_old : mx;
       const float rescale = std::exp2(m_old - m_new);
-      for (int64_t jj = 0; jj < nj; ++jj)
-        if (!vrow[jj]) srow[jj] = m_new - 1000.f;  // exp2 gives exactly 0 (below -126)
-      const float sum = float(simd_exp2_sum(srow, srow, nj, m_new, 1.f));
+      float sum;
+      if (one_run) {
+        // Summed over the run exactly as the causal path sums its visible prefix: a sample that is one
+        // document gives bit-identical results with and without the document mask.
+        sum = float(simd_exp2_sum(srow + a, srow + a, e - a, m_new, 1.f));
+        std::memset(srow, 0, sizeof(float) * size_t(a));
+        std::memset(srow + e, 0, sizeof(float) * size_t(nj - e));
+      } else {
+        for (int64_t jj = 0; jj < nj; ++jj)
+          if (!vrow[jj]) srow[jj] = m_new - 1000.f;  // exp2 gives exactly 0 (below -126)
+        sum = float(simd_exp2_sum(srow, srow, nj, m_new, 1.f));
+      }
       l[i] = l[i] * rescale + sum;
       m[i] = m_new;
       if (rescale != 1.f) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "kernels/rope_table.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {
@@ -124,6 +125,48 @@ const std::map<std::string, OpCase>& op_cases() {
          gemm(c, a, b, false, true, 0.7f, 0.3f);
          return {download(c)};
        }}},
+      {"linear_gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         // F = 136: the cuBLASLt GELU_AUX epilogue where it has an algorithm; F = 100 (not a multiple of 8): the
+         // unfused fallback. pre is compared too (the backward reads it).
+         Outputs got;
+         for (const int64_t F : {int64_t(136), int64_t(100)}) {
+           const int64_t m = 40, C = 96;
+           Tensor x = r.in(DType::bf16, {m, C}, rand_vec(m * C, 51));
+           Tensor w = r.in(DType::bf16, {F, C}, rand_vec(F * C, 52, 0.15f));
+           Tensor out = r.out(DType::bf16, {m, F}), pre = r.out(DType::bf16, {m, F});
+           linear_gelu_fwd(out, pre, x, w);
+           got.push_back(download(out));
+           got.push_back(download(pre));
+         }
+         return got;
+       }}},
+      {"linear_dgelu", {1.5e-2, [](OpRun& r) -> Outputs {
+         Outputs got;
+         for (const int64_t F : {int64_t(136), int64_t(100)}) {  // the DGELU epilogue; the fallback
+           const int64_t m = 40, C = 96;
+           Tensor dout = r.in(DType::bf16, {m, C}, rand_vec(m * C, 53));
+           Tensor w = r.in(DType::bf16, {C, F}, rand_vec(C * F, 54, 0.15f));
+           Tensor pre = r.in(DType::bf16, {m, F}, rand_vec(m * F, 55, 2.f));
+           Tensor dpre = r.out(DType::bf16, {m, F});
+           linear_dgelu(dpre, dout, w, pre);
+           got.push_back(download(dpre));
+         }
+         return got;
+       }}},
+      {"add_rmsnorm_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
+         Outputs got;
+         for (const int64_t C : {int64_t(96), int64_t(4200)}) {  // rows in registers; wider than kept in registers
+           const int64_t N = 40;
+           Tensor res = r.in(DType::bf16, {N, C}, rand_vec(N * C, 56)), x = r.in(DType::bf16, {N, C}, rand_vec(N * C, 57));
+           Tensor w = r.in(DType::bf16, {C}, rand_vec(C, 58, 0.2f, 1.f));
+           Tensor out = r.out(DType::bf16, {N, C}), rstd = r.out(DType::f32, {N});
+           add_rmsnorm_fwd(res, x, out, rstd, w, 1e-5f);
+           got.push_back(download(res));
+           got.push_back(download(out));
+           got.push_back(download(rstd));
+         }
+         return got;
+       }}},
       {"rmsnorm_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
          const int64_t N = 40, C = 96;
          Tensor x = r.in(DType::bf16, {N, C}, rand_vec(N * C, 11)), w = r.in(DType::bf16, {C}, rand_vec(C, 12, 0.2f, 1.f));
@@ -132,19 +175,24 @@ const std::map<std::string, OpCase>& op_cases() {
          return {download(out), download(rstd)};
        }}},
       {"rmsnorm_bwd", {1.5e-2, [](OpRun& r) -> Outputs {
-         const int64_t N = 40, C = 96;
-         std::vector<float> xv = bf16_rounded(rand_vec(N * C, 21));
-         std::vector<float> rstd(static_cast<size_t>(N));
-         for (int64_t i = 0; i < N; ++i) {
-           double ss = 0;
-           for (int64_t j = 0; j < C; ++j) ss += double(xv[i * C + j]) * xv[i * C + j];
-           rstd[i] = float(1.0 / std::sqrt(ss / C + 1e-5));
+         Outputs got;
+         for (const int64_t C : {int64_t(96), int64_t(2500)}) {  // rows in registers; wider than kept in registers
+           const int64_t N = 40;
+           std::vector<float> xv = bf16_rounded(rand_vec(N * C, 21));
+           std::vector<float> rstd(static_cast<size_t>(N));
+           for (int64_t i = 0; i < N; ++i) {
+             double ss = 0;
+             for (int64_t j = 0; j < C; ++j) ss += double(xv[i * C + j]) * xv[i * C + j];
+             rstd[i] = float(1.0 / std::sqrt(ss / C + 1e-5));
+           }
+           Tensor x = r.in(DType::bf16, {N, C}, xv), w = r.in(DType::bf16, {C}, rand_vec(C, 22, 0.2f, 1.f));
+           Tensor dout = r.in(DType::bf16, {N, C}, rand_vec(N * C, 23)), rs = r.in(DType::f32, {N}, rstd);
+           Tensor dx = r.in(DType::bf16, {N, C}, rand_vec(N * C, 24)), dw = r.in(DType::f32, {C}, rand_vec(C, 25));
+           rmsnorm_bwd(dx, dw, dout, x, w, rs);
+           got.push_back(download(dx));
+           got.push_back(download(dw));
          }
-         Tensor x = r.in(DType::bf16, {N, C}, xv), w = r.in(DType::bf16, {C}, rand_vec(C, 22, 0.2f, 1.f));
-         Tensor dout = r.in(DType::bf16, {N, C}, rand_vec(N * C, 23)), rs = r.in(DType::f32, {N}, rstd);
-         Tensor dx = r.in(DType::bf16, {N, C}, rand_vec(N * C, 24)), dw = r.in(DType::f32, {C}, rand_vec(C, 25));
-         rmsnorm_bwd(dx, dw, dout, x, w, rs);
-         return {download(dx), download(dw)};
+         return got;
        }}},
       {"rope", {1.5e-2, [](OpRun& r) -> Outputs {
          const int64_t B = 2, T = 24, H = 3, D = 64;
@@ -158,6 +206,24 @@ const std::map<std::string, OpCase>& op_cases() {
          scaled.cos_sin_scale = 1.1f;
          rope(x, p, RopeFreqs::plain(10000.0, D), false);
          rope(y, p, scaled, true);
+         return {download(x), download(y)};
+       }}},
+      {"rope_from_table", {1.5e-2, [](OpRun& r) -> Outputs {
+         const int64_t B = 2, T = 24, H = 3, D = 64;  // the table from plain and from yarn-scaled frequencies
+         std::vector<int32_t> pos(static_cast<size_t>(T));
+         for (int64_t t = 0; t < T; ++t) pos[t] = int32_t(70000 + 3 * t);
+         RopeFreqs scaled = RopeFreqs::plain(500000.0, D);
+         for (int i = 0; i < scaled.pairs; ++i) scaled.inv_freq[i] /= 1.0 + i % 5;
+         scaled.cos_sin_scale = 1.1f;
+         std::vector<float> t1, t2;
+         const RopeFreqs plain = RopeFreqs::plain(10000.0, D);
+         build_rope_table(t1, pos.data(), T, plain.inv_freq, plain.pairs, plain.cos_sin_scale);
+         build_rope_table(t2, pos.data(), T, scaled.inv_freq, scaled.pairs, scaled.cos_sin_scale);
+         Tensor tab1 = r.in(DType::f32, {T, D / 2, 2}, t1), tab2 = r.in(DType::f32, {T, D / 2, 2}, t2);
+         Tensor x = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 33));
+         Tensor y = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 34));
+         rope_from_table(x, tab1, false);
+         rope_from_table(y, tab2, true);
          return {download(x), download(y)};
        }}},
       {"gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {

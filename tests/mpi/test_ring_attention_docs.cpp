@@ -1,8 +1,8 @@
 // Ring attention with a document mask (RingAttention::set_documents) on real ranks, against the whole sample on
 // one rank (the CPU kernels with the same document mask, themselves checked against fp64 in
-// tests/unit/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag and
-// striped, and for a random per-sample assignment of positions to ranks (any assignment works, as the balanced
-// layout needs); GQA; a document spanning every rank; length-1 documents; and a ring whose off-diagonal steps
+// tests/unit/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
+// striped and balanced (each sample's order from its documents), and for a random per-sample assignment of
+// positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; and a ring whose off-diagonal steps
 // are all masked skips them (their K/V still travel) without changing the result.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -16,6 +16,7 @@
 
 #include "kernels/arena.h"
 #include "kernels/ops.h"
+#include "parallel/doc_balance.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/ring_attention.h"
 #include "tests/mpi/ring_attention_harness.h"
@@ -186,6 +187,20 @@ std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed) {
   return order;
 }
 
+// parallel.layout: balanced: each sample's ring order from its documents (balanced_ring_order, as the loader
+// picks it); the candidates chosen are appended to *chosen.
+std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::vector<int64_t>>& lengths,
+                                    std::vector<std::string>* chosen) {
+  std::vector<int64_t> order;
+  for (int64_t b = 0; b < kB; ++b) {
+    std::string name;
+    const std::vector<int64_t> o = balanced_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, &name);
+    order.insert(order.end(), o.begin(), o.end());
+    chosen->push_back(name);
+  }
+  return order;
+}
+
 void expect_close(const test::RelErrors& rel, double bad, const std::string& what) {
   EXPECT_EQ(bad, 0) << "non-finite outputs: " << what;
   for (int i = 0; i < test::kNumQuantities; ++i)
@@ -215,6 +230,16 @@ TEST(RingAttentionDocs, EveryLayoutAndAnyAssignmentMatchOneRank) {
     const test::RelErrors rel =
         run_docs_ring(p, random_order(T, cp, 99 + uint64_t(cp)), kMix, cp, Layout::contiguous, &bad, &skipped);
     expect_close(rel, bad, "random per-sample assignment cp=" + std::to_string(cp));
+    // The balanced layout on two mixes: the short-document one (per-sample orders differ) and documents of
+    // 13 / 29 / 3 tokens, whose edges fall inside chunks.
+    for (const auto& mix : {kMix, std::vector<std::vector<int64_t>>{{13, 29, 3}, {60, 1, 59}}}) {
+      std::vector<std::string> chosen;
+      const std::vector<int64_t> order = balanced_order(T, cp, mix, &chosen);
+      const test::RelErrors relb = run_docs_ring(p, order, mix, cp, Layout::balanced, &bad, &skipped);
+      std::string names;
+      for (const std::string& c : chosen) names += " " + c;
+      expect_close(relb, bad, "balanced (" + names.substr(1) + ") cp=" + std::to_string(cp));
+    }
   }
 }
 

@@ -173,6 +173,13 @@ TEST(AttentionDocsCpuEquivalence, SingleDocumentEqualsCausal) {
   EXPECT_LT(test::rel_err(a.out, b.out.to_double()), 1e-6);
   EXPECT_LT(test::rel_err(a.dq, b.dq.to_double()), 1e-6);
   EXPECT_LT(test::rel_err(a.dk, b.dk.to_double()), 1e-6);
+  // Bit-identical: in a tile with a document edge, a row's visible keys are one run, summed as the causal
+  // path sums its visible prefix (200 rows: the tiles [128, 200) are partial).
+  EXPECT_EQ(a.out.to_double(), b.out.to_double());
+  EXPECT_EQ(a.lse.to_double(), b.lse.to_double());
+  EXPECT_EQ(a.dq.to_double(), b.dq.to_double());
+  EXPECT_EQ(a.dk.to_double(), b.dk.to_double());
+  EXPECT_EQ(a.dv.to_double(), b.dv.to_double());
 }
 
 // Keys split into blocks at arbitrary cuts (as ring chunks) with the query range restricted: resumed forward

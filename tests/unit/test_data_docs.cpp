@@ -56,13 +56,16 @@ class DataDocsTest : public ::testing::Test {
 
 TEST_F(DataDocsTest, DocumentStartsTargetsAndPositionsOnOneRank) {
   const int T = 64, B = 3;
+  // The held-out split (eval) goes through the same loader: it masks exactly as training does.
+  for (const std::string split : {"train", "eval"})
   for (const std::string positions : {"global", "document"}) {
-    SCOPED_TRACE(positions);
+    SCOPED_TRACE(split + " " + positions);
     rt::Config c = config(T, B, positions);
-    const rt::Batch b = rt::make_loader(c, rt::LoaderRank{}, "train")->next();
+    const rt::Batch b = rt::make_loader(c, rt::LoaderRank{}, split)->next();
     ASSERT_EQ(b.positions.size(), size_t(B * T));
     ASSERT_EQ(b.doc_pos.size(), size_t(B * T));
     int64_t dropped = 0;
+    double pairs = 0;
     std::set<std::vector<int32_t>> distinct_positions;
     for (int s = 0; s < B; ++s) {
       int64_t start = 0;
@@ -72,6 +75,7 @@ TEST_F(DataDocsTest, DocumentStartsTargetsAndPositionsOnOneRank) {
         EXPECT_EQ(b.doc_pos[k], p);                      // cp = 1: ring order is the identity
         EXPECT_EQ(b.doc_start[k], start) << "sample " << s << " position " << p;
         EXPECT_EQ(b.positions[k], positions == "global" ? p : p - start);
+        pairs += p - start + 1;  // keys [start, p] are visible to query p
         if (p + 1 < T && b.tokens[k + 1] == kEot) {
           EXPECT_EQ(b.targets[k], -1) << "the target crossing into the next document must be dropped";
           ++dropped;
@@ -83,6 +87,8 @@ TEST_F(DataDocsTest, DocumentStartsTargetsAndPositionsOnOneRank) {
     }
     EXPECT_GT(dropped, 0);
     EXPECT_EQ(b.boundary_targets, dropped);
+    EXPECT_EQ(b.visible_pairs, pairs);
+    EXPECT_LT(pairs, B * T * (T + 1) / 2.0) << "documents must cut the causal pairs";
     if (positions == "document") EXPECT_GT(distinct_positions.size(), 1u) << "positions must differ per sample";
   }
 }
@@ -120,6 +126,14 @@ TEST_F(DataDocsTest, RingOrderArraysAgreeAcrossRanks) {
         }
       for (int p = 0; p < T; ++p) EXPECT_EQ(seen[size_t(p)], 1) << "position " << p;
     }
+    // Each rank counts the dropped boundary targets and the visible pairs of its own query rows: over the
+    // ranks they add up to the whole sample's (what the trainer's counts and MFU sum over dp x cp).
+    int64_t dropped = 0;
+    double pairs = 0;
+    for (const rt::Batch& rb : ranks) dropped += rb.boundary_targets, pairs += rb.visible_pairs;
+    EXPECT_GT(whole.boundary_targets, 0);
+    EXPECT_EQ(dropped, whole.boundary_targets);
+    EXPECT_EQ(pairs, whole.visible_pairs);
   }
 }
 

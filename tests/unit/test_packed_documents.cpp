@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/unit/test_model_util.h"
@@ -84,6 +85,7 @@ double rel(const std::vector<double>& a, const std::vector<float>& b) {
 TEST(PackedDocuments, LossesAndGradientsEqualTheDocumentsRunOneAtATime) {
   const ModelConfig cfg = modeltest::small_config("swiglu", 2, false);
   ModelOptions opt;
+  opt.per_sample_positions = true;  // data.positions: document: a RoPE table row per sample and token
   const int64_t T = 24;
   std::vector<Doc> docs;
   const Batch packed = packed_batch({{5, 1, 10, 8}, {12, 3, 9}}, T, cfg.vocab_size, 5, &docs);
@@ -140,9 +142,59 @@ TEST(PackedDocuments, SingleDocumentEqualsNoDocumentMask) {
   const std::vector<float> ga = grads_of(*lm.model);
   const std::vector<float> b = lm.model->step(none, 1.0, true);
   const std::vector<float> gb = grads_of(*lm.model);
-  for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], b[k], 1e-6 * std::max(1.f, std::abs(b[k]))) << k;
-  std::vector<double> gbd(gb.begin(), gb.end());
-  EXPECT_LT(rel(gbd, ga), 1e-6);
+  // Bit-identical on the CPU: a row's visible keys in a document-edge tile are one run, summed exactly as the
+  // causal path sums its visible prefix (attn_fwd_block), and the RoPE table holds the same rows in both modes.
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k], b[k]) << k;
+  EXPECT_EQ(ga, gb);
+}
+
+// The RoPE table follows data.positions: shared positions (global) give one table of n rows that every sample
+// reads; per-sample positions (document) give B*n rows, counted by the measuring arena (so `ringtrain plan`
+// counts them). A model built for shared positions refuses a batch whose samples' positions differ, naming the
+// setting, instead of rotating sample 1 by sample 0's positions.
+TEST(PackedDocuments, RopeTableRowsFollowDataPositions) {
+  const ModelConfig cfg = modeltest::small_config("gelu", 4, true);
+  const int64_t B = 3, T = 64, D = cfg.d_model / cfg.n_head;
+  auto measured = [&](bool per_sample) {
+    LocalComm tp, cp, dp_cp;
+    ModelComms comms;
+    comms.tp = &tp, comms.cp = &cp, comms.dp_cp = &dp_cp;
+    ModelOptions opt;
+    opt.per_sample_positions = per_sample;
+    Arena measuring = Arena::measuring(Device::cpu());
+    Model m(cfg, opt, B, T, comms, measuring);
+    return int64_t(measuring.peak());
+  };
+  const int64_t table_rows_bytes = (B - 1) * T * D * int64_t(sizeof(float));  // (B-1)*n more rows of D/2 (cos, sin)
+  EXPECT_EQ(measured(true) - measured(false), table_rows_bytes);
+
+  std::vector<Doc> docs;
+  const Batch packed = packed_batch({{40, 24}, {10, 54}, {64}}, T, cfg.vocab_size, 4, &docs);
+  LocalModel shared(cfg, ModelOptions{}, B, T);
+  try {
+    shared.model->step(packed, 1.0, false);
+    ADD_FAILURE() << "a batch with per-sample positions was accepted by a model built for shared positions";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.positions: document"), std::string::npos) << e.what();
+  }
+  ModelOptions per_sample;
+  per_sample.per_sample_positions = true;
+  LocalModel lp(cfg, per_sample, B, T);
+  modeltest::randomize_weights(*lp.model, 2, 0.3f);
+  const std::vector<float> losses = lp.model->step(packed, 1.0, false);
+  for (float l : losses) ASSERT_TRUE(std::isfinite(l));
+  // A second batch with other documents rebuilds the table: the first document of sample 0 run alone matches.
+  std::vector<Doc> docs2;
+  const Batch packed2 = packed_batch({{7, 57}, {64}, {30, 34}}, T, cfg.vocab_size, 6, &docs2);
+  const std::vector<float> losses2 = lp.model->step(packed2, 1.0, false);
+  for (const Doc& d : {docs2[1], docs2[4]}) {  // sample 0's second document, sample 2's second
+    LocalModel ld(cfg, ModelOptions{}, 1, d.length);
+    modeltest::randomize_weights(*ld.model, 2, 0.3f);
+    const std::vector<float> l1 = ld.model->step(doc_batch(packed2, d), 1.0, false);
+    for (int64_t i = 0; i + 1 < d.length; ++i)
+      EXPECT_NEAR(losses2[size_t(d.sample * T + d.start + i)], l1[size_t(i)], 1e-5 * std::max(1.f, l1[size_t(i)]))
+          << "sample " << d.sample << " position " << d.start + i;
+  }
 }
 
 }  // namespace
