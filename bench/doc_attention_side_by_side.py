@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Document-masked attention side by side on one GPU, in one job (issue 20's benchmark).
+
+For each N in --n (16K, 64K, 128K) and each document-length mix in --mixes, one packed sample (B = 1, H = 16,
+d = 128, bf16), and on it:
+  ours        bench_doc_ring_steps (bench/doc_ring_steps.cu): one document-masked call, fwd and bwd, and the cp=8
+              ring's document-masked kernel calls run in sequence on this GPU (as bench_ring_steps does) against
+              that whole call; plus the ring's critical path (per step the slowest rank's call);
+  fa4         FlashAttention-4's flash_attn_varlen_func with cu_seqlens (when flash_attn.cute imports);
+  flex        PyTorch FlexAttention with a document block mask, torch.compile'd (the block mask is built once per
+              sample, outside the timing, as a trainer builds it once per batch);
+  dense       the ceiling: dense causal SDPA (cuDNN, else FLASH) at N = each document's length, the documents of
+              one length batched into one call, the calls of all lengths summed.
+TFLOP/s are counted on the visible (query, key) pairs for every contender: 4*d FLOPs per pair forward, 10*d
+backward, per head (pairs = sum of L (L + 1) / 2). Median of --reps CUDA-event timings after --warmup runs; the
+first runs of each shape (FA4's and torch.compile's compilation) are warm-ups and never timed. PyTorch
+contenders' backward = median(fwd + bwd) - median(fwd), as bench/sdpa_side_by_side.py does.
+
+Mixes (seeded by --seed, the same for every contender; the last document is cut at N):
+  stdlib      the committed length file tests/data/python_stdlib_doc_lengths.txt, shuffled;
+  short       uniform 1K..4K tokens;
+  short_long  3 in 4 short (1K..4K), else long (8K..32K);
+  one         one document of N tokens (the causal case: ours should match its plain causal numbers).
+
+Usage (on the GPU machine, from a checkout with a CUDA build):
+  python3 bench/doc_attention_side_by_side.py --ours build-gpu/bench/bench_doc_ring_steps \
+      [--n 16384,65536,131072] [--mixes stdlib,short,short_long] [--cp 8] [--layout balanced] \
+      [--jsonl FILE] [--out table.md] [--skip fa4,flex,dense]
+  python3 bench/doc_attention_side_by_side.py --dry-run   # CPU: the mixes and their pair counts, no GPU
+  python3 bench/doc_attention_side_by_side.py --self-test # CPU: checks the mixes and the pair counts (ctest)
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STDLIB_LENGTHS = os.path.join(ROOT, "tests", "data", "python_stdlib_doc_lengths.txt")
+MIXES = ("stdlib", "short", "short_long", "one")
+
+
+def read_lengths(path):
+    """One positive integer per line; '#' starts a comment (parallel/doc_balance.h's format)."""
+    out = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            value = int(text)
+            if value <= 0:
+                raise ValueError(f"{path}:{number}: document length {value} is not positive")
+            out.append(value)
+    if not out:
+        raise ValueError(f"{path}: no document lengths")
+    return out
+
+
+def make_mix(name, n, seed, stdlib):
+    """Document lengths of one n-token sample for mix `name`, seeded; the last document is cut at n."""
+    rng = random.Random(f"{name}:{n}:{seed}")
+    if name == "one":
+        return [n]
+    if name == "stdlib":
+        pool = list(stdlib)
+        rng.shuffle(pool)
+        draw = iter(pool[i % len(pool)] for i in range(10**9))
+        next_length = lambda: next(draw)
+    elif name == "short":
+        next_length = lambda: rng.randint(1024, 4096)
+    elif name == "short_long":
+        next_length = lambda: rng.randint(8192, 32768) if rng.randrange(4) == 0 else rng.randint(1024, 4096)
+    else:
+        raise ValueError(f"unknown mix '{name}'; valid mixes: {', '.join(MIXES)}")
+    lengths, total = [], 0
+    while total < n:
+        length = min(next_length(), n - total)
+        lengths.append(length)
+        total += length
+    return lengths
+
+
+def visible_pairs(lengths):
+    """(query, key) pairs under the document mask: query i sees keys doc_start(i)..i."""
+    return sum(length * (length + 1) // 2 for length in lengths)
+
+
+def tflops(per_pair, d, heads, pairs, ms):
+    return per_pair * d * heads * pairs / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
+
+
+def self_test(stdlib):
+    """The CPU-side parts: every mix sums to N with positive lengths, is seeded, has the documented shape, and the
+    pair count equals a brute-force count over positions. Raises AssertionError on the first failure."""
+    for n in (16384, 65536, 131072):
+        for name in MIXES:
+            lengths = make_mix(name, n, 1, stdlib)
+            assert sum(lengths) == n, (name, n, sum(lengths))
+            assert all(length >= 1 for length in lengths), (name, n)
+            assert lengths == make_mix(name, n, 1, stdlib), f"{name} at {n} is not deterministic for a seed"
+            if name != "one":
+                assert lengths != make_mix(name, n, 2, stdlib), f"{name} at {n} ignores the seed"
+            body = lengths[:-1]  # the last document is cut at n
+            if name == "short":
+                assert all(1024 <= length <= 4096 for length in body), (name, n)
+            if name == "short_long":
+                assert all(1024 <= length <= 4096 or 8192 <= length <= 32768 for length in body), (name, n)
+                if n >= 65536:
+                    assert any(length >= 8192 for length in body) and any(length <= 4096 for length in body), n
+            if name == "stdlib":
+                assert all(length in set(stdlib) for length in body), n
+            # Brute force: position p of a document starting at s sees p - s + 1 keys.
+            brute, p = 0, 0
+            for length in lengths:
+                for i in range(length):
+                    brute += i + 1
+                p += length
+            assert brute == visible_pairs(lengths), (name, n)
+            assert visible_pairs(lengths) <= n * (n + 1) // 2
+    assert visible_pairs([4, 1, 3]) == 10 + 1 + 6
+    assert make_mix("one", 1000, 5, stdlib) == [1000]
+    print("doc_attention_side_by_side self-test: mixes and pair counts OK")
+
+
+def measure_ours(binary, lengths, args):
+    with tempfile.TemporaryDirectory() as tmp:
+        lengths_path = os.path.join(tmp, "lengths.txt")
+        json_path = os.path.join(tmp, "ours.json")
+        with open(lengths_path, "w") as f:
+            f.write("\n".join(str(length) for length in lengths) + "\n")
+        cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--layout", args.layout, "--d", str(args.d),
+               "--h", str(args.heads), "--warmup", str(args.warmup), "--reps", str(args.reps), "--json", json_path]
+        print("+ " + " ".join(cmd), flush=True)
+        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(run.stdout)
+        if run.returncode != 0:
+            return {"error": run.stdout.strip().splitlines()[-1] if run.stdout.strip() else f"exit {run.returncode}"}
+        with open(json_path) as f:
+            return json.loads(f.readline())
+
+
+def median_ms(torch, fn, warmup, reps):
+    for _ in range(warmup):  # compilation (FA4, torch.compile) happens here, untimed
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def fwd_bwd_ms(torch, fwd, inputs, dout, warmup, reps):
+    """(fwd ms, bwd ms): bwd = median(fwd + backward) - median(fwd)."""
+    def both():
+        for t in inputs:
+            t.grad = None
+        fwd().backward(dout)
+    t_fwd = median_ms(torch, fwd, warmup, reps)
+    t_all = median_ms(torch, both, warmup, reps)
+    return t_fwd, t_all - t_fwd
+
+
+def measure_torch(lengths, args, skip):
+    import torch
+    import torch.nn.functional as F
+    n, heads, d = sum(lengths), args.heads, args.d
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    rows = {}
+
+    def randn(*shape, grad=True):
+        t = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+        return t.requires_grad_(grad)
+
+    if "fa4" not in skip:
+        try:
+            from flash_attn.cute import flash_attn_varlen_func
+            q, k, v = (randn(n, heads, d) for _ in range(3))
+            dout = randn(n, heads, d, grad=False)
+            cum = [0]
+            for length in lengths:
+                cum.append(cum[-1] + length)
+            cu = torch.tensor(cum, dtype=torch.int32, device="cuda")
+            longest = max(lengths)
+
+            def fa4():
+                r = flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
+                                           max_seqlen_k=longest, causal=True)
+                return r[0] if isinstance(r, tuple) else r
+            rows["fa4"] = fwd_bwd_ms(torch, fa4, (q, k, v), dout, args.warmup, args.reps)
+            del q, k, v, dout
+        except Exception as e:  # ImportError without FA4 on this machine; anything else is reported
+            rows["fa4"] = f"{type(e).__name__}: {str(e)[-200:]}"
+    if "flex" not in skip:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            doc_id = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"),
+                                             torch.tensor(lengths, device="cuda"))
+
+            def document_causal(b, h, q_idx, kv_idx):
+                return (doc_id[q_idx] == doc_id[kv_idx]) & (q_idx >= kv_idx)
+            block_mask = create_block_mask(document_causal, 1, 1, n, n, device="cuda")
+            flex = torch.compile(flex_attention)
+            q, k, v = (randn(1, heads, n, d) for _ in range(3))
+            dout = randn(1, heads, n, d, grad=False)
+            rows["flex"] = fwd_bwd_ms(torch, lambda: flex(q, k, v, block_mask=block_mask), (q, k, v), dout,
+                                      args.warmup, args.reps)
+            del q, k, v, dout, block_mask
+        except Exception as e:
+            rows["flex"] = f"{type(e).__name__}: {str(e)[-200:]}"
+    if "dense" not in skip:
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            groups = {}
+            for length in lengths:
+                groups[length] = groups.get(length, 0) + 1
+            tensors = []  # per length: (count, H, L, d) q, k, v, dout
+            for length, count in sorted(groups.items()):
+                tensors.append([randn(count, heads, length, d) for _ in range(3)] +
+                               [randn(count, heads, length, d, grad=False)])
+            # Per length, the backend: cuDNN where it runs this shape (fwd and bwd), else FLASH; chosen before timing.
+            backends = []
+            for q, k, v, do in tensors:
+                for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                    try:
+                        with sdpa_kernel([backend]):
+                            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+                        backends.append((name, backend))
+                        break
+                    except RuntimeError:
+                        continue
+                else:
+                    raise RuntimeError(f"neither cuDNN nor FLASH SDPA runs causal length {q.shape[2]}")
+            used = set(name for name, _ in backends)
+
+            def dense_fwd():
+                outs = []
+                for (q, k, v, _), (_, backend) in zip(tensors, backends):
+                    with sdpa_kernel([backend]):
+                        outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+                return outs
+
+            def dense_both():
+                for (q, k, v, do), o in zip(tensors, dense_fwd()):
+                    q.grad = k.grad = v.grad = None
+                    o.backward(do)
+            t_fwd = median_ms(torch, dense_fwd, args.warmup, args.reps)
+            t_all = median_ms(torch, dense_both, args.warmup, args.reps)
+            rows["dense"] = (t_fwd, t_all - t_fwd)
+            rows["dense_backends"] = ",".join(sorted(used))
+            rows["dense_calls"] = len(groups)
+            del tensors
+        except Exception as e:
+            rows["dense"] = f"{type(e).__name__}: {str(e)[-200:]}"
+    torch.cuda.empty_cache()
+    return rows
+
+
+def describe(name, n, lengths):
+    pairs = visible_pairs(lengths)
+    return (f"N {n:>7} {name:<10} {len(lengths):>5} docs, longest {max(lengths):>6}, visible pairs {pairs:.4g} "
+            f"({pairs / (n * (n + 1) / 2):.3f} of causal)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ours", help="path of bench_doc_ring_steps (a CUDA build's build-gpu/bench/)")
+    ap.add_argument("--n", default="16384,65536,131072")
+    ap.add_argument("--mixes", default="stdlib,short,short_long")
+    ap.add_argument("--lengths", default=STDLIB_LENGTHS, help="the length file of the stdlib mix")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--cp", type=int, default=8)
+    ap.add_argument("--layout", default="balanced")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--skip", default="", help="comma list of contenders to leave out: fa4, flex, dense, ours")
+    ap.add_argument("--jsonl", help="one JSON object per (N, mix)")
+    ap.add_argument("--out", help="the markdown table")
+    ap.add_argument("--dry-run", action="store_true", help="print the mixes and commands; no GPU")
+    ap.add_argument("--self-test", action="store_true", help="check the mixes and pair counts; no GPU")
+    args = ap.parse_args()
+    stdlib = read_lengths(args.lengths)
+    if args.self_test:
+        self_test(stdlib)
+        return 0
+    sizes = [int(x) for x in args.n.split(",")]
+    mixes = [m for m in args.mixes.split(",") if m]
+    skip = set(s for s in args.skip.split(",") if s)
+    for n in sizes:
+        if n % args.cp:
+            ap.error(f"--n {n} is not a multiple of --cp {args.cp}")
+    if args.dry_run:
+        for n in sizes:
+            for name in mixes:
+                print(describe(name, n, make_mix(name, n, args.seed, stdlib)))
+        return 0
+    if "ours" not in skip and not (args.ours and os.path.exists(args.ours)):
+        ap.error("--ours must name bench_doc_ring_steps (build it with a CUDA build: build-gpu/bench/), "
+                 "or pass --skip ours")
+
+    header = ("| N | mix | docs | pairs / causal | ours fwd | ours bwd | FA4 fwd | FA4 bwd | Flex fwd | Flex bwd | "
+              "dense fwd | dense bwd | ours / FA4 fwd | bwd | cp=%d ring: whole / sequence fwd | bwd |" % args.cp)
+    table = [header, "|" + "---|" * (header.count("|") - 1)]
+    jsonl = open(args.jsonl, "a") if args.jsonl else None
+    fmt = lambda x: f"{x:.0f}" if isinstance(x, float) and x == x else "–"
+    for n in sizes:
+        for name in mixes:
+            lengths = make_mix(name, n, args.seed, stdlib)
+            pairs = visible_pairs(lengths)
+            print("\n" + describe(name, n, lengths), flush=True)
+            ours = measure_ours(args.ours, lengths, args) if "ours" not in skip else {"error": "skipped"}
+            peers = measure_torch(lengths, args, skip)
+            rec = {"N": n, "mix": name, "seed": args.seed, "docs": len(lengths), "visible_pairs": pairs,
+                   "d": args.d, "H": args.heads, "ours": ours}
+            tf = {}
+            if "whole_fwd_ms" in ours:
+                tf["ours"] = (tflops(4, args.d, args.heads, pairs, ours["whole_fwd_ms"]),
+                              tflops(10, args.d, args.heads, pairs, ours["whole_bwd_ms"]))
+            for peer in ("fa4", "flex", "dense"):
+                value = peers.get(peer)
+                if isinstance(value, tuple):
+                    tf[peer] = (tflops(4, args.d, args.heads, pairs, value[0]),
+                                tflops(10, args.d, args.heads, pairs, value[1]))
+                    rec[peer] = {"fwd_ms": value[0], "bwd_ms": value[1], "fwd_tflops": tf[peer][0],
+                                 "bwd_tflops": tf[peer][1]}
+                elif value is not None:
+                    rec[peer] = {"error": value}
+            for key in ("dense_backends", "dense_calls"):
+                if key in peers:
+                    rec[key] = peers[key]
+            for peer, (f, b) in tf.items():
+                print(f"  {peer:<6} fwd {f:7.1f} TF/s  bwd {b:7.1f} TF/s (visible pairs)")
+            for peer in ("fa4", "flex", "dense"):
+                if isinstance(rec.get(peer), dict) and "error" in rec[peer]:
+                    print(f"  {peer:<6} not measured: {rec[peer]['error']}")
+            nan = float("nan")
+            of, ob = tf.get("ours", (nan, nan))
+            ff, fb = tf.get("fa4", (nan, nan))
+            ring_f = ours["whole_fwd_ms"] / ours["ring_fwd_ms"] if "ring_fwd_ms" in ours else nan
+            ring_b = ours["whole_bwd_ms"] / ours["ring_bwd_ms"] if "ring_bwd_ms" in ours else nan
+            rec["ours_over_fa4"] = [of / ff, ob / fb] if ff == ff and of == of else None
+            rec["ring_seq_over_whole"] = [ring_f, ring_b] if ring_f == ring_f else None
+            cells = [str(n), name, str(len(lengths)), f"{pairs / (n * (n + 1) / 2):.3f}"]
+            for peer in ("ours", "fa4", "flex", "dense"):
+                f, b = tf.get(peer, (nan, nan))
+                cells += [fmt(f), fmt(b)]
+            ratio = lambda x: f"{x:.2f}" if x == x else "–"
+            cells += [ratio(of / ff), ratio(ob / fb), ratio(ring_f), ratio(ring_b)]
+            table.append("| " + " | ".join(cells) + " |")
+            if jsonl:
+                jsonl.write(json.dumps(rec) + "\n")
+                jsonl.flush()
+    if jsonl:
+        jsonl.close()
+    text = "\n".join(table)
+    print("\nTFLOP/s on visible pairs (fwd 4*d, bwd 10*d per pair and head); ring: whole / sequence = the time of "
+          "one whole call over the time of the cp=%d ring's calls in sequence (target >= 0.9)\n" % args.cp + text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+// bench_doc_ring_steps: ringtrain's document-masked attention on one packed sample, on one GPU:
+//   whole:  one call over the sample in natural order (attn_fwd_whole; attn_bwd_delta + zeroed dQ +
+//           attn_bwd_block_fresh), the document mask AttnMask::docs: what a single-GPU run makes;
+//   ring:   the kernel calls of a cp-rank ring (--cp, --layout, default 8 and balanced, the loader's choice with
+//           documents), run one after another, as bench_ring_steps does for causal attention: per rank, state reset,
+//           for each step t the block of rank ring_source(r, t, cp) with the mask of those rows (a step with no
+//           visible pair is skipped, as RingAttention skips it), finalize; the backward per rank: delta, zeroed dQ,
+//           attn_bwd_block per visible step into dQ and the source block's dK / dV. No communication.
+//   ring critical path: each visible call timed alone; the sum over steps of the slowest rank's call (a ring step
+//           waits for its slowest rank), the time a real compute-bound ring would take.
+// Sample: B = 1, N = the sum of the document lengths read from --lengths FILE (one per line, '#' comments;
+// bench/doc_attention_side_by_side.py writes them), H = --h (16) heads of d = --d (128), bf16, GQA off.
+// TFLOP/s on visible pairs for every row: 4 d FLOPs per pair forward, 10 d backward (per head).
+// Timing: CUDA events, median of --reps (10) after --warmup (3).
+// Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
+//
+//   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] [--h 16] [--warmup 3] [--reps 10]
+//                        [--no-ring] [--json FILE]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_bench_util.cuh"
+#include "kernels/attention.h"
+#include "kernels/cuda_api.h"
+#include "kernels/ops.h"
+#include "parallel/doc_balance.h"
+#include "parallel/layout.h"
+#include "parallel/ring_schedule.h"
+
+using namespace rt;
+
+namespace {
+
+using bench::random_bf16;
+using bench::time_ms;
+using Dev = bench::DeviceBuffer;
+
+struct Timed {
+  double fwd_ms = 0, bwd_ms = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int cp = 8, warmup = 3, reps = 10;
+  int64_t D = 128, H = 16;
+  bool ring = true;
+  std::string lengths_path, layout_str = "balanced", json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--lengths") lengths_path = next();
+    else if (a == "--cp") cp = std::stoi(next());
+    else if (a == "--layout") layout_str = next();
+    else if (a == "--d") D = std::stoll(next());
+    else if (a == "--h") H = std::stoll(next());
+    else if (a == "--warmup") warmup = std::stoi(next());
+    else if (a == "--reps") reps = std::stoi(next());
+    else if (a == "--no-ring") ring = false;
+    else if (a == "--json") json_path = next();
+    else {
+      std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] "
+                           "[--h 16] [--warmup 3] [--reps 10] [--no-ring] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (lengths_path.empty()) {
+    std::fprintf(stderr, "bench_doc_ring_steps: --lengths FILE is required (one document length per line)\n");
+    return 2;
+  }
+  if (!cuda_available()) {
+    std::fprintf(stderr, "bench_doc_ring_steps: no CUDA device\n");
+    return 1;
+  }
+  try {
+    const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
+    int64_t N = 0;
+    double pairs = 0;  // visible (query, key) pairs of the sample: sum of L (L + 1) / 2
+    for (int64_t L : lengths) N += L, pairs += double(L) * double(L + 1) / 2;
+    RT_CHECK(N % cp == 0, "bench_doc_ring_steps: the documents hold " << N << " tokens, not a multiple of cp=" << cp
+                                                                      << "; cut the last document");
+    const int64_t n = N / cp;
+    const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, N);  // (N) by position
+    const Layout layout = parse_layout(layout_str);
+    std::string chosen = layout_str;
+    const std::vector<int64_t> order =  // (N) ring order: rank 0's positions, rank 1's, ...
+        layout == Layout::balanced ? balanced_ring_order(starts, cp, &chosen) : layout_ring_order(layout, N, cp);
+    const std::vector<double> work = ring_pair_counts(starts, order, cp);  // (cp*cp) pairs per (rank, source)
+    std::vector<int64_t> nat_pos(static_cast<size_t>(N)), ring_pos(static_cast<size_t>(N)),
+        ring_start(static_cast<size_t>(N));  // (1, N) int64 each
+    for (int64_t c = 0; c < N; ++c) {
+      nat_pos[size_t(c)] = c;
+      ring_pos[size_t(c)] = order[size_t(c)];
+      ring_start[size_t(c)] = starts[size_t(order[size_t(c)])];
+    }
+
+    cuda::init(0);
+    const Device gpu = Device::cuda(0);
+    const size_t act = size_t(N * H * D);                                   // elements of one (1, N, H, D)
+    Dev q(act * 2), k(act * 2), v(act * 2), dout(act * 2), out(act * 2);   // (1, N, H, D) bf16 each
+    Dev acc(act * 4), dq(act * 4), dk(act * 4), dv(act * 4);               // (1, N, H, D) f32 each
+    Dev m(size_t(N * H) * 4), l(size_t(N * H) * 4), lse(size_t(N * H) * 4), delta(size_t(N * H) * 4);  // (1, H, N)
+    Dev d_nat_pos(size_t(N) * 8), d_nat_start(size_t(N) * 8), d_ring_pos(size_t(N) * 8),
+        d_ring_start(size_t(N) * 8);  // (1, N) int64 each: the document mask on the device of q
+    CUDA_CHECK(cudaMemcpy(d_nat_pos.p, nat_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_nat_start.p, starts.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_ring_pos.p, ring_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_ring_start.p, ring_start.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
+    auto bf = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) bf16 view from token row `first`
+      return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, gpu, {1, rows, H, D});
+    };
+    auto f32 = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) f32 view
+      return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, rows, H, D});
+    };
+    auto rowsv = [&](Dev& d, int64_t rows, int64_t first) {  // (1, H, rows) f32: rank blocks of H*n each
+      return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, gpu, {1, H, rows});
+    };
+    auto accv = [&](int64_t rows, int64_t first) {  // (1, H, rows, D) f32
+      return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, H, rows, D});
+    };
+    random_bf16(bf(q, N, 0), 11);
+    random_bf16(bf(k, N, 0), 12);
+    random_bf16(bf(v, N, 0), 13);
+    random_bf16(bf(dout, N, 0), 14);
+    const int64_t* np = static_cast<const int64_t*>(d_nat_pos.p);
+    const int64_t* ns = static_cast<const int64_t*>(d_nat_start.p);
+    const int64_t* rp = static_cast<const int64_t*>(d_ring_pos.p);
+    const int64_t* rs = static_cast<const int64_t*>(d_ring_start.p);
+
+    // The whole sample in natural order, one call each way.
+    AttnMask whole_mask;
+    whole_mask.docs.q_pos = whole_mask.docs.k_pos = np;
+    whole_mask.docs.q_doc_start = ns;
+    whole_mask.docs.q_stride = whole_mask.docs.k_stride = N;
+    AttnState whole{accv(N, 0), rowsv(m, N, 0), rowsv(l, N, 0)};
+    auto whole_fwd = [&] {
+      attn_fwd_whole(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), whole, whole_mask, bf(out, N, 0), rowsv(lse, N, 0));
+    };
+    auto whole_bwd = [&] {
+      attn_bwd_delta(bf(out, N, 0), bf(dout, N, 0), rowsv(delta, N, 0));
+      fill(f32(dq, N, 0), 0.f);
+      attn_bwd_block_fresh(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), bf(dout, N, 0), rowsv(lse, N, 0),
+                           rowsv(delta, N, 0), f32(dq, N, 0), f32(dk, N, 0), f32(dv, N, 0), whole_mask);
+    };
+    Timed t_whole;
+    t_whole.fwd_ms = time_ms(whole_fwd, warmup, reps);
+    whole_fwd();
+    t_whole.bwd_ms = time_ms(whole_bwd, warmup, reps);
+
+    // The ring's calls: rank r's rows are [r*n, (r+1)*n) of every buffer, in ring order (the inputs are random, so
+    // only the mask arrays need the order); the mask of rank r against source s as RingAttention::step_plan.
+    auto step_mask = [&](int r, int s) {
+      AttnMask mask;
+      mask.docs.q_pos = rp + r * n;
+      mask.docs.q_doc_start = rs + r * n;
+      mask.docs.k_pos = rp + s * n;
+      mask.docs.q_stride = mask.docs.k_stride = N;
+      return mask;
+    };
+    auto visible = [&](int r, int s) { return work[size_t(r * cp + s)] > 0; };
+    auto rank_state = [&](int r) { return AttnState{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)}; };
+    auto fwd_step = [&](int r, int s, AttnState& st) {
+      attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, step_mask(r, s));
+    };
+    auto bwd_step = [&](int r, int s) {
+      attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rowsv(lse, n, r * n),
+                     rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), step_mask(r, s));
+    };
+    int skipped = 0;
+    for (int r = 0; r < cp; ++r)
+      for (int s = 0; s < cp; ++s) skipped += visible(r, s) ? 0 : 1;
+    auto ring_fwd = [&] {
+      for (int r = 0; r < cp; ++r) {
+        AttnState st = rank_state(r);
+        attn_state_reset(st);
+        for (int t = 0; t < cp; ++t) {
+          const int s = ring_source(r, t, cp);
+          if (visible(r, s)) fwd_step(r, s, st);
+        }
+        attn_fwd_finalize(st, bf(out, n, r * n), rowsv(lse, n, r * n));
+      }
+    };
+    auto ring_bwd = [&] {
+      fill(f32(dk, N, 0), 0.f);
+      fill(f32(dv, N, 0), 0.f);
+      for (int r = 0; r < cp; ++r) {
+        attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rowsv(delta, n, r * n));
+        fill(f32(dq, n, r * n), 0.f);
+        for (int t = 0; t < cp; ++t) {
+          const int s = ring_source(r, t, cp);
+          if (visible(r, s)) bwd_step(r, s);
+        }
+      }
+    };
+    Timed t_ring, t_path;
+    if (ring) {
+      t_ring.fwd_ms = time_ms(ring_fwd, warmup, reps);
+      ring_fwd();  // the LSE the backward reads
+      t_ring.bwd_ms = time_ms(ring_bwd, warmup, reps);
+      // Critical path: per step t, the slowest rank's call (each timed alone, median of reps).
+      for (int t = 0; t < cp; ++t) {
+        double fwd_max = 0, bwd_max = 0;
+        for (int r = 0; r < cp; ++r) {
+          const int s = ring_source(r, t, cp);
+          if (!visible(r, s)) continue;
+          AttnState st = rank_state(r);
+          attn_state_reset(st);
+          fwd_max = std::max(fwd_max, time_ms([&] { fwd_step(r, s, st); }, 1, reps));
+          bwd_max = std::max(bwd_max, time_ms([&] { bwd_step(r, s); }, 1, reps));
+        }
+        t_path.fwd_ms += fwd_max;
+        t_path.bwd_ms += bwd_max;
+      }
+    }
+
+    auto tf = [&](double per_pair, double ms) { return ms > 0 ? per_pair * D * H * pairs / (ms * 1e-3) / 1e12 : 0.0; };
+    std::printf("document-masked attention, one GPU: N %ld, %zu documents, d %ld, H %ld, bf16, %.0f visible pairs "
+                "(%.3f of causal)\n",
+                long(N), lengths.size(), long(D), long(H), pairs, pairs / (double(N) * double(N + 1) / 2));
+    std::printf("  whole call            fwd %9.3f ms %7.1f TF/s | bwd %9.3f ms %7.1f TF/s\n", t_whole.fwd_ms,
+                tf(4, t_whole.fwd_ms), t_whole.bwd_ms, tf(10, t_whole.bwd_ms));
+    if (ring) {
+      std::printf("  cp=%d %s (%s) ring: %d of %d calls skipped (no visible pair), imbalance %.3f\n", cp,
+                  layout_str.c_str(), chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp));
+      std::printf("  ring calls in sequence fwd %9.3f ms %7.1f TF/s | bwd %9.3f ms %7.1f TF/s | whole / ring: fwd "
+                  "%.3f, bwd %.3f\n",
+                  t_ring.fwd_ms, tf(4, t_ring.fwd_ms), t_ring.bwd_ms, tf(10, t_ring.bwd_ms),
+                  t_whole.fwd_ms / t_ring.fwd_ms, t_whole.bwd_ms / t_ring.bwd_ms);
+      std::printf("  ring critical path    fwd %9.3f ms (x%d = %.3f ms of GPU time) | bwd %9.3f ms\n", t_path.fwd_ms,
+                  cp, cp * t_path.fwd_ms, t_path.bwd_ms);
+    }
+    std::fflush(stdout);
+    if (!json_path.empty()) {
+      FILE* json = std::fopen(json_path.c_str(), "w");
+      RT_CHECK(json != nullptr, "bench_doc_ring_steps: cannot write --json " << json_path);
+      std::fprintf(json,
+                   "{\"kind\":\"doc_ring_steps\",\"N\":%ld,\"docs\":%zu,\"d\":%ld,\"H\":%ld,\"visible_pairs\":%.0f,"
+                   "\"whole_fwd_ms\":%.4f,\"whole_bwd_ms\":%.4f,\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,"
+                   "\"deterministic\":%s",
+                   long(N), lengths.size(), long(D), long(H), pairs, t_whole.fwd_ms, t_whole.bwd_ms,
+                   tf(4, t_whole.fwd_ms), tf(10, t_whole.bwd_ms), deterministic_attention() ? "true" : "false");
+      if (ring)
+        std::fprintf(json,
+                     ",\"cp\":%d,\"layout\":\"%s\",\"chosen\":\"%s\",\"skipped_calls\":%d,\"imbalance\":%.4f,"
+                     "\"ring_fwd_ms\":%.4f,\"ring_bwd_ms\":%.4f,\"ring_fwd_tflops\":%.2f,\"ring_bwd_tflops\":%.2f,"
+                     "\"path_fwd_ms\":%.4f,\"path_bwd_ms\":%.4f",
+                     cp, layout_str.c_str(), chosen.c_str(), skipped, ring_imbalance(work, cp), t_ring.fwd_ms,
+                     t_ring.bwd_ms, tf(4, t_ring.fwd_ms), tf(10, t_ring.bwd_ms), t_path.fwd_ms, t_path.bwd_ms);
+      std::fprintf(json, "}\n");
+      std::fclose(json);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_doc_ring_steps: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
