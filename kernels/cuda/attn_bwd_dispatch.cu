@@ -7,6 +7,7 @@
 // The measurements behind the default are in bench/NOTES.md ("bwd v5 with TMA", "bwd v5 persistent"). The override
 // (RT_ATTN_BWD_VARIANT, set_attn_variant_override: kernels/cuda/attn_variant.h) forces one: 1 always, 4 or 5
 // where the device can run it, else v1.
+// With a document mask (AttnMask::docs) v5 is not used: v4 runs in its place (bwd v5 has no document mask yet).
 // Every kernel's query tile is kWgBwdRows (64) rows: the deterministic turn counters (one per query tile) mean the
 // same in all of them.
 #include <mutex>
@@ -57,8 +58,6 @@ void check_attn_bwd_args(const AttnDims& d, const Tensor& q, const Tensor& dout,
 AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r, cudaStream_t stream) {
-  RT_CHECK(!mask.docs.on(), "attn_bwd: document masks (AttnMask::docs) are not implemented in the CUDA "
-           "kernels yet; run with device: cpu, or data.documents: none");
   AttnBwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
@@ -75,8 +74,9 @@ AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v,
                   : nullptr;
   p.Nq = d.Nq; p.Nk = d.Nk; p.H = d.H; p.Hkv = d.Hkv; p.group = d.group;
   p.q_begin = r.q_begin; p.q_end = r.q_end; p.k_begin = r.k_begin; p.k_end = r.k_end;
-  p.diag = mask.q_offset - mask.k_offset;
-  p.causal = mask.causal;
+  p.diag = mask.docs.on() ? 0 : mask.q_offset - mask.k_offset;
+  p.causal = mask.causal && !mask.docs.on();  // the document mask replaces causal
+  p.docs = attn_doc_mask_setup(mask.docs, d.B, d.Nq, d.Nk, r, q.device.index, stream, "attn_bwd");
   p.scale = float(1.0 / std::sqrt(double(d.D)));
   p.scale2 = p.scale * kLog2e;
   return p;
@@ -90,7 +90,8 @@ int attn_bwd_variant(int64_t D, int device) {
 }
 
 void launch_attn_bwd(const AttnBwdParams& p, const AttnDims& d, int variant, int device, cudaStream_t stream) {
-  if (variant == 5 && attn_bwd_v5_fits(p.q_end, p.k_end)) {
+  // bwd v5 has no document mask: with documents v4 runs (bench/NOTES.md "Document masks").
+  if (variant == 5 && attn_bwd_v5_fits(p.q_end, p.k_end) && !p.docs.on) {
     launch_attn_bwd_ws(p, d.D, d.B, device, stream);
     return;
   }

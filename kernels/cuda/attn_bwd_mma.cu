@@ -13,6 +13,9 @@
 //     and added to the f32 dq_acc with float2 atomics;
 //   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
 //     diagonal or a range end are masked.
+// Documents (kernels/cuda/attn_doc_mask.cuh): without turn counters the query loop is narrowed to the span of
+// query tiles that see some key of the CTA; (query tile, CTA) pairs every pair of which is visible run unmasked,
+// the others take the element mask.
 // dk_acc / dv_acc rows are each owned by one CTA, so they are read-added-written without atomics.
 // Deterministic mode (set_deterministic_attention(true) or RT_ATTN_DETERMINISTIC=1): the dQ adds of one
 // 64-row query tile happen in key-tile order. The key tiles that visit a query tile are always a prefix
@@ -67,10 +70,19 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
   const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBwdKeys;
   const int64_t hk = blockIdx.y, b = blockIdx.z;
 
-  // Query tiles this CTA visits: [q_first, q_end) in steps of Br, for each head of the group.
-  const int64_t q_first = first_query_tile_row<kBwdRows>(p, k0);
-  if (q_first >= p.q_end) return;  // no query sees these keys
-  const int n_qt = int((p.q_end - q_first + kBwdRows - 1) / kBwdRows);
+  // Query tiles this CTA visits: [q_first, q_stop) in steps of Br, for each head of the group. Documents without
+  // turn counters: the span of query tiles that see some key of this CTA.
+  int64_t q_first = first_query_tile_row<kBwdRows>(p, k0), q_stop = p.q_end;
+  DocRange kdoc{};
+  if (p.docs.on) {
+    kdoc = doc_k_range(p.docs, b, int((k0 - p.k_begin) / kDocTileRows), kBwdKeys / kDocTileRows);
+    int* red = reinterpret_cast<int*>(smem + bwd_smem_bytes<D, kBwdKeys>());  // (2) span reduction
+    if (p.dq_turn == nullptr &&
+        !doc_query_span(p.docs, b, kdoc, p.q_begin, p.q_end, kBwdThreads, red, q_first, q_stop))
+      return;
+  }
+  if (q_first >= q_stop) return;  // no query sees these keys
+  const int n_qt = int((q_stop - q_first + kBwdRows - 1) / kBwdRows);
   const int n_iter = int(p.group) * n_qt;
 
   const int64_t kv_stride = p.Hkv * D, q_stride = p.H * D;
@@ -106,6 +118,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
     for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
 
   const int64_t key_a = k0 + warp * 16 + g, key_b = key_a + 8;
+  int64_t kpos_a = 0, kpos_b = 0;  // documents: the positions of this thread's keys
+  if (p.docs.on) {
+    kpos_a = p.docs.k_pos[b * p.docs.k_stride + min(key_a, p.k_end - 1)];
+    kpos_b = p.docs.k_pos[b * p.docs.k_stride + min(key_b, p.k_end - 1)];
+  }
   for (int it = 0; it < n_iter; ++it) {
     cp_async_wait<0>();
     __syncthreads();
@@ -142,8 +159,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
     }
 
     // P^T and dS^T (in place of s and dp).
+    const bool doc_mask =
+        p.docs.on &&
+        doc_tile_class(doc_q_range(p.docs, b, int((q0 - p.q_begin) / kDocTileRows), 1), kdoc) != kDocFull;
     const bool need_mask = q0 + kBwdRows > p.q_end || k0 + kBwdKeys > p.k_end ||
-                           (p.causal && k0 + kBwdKeys - 1 > q0 + p.diag);
+                           (p.causal && k0 + kBwdKeys - 1 > q0 + p.diag) || doc_mask;
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt) {
 #pragma unroll
@@ -153,13 +173,21 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
         const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * kLog2e;  // no visible key: P = 0
         const float dl = delta_t[col];
         const int64_t qi = q0 + col;
+        int64_t qpos = 0, qdoc = 0;
+        if (doc_mask) {
+          const int64_t row = b * p.docs.q_stride + min(qi, p.q_end - 1);
+          qpos = p.docs.q_pos[row];
+          qdoc = p.docs.q_doc[row];
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int e = r * 2 + c;
           float pv = fast_exp2(fmaf(s[nt][e], p.scale2, -lse2));
           if (need_mask) {
             const int64_t key = r ? key_b : key_a;
-            const bool visible = qi < p.q_end && key < p.k_end && (!p.causal || key <= qi + p.diag);
+            const int64_t kp = r ? kpos_b : kpos_a;
+            const bool visible = qi < p.q_end && key < p.k_end && (!p.causal || key <= qi + p.diag) &&
+                                 (!doc_mask || (qdoc <= kp && kp <= qpos));
             if (!visible) pv = 0.f;
           }
           s[nt][e] = pv;
@@ -270,7 +298,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) attn_bwd_kernel(cons
 template <int D, int NW>
 void launch_bwd(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr int kBwdKeys = 16 * NW;
-  constexpr size_t smem = bwd_smem_bytes<D, kBwdKeys>();
+  constexpr size_t smem = bwd_smem_bytes<D, kBwdKeys>() + 16;  // + the document span reduction (2 ints)
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<D, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

@@ -22,7 +22,10 @@
 //     a warpgroup barrier after its dS^T store), the warpgroups swap column halves through shared memory and
 //     each adds 32 columns of the sum: one add per dQ element per CTA, as at D = 128;
 //   * causal: query tiles wholly before the key tile are never visited; only tiles that cross the
-//     diagonal or a range end are masked.
+//     diagonal or a range end are masked;
+//   * documents (kernels/cuda/attn_doc_mask.cuh): without turn counters the query loop is narrowed to the span of
+//     query tiles that see some key of the CTA; a warpgroup's (64 queries x 64 keys) pair runs unmasked when
+//     every pair is visible, else the element mask zeroes P^T.
 // dk_acc / dv_acc rows are each owned by one CTA; they are added with float2 reductions (write_dk_dv).
 // bwd v5 (attn_bwd_ws.cu) is the warp-specialized, persistent form of the same kernel, on the same tile body
 // (wgmma_attn_bwd_tile.cuh).
@@ -216,10 +219,21 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
   const int64_t k0 = p.k_begin + int64_t(blockIdx.x) * kBc;
   const int64_t hk = blockIdx.y, b = blockIdx.z;
 
-  // Query tiles this CTA visits: [q_first, q_end) in steps of Br, for each head of the group.
-  const int64_t q_first = first_query_tile_row<kBr>(p, k0);
-  if (q_first >= p.q_end) return;  // no query sees these keys
-  const int n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
+  // Query tiles this CTA visits: [q_first, q_stop) in steps of Br, for each head of the group. Documents without
+  // turn counters: the span of query tiles that see some key of this CTA.
+  int64_t q_first = first_query_tile_row<kBr>(p, k0), q_stop = p.q_end;
+  DocRange kdoc{};  // documents: the summary of this thread's warpgroup's 64 keys
+  if (p.docs.on) {
+    __shared__ int doc_red[2];
+    const int kt = int((k0 - p.k_begin) / kDocTileRows);
+    const DocRange cta = doc_k_range(p.docs, b, kt, kBc / kDocTileRows);
+    if (p.dq_turn == nullptr &&
+        !doc_query_span(p.docs, b, cta, p.q_begin, p.q_end, kWgBwdThreads, doc_red, q_first, q_stop))
+      return;
+    kdoc = doc_k_range(p.docs, b, kt + wg, 1);
+  }
+  if (q_first >= q_stop) return;  // no query sees these keys
+  const int n_qt = int((q_stop - q_first + kBr - 1) / kBr);
   const int n_iter = int(p.group) * n_qt;
 
   const int64_t kv_stride = p.Hkv * D, q_stride = p.H * D;
@@ -252,6 +266,11 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
   // This thread's keys: CTA-local rows krow0 = wg*64 + warp*16 + g and krow0 + 8.
   const int krow0 = wg * 64 + warp * 16 + g;
   const int64_t key_a = k0 + krow0, key_b = key_a + 8;
+  int64_t kpos[2] = {0, 0};  // documents: the positions of this thread's keys
+  if (p.docs.on) {
+    kpos[0] = p.docs.k_pos[b * p.docs.k_stride + min(key_a, p.k_end - 1)];
+    kpos[1] = p.docs.k_pos[b * p.docs.k_stride + min(key_b, p.k_end - 1)];
+  }
   // Accumulators: x[nt*4 + 2r + e] = (key krow0 + 8r, column nt*8 + 2t + e).
   float dk[D / 2], dv[D / 2];  // (64 keys, D) of this warpgroup, f32
 #pragma unroll
@@ -290,6 +309,8 @@ __global__ void __launch_bounds__(kWgBwdThreads, 1) attn_bwd_wgmma_kernel(const 
 
     const bool need_mask = q0 + kBr > p.q_end || k0 + kBc > p.k_end || (p.causal && k0 + kBc - 1 > q0 + p.diag);
     compute_pt(s, p.scale2, lse_t, tile_mask(p, q0, k0), krow0, need_mask, t);
+    if (p.docs.on && doc_tile_class(doc_q_range(p.docs, b, int((q0 - p.q_begin) / kDocTileRows), 1), kdoc) != kDocFull)
+      doc_mask_pt(s, p, b, q0, kpos, t);  // warpgroup-uniform
     uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments: [4kk + {0,1,2,3}] = queries 16kk + ...
     issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
     compute_dst_store(dp, df, s, delta_t, ds_tile, krow0, t);

@@ -26,8 +26,6 @@ int attn_fwd_variant(int64_t D, int64_t q_rows, int device) {
 
 AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnState& state,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r) {
-  RT_CHECK(!mask.docs.on(), "attn_fwd: document masks (AttnMask::docs) are not implemented in the CUDA "
-           "kernels yet; run with device: cpu, or data.documents: none");
   AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
@@ -37,8 +35,10 @@ AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v,
   p.l = state.l.ptr<float>();
   p.Nq = d.Nq; p.Nk = d.Nk; p.H = d.H; p.Hkv = d.Hkv; p.group = d.group;
   p.q_begin = r.q_begin; p.q_end = r.q_end; p.k_begin = r.k_begin; p.k_end = r.k_end;
-  p.diag = mask.q_offset - mask.k_offset;
-  p.causal = mask.causal;
+  p.diag = mask.docs.on() ? 0 : mask.q_offset - mask.k_offset;
+  p.causal = mask.causal && !mask.docs.on();  // the document mask replaces causal
+  p.docs = attn_doc_mask_setup(mask.docs, d.B, d.Nq, d.Nk, r, q.device.index, stream_for(q, "attn_fwd"),
+                               "attn_fwd");
   p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
   p.num_q_tiles = 0;  // set by the launcher for its tile size
   return p;

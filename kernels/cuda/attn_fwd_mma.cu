@@ -13,6 +13,8 @@
 //   * the state is read at the start and written at the end, so the kernel resumes across ring steps
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
+// Documents (kernels/cuda/attn_doc_mask.cuh): the key loop is narrowed to the span of key tiles the CTA's rows
+// can see; a 64-key tile whose keys every row sees runs unmasked, the others take the element mask.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attn_fwd_dispatch.cuh"
 #include "kernels/cuda/attn_params.cuh"
@@ -53,10 +55,16 @@ __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) ? 2 : 1) a
   const int64_t q0 = p.q_begin + int64_t(tile) * kFwdRowsPerCta;
   const int64_t q_last = min(q0 + kFwdRowsPerCta, p.q_end) - 1;
 
-  // Keys this CTA visits: [k_lo, k_hi).
-  const int64_t k_lo = p.k_begin;
+  // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
+  int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
+  DocRange qdoc{};
+  if (p.docs.on) {
+    qdoc = doc_q_range(p.docs, b, int((q0 - p.q_begin) / kDocTileRows), kFwdRowsPerCta / kDocTileRows);
+    int* red = reinterpret_cast<int*>(smem + fwd_smem_bytes<D, kFwdRowsPerCta>());  // (2) span reduction
+    if (!doc_key_span(p.docs, b, qdoc, p.k_begin, p.k_end, kThreads, red, k_lo, k_hi)) return;
+  }
   if (k_hi <= k_lo) return;  // no visible key: state untouched
   const int n_tiles = int((k_hi - k_lo + kFwdKeysPerTile - 1) / kFwdKeysPerTile);
 
@@ -141,9 +149,14 @@ __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) ? 2 : 1) a
       }
     }
 
-    // Mask only tiles that cross the key-range end or the causal diagonal. In tile-local ints: key jj is
-    // visible to local row lr iff jj < kmax and (not causal or jj - lr <= cd).
-    const bool need_mask = kt0 + kFwdKeysPerTile > k_hi || (p.causal && kt0 + kFwdKeysPerTile - 1 > q0 + p.diag);
+    // Mask only tiles that cross the key-range end or the causal diagonal, or (documents) that some row does not
+    // wholly see. In tile-local ints: key jj is visible to local row lr iff jj < kmax and (not causal or
+    // jj - lr <= cd).
+    const bool doc_mask =
+        p.docs.on &&
+        doc_tile_class(qdoc, doc_k_range(p.docs, b, int((kt0 - p.k_begin) / kDocTileRows), 1)) != kDocFull;
+    const bool need_mask = kt0 + kFwdKeysPerTile > k_hi || (p.causal && kt0 + kFwdKeysPerTile - 1 > q0 + p.diag) ||
+                           doc_mask;
     if (need_mask) {
       const int kmax = int(min(k_hi - kt0, int64_t(kFwdKeysPerTile)));
       const int cd = p.causal ? int(max(min(q0 + p.diag - kt0, int64_t(1) << 20), -(int64_t(1) << 20))) : (1 << 20);
@@ -156,6 +169,25 @@ __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) ? 2 : 1) a
             const int jj = nt * 8 + 2 * t + (e & 1);
             if (!(jj < kmax && jj - lrow[mi * 2 + e / 2] <= cd)) s[mi][nt][e] = -INFINITY;
           }
+      if (doc_mask) {  // document edge: row i sees key j iff doc(i) <= kpos(j) <= pos(i)
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int64_t row = min(q0 + lrow[mi * 2 + r], p.q_end - 1);  // rows past q_end are not stored
+            const int64_t qp = p.docs.q_pos[b * p.docs.q_stride + row];
+            const int64_t qd = p.docs.q_doc[b * p.docs.q_stride + row];
+#pragma unroll
+            for (int nt = 0; nt < kSTiles; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int jj = nt * 8 + 2 * t + c;
+                if (jj >= kmax) continue;  // already masked
+                const int64_t kp = p.docs.k_pos[b * p.docs.k_stride + kt0 + jj];
+                if (kp < qd || kp > qp) s[mi][nt][2 * r + c] = -INFINITY;
+              }
+          }
+      }
     }
 
     // Online softmax in the log2 domain: new running max, rescale of l and O.
@@ -240,7 +272,7 @@ __global__ void __launch_bounds__(WARPS * 32, (MT == 2 && WARPS == 4) ? 2 : 1) a
 template <int D, int MT, int WARPS>
 void launch_fwd(AttnFwdParams p, int64_t B, int device, cudaStream_t stream) {
   constexpr int kBr = 16 * MT * WARPS;
-  constexpr size_t smem = fwd_smem_bytes<D, kBr>();
+  constexpr size_t smem = fwd_smem_bytes<D, kBr>() + 16;  // + the document span reduction (2 ints)
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D, MT, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,

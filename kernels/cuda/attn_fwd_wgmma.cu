@@ -37,7 +37,8 @@ struct WgFwdSmem {
   static constexpr size_t kBytes = size_t(kQBytes) + 4 * size_t(kKVBytes) + 1024;  // Q, K[2], V[2], alignment
 };
 
-template <int D>
+// kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
+template <int D, bool kDocs>
 __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
   using Smem = WgFwdSmem<D>;
@@ -55,10 +56,18 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
   const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
   const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
 
-  // Keys this CTA visits: [k_lo, k_hi).
-  const int64_t k_lo = p.k_begin;
+  // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
+  int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
+  DocRange qdoc{};  // documents: the summary of this thread's warpgroup's 64 rows
+  if constexpr (kDocs) {
+    __shared__ int doc_red[2];
+    const int qt = int((q0 - p.q_begin) / kDocTileRows);
+    const DocRange cta = doc_q_range(p.docs, b, qt, kWgRowsPerCta / kDocTileRows);
+    if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWgThreads, doc_red, k_lo, k_hi)) return;
+    qdoc = doc_q_range(p.docs, b, qt + int(threadIdx.x) / 128, 1);
+  }
   if (k_hi <= k_lo) return;  // no visible key: state untouched
   const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
 
@@ -100,7 +109,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_regs(s);
-  softmax_tile(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, wg * 64, lrow0, t);
+  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, wg * 64, lrow0, t, qdoc, b);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
@@ -127,7 +136,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
     wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
     wgmma_fence_regs(s);
     uint32_t pn[32];
-    softmax_tile(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, wg * 64, lrow0, t);
+    softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, wg * 64, lrow0, t,
+                        qdoc, b);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
@@ -155,18 +165,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
 #endif
 }
 
-template <int D>
+template <int D, bool kDocs>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = WgFwdSmem<D>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
     configured[device_slot(device)] = true;
   }
   const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
   RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
   const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
-  attn_fwd_wgmma_kernel<D><<<grid, kWgThreads, smem, stream>>>(p, int(tiles));
+  attn_fwd_wgmma_kernel<D, kDocs><<<grid, kWgThreads, smem, stream>>>(p, int(tiles));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -177,7 +188,7 @@ bool attn_fwd_wgmma_supported(int device, int64_t D) {
   static int cached[kMaxDevices] = {};  // per device: 0 unknown, 1 supported, 2 not
   int& c = cached[device_slot(device)];
   if (c == 0) {
-    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_wgmma_kernel<128>));
+    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_wgmma_kernel<128, false>));
     c = ok ? 1 : 2;
   }
   return c == 1;
@@ -185,8 +196,8 @@ bool attn_fwd_wgmma_supported(int device, int64_t D) {
 
 void launch_attn_fwd_wgmma(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
   RT_CHECK(D == 64 || D == 128, "attn_fwd_block (wgmma): head dim " << D << " is not 64 or 128");
-  if (D == 64) launch<64>(p, B, device, stream);
-  else launch<128>(p, B, device, stream);
+  if (p.docs.on) D == 64 ? launch<64, true>(p, B, device, stream) : launch<128, true>(p, B, device, stream);
+  else D == 64 ? launch<64, false>(p, B, device, stream) : launch<128, false>(p, B, device, stream);
 }
 
 }  // namespace cuda

@@ -66,7 +66,8 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (128 * 128), map, bar, c * 64, head, row, batch);
 }
 
-template <int D>
+// kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
+template <int D, bool kDocs>
 __global__ void __launch_bounds__(kWsThreads, 1)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
@@ -84,10 +85,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int64_t h = blockIdx.y, b = blockIdx.z;
   const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
   const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
-  // Keys this CTA visits: [k_lo, k_hi).
-  const int64_t k_lo = p.k_begin;
+  // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
+  int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
+  DocRange qdoc{};  // documents: the summary of this thread's consumer warpgroup's 64 rows
+  if constexpr (kDocs) {
+    __shared__ int doc_red[2];
+    const int qt = int((q0 - p.q_begin) / kDocTileRows);
+    const DocRange cta = doc_q_range(p.docs, b, qt, kWgRowsPerCta / kDocTileRows);
+    if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWsThreads, doc_red, k_lo, k_hi)) k_hi = k_lo;
+    qdoc = doc_q_range(p.docs, b, qt + max(int(threadIdx.x) / 128 - 1, 0), 1);
+  }
   if (k_hi <= k_lo) {  // no visible key: state untouched (the whole CTA leaves before any barrier)
     if (p.out != nullptr) {  // finalized: O = 0, lse = -inf for the tile's rows
       const int rows = int(q_last - q0 + 1);
@@ -173,7 +182,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wgmma_wait<0>();
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
-  softmax_tile(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t);
+  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, qdoc, b);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
@@ -193,7 +202,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma_fence_regs(s);
     mbar_arrive(bars.k_empty(s1));
     uint32_t pn[32];
-    softmax_tile(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t);
+    softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
+                        qdoc, b);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
@@ -224,12 +234,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
-template <int D>
+template <int D, bool kDocs>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = WsSmem<D>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
     configured[device_slot(device)] = true;
   }
   const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
@@ -240,7 +251,7 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
-  attn_fwd_ws_kernel<D><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
+  attn_fwd_ws_kernel<D, kDocs><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -251,7 +262,7 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
   static int cached[kMaxDevices] = {};  // per device: 0 unknown, 1 supported, 2 not
   int& c = cached[device_slot(device)];
   if (c == 0) {
-    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128>));
+    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128, false>));
     c = ok ? 1 : 2;
   }
   return c == 1;
@@ -267,8 +278,8 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
     launch_attn_fwd_wgmma(p, D, B, device, stream);
     return;
   }
-  if (D == 64) launch<64>(p, B, device, stream);
-  else launch<128>(p, B, device, stream);
+  if (p.docs.on) D == 64 ? launch<64, true>(p, B, device, stream) : launch<128, true>(p, B, device, stream);
+  else D == 64 ? launch<64, false>(p, B, device, stream) : launch<128, false>(p, B, device, stream);
 }
 
 }  // namespace cuda

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attn_doc_mask.cuh"
+
 namespace rt {
 namespace cuda {
 
 // Rows outside [q_begin, q_end) and keys outside [k_begin, k_end) take no part; with `causal`, key j is
-// visible to query i iff j <= i + diag (diag = q_offset - k_offset of the AttnMask).
+// visible to query i iff j <= i + diag (diag = q_offset - k_offset of the AttnMask). With `docs.on` the
+// document mask replaces causal (causal is false, kernels/cuda/attn_doc_mask.cuh).
 struct AttnFwdParams {
   const __nv_bfloat16* q;  // (B,Nq,H,D)
   const __nv_bfloat16* k;  // (B,Nk,Hkv,D)
@@ -23,6 +26,7 @@ struct AttnFwdParams {
   bool causal;
   float scale2;     // log2(e) / sqrt(D)
   int num_q_tiles;  // query tiles of the launch (set by the mma.sync launcher for its tile size)
+  DocMaskDev docs;  // the document mask and its tile summaries (off: no documents)
   // fwd v5 only, set by attn_fwd_whole: `fresh` = the state is not read (every row starts at m = -inf, l = 0,
   // acc = 0); `out` non-null = the rows are finalized into out (B,Nq,H,D) bf16 and lse (B,H,Nq) f32 as
   // attn_fwd_finalize would, and the state is not written.
@@ -49,6 +53,7 @@ struct AttnBwdParams {
   bool causal;
   float scale, scale2;  // 1/sqrt(D), log2(e)/sqrt(D)
   bool overwrite_dkv = false;  // store dK / dV rows [k_begin, k_end) instead of adding to them (bwd v5 only)
+  DocMaskDev docs;             // the document mask and its tile summaries (off: no documents; never in bwd v5)
 };
 
 // The first row of the BR-row query tiles that a K/V-stationary backward CTA with keys from k0 visits:

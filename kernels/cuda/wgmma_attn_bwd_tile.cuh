@@ -101,6 +101,22 @@ __device__ __forceinline__ void compute_pt(float (&s)[32], float scale2, const f
   }
 }
 
+// Documents (kernels/cuda/attn_doc_mask.cuh): zeroes P^T (layout of compute_pt) where query q0 + nt*8 + 2t + e
+// of sample b does not see this thread's key r (position kpos[r]): unless doc(i) <= kpos <= pos(i).
+__device__ __forceinline__ void doc_mask_pt(float (&s)[32], const AttnBwdParams& p, int64_t b, int64_t q0,
+                                            const int64_t (&kpos)[2], int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t row = b * p.docs.q_stride + min(q0 + nt * 8 + 2 * t + e, p.q_end - 1);  // past q_end: P = 0
+      const int64_t qp = p.docs.q_pos[row], qd = p.docs.q_doc[row];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (kpos[r] < qd || kpos[r] > qp) s[nt * 4 + 2 * r + e] = 0.f;
+    }
+}
+
 // After P^T was formed in s: packs it into pf (bf16 A fragments), issues dV += P^T dO (do_tile: the tile's dO;
 // it runs while dS^T is formed), then waits for dP^T (issued before dV). Returns with dV possibly still running.
 template <int D>

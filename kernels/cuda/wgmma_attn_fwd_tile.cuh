@@ -2,7 +2,7 @@
 // attn_fwd_ws.cu): S = Q K^T and O += P V issued as wgmma on 128-byte-swizzled shared-memory tiles
 // (wgmma_ops.cuh), the online softmax of one 128-key tile on the S accumulator (exp2 on prescaled scores, m in
 // log2 units, masks only on tiles that cross the key-range end or the causal diagonal), the O rescale, and the
-// fp32 state rows read before the key loop and written after it.
+// fp32 state rows read before the key loop and written after it, and the document mask of a tile (kDocs).
 // A consumer warpgroup owns 64 query rows of a 128-row Q tile. Keep C++17.
 #pragma once
 #include "kernels/cuda/attn_params.cuh"
@@ -47,12 +47,20 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)
 // >= k_hi and (causal) keys above the diagonal when the tile needs it, updates m_run and l_run (per-thread
 // partial sums), returns alpha (the factor O must be rescaled by) and P as bf16 A fragments:
 // pf[4kk + {0,1,2,3}] = keys 16kk + {2t, 2t+1} of rows {0, 1}, then keys 16kk + 8 + {2t, 2t+1} of rows {0, 1}.
+// kDocs (kernels/cuda/attn_doc_mask.cuh): qdoc summarises the warpgroup's 64 rows of sample b; a tile not wholly
+// visible to them takes the element mask. Without kDocs, qdoc and b are unused and no code is added.
+template <bool kDocs>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32], float (&alpha)[2], float (&m_run)[2],
                                              float (&l_run)[2], const AttnFwdParams& p, int64_t kt0, int64_t k_hi,
-                                             int64_t q0, int wg_row0, int lrow0, int t) {
+                                             int64_t q0, int wg_row0, int lrow0, int t, const DocRange& qdoc,
+                                             int64_t b) {
+  bool doc_mask = false;  // warpgroup-uniform
+  if constexpr (kDocs)
+    doc_mask = doc_tile_class(qdoc, doc_k_range(p.docs, b, int((kt0 - p.k_begin) / kDocTileRows),
+                                                kWgKeysPerTile / kDocTileRows)) != kDocFull;
   // The warpgroup's first row q0 + wg_row0 is the one most restricted by the diagonal.
   const bool need_mask = kt0 + kWgKeysPerTile > k_hi ||
-                         (p.causal && kt0 + kWgKeysPerTile - 1 > q0 + wg_row0 + p.diag);  // warpgroup-uniform
+                         (p.causal && kt0 + kWgKeysPerTile - 1 > q0 + wg_row0 + p.diag) || doc_mask;
   if (need_mask) {
     // Tile-local ints: key jj is visible to CTA-local row lr iff jj < kmax and (not causal or jj - lr <= cd).
     const int kmax = int(min(k_hi - kt0, int64_t(kWgKeysPerTile)));
@@ -65,6 +73,24 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32],
         const int lr = lrow0 + (e / 2) * 8;
         if (!(jj < kmax && jj - lr <= cd)) s[nt * 4 + e] = -INFINITY;
       }
+    if constexpr (kDocs) {
+      if (doc_mask) {  // document edge: row i sees key j iff doc(i) <= kpos(j) <= pos(i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t row = b * p.docs.q_stride + min(q0 + lrow0 + 8 * r, p.q_end - 1);  // past q_end: unstored
+          const int64_t qp = p.docs.q_pos[row], qd = p.docs.q_doc[row];
+#pragma unroll
+          for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int jj = nt * 8 + 2 * t + e;
+              if (jj >= kmax) continue;  // already masked
+              const int64_t kp = p.docs.k_pos[b * p.docs.k_stride + kt0 + jj];
+              if (kp < qd || kp > qp) s[nt * 4 + 2 * r + e] = -INFINITY;
+            }
+        }
+      }
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

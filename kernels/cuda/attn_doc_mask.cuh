@@ -1,0 +1,141 @@
+// The document mask of the CUDA attention kernels (AttnMask::docs; DESIGN.md "Document masks"): a query at
+// position pos(i) whose document starts at doc(i) sees key j iff doc(i) <= kpos(j) <= pos(i).
+// Before each call, attn_doc_mask_setup (attn_doc_mask.cu) summarises the call's rows in 64-row tiles aligned to
+// q_begin and k_begin: per query tile the min and max of pos and of doc, per key tile the min and max of kpos.
+// Every kernel's query and key tiles are whole multiples of 64 rows from those origins, so a kernel tile's
+// summary is the min / max over the 64-row summaries it covers. A (query tile, key tile) pair is
+//   skipped  when kmax < min doc or kmin > max pos (no pair visible),
+//   full     when kmin >= max doc and kmax <= min pos (every pair visible: runs unmasked),
+//   partial  otherwise (the element mask runs on it).
+// Kernels first narrow their loop to the span of non-skipped 64-row tiles (block_tile_span); partial and
+// skipped tiles inside the span take the element mask. With documents off `on` is false and the kernels take
+// the unmasked path: the hot loops test one uniform flag and load nothing more. Keep C++17.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/attention_shapes.h"
+
+namespace rt {
+namespace cuda {
+
+constexpr int kDocTileRows = 64;  // rows per summary tile
+
+struct DocMaskDev {
+  bool on = false;
+  const int64_t* q_pos = nullptr;  // (B, q_stride) position of each query row
+  const int64_t* q_doc = nullptr;  // (B, q_stride) its document's first position
+  const int64_t* k_pos = nullptr;  // (B, k_stride) position of each key row
+  int64_t q_stride = 0, k_stride = 0;
+  const int64_t* q_sum = nullptr;  // (B, nq_tiles, 4): min pos, max pos, min doc, max doc of rows q_begin + 64t..
+  const int64_t* k_sum = nullptr;  // (B, nk_tiles, 2): min kpos, max kpos of keys k_begin + 64t..
+  int nq_tiles = 0, nk_tiles = 0;
+};
+
+// Min / max of positions over a set of rows: query tiles use all four, key tiles pos_lo / pos_hi.
+struct DocRange {
+  int64_t pos_lo, pos_hi, doc_lo, doc_hi;
+};
+
+enum DocTileClass : int { kDocSkip = 0, kDocFull = 1, kDocPartial = 2 };
+
+// Checks the call's document mask (device arrays, strides) and, when it is on, launches the summaries of the
+// call's rows on `stream` (attn_doc_mask.cu). Off: returns on = false and launches nothing.
+DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int64_t Nk, const AttnRanges& r,
+                               int device, cudaStream_t stream, const char* op);
+
+#ifdef __CUDACC__
+// Query summary tiles [t0, t0 + n) of sample b (clipped to the call's tiles).
+__device__ __forceinline__ DocRange doc_q_range(const DocMaskDev& d, int64_t b, int t0, int n) {
+  DocRange r{LLONG_MAX, LLONG_MIN, LLONG_MAX, LLONG_MIN};
+  const int t1 = min(t0 + n, d.nq_tiles);
+  for (int t = t0; t < t1; ++t) {
+    const int64_t* s = d.q_sum + (b * d.nq_tiles + t) * 4;
+    r.pos_lo = min(r.pos_lo, s[0]);
+    r.pos_hi = max(r.pos_hi, s[1]);
+    r.doc_lo = min(r.doc_lo, s[2]);
+    r.doc_hi = max(r.doc_hi, s[3]);
+  }
+  return r;
+}
+
+// Key summary tiles [t0, t0 + n) of sample b (doc_lo / doc_hi unused).
+__device__ __forceinline__ DocRange doc_k_range(const DocMaskDev& d, int64_t b, int t0, int n) {
+  DocRange r{LLONG_MAX, LLONG_MIN, 0, 0};
+  const int t1 = min(t0 + n, d.nk_tiles);
+  for (int t = t0; t < t1; ++t) {
+    const int64_t* s = d.k_sum + (b * d.nk_tiles + t) * 2;
+    r.pos_lo = min(r.pos_lo, s[0]);
+    r.pos_hi = max(r.pos_hi, s[1]);
+  }
+  return r;
+}
+
+__device__ __forceinline__ DocTileClass doc_tile_class(const DocRange& q, const DocRange& k) {
+  if (k.pos_hi < q.doc_lo || k.pos_lo > q.pos_hi) return kDocSkip;
+  if (k.pos_lo >= q.doc_hi && k.pos_hi <= q.pos_lo) return kDocFull;
+  return kDocPartial;
+}
+
+// The first and last index t in [0, n) with live(t), into red[0] and red[1] (red[0] > red[1] when none);
+// red: 2 ints of shared memory. Every thread of the block (nthreads) calls it; it synchronises the block twice.
+template <class Live>
+__device__ __forceinline__ void block_tile_span(int n, int nthreads, int* red, Live live) {
+  if (threadIdx.x == 0) {
+    red[0] = INT_MAX;
+    red[1] = -1;
+  }
+  __syncthreads();
+  int lo = INT_MAX, hi = -1;
+  for (int t = int(threadIdx.x); t < n; t += nthreads)
+    if (live(t)) {
+      lo = min(lo, t);
+      hi = max(hi, t);
+    }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (threadIdx.x % 32 == 0 && hi >= 0) {
+    atomicMin(&red[0], lo);
+    atomicMax(&red[1], hi);
+  }
+  __syncthreads();
+}
+
+// The keys a query-stationary CTA (query summary q of sample b) visits within [k_begin, k_end): narrowed to the
+// span of key summary tiles not skipped. Returns false when no key is visible. The block synchronises.
+__device__ __forceinline__ bool doc_key_span(const DocMaskDev& d, int64_t b, const DocRange& q, int64_t k_begin,
+                                             int64_t k_end, int nthreads, int* red, int64_t& k_lo, int64_t& k_hi) {
+  block_tile_span(d.nk_tiles, nthreads, red, [&](int t) {
+    const int64_t* s = d.k_sum + (b * d.nk_tiles + t) * 2;
+    return !(s[1] < q.doc_lo || s[0] > q.pos_hi);
+  });
+  const int first = red[0], last = red[1];
+  if (first > last) return false;
+  k_lo = k_begin + int64_t(first) * kDocTileRows;
+  k_hi = min(k_end, k_begin + int64_t(last + 1) * kDocTileRows);
+  return true;
+}
+
+// The query rows a key-stationary CTA (key summary k of sample b) visits within [q_begin, q_end), as
+// doc_key_span. Only without deterministic turn counters: those need every key tile to visit every query tile.
+__device__ __forceinline__ bool doc_query_span(const DocMaskDev& d, int64_t b, const DocRange& k, int64_t q_begin,
+                                               int64_t q_end, int nthreads, int* red, int64_t& q_lo, int64_t& q_hi) {
+  block_tile_span(d.nq_tiles, nthreads, red, [&](int t) {
+    const int64_t* s = d.q_sum + (b * d.nq_tiles + t) * 4;
+    return !(k.pos_hi < s[2] || k.pos_lo > s[1]);
+  });
+  const int first = red[0], last = red[1];
+  if (first > last) return false;
+  q_lo = q_begin + int64_t(first) * kDocTileRows;
+  q_hi = min(q_end, q_begin + int64_t(last + 1) * kDocTileRows);
+  return true;
+}
+#endif
+
+}  // namespace cuda
+}  // namespace rt

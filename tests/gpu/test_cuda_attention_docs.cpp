@@ -1,0 +1,428 @@
+// CUDA attention with a document mask (AttnMask::docs: query i sees key j iff doc(i) <= kpos(j) <= pos(i)) against
+// an fp64 host reference over the union of the calls' (query, key) ranges. Every case runs on each kernel pair
+// the device has, forced with set_attn_variant_override: fwd v5 / bwd v5 (which runs v4 under documents), fwd v4 /
+// bwd v4, and the mma.sync oracles fwd v2 / bwd v1 and fwd v3 / bwd v1 (on a device without sm_90a the Hopper
+// choices fall back to mma.sync). Inputs are fresh random bf16-rounded values, positions are 64-bit (based past
+// 2^32), the state, out and lse are NaN-poisoned first, and dq / dk / dv are pre-filled with random values (the
+// kernels add to them; their increments are checked). Bounds: out and the dq / dk / dv increments 1e-2 relative
+// (P and dS are bf16 in the mma), lse 1e-4 absolute, no NaN anywhere; a row that sees no key has lse -inf and
+// O = 0 exactly. Cases: documents shorter than a tile and of length 1, edges exactly on tile edges, a document
+// spanning every rank of a cp = 4 zigzag ring (the ring's steps as resumed calls on key sub-ranges), query
+// sub-ranges, GQA, a call whose every pair is masked (state untouched bit for bit, gradients unchanged), the
+// fused whole forward / fresh backward, and the deterministic backward (bitwise repeatable).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "tests/gpu/attention_test_util.h"
+
+namespace rt::test {
+namespace {
+
+struct Range {
+  int64_t qb, qe, kb, ke;
+};
+
+struct DocCase {
+  const char* name;
+  int64_t B, H, Hkv;
+  std::vector<std::vector<int64_t>> doc_lengths;  // per sample, summing to the sample's token count
+  std::vector<int64_t> q_tokens, k_tokens;        // token index of each query row (Nq) and key row (Nk)
+  std::vector<Range> blocks;                      // the calls, in order
+};
+
+constexpr int64_t kBase = (int64_t(1) << 33) + 5;  // positions are global and 64-bit
+
+std::vector<int64_t> iota_rows(int64_t begin, int64_t end) {
+  std::vector<int64_t> r;
+  for (int64_t i = begin; i < end; ++i) r.push_back(i);
+  return r;
+}
+
+// The mask arrays of a case: q_pos, q_doc (B,Nq) and k_pos (B,Nk).
+struct DocArrays {
+  std::vector<int64_t> q_pos, q_doc, k_pos;
+};
+DocArrays doc_arrays(const DocCase& c) {
+  DocArrays a;
+  for (int64_t b = 0; b < c.B; ++b) {
+    std::vector<int64_t> start;  // document start of each token of sample b
+    int64_t s = 0;
+    for (int64_t len : c.doc_lengths[size_t(b)]) {
+      for (int64_t i = 0; i < len; ++i) start.push_back(s);
+      s += len;
+    }
+    for (int64_t t : c.q_tokens) {
+      a.q_pos.push_back(kBase + t);
+      a.q_doc.push_back(kBase + start.at(size_t(t)));
+    }
+    for (int64_t t : c.k_tokens) a.k_pos.push_back(kBase + t);
+  }
+  return a;
+}
+
+struct Results {
+  std::vector<float> out, lse;             // (B,Nq,H,D), (B,H,Nq)
+  std::vector<double> dq, dk, dv;          // increments over the pre-filled values
+};
+
+// fp64: out / lse over the union of the blocks' visible pairs, then the gradients of sum(dout * out).
+Results reference(const DocCase& c, const DocArrays& a, int64_t D, const std::vector<float>& q,
+                  const std::vector<float>& k, const std::vector<float>& v, const std::vector<float>& dout) {
+  const int64_t Nq = int64_t(c.q_tokens.size()), Nk = int64_t(c.k_tokens.size()), H = c.H, g = c.H / c.Hkv;
+  const double scale = 1.0 / std::sqrt(double(D));
+  Results r;
+  r.out.assign(size_t(c.B * Nq * H * D), 0.f);
+  r.lse.assign(size_t(c.B * H * Nq), -INFINITY);
+  r.dq.assign(size_t(c.B * Nq * H * D), 0.0);
+  r.dk.assign(size_t(c.B * Nk * c.Hkv * D), 0.0);
+  r.dv.assign(size_t(c.B * Nk * c.Hkv * D), 0.0);
+  std::vector<double> s(static_cast<size_t>(Nk)), o(static_cast<size_t>(D));  // scores of one row, its output
+  std::vector<char> vis(static_cast<size_t>(Nk));                              // its visible keys
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Nq; ++i) {
+        const int64_t qo = ((b * Nq + i) * H + h) * D;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < Nk; ++j) {
+          bool in = false;
+          for (const Range& bl : c.blocks) in = in || (bl.qb <= i && i < bl.qe && bl.kb <= j && j < bl.ke);
+          const int64_t kp = a.k_pos[size_t(b * Nk + j)];
+          vis[size_t(j)] = in && a.q_doc[size_t(b * Nq + i)] <= kp && kp <= a.q_pos[size_t(b * Nq + i)];
+          if (!vis[size_t(j)]) continue;
+          const int64_t ko = ((b * Nk + j) * c.Hkv + h / g) * D;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += double(q[size_t(qo + d)]) * double(k[size_t(ko + d)]);
+          s[size_t(j)] = dot * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        if (mx == -INFINITY) continue;  // no visible key: out 0, lse -inf, no gradient
+        double sum = 0;
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < Nk; ++j) {
+          if (!vis[size_t(j)]) continue;
+          const double p = std::exp(s[size_t(j)] - mx);
+          sum += p;
+          const int64_t ko = ((b * Nk + j) * c.Hkv + h / g) * D;
+          for (int64_t d = 0; d < D; ++d) o[size_t(d)] += p * double(v[size_t(ko + d)]);
+        }
+        const double lse = mx + std::log(sum);
+        double delta = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          o[size_t(d)] /= sum;
+          r.out[size_t(qo + d)] = float(o[size_t(d)]);
+          delta += o[size_t(d)] * double(dout[size_t(qo + d)]);
+        }
+        r.lse[size_t((b * H + h) * Nq + i)] = float(lse);
+        for (int64_t j = 0; j < Nk; ++j) {
+          if (!vis[size_t(j)]) continue;
+          const int64_t ko = ((b * Nk + j) * c.Hkv + h / g) * D;
+          double dp = 0;
+          for (int64_t d = 0; d < D; ++d) dp += double(dout[size_t(qo + d)]) * double(v[size_t(ko + d)]);
+          const double p = std::exp(s[size_t(j)] - lse), ds = p * (dp - delta);
+          for (int64_t d = 0; d < D; ++d) {
+            r.dq[size_t(qo + d)] += scale * ds * double(k[size_t(ko + d)]);
+            r.dk[size_t(ko + d)] += scale * ds * double(q[size_t(qo + d)]);
+            r.dv[size_t(ko + d)] += p * double(dout[size_t(qo + d)]);
+          }
+        }
+      }
+  return r;
+}
+
+// A device copy of int64 positions (B, N).
+struct DevicePositions {
+  explicit DevicePositions(const std::vector<int64_t>& v) {
+    CUDA_CHECK(cudaMalloc(&p, v.size() * sizeof(int64_t)));
+    CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+  }
+  ~DevicePositions() {  // a destructor does not throw: a failed free is reported and fails the test
+    const cudaError_t e = cudaFree(p);
+    if (e != cudaSuccess) ADD_FAILURE() << "cudaFree of document positions: " << cudaGetErrorString(e);
+  }
+  DevicePositions(const DevicePositions&) = delete;
+  DevicePositions& operator=(const DevicePositions&) = delete;
+  int64_t* p = nullptr;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, dout, dq0, dk0, dv0;
+};
+
+Inputs make_inputs(const DocCase& c, int64_t D, uint64_t seed) {
+  const int64_t nq = c.B * int64_t(c.q_tokens.size()) * c.H * D, nk = c.B * int64_t(c.k_tokens.size()) * c.Hkv * D;
+  return Inputs{bf16_rounded(random_vector(nq, seed, 1.2f)),     bf16_rounded(random_vector(nk, seed + 1, 1.2f)),
+                bf16_rounded(random_vector(nk, seed + 2)),       bf16_rounded(random_vector(nq, seed + 3)),
+                random_vector(nq, seed + 4, 0.1f),               random_vector(nk, seed + 5, 0.1f),
+                random_vector(nk, seed + 6, 0.1f)};
+}
+
+std::vector<double> increment(const std::vector<float>& after, const std::vector<float>& before) {
+  std::vector<double> d(after.size());
+  for (size_t i = 0; i < after.size(); ++i) d[i] = double(after[i]) - double(before[i]);
+  return d;
+}
+
+// ||out - ref|| / ||ref|| in fp64 (absolute norm when ref is zero); infinity on NaN.
+double rel_error64(const std::vector<double>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (std::isnan(out[i])) return INFINITY;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// Runs the case on the GPU: reset, the forward blocks (or attn_fwd_whole for one block), finalize, delta, the
+// backward blocks (or attn_bwd_block_fresh) into the pre-filled gradients.
+Results run_gpu(const DocCase& c, const DocArrays& a, int64_t D, const Inputs& in, bool whole) {
+  const int64_t B = c.B, Nq = int64_t(c.q_tokens.size()), Nk = int64_t(c.k_tokens.size()), H = c.H, Hkv = c.Hkv;
+  DevicePositions qp(a.q_pos), qd(a.q_doc), kp(a.k_pos);
+  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
+      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gdo(gpu(), DType::bf16, {B, Nq, H, D}),
+      gout(gpu(), DType::bf16, {B, Nq, H, D});
+  Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq});
+  Buffer glse(gpu(), DType::f32, {B, H, Nq}), gdelta(gpu(), DType::f32, {B, H, Nq});
+  Buffer gdq(gpu(), DType::f32, {B, Nq, H, D}), gdk(gpu(), DType::f32, {B, Nk, Hkv, D}),
+      gdv(gpu(), DType::f32, {B, Nk, Hkv, D});
+  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v); upload(gdo, in.dout);
+  upload(gdq, in.dq0); upload(gdk, in.dk0); upload(gdv, in.dv0);
+  poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse); poison(gdelta);
+  if (whole) { poison(gdk); poison(gdv); }  // attn_bwd_block_fresh overwrites them
+  std::vector<AttnMask> masks;
+  for (const Range& r : c.blocks) {
+    AttnMask m = mask(false, 0, 0, r.qb, r.qe, r.kb, r.ke);
+    m.docs.q_pos = qp.p;
+    m.docs.q_doc_start = qd.p;
+    m.docs.k_pos = kp.p;
+    m.docs.q_stride = Nq;
+    m.docs.k_stride = Nk;
+    masks.push_back(m);
+  }
+  AttnState st{gacc.t(), gm.t(), gl.t()};
+  if (whole) {
+    attn_fwd_whole(gq.t(), gk.t(), gv.t(), st, masks.at(0), gout.t(), glse.t());
+  } else {
+    attn_state_reset(st);
+    for (const AttnMask& m : masks) attn_fwd_block(gq.t(), gk.t(), gv.t(), st, m);
+    attn_fwd_finalize(st, gout.t(), glse.t());
+  }
+  attn_bwd_delta(gout.t(), gdo.t(), gdelta.t());
+  if (whole) {
+    attn_bwd_block_fresh(gq.t(), gk.t(), gv.t(), gdo.t(), glse.t(), gdelta.t(), gdq.t(), gdk.t(), gdv.t(), masks.at(0));
+  } else {
+    for (const AttnMask& m : masks)
+      attn_bwd_block(gq.t(), gk.t(), gv.t(), gdo.t(), glse.t(), gdelta.t(), gdq.t(), gdk.t(), gdv.t(), m);
+  }
+  Results r{download(gout), download(glse), {}, {}, {}};
+  const std::vector<float> zeros_k(in.dk0.size(), 0.f);
+  r.dq = increment(download(gdq), in.dq0);
+  r.dk = increment(download(gdk), whole ? zeros_k : in.dk0);
+  r.dv = increment(download(gdv), whole ? zeros_k : in.dv0);
+  return r;
+}
+
+// The kernel pairs to force: {fwd, bwd}.
+const std::vector<std::pair<const char*, const char*>>& variant_pairs() {
+  static const std::vector<std::pair<const char*, const char*>> pairs{{"5", "5"}, {"4", "4"}, {"2", "1"}, {"3", "1"}};
+  return pairs;
+}
+
+// Checks one GPU run against the reference (the bounds of the file comment).
+void expect_matches(const Results& g, const Results& ref, const std::string& label) {
+  const double e_out = rel_error(g.out, ref.out), e_lse = lse_max_abs_error(g.lse, ref.lse);
+  const double e_dq = rel_error64(g.dq, ref.dq), e_dk = rel_error64(g.dk, ref.dk), e_dv = rel_error64(g.dv, ref.dv);
+  std::cout << "[attn docs] " << label << " out " << e_out << " lse " << e_lse << " dq " << e_dq << " dk " << e_dk
+            << " dv " << e_dv << "\n";
+  EXPECT_LE(e_out, 1e-2) << label << ": " << worst_mismatch(g.out, ref.out);
+  EXPECT_LE(e_lse, 1e-4) << label;
+  EXPECT_LE(e_dq, 1e-2) << label;
+  EXPECT_LE(e_dk, 1e-2) << label;
+  EXPECT_LE(e_dv, 1e-2) << label;
+}
+
+class CudaAttentionDocs : public ::testing::TestWithParam<int64_t> {
+ protected:
+  // Every variant pair against one fp64 reference; returns each pair's results.
+  std::vector<Results> run_all(const DocCase& c, uint64_t seed, bool whole = false) {
+    const int64_t D = GetParam();
+    const DocArrays a = doc_arrays(c);
+    const Inputs in = make_inputs(c, D, seed);
+    const Results ref = reference(c, a, D, in.q, in.k, in.v, in.dout);
+    std::vector<Results> all;
+    for (const auto& [fwd, bwd] : variant_pairs()) {
+      ScopedAttnVariant forced(fwd, bwd);
+      const std::string label = std::string(c.name) + (whole ? " whole" : "") + " D=" + std::to_string(D) +
+                                " fwd v" + fwd + " bwd v" + bwd;
+      all.push_back(run_gpu(c, a, D, in, whole));
+      expect_matches(all.back(), ref, label);
+      expect_empty_rows_zero(c, all.back(), ref, D, label);
+    }
+    return all;
+  }
+
+  static void expect_empty_rows_zero(const DocCase& c, const Results& g, const Results& ref, int64_t D,
+                                     const std::string& label) {
+    const int64_t Nq = int64_t(c.q_tokens.size());
+    int64_t empty = 0;
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t h = 0; h < c.H; ++h)
+        for (int64_t i = 0; i < Nq; ++i) {
+          if (!std::isinf(ref.lse[size_t((b * c.H + h) * Nq + i)])) continue;
+          ++empty;
+          for (int64_t d = 0; d < D; ++d)
+            ASSERT_EQ(g.out[size_t(((b * Nq + i) * c.H + h) * D + d)], 0.f) << label << " row " << i << " head " << h;
+        }
+    if (empty > 0) std::cout << "[attn docs] " << label << ": " << empty << " rows without a visible key\n";
+  }
+};
+
+TEST_P(CudaAttentionDocs, ShortAndSingleTokenDocumentsWithGqa) {
+  RT_REQUIRE_CUDA();
+  // Documents of 1..128 tokens (many shorter than a 64- or 128-row tile), different per sample; GQA 4:2.
+  const DocCase c{"short_docs", 2, 4, 2, {{1, 5, 1, 37, 64, 63, 1, 128}, {100, 1, 1, 197, 1}},
+                  iota_rows(0, 300), iota_rows(0, 300), {{0, 300, 0, 300}}};
+  run_all(c, 100);
+}
+
+TEST_P(CudaAttentionDocs, EdgesOnTileEdgesResumedOverKeyBlocks) {
+  RT_REQUIRE_CUDA();
+  // Document edges exactly on 64- and 128-row tile edges; the forward resumes over three key blocks.
+  const DocCase c{"tile_edges", 1, 2, 2, {{64, 128, 64, 192, 64}}, iota_rows(0, 512), iota_rows(0, 512),
+                  {{0, 512, 0, 128}, {0, 512, 128, 384}, {0, 512, 384, 512}}};
+  run_all(c, 200);
+}
+
+// The cp = 4 zigzag ring as rank 1 sees it: its queries are chunks 1 and 6 (of 8 chunks of 128 tokens), and the
+// ring's four steps bring the keys of ranks 1, 2, 3, 0 (chunks {1,6}, {2,5}, {3,4}, {0,7}), here one key tensor
+// with one call per step on its key sub-range. The first document (600 tokens) spans every rank; some steps
+// have no visible pair for chunk 1's queries.
+DocCase zigzag_case() {
+  auto chunk = [](int64_t c) { return iota_rows(c * 128, (c + 1) * 128); };
+  auto cat = [](std::vector<int64_t> x, const std::vector<int64_t>& y) {
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  std::vector<int64_t> keys;
+  for (int64_t r : {1, 2, 3, 0}) keys = cat(keys, cat(chunk(r), chunk(7 - r)));
+  DocCase c{"ring_zigzag", 1, 4, 1, {{600, 1, 63, 65, 295}}, cat(chunk(1), chunk(6)), keys, {}};
+  for (int64_t s = 0; s < 4; ++s) c.blocks.push_back({0, 256, s * 256, (s + 1) * 256});
+  return c;
+}
+
+TEST_P(CudaAttentionDocs, ZigzagRingStepsWithADocumentOnEveryRank) {
+  RT_REQUIRE_CUDA();
+  run_all(zigzag_case(), 300);
+}
+
+TEST_P(CudaAttentionDocs, QuerySubRanges) {
+  RT_REQUIRE_CUDA();
+  // Rows outside the first call's query range see only the second call's keys.
+  const DocCase c{"query_subranges", 1, 3, 3, {{150, 1, 249}}, iota_rows(0, 400), iota_rows(0, 400),
+                  {{30, 370, 0, 200}, {0, 400, 200, 400}}};
+  run_all(c, 400);
+}
+
+TEST_P(CudaAttentionDocs, FusedWholeForwardAndFreshBackward) {
+  RT_REQUIRE_CUDA();
+  const DocCase c{"whole", 2, 4, 2, {{64, 1, 200, 47}, {312}}, iota_rows(0, 312), iota_rows(0, 312),
+                  {{0, 312, 0, 312}}};
+  run_all(c, 500, /*whole=*/true);
+}
+
+// A call whose every pair is masked (the keys are a later document of the sample): no NaN, out 0 and lse -inf,
+// gradients unchanged; and a resumed state passed through such a call comes back bit for bit.
+TEST_P(CudaAttentionDocs, CallWithEveryPairMaskedLeavesStateUntouched) {
+  RT_REQUIRE_CUDA();
+  const DocCase c{"all_masked", 1, 2, 1, {{300, 300}}, iota_rows(0, 200), iota_rows(400, 600), {{0, 200, 0, 200}}};
+  const std::vector<Results> all = run_all(c, 600);
+  for (const Results& r : all) {
+    EXPECT_TRUE(std::all_of(r.lse.begin(), r.lse.end(), [](float x) { return std::isinf(x) && x < 0; }));
+    EXPECT_TRUE(std::all_of(r.dq.begin(), r.dq.end(), [](double x) { return x == 0.0; })) << "dQ changed";
+    EXPECT_TRUE(std::all_of(r.dk.begin(), r.dk.end(), [](double x) { return x == 0.0; })) << "dK changed";
+    EXPECT_TRUE(std::all_of(r.dv.begin(), r.dv.end(), [](double x) { return x == 0.0; })) << "dV changed";
+  }
+  const int64_t D = GetParam(), Nq = 200, Nk = 200, H = 2, Hkv = 1;
+  const DocArrays a = doc_arrays(c);
+  DevicePositions qp(a.q_pos), qd(a.q_doc), kp(a.k_pos);
+  AttnMask m;
+  m.docs.q_pos = qp.p;
+  m.docs.q_doc_start = qd.p;
+  m.docs.k_pos = kp.p;
+  m.docs.q_stride = Nq;
+  m.docs.k_stride = Nk;
+  const Inputs in = make_inputs(c, D, 650);
+  const std::vector<float> acc = random_vector(H * Nq * D, 660), mrun = random_vector(H * Nq, 661, 2.f);
+  std::vector<float> l = random_vector(H * Nq, 662, 1.f, 3.f);
+  for (float& x : l) x = std::fabs(x) + 0.5f;
+  for (const auto& [fwd, bwd] : variant_pairs()) {
+    ScopedAttnVariant forced(fwd, bwd);
+    Buffer gq(gpu(), DType::bf16, {1, Nq, H, D}), gk(gpu(), DType::bf16, {1, Nk, Hkv, D}),
+        gv(gpu(), DType::bf16, {1, Nk, Hkv, D});
+    Buffer gacc(gpu(), DType::f32, {1, H, Nq, D}), gm(gpu(), DType::f32, {1, H, Nq}), gl(gpu(), DType::f32, {1, H, Nq});
+    upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
+    upload(gacc, acc); upload(gm, mrun); upload(gl, l);
+    AttnState st{gacc.t(), gm.t(), gl.t()};
+    attn_fwd_block(gq.t(), gk.t(), gv.t(), st, m);
+    EXPECT_TRUE(download(gacc) == acc) << "fwd v" << fwd << ": acc changed by a call with no visible pair";
+    EXPECT_TRUE(download(gm) == mrun) << "fwd v" << fwd << ": m changed";
+    EXPECT_TRUE(download(gl) == l) << "fwd v" << fwd << ": l changed";
+  }
+}
+
+// set_deterministic_attention(true) for one scope.
+struct DeterministicScope {
+  DeterministicScope() { set_deterministic_attention(true); }
+  ~DeterministicScope() { set_deterministic_attention(false); }
+};
+
+TEST_P(CudaAttentionDocs, DeterministicBackwardIsAccurateAndRepeatsBitwise) {
+  RT_REQUIRE_CUDA();
+  DeterministicScope on;
+  const DocCase c = zigzag_case();
+  const std::vector<Results> first = run_all(c, 700), second = run_all(c, 700);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_TRUE(first[i].dq == second[i].dq) << "pair " << i << ": deterministic dQ differs between two runs";
+    EXPECT_TRUE(first[i].dk == second[i].dk) << "pair " << i;
+    EXPECT_TRUE(first[i].dv == second[i].dv) << "pair " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionDocs, ::testing::Values(int64_t(64), int64_t(128)),
+                         [](const auto& info) { return "D" + std::to_string(info.param); });
+
+// Bad document-mask arguments are refused with the fix named: positions in host memory, strides below the rows.
+TEST(CudaAttentionDocsArgs, HostPositionsAndShortStridesAreRefused) {
+  RT_REQUIRE_CUDA();
+  Buffer q(gpu(), DType::bf16, {1, 8, 1, 64}), acc(gpu(), DType::f32, {1, 1, 8, 64}), m(gpu(), DType::f32, {1, 1, 8}),
+      l(gpu(), DType::f32, {1, 1, 8});
+  AttnState st{acc.t(), m.t(), l.t()};
+  const std::vector<int64_t> pos{0, 1, 2, 3, 4, 5, 6, 7};
+  AttnMask host;
+  host.docs.q_pos = host.docs.q_doc_start = host.docs.k_pos = pos.data();
+  host.docs.q_stride = host.docs.k_stride = 8;
+  try {
+    attn_fwd_block(q.t(), q.t(), q.t(), st, host);
+    ADD_FAILURE() << "host positions were accepted";
+  } catch (const rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("copy the positions to the device"), std::string::npos) << e.what();
+  }
+  DevicePositions dp(pos);
+  AttnMask shorter;
+  shorter.docs.q_pos = shorter.docs.q_doc_start = shorter.docs.k_pos = dp.p;
+  shorter.docs.q_stride = shorter.docs.k_stride = 4;
+  try {
+    attn_fwd_block(q.t(), q.t(), q.t(), st, shorter);
+    ADD_FAILURE() << "strides below the row count were accepted";
+  } catch (const rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("strides"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rt::test
