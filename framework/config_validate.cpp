@@ -188,9 +188,6 @@ void check_data(const Config& c, Problems& p) {
       p.add("data.eot_token=", eot, " is >= model.vocab_size=", m.vocab_size, "; set data.eot_token to the "
             "tokenizer's document delimiter (GPT-2: 50256; prepare_data.py shards: meta.json's eot_token) or raise "
             "model.vocab_size");
-    if (c.device == "cuda")
-      p.add("data.documents=eot: the CUDA attention kernels do not take document masks yet; use device: cpu, or "
-            "data.documents: none");
   } else if (d.positions == "document") {
     p.add("data.positions=document restarts positions at each document; set data.documents: eot, or use "
           "positions: global");

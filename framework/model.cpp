@@ -59,6 +59,9 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   rope_table_ = arena.alloc(DType::f32, {rope_table_rows_, s.D / 2, 2},
                             "rope table (cos, sin per position)");  // (n or B*n, D/2, 2)
   losses_ = arena.alloc(DType::f32, {N}, "per-token losses");  // (N)
+  if (options.documents && arena.device().is_cuda())
+    doc_mask_dev_ = arena.alloc(DType::i32, {2, s.B, s.n * comms.cp->size(), 2},
+                                "document mask (int64 positions, document starts)");  // (2, B, cp*n, 2) i32
 
   offload_layers_ = options.offload_layers;
   RT_CHECK(offload_layers_ >= 0 && offload_layers_ <= s.L,
@@ -193,17 +196,26 @@ void Model::upload_batch(const Batch& batch) {
   copy_host_to_tensor(tokens_, batch.tokens.data());
   copy_host_to_tensor(targets_, batch.targets.data());
   upload_rope_table(batch.positions);
-  // Documents: the ring takes the batch's document mask (host arrays: the CUDA kernels do not take document
-  // masks yet, and refuse them by name).
+  // Documents: the ring takes the batch's document mask: host arrays on the CPU; on CUDA device copies, with the
+  // host arrays for the ring's choice of steps to skip.
   if (!batch.doc_pos.empty()) {
     RT_CHECK(int64_t(batch.doc_pos.size()) == shape_.B * shape_.n * comms_.cp->size() &&
                  batch.doc_start.size() == batch.doc_pos.size(),
              "batch document arrays have the wrong sizes");
-    RT_CHECK(tokens_.device.is_cpu(), "data.documents=eot: the CUDA attention kernels do not take document masks "
-                                      "yet; use device: cpu, or data.documents: none");
     doc_pos_ = batch.doc_pos;
     doc_start_ = batch.doc_start;
-    attention_->set_documents(doc_pos_.data(), doc_start_.data());
+    if (tokens_.device.is_cpu()) {
+      attention_->set_documents(doc_pos_.data(), doc_start_.data());
+    } else {
+      RT_CHECK(doc_mask_dev_.numel() == 4 * int64_t(doc_pos_.size()),
+               "model: a batch with documents, but the model was built without ModelOptions::documents "
+               "(data.documents: eot)");
+      const Tensor pos = doc_mask_dev_.slice(0, 1), start = doc_mask_dev_.slice(1, 2);
+      copy_host_to_tensor(pos, doc_pos_.data());
+      copy_host_to_tensor(start, doc_start_.data());
+      attention_->set_documents(static_cast<const int64_t*>(pos.data), static_cast<const int64_t*>(start.data),
+                                doc_pos_.data(), doc_start_.data());
+    }
   } else {
     attention_->set_documents(nullptr, nullptr);
   }

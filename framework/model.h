@@ -100,6 +100,8 @@ struct ModelOptions {
   int offload_layers = 0;
   // RoPE positions differ per sample (data.positions: document): the RoPE table holds B*n rows, not n.
   bool per_sample_positions = false;
+  // Packed documents (data.documents: eot): on CUDA the batch's document mask is uploaded to the device.
+  bool documents = false;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
@@ -305,6 +307,9 @@ class Model {
   std::vector<float> rope_table_host_;         // (rope_table_rows_, D/2, 2) its host copy (fp64 math, fp32 storage)
   std::vector<float> rope_rows_by_position_;   // (max position + 1, D/2, 2) per-sample mode: each value's row
   std::vector<int64_t> doc_pos_, doc_start_;   // (B, cp*n) the batch's document mask (Batch::doc_pos / doc_start)
+  // CUDA with options.documents: (2, B, cp*n, 2) i32 = doc_pos_ then doc_start_ as int64 (two i32 words each: the
+  // tensor types have no int64), what the CUDA attention kernels read; empty otherwise.
+  Tensor doc_mask_dev_;
   void upload_rope_table(const std::vector<int32_t>& positions);  // positions (B, n): rebuilt when they change
   void rope_rows(const Tensor& x4, bool inverse);  // RoPE of x4 (B, n, heads, D) from rope_table_
   Tensor losses_;                    // (N) f32

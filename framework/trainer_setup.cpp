@@ -88,6 +88,7 @@ ModelOptions model_options(const Config& config, Device device) {
   o.dkv_wire = config.parallel.dkv_wire == "bf16" ? DType::bf16 : DType::f32;
   o.zero = config.parallel.zero;
   o.per_sample_positions = config.data.positions == "document";
+  o.documents = config.data.documents == "eot";
   if (config.train.offload == "activations") {
     RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
                                "run is on the CPU, where every activation is in host memory already; use "

@@ -1,7 +1,8 @@
 // The whole model on the GPU (bf16 activations and compute weights, f32 masters and gradients) against the
 // CPU model (f32 throughout) with the same weights and batch: the first step's loss and every gradient,
 // GELU and SwiGLU (GQA), with and without activation checkpointing, and with llama3 and yarn RoPE scaling
-// (the 128-token copy task runs past original_max_position_embeddings = 32; yarn scales cos and sin).
+// (the 128-token copy task runs past original_max_position_embeddings = 32; yarn scales cos and sin), and packed
+// documents (document-masked attention, per-sample RoPE positions).
 //
 // Tolerances (bf16 rounds each activation to 2^-9 relative; two layers, GEMMs with f32 accumulation):
 //   loss                         |gpu - cpu| / |cpu| <= 1e-2
@@ -10,7 +11,11 @@
 // The test prints the observed values.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "tests/gpu/gpu_model_util.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -75,6 +80,49 @@ INSTANTIATE_TEST_SUITE_P(Variants, GpuModel,
                                            Case{"swiglu_gqa_llama3", "swiglu", 1, "none", "llama3"},
                                            Case{"swiglu_yarn_selective", "swiglu", 2, "selective", "yarn"}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Packed documents (data.documents: eot, positions restarting per document) through the whole model on CUDA: the
+// document-masked attention, the per-sample RoPE table and the dropped boundary targets, against the CPU model.
+// Documents of 1 to 150 tokens in 128-token samples: some shorter than a 64-row tile, some crossing samples.
+TEST(GpuModelDocuments, FirstStepMatchesCpuModel) {
+  RT_REQUIRE_CUDA();
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("rt_gpu_model_docs_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  constexpr int kEot = 0;
+  std::vector<uint16_t> tokens;  // llm.c shard: each document starts with kEot
+  for (int d = 0; tokens.size() < 8192; ++d) {
+    tokens.push_back(kEot);
+    const int len = (d % 5 == 0) ? 1 : 1 + (d * 37) % 150;
+    for (int t = 0; t < len; ++t) tokens.push_back(uint16_t(1 + (d * 7 + t * 13) % 63));
+  }
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
+  const std::string shard = (dir / "docs_000.bin").string();
+  {
+    std::ofstream out(shard, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
+  }
+  for (const char* mlp : {"gelu", "swiglu"}) {
+    const Config config = gpu_model_config(1, 1, 1, mlp, 1, "selective",
+                                           {"data.source=shards", "data.path=" + shard, "data.documents=eot",
+                                            "data.eot_token=0", "data.positions=document"});
+    ProcessGrid grid = ProcessGrid::local();
+    const StepResult gpu = first_step(config, grid, Device::cuda(0));
+    const StepResult cpu = first_step(config, grid, Device::cpu());
+    ASSERT_TRUE(std::isfinite(gpu.loss)) << mlp << ": GPU loss " << gpu.loss;
+    ASSERT_GT(cpu.loss, 1.0) << mlp;
+    const double loss_err = std::abs(gpu.loss - cpu.loss) / std::abs(cpu.loss);
+    EXPECT_LE(loss_err, kLossRelTol) << mlp << ": loss gpu " << gpu.loss << " cpu " << cpu.loss;
+    const GradCompare g = compare_grads(gpu.grads, cpu.grads);
+    EXPECT_LE(g.whole, kWholeGradTol) << mlp;
+    EXPECT_LE(g.worst, kTensorGradTol) << mlp << ": " << g.worst_name;
+    std::printf("[ documents %s ] loss cpu %.5f gpu %.5f (rel %.1e) | grad rel err whole %.1e, worst %.1e (%s)\n",
+                mlp, cpu.loss, gpu.loss, loss_err, g.whole, g.worst, g.worst_name.c_str());
+  }
+  fs::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace rt::test
