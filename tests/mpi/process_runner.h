@@ -2,7 +2,9 @@
 // capturing its exit code, its stdout and stderr together, and its wall time; and clear this process's MPI
 // environment first so that an inner mpirun does not think it is part of the outer job.
 #pragma once
+#include <sched.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,8 +23,15 @@ struct ProcessResult {
 };
 
 // The test itself runs under mpirun; drop the variables that would make an inner mpirun join this job,
-// keeping the ones that allow running as root.
+// keeping the ones that allow running as root, and undo mpirun's binding of this rank to one core: the jobs it
+// launches inherit the binding, and a job whose ranks spin on that one core starves the next job's mpirun
+// (CI failed so: the second of two concurrent runs never started). The kernel keeps the mask inside the cpuset.
 inline void scrub_mpi_environment() {
+  cpu_set_t every_cpu;
+  CPU_ZERO(&every_cpu);
+  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
+  for (long c = 0; c < cpus && c < CPU_SETSIZE; ++c) CPU_SET(int(c), &every_cpu);
+  (void)sched_setaffinity(0, sizeof every_cpu, &every_cpu);  // best effort: a refusal leaves the binding as it was
   std::vector<std::string> names;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
