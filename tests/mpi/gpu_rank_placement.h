@@ -14,6 +14,7 @@
 #include "kernels/device_memory.h"
 #include "parallel/comm.h"
 #include "parallel/mpi_comm.h"
+#include "tests/mpi/mpi_world.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
 #include "parallel/cuda/nccl_comm.h"
@@ -56,6 +57,15 @@ inline std::shared_ptr<Comm> make_test_comm(MPI_Comm sub, const GpuRankPlacement
   }
 #endif
   return std::make_shared<MpiComm>(sub, /*owned=*/true);
+}
+
+// The first `size` world ranks as one communicator (NCCL or mpi, per `placement`); null on the others.
+// Collective over the world.
+inline std::shared_ptr<Comm> sub_world(int size, const GpuRankPlacement& placement) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return make_test_comm(sub, placement);
 }
 
 }  // namespace rt::test

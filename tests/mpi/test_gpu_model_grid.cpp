@@ -21,6 +21,7 @@
 #include "parallel/mpi_comm.h"
 #include "tests/gpu/gpu_model_util.h"
 #include "tests/mpi/gpu_rank_placement.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 using namespace rt::test;
@@ -31,26 +32,8 @@ constexpr double kLossRelTol = 1e-2;
 constexpr double kWholeGradTol = 3e-2;
 constexpr double kTensorGradTol = 1e-1;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-bool gpu_present() {  // the same answer on every rank, so all skip or none does
-  int here = cuda_available() ? 1 : 0, all = 0;
-  MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all != 0;
-}
-
-// The first `size` world ranks as one communicator (NCCL or mpi, per `placement`); null on the others.
-// Collective over the world.
-std::shared_ptr<Comm> sub_world(int size, const GpuRankPlacement& placement) {
-  MPI_Comm sub = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
-  if (sub == MPI_COMM_NULL) return nullptr;
-  return make_test_comm(sub, placement);
-}
+using rt::test::world_rank;
+using rt::test::gpu_present;
 
 struct GridCase {
   int dp, cp, tp;

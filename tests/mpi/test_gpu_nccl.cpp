@@ -19,6 +19,7 @@
 #include "kernels/ops.h"
 #include "parallel/cuda/nccl_comm.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 
@@ -39,11 +40,8 @@ using test::upload;
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";              \
   } while (0)
 
-int world_size() {
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  return world;
-}
+using rt::test::world_size;
+
 #define RT_REQUIRE_WORLD_OF_ONE()                                                       \
   do {                                                                                  \
     if (world_size() != 1) GTEST_SKIP() << "world-size-1 case (run with mpirun -np 1)"; \

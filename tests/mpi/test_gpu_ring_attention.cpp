@@ -19,6 +19,7 @@
 #include "parallel/ring_attention.h"
 #include "tests/mpi/gpu_rank_placement.h"
 #include "tests/mpi/ring_attention_harness.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 
@@ -32,12 +33,7 @@ test::AttentionProblem make_problem(uint64_t seed, int64_t head_dim) {
   return test::make_attention_problem(seed, 1, 256, 4, 2, head_dim, /*round_to_bf16=*/true);
 }
 
-bool gpu_present() {
-  // Every rank must take the same branch (a skip on one rank only would leave the others in a collective).
-  int here = cuda_available() ? 1 : 0, all = 0;
-  MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all != 0;
-}
+using rt::test::gpu_present;
 
 }  // namespace
 

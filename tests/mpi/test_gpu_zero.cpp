@@ -22,34 +22,16 @@
 #include "tests/gpu/gpu_model_util.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/mpi/gpu_rank_placement.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 using namespace rt::test;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-bool gpu_present() {  // the same answer on every rank
-  int here = cuda_available() ? 1 : 0, all = 0;
-  MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all != 0;
-}
-
-std::shared_ptr<Comm> sub_world(int size, const GpuRankPlacement& placement) {
-  MPI_Comm sub = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
-  if (sub == MPI_COMM_NULL) return nullptr;
-  return make_test_comm(sub, placement);
-}
+using rt::test::world_rank;
+using rt::test::world_size;
+using rt::test::gpu_present;
 
 struct RunResult {
   std::vector<double> losses;

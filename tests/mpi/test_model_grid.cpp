@@ -32,6 +32,7 @@
 #include "framework/optimizer.h"
 #include "framework/trainer_setup.h"
 #include "parallel/mpi_comm.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 namespace fs = std::filesystem;
@@ -44,16 +45,10 @@ constexpr double kCurveRelTol = 1e-4;
 constexpr double kWeightRelTol = 1e-3;
 constexpr int kCurveSteps = 30;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using rt::test::world_rank;
+using rt::test::world_size;
+using rt::test::sub_world;
+using rt::test::rel_diff;
 
 // A model small enough that 30 steps on 4 oversubscribed ranks take well under a second, with
 // seq_len = 32 divisible by 2*cp for cp <= 4 (zigzag) and a global batch of 4 (dp <= 2 splits it).
@@ -133,23 +128,6 @@ RunResult train(const Config& config, ProcessGrid& grid, int steps) {
   }
   r.final = model.gather_full(model.master(), "");
   return r;
-}
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(a[i]) - ref[i];
-    num += d * d, den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-// The first dp*cp*tp world ranks as one communicator; null on the idle ranks. Collective over the world.
-std::shared_ptr<Comm> sub_world(int size) {
-  MPI_Comm sub = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
-  if (sub == MPI_COMM_NULL) return nullptr;
-  return std::make_shared<MpiComm>(sub, /*owned=*/true);
 }
 
 struct GridCase {

@@ -17,6 +17,7 @@
 #include "parallel/mpi_comm.h"
 #include "parallel/ring_attention.h"
 #include "tests/mpi/ring_attention_harness.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 
@@ -31,11 +32,7 @@ test::AttentionProblem make_problem(uint64_t seed, int64_t T) {
 }
 const test::RingTensors kOnHost{Device::cpu(), DType::f32, size_t(4) << 20};
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using rt::test::world_size;
 
 }  // namespace
 

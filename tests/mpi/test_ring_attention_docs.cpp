@@ -20,6 +20,7 @@
 #include "parallel/mpi_comm.h"
 #include "parallel/ring_attention.h"
 #include "tests/mpi/ring_attention_harness.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 
@@ -28,16 +29,8 @@ namespace {
 constexpr double kTolerance = 2e-5;  // relative L2 error vs the one-rank result (f32 compute)
 const int64_t kB = 2, kH = 4, kHkv = 2, kD = 8;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using rt::test::world_rank;
+using rt::test::world_size;
 
 // Document start of every position of a T-token sample cut into the given lengths (cycled).
 std::vector<int64_t> starts_of(int64_t T, const std::vector<int64_t>& lengths) {

@@ -15,6 +15,7 @@ namespace {
 using rt::test::names_in;
 using rt::test::ProcessResult;
 using rt::test::step_counts;
+
 namespace fs = std::filesystem;
 
 class RunDirs : public rt::test::RunJobTest {};

@@ -22,6 +22,7 @@
 #include "framework/train_step.h"
 #include "framework/trainer_setup.h"
 #include "parallel/mpi_comm.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 
@@ -32,16 +33,10 @@ constexpr double kCurveRelTol = 1e-5;
 constexpr double kWeightRelTol = 1e-4;
 constexpr int kSteps = 30;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using rt::test::world_rank;
+using rt::test::world_size;
+using rt::test::sub_world;
+using rt::test::rel_diff;
 
 struct ZeroCase {
   int dp, cp, tp;
@@ -98,22 +93,6 @@ RunResult train(const Config& config, ProcessGrid& grid) {
   }
   r.final = model.gather_full(model.master(), "");
   return r;
-}
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(a[i]) - ref[i];
-    num += d * d, den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-std::shared_ptr<Comm> sub_world(int size) {
-  MPI_Comm sub = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
-  if (sub == MPI_COMM_NULL) return nullptr;
-  return std::make_shared<MpiComm>(sub, /*owned=*/true);
 }
 
 std::string case_name(const ZeroCase& c) {

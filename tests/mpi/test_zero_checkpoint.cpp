@@ -20,17 +20,14 @@
 #include "framework/train_step.h"
 #include "framework/trainer_setup.h"
 #include "parallel/mpi_comm.h"
+#include "tests/mpi/mpi_world.h"
 
 using namespace rt;
 namespace fs = std::filesystem;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using rt::test::world_rank;
 
 Config make_config(int dp, int cp, int tp, int zero) {
   std::ostringstream y;
@@ -71,13 +68,6 @@ void train(ModelSession& s, const Config& config, ProcessGrid& grid, int64_t fir
   loader->set_cursor(uint64_t(first_step - 1));
   for (int64_t step = first_step; step < first_step + steps; ++step)
     train_step(*s.model, *s.optimizer, loader->next(), step, learning_rate(config.optim, step, config.train.steps));
-}
-
-std::shared_ptr<Comm> sub_world(int size) {
-  MPI_Comm sub = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < size ? 0 : MPI_UNDEFINED, world_rank(), &sub);
-  if (sub == MPI_COMM_NULL) return nullptr;
-  return std::make_shared<MpiComm>(sub, true);
 }
 
 std::string read_bytes(const fs::path& p) {
