@@ -145,10 +145,11 @@ TEST(ZeroCheckpoint, ResumesAcrossStagesAndGridsBothWays) {
     ModelSession t = build_session(z3tp, ModelComms::from(grid), Device::cpu(), true);
     load_checkpoint_sharded((root / "c/checkpoints/step_6").string(), *t.model, t.optimizer.get(), grid.world());
     expect_same(full_state(t), got);
-    if (world_rank() == 0)
+    if (world_rank() == 0) {
       EXPECT_TRUE(read_bytes(fs::path(dir_b) / "model.safetensors") ==
                   read_bytes(root / "c/checkpoints/step_6/model.safetensors"))
           << "the zero-3 tp-2 writer's ranges differ from the one-rank file of the same weights";
+    }
   }
 
   // 5. One flipped value in one tensor: found by its sum, on any grid, naming the tensor.
