@@ -82,6 +82,30 @@ inline void attn_doc_tile_visible(const AttnDocs& docs, int64_t b, int64_t i0, i
     for (int64_t c = 0; c < nj; ++c) vis[r * kAttnTileK + c] = uint8_t(qs[r] <= kp[c] && kp[c] <= qp[r]);
 }
 
+// What the key loop does with key tile [j0, j0+nj) for query rows [i0, i0+tq) of sample b (qtile: their summary,
+// used only with documents): run it with `mask` and, for a document tile with an edge inside, the pair-by-pair
+// `vis` (filled into vis_buf); skip it (documents: keys need not be sorted, a later tile may be visible); or stop
+// the loop (causal: this and later tiles are past the diagonal). A wholly visible document tile runs `unmasked`.
+enum class AttnKeyTileStep { run, skip, stop };
+struct AttnKeyTile {
+  AttnKeyTileStep step;
+  const AttnMask* mask;
+  const uint8_t* vis;  // (tq, kAttnTileK) or null
+};
+inline AttnKeyTile attn_key_tile(const AttnMask& mask, const AttnMask& unmasked, const AttnDocQueryTile& qtile,
+                                 int64_t b, int64_t i0, int64_t tq, int64_t j0, int64_t nj, uint8_t* vis_buf) {
+  if (!mask.docs.on())
+    return {attn_visible_keys(mask, i0 + tq - 1, j0, nj) == 0 ? AttnKeyTileStep::stop : AttnKeyTileStep::run, &mask,
+            nullptr};
+  switch (attn_doc_tile_class(mask.docs, qtile, b, j0, nj)) {
+    case AttnTileClass::skip: return {AttnKeyTileStep::skip, &unmasked, nullptr};
+    case AttnTileClass::full: return {AttnKeyTileStep::run, &unmasked, nullptr};
+    case AttnTileClass::partial: break;
+  }
+  attn_doc_tile_visible(mask.docs, b, i0, tq, j0, nj, vis_buf);
+  return {AttnKeyTileStep::run, &unmasked, vis_buf};
+}
+
 // Checks the document mask's arrays against the row counts (the CPU backend reads them on the host).
 inline void check_attn_docs(const AttnDocs& docs, int64_t Nq, int64_t Nk, const char* op) {
   if (!docs.on()) return;

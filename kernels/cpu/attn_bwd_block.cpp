@@ -100,19 +100,9 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         const AttnDocQueryTile qtile = docs ? attn_doc_query_tile(mask.docs, b, i0, tq) : AttnDocQueryTile{};
         for (int64_t j0 = r.k_begin; j0 < r.k_end; j0 += kAttnTileK) {
           const int64_t nj = std::min(kAttnTileK, r.k_end - j0);
-          const uint8_t* vis = nullptr;
-          const AttnMask* tile_mask = &mask;
-          if (docs) {
-            const AttnTileClass cls = attn_doc_tile_class(mask.docs, qtile, b, j0, nj);
-            if (cls == AttnTileClass::skip) continue;  // keys need not be sorted: later tiles may be visible
-            if (cls == AttnTileClass::partial) {
-              attn_doc_tile_visible(mask.docs, b, i0, tq, j0, nj, vis_buf.data());
-              vis = vis_buf.data();
-            }
-            tile_mask = &unmasked;
-          } else if (attn_visible_keys(mask, i0 + tq - 1, j0, nj) == 0) {
-            break;  // this and later key tiles are masked
-          }
+          const AttnKeyTile tile = attn_key_tile(mask, unmasked, qtile, b, i0, tq, j0, nj, vis_buf.data());
+          if (tile.step == AttnKeyTileStep::skip) continue;
+          if (tile.step == AttnKeyTileStep::stop) break;
           const float* kt = k.ptr<float>() + koff + j0 * k_row;  // (nj, D), row stride k_row
           const float* vt = v.ptr<float>() + koff + j0 * k_row;  // (nj, D)
           float* dkt = dk_acc.ptr<float>() + koff + j0 * k_row;  // (nj, D)
@@ -121,9 +111,9 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           gemm_strided_accumulate(tq, nj, D, scale2, qt, q_row, 1, kt, 1, k_row, s, kAttnTileK);  // S
           gemm_strided_accumulate(tq, nj, D, 1.f, dot, q_row, 1, vt, 1, k_row, dp, kAttnTileK);   // dP
           if (avx2)
-            probs_and_dscores_avx2(s, dp, tq, nj, i0, j0, *tile_mask, vis, lse_h, delta_h, scale);
+            probs_and_dscores_avx2(s, dp, tq, nj, i0, j0, *tile.mask, tile.vis, lse_h, delta_h, scale);
           else
-            probs_and_dscores_baseline(s, dp, tq, nj, i0, j0, *tile_mask, vis, lse_h, delta_h, scale);
+            probs_and_dscores_baseline(s, dp, tq, nj, i0, j0, *tile.mask, tile.vis, lse_h, delta_h, scale);
           gemm_strided_accumulate(nj, D, tq, 1.f, s, 1, kAttnTileK, dot, q_row, 1, dvt, k_row);   // dV += P^T dO
           gemm_strided_accumulate(nj, D, tq, 1.f, dp, 1, kAttnTileK, qt, q_row, 1, dkt, k_row);   // dK += dS^T Q
           gemm_strided_accumulate(tq, D, nj, 1.f, dp, kAttnTileK, 1, kt, k_row, 1, dqt, q_row);   // dQ += dS K

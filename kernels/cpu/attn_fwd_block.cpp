@@ -138,26 +138,16 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
         const AttnDocQueryTile qtile = docs ? attn_doc_query_tile(mask.docs, b, i0, tq) : AttnDocQueryTile{};
         for (int64_t j0 = r.k_begin; j0 < r.k_end; j0 += kAttnTileK) {
           const int64_t nj = std::min(kAttnTileK, r.k_end - j0);
-          const uint8_t* vis = nullptr;
-          const AttnMask* tile_mask = &mask;
-          if (docs) {
-            const AttnTileClass cls = attn_doc_tile_class(mask.docs, qtile, b, j0, nj);
-            if (cls == AttnTileClass::skip) continue;  // keys need not be sorted: later tiles may be visible
-            if (cls == AttnTileClass::partial) {
-              attn_doc_tile_visible(mask.docs, b, i0, tq, j0, nj, vis_buf.data());
-              vis = vis_buf.data();
-            }
-            tile_mask = &unmasked;
-          } else if (attn_visible_keys(mask, i0 + tq - 1, j0, nj) == 0) {
-            break;  // this and later key tiles are masked
-          }
+          const AttnKeyTile tile = attn_key_tile(mask, unmasked, qtile, b, i0, tq, j0, nj, vis_buf.data());
+          if (tile.step == AttnKeyTileStep::skip) continue;
+          if (tile.step == AttnKeyTileStep::stop) break;
           std::memset(s, 0, sizeof(float) * size_t(kAttnTileQ * kAttnTileK));
           gemm_strided_accumulate(tq, nj, D, scale2, qh + i0 * q_row, q_row, 1, kh + j0 * k_row, 1, k_row, s,
                                   kAttnTileK);
           if (avx2)
-            softmax_update_avx2(s, tq, nj, i0, j0, *tile_mask, vis, m_h, l_h, acc_h, D);
+            softmax_update_avx2(s, tq, nj, i0, j0, *tile.mask, tile.vis, m_h, l_h, acc_h, D);
           else
-            softmax_update_baseline(s, tq, nj, i0, j0, *tile_mask, vis, m_h, l_h, acc_h, D);
+            softmax_update_baseline(s, tq, nj, i0, j0, *tile.mask, tile.vis, m_h, l_h, acc_h, D);
           gemm_strided_accumulate(tq, D, nj, 1.f, s, kAttnTileK, 1, vh + j0 * k_row, k_row, 1, acc_h + i0 * D, D);
         }
       }
