@@ -12,6 +12,7 @@ namespace rt {
 namespace {
 using test::AttnShape;
 using test::HostTensor;
+using test::lse_err;
 
 constexpr double kFwdTol = 2e-5;  // fp32 kernel vs fp64 reference, relative norm
 constexpr double kBwdTol = 1e-4;
@@ -56,21 +57,6 @@ Forward forward_one_pass(const Inputs& in, const AttnMask& mask) {
   State state(in.s);
   attn_fwd_block(in.q, in.k, in.v, state.st, mask);
   return finalize(in.s, state);
-}
-
-// Compares lse with the reference: -inf exactly where the reference has -inf, relative error elsewhere.
-double lse_err(const HostTensor& lse, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (int64_t k = 0; k < lse.numel(); ++k) {
-    if (std::isinf(ref[size_t(k)])) {
-      if (!(std::isinf(lse[k]) && lse[k] < 0)) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(lse[k])) return INFINITY;
-    num += (lse[k] - ref[size_t(k)]) * (lse[k] - ref[size_t(k)]);
-    den += ref[size_t(k)] * ref[size_t(k)];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // Gradients: kernel output minus its random starting value (the op accumulates) against the reference.

@@ -15,6 +15,7 @@ namespace rt {
 namespace {
 using test::AttnShape;
 using test::HostTensor;
+using test::lse_err;
 
 constexpr double kFwdTol = 2e-5;  // fp32 kernel vs fp64 reference, relative norm
 constexpr double kBwdTol = 1e-4;
@@ -86,21 +87,6 @@ KernelRun run_kernels(const AttnShape& s, const HostTensor& q, const HostTensor&
   fill(r.dq, 0.f);
   attn_bwd_block_fresh(q, k, v, dout, r.lse, delta, r.dq, r.dk, r.dv, mask);
   return r;
-}
-
-// -inf exactly where the reference has -inf, relative error elsewhere.
-double lse_err(const HostTensor& lse, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (int64_t k = 0; k < lse.numel(); ++k) {
-    if (std::isinf(ref[size_t(k)])) {
-      if (!(std::isinf(lse[k]) && lse[k] < 0)) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(lse[k])) return INFINITY;
-    num += (lse[k] - ref[size_t(k)]) * (lse[k] - ref[size_t(k)]);
-    den += ref[size_t(k)] * ref[size_t(k)];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 void check_docs(const AttnShape& s, const AttnMask& mask, uint64_t seed) {

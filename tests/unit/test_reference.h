@@ -75,6 +75,22 @@ inline bool any_nan(const float* p, int64_t n) {
 }
 inline bool any_nan(const HostTensor& h) { return any_nan(h.f(), h.numel()); }
 
+// An attention LSE against its reference: -inf exactly where the reference has -inf (rows with no visible key),
+// relative error elsewhere; anything else non-finite gives +inf.
+inline double lse_err(const HostTensor& lse, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (int64_t k = 0; k < lse.numel(); ++k) {
+    if (std::isinf(ref[size_t(k)])) {
+      if (!(std::isinf(lse[k]) && lse[k] < 0)) return INFINITY;
+      continue;
+    }
+    if (!std::isfinite(lse[k])) return INFINITY;
+    num += (lse[k] - ref[size_t(k)]) * (lse[k] - ref[size_t(k)]);
+    den += ref[size_t(k)] * ref[size_t(k)];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
 // ||out - ref|| / ||ref|| (absolute norm when ref is all zero); NaN in out gives +inf.
 inline double rel_err(const float* out, const double* ref, int64_t n) {
   double num = 0, den = 0;
