@@ -52,32 +52,11 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
       ASSERT_TRUE(std::isfinite(grads[size_t(e.offset + i)])) << e.name << "[" << i << "]";
 
   std::mt19937_64 rng(99);
-  std::normal_distribution<double> normal(0, 1);
-  float* p = model.master().ptr<float>();
-  const double eps = 1e-2;
   double worst = 0;
   for (const ParamEntry& e : model.params()) {
-    std::vector<double> u(size_t(e.numel));
-    double norm = 0;
-    for (double& x : u) x = normal(rng), norm += x * x;
-    norm = std::sqrt(norm);
-    double analytic = 0;
-    for (int64_t i = 0; i < e.numel; ++i) {
-      u[size_t(i)] /= norm;
-      analytic += grads[size_t(e.offset + i)] * u[size_t(i)];
-    }
-    const std::vector<float> saved(p + e.offset, p + e.offset + e.numel);
-    auto loss_at = [&](double t) {
-      for (int64_t i = 0; i < e.numel; ++i) p[e.offset + i] = float(saved[size_t(i)] + t * u[size_t(i)]);
-      model.sync_compute_weights();
-      return mean_loss(model.step(batch, count, false), count);
-    };
-    const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
-    std::copy(saved.begin(), saved.end(), p + e.offset);
-    model.sync_compute_weights();
-    const double err = std::fabs(numeric - analytic) / std::max(std::fabs(numeric), 1e-3);
-    worst = std::max(worst, err);
-    EXPECT_LT(err, 2e-2) << e.name << ": analytic " << analytic << " numeric " << numeric;
+    const modeltest::DirectionalCheck c = modeltest::directional_check(model, batch, count, e, grads, rng, 1e-2);
+    worst = std::max(worst, c.err);
+    EXPECT_LT(c.err, 2e-2) << e.name << ": analytic " << c.analytic << " numeric " << c.numeric;
   }
   RecordProperty("worst_relative_error", std::to_string(worst));
 }

@@ -1,6 +1,7 @@
 // Helpers for the model, optimizer and trainer tests: a Model on a single rank (LocalComm everywhere) with
 // an arena sized by a measuring pass, and seeded random batches.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -80,6 +81,38 @@ inline void randomize_weights(Model& model, uint64_t seed, float scale) {
       host[size_t(e.offset + i)] = e.init_std == 0 ? 1.f + scale * normal(rng) : scale * normal(rng);
   std::copy(host.begin(), host.end(), model.master().ptr<float>());
   model.sync_compute_weights();
+}
+
+// The gradient of the mean loss along a random unit direction u of parameter e: `analytic` from `grads` (the
+// model's full gradient at the current weights), `numeric` = (L(p + eps u) - L(p - eps u)) / (2 eps) from two
+// more forwards on `batch`; err = |numeric - analytic| / max(|numeric|, 1e-3). The weights are restored.
+struct DirectionalCheck {
+  double analytic = 0, numeric = 0, err = 0;
+};
+inline DirectionalCheck directional_check(Model& model, const Batch& batch, double count, const ParamEntry& e,
+                                          const std::vector<float>& grads, std::mt19937_64& rng, double eps) {
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> u(size_t(e.numel));  // (numel) the direction
+  double norm = 0;
+  for (double& x : u) x = normal(rng), norm += x * x;
+  norm = std::sqrt(norm);
+  DirectionalCheck c;
+  for (int64_t i = 0; i < e.numel; ++i) {
+    u[size_t(i)] /= norm;
+    c.analytic += grads[size_t(e.offset + i)] * u[size_t(i)];
+  }
+  float* p = model.master().ptr<float>();
+  const std::vector<float> saved(p + e.offset, p + e.offset + e.numel);
+  auto loss_at = [&](double t) {
+    for (int64_t i = 0; i < e.numel; ++i) p[e.offset + i] = float(saved[size_t(i)] + t * u[size_t(i)]);
+    model.sync_compute_weights();
+    return mean_loss(model.step(batch, count, false), count);
+  };
+  c.numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+  std::copy(saved.begin(), saved.end(), p + e.offset);
+  model.sync_compute_weights();
+  c.err = std::fabs(c.numeric - c.analytic) / std::max(std::fabs(c.numeric), 1e-3);
+  return c;
 }
 
 }  // namespace rt::modeltest

@@ -15,7 +15,6 @@ namespace rt {
 namespace {
 
 using modeltest::LocalModel;
-using modeltest::mean_loss;
 using modeltest::random_batch;
 using modeltest::randomize_weights;
 using modeltest::small_config;
@@ -78,31 +77,15 @@ TEST(SwigluFused, GradientMatchesCentralDifferencesOnAnUnalignedShape) {
     std::fill_n(model.grads().ptr<float>(), model.grads().numel(), std::nanf(""));  // poison
     model.step(batch, count, true);
     const std::vector<float> grads(model.grads().ptr<float>(), model.grads().ptr<float>() + model.grads().numel());
+    for (const ParamEntry& e : model.params())
+      for (int64_t i = 0; i < e.numel; ++i)
+        ASSERT_TRUE(std::isfinite(grads[size_t(e.offset + i)])) << e.name << "[" << i << "]";
     std::mt19937_64 rng(99);
-    std::normal_distribution<double> normal(0, 1);
-    float* p = model.master().ptr<float>();
-    const double eps = 1e-2;
     for (const ParamEntry& e : model.params()) {
       if (e.name.find(".mlp.w") == std::string::npos) continue;
-      std::vector<double> u(size_t(e.numel));
-      double norm = 0, analytic = 0;
-      for (double& x : u) x = normal(rng), norm += x * x;
-      for (int64_t i = 0; i < e.numel; ++i) {
-        u[size_t(i)] /= std::sqrt(norm);
-        ASSERT_TRUE(std::isfinite(grads[size_t(e.offset + i)])) << e.name << "[" << i << "]";
-        analytic += grads[size_t(e.offset + i)] * u[size_t(i)];
-      }
-      const std::vector<float> saved(p + e.offset, p + e.offset + e.numel);
-      auto loss_at = [&](double t) {
-        for (int64_t i = 0; i < e.numel; ++i) p[e.offset + i] = float(saved[size_t(i)] + t * u[size_t(i)]);
-        model.sync_compute_weights();
-        return mean_loss(model.step(batch, count, false), count);
-      };
-      const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
-      std::copy(saved.begin(), saved.end(), p + e.offset);
-      model.sync_compute_weights();
-      const double err = std::fabs(numeric - analytic) / std::max(std::fabs(numeric), 1e-3);
-      EXPECT_LT(err, 2e-2) << e.name << " ckpt " << int(ckpt) << ": analytic " << analytic << " numeric " << numeric;
+      const modeltest::DirectionalCheck c = modeltest::directional_check(model, batch, count, e, grads, rng, 1e-2);
+      EXPECT_LT(c.err, 2e-2) << e.name << " ckpt " << int(ckpt) << ": analytic " << c.analytic << " numeric "
+                             << c.numeric;
     }
   }
 }
