@@ -3,6 +3,8 @@
 // any device and grid.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -93,6 +95,23 @@ inline GradCompare compare_grads(const std::vector<HostTensor>& got, const std::
   c.whole = std::sqrt(num / std::max(den, 1e-300));
   if (got.size() != ref.size()) c.whole = c.worst = INFINITY;
   return c;
+}
+
+// An llm.c-format shard (uint16 tokens) of packed documents, each starting with token `eot`: lengths 1 to 150
+// (every fifth a single token), so in 128-token samples some are shorter than a 64-row tile, some cross
+// samples, and the tokens 1..63 fit vocab 64.
+inline void write_packed_document_shard(const std::string& path, int eot) {
+  std::vector<uint16_t> tokens;  // (8192+) tokens
+  for (int d = 0; tokens.size() < 8192; ++d) {
+    tokens.push_back(uint16_t(eot));
+    const int len = (d % 5 == 0) ? 1 : 1 + (d * 37) % 150;
+    for (int t = 0; t < len; ++t) tokens.push_back(uint16_t(1 + (d * 7 + t * 13) % 63));
+  }
+  std::vector<int32_t> header(256, 0);  // (256,) llm.c header: magic, version, token count
+  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
 }
 
 }  // namespace rt::test

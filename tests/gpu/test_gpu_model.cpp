@@ -89,21 +89,8 @@ TEST(GpuModelDocuments, FirstStepMatchesCpuModel) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("rt_gpu_model_docs_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  constexpr int kEot = 0;
-  std::vector<uint16_t> tokens;  // llm.c shard: each document starts with kEot
-  for (int d = 0; tokens.size() < 8192; ++d) {
-    tokens.push_back(kEot);
-    const int len = (d % 5 == 0) ? 1 : 1 + (d * 37) % 150;
-    for (int t = 0; t < len; ++t) tokens.push_back(uint16_t(1 + (d * 7 + t * 13) % 63));
-  }
-  std::vector<int32_t> header(256, 0);
-  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
   const std::string shard = (dir / "docs_000.bin").string();
-  {
-    std::ofstream out(shard, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header.data()), 1024);
-    out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
-  }
+  write_packed_document_shard(shard, /*eot=*/0);
   for (const char* mlp : {"gelu", "swiglu"}) {
     const Config config = gpu_model_config(1, 1, 1, mlp, 1, "selective",
                                            {"data.source=shards", "data.path=" + shard, "data.documents=eot",

@@ -5,6 +5,8 @@
 //   one H200:     `mpirun -np 4` (ctest, labels mpi;gpu): the ranks share the GPU through the mpi communicator
 //   a GPU node:   `mpirun -np <GPUs>` with RINGTRAIN_TEST_COMM=nccl (bench/multi_gpu.sh): NCCL, one GPU per rank
 // (tests/mpi/gpu_rank_placement.h). Skips without a CUDA device.
+// GpuModelGridDocuments: packed documents (data.documents: eot, positions: document) over cp = 2 and 4 in the
+// zigzag, striped and balanced layouts, and dp = 2 x cp = 2, against one GPU rank on the same shard.
 //
 // Tolerances (both sides bf16 activations; the grids differ in the ring's block merges, the bf16 partial
 // sums of the row-parallel layers over tp, and the gradient sums):
@@ -15,7 +17,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 
 #include "kernels/device_memory.h"
 #include "parallel/mpi_comm.h"
@@ -92,5 +97,65 @@ INSTANTIATE_TEST_SUITE_P(Grids, GpuModelGrid,
                                            GridCase{2, 2, 1, "gelu", 2}, GridCase{1, 4, 2, "gelu", 2},
                                            GridCase{2, 4, 1, "gelu", 2}, GridCase{1, 8, 1, "gelu", 2}),
                          [](const ::testing::TestParamInfo<GridCase>& info) { return case_name(info.param); });
+
+struct DocGridCase {
+  int dp, cp;
+  const char* layout;
+};
+
+class GpuModelGridDocuments : public ::testing::TestWithParam<DocGridCase> {};
+
+TEST_P(GpuModelGridDocuments, GpuRanksMatchSingleRankGpu) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const DocGridCase c = GetParam();
+  const std::string name = "dp" + std::to_string(c.dp) + "_cp" + std::to_string(c.cp) + "_" + c.layout;
+  const int size = c.dp * c.cp;
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (size > world) GTEST_SKIP() << name << " needs " << size << " ranks; this run has " << world;
+  const GpuRankPlacement placement = gpu_rank_placement();
+  ASSERT_TRUE(placement.error.empty()) << placement.error;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("rt_gpu_grid_docs_" + std::to_string(::getpid()) + "_" + std::to_string(world_rank()));
+  fs::create_directories(dir);
+  const std::string shard = (dir / "docs_000.bin").string();
+  write_packed_document_shard(shard, /*eot=*/0);
+  const std::vector<std::string> docs = {"data.source=shards", "data.path=" + shard, "data.documents=eot",
+                                         "data.eot_token=0", "data.positions=document"};
+  std::vector<std::string> grid_overrides = docs;
+  grid_overrides.push_back(std::string("parallel.layout=") + c.layout);
+  const Config config = gpu_model_config(c.dp, c.cp, 1, "swiglu", 1, "none", grid_overrides);
+  const Config ref_config = gpu_model_config(1, 1, 1, "swiglu", 1, "none", docs);
+  const Device gpu = Device::cuda(placement.device);
+
+  std::shared_ptr<Comm> sub = sub_world(size, placement);
+  if (sub) {  // else idle in this case
+    ProcessGrid grid = ProcessGrid::create(sub, GridDims{c.dp, c.cp, 1});
+    const StepResult got = first_step(config, grid, gpu);
+    ProcessGrid one = ProcessGrid::local();
+    const StepResult ref = first_step(ref_config, one, gpu);
+    ASSERT_TRUE(std::isfinite(got.loss)) << "loss " << got.loss;
+    const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
+    EXPECT_LE(loss_err, kLossRelTol) << "loss " << got.loss << " vs one GPU rank " << ref.loss;
+    const GradCompare g = compare_grads(got.grads, ref.grads);
+    EXPECT_LE(g.whole, kWholeGradTol);
+    EXPECT_LE(g.worst, kTensorGradTol) << g.worst_name;
+    if (sub->rank() == 0)
+      std::printf("[ documents %s comm=%s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, "
+                  "worst %.1e (%s)\n", name.c_str(), placement.comm_name(), got.loss, ref.loss, loss_err, g.whole,
+                  g.worst, g.worst_name.c_str());
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, GpuModelGridDocuments,
+                         ::testing::Values(DocGridCase{1, 2, "zigzag"}, DocGridCase{1, 2, "balanced"},
+                                           DocGridCase{1, 4, "striped"}, DocGridCase{1, 4, "balanced"},
+                                           DocGridCase{2, 2, "balanced"}),
+                         [](const ::testing::TestParamInfo<DocGridCase>& info) {
+                           return "dp" + std::to_string(info.param.dp) + "_cp" + std::to_string(info.param.cp) +
+                                  "_" + info.param.layout;
+                         });
 
 }  // namespace
