@@ -1,5 +1,6 @@
-// Shared by the CUDA kernel benchmarks (bench/attention.cu, bench/ring_steps.cu): random bf16 inputs drawn on
-// the device, event timing on the compute stream, and a scoped device allocation.
+// Shared by the CUDA kernel benchmarks (bench/attention.cu, bench/ring_steps.cu, bench/doc_ring_steps.cu): random
+// bf16 inputs drawn on the device, event timing on the compute stream, a scoped device allocation, and the
+// buffers of a ring-step benchmark with their row views.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -70,6 +71,40 @@ struct DeviceBuffer {  // one device allocation on GPU 0, freed on scope exit
   ~DeviceBuffer() { device_free(Device::cuda(0), p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// Every buffer of a ring-step benchmark over one sample of N tokens (B = 1), with q, k, v and dout drawn at random
+// (seeds 11-14), and tensor views of token rows [first, first + rows) of them.
+struct RingStepBuffers {
+  const int64_t N, H, D;
+  DeviceBuffer q, k, v, dout, out;  // (1, N, H, D) bf16 each
+  DeviceBuffer acc, dq, dk, dv;     // (1, N, H, D) f32 each (acc: the forward's resumable state, (1, H, N, D))
+  DeviceBuffer m, l, lse, delta;    // (1, H, N) f32 each
+  RingStepBuffers(int64_t n, int64_t h, int64_t d)
+      : N(n), H(h), D(d),
+        q(bytes(2)), k(bytes(2)), v(bytes(2)), dout(bytes(2)), out(bytes(2)),
+        acc(bytes(4)), dq(bytes(4)), dk(bytes(4)), dv(bytes(4)),
+        m(size_t(N * H) * 4), l(size_t(N * H) * 4), lse(size_t(N * H) * 4), delta(size_t(N * H) * 4) {
+    random_bf16(bf(q, N, 0), 11);
+    random_bf16(bf(k, N, 0), 12);
+    random_bf16(bf(v, N, 0), 13);
+    random_bf16(bf(dout, N, 0), 14);
+  }
+  Tensor bf(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, H, D) bf16
+    return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, Device::cuda(0), {1, rows, H, D});
+  }
+  Tensor f32(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, H, D) f32
+    return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, Device::cuda(0), {1, rows, H, D});
+  }
+  Tensor rows(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, H, rows) f32: rank blocks of H*n
+    return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, Device::cuda(0), {1, H, rows});
+  }
+  Tensor acc_rows(int64_t rows, int64_t first) const {  // (1, H, rows, D) f32
+    return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, Device::cuda(0), {1, H, rows, D});
+  }
+
+ private:
+  size_t bytes(int elem_bytes) const { return size_t(N * H * D) * size_t(elem_bytes); }
 };
 
 }  // namespace rt::bench

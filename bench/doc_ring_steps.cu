@@ -110,33 +110,19 @@ int main(int argc, char** argv) {
       return 1;
     }
     cuda::init(0);
-    const Device gpu = Device::cuda(0);
-    const size_t act = size_t(N * H * D);                                   // elements of one (1, N, H, D)
-    Dev q(act * 2), k(act * 2), v(act * 2), dout(act * 2), out(act * 2);   // (1, N, H, D) bf16 each
-    Dev acc(act * 4), dq(act * 4), dk(act * 4), dv(act * 4);               // (1, N, H, D) f32 each
-    Dev m(size_t(N * H) * 4), l(size_t(N * H) * 4), lse(size_t(N * H) * 4), delta(size_t(N * H) * 4);  // (1, H, N)
+    bench::RingStepBuffers buf(N, H, D);  // inputs drawn at random
+    Dev &q = buf.q, &k = buf.k, &v = buf.v, &dout = buf.dout, &out = buf.out;
+    Dev &dq = buf.dq, &dk = buf.dk, &dv = buf.dv, &m = buf.m, &l = buf.l, &lse = buf.lse, &delta = buf.delta;
+    auto bf = [&](Dev& d, int64_t rows, int64_t first) { return buf.bf(d, rows, first); };
+    auto f32 = [&](Dev& d, int64_t rows, int64_t first) { return buf.f32(d, rows, first); };
+    auto rowsv = [&](Dev& d, int64_t rows, int64_t first) { return buf.rows(d, rows, first); };
+    auto accv = [&](int64_t rows, int64_t first) { return buf.acc_rows(rows, first); };
     Dev d_nat_pos(size_t(N) * 8), d_nat_start(size_t(N) * 8), d_ring_pos(size_t(N) * 8),
         d_ring_start(size_t(N) * 8);  // (1, N) int64 each: the document mask on the device of q
     CUDA_CHECK(cudaMemcpy(d_nat_pos.p, nat_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_nat_start.p, starts.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_ring_pos.p, ring_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_ring_start.p, ring_start.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
-    auto bf = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) bf16 view from token row `first`
-      return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, gpu, {1, rows, H, D});
-    };
-    auto f32 = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) f32 view
-      return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, rows, H, D});
-    };
-    auto rowsv = [&](Dev& d, int64_t rows, int64_t first) {  // (1, H, rows) f32: rank blocks of H*n each
-      return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, gpu, {1, H, rows});
-    };
-    auto accv = [&](int64_t rows, int64_t first) {  // (1, H, rows, D) f32
-      return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, H, rows, D});
-    };
-    random_bf16(bf(q, N, 0), 11);
-    random_bf16(bf(k, N, 0), 12);
-    random_bf16(bf(v, N, 0), 13);
-    random_bf16(bf(dout, N, 0), 14);
     const int64_t* np = static_cast<const int64_t*>(d_nat_pos.p);
     const int64_t* ns = static_cast<const int64_t*>(d_nat_start.p);
     const int64_t* rp = static_cast<const int64_t*>(d_ring_pos.p);

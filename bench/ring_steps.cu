@@ -91,7 +91,6 @@ int main(int argc, char** argv) {
   try {
     const Layout layout = parse_layout(layout_name_str);
     cuda::init(0);
-    const Device gpu = Device::cuda(0);
     FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
     std::printf("ring-step sequence: cp=%d %s, causal, B=1, model dim 2048, one GPU, no communication\n", cp,
                 layout_name(layout));
@@ -101,26 +100,13 @@ int main(int argc, char** argv) {
       for (int64_t S : seqs) {
         RT_CHECK(S % (2 * cp) == 0, "--seq " << S << " must be a multiple of 2 * cp = " << 2 * cp);
         const int64_t n = S / cp;
-        const size_t act = size_t(S * H * D);
-        Dev q(act * 2), k(act * 2), v(act * 2), dout(act * 2), out(act * 2);  // (1, S, H, D) bf16 each
-        Dev acc(act * 4), dq(act * 4), dk(act * 4), dv(act * 4);               // (1, S, H, D) f32 each
-        Dev m(size_t(S * H) * 4), l(size_t(S * H) * 4), lse(size_t(S * H) * 4), delta(size_t(S * H) * 4);  // (1,H,S)
-        auto bf = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) bf16 view from token `first`
-          return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, gpu, {1, rows, H, D});
-        };
-        auto f32 = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) f32 view
-          return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, rows, H, D});
-        };
-        auto rowsv = [&](Dev& d, int64_t rows, int64_t first) {  // (1, H, rows) f32: rank blocks of H*n each
-          return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, gpu, {1, H, rows});
-        };
-        auto accv = [&](int64_t rows, int64_t first) {  // (1, H, rows, D) f32
-          return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, H, rows, D});
-        };
-        random_bf16(bf(q, S, 0), 11);
-        random_bf16(bf(k, S, 0), 12);
-        random_bf16(bf(v, S, 0), 13);
-        random_bf16(bf(dout, S, 0), 14);
+        bench::RingStepBuffers buf(S, H, D);  // inputs drawn at random
+        Dev &q = buf.q, &k = buf.k, &v = buf.v, &dout = buf.dout, &out = buf.out;
+        Dev &dq = buf.dq, &dk = buf.dk, &dv = buf.dv, &m = buf.m, &l = buf.l, &lse = buf.lse, &delta = buf.delta;
+        auto bf = [&](Dev& d, int64_t rows, int64_t first) { return buf.bf(d, rows, first); };
+        auto f32 = [&](Dev& d, int64_t rows, int64_t first) { return buf.f32(d, rows, first); };
+        auto rowsv = [&](Dev& d, int64_t rows, int64_t first) { return buf.rows(d, rows, first); };
+        auto accv = [&](int64_t rows, int64_t first) { return buf.acc_rows(rows, first); };
 
         // One whole-sequence call, as a single-GPU run makes it (attn_fwd_whole and attn_bwd_block_fresh: one
         // fused kernel each on an H200).
