@@ -10,10 +10,13 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/device_memory.h"
+#include "kernels/ops.h"
 #include "kernels/tensor.h"
+#include "parallel/ring_schedule.h"
 
 namespace rt::bench {
 
@@ -101,6 +104,58 @@ struct RingStepBuffers {
   }
   Tensor acc_rows(int64_t rows, int64_t first) const {  // (1, H, rows, D) f32
     return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, Device::cuda(0), {1, H, rows, D});
+  }
+
+  // One whole-sample call each way, as a single-GPU run makes them (attn_fwd_whole; attn_bwd_delta, dQ zeroed and
+  // attn_bwd_block_fresh, which stores dK / dV).
+  void whole_fwd(const AttnMask& mask) {
+    AttnState whole{acc_rows(N, 0), rows(m, N, 0), rows(l, N, 0)};
+    attn_fwd_whole(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), whole, mask, bf(out, N, 0), rows(lse, N, 0));
+  }
+  void whole_bwd(const AttnMask& mask) {
+    attn_bwd_delta(bf(out, N, 0), bf(dout, N, 0), rows(delta, N, 0));
+    fill(f32(dq, N, 0), 0.f);
+    attn_bwd_block_fresh(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), bf(dout, N, 0), rows(lse, N, 0), rows(delta, N, 0),
+                         f32(dq, N, 0), f32(dk, N, 0), f32(dv, N, 0), mask);
+  }
+
+  // The ring's block calls: rank r's tokens are rows [r*n, (r+1)*n) of every buffer. One call of rank r with the
+  // K/V block of source s, forward into the rank's state, backward into its dQ and the source's dK / dV.
+  AttnState rank_state(int r, int64_t n) const { return AttnState{acc_rows(n, r * n), rows(m, n, r * n), rows(l, n, r * n)}; }
+  void fwd_step(int r, int s, int64_t n, AttnState& st, const AttnMask& mask) {
+    attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, mask);
+  }
+  void bwd_step(int r, int s, int64_t n, const AttnMask& mask) {
+    attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rows(lse, n, r * n),
+                   rows(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), mask);
+  }
+  // Every call of a cp-rank ring, rank after rank, in ring order (ring_source); mask_of(r, s, &mask) fills the mask
+  // of rank r against source s and returns false where the call is skipped.
+  using StepMask = std::function<bool(int r, int s, AttnMask* mask)>;
+  void ring_fwd(int cp, int64_t n, const StepMask& mask_of) {
+    for (int r = 0; r < cp; ++r) {
+      AttnState st = rank_state(r, n);
+      attn_state_reset(st);
+      for (int t = 0; t < cp; ++t) {
+        AttnMask mask;
+        const int s = ring_source(r, t, cp);
+        if (mask_of(r, s, &mask)) fwd_step(r, s, n, st, mask);
+      }
+      attn_fwd_finalize(st, bf(out, n, r * n), rows(lse, n, r * n));
+    }
+  }
+  void ring_bwd(int cp, int64_t n, const StepMask& mask_of) {
+    fill(f32(dk, N, 0), 0.f);
+    fill(f32(dv, N, 0), 0.f);
+    for (int r = 0; r < cp; ++r) {
+      attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rows(delta, n, r * n));
+      fill(f32(dq, n, r * n), 0.f);
+      for (int t = 0; t < cp; ++t) {
+        AttnMask mask;
+        const int s = ring_source(r, t, cp);
+        if (mask_of(r, s, &mask)) bwd_step(r, s, n, mask);
+      }
+    }
   }
 
  private:

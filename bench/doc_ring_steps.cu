@@ -36,7 +36,6 @@ using namespace rt;
 
 namespace {
 
-using bench::random_bf16;
 using bench::time_ms;
 using Dev = bench::DeviceBuffer;
 
@@ -111,12 +110,6 @@ int main(int argc, char** argv) {
     }
     cuda::init(0);
     bench::RingStepBuffers buf(N, H, D);  // inputs drawn at random
-    Dev &q = buf.q, &k = buf.k, &v = buf.v, &dout = buf.dout, &out = buf.out;
-    Dev &dq = buf.dq, &dk = buf.dk, &dv = buf.dv, &m = buf.m, &l = buf.l, &lse = buf.lse, &delta = buf.delta;
-    auto bf = [&](Dev& d, int64_t rows, int64_t first) { return buf.bf(d, rows, first); };
-    auto f32 = [&](Dev& d, int64_t rows, int64_t first) { return buf.f32(d, rows, first); };
-    auto rowsv = [&](Dev& d, int64_t rows, int64_t first) { return buf.rows(d, rows, first); };
-    auto accv = [&](int64_t rows, int64_t first) { return buf.acc_rows(rows, first); };
     Dev d_nat_pos(size_t(N) * 8), d_nat_start(size_t(N) * 8), d_ring_pos(size_t(N) * 8),
         d_ring_start(size_t(N) * 8);  // (1, N) int64 each: the document mask on the device of q
     CUDA_CHECK(cudaMemcpy(d_nat_pos.p, nat_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
@@ -133,16 +126,8 @@ int main(int argc, char** argv) {
     whole_mask.docs.q_pos = whole_mask.docs.k_pos = np;
     whole_mask.docs.q_doc_start = ns;
     whole_mask.docs.q_stride = whole_mask.docs.k_stride = N;
-    AttnState whole{accv(N, 0), rowsv(m, N, 0), rowsv(l, N, 0)};
-    auto whole_fwd = [&] {
-      attn_fwd_whole(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), whole, whole_mask, bf(out, N, 0), rowsv(lse, N, 0));
-    };
-    auto whole_bwd = [&] {
-      attn_bwd_delta(bf(out, N, 0), bf(dout, N, 0), rowsv(delta, N, 0));
-      fill(f32(dq, N, 0), 0.f);
-      attn_bwd_block_fresh(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), bf(dout, N, 0), rowsv(lse, N, 0),
-                           rowsv(delta, N, 0), f32(dq, N, 0), f32(dk, N, 0), f32(dv, N, 0), whole_mask);
-    };
+    auto whole_fwd = [&] { buf.whole_fwd(whole_mask); };
+    auto whole_bwd = [&] { buf.whole_bwd(whole_mask); };
     Timed t_whole;
     t_whole.fwd_ms = time_ms(whole_fwd, warmup, reps);
     whole_fwd();
@@ -159,37 +144,12 @@ int main(int argc, char** argv) {
       return mask;
     };
     auto visible = [&](int r, int s) { return work[size_t(r * cp + s)] > 0; };
-    auto rank_state = [&](int r) { return AttnState{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)}; };
-    auto fwd_step = [&](int r, int s, AttnState& st) {
-      attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, step_mask(r, s));
+    const bench::RingStepBuffers::StepMask mask_of = [&](int r, int s, AttnMask* mask) {
+      *mask = step_mask(r, s);
+      return visible(r, s);
     };
-    auto bwd_step = [&](int r, int s) {
-      attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rowsv(lse, n, r * n),
-                     rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), step_mask(r, s));
-    };
-    auto ring_fwd = [&] {
-      for (int r = 0; r < cp; ++r) {
-        AttnState st = rank_state(r);
-        attn_state_reset(st);
-        for (int t = 0; t < cp; ++t) {
-          const int s = ring_source(r, t, cp);
-          if (visible(r, s)) fwd_step(r, s, st);
-        }
-        attn_fwd_finalize(st, bf(out, n, r * n), rowsv(lse, n, r * n));
-      }
-    };
-    auto ring_bwd = [&] {
-      fill(f32(dk, N, 0), 0.f);
-      fill(f32(dv, N, 0), 0.f);
-      for (int r = 0; r < cp; ++r) {
-        attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rowsv(delta, n, r * n));
-        fill(f32(dq, n, r * n), 0.f);
-        for (int t = 0; t < cp; ++t) {
-          const int s = ring_source(r, t, cp);
-          if (visible(r, s)) bwd_step(r, s);
-        }
-      }
-    };
+    auto ring_fwd = [&] { buf.ring_fwd(cp, n, mask_of); };
+    auto ring_bwd = [&] { buf.ring_bwd(cp, n, mask_of); };
     Timed t_ring, t_path;
     if (ring) {
       t_ring.fwd_ms = time_ms(ring_fwd, warmup, reps);
@@ -201,10 +161,11 @@ int main(int argc, char** argv) {
         for (int r = 0; r < cp; ++r) {
           const int s = ring_source(r, t, cp);
           if (!visible(r, s)) continue;
-          AttnState st = rank_state(r);
+          AttnState st = buf.rank_state(r, n);
           attn_state_reset(st);
-          fwd_max = std::max(fwd_max, time_ms([&] { fwd_step(r, s, st); }, 1, reps));
-          bwd_max = std::max(bwd_max, time_ms([&] { bwd_step(r, s); }, 1, reps));
+          const AttnMask mask = step_mask(r, s);
+          fwd_max = std::max(fwd_max, time_ms([&] { buf.fwd_step(r, s, n, st, mask); }, 1, reps));
+          bwd_max = std::max(bwd_max, time_ms([&] { buf.bwd_step(r, s, n, mask); }, 1, reps));
         }
         t_path.fwd_ms += fwd_max;
         t_path.bwd_ms += bwd_max;
