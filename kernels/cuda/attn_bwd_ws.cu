@@ -286,8 +286,8 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     const int q_span = int(p.q_end - w.q_first), k_lim = clamp_rel(p.k_end - w.k0);
     const int64_t diag0 = int64_t(w.q_first) + p.diag - w.k0;
     const int n_qt = w.n_qt, it_begin = w.it_begin, n_iter = w.n_iter;
-    int kr[2] = {0, 0};  // documents: this thread's keys as offsets (loaded before the K / V wait)
-    if constexpr (kDocs) doc_thread_keys(p, w, krow0, kr);
+    uint32_t kr = 0;  // documents: this thread's two keys as 16-bit offsets (loaded before the K / V wait)
+    if constexpr (kDocs) kr = doc_thread_keys(p, w, krow0);
     mbar_wait(kv_bar, uint32_t(kv_loads) & 1u);
     ++kv_loads;
 #pragma unroll 1
@@ -301,8 +301,6 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       const float* lse_t = lse_s + st * kBr;
       const float* delta_t = delta_s + st * kBr;
       mbar_wait(full_bar + 8 * st, (J >> 1) & 1u);  // this stage's Q, dO, lse, delta landed
-      uint32_t doc_cls = 0;  // documents: the stage's class bits, written by the docs warp before that barrier
-      if constexpr (kDocs) doc_cls = *reinterpret_cast<const volatile uint32_t*>(ds.cls + st);
 
       // S^T = K Q^T and dP^T = V dO^T.
       wgmma_fence_regs(s);
@@ -317,9 +315,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
 
       const bool need_mask = mask.q_lim < kBr || mask.k_lim < kBc || (mask.causal && kBc - 1 > mask.diag);
       compute_pt(s, p.scale2, lse_t, mask, krow0, need_mask, t);
-      if constexpr (kDocs)
-        if (!((doc_cls >> wg) & 1u))  // warpgroup-uniform
-          doc_mask_stage(s, doc_cls, ds.rows + st * kBr, kr, p, w.b, int64_t(w.q_first) + qi, int64_t(w.k0) + krow0, t);
+      if constexpr (kDocs) doc_mask_stage(s, ds, st, wg, kr, p, krow0, t);  // the docs warp's stage, same barrier
       uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments
       issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
       compute_dst_store_packed(dp, df, s, delta_t, ds_tile, krow0, t);
@@ -404,7 +400,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const uint32_t unit_full_bar = full_bar + 48, unit_empty_bar = full_bar + 64;  // the unit ring, 2 x 8 each
   unsigned char* const doc_smem = smem_raw + (base - raw);
   const BwdV5DocShared ds{reinterpret_cast<uint32_t*>(doc_smem + Smem::kDocRows),  // (2, 64); kDocs only
-                          reinterpret_cast<uint32_t*>(doc_smem + Smem::kDocClass),  // (2)
+                          reinterpret_cast<int4*>(doc_smem + Smem::kDocInfo),       // (2)
                           reinterpret_cast<int2*>(doc_smem + Smem::kDocSpans)};     // (2)
   constexpr uint32_t kStageWriters = kDocs ? 64 : 32;  // the producer's lanes (and the docs warp's)
 

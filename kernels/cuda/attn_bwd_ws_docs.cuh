@@ -36,7 +36,7 @@ constexpr uint32_t kDocClassWide = 4;  // class bit 2: the unit's keys are too f
 // The document regions of bwd v5's shared memory (WgBwdV5Smem kDocRows / kDocClass / kDocSpans).
 struct BwdV5DocShared {
   uint32_t* rows;  // (2 stages, 64 rows): int16 doc offset | int16 pos offset << 16 of each query row
-  uint32_t* cls;   // (2 stages) class bits
+  int4* info;      // (2 stages) class bits, the stage's first query row q0, the unit's first key k0, its sample b
   int2* spans;     // (2 unit-ring slots) the published unit's span
 };
 
@@ -83,7 +83,12 @@ __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const B
     if (w.n_iter == 0) continue;
     const DocRange k0 = doc_k_range(p.docs, w.b, 2 * w.kt, 1), k1 = doc_k_range(p.docs, w.b, 2 * w.kt + 1, 1);
     const int64_t base = min(k0.pos_lo, k1.pos_lo);  // k1 is empty (LLONG_MAX, LLONG_MIN) past k_end
-    const uint32_t wide = max(k0.pos_hi, k1.pos_hi) - base > kDocRel ? kDocClassWide : 0u;
+    const bool wide = max(k0.pos_hi, k1.pos_hi) - base > kDocRel;
+    // Each warpgroup's key range as 16-bit offsets (an empty one: lo 32767, hi -32768, seen by every row).
+    const int lo0 = int16_t(doc_rel16(k0.pos_lo - base)), hi0 = int16_t(doc_rel16(k0.pos_hi - base));
+    const bool k1_empty = k1.pos_lo > k1.pos_hi;
+    const int lo1 = k1_empty ? 32767 : int16_t(doc_rel16(k1.pos_lo - base));
+    const int hi1 = k1_empty ? -32768 : int16_t(doc_rel16(k1.pos_hi - base));
     const int64_t* q_pos = p.docs.q_pos + int64_t(w.b) * p.docs.q_stride;
     const int64_t* q_doc = p.docs.q_doc + int64_t(w.b) * p.docs.q_stride;
 #pragma unroll 1
@@ -91,46 +96,54 @@ __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const B
       const uint32_t st = J & 1u;
       if (J >= 2) mbar_wait(sh.empty_bar + 8 * st, ((J >> 1) - 1u) & 1u);
       const int q0 = w.q_first + ((w.it_begin + j) % w.n_qt) * kBr;
-      bool full0 = true, full1 = true;
+      bool full0 = !wide, full1 = !wide;  // wide: every pair takes the (global) element mask
 #pragma unroll
       for (int r = lane; r < kBr; r += 32) {
         uint32_t word = 0x80007fffu;  // rows past q_end: doc offset 32767, pos offset -32768 (no key)
         if (q0 + r < p.q_end) {
-          const int64_t qp = q_pos[q0 + r], qd = q_doc[q0 + r];
-          word = doc_rel16(qd - base) | doc_rel16(qp - base) << 16;
-          full0 = full0 && qd <= k0.pos_lo && k0.pos_hi <= qp;
-          full1 = full1 && qd <= k1.pos_lo && k1.pos_hi <= qp;
+          word = doc_rel16(q_doc[q0 + r] - base) | doc_rel16(q_pos[q0 + r] - base) << 16;
+          const int doc = int16_t(word & 0xffffu), pos = int(word) >> 16;  // exact against [0, kDocRel]
+          full0 = full0 && doc <= lo0 && hi0 <= pos;
+          full1 = full1 && doc <= lo1 && hi1 <= pos;
         }
         ds.rows[st * kBr + r] = word;
       }
       full0 = __all_sync(0xffffffffu, full0);
       full1 = __all_sync(0xffffffffu, full1);
-      if (lane == 0) ds.cls[st] = (full0 ? 1u : 0u) | (full1 ? 2u : 0u) | wide;
+      if (lane == 0)
+        ds.info[st] = make_int4(int((full0 ? 1u : 0u) | (full1 ? 2u : 0u) | (wide ? kDocClassWide : 0u)), q0, w.k0, w.b);
       mbar_arrive(sh.full_bar + 8 * st);  // release: the rows and the class are visible to the consumers' wait
     }
   }
 }
 
-// A consumer thread's keys (tile rows krow0 and krow0 + 8 of the unit) as offsets from the unit's base, clamped to
-// +-2^30 (only used when the unit is not wide, where they are in [0, kDocRel]). Loaded once per unit.
-__device__ __forceinline__ void doc_thread_keys(const AttnBwdParams& p, const BwdUnit& w, int krow0, int (&kr)[2]) {
+// A consumer thread's two keys (tile rows krow0, krow0 + 8 of the unit) as offsets from the unit's base, packed as
+// 16 bits each (exact unless the unit is wide, where they are not used). Loaded once per unit.
+__device__ __forceinline__ uint32_t doc_thread_keys(const AttnBwdParams& p, const BwdUnit& w, int krow0) {
   const int64_t base = doc_key_base(p, w);
   const int64_t* k_pos = p.docs.k_pos + int64_t(w.b) * p.docs.k_stride;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) kr[r] = clamp_rel(k_pos[min(int64_t(w.k0) + krow0 + 8 * r, p.k_end - 1)] - base);
+  const int64_t key0 = int64_t(w.k0) + krow0;
+  return doc_rel16(k_pos[min(key0, p.k_end - 1)] - base) | doc_rel16(k_pos[min(key0 + 8, p.k_end - 1)] - base) << 16;
 }
 
-// The element mask of one consumer warpgroup's (64 keys x 64 queries) pair whose class bit is clear: zeroes P^T
-// (compute_pt's layout) where query row nt*8 + 2t + e of the stage does not see key krow0 + 8r. rows: the stage's
-// row offsets; q0 = the stage's first query row (the wide path reads the positions from global memory).
-__device__ __forceinline__ void doc_mask_stage(float (&s)[32], uint32_t cls, const uint32_t* rows, const int (&kr)[2],
-                                               const AttnBwdParams& p, int b, int64_t q0, int64_t key0, int t) {
-  if (cls & kDocClassWide) {
-    const int64_t* k_pos = p.docs.k_pos + int64_t(b) * p.docs.k_stride;
+// The element mask of consumer warpgroup wg's (64 keys x 64 queries) pair of stage st unless its class bit says
+// every pair is visible: zeroes P^T (compute_pt's layout) where query row nt*8 + 2t + e of the stage does not see
+// key krow0 + 8r. Everything it reads is in the stage (written by the docs warp before the stage's full barrier),
+// so nothing of it stays live across the loop; a wide unit reads the positions from global memory.
+__device__ __forceinline__ void doc_mask_stage(float (&s)[32], const BwdV5DocShared& ds, uint32_t st, int wg,
+                                               uint32_t kr, const AttnBwdParams& p, int krow0, int t) {
+  const volatile int* vi = reinterpret_cast<const volatile int*>(ds.info + st);
+  const int4 info = make_int4(vi[0], vi[1], vi[2], vi[3]);
+  if ((uint32_t(info.x) >> wg) & 1u) return;  // warpgroup-uniform
+  if (uint32_t(info.x) & kDocClassWide) {
+    const int64_t* k_pos = p.docs.k_pos + int64_t(info.w) * p.docs.k_stride;
+    const int64_t key0 = int64_t(info.z) + krow0;
     const int64_t kpos[2] = {k_pos[min(key0, p.k_end - 1)], k_pos[min(key0 + 8, p.k_end - 1)]};
-    doc_mask_pt(s, p, b, q0, kpos, t);
+    doc_mask_pt(s, p, info.w, info.y, kpos, t);
     return;
   }
+  const int k_a = int(kr & 0xffffu), k_b = int(kr >> 16);  // in [0, kDocRel]
+  const uint32_t* rows = ds.rows + st * kBr;
 #pragma unroll
   for (int nt = 0; nt < kBr / 8; ++nt) {
     const uint2 pair = *reinterpret_cast<const uint2*>(rows + nt * 8 + 2 * t);  // rows nt*8 + 2t, + 1
@@ -138,9 +151,8 @@ __device__ __forceinline__ void doc_mask_stage(float (&s)[32], uint32_t cls, con
     for (int e = 0; e < 2; ++e) {
       const uint32_t word = e ? pair.y : pair.x;
       const int doc = int(int16_t(uint16_t(word & 0xffffu))), pos = int(word) >> 16;
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (kr[r] < doc || kr[r] > pos) s[nt * 4 + 2 * r + e] = 0.f;
+      if (k_a < doc || k_a > pos) s[nt * 4 + e] = 0.f;
+      if (k_b < doc || k_b > pos) s[nt * 4 + 2 + e] = 0.f;
     }
   }
 }
