@@ -533,8 +533,9 @@ void launch_attn_bwd_ws(const AttnBwdParams& p, int64_t D, int64_t B, int device
            "attn_bwd_block (ws): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
   RT_CHECK(attn_bwd_v5_fits(p.q_end, p.k_end), "attn_bwd_block (ws): q_end = " << p.q_end << ", k_end = " << p.k_end
                                                    << " are under its TMA boxes (64, 128 rows); run bwd v4");
-  RT_CHECK(!(p.docs.on && p.dq_turn != nullptr), "attn_bwd_block (ws): no document mask in deterministic mode "
-                                                 "(its turn counters need every key tile on every query tile); run bwd v4");
+  RT_CHECK(!(p.docs.on && p.dq_turn != nullptr),
+           "attn_bwd_block (ws): no document mask in deterministic mode (its turn counters need every key tile on "
+           "every query tile); run bwd v4");
   if (p.docs.on) D == 64 ? launch<64, true>(p, B, device, stream) : launch<128, true>(p, B, device, stream);
   else D == 64 ? launch<64, false>(p, B, device, stream) : launch<128, false>(p, B, device, stream);
 }

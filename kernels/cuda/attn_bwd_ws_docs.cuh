@@ -110,8 +110,8 @@ __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const B
       }
       full0 = __all_sync(0xffffffffu, full0);
       full1 = __all_sync(0xffffffffu, full1);
-      if (lane == 0)
-        ds.info[st] = make_int4(int((full0 ? 1u : 0u) | (full1 ? 2u : 0u) | (wide ? kDocClassWide : 0u)), q0, w.k0, w.b);
+      const uint32_t cls = (full0 ? 1u : 0u) | (full1 ? 2u : 0u) | (wide ? kDocClassWide : 0u);
+      if (lane == 0) ds.info[st] = make_int4(int(cls), q0, w.k0, w.b);
       mbar_arrive(sh.full_bar + 8 * st);  // release: the rows and the class are visible to the consumers' wait
     }
   }
