@@ -51,8 +51,10 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //   * epilogue: dK * scale and dV go through the same dQ buffers, 64 columns at a time (2 x D / 64 more tiles
 //     of that ring), and the dQ warp adds them to dk_acc / dv_acc (or stores them, overwrite_dkv:
 //     attn_bwd_block_fresh) with TMA tensor ops, while the producer loads the next unit's K / V and Q / dO;
-//   * the unit list: causal items in windows of (batch, K/V head) pairs, largest first; a last partial wave of
-//     equal items split into pieces that add partial dK / dV.
+//   * the unit list (attn_bwd_ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first; a
+//     last partial wave of equal items split into pieces that add partial dK / dV;
+//   * documents: a separate instantiation (kDocs) narrows each unit to its span of query tiles and adds a fourth
+//     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_ws_docs.cuh).
 
 // Overwrite mode with a split tail: zeroes the split items' dK / dV rows before their pieces add into them (one
 // CTA per item, launched on the same stream before the kernel).
