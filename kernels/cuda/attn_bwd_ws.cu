@@ -149,8 +149,9 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 }
 
 // The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
-// then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). The buffers' empty barriers
-// get 2 arrivals up front and one after each tile; the consumers sync once per tile and twice at the end.
+// then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). Each buffer's empty barrier
+// (per consumer warpgroup at D = 64, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
+// once per tile and twice at the end.
 template <int D, bool kDocs>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
                                                const CUtensorMap& tm_dv, const AttnBwdParams& p,
@@ -166,8 +167,10 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     tma_prefetch_desc(&tm_dk);
     tma_prefetch_desc(&tm_dv);
   }
-  dq_buffer_arrive_empty(0);
-  dq_buffer_arrive_empty(1);
+  for (int part = 0; part < kDqParts<D>; ++part) {  // both buffers start empty
+    dq_buffer_arrive_empty<D>(0, part);
+    dq_buffer_arrive_empty<D>(1, part);
+  }
   uint32_t jq = 0;  // dQ-ring tiles so far
 #pragma unroll 1
   for (int f = 0;; ++f) {
@@ -181,66 +184,76 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++jq) {
       const int it = w.it_begin + j, sb = int(jq & 1u);
-      dq_buffer_sync_full(sb);
-      if (lane == 0) {
-        const int h = w.hk * int(p.group) + it / w.n_qt;
-        const int q0 = w.q_first + (it % w.n_qt) * kBr;
-        // The tile's coordinates (as the producer computes them) and, in deterministic mode, its turn counter.
-        const int64_t q_tiles_per_head = (p.q_end - p.q_begin + kBr - 1) / kBr;
-        int* turn = p.dq_turn == nullptr
-                        ? nullptr
-                        : p.dq_turn + (int64_t(w.b) * p.H + h) * q_tiles_per_head + (q0 - p.q_begin) / kBr;
-        if (turn != nullptr) {
-          int seen;
-          do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
-          } while (seen != mine);
-          fence_proxy_async_global();
-        }
-        const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
+      const int h = w.hk * int(p.group) + it / w.n_qt;
+      const int q0 = w.q_first + (it % w.n_qt) * kBr;
+      // The tile's coordinates (as the producer computes them) and, in deterministic mode, its turn counter.
+      const int64_t q_tiles_per_head = (p.q_end - p.q_begin + kBr - 1) / kBr;
+      int* turn = p.dq_turn == nullptr
+                      ? nullptr
+                      : p.dq_turn + (int64_t(w.b) * p.H + h) * q_tiles_per_head + (q0 - p.q_begin) / kBr;
+      const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
+      // D = 128: one part, blocks 0-3 (columns 0-127); D = 64: part w = warpgroup w's partial, blocks 2w, 2w + 1,
+      // part 0 before part 1 on every run.
+#pragma unroll 1
+      for (int part = 0; part < kDqParts<D>; ++part) {
+        dq_buffer_sync_full<D>(sb, part);
+        if (lane == 0) {
+          if (turn != nullptr && part == 0) {
+            int seen;
+            do {
+              asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+            } while (seen != mine);
+            fence_proxy_async_global();
+          }
+          constexpr int kBlocks = 4 / kDqParts<D>;
 #pragma unroll
-        for (int blk = 0; blk < 4; ++blk) {  // D = 64: blocks 0, 1 = partial 0; 2, 3 = partial 1
-          tma_reduce_add_4d(&tm_dq, buf + uint32_t(blk) * Smem::kDqBlockBytes, (blk * 32) % D, h, q0, int(w.b));
-          if (D == 64 && blk == 1 && turn != nullptr) {  // partial 0 before partial 1, on every run
-            bulk_commit();
+          for (int i = 0; i < kBlocks; ++i) {
+            const int blk = part * kBlocks + i;
+            tma_reduce_add_4d(&tm_dq, buf + uint32_t(blk) * Smem::kDqBlockBytes, (blk * 32) % D, h, q0, int(w.b));
+          }
+          bulk_commit();
+          if (turn != nullptr) {
             bulk_wait<0>();
+            if (part + 1 == kDqParts<D>) {
+              fence_proxy_async_global();
+              __threadfence();
+              asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
+            }
+          } else {
+            bulk_wait_read<0>();
           }
         }
-        bulk_commit();
-        if (turn != nullptr) {
-          bulk_wait<0>();
-          fence_proxy_async_global();
-          __threadfence();
-          asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
-        } else {
-          bulk_wait_read<0>();
-        }
+        __syncwarp();
+        dq_buffer_arrive_empty<D>(sb, part);
       }
-      __syncwarp();
-      dq_buffer_arrive_empty(sb);
     }
     // Pieces add into rows zeroed before the kernel; rows past k_end are skipped by the tensor maps.
     const bool store_dkv = p.overwrite_dkv && !w.piece;
 #pragma unroll 1
     for (int e = 0; e < kEpilogueTiles; ++e, ++jq) {
       const int sb = int(jq & 1u);
-      dq_buffer_sync_full(sb);
-      if (lane == 0) {
-        const CUtensorMap* tm = e < D / 64 ? &tm_dk : &tm_dv;
-        const int col0 = (e % (D / 64)) * 64;
-        const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
+      const CUtensorMap* tm = e < D / 64 ? &tm_dk : &tm_dv;
+      const int col0 = (e % (D / 64)) * 64;
+      const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
+#pragma unroll 1
+      for (int part = 0; part < kDqParts<D>; ++part) {
+        dq_buffer_sync_full<D>(sb, part);
+        if (lane == 0) {
+          constexpr int kBlocks = 4 / kDqParts<D>;
 #pragma unroll
-        for (int blk = 0; blk < 4; ++blk) {  // block 2w + c: keys 64w.., columns col0 + 32c..
-          const uint32_t src = buf + uint32_t(blk) * Smem::kDqBlockBytes;
-          const int col = col0 + (blk % 2) * 32, row = int(w.k0) + (blk / 2) * 64;
-          if (store_dkv) tma_store_4d(tm, src, col, int(w.hk), row, int(w.b));
-          else tma_reduce_add_4d(tm, src, col, int(w.hk), row, int(w.b));
+          for (int i = 0; i < kBlocks; ++i) {  // block 2w + c: keys 64w.., columns col0 + 32c..
+            const int blk = part * kBlocks + i;
+            const uint32_t src = buf + uint32_t(blk) * Smem::kDqBlockBytes;
+            const int col = col0 + (blk % 2) * 32, row = int(w.k0) + (blk / 2) * 64;
+            if (store_dkv) tma_store_4d(tm, src, col, int(w.hk), row, int(w.b));
+            else tma_reduce_add_4d(tm, src, col, int(w.hk), row, int(w.b));
+          }
+          bulk_commit();
+          bulk_wait_read<0>();
         }
-        bulk_commit();
-        bulk_wait_read<0>();
+        __syncwarp();
+        dq_buffer_arrive_empty<D>(sb, part);
       }
-      __syncwarp();
-      dq_buffer_arrive_empty(sb);
     }
   }
   if (lane == 0) bulk_wait<0>();  // every write performed before the CTA ends
@@ -352,10 +365,10 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       // 16-byte chunk (nt%4)*2 + t/2, swizzled with the row (row & 7 = g).
       const int sb = int(jq & 1u);
       const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
-      dq_buffer_sync_empty(sb);
+      dq_buffer_sync_empty<D>(sb, wg);
       stage_rows_f32_sw128<8>(stage, dq, p.scale, warp, g, t);
       fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
-      dq_buffer_arrive_full(sb);
+      dq_buffer_arrive_full<D>(sb, wg);
 
       wgmma_wait<0>();  // dK done (it ran during the staging)
       wgmma_fence_regs(dk);
@@ -371,8 +384,8 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     if constexpr (D == 128) stage_dkv_tile<D, 1>(dv, 1.f, dq_bufs, jq, wg, warp, g, t);
   }
   // The dQ warp's last two arrivals on the empty barriers: its reads of both buffers are done.
-  dq_buffer_sync_empty(int(jq & 1u));
-  dq_buffer_sync_empty(int((jq + 1u) & 1u));
+  dq_buffer_sync_empty<D>(int(jq & 1u), wg);
+  dq_buffer_sync_empty<D>(int((jq + 1u) & 1u), wg);
 }
 
 // bwd v5: one CTA per SM, three warpgroups running the roles above. kDocs: the document mask (p.docs), a separate

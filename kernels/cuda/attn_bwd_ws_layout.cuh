@@ -29,6 +29,13 @@ constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgro
 constexpr int kBarDqFull = 4;    // 4 + buffer: the consumers staged dQ there (256 + the dQ warp's 32)
 constexpr int kBarDqEmpty = 6;   // 6 + buffer: the dQ warp's reduces finished reading it (256 + 32)
 constexpr int kDqBarThreads = 256 + 32;
+// D = 64: each consumer warpgroup stages its own dQ partial (blocks 2wg, 2wg + 1 of a buffer), so each has its own
+// full / empty pair per buffer with the dQ warp and the two warpgroups never wait for each other there (only the
+// 2-stage Q / dO ring bounds how far apart they drift: one tile). One warpgroup's exps then run under the other's
+// MMAs. D = 128 forms one dQ tile from both warpgroups' dS^T, so it keeps the joint barriers above.
+constexpr int kBarDqFullWg = 8;    // 8 + 2 wg + buffer (128 + the dQ warp's 32)
+constexpr int kBarDqEmptyWg = 12;  // 12 + 2 wg + buffer
+constexpr int kDqWgBarThreads = 128 + 32;
 constexpr int kUnitReaders = 8 + 1;  // the consumer warps and the dQ warp release a unit-ring slot
 
 template <int D>
@@ -65,24 +72,54 @@ struct WgBwdV5Smem {
                 "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
 };
 
-// dQ buffer `sb` (0 or 1) handshakes between the consumers (256 threads) and the dQ warp, with immediate barrier
-// ids (ptxas then reserves only these).
-__device__ __forceinline__ void dq_buffer_sync_empty(int sb) {
-  if (sb == 0) named_bar_sync(kBarDqEmpty, kDqBarThreads);
-  else named_bar_sync(kBarDqEmpty + 1, kDqBarThreads);
+// dQ buffer `sb` (0 or 1) handshakes between the consumers and the dQ warp, with immediate barrier ids (ptxas then
+// reserves only these). D = 128: all 256 consumer threads; D = 64: warpgroup wg's 128 (kBarDqFullWg).
+template <bool kSync>
+__device__ __forceinline__ void dq_bar(int id, int threads) {
+  if (kSync) named_bar_sync(id, threads);
+  else named_bar_arrive(id, threads);
 }
-__device__ __forceinline__ void dq_buffer_arrive_empty(int sb) {
-  if (sb == 0) named_bar_arrive(kBarDqEmpty, kDqBarThreads);
-  else named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
+template <int D, bool kSync>
+__device__ __forceinline__ void dq_bar_empty(int sb, int wg) {
+  if constexpr (D == 128) {
+    if (sb == 0) dq_bar<kSync>(kBarDqEmpty, kDqBarThreads);
+    else dq_bar<kSync>(kBarDqEmpty + 1, kDqBarThreads);
+  } else {
+    switch (2 * wg + sb) {
+      case 0: dq_bar<kSync>(kBarDqEmptyWg, kDqWgBarThreads); break;
+      case 1: dq_bar<kSync>(kBarDqEmptyWg + 1, kDqWgBarThreads); break;
+      case 2: dq_bar<kSync>(kBarDqEmptyWg + 2, kDqWgBarThreads); break;
+      default: dq_bar<kSync>(kBarDqEmptyWg + 3, kDqWgBarThreads); break;
+    }
+  }
 }
-__device__ __forceinline__ void dq_buffer_sync_full(int sb) {
-  if (sb == 0) named_bar_sync(kBarDqFull, kDqBarThreads);
-  else named_bar_sync(kBarDqFull + 1, kDqBarThreads);
+template <int D, bool kSync>
+__device__ __forceinline__ void dq_bar_full(int sb, int wg) {
+  if constexpr (D == 128) {
+    if (sb == 0) dq_bar<kSync>(kBarDqFull, kDqBarThreads);
+    else dq_bar<kSync>(kBarDqFull + 1, kDqBarThreads);
+  } else {
+    switch (2 * wg + sb) {
+      case 0: dq_bar<kSync>(kBarDqFullWg, kDqWgBarThreads); break;
+      case 1: dq_bar<kSync>(kBarDqFullWg + 1, kDqWgBarThreads); break;
+      case 2: dq_bar<kSync>(kBarDqFullWg + 2, kDqWgBarThreads); break;
+      default: dq_bar<kSync>(kBarDqFullWg + 3, kDqWgBarThreads); break;
+    }
+  }
 }
-__device__ __forceinline__ void dq_buffer_arrive_full(int sb) {
-  if (sb == 0) named_bar_arrive(kBarDqFull, kDqBarThreads);
-  else named_bar_arrive(kBarDqFull + 1, kDqBarThreads);
-}
+// Consumers: wait until the dQ warp has read buffer sb (of warpgroup wg at D = 64); announce it staged.
+template <int D>
+__device__ __forceinline__ void dq_buffer_sync_empty(int sb, int wg) { dq_bar_empty<D, true>(sb, wg); }
+template <int D>
+__device__ __forceinline__ void dq_buffer_arrive_full(int sb, int wg) { dq_bar_full<D, false>(sb, wg); }
+// The dQ warp: free buffer sb (warpgroup wg's part at D = 64); wait until it is staged.
+template <int D>
+__device__ __forceinline__ void dq_buffer_arrive_empty(int sb, int wg) { dq_bar_empty<D, false>(sb, wg); }
+template <int D>
+__device__ __forceinline__ void dq_buffer_sync_full(int sb, int wg) { dq_bar_full<D, true>(sb, wg); }
+// The consumer warpgroups that stage into one buffer on their own barriers: 2 at D = 64, 1 (both together) at 128.
+template <int D>
+constexpr int kDqParts = D == 64 ? 2 : 1;
 
 // The epilogue as 2 x D / 64 more tiles of the dQ ring: tile c (c < D / 64) holds dK * scale columns
 // [64c, 64c + 64) of the CTA's 128 keys, tile D / 64 + c the same columns of dV; warpgroup w stages its 64 keys in
@@ -91,12 +128,12 @@ template <int D, int C>
 __device__ __forceinline__ void stage_dkv_tile(const float (&x)[D / 2], float scale, uint32_t dq_bufs, uint32_t& jq,
                                                int wg, int warp, int g, int t) {
   const int sb = int(jq & 1u);
-  dq_buffer_sync_empty(sb);
+  dq_buffer_sync_empty<D>(sb, wg);
   stage_rows_f32_sw128<8, 32 * C>(dq_bufs + uint32_t(sb) * WgBwdV5Smem<D>::kDqBufBytes +
                                       uint32_t(2 * wg) * WgBwdV5Smem<D>::kDqBlockBytes,
                                   x, scale, warp, g, t);
   fence_proxy_async_smem();  // the dQ warp's TMA reads the buffer through the async proxy
-  dq_buffer_arrive_full(sb);
+  dq_buffer_arrive_full<D>(sb, wg);
   ++jq;
 }
 
