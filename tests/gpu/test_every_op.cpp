@@ -168,8 +168,11 @@ const std::map<std::string, OpCase>& op_cases() {
        }}},
       {"add_rmsnorm_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
          Outputs got;
-         for (const int64_t C : {int64_t(96), int64_t(4200)}) {  // rows in registers; wider than kept in registers
-           const int64_t N = 40;
+         // (N, C): 16-byte vectors kept in registers (96: a partial chunk of lanes), wider than kept (4200: the
+         // re-read part ends in a partial chunk), C % 8 != 0 (100: the block-per-row kernel), and more rows than
+         // the grid has warps (4500 x 256: each warp walks several rows).
+         const std::pair<int64_t, int64_t> shapes[] = {{40, 96}, {40, 4200}, {40, 100}, {4500, 256}};
+         for (const auto& [N, C] : shapes) {
            Tensor res = r.in(DType::bf16, {N, C}, rand_vec(N * C, 56)), x = r.in(DType::bf16, {N, C}, rand_vec(N * C, 57));
            Tensor w = r.in(DType::bf16, {C}, rand_vec(C, 58, 0.2f, 1.f));
            Tensor out = r.out(DType::bf16, {N, C}), rstd = r.out(DType::f32, {N});
