@@ -228,22 +228,29 @@ const std::map<std::string, OpCase>& op_cases() {
          return {download(x), download(y)};
        }}},
       {"rope_from_table", {1.5e-2, [](OpRun& r) -> Outputs {
-         const int64_t B = 2, T = 24, H = 3, D = 64;  // the table from plain and from yarn-scaled frequencies
-         std::vector<int32_t> pos(static_cast<size_t>(T));
-         for (int64_t t = 0; t < T; ++t) pos[t] = int32_t(70000 + 3 * t);
-         RopeFreqs scaled = RopeFreqs::plain(500000.0, D);
-         for (int i = 0; i < scaled.pairs; ++i) scaled.inv_freq[i] /= 1.0 + i % 5;
-         scaled.cos_sin_scale = 1.1f;
-         std::vector<float> t1, t2;
-         const RopeFreqs plain = RopeFreqs::plain(10000.0, D);
-         build_rope_table(t1, pos.data(), T, plain.inv_freq, plain.pairs, plain.cos_sin_scale);
-         build_rope_table(t2, pos.data(), T, scaled.inv_freq, scaled.pairs, scaled.cos_sin_scale);
-         Tensor tab1 = r.in(DType::f32, {T, D / 2, 2}, t1), tab2 = r.in(DType::f32, {T, D / 2, 2}, t2);
-         Tensor x = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 33));
-         Tensor y = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 34));
-         rope_from_table(x, tab1, false);
-         rope_from_table(y, tab2, true);
-         return {download(x), download(y)};
+         // The table from plain and from yarn-scaled frequencies; D = 64 and 128 take 16-byte vectors of 8 pairs,
+         // D = 12 (D/2 % 8 != 0) one pair per access.
+         Outputs got;
+         for (const int64_t D : {int64_t(64), int64_t(128), int64_t(12)}) {
+           const int64_t B = 2, T = 24, H = 3;
+           std::vector<int32_t> pos(static_cast<size_t>(T));
+           for (int64_t t = 0; t < T; ++t) pos[t] = int32_t(70000 + 3 * t);
+           RopeFreqs scaled = RopeFreqs::plain(500000.0, D);
+           for (int i = 0; i < scaled.pairs; ++i) scaled.inv_freq[i] /= 1.0 + i % 5;
+           scaled.cos_sin_scale = 1.1f;
+           std::vector<float> t1, t2;
+           const RopeFreqs plain = RopeFreqs::plain(10000.0, D);
+           build_rope_table(t1, pos.data(), T, plain.inv_freq, plain.pairs, plain.cos_sin_scale);
+           build_rope_table(t2, pos.data(), T, scaled.inv_freq, scaled.pairs, scaled.cos_sin_scale);
+           Tensor tab1 = r.in(DType::f32, {T, D / 2, 2}, t1), tab2 = r.in(DType::f32, {T, D / 2, 2}, t2);
+           Tensor x = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 33));
+           Tensor y = r.in(DType::bf16, {B, T, H, D}, rand_vec(B * T * H * D, 34));
+           rope_from_table(x, tab1, false);
+           rope_from_table(y, tab2, true);
+           got.push_back(download(x));
+           got.push_back(download(y));
+         }
+         return got;
        }}},
       {"gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
          Tensor x = r.in(DType::bf16, {33, 64}, rand_vec(33 * 64, 41, 2.f)), out = r.out(DType::bf16, {33, 64});
