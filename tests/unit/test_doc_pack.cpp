@@ -36,8 +36,8 @@ TEST(DocPack, PermutationWithShortDocumentsWholeAndLongOnesSpread) {
       const int64_t T = int64_t(cp) * (512 + 37 * trial);  // not always a multiple of 2cp
       std::vector<int64_t> lengths;
       for (int d = 0; d < 64; ++d) lengths.push_back(1 + int64_t(rng() % 60));  // short documents
-      lengths.push_back(int64_t(T) / 3 + int64_t(trial));                       // one long document
-      std::shuffle(lengths.begin(), lengths.end(), rng);
+      // One long document, inside the window (a document the window cuts short is a short one).
+      lengths.insert(lengths.begin() + 10, int64_t(T) / 3 + int64_t(trial));
       const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, T, 0, 0);
       const int64_t n = T / cp, split_min = 200;
       const std::vector<int64_t> order = docpack_ring_order(starts, cp, split_min);
@@ -66,7 +66,9 @@ TEST(DocPack, PermutationWithShortDocumentsWholeAndLongOnesSpread) {
       }
       // The room left after the long document's pieces is filled by whole short documents but for a few cut ones.
       EXPECT_LE(cut_short, cp) << "cp=" << cp << " T=" << T;
-      // The ranks' pairs are balanced: LPT on step 0 and the long document even over every step.
+      // The ranks' pairs are balanced: LPT on step 0 and the long document even over every step. (Not a
+      // guarantee: one short document holding most of the short pairs cannot be balanced with equal token counts;
+      // balanced then takes another candidate.)
       EXPECT_LE(ring_imbalance(ring_pair_counts(starts, order, cp), cp), 1.10) << "cp=" << cp << " T=" << T;
     }
   }
