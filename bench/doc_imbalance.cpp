@@ -9,7 +9,8 @@
 // and the host time balanced takes per sample (all candidates built and costed), which the loader pays.
 //   bench_doc_imbalance [--doc-lengths FILE] [--samples N]
 // Mixes: FILE (default tests/data/python_stdlib_doc_lengths.txt), windows at seeded offsets into the stream of
-// its documents; a seeded log-normal (median 2048 tokens, sigma 1.5: a long tail); one document per sample.
+// its documents; a seeded log-normal (median 2048 tokens, sigma 1.5: a long tail); short (uniform 1K-4K) and
+// short_long (3 in 4 short, else 8K-32K), as bench/doc_attention_side_by_side.py draws them; one document per sample.
 // docpack: the best of its split thresholds by balanced's rule. Prints markdown tables
 // (bench/results/*-doc-imbalance.md records them).
 #include <algorithm>
@@ -62,6 +63,16 @@ int main(int argc, char** argv) {
     Mix m{"lognormal(median 2048, sigma 1.5)", {}};
     for (int d = 0; d < 4096; ++d) m.lengths.push_back(std::max<int64_t>(1, std::min<int64_t>(1 << 20, int64_t(ln(rng)))));
     mixes.push_back(m);
+  }
+  {
+    std::mt19937_64 rng(8);  // bench/doc_attention_side_by_side.py's short and short_long mixes
+    Mix s{"short (1K-4K)", {}}, sl{"short_long (3/4 1K-4K, 1/4 8K-32K)", {}};
+    for (int d = 0; d < 4096; ++d) {
+      s.lengths.push_back(1024 + int64_t(rng() % 3073));
+      sl.lengths.push_back(rng() % 4 == 0 ? 8192 + int64_t(rng() % 24577) : 1024 + int64_t(rng() % 3073));
+    }
+    mixes.push_back(s);
+    mixes.push_back(sl);
   }
   mixes.push_back({"one document per sample", {}});
   enum { kContiguous, kZigzag, kStriped, kDocpack, kBalanced, kLayouts };
@@ -118,7 +129,8 @@ int main(int argc, char** argv) {
           }
           row.ring_eff.add(whole / (cp * cands[best].tiles.critical), samples, false);
           std::string pick = cands[best].name;
-          if (pick == "docpack") pick += "(" + std::to_string(cands[best].split_min) + ")";
+          if (pick == "docpack")
+            pick += "(" + std::to_string(cands[best].split_min) + (cands[best].run_max ? "/runs" : "") + ")";
           if (row.picks.find(pick) == std::string::npos) row.picks += (row.picks.empty() ? "" : ", ") + pick;
         }
         rows.push_back(row);
@@ -130,7 +142,7 @@ int main(int argc, char** argv) {
     return std::string(b);
   };
   std::printf("Pair imbalance = sum over ring steps of max over ranks of visible pairs / sum of the mean; "
-              "mean (worst) over %d sample windows. docpack(N): documents of N tokens or more split over the ring.\n\n",
+              "mean (worst) over %d sample windows. docpack(N[/runs]): documents of N tokens or more split over the ring[, runs of adjacent short documents kept together].\n\n",
               samples);
   std::printf("| mix | T | cp |");
   for (const char* n : names) std::printf(" %s |", n);

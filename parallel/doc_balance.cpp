@@ -102,10 +102,11 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
                                                                         << "; use a multiple of " << cp);
   std::vector<RingCandidate> out;
-  auto add = [&](const std::string& name, int64_t split_min, std::vector<int64_t> order) {
+  auto add = [&](const std::string& name, int64_t split_min, std::vector<int64_t> order, int64_t run_max = 0) {
     RingCandidate c;
     c.name = name;
     c.split_min = split_min;
+    c.run_max = run_max;
     c.order = std::move(order);
     c.pairs = ring_pair_counts(doc_start, c.order, cp);
     c.pair_imbalance = ring_imbalance(c.pairs, cp);
@@ -116,7 +117,8 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
   add("striped", 0, layout_ring_order(Layout::striped, T, cp));
   add("doc-striped", 0, doc_striped_order(doc_start, cp));
   for (int64_t split_min : docpack_split_thresholds(T, cp))
-    add("docpack", split_min, docpack_ring_order(doc_start, cp, split_min));
+    for (int64_t run_max : {int64_t(0), T / cp / 4})
+      add("docpack", split_min, docpack_ring_order(doc_start, cp, split_min, run_max), run_max);
   return out;
 }
 

@@ -32,6 +32,7 @@ double ring_imbalance(const std::vector<double>& work, int cp);
 struct RingCandidate {
   std::string name;                // zigzag, striped, doc-striped or docpack
   int64_t split_min = 0;           // docpack: documents at least this long are split over the ring
+  int64_t run_max = 0;             // docpack: runs of adjacent short documents up to this many tokens kept together
   std::vector<int64_t> order;      // (T) ring order
   std::vector<double> pairs;       // (cp*cp) ring_pair_counts
   double pair_imbalance = 1;       // ring_imbalance(pairs)
@@ -43,7 +44,8 @@ constexpr double kBalancedMaxImbalance = 1.10;
 
 // The candidates of balanced for one sample: zigzag (where T % (2*cp) == 0), striped, document-striped (each
 // document dealt round-robin from the rank after the one the previous document ended on, the ranks' token counts
-// kept equal) and docpack at each docpack_split_thresholds (parallel/doc_pack.h), each with its costs.
+// kept equal) and docpack at each docpack_split_thresholds (parallel/doc_pack.h), with single documents and with
+// runs of up to T/(4cp) tokens, each with its costs.
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp);
 
 // balanced's rule: among candidates with pair_imbalance <= kBalancedMaxImbalance, the least tiles.critical (the

@@ -28,7 +28,8 @@ std::vector<int64_t> docpack_split_thresholds(int64_t T, int cp) {
   return out;
 }
 
-std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t split_min) {
+std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t split_min,
+                                        int64_t run_max) {
   const int64_t T = int64_t(doc_start.size());
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "docpack layout: seq_len " << T << " is not divisible by cp = " << cp);
   RT_CHECK(split_min >= 1, "docpack layout: split_min " << split_min << " must be at least 1");
@@ -85,28 +86,57 @@ std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, i
     }
   }
 
-  // Short documents whole, longest first, to the least-loaded rank with room (LPT); the rest cut into the room.
-  std::stable_sort(shorts.begin(), shorts.end(), [](const Doc& a, const Doc& b) { return a.len > b.len; });
-  for (const Doc& d : shorts) {
+  // Short documents whole, most pairs first, to the least-loaded rank with room (LPT). With run_max, runs of
+  // adjacent short documents up to run_max tokens go as one item: a rank's documents then sit side by side in
+  // the sequence, so its query tiles across a document edge span no other rank's keys. A run that fits no rank
+  // is broken into its documents; a document that fits none is cut into the room below.
+  struct Item {
+    int64_t begin, len;
+    double pairs;
+    size_t first, count;  // shorts[first, first + count)
+  };
+  std::vector<Item> items;
+  for (size_t i = 0; i < shorts.size(); ++i) {
+    const Doc& d = shorts[i];
+    const bool joins = !items.empty() && items.back().begin + items.back().len == d.begin &&
+                       items.back().len + d.len <= run_max;
+    if (joins) {
+      items.back().len += d.len, items.back().pairs += tri(d.len), items.back().count += 1;
+    } else {
+      items.push_back({d.begin, d.len, tri(d.len), i, 1});
+    }
+  }
+  auto heavier = [](const Item& a, const Item& b) { return a.pairs > b.pairs || (a.pairs == b.pairs && a.begin < b.begin); };
+  std::sort(items.begin(), items.end(), heavier);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item it = items[i];
     int best = -1;
     for (int r = 0; r < cp; ++r) {
-      if (room[size_t(r)] < d.len) continue;
+      if (room[size_t(r)] < it.len) continue;
       if (best < 0 || load[size_t(r)] < load[size_t(best)] ||
           (load[size_t(r)] == load[size_t(best)] && room[size_t(r)] > room[size_t(best)]))
         best = r;
     }
-    if (best < 0) {
-      leftover.push_back(d);
-      continue;
+    if (best >= 0) {
+      give(best, it.begin, it.len);
+      load[size_t(best)] += it.pairs;
+    } else if (it.count > 1) {
+      for (size_t k = it.first; k < it.first + it.count; ++k)
+        items.push_back({shorts[k].begin, shorts[k].len, tri(shorts[k].len), k, 1});
+      std::sort(items.begin() + int64_t(i) + 1, items.end(), heavier);
+    } else {
+      leftover.push_back({it.begin, it.len});
     }
-    give(best, d.begin, d.len);
-    load[size_t(best)] += tri(d.len);
   }
+  // Leftovers in position order fill the ranks' room in ring order: a document cut at a rank's end continues on
+  // the next rank with room, so its later part sees its earlier part one ring step later (step 1 where every rank
+  // has room): the cut documents' extra calls fall on few steps, each shared by every rank, not one per cut.
+  std::sort(leftover.begin(), leftover.end(), [](const Doc& a, const Doc& b) { return a.begin < b.begin; });
+  int r = 0;
   for (const Doc& d : leftover) {
     int64_t b = d.begin, left = d.len;
     while (left > 0) {
-      sort_by_room();
-      const int r = by_room[0];
+      for (int tries = 0; room[size_t(r)] == 0 && tries < cp; ++tries) r = (r + 1) % cp;
       const int64_t take = std::min(left, room[size_t(r)]);
       RT_CHECK(take > 0, "docpack layout: no room left for position " << b << " (internal error)");
       give(r, b, take);
