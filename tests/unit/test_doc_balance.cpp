@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 
+#include "framework/plan_docs.h"
 #include "parallel/doc_balance.h"
 #include "parallel/doc_pack.h"
 #include "tests/unit/test_util.h"
@@ -129,6 +130,25 @@ TEST(DocBalance, PickBalancedTakesTheCheapestWithinTheBound) {
   EXPECT_EQ(pick_balanced({cand("a", 1.0, 900), cand("b", 1.09, 500), cand("c", 1.2, 100)}), 1u);
   EXPECT_EQ(pick_balanced({cand("a", 1.3, 900), cand("b", 1.2, 500), cand("c", 1.25, 100)}), 1u);
   EXPECT_EQ(pick_balanced({cand("a", 1.0, 500), cand("b", 1.0, 500)}), 0u);  // ties: the first
+}
+
+// `ringtrain plan --doc-lengths`: balanced's pair imbalance within the bound, its picks named, and the tile
+// efficiencies in (0, 1] with striped's below zigzag's (every striped tile has document edges).
+TEST(DocBalance, DocLengthPlanReportsTheChoiceAndTheTileCost) {
+  Config config;
+  config.data.seq_len = 16384;
+  config.parallel.cp = 4;
+  const DocLengthPlan plan = doc_length_plan(config, RT_TEST_DATA_DIR "/python_stdlib_doc_lengths.txt", 4);
+  EXPECT_LE(plan.imbalance[3], kBalancedMaxImbalance);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_GT(plan.work_efficiency[l], 0.0) << l;
+    EXPECT_LE(plan.work_efficiency[l], 1.0 + 1e-12) << l;
+    EXPECT_GT(plan.ring_efficiency[l], 0.0) << l;
+    EXPECT_LE(plan.ring_efficiency[l], plan.work_efficiency[l] + 1e-12) << l;  // a critical path >= the mean
+  }
+  EXPECT_LT(plan.work_efficiency[2], plan.work_efficiency[1]);
+  EXPECT_NE(plan.balanced_picks.find("/4"), std::string::npos) << plan.balanced_picks;
+  EXPECT_GT(plan.balanced_ms, 0.0);
 }
 
 TEST(DocBalance, ReadDocLengthsRefusesBadLines) {
