@@ -18,12 +18,12 @@ namespace rt {
 
 constexpr int64_t kCostQueryTileRows = 64;  // a consumer warpgroup's query rows (attn_fwd_ws.cu, attn_bwd_*.cu)
 constexpr int64_t kCostKeyTileRows = 128;   // keys per K/V tile of the forward kernels (kWgKeysPerTile)
-// Calibrated on bench_doc_ring_steps on the H200 (cp = 8; whole-call time / ring-calls-in-sequence time, forward):
-// striped on Python-stdlib packs measured 0.29 at 16K and 0.31 at 128K, zigzag on one document 0.89-0.94. With
-// the two weights below this model gives 0.35 / 0.44 and 0.93 / 0.99 (the weights 1.5 and 0 gave 0.60 / 0.70:
-// the measured cost of document-edge tiles is far above a full tile's, as the element mask loads each key's
-// 64-bit position and compares it on the softmax path). A rough fit to few points: it ranks layouts, it does
-// not predict times to better than about 25%.
+// Fitted by hand to bench_doc_ring_steps on the H200 (cp = 8, whole-call time / ring-calls-in-sequence time,
+// forward, kernels of commit 274e1ee; bench/results/2026-12-01-doc-imbalance.md compares all nine samples): the
+// weights 1.5 and 0 predicted 0.60-0.70 for striped where 0.25-0.45 was measured; with 4 and 1 the model gives
+// 0.33-0.63 for striped (measured 0.25-0.45) and 0.93-0.99 for zigzag on one document (measured 0.63-0.94). The
+// element mask of a document-edge tile costs far more than a full tile. Not modelled: each call's fixed launch
+// and setup time, which is why 16K samples measure well below the model. A rough fit: it ranks layouts.
 // A partial tile costs kPartialTileCost full tiles.
 constexpr double kPartialTileCost = 4.0;
 
