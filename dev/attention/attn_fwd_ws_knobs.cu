@@ -184,7 +184,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
   // The lab's variants take no document mask (kDocs = false).
-  softmax_tile<false>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, DocRange{}, b);
+  softmax_tile<false>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, FwdDocRows{}, FwdDocKeys{},
+                      b);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     mbar_arrive(bars.k_empty(s1));
     uint32_t pn[32];
     softmax_tile<false>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
-                        DocRange{}, b);
+                        FwdDocRows{}, FwdDocKeys{}, b);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);

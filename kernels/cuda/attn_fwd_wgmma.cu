@@ -60,13 +60,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
   int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
-  DocRange qdoc{};  // documents: the summary of this thread's warpgroup's 64 rows
   if constexpr (kDocs) {
     __shared__ int doc_red[2];
     const int qt = int((q0 - p.q_begin) / kDocTileRows);
     const DocRange cta = doc_q_range(p.docs, b, qt, kWgRowsPerCta / kDocTileRows);
     if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWgThreads, doc_red, k_lo, k_hi)) return;
-    qdoc = doc_q_range(p.docs, b, qt + int(threadIdx.x) / 128, 1);
   }
   if (k_hi <= k_lo) return;  // no visible key: state untouched
   const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
@@ -102,6 +100,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
 #pragma unroll
   for (int i = 0; i < 64; ++i) s[i] = 0.f;
 
+  // Documents: this thread's rows, and the key summary of the tile after the one in flight (loaded a tile ahead).
+  const FwdDocRows drows = fwd_doc_rows<kDocs>(p, b, q0, wg * 64, lrow0);
+  FwdDocKeys dkeys = fwd_doc_keys<kDocs>(p, b, k_lo);
+
   // S_0 and its softmax.
   wgmma_fence_regs(s);
   wgmma_fence();
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_regs(s);
-  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, wg * 64, lrow0, t, qdoc, b);
+  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, wg * 64, lrow0, t, drows, dkeys, b);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
@@ -123,6 +125,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
     load_tile_sw128_async<kBc, D, kWgThreads>(v_tiles + uint32_t((j + 1) & 1) * Smem::kKVBytes, v_head, kv_stride,
                                               k_lo + int64_t(j + 1) * kBc, k_hi);
     cp_async_commit();
+    dkeys = fwd_doc_keys<kDocs>(p, b, k_lo + int64_t(j + 1) * kBc);
 
     wgmma_fence_regs(s);
     wgmma_fence_regs(o);
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attn_fwd_wgmma_kernel(const Att
     wgmma_fence_regs(s);
     uint32_t pn[32];
     softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, wg * 64, lrow0, t,
-                        qdoc, b);
+                        drows, dkeys, b);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);

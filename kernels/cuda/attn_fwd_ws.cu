@@ -89,13 +89,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
-  DocRange qdoc{};  // documents: the summary of this thread's consumer warpgroup's 64 rows
   if constexpr (kDocs) {
     __shared__ int doc_red[2];
     const int qt = int((q0 - p.q_begin) / kDocTileRows);
     const DocRange cta = doc_q_range(p.docs, b, qt, kWgRowsPerCta / kDocTileRows);
     if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWsThreads, doc_red, k_lo, k_hi)) k_hi = k_lo;
-    qdoc = doc_q_range(p.docs, b, qt + max(int(threadIdx.x) / 128 - 1, 0), 1);
   }
   if (k_hi <= k_lo) {  // no visible key: state untouched (the whole CTA leaves before any barrier)
     if (p.out != nullptr) {  // finalized: O = 0, lse = -inf for the tile's rows
@@ -172,6 +170,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) s[i] = 0.f;
 
+  // Documents: this thread's rows, and the key summary of the tile after the one in flight (loaded a tile ahead).
+  const FwdDocRows drows = fwd_doc_rows<kDocs>(p, b, q0, cw * 64, lrow0);
+  FwdDocKeys dkeys = fwd_doc_keys<kDocs>(p, b, k_lo);
+
   // S_0 and its softmax.
   mbar_wait(bars.q_full(), 0);
   mbar_wait(bars.k_full(0), 0);
@@ -182,11 +184,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wgmma_wait<0>();
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
-  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, qdoc, b);
+  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, drows, dkeys, b);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
     const int s1 = (j + 1) % kStages, s0 = j % kStages;
+    dkeys = fwd_doc_keys<kDocs>(p, b, k_lo + int64_t(j + 1) * kBc);
     mbar_wait(bars.k_full(s1), uint32_t(((j + 1) / kStages) & 1));
     mbar_wait(bars.v_full(s0), uint32_t((j / kStages) & 1));
     wgmma_fence_regs(s);
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     mbar_arrive(bars.k_empty(s1));
     uint32_t pn[32];
     softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
-                        qdoc, b);
+                        drows, dkeys, b);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);

@@ -41,23 +41,67 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)
   }
 }
 
+// The document mask of one consumer thread (kDocs; kernels/cuda/attn_doc_mask.cuh): its warpgroup's 64-row
+// summary and its own two rows' positions and document starts, read once per CTA.
+struct FwdDocRows {
+  DocRange wg;             // min / max of pos and doc over the warpgroup's 64 rows
+  int64_t pos[2], doc[2];  // this thread's rows lrow0 and lrow0 + 8 (rows past q_end read the last row)
+};
+
+// The raw summary of one 128-key tile: its two 64-key summary tiles' min / max kpos, loaded one tile ahead of
+// its softmax so the loads are in flight under the MMAs instead of on the softmax's critical path.
+struct FwdDocKeys {
+  int64_t lo0, hi0, lo1, hi1;
+};
+
+template <bool kDocs>
+__device__ __forceinline__ FwdDocRows fwd_doc_rows(const AttnFwdParams& p, int64_t b, int64_t q0, int wg_row0,
+                                                  int lrow0) {
+  FwdDocRows r{};
+  if constexpr (kDocs) {
+    r.wg = doc_q_range(p.docs, b, int((q0 + wg_row0 - p.q_begin) / kDocTileRows), 1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t row = b * p.docs.q_stride + min(q0 + lrow0 + 8 * i, p.q_end - 1);
+      r.pos[i] = p.docs.q_pos[row];
+      r.doc[i] = p.docs.q_doc[row];
+    }
+  }
+  return r;
+}
+
+// Issues the summary loads of the key tile starting at kt0 (nothing without kDocs).
+template <bool kDocs>
+__device__ __forceinline__ FwdDocKeys fwd_doc_keys(const AttnFwdParams& p, int64_t b, int64_t kt0) {
+  FwdDocKeys k{0, 0, 0, 0};
+  if constexpr (kDocs) {
+    const int t0 = int((kt0 - p.k_begin) / kDocTileRows);
+    const int t1 = min(t0 + 1, p.docs.nk_tiles - 1);  // a tile past the call's last key repeats the last one
+    const int64_t* s0 = p.docs.k_sum + (b * p.docs.nk_tiles + t0) * 2;
+    const int64_t* s1 = p.docs.k_sum + (b * p.docs.nk_tiles + t1) * 2;
+    k = FwdDocKeys{s0[0], s0[1], s1[0], s1[1]};
+  }
+  return k;
+}
+
 // One tile of the online softmax for this thread's two rows (CTA-local rows lrow0 and lrow0 + 8 of the CTA
 // starting at query row q0; the warpgroup's rows start at local row wg_row0).
 // s[nt*4 + 2r + e] is the score of row r and key nt*8 + 2t + e of the tile starting at key kt0. Masks keys
 // >= k_hi and (causal) keys above the diagonal when the tile needs it, updates m_run and l_run (per-thread
 // partial sums), returns alpha (the factor O must be rescaled by) and P as bf16 A fragments:
 // pf[4kk + {0,1,2,3}] = keys 16kk + {2t, 2t+1} of rows {0, 1}, then keys 16kk + 8 + {2t, 2t+1} of rows {0, 1}.
-// kDocs (kernels/cuda/attn_doc_mask.cuh): qdoc summarises the warpgroup's 64 rows of sample b; a tile not wholly
-// visible to them takes the element mask. Without kDocs, qdoc and b are unused and no code is added.
+// kDocs: a tile not wholly visible to the warpgroup's rows (dr.wg against the tile's summary dk) takes the
+// element mask. Without kDocs, dr, dk and b are unused and no code is added.
 template <bool kDocs>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32], float (&alpha)[2], float (&m_run)[2],
                                              float (&l_run)[2], const AttnFwdParams& p, int64_t kt0, int64_t k_hi,
-                                             int64_t q0, int wg_row0, int lrow0, int t, const DocRange& qdoc,
-                                             int64_t b) {
+                                             int64_t q0, int wg_row0, int lrow0, int t, const FwdDocRows& dr,
+                                             const FwdDocKeys& dk, int64_t b) {
   bool doc_mask = false;  // warpgroup-uniform
-  if constexpr (kDocs)
-    doc_mask = doc_tile_class(qdoc, doc_k_range(p.docs, b, int((kt0 - p.k_begin) / kDocTileRows),
-                                                kWgKeysPerTile / kDocTileRows)) != kDocFull;
+  if constexpr (kDocs) {
+    const DocRange keys{min(dk.lo0, dk.lo1), max(dk.hi0, dk.hi1), 0, 0};
+    doc_mask = doc_tile_class(dr.wg, keys) != kDocFull;
+  }
   // The warpgroup's first row q0 + wg_row0 is the one most restricted by the diagonal.
   const bool need_mask = kt0 + kWgKeysPerTile > k_hi ||
                          (p.causal && kt0 + kWgKeysPerTile - 1 > q0 + wg_row0 + p.diag) || doc_mask;
@@ -65,32 +109,40 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32],
     // Tile-local ints: key jj is visible to CTA-local row lr iff jj < kmax and (not causal or jj - lr <= cd).
     const int kmax = int(min(k_hi - kt0, int64_t(kWgKeysPerTile)));
     const int cd = p.causal ? int(max(min(q0 + p.diag - kt0, int64_t(1) << 20), -(int64_t(1) << 20))) : (1 << 20);
+    // Documents (edge tiles): key jj is also visible to row r iff lo[r] <= off(jj) <= hi[r], in 32-bit offsets
+    // from the tile's least key position: the positions of one sample lie within 2^31 of each other (DESIGN.md
+    // "Document masks"), so the wrapping difference of the keys' low words is exact. One loop applies both
+    // masks: a separate document loop writing s (even one without loads) made ptxas serialize the wgmmas
+    // (C7513), and the 64-bit position loads cost two registers per key.
+    int lo[2] = {-(1 << 30), -(1 << 30)}, hi[2] = {1 << 30, 1 << 30};  // doc(i) - base, pos(i) - base, clamped
+    uint32_t base32 = 0;
+    const uint32_t* kpos32 = nullptr;
+    if constexpr (kDocs) {
+      if (doc_mask) {
+        const int64_t base = min(dk.lo0, dk.lo1);
+        base32 = uint32_t(base);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          lo[r] = int(max(min(dr.doc[r] - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+          hi[r] = int(max(min(dr.pos[r] - base, int64_t(1) << 30), -(int64_t(1) << 30)));
+        }
+        kpos32 = reinterpret_cast<const uint32_t*>(p.docs.k_pos + b * p.docs.k_stride + kt0);
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int jj = nt * 8 + 2 * t + (e & 1);
-        const int lr = lrow0 + (e / 2) * 8;
-        if (!(jj < kmax && jj - lr <= cd)) s[nt * 4 + e] = -INFINITY;
-      }
-    if constexpr (kDocs) {
-      if (doc_mask) {  // document edge: row i sees key j iff doc(i) <= kpos(j) <= pos(i)
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int jj = nt * 8 + 2 * t + e2;
+        int off = 0;
+        if constexpr (kDocs)  // the low word of k_pos[kt0 + jj] (little-endian)
+          off = kpos32 != nullptr ? int(kpos32[2 * min(jj, kmax - 1)] - base32) : 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t row = b * p.docs.q_stride + min(q0 + lrow0 + 8 * r, p.q_end - 1);  // past q_end: unstored
-          const int64_t qp = p.docs.q_pos[row], qd = p.docs.q_doc[row];
-#pragma unroll
-          for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int jj = nt * 8 + 2 * t + e;
-              if (jj >= kmax) continue;  // already masked
-              const int64_t kp = p.docs.k_pos[b * p.docs.k_stride + kt0 + jj];
-              if (kp < qd || kp > qp) s[nt * 4 + 2 * r + e] = -INFINITY;
-            }
+          const int lr = lrow0 + r * 8;
+          if (!(jj < kmax && jj - lr <= cd && off >= lo[r] && off <= hi[r])) s[nt * 4 + 2 * r + e2] = -INFINITY;
         }
       }
-    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
