@@ -49,7 +49,7 @@ KeyTiles key_tiles(const int64_t* pos, int64_t n) {
 
 // Cost of one query tile against one rank's key tiles: full tiles 1, the rest of the span of non-skipped tiles
 // kPartialTileCost.
-double query_tile_cost(const QueryTile& q, const KeyTiles& k, bool* active) {
+double query_tile_cost(const QueryTile& q, const KeyTiles& k, bool* active, RingTileCost* counts) {
   const int64_t nk = int64_t(k.lo.size());
   int64_t span = 0, full = 0;
   if (k.monotone) {
@@ -71,6 +71,8 @@ double query_tile_cost(const QueryTile& q, const KeyTiles& k, bool* active) {
     span = last >= first ? last - first + 1 : 0;
   }
   *active = span > 0;
+  counts->full += double(full);
+  counts->partial += double(span - full);
   return double(full) + kPartialTileCost * double(span - full);
 }
 
@@ -98,11 +100,12 @@ RingTileCost ring_tile_cost(const std::vector<int64_t>& doc_start, const std::ve
       double c = 0, act = 0;
       for (const QueryTile& qt : q[size_t(r)]) {
         bool a = false;
-        c += query_tile_cost(qt, k[size_t(s)], &a);
+        c += query_tile_cost(qt, k[size_t(s)], &a, &cost);
         act += a ? 1 : 0;
       }
       cost.tile_sum += c;
-      c += kCallQueryTileCost * act;
+      cost.calls += 1;
+      c += kCallQueryTileCost * act + kCallCost;
       cost.active[size_t(r * cp + s)] = act;
       cost.tiles[size_t(r * cp + s)] = c;
       cost.total += c;

@@ -5,7 +5,7 @@
 //   skipped  kmax < min doc or kmin > max pos          cost 0
 //   full     kmin >= max doc and kmax <= min pos       cost 1 (runs unmasked)
 //   partial  otherwise                                 cost kPartialTileCost (the element mask runs on it)
-// plus kCallQueryTileCost per query tile and call that visits any key tile.
+// plus kCallQueryTileCost per query tile and call that visits any key tile, and kCallCost per call.
 // The kernels narrow each query tile's key loop to the span between its first and last non-skipped key tile;
 // skipped tiles inside that span run with the element mask, so they cost as partial tiles here too (an order whose
 // ranks hold increasing positions has no such tile). A call with no visible pair costs 0 (RingAttention skips it).
@@ -18,18 +18,18 @@ namespace rt {
 
 constexpr int64_t kCostQueryTileRows = 64;  // a consumer warpgroup's query rows (attn_fwd_ws.cu, attn_bwd_*.cu)
 constexpr int64_t kCostKeyTileRows = 128;   // keys per K/V tile of the forward kernels (kWgKeysPerTile)
-// Fitted by hand to bench_doc_ring_steps on the H200 (cp = 8, whole-call time / ring-calls-in-sequence time,
-// forward, kernels of commit 274e1ee; bench/results/2026-12-01-doc-imbalance.md compares all nine samples): the
-// weights 1.5 and 0 predicted 0.60-0.70 for striped where 0.25-0.45 was measured; with 4 and 1 the model gives
-// 0.33-0.63 for striped (measured 0.25-0.45) and 0.93-0.99 for zigzag on one document (measured 0.63-0.94). The
-// element mask of a document-edge tile costs far more than a full tile. Not modelled: each call's fixed launch
-// and setup time, which is why 16K samples measure well below the model. A rough fit: it ranks layouts.
-// A partial tile costs kPartialTileCost full tiles.
-constexpr double kPartialTileCost = 4.0;
-
-// Per call, each query tile with a key tile to visit also costs a fixed amount: Q loaded, the fp32 state rows
-// (m, l and the (64, D) accumulator) read and written by the resumable ring kernels.
-constexpr double kCallQueryTileCost = 1.0;
+// The weights: a least-squares fit (of log whole/ring) to bench_doc_ring_steps on the H200, all nine samples of run 1
+// in bench/results/2026-12-01-h200-doc-attention.md (cp = 8, forward, kernels of commit 274e1ee): measured
+// 0.25-0.94, the model within 8% rms (worst 0.52 for 0.44); bench/results/2026-12-01-doc-imbalance.md lists them.
+// Three weights from nine points: it ranks layouts, and the kernels have changed since (fb7486a made the element
+// mask cheaper), so kPartialTileCost is likely high for today's forward.
+// A partial tile (the element mask runs on it) costs kPartialTileCost full tiles.
+constexpr double kPartialTileCost = 5.0;
+// Per call, each query tile that visits any key tile: Q loaded, the fp32 ring state rows (m, l and the (64, D)
+// accumulator) read and written by the resumable kernels.
+constexpr double kCallQueryTileCost = 2.5;
+// Per call that runs: launches, the document-mask summaries, the last wave's tail.
+constexpr double kCallCost = 140.0;
 
 struct RingTileCost {
   std::vector<double> tiles;  // (cp*cp): tiles[r*cp + s] = tile cost of rank r's queries against rank s's keys
@@ -37,6 +37,8 @@ struct RingTileCost {
   double total = 0;           // sum over all (r, s)
   std::vector<double> active;  // (cp*cp): query tiles of rank r with at least one key tile to visit in call (r, s)
   double tile_sum = 0;         // sum of the tile costs alone (without the per-call query-tile cost)
+  double full = 0, partial = 0;  // tile counts over all calls: full, and partial (skipped ones in a span included)
+  double calls = 0;              // calls that run (a visible pair)
 };
 
 // doc_start (T) by position; order (T) a ring order (rank 0's positions in its local order, then rank 1's, ...);

@@ -141,7 +141,8 @@ TEST(RingTileCost, MatchesBruteForce) {
       double total = 0;
       for (int r = 0; r < cp; ++r)
         for (int s = 0; s < cp; ++s) {
-          const double want = pairs[size_t(r * cp + s)] > 0 ? brute_tile_cost(starts, order, cp, r, s) : 0.0;
+          const double want =
+              pairs[size_t(r * cp + s)] > 0 ? brute_tile_cost(starts, order, cp, r, s) + kCallCost : 0.0;
           EXPECT_DOUBLE_EQ(c.tiles[size_t(r * cp + s)], want) << "cp=" << cp << " r=" << r << " s=" << s;
           total += want;
         }
@@ -161,17 +162,19 @@ TEST(RingTileCost, WorkedCases) {
   // One document of 256 tokens, one call: query tiles of rows 0-63 ... 192-255, key tiles 0-127 and 128-255.
   // Key tile 0: partial for query tiles 0 and 1, full for 2 and 3; key tile 1: skipped for query tiles 0 and 1,
   // partial for 2 and 3. 2 full + 4 partial, and 4 query tiles that visit keys.
-  EXPECT_DOUBLE_EQ(whole_tile_cost(std::vector<int64_t>(256, 0)), 2 + 4 * kPartialTileCost + 4 * kCallQueryTileCost);
+  EXPECT_DOUBLE_EQ(whole_tile_cost(std::vector<int64_t>(256, 0)),
+                   2 + 4 * kPartialTileCost + 4 * kCallQueryTileCost + kCallCost);
   // Two documents of 128: the second's query tiles skip the first's keys, so each document is its own 2x1 block of
   // partial tiles.
   const std::vector<int64_t> two = doc_starts_from_lengths({128}, 256);
-  EXPECT_DOUBLE_EQ(whole_tile_cost(two), 4 * kPartialTileCost + 4 * kCallQueryTileCost);
+  EXPECT_DOUBLE_EQ(whole_tile_cost(two), 4 * kPartialTileCost + 4 * kCallQueryTileCost + kCallCost);
   // A call with no visible pair costs nothing even where the tile summaries overlap.
   const RingTileCost c = ring_tile_cost(two, layout_ring_order(Layout::contiguous, 256, 2), 2,
                                         ring_pair_counts(two, layout_ring_order(Layout::contiguous, 256, 2), 2));
   EXPECT_DOUBLE_EQ(c.tiles[1], 0.0);
   EXPECT_DOUBLE_EQ(c.tiles[2], 0.0);
-  EXPECT_DOUBLE_EQ(c.total, 2 * 2 * (kPartialTileCost + kCallQueryTileCost));
+  EXPECT_DOUBLE_EQ(c.total, 2 * (2 * (kPartialTileCost + kCallQueryTileCost) + kCallCost));
+  EXPECT_DOUBLE_EQ(c.calls, 2);
 }
 
 }  // namespace
