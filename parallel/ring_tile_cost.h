@@ -36,7 +36,7 @@ struct RingTileCost {
   double critical = 0;        // sum over ring steps t of the max over ranks r of tiles[r][(r - t) mod cp]
   double total = 0;           // sum over all (r, s)
   std::vector<double> active;  // (cp*cp): query tiles of rank r with at least one key tile to visit in call (r, s)
-  double tile_sum = 0;         // sum of the tile costs alone (without the per-call query-tile cost)
+  double tile_sum = 0;         // sum of the tiles alone (full + kPartialTileCost x partial), no per-call terms
   double full = 0, partial = 0;  // tile counts over all calls: full, and partial (skipped ones in a span included)
   double calls = 0;              // calls that run (a visible pair)
 };
