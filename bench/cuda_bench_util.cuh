@@ -1,5 +1,6 @@
-// Shared by the CUDA kernel benchmarks (bench/attention.cu, bench/ring_steps.cu): random bf16 inputs drawn on
-// the device, event timing on the compute stream, and a scoped device allocation.
+// Shared by the CUDA kernel benchmarks (bench/attention.cu, bench/ring_steps.cu, bench/doc_ring_steps.cu): random
+// bf16 inputs drawn on the device, event timing on the compute stream, a scoped device allocation, and the
+// buffers of a ring-step benchmark with their row views.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -9,10 +10,13 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/device_memory.h"
+#include "kernels/ops.h"
 #include "kernels/tensor.h"
+#include "parallel/ring_schedule.h"
 
 namespace rt::bench {
 
@@ -70,6 +74,92 @@ struct DeviceBuffer {  // one device allocation on GPU 0, freed on scope exit
   ~DeviceBuffer() { device_free(Device::cuda(0), p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// Every buffer of a ring-step benchmark over one sample of N tokens (B = 1), with q, k, v and dout drawn at random
+// (seeds 11-14), and tensor views of token rows [first, first + rows) of them.
+struct RingStepBuffers {
+  const int64_t N, H, D;
+  DeviceBuffer q, k, v, dout, out;  // (1, N, H, D) bf16 each
+  DeviceBuffer acc, dq, dk, dv;     // (1, N, H, D) f32 each (acc: the forward's resumable state, (1, H, N, D))
+  DeviceBuffer m, l, lse, delta;    // (1, H, N) f32 each
+  RingStepBuffers(int64_t n, int64_t h, int64_t d)
+      : N(n), H(h), D(d),
+        q(bytes(2)), k(bytes(2)), v(bytes(2)), dout(bytes(2)), out(bytes(2)),
+        acc(bytes(4)), dq(bytes(4)), dk(bytes(4)), dv(bytes(4)),
+        m(size_t(N * H) * 4), l(size_t(N * H) * 4), lse(size_t(N * H) * 4), delta(size_t(N * H) * 4) {
+    random_bf16(bf(q, N, 0), 11);
+    random_bf16(bf(k, N, 0), 12);
+    random_bf16(bf(v, N, 0), 13);
+    random_bf16(bf(dout, N, 0), 14);
+  }
+  Tensor bf(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, H, D) bf16
+    return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, Device::cuda(0), {1, rows, H, D});
+  }
+  Tensor f32(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, H, D) f32
+    return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, Device::cuda(0), {1, rows, H, D});
+  }
+  Tensor rows(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, H, rows) f32: rank blocks of H*n
+    return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, Device::cuda(0), {1, H, rows});
+  }
+  Tensor acc_rows(int64_t rows, int64_t first) const {  // (1, H, rows, D) f32
+    return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, Device::cuda(0), {1, H, rows, D});
+  }
+
+  // One whole-sample call each way, as a single-GPU run makes them (attn_fwd_whole; attn_bwd_delta, dQ zeroed and
+  // attn_bwd_block_fresh, which stores dK / dV).
+  void whole_fwd(const AttnMask& mask) {
+    AttnState whole{acc_rows(N, 0), rows(m, N, 0), rows(l, N, 0)};
+    attn_fwd_whole(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), whole, mask, bf(out, N, 0), rows(lse, N, 0));
+  }
+  void whole_bwd(const AttnMask& mask) {
+    attn_bwd_delta(bf(out, N, 0), bf(dout, N, 0), rows(delta, N, 0));
+    fill(f32(dq, N, 0), 0.f);
+    attn_bwd_block_fresh(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), bf(dout, N, 0), rows(lse, N, 0), rows(delta, N, 0),
+                         f32(dq, N, 0), f32(dk, N, 0), f32(dv, N, 0), mask);
+  }
+
+  // The ring's block calls: rank r's tokens are rows [r*n, (r+1)*n) of every buffer. One call of rank r with the
+  // K/V block of source s, forward into the rank's state, backward into its dQ and the source's dK / dV.
+  AttnState rank_state(int r, int64_t n) const { return AttnState{acc_rows(n, r * n), rows(m, n, r * n), rows(l, n, r * n)}; }
+  void fwd_step(int r, int s, int64_t n, AttnState& st, const AttnMask& mask) {
+    attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, mask);
+  }
+  void bwd_step(int r, int s, int64_t n, const AttnMask& mask) {
+    attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rows(lse, n, r * n),
+                   rows(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), mask);
+  }
+  // Every call of a cp-rank ring, rank after rank, in ring order (ring_source); mask_of(r, s, &mask) fills the mask
+  // of rank r against source s and returns false where the call is skipped.
+  using StepMask = std::function<bool(int r, int s, AttnMask* mask)>;
+  void ring_fwd(int cp, int64_t n, const StepMask& mask_of) {
+    for (int r = 0; r < cp; ++r) {
+      AttnState st = rank_state(r, n);
+      attn_state_reset(st);
+      for (int t = 0; t < cp; ++t) {
+        AttnMask mask;
+        const int s = ring_source(r, t, cp);
+        if (mask_of(r, s, &mask)) fwd_step(r, s, n, st, mask);
+      }
+      attn_fwd_finalize(st, bf(out, n, r * n), rows(lse, n, r * n));
+    }
+  }
+  void ring_bwd(int cp, int64_t n, const StepMask& mask_of) {
+    fill(f32(dk, N, 0), 0.f);
+    fill(f32(dv, N, 0), 0.f);
+    for (int r = 0; r < cp; ++r) {
+      attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rows(delta, n, r * n));
+      fill(f32(dq, n, r * n), 0.f);
+      for (int t = 0; t < cp; ++t) {
+        AttnMask mask;
+        const int s = ring_source(r, t, cp);
+        if (mask_of(r, s, &mask)) bwd_step(r, s, n, mask);
+      }
+    }
+  }
+
+ private:
+  size_t bytes(int elem_bytes) const { return size_t(N * H * D) * size_t(elem_bytes); }
 };
 
 }  // namespace rt::bench

@@ -38,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 
+from torch_timing import median_cuda_ms
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STDLIB_LENGTHS = os.path.join(ROOT, "tests", "data", "python_stdlib_doc_lengths.txt")
 MIXES = ("stdlib", "short", "short_long", "one")
@@ -164,20 +166,7 @@ def measure_ours(binary, lengths, args):
 
 
 def median_ms(torch, fn, warmup, reps):
-    for _ in range(warmup):  # compilation (FA4, torch.compile) happens here, untimed
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
+    return median_cuda_ms(torch, fn, warmup, reps)
 
 
 def fwd_bwd_ms(torch, fwd, inputs, dout, warmup, reps):

@@ -38,7 +38,6 @@ using namespace rt;
 
 namespace {
 
-using bench::random_bf16;
 using bench::time_ms;
 using Dev = bench::DeviceBuffer;
 
@@ -125,33 +124,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     cuda::init(0);
-    const Device gpu = Device::cuda(0);
-    const size_t act = size_t(N * H * D);                                   // elements of one (1, N, H, D)
-    Dev q(act * 2), k(act * 2), v(act * 2), dout(act * 2), out(act * 2);   // (1, N, H, D) bf16 each
-    Dev acc(act * 4), dq(act * 4), dk(act * 4), dv(act * 4);               // (1, N, H, D) f32 each
-    Dev m(size_t(N * H) * 4), l(size_t(N * H) * 4), lse(size_t(N * H) * 4), delta(size_t(N * H) * 4);  // (1, H, N)
+    bench::RingStepBuffers buf(N, H, D);  // inputs drawn at random
     Dev d_nat_pos(size_t(N) * 8), d_nat_start(size_t(N) * 8), d_ring_pos(size_t(N) * 8),
         d_ring_start(size_t(N) * 8);  // (1, N) int64 each: the document mask on the device of q
     CUDA_CHECK(cudaMemcpy(d_nat_pos.p, nat_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_nat_start.p, starts.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_ring_pos.p, ring_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_ring_start.p, ring_start.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
-    auto bf = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) bf16 view from token row `first`
-      return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, gpu, {1, rows, H, D});
-    };
-    auto f32 = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) f32 view
-      return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, rows, H, D});
-    };
-    auto rowsv = [&](Dev& d, int64_t rows, int64_t first) {  // (1, H, rows) f32: rank blocks of H*n each
-      return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, gpu, {1, H, rows});
-    };
-    auto accv = [&](int64_t rows, int64_t first) {  // (1, H, rows, D) f32
-      return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, H, rows, D});
-    };
-    random_bf16(bf(q, N, 0), 11);
-    random_bf16(bf(k, N, 0), 12);
-    random_bf16(bf(v, N, 0), 13);
-    random_bf16(bf(dout, N, 0), 14);
     const int64_t* np = static_cast<const int64_t*>(d_nat_pos.p);
     const int64_t* ns = static_cast<const int64_t*>(d_nat_start.p);
     const int64_t* rp = static_cast<const int64_t*>(d_ring_pos.p);
@@ -162,16 +141,8 @@ int main(int argc, char** argv) {
     whole_mask.docs.q_pos = whole_mask.docs.k_pos = np;
     whole_mask.docs.q_doc_start = ns;
     whole_mask.docs.q_stride = whole_mask.docs.k_stride = N;
-    AttnState whole{accv(N, 0), rowsv(m, N, 0), rowsv(l, N, 0)};
-    auto whole_fwd = [&] {
-      attn_fwd_whole(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), whole, whole_mask, bf(out, N, 0), rowsv(lse, N, 0));
-    };
-    auto whole_bwd = [&] {
-      attn_bwd_delta(bf(out, N, 0), bf(dout, N, 0), rowsv(delta, N, 0));
-      fill(f32(dq, N, 0), 0.f);
-      attn_bwd_block_fresh(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), bf(dout, N, 0), rowsv(lse, N, 0),
-                           rowsv(delta, N, 0), f32(dq, N, 0), f32(dk, N, 0), f32(dv, N, 0), whole_mask);
-    };
+    auto whole_fwd = [&] { buf.whole_fwd(whole_mask); };
+    auto whole_bwd = [&] { buf.whole_bwd(whole_mask); };
     Timed t_whole;
     t_whole.fwd_ms = time_ms(whole_fwd, warmup, reps);
     whole_fwd();
@@ -188,37 +159,12 @@ int main(int argc, char** argv) {
       return mask;
     };
     auto visible = [&](int r, int s) { return work[size_t(r * cp + s)] > 0; };
-    auto rank_state = [&](int r) { return AttnState{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)}; };
-    auto fwd_step = [&](int r, int s, AttnState& st) {
-      attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, step_mask(r, s));
+    const bench::RingStepBuffers::StepMask mask_of = [&](int r, int s, AttnMask* mask) {
+      *mask = step_mask(r, s);
+      return visible(r, s);
     };
-    auto bwd_step = [&](int r, int s) {
-      attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rowsv(lse, n, r * n),
-                     rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), step_mask(r, s));
-    };
-    auto ring_fwd = [&] {
-      for (int r = 0; r < cp; ++r) {
-        AttnState st = rank_state(r);
-        attn_state_reset(st);
-        for (int t = 0; t < cp; ++t) {
-          const int s = ring_source(r, t, cp);
-          if (visible(r, s)) fwd_step(r, s, st);
-        }
-        attn_fwd_finalize(st, bf(out, n, r * n), rowsv(lse, n, r * n));
-      }
-    };
-    auto ring_bwd = [&] {
-      fill(f32(dk, N, 0), 0.f);
-      fill(f32(dv, N, 0), 0.f);
-      for (int r = 0; r < cp; ++r) {
-        attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rowsv(delta, n, r * n));
-        fill(f32(dq, n, r * n), 0.f);
-        for (int t = 0; t < cp; ++t) {
-          const int s = ring_source(r, t, cp);
-          if (visible(r, s)) bwd_step(r, s);
-        }
-      }
-    };
+    auto ring_fwd = [&] { buf.ring_fwd(cp, n, mask_of); };
+    auto ring_bwd = [&] { buf.ring_bwd(cp, n, mask_of); };
     Timed t_ring, t_path;
     if (ring) {
       t_ring.fwd_ms = time_ms(ring_fwd, warmup, reps);
@@ -230,10 +176,11 @@ int main(int argc, char** argv) {
         for (int r = 0; r < cp; ++r) {
           const int s = ring_source(r, t, cp);
           if (!visible(r, s)) continue;
-          AttnState st = rank_state(r);
+          AttnState st = buf.rank_state(r, n);
           attn_state_reset(st);
-          fwd_max = std::max(fwd_max, time_ms([&] { fwd_step(r, s, st); }, 1, reps));
-          bwd_max = std::max(bwd_max, time_ms([&] { bwd_step(r, s); }, 1, reps));
+          const AttnMask mask = step_mask(r, s);
+          fwd_max = std::max(fwd_max, time_ms([&] { buf.fwd_step(r, s, n, st, mask); }, 1, reps));
+          bwd_max = std::max(bwd_max, time_ms([&] { buf.bwd_step(r, s, n, mask); }, 1, reps));
         }
         t_path.fwd_ms += fwd_max;
         t_path.bwd_ms += bwd_max;

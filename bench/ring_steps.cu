@@ -34,9 +34,7 @@ using namespace rt;
 
 namespace {
 
-using bench::random_bf16;
 using bench::time_ms;
-using Dev = bench::DeviceBuffer;
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> out;
@@ -91,7 +89,6 @@ int main(int argc, char** argv) {
   try {
     const Layout layout = parse_layout(layout_name_str);
     cuda::init(0);
-    const Device gpu = Device::cuda(0);
     FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
     std::printf("ring-step sequence: cp=%d %s, causal, B=1, model dim 2048, one GPU, no communication\n", cp,
                 layout_name(layout));
@@ -101,78 +98,22 @@ int main(int argc, char** argv) {
       for (int64_t S : seqs) {
         RT_CHECK(S % (2 * cp) == 0, "--seq " << S << " must be a multiple of 2 * cp = " << 2 * cp);
         const int64_t n = S / cp;
-        const size_t act = size_t(S * H * D);
-        Dev q(act * 2), k(act * 2), v(act * 2), dout(act * 2), out(act * 2);  // (1, S, H, D) bf16 each
-        Dev acc(act * 4), dq(act * 4), dk(act * 4), dv(act * 4);               // (1, S, H, D) f32 each
-        Dev m(size_t(S * H) * 4), l(size_t(S * H) * 4), lse(size_t(S * H) * 4), delta(size_t(S * H) * 4);  // (1,H,S)
-        auto bf = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) bf16 view from token `first`
-          return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 2, DType::bf16, gpu, {1, rows, H, D});
-        };
-        auto f32 = [&](Dev& d, int64_t rows, int64_t first) {  // (1, rows, H, D) f32 view
-          return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, rows, H, D});
-        };
-        auto rowsv = [&](Dev& d, int64_t rows, int64_t first) {  // (1, H, rows) f32: rank blocks of H*n each
-          return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, gpu, {1, H, rows});
-        };
-        auto accv = [&](int64_t rows, int64_t first) {  // (1, H, rows, D) f32
-          return Tensor(static_cast<char*>(acc.p) + size_t(first * H * D) * 4, DType::f32, gpu, {1, H, rows, D});
-        };
-        random_bf16(bf(q, S, 0), 11);
-        random_bf16(bf(k, S, 0), 12);
-        random_bf16(bf(v, S, 0), 13);
-        random_bf16(bf(dout, S, 0), 14);
+        bench::RingStepBuffers buf(S, H, D);  // inputs drawn at random
 
         // One whole-sequence call, as a single-GPU run makes it (attn_fwd_whole and attn_bwd_block_fresh: one
         // fused kernel each on an H200).
-        AttnState whole{accv(S, 0), rowsv(m, S, 0), rowsv(l, S, 0)};
         AttnMask causal;
         causal.causal = true;
-        auto whole_fwd = [&] {
-          attn_fwd_whole(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), whole, causal, bf(out, S, 0), rowsv(lse, S, 0));
+        auto whole_fwd = [&] { buf.whole_fwd(causal); };
+        auto whole_bwd = [&] { buf.whole_bwd(causal); };
+        // The ring's calls, rank after rank (rank r's tokens are rows [r*n, (r+1)*n) of every buffer).
+        const bench::RingStepBuffers::StepMask mask_of = [&](int r, int s, AttnMask* mask) {
+          const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
+          *mask = plan.mask;
+          return !plan.skip;
         };
-        auto whole_bwd = [&] {
-          attn_bwd_delta(bf(out, S, 0), bf(dout, S, 0), rowsv(delta, S, 0));
-          fill(f32(dq, S, 0), 0.f);
-          attn_bwd_block_fresh(bf(q, S, 0), bf(k, S, 0), bf(v, S, 0), bf(dout, S, 0), rowsv(lse, S, 0),
-                               rowsv(delta, S, 0), f32(dq, S, 0), f32(dk, S, 0), f32(dv, S, 0), causal);
-        };
-
-        // One block call of rank r with the K/V block of source rank s (rank r's tokens are rows [r*n, (r+1)*n) of
-        // every buffer), forward into the rank's state, backward into its dQ and the source's dK / dV.
-        auto rank_state = [&](int r) { return AttnState{accv(n, r * n), rowsv(m, n, r * n), rowsv(l, n, r * n)}; };
-        auto fwd_step = [&](int r, int s, AttnState& st, const AttnMask& mask) {
-          attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, mask);
-        };
-        auto bwd_step = [&](int r, int s, const AttnMask& mask) {
-          attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rowsv(lse, n, r * n),
-                         rowsv(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), mask);
-        };
-        // The ring's calls, rank after rank.
-        auto ring_fwd = [&] {
-          for (int r = 0; r < cp; ++r) {
-            AttnState st = rank_state(r);
-            attn_state_reset(st);
-            for (int t = 0; t < cp; ++t) {
-              const int s = ring_source(r, t, cp);
-              const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
-              if (!plan.skip) fwd_step(r, s, st, plan.mask);
-            }
-            attn_fwd_finalize(st, bf(out, n, r * n), rowsv(lse, n, r * n));
-          }
-        };
-        auto ring_bwd = [&] {
-          fill(f32(dk, S, 0), 0.f);
-          fill(f32(dv, S, 0), 0.f);
-          for (int r = 0; r < cp; ++r) {
-            attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rowsv(delta, n, r * n));
-            fill(f32(dq, n, r * n), 0.f);
-            for (int t = 0; t < cp; ++t) {
-              const int s = ring_source(r, t, cp);
-              const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
-              if (!plan.skip) bwd_step(r, s, plan.mask);
-            }
-          }
-        };
+        auto ring_fwd = [&] { buf.ring_fwd(cp, n, mask_of); };
+        auto ring_bwd = [&] { buf.ring_bwd(cp, n, mask_of); };
         const double flops = 2.0 * double(H) * double(S) * double(S) * double(D);  // causal forward
         const double whole_fwd_ms = time_ms(whole_fwd, warmup, reps);
         whole_fwd();
@@ -199,10 +140,10 @@ int main(int argc, char** argv) {
             const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
             if (plan.skip) continue;
             if (r == 0 && plan.mask.causal) continue;  // the diagonal is counted once (rank cp-1)
-            AttnState st = rank_state(r);
+            AttnState st = buf.rank_state(r, n);
             attn_state_reset(st);
-            const double ms_f = time_ms([&] { fwd_step(r, s, st, plan.mask); }, 1, reps);
-            const double ms_b = time_ms([&] { bwd_step(r, s, plan.mask); }, 1, reps);
+            const double ms_f = time_ms([&] { buf.fwd_step(r, s, n, st, plan.mask); }, 1, reps);
+            const double ms_b = time_ms([&] { buf.bwd_step(r, s, n, plan.mask); }, 1, reps);
             const double fl = 4.0 * double(H) * double(D) * visible_pairs(plan.mask, n);
             const std::string kind = step_kind(plan);
             kind_ms_flops[kind + " fwd"].first += ms_f;
@@ -227,23 +168,23 @@ int main(int argc, char** argv) {
         // the per-rank calls around them (state reset and finalize; the backward's delta and dQ zeroing).
         double fwd_calls_ms = 0, bwd_calls_ms = 0;
         for (int r = 0; r < cp; ++r) {
-          AttnState st = rank_state(r);
+          AttnState st = buf.rank_state(r, n);
           attn_state_reset(st);
           for (int t = 0; t < cp; ++t) {
             const int s = ring_source(r, t, cp);
             const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
             if (plan.skip) continue;
-            fwd_calls_ms += time_ms([&] { fwd_step(r, s, st, plan.mask); }, 1, 3);
-            bwd_calls_ms += time_ms([&] { bwd_step(r, s, plan.mask); }, 1, 3);
+            fwd_calls_ms += time_ms([&] { buf.fwd_step(r, s, n, st, plan.mask); }, 1, 3);
+            bwd_calls_ms += time_ms([&] { buf.bwd_step(r, s, n, plan.mask); }, 1, 3);
           }
         }
-        AttnState st0 = rank_state(0);
+        AttnState st0 = buf.rank_state(0, n);
         const double reset_ms = time_ms([&] { attn_state_reset(st0); }, 1, reps);
-        const double finalize_ms = time_ms([&] { attn_fwd_finalize(st0, bf(out, n, 0), rowsv(lse, n, 0)); }, 1, reps);
+        const double finalize_ms = time_ms([&] { attn_fwd_finalize(st0, buf.bf(buf.out, n, 0), buf.rows(buf.lse, n, 0)); }, 1, reps);
         const double bwd_pre_ms = time_ms(
             [&] {
-              attn_bwd_delta(bf(out, n, 0), bf(dout, n, 0), rowsv(delta, n, 0));
-              fill(f32(dq, n, 0), 0.f);
+              attn_bwd_delta(buf.bf(buf.out, n, 0), buf.bf(buf.dout, n, 0), buf.rows(buf.delta, n, 0));
+              fill(buf.f32(buf.dq, n, 0), 0.f);
             },
             1, reps);
         std::printf("  fwd: block calls one by one %8.3f ms + %d x (reset %.3f + finalize %.3f ms) = %8.3f ms; "

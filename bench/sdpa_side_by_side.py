@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+from torch_timing import median_cuda_ms
+
 
 def fa4_unavailable_reason():
     """None when FlashAttention-4 (flash_attn.cute) imports, else why not (one line)."""
@@ -63,24 +65,7 @@ def measure_torch(d_list, n_list, warmup, reps, sustain_ms=0.0, use_fa4=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def median_ms(fn):
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        start_s = time.perf_counter()
-        while (time.perf_counter() - start_s) * 1e3 < sustain_ms:  # sustained-load clocks (--sustain-ms)
-            fn()
-            torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        times.sort()
-        return times[len(times) // 2]
+        return median_cuda_ms(torch, fn, warmup, reps, sustain_ms)
 
     rows = []
     backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]

@@ -24,7 +24,7 @@ void attn_bwd_block_fresh(const Tensor& q, const Tensor& k, const Tensor& v, con
   const int device = q.device.index;
   const bool fused = d.B > 0 && d.H > 0 && r.q_begin < r.q_end && r.k_begin == 0 && r.k_end == d.Nk &&
                      attn_bwd_v5_fits(r.q_end, r.k_end) && attn_bwd_variant(d.D, device) == 5 &&
-                     !mask.docs.on();  // bwd v5 has no document mask (attn_bwd_dispatch.cu)
+                     attn_bwd_v5_takes_docs(mask.docs.on(), rt::deterministic_attention());
   if (!fused) {
     cuda::fill(dk, 0.f);  // qualified: rt::fill (ops.h) is found by ADL too
     cuda::fill(dv, 0.f);

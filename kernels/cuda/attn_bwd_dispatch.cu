@@ -7,7 +7,9 @@
 // The measurements behind the default are in bench/NOTES.md ("bwd v5 with TMA", "bwd v5 persistent"). The override
 // (RT_ATTN_BWD_VARIANT, set_attn_variant_override: kernels/cuda/attn_variant.h) forces one: 1 always, 4 or 5
 // where the device can run it, else v1.
-// With a document mask (AttnMask::docs) v5 is not used: v4 runs in its place (bwd v5 has no document mask yet).
+// With a document mask (AttnMask::docs) v5 runs its document instantiation (attn_bwd_ws_docs.cuh), except in
+// deterministic mode: its turn counters need every key tile to visit every query tile in order, while v5 narrows
+// each key tile to the query tiles that see it, so documents + deterministic run v4 (attn_bwd_v5_takes_docs).
 // Every kernel's query tile is kWgBwdRows (64) rows: the deterministic turn counters (one per query tile) mean the
 // same in all of them.
 #include <mutex>
@@ -90,8 +92,7 @@ int attn_bwd_variant(int64_t D, int device) {
 }
 
 void launch_attn_bwd(const AttnBwdParams& p, const AttnDims& d, int variant, int device, cudaStream_t stream) {
-  // bwd v5 has no document mask: with documents v4 runs (bench/NOTES.md "Document masks").
-  if (variant == 5 && attn_bwd_v5_fits(p.q_end, p.k_end) && !p.docs.on) {
+  if (variant == 5 && attn_bwd_v5_fits(p.q_end, p.k_end) && attn_bwd_v5_takes_docs(p.docs.on, p.dq_turn != nullptr)) {
     launch_attn_bwd_ws(p, d.D, d.B, device, stream);
     return;
   }

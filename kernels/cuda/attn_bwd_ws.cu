@@ -6,7 +6,9 @@
 #include <mutex>
 
 #include "kernels/cuda/attn_bwd_ws.cuh"
+#include "kernels/cuda/attn_bwd_ws_docs.cuh"
 #include "kernels/cuda/attn_bwd_ws_layout.cuh"
+#include "kernels/cuda/attn_bwd_ws_units.cuh"
 #include "kernels/cuda/tma_ops.cuh"
 #include "kernels/cuda/wgmma_attn_bwd.cuh"
 #include "kernels/cuda/wgmma_attn_bwd_tile.cuh"
@@ -49,34 +51,10 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //   * epilogue: dK * scale and dV go through the same dQ buffers, 64 columns at a time (2 x D / 64 more tiles
 //     of that ring), and the dQ warp adds them to dk_acc / dv_acc (or stores them, overwrite_dkv:
 //     attn_bwd_block_fresh) with TMA tensor ops, while the producer loads the next unit's K / V and Q / dO;
-//   * the unit list: causal items in windows of (batch, K/V head) pairs, largest first; a last partial wave of
-//     equal items split into pieces that add partial dK / dV.
-// bwd v5's list of units: items (one key tile of one (batch, K/V head) pair, bh = b * Hkv + hk) in windows of
-// `window` pairs: window w holds pairs [w window, (w + 1) window) key tile by key tile (the pairs fastest), so
-// within a window the causal items, largest at key tile 0, start largest first, and a window's Q / dO / dQ stay
-// in L2. Unit u < full_items is item u whole; with pieces > 1 the units after those split each remaining item
-// (the last, partial wave of a list of equal items) into `pieces` ranges of its iterations, which add their
-// partial dK / dV with TMA reduces, so the last wave no longer leaves most SMs idle while a few items run. The
-// persistent CTAs take the units in list order.
-struct BwdV5Grid {
-  int64_t n_kt;        // key tiles per (batch, K/V head)
-  int64_t n_bh;        // (batch, K/V head) pairs
-  int64_t window;      // pairs per window (1: pair by pair, key tile fastest)
-  int64_t full_items;  // items run whole, one per CTA
-  int pieces;          // > 1: units past full_items are pieces of the remaining items; else none are split
-  int64_t units;       // full_items + the pieces: the units the CTAs fetch
-  int64_t ctas;        // CTAs launched (at most one per SM); unit c < ctas is CTA c's first
-};
-
-struct BwdItem {
-  int64_t kt, hk, b;
-};
-__device__ __forceinline__ BwdItem bwd_item(const BwdV5Grid& g, int64_t Hkv, int64_t item) {
-  const int64_t per_window = g.window * g.n_kt, w = item / per_window, rem = item % per_window;
-  const int64_t width = g.n_bh - w * g.window < g.window ? g.n_bh - w * g.window : g.window;
-  const int64_t bh = w * g.window + rem % width;
-  return BwdItem{rem / width, bh % Hkv, bh / Hkv};
-}
+//   * the unit list (attn_bwd_ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first; a
+//     last partial wave of equal items split into pieces that add partial dK / dV;
+//   * documents: a separate instantiation (kDocs) narrows each unit to its span of query tiles and adds a fourth
+//     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_ws_docs.cuh).
 
 // Overwrite mode with a split tail: zeroes the split items' dK / dV rows before their pieces add into them (one
 // CTA per item, launched on the same stream before the kernel).
@@ -86,56 +64,16 @@ __global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid g
   zero_dk_dv_rows<D>(p, p.k_begin + w.kt * kBc, w.b, w.hk, int(threadIdx.x), int(blockDim.x));
 }
 
-// One unit of bwd v5's work, as every role decodes it from its index: an item (one key tile of one (batch, K/V
-// head) pair), or with pieces > 1 past full_items one piece of an item's iterations.
-struct BwdUnit {  // 32-bit: the launcher checks that k_end, q_end and H fit (TMA coordinates are 32-bit)
-  int kt, hk, b, k0, q_first;
-  int n_qt, it_begin, n_iter;  // n_iter == 0: no query sees these keys
-  bool piece;
-};
-__device__ __forceinline__ BwdUnit bwd_unit(const AttnBwdParams& p, const BwdV5Grid& grid, int64_t u) {
-  BwdUnit x;
-  x.piece = u >= grid.full_items;
-  const int64_t item = x.piece ? grid.full_items + (u - grid.full_items) / grid.pieces : u;
-  const BwdItem w = bwd_item(grid, p.Hkv, item);
-  x.kt = int(w.kt);
-  x.hk = int(w.hk);
-  x.b = int(w.b);
-  const int64_t k0 = p.k_begin + w.kt * kBc, q_first = first_query_tile_row<kBr>(p, k0);
-  x.k0 = int(k0);
-  x.q_first = int(q_first);
-  x.n_qt = x.it_begin = x.n_iter = 0;
-  if (q_first >= p.q_end) return x;
-  x.n_qt = int((p.q_end - q_first + kBr - 1) / kBr);
-  // This unit's iterations [it_begin, it_begin + n_iter) of the item's group * n_qt (query head, query tile) pairs.
-  const int item_iters = int(p.group) * x.n_qt;
-  const int part = x.piece ? int((u - grid.full_items) % grid.pieces) : 0, parts = x.piece ? grid.pieces : 1;
-  x.it_begin = int(int64_t(part) * item_iters / parts);
-  x.n_iter = int(int64_t(part + 1) * item_iters / parts) - x.it_begin;
-  return x;
-}
-
-// Every role's next unit, from the producer's 2-slot ring (fetch f in slot f & 1; -1: none left). Lane 0 of each
-// reading warp releases the slot once the whole warp has read it.
-__device__ __forceinline__ int read_unit(const int* slots, uint32_t unit_full_bar, uint32_t unit_empty_bar, int f,
-                                         int lane) {
-  const uint32_t s = uint32_t(f & 1);
-  mbar_wait(unit_full_bar + 8 * s, uint32_t(f >> 1) & 1u);
-  const int u = *reinterpret_cast<const volatile int*>(slots + s);
-  __syncwarp();
-  if (lane == 0) mbar_arrive(unit_empty_bar + 8 * s);
-  return u;
-}
-
 // The producer warp (warpgroup 2, warp 0): fetches the units (the first is blockIdx.x, then a global counter
 // hands them out in order) and publishes each in the unit ring; per unit with work: Q, dO (TMA, lane 0), lse, delta (all lanes) of each
 // iteration into stage J & 1 of a ring that runs on across units, and K / V (TMA, lane 0, their own
 // barrier) once the first stage is in flight and the consumers are done with the previous unit's K / V.
-template <int D>
+// kDocs: the unit's span (attn_bwd_ws_docs.cuh) is loaded here and published with the unit.
+template <int D, bool kDocs>
 __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const CUtensorMap& tm_do,
                                                 const CUtensorMap& tm_k, const CUtensorMap& tm_v,
                                                 const AttnBwdParams& p, const BwdV5Grid& grid, int* next_unit,
-                                                const BwdV5Shared& sh, int lane) {
+                                                const BwdV5Shared& sh, const BwdV5DocShared& ds, int lane) {
   using Smem = WgBwdV5Smem<D>;
   const uint32_t k_tile = sh.k_tile, v_tile = sh.v_tile, q_tiles = sh.q_tiles, do_tiles = sh.do_tiles;
   float* const lse_s = sh.lse_s;
@@ -154,13 +92,16 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
   int u = int(blockIdx.x);
 #pragma unroll 1
   for (int f = 0;; ++f) {
+    int2 span{0, 0};
+    if constexpr (kDocs) span = u < grid.units ? doc_unit_span(p, grid, u) : span;
     if (lane == 0) {
       if (f >= 2) mbar_wait(unit_empty_bar + 8 * (f & 1), uint32_t((f >> 1) - 1) & 1u);
       unit_slots[f & 1] = u < grid.units ? u : -1;
+      if constexpr (kDocs) ds.spans[f & 1] = span;
       mbar_arrive(unit_full_bar + 8 * (f & 1));
     }
     if (u >= grid.units) break;
-    const BwdUnit w = bwd_unit(p, grid, u);
+    const BwdUnit w = bwd_unit<kDocs>(p, grid, u, span);
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++J) {
       const int it = w.it_begin + j;
@@ -210,10 +151,11 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 // The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
 // then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). The buffers' empty barriers
 // get 2 arrivals up front and one after each tile; the consumers sync once per tile and twice at the end.
-template <int D>
+template <int D, bool kDocs>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
                                                const CUtensorMap& tm_dv, const AttnBwdParams& p,
-                                               const BwdV5Grid& grid, const BwdV5Shared& sh, int lane) {
+                                               const BwdV5Grid& grid, const BwdV5Shared& sh,
+                                               const BwdV5DocShared& ds, int lane) {
   using Smem = WgBwdV5Smem<D>;
   constexpr int kEpilogueTiles = 2 * D / 64;  // dK, then dV, 64 columns each
   const uint32_t dq_bufs = sh.dq_bufs;
@@ -229,9 +171,11 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
   uint32_t jq = 0;  // dQ-ring tiles so far
 #pragma unroll 1
   for (int f = 0;; ++f) {
-    const int u = read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
+    int2 span{0, 0};
+    const int u = kDocs ? read_unit_span(unit_slots, ds.spans, unit_full_bar, unit_empty_bar, f, lane, span)
+                        : read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
     if (u < 0) break;
-    const BwdUnit w = bwd_unit(p, grid, u);
+    const BwdUnit w = bwd_unit<kDocs>(p, grid, u, span);
     if (w.n_iter == 0) continue;
     const int mine = w.kt;  // deterministic mode never splits: the unit is the whole key tile
 #pragma unroll 1
@@ -304,9 +248,11 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
 
 // The two consumer warpgroups (0 and 1): per unit, the tile body (wgmma_attn_bwd_tile.cuh) on each Q / dO stage,
 // dQ staged for the dQ warp, dK and dV kept in registers, then dK * scale and dV through the dQ ring.
-template <int D>
+// kDocs: pairs of a stage whose class bit is clear take the element mask (attn_bwd_ws_docs.cuh).
+template <int D, bool kDocs>
 __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const BwdV5Grid& grid, const BwdV5Shared& sh,
-                                                int tid, int wg, int warp, int lane, int g, int t) {
+                                                const BwdV5DocShared& ds, int tid, int wg, int warp, int lane, int g,
+                                                int t) {
   using Smem = WgBwdV5Smem<D>;
   const uint32_t k_tile = sh.k_tile, v_tile = sh.v_tile, q_tiles = sh.q_tiles, do_tiles = sh.do_tiles;
   const uint32_t ds_tiles = sh.ds_tiles, dq_bufs = sh.dq_bufs;
@@ -326,9 +272,11 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
   int kv_loads = 0;
 #pragma unroll 1
   for (int f = 0;; ++f) {
-    const int u = read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
+    int2 span{0, 0};
+    const int u = kDocs ? read_unit_span(unit_slots, ds.spans, unit_full_bar, unit_empty_bar, f, lane, span)
+                        : read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
     if (u < 0) break;
-    const BwdUnit w = bwd_unit(p, grid, u);
+    const BwdUnit w = bwd_unit<kDocs>(p, grid, u, span);
     if (w.n_iter == 0) {  // no query sees these keys: their gradients are zero
       if (p.overwrite_dkv && !w.piece) zero_dk_dv_rows<D>(p, w.k0, w.b, w.hk, tid, 256);
       continue;
@@ -340,6 +288,8 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     const int q_span = int(p.q_end - w.q_first), k_lim = clamp_rel(p.k_end - w.k0);
     const int64_t diag0 = int64_t(w.q_first) + p.diag - w.k0;
     const int n_qt = w.n_qt, it_begin = w.it_begin, n_iter = w.n_iter;
+    uint32_t kr = 0;  // documents: this thread's two keys as 16-bit offsets (loaded before the K / V wait)
+    if constexpr (kDocs) kr = doc_thread_keys(p, w, krow0);
     mbar_wait(kv_bar, uint32_t(kv_loads) & 1u);
     ++kv_loads;
 #pragma unroll 1
@@ -367,6 +317,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
 
       const bool need_mask = mask.q_lim < kBr || mask.k_lim < kBc || (mask.causal && kBc - 1 > mask.diag);
       compute_pt(s, p.scale2, lse_t, mask, krow0, need_mask, t);
+      if constexpr (kDocs) doc_mask_stage(s, ds, st, wg, kr, p, krow0, t);  // the docs warp's stage, same barrier
       uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments
       issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
       compute_dst_store_packed(dp, df, s, delta_t, ds_tile, krow0, t);
@@ -424,8 +375,9 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
   dq_buffer_sync_empty(int((jq + 1u) & 1u));
 }
 
-// bwd v5: one CTA per SM, three warpgroups running the roles above.
-template <int D>
+// bwd v5: one CTA per SM, three warpgroups running the roles above. kDocs: the document mask (p.docs), a separate
+// instantiation with a fourth role, the docs warp (attn_bwd_ws_docs.cuh), so the unmasked kernel has none of it.
+template <int D, bool kDocs>
 __global__ void __launch_bounds__(kV5Threads, 1)
     attn_bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -448,6 +400,11 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const uint32_t kv_bar = full_bar + 32;        // K and V landed
   const uint32_t kv_empty_bar = full_bar + 40;  // the consumers read K and V no more (256 arrivals)
   const uint32_t unit_full_bar = full_bar + 48, unit_empty_bar = full_bar + 64;  // the unit ring, 2 x 8 each
+  unsigned char* const doc_smem = smem_raw + (base - raw);
+  const BwdV5DocShared ds{reinterpret_cast<uint32_t*>(doc_smem + Smem::kDocRows),  // (2, 64); kDocs only
+                          reinterpret_cast<int4*>(doc_smem + Smem::kDocInfo),       // (2)
+                          reinterpret_cast<int2*>(doc_smem + Smem::kDocSpans)};     // (2)
+  constexpr uint32_t kStageWriters = kDocs ? 64 : 32;  // the producer's lanes (and the docs warp's)
 
   const int tid = int(threadIdx.x);
   // wg through a shuffle: the compiler then knows it is warp-uniform, so the smem addresses and wgmma descriptors
@@ -456,16 +413,16 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const int g = lane / 4, t = lane % 4;
 
   if (tid == 0) {
-    mbar_init(full_bar, 32);
-    mbar_init(full_bar + 8, 32);
+    mbar_init(full_bar, kStageWriters);
+    mbar_init(full_bar + 8, kStageWriters);
     mbar_init(empty_bar, 256);
     mbar_init(empty_bar + 8, 256);
     mbar_init(kv_bar, 1);
     mbar_init(kv_empty_bar, 256);
     mbar_init(unit_full_bar, 1);
     mbar_init(unit_full_bar + 8, 1);
-    mbar_init(unit_empty_bar, kUnitReaders);
-    mbar_init(unit_empty_bar + 8, kUnitReaders);
+    mbar_init(unit_empty_bar, kUnitReaders + (kDocs ? 1 : 0));
+    mbar_init(unit_empty_bar + 8, kUnitReaders + (kDocs ? 1 : 0));
     mbar_init_fence();
   }
   __syncthreads();  // mbarriers initialized
@@ -473,14 +430,15 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const BwdV5Shared sh{k_tile,   v_tile,     q_tiles,  do_tiles,  ds_tiles, dq_bufs,      lse_s,
                        delta_s,  unit_slots, full_bar, empty_bar, kv_bar,   kv_empty_bar, unit_full_bar,
                        unit_empty_bar};
-  if (wg == 2) {  // the producer warp and the dQ warp; the warpgroup's other two warps only give up registers
+  if (wg == 2) {  // the producer warp and the dQ warp (and the docs warp); the others only give up registers
     setmaxnreg_dec<kV5ProducerRegs<D>>();
-    if (warp == 0) bwd_v5_producer<D>(tm_q, tm_do, tm_k, tm_v, p, grid, next_unit, sh, lane);
-    else if (warp == 1) bwd_v5_dq_warp<D>(tm_dq, tm_dk, tm_dv, p, grid, sh, lane);
+    if (warp == 0) bwd_v5_producer<D, kDocs>(tm_q, tm_do, tm_k, tm_v, p, grid, next_unit, sh, ds, lane);
+    else if (warp == 1) bwd_v5_dq_warp<D, kDocs>(tm_dq, tm_dk, tm_dv, p, grid, sh, ds, lane);
+    else if (kDocs && warp == 2) bwd_v5_docs_warp(p, grid, sh, ds, lane);
     return;
   }
   setmaxnreg_inc<kV5ConsumerRegs<D>>();
-  bwd_v5_consumer<D>(p, grid, sh, tid, wg, warp, lane, g, t);
+  bwd_v5_consumer<D, kDocs>(p, grid, sh, ds, tid, wg, warp, lane, g, t);
 #else
   // Built without an sm_90a image: attn_bwd_wgmma_supported() refuses such binaries, so this never runs.
   __trap();
@@ -503,7 +461,7 @@ BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t n_bh, int64_t n_kt,
     // tile q only after q of its own tiles, so the units running at once should come from as many pairs as
     // possible: one window of every pair (a window of one pair serializes them behind key tile 0: bench/NOTES.md).
     g.window = n_bh;
-  } else if (p.causal) {
+  } else if (p.causal || p.docs.on) {  // documents: items as unequal as causal ones (one document is causal)
     const int64_t pair_bytes = (p.q_end - p.q_begin) * p.group * D * 8;
     g.window = std::max<int64_t>(1, std::min<int64_t>(n_bh, (int64_t(16) << 20) / std::max<int64_t>(pair_bytes, 1)));
   } else {
@@ -532,12 +490,13 @@ int* bwd_unit_counter(int device, cudaStream_t stream) {
   return c;
 }
 
-template <int D>
+template <int D, bool kDocs>
 void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = WgBwdV5Smem<D>::kBytes;
+  constexpr size_t smem = kDocs ? WgBwdV5Smem<D>::kBytesDocs : WgBwdV5Smem<D>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_ws_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_ws_kernel<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
     configured[device_slot(device)] = true;
   }
   const int64_t tiles = (p.k_end - p.k_begin + kBc - 1) / kBc;
@@ -562,8 +521,9 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
     zero_split_items_kernel<D><<<unsigned((g.units - g.full_items) / g.pieces), 256, 0, stream>>>(p, g);
     CUDA_CHECK_LAUNCH();
   }
+  if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
-  attn_bwd_ws_kernel<D>
+  attn_bwd_ws_kernel<D, kDocs>
       <<<unsigned(g.ctas), kV5Threads, smem, stream>>>(tq, tdo, tk, tv, tdq, tdk, tdv, p, g, next_unit);
   CUDA_CHECK_LAUNCH();
 }
@@ -575,8 +535,11 @@ void launch_attn_bwd_ws(const AttnBwdParams& p, int64_t D, int64_t B, int device
            "attn_bwd_block (ws): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
   RT_CHECK(attn_bwd_v5_fits(p.q_end, p.k_end), "attn_bwd_block (ws): q_end = " << p.q_end << ", k_end = " << p.k_end
                                                    << " are under its TMA boxes (64, 128 rows); run bwd v4");
-  if (D == 64) launch<64>(p, B, device, stream);
-  else launch<128>(p, B, device, stream);
+  RT_CHECK(!(p.docs.on && p.dq_turn != nullptr),
+           "attn_bwd_block (ws): no document mask in deterministic mode (its turn counters need every key tile on "
+           "every query tile); run bwd v4");
+  if (p.docs.on) D == 64 ? launch<64, true>(p, B, device, stream) : launch<128, true>(p, B, device, stream);
+  else D == 64 ? launch<64, false>(p, B, device, stream) : launch<128, false>(p, B, device, stream);
 }
 
 }  // namespace cuda

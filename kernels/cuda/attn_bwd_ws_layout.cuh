@@ -53,10 +53,16 @@ struct WgBwdV5Smem {
                                                            // unit_empty[2] mbarriers
   static constexpr uint32_t kUnits = kBars + 10 * 8;       // the unit ring's 2 slots (int)
   static constexpr size_t kBytes = size_t(kUnits) + 8 + 1024;  // + alignment slack
+  // The document-mask instantiation only (attn_bwd_ws_docs.cuh), past the regions above:
+  static constexpr uint32_t kDocRows = kUnits + 16;               // (2 stages, 64 rows) u32: doc | pos << 16
+  static constexpr uint32_t kDocInfo = kDocRows + 2 * kBr * 4;    // (2 stages) int4: class bits, q0, k0, b
+  static constexpr uint32_t kDocSpans = kDocInfo + 2 * 16;        // (2 unit-ring slots) int2: the unit's span
+  static constexpr size_t kBytesDocs = size_t(kDocSpans) + 2 * 8 + 1024;  // + alignment slack
   // The epilogue stages the CTA's f32 dK and dV 64 columns at a time in the dQ buffers: (2 warpgroups, 2 column
   // blocks, 64 keys, 32), in the sw128 layout of the dk / dv tensor maps.
   static_assert(kDqBufBytes == kBc * 64 * 4, "bwd v5: a dQ buffer must hold 128 keys x 64 columns f32");
-  static_assert(kBytes <= 232448, "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
+  static_assert(kBytes <= 232448 && kBytesDocs <= 232448,
+                "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
 };
 
 // dQ buffer `sb` (0 or 1) handshakes between the consumers (256 threads) and the dQ warp, with immediate barrier

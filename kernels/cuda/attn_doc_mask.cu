@@ -54,6 +54,31 @@ __global__ void doc_summary_kernel(DocMaskDev d, int64_t B, int64_t q_begin, int
   }
 }
 
+// One warp per (sample, 128-key tile): the first and last query summary tile that sees one of its keys (the scan
+// doc_query_span does inside bwd v4's CTAs, done once per call so that bwd v5's roles read it with one load).
+__global__ void doc_k128_span_kernel(DocMaskDev d, int64_t B) {
+  const int64_t nk2 = (d.nk_tiles + 1) / 2;
+  const int64_t w = int64_t(blockIdx.x) * kSummaryWarps + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (w >= B * nk2) return;
+  const int64_t b = w / nk2;
+  const DocRange k = doc_k_range(d, b, int(w % nk2) * 2, 2);
+  int lo = INT_MAX, hi = -1;
+  for (int t = lane; t < d.nq_tiles; t += 32) {
+    const int64_t* s = d.q_sum + (b * d.nq_tiles + t) * 4;
+    if (!(k.pos_hi < s[2] || k.pos_lo > s[1])) {
+      lo = min(lo, t);
+      hi = max(hi, t);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (lane == 0) d.k128_span[w] = make_int2(lo, hi);
+}
+
 // The summaries' scratch buffer of one stream, grown on demand and kept for the process. Per stream, so calls
 // on different streams never share one; a later call on the same stream is ordered after the kernels reading it.
 int64_t* summary_buffer(cudaStream_t stream, size_t count) {
@@ -107,15 +132,27 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
   d.nk_tiles = int(nk);
   const int64_t tiles = B * (nq + nk);
   if (tiles == 0) return d;
-  int64_t* buf = summary_buffer(stream, size_t(B * (nq * 4 + nk * 2)));  // q (B,nq,4) then k (B,nk,2)
+  // q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2, one int64 each
+  int64_t* buf = summary_buffer(stream, size_t(B * (nq * 4 + nk * 2 + (nk + 1) / 2)));
   d.q_sum = buf;
   d.k_sum = buf + B * nq * 4;
+  d.k128_span = reinterpret_cast<int2*>(buf + B * (nq * 4 + nk * 2));
   const int64_t blocks = (tiles + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, op << ": too many document-mask summary tiles (" << tiles << ")");
   doc_summary_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, r.q_begin, r.q_end, r.k_begin, r.k_end,
                                                                          buf, buf + B * nq * 4);
   CUDA_CHECK_LAUNCH();
   return d;
+}
+
+void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
+  RT_CHECK(d.on && d.k128_span != nullptr, "attn_doc_k128_spans: the document mask is off");
+  const int64_t warps = B * ((d.nk_tiles + 1) / 2);
+  if (warps == 0) return;
+  const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
+  RT_CHECK(blocks <= INT_MAX, "attn_bwd_block (v5): too many key tiles for the document spans (" << warps << ")");
+  doc_k128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace cuda

@@ -32,6 +32,9 @@ struct DocMaskDev {
   const int64_t* q_sum = nullptr;  // (B, nq_tiles, 4): min pos, max pos, min doc, max doc of rows q_begin + 64t..
   const int64_t* k_sum = nullptr;  // (B, nk_tiles, 2): min kpos, max kpos of keys k_begin + 64t..
   int nq_tiles = 0, nk_tiles = 0;
+  // bwd v5 only, written by attn_doc_k128_spans: (B, ceil(nk_tiles / 2)) {first, last} query summary tile with a
+  // pair visible to the 128 keys k_begin + 128t.. (first > last: none).
+  int2* k128_span = nullptr;
 };
 
 // Min / max of positions over a set of rows: query tiles use all four, key tiles pos_lo / pos_hi.
@@ -45,6 +48,10 @@ enum DocTileClass : int { kDocSkip = 0, kDocFull = 1, kDocPartial = 2 };
 // call's rows on `stream` (attn_doc_mask.cu). Off: returns on = false and launches nothing.
 DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int64_t Nk, const AttnRanges& r,
                                int device, cudaStream_t stream, const char* op);
+
+// bwd v5 (attn_bwd_ws.cu): launches on `stream`, after the summaries, the kernel that writes d.k128_span (per
+// 128-key tile of each sample, the span of query summary tiles it must visit). d must be on.
+void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream);
 
 #ifdef __CUDACC__
 // Query summary tiles [t0, t0 + n) of sample b (clipped to the call's tiles).

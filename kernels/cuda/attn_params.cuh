@@ -53,7 +53,7 @@ struct AttnBwdParams {
   bool causal;
   float scale, scale2;  // 1/sqrt(D), log2(e)/sqrt(D)
   bool overwrite_dkv = false;  // store dK / dV rows [k_begin, k_end) instead of adding to them (bwd v5 only)
-  DocMaskDev docs;             // the document mask and its tile summaries (off: no documents; never in bwd v5)
+  DocMaskDev docs;             // the document mask and its tile summaries (off: no documents)
 };
 
 // The first row of the BR-row query tiles that a K/V-stationary backward CTA with keys from k0 visits:

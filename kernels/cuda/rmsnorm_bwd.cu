@@ -5,17 +5,23 @@
 // block-per-row version kept 3 rows in flight per SM, each behind two barriers and two dependent loads: 2.05 ms per
 // call at 64K x 2048, 8x its memory time). Each lane owns the same columns in every row; a row's dout, x and dx are
 // loaded together and stay in registers between the dot product and the update (as raw bf16x8 vectors on the bf16
-// path: rows up to 2048 columns; wider rows re-read the rest). The weight is staged in shared memory as f32; the block's dweight partial
-// is summed in shared memory and added to dweight with one atomic per column at the end.
+// path: rows up to 2048 columns; wider rows re-read the rest). The weight is staged in shared memory as f32. Each
+// warp sums its rows' dweight terms into its own shared-memory row with plain adds (its lanes own disjoint
+// columns, so nothing races); at the end the block adds its warps' rows and issues one global atomic per column.
+// (Shared-memory float atomics are CAS loops on sm_90, ATOMS.CAST.SPIN: with one per element the kernel ran at
+// 5-6x its memory time.) Warps per block: up to 4, fewer for wide rows so that (1 + warps) x C floats fit.
 // Paths: all of dx, dout and x bf16 with C % 8 == 0 and 16-byte aligned rows: 16-byte loads and stores (Bf16x8);
 // otherwise one element per lane access through FloatPtr (Scalar), the same arithmetic.
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 
 namespace rt {
 namespace cuda {
 namespace {
 
-constexpr int kRowThreads = 128;  // 4 warps per block, one row each at a time
+constexpr int kMaxRowWarps = 4;  // warps per block, one row each at a time
+constexpr size_t kSmemBudget = 200 * 1024;
 constexpr int kKeptChunks = 8;    // chunks of 32 lanes x V columns kept in registers per row
 
 // 8 bf16 columns per lane access (one 16-byte load).
@@ -52,16 +58,18 @@ struct Scalar {
 };
 
 template <class A>
-__global__ void __launch_bounds__(kRowThreads) rmsnorm_bwd_kernel(FloatPtr dx, float* dweight, FloatPtr dout,
+__global__ void __launch_bounds__(kMaxRowWarps * 32) rmsnorm_bwd_kernel(FloatPtr dx, float* dweight, FloatPtr dout,
                                                                   FloatPtr x, FloatPtr weight, const float* rstd,
                                                                   int64_t N, int64_t C) {
   constexpr int V = A::V;
   extern __shared__ float smem[];
-  float* w_s = smem;       // (C) the weight, f32
-  float* dw_s = smem + C;  // (C) this block's dweight partial
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) w_s[c] = weight.ld(c), dw_s[c] = 0.f;
-  __syncthreads();
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  float* w_s = smem;       // (C) the weight, f32
+  float* dw_s = smem + C;  // (warps, C) each warp's dweight partial
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) w_s[c] = weight.ld(c);
+  for (int64_t c = threadIdx.x; c < int64_t(warps) * C; c += blockDim.x) dw_s[c] = 0.f;
+  __syncthreads();
+  float* dw_w = dw_s + int64_t(threadIdx.x >> 5) * C;  // this warp's row: only its lanes touch its columns
   const int64_t chunk_cols = 32 * V;                        // columns per chunk of the row
   const int64_t chunks = (C + chunk_cols - 1) / chunk_cols;  // the last one may be partial (V divides C)
   for (int64_t row = int64_t(blockIdx.x) * warps + (threadIdx.x >> 5); row < N; row += int64_t(gridDim.x) * warps) {
@@ -103,7 +111,7 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_bwd_kernel(FloatPtr dx, f
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         d[v] += r * w_s[c + v] * g[v] - xv[v] * k3;
-        atomicAdd(dw_s + c + v, g[v] * xv[v] * r);
+        dw_w[c + v] += g[v] * xv[v] * r;
       }
       A::store(dx, base + c, d);
     };
@@ -126,7 +134,11 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_bwd_kernel(FloatPtr dx, f
     }
   }
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dweight + c, dw_s[c]);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = 0.f;
+    for (int w = 0; w < warps; ++w) sum += dw_s[int64_t(w) * C + c];
+    atomicAdd(dweight + c, sum);
+  }
 }
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; }
@@ -134,17 +146,20 @@ bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 1
 template <class A>
 void launch(cudaStream_t stream, FloatPtr dx, float* dweight, FloatPtr dout, FloatPtr x, FloatPtr weight,
             const float* rstd, int64_t N, int64_t C, const char* op) {
-  const size_t smem = 2 * size_t(C) * sizeof(float);
-  RT_CHECK(smem <= 200 * 1024, op << ": C=" << C << " exceeds the 25600 columns this kernel supports");
+  // (1 + warps) x C floats of shared memory: the weight and each warp's dweight partial.
+  const int warps = int(std::min<int64_t>(kMaxRowWarps, int64_t(kSmemBudget / (size_t(C) * sizeof(float))) - 1));
+  RT_CHECK(warps >= 1, op << ": C=" << C << " exceeds the 25600 columns this kernel supports");
+  const int threads = warps * 32;
+  const size_t smem = size_t(1 + warps) * size_t(C) * sizeof(float);
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_bwd_kernel<A>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // As many resident blocks as fit, each warp walking rows; fewer when there are fewer rows than warps.
   int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_bwd_kernel<A>, kRowThreads, smem));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_bwd_kernel<A>, threads, smem));
   const int64_t max_blocks = int64_t(device_props().multiProcessorCount) * (per_sm > 0 ? per_sm : 1);
-  const int64_t needed = (N + kRowThreads / 32 - 1) / (kRowThreads / 32);
+  const int64_t needed = (N + warps - 1) / warps;
   const unsigned blocks = unsigned(needed < max_blocks ? needed : max_blocks);
-  rmsnorm_bwd_kernel<A><<<blocks, kRowThreads, smem, stream>>>(dx, dweight, dout, x, weight, rstd, N, C);
+  rmsnorm_bwd_kernel<A><<<blocks, threads, smem, stream>>>(dx, dweight, dout, x, weight, rstd, N, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -25,6 +25,10 @@ bool attn_bwd_wgmma_supported(int device, int64_t D);
 // adds to dK / dV (so attn_bwd_block_fresh asks this before choosing its fused form).
 inline bool attn_bwd_v5_fits(int64_t q_end, int64_t k_end) { return q_end >= kWgBwdRows && k_end >= kWgBwdKeys; }
 
+// True when bwd v5 can take a call's document mask: always without documents; with them only without the
+// deterministic turn counters (a v5 key tile visits only the query tiles that see it; the turns need all of them).
+inline bool attn_bwd_v5_takes_docs(bool docs_on, bool deterministic) { return !docs_on || !deterministic; }
+
 // Launches bwd v4 (B batches; two math warpgroups, cp.async by all threads, dQ atomics; adds to dK / dV only).
 // Call only when attn_bwd_wgmma_supported(device, D).
 void launch_attn_bwd_wgmma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);

@@ -1,15 +1,17 @@
 // CUDA attention with a document mask (AttnMask::docs: query i sees key j iff doc(i) <= kpos(j) <= pos(i)) against
 // an fp64 host reference over the union of the calls' (query, key) ranges. Every case runs on each kernel pair
-// the device has, forced with set_attn_variant_override: fwd v5 / bwd v5 (which runs v4 under documents), fwd v4 /
-// bwd v4, and the mma.sync oracles fwd v2 / bwd v1 and fwd v3 / bwd v1 (on a device without sm_90a the Hopper
-// choices fall back to mma.sync). Inputs are fresh random bf16-rounded values, positions are 64-bit (based past
+// the device has, forced with set_attn_variant_override: fwd v5 / bwd v5 (its document instantiation; v4 in
+// deterministic mode), fwd v5 / bwd v4 (same forward, so bwd v5's dK / dV must equal v4's bit for bit: same tiles,
+// same masks, one add per element), fwd v4 / bwd v4, and the mma.sync oracles fwd v2 / bwd v1 and fwd v3 / bwd v1
+// (on a device without sm_90a the Hopper choices fall back to mma.sync). Inputs are fresh random bf16-rounded values, positions are 64-bit (based past
 // 2^32), the state, out and lse are NaN-poisoned first, and dq / dk / dv are pre-filled with random values (the
 // kernels add to them; their increments are checked). Bounds: out and the dq / dk / dv increments 1e-2 relative
 // (P and dS are bf16 in the mma), lse 1e-4 absolute, no NaN anywhere; a row that sees no key has lse -inf and
 // O = 0 exactly. Cases: documents shorter than a tile and of length 1, edges exactly on tile edges, a document
 // spanning every rank of a cp = 4 zigzag ring (the ring's steps as resumed calls on key sub-ranges), query
 // sub-ranges, GQA, a call whose every pair is masked (state untouched bit for bit, gradients unchanged), the
-// fused whole forward / fresh backward, and the deterministic backward (bitwise repeatable).
+// fused whole forward / fresh backward, the deterministic backward (bitwise repeatable), and key tiles whose keys
+// are more than 32766 positions apart (bwd v5's 16-bit offsets do not hold them: its global-memory mask runs).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -229,7 +231,8 @@ Results run_gpu(const DocCase& c, const DocArrays& a, int64_t D, const Inputs& i
 
 // The kernel pairs to force: {fwd, bwd}.
 const std::vector<std::pair<const char*, const char*>>& variant_pairs() {
-  static const std::vector<std::pair<const char*, const char*>> pairs{{"5", "5"}, {"4", "4"}, {"2", "1"}, {"3", "1"}};
+  static const std::vector<std::pair<const char*, const char*>> pairs{
+      {"5", "5"}, {"5", "4"}, {"4", "4"}, {"2", "1"}, {"3", "1"}};
   return pairs;
 }
 
@@ -263,6 +266,9 @@ class CudaAttentionDocs : public ::testing::TestWithParam<int64_t> {
       expect_matches(all.back(), ref, label);
       expect_empty_rows_zero(c, all.back(), ref, D, label);
     }
+    // bwd v5 against v4 after the same forward (pairs 0 and 1): the same dK / dV bits.
+    EXPECT_TRUE(all.at(0).dk == all.at(1).dk) << c.name << " D=" << D << ": bwd v5 dK differs from bwd v4's";
+    EXPECT_TRUE(all.at(0).dv == all.at(1).dv) << c.name << " D=" << D << ": bwd v5 dV differs from bwd v4's";
     return all;
   }
 
@@ -318,6 +324,23 @@ DocCase zigzag_case() {
 TEST_P(CudaAttentionDocs, ZigzagRingStepsWithADocumentOnEveryRank) {
   RT_REQUIRE_CUDA();
   run_all(zigzag_case(), 300);
+}
+
+// Key tiles whose keys are far apart (unsorted rows: each 128-key tile holds 64 keys near position 0 and 64 past
+// 40000), so bwd v5 cannot hold them as 16-bit offsets from the tile's first position and masks from global
+// memory; the query rows straddle the documents' edges at 100 and 40000.
+TEST_P(CudaAttentionDocs, KeyTilesWiderThanSixteenBitOffsets) {
+  RT_REQUIRE_CUDA();
+  auto cat = [](std::vector<int64_t> x, const std::vector<int64_t>& y) {
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  std::vector<int64_t> keys;
+  for (int64_t h = 0; h < 2; ++h)
+    keys = cat(keys, cat(iota_rows(64 * h, 64 * h + 64), iota_rows(40000 + 64 * h, 40064 + 64 * h)));
+  const DocCase c{"wide_key_tiles", 1, 2, 1, {{100, 39900, 30000}}, cat(iota_rows(0, 128), iota_rows(39950, 40078)),
+                  keys, {{0, 256, 0, 256}}};
+  run_all(c, 800);
 }
 
 TEST_P(CudaAttentionDocs, QuerySubRanges) {
