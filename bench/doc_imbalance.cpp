@@ -1,10 +1,20 @@
-// The ring imbalance table of packed documents (parallel/doc_balance.h): for each document-length mix, cp in
-// {2, 4, 8} and T in {16K, 128K}, the imbalance (sum over ring steps of the slowest rank's visible pairs over
-// the sum of the mean) of contiguous, zigzag, striped and balanced, as mean and worst over seeded sample windows.
+// The ring balance table of packed documents (parallel/doc_balance.h, parallel/ring_tile_cost.h): for each
+// document-length mix, cp in {2, 4, 8} and T in {16K, 128K}, per layout (contiguous, zigzag, striped, docpack,
+// balanced), as mean and worst over seeded sample windows:
+//   - the pair imbalance: sum over ring steps of the slowest rank's visible pairs over the sum of the mean;
+//   - the work efficiency: the kernels' tile cost of one whole call over the sample divided by the sum of the tile
+//     costs of all (rank, step) calls (what bench_doc_ring_steps' whole / ring-in-sequence time ratio measures);
+//   - for balanced, the ring efficiency: whole tile cost / (cp * critical path), the critical path being the sum
+//     over steps of the slowest rank's tile cost (1 = a perfect cp-fold speed-up of the kernels' work);
+// and the host time balanced takes per sample (all candidates built and costed), which the loader pays.
 //   bench_doc_imbalance [--doc-lengths FILE] [--samples N]
 // Mixes: FILE (default tests/data/python_stdlib_doc_lengths.txt), windows at seeded offsets into the stream of
-// its documents; a seeded log-normal (median 2048 tokens, sigma 1.5: a long tail); one document per sample.
-// Prints a markdown table (bench/results/*-doc-imbalance.md records one).
+// its documents; a seeded log-normal (median 2048 tokens, sigma 1.5: a long tail); short (uniform 1K-4K) and
+// short_long (3 in 4 short, else 8K-32K), as bench/doc_attention_side_by_side.py draws them; one document per sample.
+// docpack: the best of its split thresholds by balanced's rule. Prints markdown tables
+// (bench/results/*-doc-imbalance.md records them).
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -54,31 +64,107 @@ int main(int argc, char** argv) {
     for (int d = 0; d < 4096; ++d) m.lengths.push_back(std::max<int64_t>(1, std::min<int64_t>(1 << 20, int64_t(ln(rng)))));
     mixes.push_back(m);
   }
+  {
+    std::mt19937_64 rng(8);  // bench/doc_attention_side_by_side.py's short and short_long mixes
+    Mix s{"short (1K-4K)", {}}, sl{"short_long (3/4 1K-4K, 1/4 8K-32K)", {}};
+    for (int d = 0; d < 4096; ++d) {
+      s.lengths.push_back(1024 + int64_t(rng() % 3073));
+      sl.lengths.push_back(rng() % 4 == 0 ? 8192 + int64_t(rng() % 24577) : 1024 + int64_t(rng() % 3073));
+    }
+    mixes.push_back(s);
+    mixes.push_back(sl);
+  }
   mixes.push_back({"one document per sample", {}});
-  const Layout fixed[] = {Layout::contiguous, Layout::zigzag, Layout::striped};
-  std::printf("imbalance = sum over ring steps of max over ranks of visible pairs / sum of the mean; "
-              "mean (worst) over %d sample windows\n\n", samples);
-  std::printf("| mix | T | cp | contiguous | zigzag | striped | balanced | balanced picks |\n|---|---|---|---|---|---|---|---|\n");
+  enum { kContiguous, kZigzag, kStriped, kDocpack, kBalanced, kLayouts };
+  const char* names[kLayouts] = {"contiguous", "zigzag", "striped", "docpack", "balanced"};
+  struct Stat {
+    double mean = 0, worst = 0;  // worst: max for imbalance, min for efficiencies
+    bool seen = false;
+    void add(double v, int samples, bool larger_is_worse) {
+      mean += v / samples;
+      worst = !seen ? v : (larger_is_worse ? std::max(worst, v) : std::min(worst, v));
+      seen = true;
+    }
+  };
+  struct Row {
+    std::string head, picks;
+    Stat imb[kLayouts], eff[kLayouts], ring_eff;
+  };
+  std::vector<Row> rows;
+  double pick_ms_128k_cp8 = 0;
+  int pick_count_128k_cp8 = 0;
   for (const Mix& mix : mixes)
     for (int64_t T : {int64_t(16384), int64_t(131072)})
       for (int cp : {2, 4, 8}) {
-        double mean[4] = {0, 0, 0, 0}, worst[4] = {0, 0, 0, 0};
-        std::string picks;
+        Row row;
+        char head[160];
+        std::snprintf(head, sizeof head, "| %s | %lldK | %d |", mix.name.c_str(), (long long)(T / 1024), cp);
+        row.head = head;
         for (int k = 0; k < samples; ++k) {
           const std::vector<int64_t> starts = sample_starts(mix, T, uint64_t(k));
-          for (int l = 0; l < 4; ++l) {
-            std::string chosen;
-            const std::vector<int64_t> order =
-                l < 3 ? layout_ring_order(fixed[l], T, cp) : balanced_ring_order(starts, cp, &chosen);
-            const double imb = ring_imbalance(ring_pair_counts(starts, order, cp), cp);
-            mean[l] += imb / samples;
-            worst[l] = std::max(worst[l], imb);
-            if (l == 3 && picks.find(chosen) == std::string::npos) picks += (picks.empty() ? "" : ",") + chosen;
+          const double whole = whole_tile_cost(starts);
+          const auto t0 = std::chrono::steady_clock::now();
+          const std::vector<RingCandidate> cands = ring_candidates(starts, cp);
+          const size_t best = pick_balanced(cands);
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          if (T == 131072 && cp == 8) pick_ms_128k_cp8 += ms, ++pick_count_128k_cp8;
+          std::vector<RingCandidate> docpacks;
+          for (const RingCandidate& c : cands)
+            if (c.name == "docpack") docpacks.push_back(c);
+          const RingCandidate* at[kLayouts] = {nullptr, nullptr, nullptr, &docpacks[pick_balanced(docpacks)], &cands[best]};
+          for (const RingCandidate& c : cands) {
+            if (c.name == "zigzag") at[kZigzag] = &c;
+            if (c.name == "striped") at[kStriped] = &c;
           }
+          RingCandidate contiguous;
+          contiguous.order = layout_ring_order(Layout::contiguous, T, cp);
+          contiguous.pairs = ring_pair_counts(starts, contiguous.order, cp);
+          contiguous.pair_imbalance = ring_imbalance(contiguous.pairs, cp);
+          contiguous.tiles = ring_tile_cost(starts, contiguous.order, cp, contiguous.pairs);
+          at[kContiguous] = &contiguous;
+          for (int l = 0; l < kLayouts; ++l) {
+            if (!at[l]) continue;
+            row.imb[l].add(at[l]->pair_imbalance, samples, true);
+            row.eff[l].add(whole / at[l]->tiles.total, samples, false);
+          }
+          row.ring_eff.add(whole / (cp * cands[best].tiles.critical), samples, false);
+          std::string pick = cands[best].name;
+          if (pick == "docpack")
+            pick += "(" + std::to_string(cands[best].split_min) + (cands[best].run_max ? "/runs" : "") + ")";
+          if (row.picks.find(pick) == std::string::npos) row.picks += (row.picks.empty() ? "" : ", ") + pick;
         }
-        std::printf("| %s | %lldK | %d |", mix.name.c_str(), (long long)(T / 1024), cp);
-        for (int l = 0; l < 4; ++l) std::printf(" %.3f (%.3f) |", mean[l], worst[l]);
-        std::printf(" %s |\n", picks.c_str());
+        rows.push_back(row);
       }
+  auto cell = [](const Stat& s) {
+    char b[48];
+    if (!s.seen) return std::string(" - |");
+    std::snprintf(b, sizeof b, " %.3f (%.3f) |", s.mean, s.worst);
+    return std::string(b);
+  };
+  std::printf("Pair imbalance = sum over ring steps of max over ranks of visible pairs / sum of the mean; "
+              "mean (worst) over %d sample windows. docpack(N[/runs]): documents of N tokens or more split over the ring[, runs of adjacent short documents kept together].\n\n",
+              samples);
+  std::printf("| mix | T | cp |");
+  for (const char* n : names) std::printf(" %s |", n);
+  std::printf(" balanced picks |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("%s", r.head.c_str());
+    for (int l = 0; l < kLayouts; ++l) std::printf("%s", cell(r.imb[l]).c_str());
+    std::printf(" %s |\n", r.picks.c_str());
+  }
+  std::printf("\nWork efficiency = kernel tiles of one whole call / sum of the tiles of all (rank, step) calls "
+              "(64-row query x 128-key tiles, partial %.1f, skipped 0); ring efficiency = whole / (cp x critical "
+              "path); mean (worst).\n\n", kPartialTileCost);
+  std::printf("| mix | T | cp |");
+  for (const char* n : names) std::printf(" work eff. %s |", n);
+  std::printf(" ring eff. balanced |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("%s", r.head.c_str());
+    for (int l = 0; l < kLayouts; ++l) std::printf("%s", cell(r.eff[l]).c_str());
+    std::printf("%s\n", cell(r.ring_eff).c_str());
+  }
+  if (pick_count_128k_cp8 > 0)
+    std::printf("\nbalanced per sample at T=128K, cp=8 (every candidate built and costed): %.1f ms mean on the host\n",
+                pick_ms_128k_cp8 / pick_count_128k_cp8);
   return 0;
 }

@@ -14,6 +14,8 @@
 // Timing: CUDA events, median of --reps (10) after --warmup (3).
 // Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
 //
+// --layout: contiguous, zigzag, striped, balanced, or docpack (the best of balanced's docpack candidates).
+// The plan line also gives the tile model's prediction (parallel/ring_tile_cost.h) of whole / ring-in-sequence.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] [--h 16] [--warmup 3] [--reps 10]
 //                        [--no-ring] [--plan-only] [--json FILE]
 // --plan-only: the sample's pairs, the ring's skipped calls and imbalance, computed on the host; no GPU needed.
@@ -82,11 +84,24 @@ int main(int argc, char** argv) {
                                                                       << "; cut the last document");
     const int64_t n = N / cp;
     const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, N);  // (N) by position
-    const Layout layout = parse_layout(layout_str);
     std::string chosen = layout_str;
-    const std::vector<int64_t> order =  // (N) ring order: rank 0's positions, rank 1's, ...
-        layout == Layout::balanced ? balanced_ring_order(starts, cp, &chosen) : layout_ring_order(layout, N, cp);
+    std::vector<int64_t> order;  // (N) ring order: rank 0's positions, rank 1's, ...
+    if (layout_str == "docpack") {  // balanced's docpack candidates only (the best of them by balanced's rule)
+      std::vector<RingCandidate> packs;
+      for (RingCandidate& c : ring_candidates(starts, cp))
+        if (c.name == "docpack") packs.push_back(std::move(c));
+      RingCandidate& best = packs[pick_balanced(packs)];
+      chosen = "docpack(" + std::to_string(best.split_min) + (best.run_max ? "/runs)" : ")");
+      order = std::move(best.order);
+    } else {
+      const Layout layout = parse_layout(layout_str);
+      order = layout == Layout::balanced ? balanced_ring_order(starts, cp, &chosen) : layout_ring_order(layout, N, cp);
+    }
     const std::vector<double> work = ring_pair_counts(starts, order, cp);  // (cp*cp) pairs per (rank, source)
+    // The kernels' tile cost model (parallel/ring_tile_cost.h): what whole / ring-in-sequence should come to.
+    const RingTileCost tiles = ring_tile_cost(starts, order, cp, work);
+    const double model_work_eff = whole_tile_cost(starts) / tiles.total;
+    const double model_ring_eff = whole_tile_cost(starts) / (cp * tiles.critical);
     std::vector<int64_t> nat_pos(static_cast<size_t>(N)), ring_pos(static_cast<size_t>(N)),
         ring_start(static_cast<size_t>(N));  // (1, N) int64 each
     for (int64_t c = 0; c < N; ++c) {
@@ -99,9 +114,9 @@ int main(int argc, char** argv) {
     for (int r = 0; r < cp; ++r)
       for (int s = 0; s < cp; ++s) skipped += work[size_t(r * cp + s)] > 0 ? 0 : 1;
     std::printf("sample: N %ld, %zu documents, %.0f visible pairs (%.4f of causal); cp=%d %s (%s): %d of %d calls "
-                "skipped, imbalance %.3f\n",
+                "skipped, imbalance %.3f; tile model: whole / ring work %.3f, whole / (cp x critical path) %.3f\n",
                 long(N), lengths.size(), pairs, pairs / (double(N) * double(N + 1) / 2), cp, layout_str.c_str(),
-                chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp));
+                chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp), model_work_eff, model_ring_eff);
     std::fflush(stdout);
     if (plan_only) return 0;
     if (!cuda_available()) {
@@ -202,9 +217,10 @@ int main(int argc, char** argv) {
         std::fprintf(json,
                      ",\"cp\":%d,\"layout\":\"%s\",\"chosen\":\"%s\",\"skipped_calls\":%d,\"imbalance\":%.4f,"
                      "\"ring_fwd_ms\":%.4f,\"ring_bwd_ms\":%.4f,\"ring_fwd_tflops\":%.2f,\"ring_bwd_tflops\":%.2f,"
-                     "\"path_fwd_ms\":%.4f,\"path_bwd_ms\":%.4f",
+                     "\"path_fwd_ms\":%.4f,\"path_bwd_ms\":%.4f,\"model_work_eff\":%.4f,\"model_ring_eff\":%.4f",
                      cp, layout_str.c_str(), chosen.c_str(), skipped, ring_imbalance(work, cp), t_ring.fwd_ms,
-                     t_ring.bwd_ms, tf(4, t_ring.fwd_ms), tf(10, t_ring.bwd_ms), t_path.fwd_ms, t_path.bwd_ms);
+                     t_ring.bwd_ms, tf(4, t_ring.fwd_ms), tf(10, t_ring.bwd_ms), t_path.fwd_ms, t_path.bwd_ms,
+                     model_work_eff, model_ring_eff);
       std::fprintf(json, "}\n");
       std::fclose(json);
     }

@@ -170,7 +170,13 @@ int plan_main(const Config& config, const PlanArgs& args) {
                                 {"causal_pairs_per_sample", d.causal_pairs_per_sample},
                                 {"attention_flops_per_step", d.attention_flops_per_step},
                                 {"imbalance", {{"contiguous", d.imbalance[0]}, {"zigzag", d.imbalance[1]},
-                                               {"striped", d.imbalance[2]}, {"balanced", d.imbalance[3]}}}};
+                                               {"striped", d.imbalance[2]}, {"balanced", d.imbalance[3]}}},
+                                {"work_efficiency", {{"contiguous", d.work_efficiency[0]}, {"zigzag", d.work_efficiency[1]},
+                                                     {"striped", d.work_efficiency[2]}, {"balanced", d.work_efficiency[3]}}},
+                                {"ring_efficiency", {{"contiguous", d.ring_efficiency[0]}, {"zigzag", d.ring_efficiency[1]},
+                                                     {"striped", d.ring_efficiency[2]}, {"balanced", d.ring_efficiency[3]}}},
+                                {"balanced_picks", d.balanced_picks},
+                                {"balanced_ms_per_sample", d.balanced_ms}};
       std::printf("%s\n", j.dump().c_str());
     }
     return 0;
@@ -223,6 +229,14 @@ int plan_main(const Config& config, const PlanArgs& args) {
     std::printf("  imbalance    at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
                 "(sum over ring steps of the slowest rank's pairs / the mean)\n",
                 p.cp, d.imbalance[0], d.imbalance[1], d.imbalance[2], d.imbalance[3]);
+    std::printf("  kernel work  at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+                "(one whole call's attention tiles / the ring calls' tiles; 1 = no extra work)\n",
+                p.cp, d.work_efficiency[0], d.work_efficiency[1], d.work_efficiency[2], d.work_efficiency[3]);
+    std::printf("  ring speed   at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+                "(whole-call tiles / (cp x critical path); 1 = a perfect cp-fold speed-up)\n",
+                p.cp, d.ring_efficiency[0], d.ring_efficiency[1], d.ring_efficiency[2], d.ring_efficiency[3]);
+    std::printf("  balanced     picks %s; %.1f ms per sample on the host (the loader)\n", d.balanced_picks.c_str(),
+                d.balanced_ms);
   }
   print_memory(pt, limits, device, 10);
   return 0;

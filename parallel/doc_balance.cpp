@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "kernels/tensor.h"
+#include "parallel/doc_pack.h"
 
 namespace rt {
 
@@ -96,22 +97,51 @@ std::vector<int64_t> doc_striped_order(const std::vector<int64_t>& doc_start, in
 
 }  // namespace
 
-std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen) {
+std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp) {
   const int64_t T = int64_t(doc_start.size());
-  RT_CHECK(cp >= 1 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
-                                                               << "; use a multiple of " << cp);
-  std::vector<std::pair<std::string, std::vector<int64_t>>> candidates;
-  if (T % (2 * int64_t(cp)) == 0) candidates.emplace_back("zigzag", layout_ring_order(Layout::zigzag, T, cp));
-  candidates.emplace_back("striped", layout_ring_order(Layout::striped, T, cp));
-  candidates.emplace_back("doc-striped", doc_striped_order(doc_start, cp));
-  size_t best = 0;
-  double best_imb = 0;
+  RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
+                                                                        << "; use a multiple of " << cp);
+  std::vector<RingCandidate> out;
+  auto add = [&](const std::string& name, int64_t split_min, std::vector<int64_t> order, int64_t run_max = 0) {
+    RingCandidate c;
+    c.name = name;
+    c.split_min = split_min;
+    c.run_max = run_max;
+    c.order = std::move(order);
+    c.pairs = ring_pair_counts(doc_start, c.order, cp);
+    c.pair_imbalance = ring_imbalance(c.pairs, cp);
+    c.tiles = ring_tile_cost(doc_start, c.order, cp, c.pairs);
+    out.push_back(std::move(c));
+  };
+  if (T % (2 * int64_t(cp)) == 0) add("zigzag", 0, layout_ring_order(Layout::zigzag, T, cp));
+  add("striped", 0, layout_ring_order(Layout::striped, T, cp));
+  add("doc-striped", 0, doc_striped_order(doc_start, cp));
+  for (int64_t split_min : docpack_split_thresholds(T, cp))
+    for (int64_t run_max : {int64_t(0), T / cp / 4})
+      add("docpack", split_min, docpack_ring_order(doc_start, cp, split_min, run_max), run_max);
+  return out;
+}
+
+size_t pick_balanced(const std::vector<RingCandidate>& candidates) {
+  RT_CHECK(!candidates.empty(), "pick_balanced: no candidate");
+  size_t best = candidates.size();
   for (size_t c = 0; c < candidates.size(); ++c) {
-    const double imb = ring_imbalance(ring_pair_counts(doc_start, candidates[c].second, cp), cp);
-    if (c == 0 || imb < best_imb - 1e-12) best = c, best_imb = imb;
+    if (candidates[c].pair_imbalance > kBalancedMaxImbalance) continue;
+    if (best == candidates.size() || candidates[c].tiles.critical < candidates[best].tiles.critical * (1 - 1e-12))
+      best = c;
   }
-  if (chosen) *chosen = candidates[best].first;
-  return std::move(candidates[best].second);
+  if (best < candidates.size()) return best;
+  best = 0;
+  for (size_t c = 1; c < candidates.size(); ++c)
+    if (candidates[c].pair_imbalance < candidates[best].pair_imbalance - 1e-12) best = c;
+  return best;
+}
+
+std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen) {
+  std::vector<RingCandidate> candidates = ring_candidates(doc_start, cp);
+  const size_t best = pick_balanced(candidates);
+  if (chosen) *chosen = candidates[best].name;
+  return std::move(candidates[best].order);
 }
 
 std::vector<int64_t> read_doc_lengths(const std::string& path) {

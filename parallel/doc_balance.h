@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "parallel/layout.h"
+#include "parallel/ring_tile_cost.h"
 
 namespace rt {
 
@@ -27,10 +28,33 @@ std::vector<double> ring_pair_counts(const std::vector<int64_t>& doc_start, cons
 // the mean over ranks: 1 is perfect; a step waits for its slowest rank. 1 when there is no work.
 double ring_imbalance(const std::vector<double>& work, int cp);
 
-// parallel.layout: balanced. The ring order of the candidates (zigzag where T % (2*cp) == 0, striped, and
-// document-striped: each document dealt round-robin from the rank after the one the previous document ended on,
-// with the ranks' token counts kept equal) with the least imbalance for this sample's documents; ties go to the
-// first. Searched once per sample (the loader's job); O(T*cp) per candidate.
+// One candidate ring order of balanced and what it costs: visible pairs and the kernels' tiles per (rank, step).
+struct RingCandidate {
+  std::string name;                // zigzag, striped, doc-striped or docpack
+  int64_t split_min = 0;           // docpack: documents at least this long are split over the ring
+  int64_t run_max = 0;             // docpack: runs of adjacent short documents up to this many tokens kept together
+  std::vector<int64_t> order;      // (T) ring order
+  std::vector<double> pairs;       // (cp*cp) ring_pair_counts
+  double pair_imbalance = 1;       // ring_imbalance(pairs)
+  RingTileCost tiles;              // ring_tile_cost (parallel/ring_tile_cost.h)
+};
+
+// The pair imbalance a candidate may have and still be chosen for its tile cost (the bound).
+constexpr double kBalancedMaxImbalance = 1.10;
+
+// The candidates of balanced for one sample: zigzag (where T % (2*cp) == 0), striped, document-striped (each
+// document dealt round-robin from the rank after the one the previous document ended on, the ranks' token counts
+// kept equal) and docpack at each docpack_split_thresholds (parallel/doc_pack.h), with single documents and with
+// runs of up to T/(4cp) tokens, each with its costs.
+std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp);
+
+// balanced's rule: among candidates with pair_imbalance <= kBalancedMaxImbalance, the least tiles.critical (the
+// sum over ring steps of the slowest rank's tile cost: the kernels' critical path); ties go to the first. When
+// none qualifies, the least pair_imbalance.
+size_t pick_balanced(const std::vector<RingCandidate>& candidates);
+
+// parallel.layout: balanced: the ring order pick_balanced takes from ring_candidates. Searched once per sample
+// (the loader's job); bench_doc_imbalance prints the time it takes.
 std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen = nullptr);
 
 // Reads a document-length file: one positive integer per line; '#' starts a comment. Throws rt::Error naming

@@ -1,7 +1,7 @@
 // Ring attention with a document mask (RingAttention::set_documents) on real ranks, against the whole sample on
 // one rank (the CPU kernels with the same document mask, themselves checked against fp64 in
 // tests/unit/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
-// striped and balanced (each sample's order from its documents), and for a random per-sample assignment of
+// striped, balanced (each sample's order from its documents) and docpack, and for a random per-sample assignment of
 // positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; and a ring whose off-diagonal steps
 // are all masked skips them (their K/V still travel) without changing the result.
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "kernels/arena.h"
 #include "kernels/ops.h"
 #include "parallel/doc_balance.h"
+#include "parallel/doc_pack.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/ring_attention.h"
 #include "tests/mpi/ring_attention_harness.h"
@@ -194,6 +195,17 @@ std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::ve
   return order;
 }
 
+// The docpack order of each sample (docpack_ring_order), documents of split_min tokens or more split over the ring.
+std::vector<int64_t> docpack_order(int64_t T, int cp, const std::vector<std::vector<int64_t>>& lengths,
+                                   int64_t split_min) {
+  std::vector<int64_t> order;
+  for (int64_t b = 0; b < kB; ++b) {
+    const std::vector<int64_t> o = docpack_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, split_min);
+    order.insert(order.end(), o.begin(), o.end());
+  }
+  return order;
+}
+
 void expect_close(const test::RelErrors& rel, double bad, const std::string& what) {
   EXPECT_EQ(bad, 0) << "non-finite outputs: " << what;
   for (int i = 0; i < test::kNumQuantities; ++i)
@@ -232,6 +244,13 @@ TEST(RingAttentionDocs, EveryLayoutAndAnyAssignmentMatchOneRank) {
       std::string names;
       for (const std::string& c : chosen) names += " " + c;
       expect_close(relb, bad, "balanced (" + names.substr(1) + ") cp=" + std::to_string(cp));
+      // docpack forced (balanced may not pick it at this size): short documents whole on one rank, those of 8
+      // tokens or more split over the ring; and every document whole where it fits.
+      for (int64_t split_min : {int64_t(8), int64_t(1) << 30}) {
+        const test::RelErrors reld =
+            run_docs_ring(p, docpack_order(T, cp, mix, split_min), mix, cp, Layout::balanced, &bad, &skipped);
+        expect_close(reld, bad, "docpack split_min=" + std::to_string(split_min) + " cp=" + std::to_string(cp));
+      }
     }
   }
 }

@@ -1,6 +1,8 @@
 // parallel/doc_balance.h: the visible-pair counts per (query rank, key rank) against brute force, the imbalance
 // metric on cases worked by hand, and the balanced layout's <= 1.10 on the committed length file, a seeded
-// long-tail log-normal and one document per sample, at cp in {2, 4, 8} and T in {16K, 128K}.
+// long-tail log-normal and one document per sample, at cp in {2, 4, 8} and T in {16K, 128K}; balanced's choice
+// (docpack on packed documents, zigzag on one) and its rule. The docpack order and the tile cost:
+// tests/unit/test_doc_pack.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,9 @@
 #include <numeric>
 #include <random>
 
+#include "framework/plan_docs.h"
 #include "parallel/doc_balance.h"
+#include "parallel/doc_pack.h"
 #include "tests/unit/test_util.h"
 
 namespace rt {
@@ -75,6 +79,76 @@ TEST(DocBalance, BalancedStaysUnder1p10OnEveryMix) {
             EXPECT_GT(ring_imbalance(ring_pair_counts(starts, layout_ring_order(Layout::zigzag, T, cp), cp), cp), 1.5);
           }
         }
+}
+
+// On packed short documents (1-4K tokens, the benchmark mix) balanced keeps them whole (docpack): the
+// kernels' work over the ring is far closer to one whole call's than under striped, the pair-best fixed layout,
+// whose every tile has document edges. On one document it is zigzag.
+TEST(DocBalance, BalancedPicksDocpackOnPackedDocumentsAndZigzagOnOne) {
+  std::mt19937_64 rng(3);
+  std::vector<int64_t> lengths;
+  for (int d = 0; d < 4096; ++d) lengths.push_back(1024 + int64_t(rng() % 3073));
+  const int64_t T = 131072;
+  const int cp = 8;
+  for (uint64_t k = 0; k < 2; ++k) {
+    std::mt19937_64 pick(100 + k);
+    const size_t doc = size_t(pick() % lengths.size());
+    const std::vector<int64_t> starts =
+        doc_starts_from_lengths(lengths, T, doc, int64_t(pick() % uint64_t(lengths[doc])));
+    const std::vector<RingCandidate> cands = ring_candidates(starts, cp);
+    const RingCandidate& best = cands[pick_balanced(cands)];
+    EXPECT_EQ(best.name, "docpack") << "sample " << k;
+    EXPECT_LE(best.pair_imbalance, kBalancedMaxImbalance);
+    const double whole = whole_tile_cost(starts);
+    const RingCandidate* striped = nullptr;
+    for (const RingCandidate& c : cands)
+      if (c.name == "striped") striped = &c;
+    ASSERT_NE(striped, nullptr);
+    EXPECT_GT(whole / best.tiles.total, 1.5 * whole / striped->tiles.total) << "sample " << k;
+    EXPECT_LT(best.tiles.critical, striped->tiles.critical) << "sample " << k;
+    std::string chosen;
+    EXPECT_EQ(balanced_ring_order(starts, cp, &chosen), best.order);
+    EXPECT_EQ(chosen, "docpack");
+  }
+  for (int cp2 : {2, 4, 8}) {
+    const std::vector<int64_t> one(size_t(T), 0);
+    std::string chosen;
+    EXPECT_EQ(balanced_ring_order(one, cp2, &chosen), layout_ring_order(Layout::zigzag, T, cp2));
+    EXPECT_EQ(chosen, "zigzag") << "cp=" << cp2;
+  }
+}
+
+// The rule: the least critical path among candidates within kBalancedMaxImbalance; else the least imbalance.
+TEST(DocBalance, PickBalancedTakesTheCheapestWithinTheBound) {
+  auto cand = [](const char* name, double imb, double critical) {
+    RingCandidate c;
+    c.name = name;
+    c.pair_imbalance = imb;
+    c.tiles.critical = critical;
+    return c;
+  };
+  EXPECT_EQ(pick_balanced({cand("a", 1.0, 900), cand("b", 1.09, 500), cand("c", 1.2, 100)}), 1u);
+  EXPECT_EQ(pick_balanced({cand("a", 1.3, 900), cand("b", 1.2, 500), cand("c", 1.25, 100)}), 1u);
+  EXPECT_EQ(pick_balanced({cand("a", 1.0, 500), cand("b", 1.0, 500)}), 0u);  // ties: the first
+}
+
+// `ringtrain plan --doc-lengths`: balanced's pair imbalance within the bound, its picks named, and the tile
+// efficiencies in (0, 1] with striped's below zigzag's (every striped tile has document edges).
+TEST(DocBalance, DocLengthPlanReportsTheChoiceAndTheTileCost) {
+  Config config;
+  config.data.seq_len = 16384;
+  config.parallel.cp = 4;
+  const DocLengthPlan plan = doc_length_plan(config, RT_TEST_DATA_DIR "/python_stdlib_doc_lengths.txt", 4);
+  EXPECT_LE(plan.imbalance[3], kBalancedMaxImbalance);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_GT(plan.work_efficiency[l], 0.0) << l;
+    EXPECT_LE(plan.work_efficiency[l], 1.0 + 1e-12) << l;
+    EXPECT_GT(plan.ring_efficiency[l], 0.0) << l;
+    EXPECT_LE(plan.ring_efficiency[l], plan.work_efficiency[l] + 1e-12) << l;  // a critical path >= the mean
+  }
+  EXPECT_LT(plan.work_efficiency[2], plan.work_efficiency[1]);
+  EXPECT_NE(plan.balanced_picks.find("/4"), std::string::npos) << plan.balanced_picks;
+  EXPECT_GT(plan.balanced_ms, 0.0);
 }
 
 TEST(DocBalance, ReadDocLengthsRefusesBadLines) {
