@@ -124,14 +124,19 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
 
 size_t pick_balanced(const std::vector<RingCandidate>& candidates) {
   RT_CHECK(!candidates.empty(), "pick_balanced: no candidate");
-  size_t best = candidates.size();
+  const size_t none = candidates.size();
+  size_t best_fixed = none, best_pack = none;  // the least critical path within the bound: fixed layouts, docpack
   for (size_t c = 0; c < candidates.size(); ++c) {
     if (candidates[c].pair_imbalance > kBalancedMaxImbalance) continue;
-    if (best == candidates.size() || candidates[c].tiles.critical < candidates[best].tiles.critical * (1 - 1e-12))
-      best = c;
+    size_t& best = candidates[c].name.rfind("docpack", 0) == 0 ? best_pack : best_fixed;
+    if (best == none || candidates[c].tiles.critical < candidates[best].tiles.critical * (1 - 1e-12)) best = c;
   }
-  if (best < candidates.size()) return best;
-  best = 0;
+  if (best_fixed == none) best_fixed = best_pack;
+  if (best_pack != none && best_fixed != none &&
+      candidates[best_pack].tiles.critical < kDocpackMargin * candidates[best_fixed].tiles.critical)
+    return best_pack;
+  if (best_fixed != none) return best_fixed;
+  size_t best = 0;
   for (size_t c = 1; c < candidates.size(); ++c)
     if (candidates[c].pair_imbalance < candidates[best].pair_imbalance - 1e-12) best = c;
   return best;

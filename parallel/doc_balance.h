@@ -48,9 +48,16 @@ constexpr double kBalancedMaxImbalance = 1.10;
 // runs of up to T/(4cp) tokens, each with its costs.
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp);
 
+// How much cheaper (tile critical path) a docpack candidate must be predicted than the best fixed layout to be
+// chosen: the tile model's error on the H200 (bench/results/2026-12-01-doc-imbalance.md, "Measured on the H200").
+// It predicted docpack 11% ahead of striped on the stdlib mix at 128K, cp = 8, and docpack measured 22% behind;
+// where it predicted 2.6x ahead (1-4K documents at 128K), docpack measured 2.1x ahead (forward; 1.6x backward).
+constexpr double kDocpackMargin = 0.8;
+
 // balanced's rule: among candidates with pair_imbalance <= kBalancedMaxImbalance, the least tiles.critical (the
-// sum over ring steps of the slowest rank's tile cost: the kernels' critical path); ties go to the first. When
-// none qualifies, the least pair_imbalance.
+// sum over ring steps of the slowest rank's tile cost: the kernels' critical path) of the fixed layouts (zigzag,
+// striped, doc-striped; ties go to the first), replaced by the least-critical docpack candidate when that is below
+// kDocpackMargin x it. When none qualifies, the least pair_imbalance.
 size_t pick_balanced(const std::vector<RingCandidate>& candidates);
 
 // parallel.layout: balanced: the ring order pick_balanced takes from ring_candidates. Searched once per sample

@@ -118,7 +118,8 @@ TEST(DocBalance, BalancedPicksDocpackOnPackedDocumentsAndZigzagOnOne) {
   }
 }
 
-// The rule: the least critical path among candidates within kBalancedMaxImbalance; else the least imbalance.
+// The rule: the least critical path among candidates within kBalancedMaxImbalance (docpack only with the margin);
+// else the least imbalance.
 TEST(DocBalance, PickBalancedTakesTheCheapestWithinTheBound) {
   auto cand = [](const char* name, double imb, double critical) {
     RingCandidate c;
@@ -130,6 +131,11 @@ TEST(DocBalance, PickBalancedTakesTheCheapestWithinTheBound) {
   EXPECT_EQ(pick_balanced({cand("a", 1.0, 900), cand("b", 1.09, 500), cand("c", 1.2, 100)}), 1u);
   EXPECT_EQ(pick_balanced({cand("a", 1.3, 900), cand("b", 1.2, 500), cand("c", 1.25, 100)}), 1u);
   EXPECT_EQ(pick_balanced({cand("a", 1.0, 500), cand("b", 1.0, 500)}), 0u);  // ties: the first
+  // docpack replaces the best fixed layout only below kDocpackMargin x its critical path, and within the bound.
+  EXPECT_EQ(pick_balanced({cand("striped", 1.0, 500), cand("docpack", 1.0, 450)}), 0u);
+  EXPECT_EQ(pick_balanced({cand("striped", 1.0, 500), cand("docpack", 1.0, 390)}), 1u);
+  EXPECT_EQ(pick_balanced({cand("striped", 1.0, 500), cand("docpack", 1.2, 100)}), 0u);
+  EXPECT_EQ(pick_balanced({cand("striped", 1.3, 500), cand("docpack", 1.05, 450)}), 1u);  // the only one in bound
 }
 
 // `ringtrain plan --doc-lengths`: balanced's pair imbalance within the bound, its picks named, and the tile
