@@ -22,7 +22,8 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
                         // issue_dv_wait_dp, compute_dst_store_packed, stage_rows_f32_sw128, zero_dk_dv_rows) and
                         // the layout (WgBwdV5Smem, BwdV5Shared, barriers, dq_buffer_*: attn_bwd_ws_layout.cuh)
 
-// Same tiles, math and accumulator layouts as v4, with three warpgroups (384 threads, 1 CTA per SM), persistent:
+// Same tiles, math and accumulator layouts as v4 (lse is stored pre-scaled by log2e, and the consumers read the
+// query statistics into registers under the MMAs), with three warpgroups (384 threads, 1 CTA per SM), persistent:
 //   * the work is a list of units (BwdV5Grid: an item = one key tile of one (batch, K/V head) pair, or a piece of
 //     one); at most one CTA per SM; CTA c takes unit c first, then fetches the next from a global counter, so
 //     units start in list order as they would on a grid of one CTA per unit, and the next unit's loads overlap
@@ -115,7 +116,8 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 #pragma unroll
       for (int r = lane; r < kBr; r += 32) {  // rows past q_end: 0 (they are masked)
         const bool ok = q0 + r < p.q_end;
-        lse_s[st * kBr + r] = ok ? lse_src[r] : 0.f;
+        const float lse = ok ? lse_src[r] : 0.f;
+        lse_s[st * kBr + r] = lse == -INFINITY ? INFINITY : lse * kLog2e;  // no visible key: P = 0
         delta_s[st * kBr + r] = ok ? delta_src[r] : 0.f;
       }
       if (lane == 0) {  // the stage's barrier completes with 32 arrivals and the bytes of both tiles
@@ -305,11 +307,12 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     if constexpr (kDocs) kr = doc_thread_keys(p, w, krow0);
     mbar_wait(kv_bar, uint32_t(kv_loads) & 1u);
     ++kv_loads;
+    int qt = it_begin % n_qt;  // the tile's query tile within its head, stepped (no division per tile)
 #pragma unroll 1
     for (int j = 0; j < n_iter; ++j, ++J, ++jq) {
-      const int it = it_begin + j;
       const uint32_t st = J & 1u;
-      const int qi = (it % n_qt) * kBr;  // the tile's first row, from q_first
+      const int qi = qt * kBr;  // the tile's first row, from q_first
+      qt = qt + 1 == n_qt ? 0 : qt + 1;
       const TileMask mask{q_span - qi, k_lim, clamp_rel(diag0 + qi), p.causal};
       const uint32_t qs = q_tiles + st * Smem::kQBytes, dos = do_tiles + st * Smem::kQBytes;
       const uint32_t ds_tile = ds_tiles + st * Smem::kDsBytes;
@@ -325,15 +328,19 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       wgmma_commit();
       issue_kq<D>(dp, v_wg, dos);
       wgmma_commit();
+      float2 lse2[8];  // lse * log2e of this thread's 16 queries, loaded under the MMAs
+      load_query_stats(lse2, lse_t, t);
       wgmma_wait<1>();  // S^T done; dP^T may still run
       wgmma_fence_regs(s);
 
       const bool need_mask = mask.q_lim < kBr || mask.k_lim < kBc || (mask.causal && kBc - 1 > mask.diag);
-      compute_pt(s, p.scale2, lse_t, mask, krow0, need_mask, t);
+      compute_pt_from_regs(s, p.scale2, lse2, mask, krow0, need_mask, t);
       if constexpr (kDocs) doc_mask_stage(s, ds, st, wg, kr, p, krow0, t);  // the docs warp's stage, same barrier
       uint32_t pf[16], df[16];  // P^T and dS^T as bf16 A fragments
+      float2 dl[8];             // delta of this thread's 16 queries, loaded under dV and dP^T
+      load_query_stats(dl, delta_t, t);
       issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
-      compute_dst_store_packed(dp, df, s, delta_t, ds_tile, krow0, t);
+      compute_dst_store_regs(dp, df, s, dl, ds_tile, krow0, t);
       fence_proxy_async_smem();
       if constexpr (D == 128) named_bar_sync(kBarDs, 256);
       else if (wg == 0) named_bar_sync(kBarDsWg, 128);  // immediate ids: ptxas then reserves only these
@@ -367,12 +374,14 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
       dq_buffer_sync_empty<D>(sb, wg);
       stage_rows_f32_sw128<8>(stage, dq, p.scale, warp, g, t);
-      fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
-      dq_buffer_arrive_full<D>(sb, wg);
 
       wgmma_wait<0>();  // dK done (it ran during the staging)
       wgmma_fence_regs(dk);
       fence_regs_u32(df);
+      // The proxy fence waits for the staging stores, which mostly landed while dK ran (fenced before the wait,
+      // it stalled on them: ncu).
+      fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
+      dq_buffer_arrive_full<D>(sb, wg);
       mbar_arrive(empty_bar + 8 * st);  // this tile's Q / dO are no longer read
     }
     // Epilogue: this thread's MMAs are done (its last wgmma_wait<0>), so K / V may take the next unit's tiles

@@ -101,6 +101,40 @@ __device__ __forceinline__ void compute_pt(float (&s)[32], float scale2, const f
   }
 }
 
+// bwd v5: this thread's 16 query statistics of a tile (queries nt*8 + 2t, +1 as x[nt]), read from shared memory
+// into registers before the wgmma they follow is waited for, so the loads are in flight under it (under load the
+// shared-memory pipe queues them behind the wgmma operand reads: ncu put a quarter of the exps' time on them).
+__device__ __forceinline__ void load_query_stats(float2 (&x)[8], const float* stats_t, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt) x[nt] = *reinterpret_cast<const float2*>(stats_t + nt * 8 + 2 * t);
+}
+
+// As compute_pt, from registers holding lse * log2e (+inf where no key is visible: the producer stores it so),
+// and with the masked and unmasked tiles as two straight-line loops under one uniform branch (masked elements
+// take an exponent of -inf); a select per element in one loop made ptxas branch around each element's mask.
+__device__ __forceinline__ void compute_pt_from_regs(float (&s)[32], float scale2, const float2 (&lse2)[8],
+                                                     const TileMask& m, int krow0, bool need_mask, int t) {
+  if (!need_mask) {
+#pragma unroll
+    for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float l = (i & 1) ? lse2[nt].y : lse2[nt].x;
+        s[nt * 4 + i] = fast_exp2(fmaf(s[nt * 4 + i], scale2, -l));
+      }
+    return;
+  }
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = i & 1, r = i >> 1, qi = nt * 8 + 2 * t + e, kj = krow0 + 8 * r;
+      const bool visible = qi < m.q_lim && kj < m.k_lim && (!m.causal || kj <= qi + m.diag);
+      const float l = e ? lse2[nt].y : lse2[nt].x;
+      s[nt * 4 + i] = fast_exp2(fmaf(s[nt * 4 + i], scale2, visible ? -l : -INFINITY));
+    }
+}
+
 // Documents (kernels/cuda/attn_doc_mask.cuh): zeroes P^T (layout of compute_pt) where query q0 + nt*8 + 2t + e
 // of sample b does not see this thread's key r (position kpos[r]): unless doc(i) <= kpos <= pos(i).
 __device__ __forceinline__ void doc_mask_pt(float (&s)[32], const AttnBwdParams& p, int64_t b, int64_t q0,
@@ -173,6 +207,20 @@ __device__ __forceinline__ void compute_dst_store_packed(const float (&dp)[32], 
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
     }
   }
+}
+
+// As compute_dst_store_packed, with this thread's delta already in registers (load_query_stats).
+__device__ __forceinline__ void compute_dst_store_regs(const float (&dp)[32], uint32_t (&df)[16], const float (&s)[32],
+                                                       const float2 (&dl)[8], uint32_t ds_tile, int krow0, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kBr / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      df[2 * nt + r] = pack_bf16(s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl[nt].x),
+                                 s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl[nt].y));
+      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
+    }
 }
 
 // Stores a (64 rows, 8 NT columns) f32 accumulator fragment of a warpgroup (x[FIRST + nt*4 + 2r + e] = row
