@@ -18,8 +18,9 @@ namespace rt {
 namespace cuda {
 namespace {
 
-using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_acc, issue_dq, TileMask, compute_pt,
-                        // issue_dv_wait_dp, compute_dst_store_packed, stage_rows_f32_sw128, zero_dk_dv_rows) and
+using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_acc, issue_dq, TileMask,
+                        // load_query_stats, compute_pt_from_regs, issue_dv_wait_dp, compute_dst_store_stmatrix,
+                        // stage_rows_f32_sw128, zero_dk_dv_rows) and
                         // the layout (WgBwdV5Smem, BwdV5Shared, barriers, dq_buffer_*: attn_bwd_ws_layout.cuh)
 
 // Same tiles, math and accumulator layouts as v4 (lse is stored pre-scaled by log2e, and the consumers read the
@@ -278,6 +279,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
   const uint32_t unit_full_bar = sh.unit_full_bar, unit_empty_bar = sh.unit_empty_bar;
 
   const int krow0 = wg * 64 + warp * 16 + g;
+  const uint32_t ds_row = ds_row_offset(wg, warp, lane);  // this lane's dS^T stmatrix row
   float dk[D / 2], dv[D / 2];
   float s[32], dp[32];
 #pragma unroll
@@ -320,6 +322,10 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       const float* delta_t = delta_s + st * kBr;
       mbar_wait(full_bar + 8 * st, (J >> 1) & 1u);  // this stage's Q, dO, lse, delta landed
 
+      // lse * log2e of this thread's 16 queries, read before the MMAs are issued: behind them, the loads queue
+      // after their operand reads (ncu: a tenth of the consumers' time waited on them there).
+      float2 lse2[8];
+      load_query_stats(lse2, lse_t, t);
       // S^T = K Q^T and dP^T = V dO^T.
       wgmma_fence_regs(s);
       wgmma_fence_regs(dp);
@@ -328,8 +334,6 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       wgmma_commit();
       issue_kq<D>(dp, v_wg, dos);
       wgmma_commit();
-      float2 lse2[8];  // lse * log2e of this thread's 16 queries, loaded under the MMAs
-      load_query_stats(lse2, lse_t, t);
       wgmma_wait<1>();  // S^T done; dP^T may still run
       wgmma_fence_regs(s);
 
@@ -340,7 +344,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       float2 dl[8];             // delta of this thread's 16 queries, loaded under dV and dP^T
       load_query_stats(dl, delta_t, t);
       issue_dv_wait_dp<D>(s, dp, dv, pf, dos);
-      compute_dst_store_regs(dp, df, s, dl, ds_tile, krow0, t);
+      compute_dst_store_stmatrix(dp, df, s, dl, ds_tile, ds_row);
       fence_proxy_async_smem();
       if constexpr (D == 128) named_bar_sync(kBarDs, 256);
       else if (wg == 0) named_bar_sync(kBarDsWg, 128);  // immediate ids: ptxas then reserves only these

@@ -2,8 +2,9 @@
 // attn_bwd_ws.cu), on one (64 queries x 128 keys) tile of a CTA's key block; a consumer warpgroup owns 64 keys:
 //   S^T = K Q^T and dP^T = V dO^T (issue_kq), P^T from the LSE with the tile's mask (compute_pt), dV += P^T dO and
 //   dK += dS^T Q from register A fragments (issue_acc, issue_dv_wait_dp), dS^T = P^T (dP^T - delta) formed and
-//   stored to shared memory (compute_dst_store / _packed), dQ = dS K (issue_dq), the f32 staging of accumulator
-//   rows for TMA (stage_rows_f32_sw128) and the zeroing of dK / dV rows no query sees (zero_dk_dv_rows).
+//   stored to shared memory (compute_dst_store; v5: compute_dst_store_stmatrix, with the query statistics in
+//   registers, load_query_stats, compute_pt_from_regs), dQ = dS K (issue_dq), the f32 staging of accumulator rows
+//   for TMA (stage_rows_f32_sw128) and the zeroing of dK / dV rows no query sees (zero_dk_dv_rows).
 // Accumulator layout everywhere: x[nt*4 + 2r + e] = (key krow0 + 8r, column nt*8 + 2t + e), krow0 = the thread's
 // first key row (warpgroup*64 + warp*16 + g). Keep C++17.
 #pragma once
@@ -191,36 +192,29 @@ __device__ __forceinline__ void compute_dst_store(float (&dp)[32], uint32_t (&df
     }
 }
 
-// As compute_dst_store, without writing dS^T back into dp: each pair of P^T / dP^T values dies as soon as it
-// is packed (v5, where the consumers have 232 registers instead of 255).
-__device__ __forceinline__ void compute_dst_store_packed(const float (&dp)[32], uint32_t (&df)[16],
-                                                         const float (&s)[32], const float* delta_t,
-                                                         uint32_t ds_tile, int krow0, int t) {
-#pragma unroll
-  for (int nt = 0; nt < kBr / 8; ++nt) {
-    const float2 dl = *reinterpret_cast<const float2*>(delta_t + nt * 8 + 2 * t);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      df[2 * nt + r] = pack_bf16(s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl.x),
-                                 s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl.y));
-      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
-    }
-  }
+// bwd v5: dS^T = P^T (dP^T - delta) in bf16 A fragments df (layout of compute_dst_store), with this thread's delta
+// already in registers (load_query_stats), stored to the sw128 dS^T tile with 4 stmatrix.x4 instead of 16 32-bit
+// stores: matrix j of instruction m is (keys krow0 - g + 8 (j & 1) .. + 7, queries 16m + 8 (j >> 1) .. + 7), whose
+// row i lane 8j + i addresses; `ds_row` is this lane's row offset (ds_row_offset).
+__device__ __forceinline__ uint32_t ds_row_offset(int wg, int warp, int lane) {
+  const int j = lane >> 3, i = lane & 7, row = wg * 64 + warp * 16 + 8 * (j & 1) + i;
+  return uint32_t(row * 128 + (((j >> 1) ^ i) << 4));  // chunk 2m + (j >> 1), swizzled: (2m + (j >> 1)) ^ i
 }
-
-// As compute_dst_store_packed, with this thread's delta already in registers (load_query_stats).
-__device__ __forceinline__ void compute_dst_store_regs(const float (&dp)[32], uint32_t (&df)[16], const float (&s)[32],
-                                                       const float2 (&dl)[8], uint32_t ds_tile, int krow0, int t) {
+__device__ __forceinline__ void compute_dst_store_stmatrix(const float (&dp)[32], uint32_t (&df)[16],
+                                                           const float (&s)[32], const float2 (&dl)[8],
+                                                           uint32_t ds_tile, uint32_t ds_row) {
 #pragma unroll
   for (int nt = 0; nt < kBr / 8; ++nt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r)
       df[2 * nt + r] = pack_bf16(s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl[nt].x),
                                  s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl[nt].y));
-      const uint32_t a = ds_tile + sw128_offset<kBc>(krow0 + 8 * r, nt) + 4 * t;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(df[2 * nt + r]) : "memory");
-    }
+  const uint32_t a = ds_tile + ds_row;  // the tile is 1024-byte aligned: chunk 2m lies at a ^ (m << 5)
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a ^ uint32_t(m << 5)),
+                 "r"(df[4 * m]), "r"(df[4 * m + 1]), "r"(df[4 * m + 2]), "r"(df[4 * m + 3])
+                 : "memory");
 }
 
 // Stores a (64 rows, 8 NT columns) f32 accumulator fragment of a warpgroup (x[FIRST + nt*4 + 2r + e] = row
