@@ -157,6 +157,28 @@ TEST(CudaCrossEntropy, LossAndGradientWithIgnoredRows) {
   }
 }
 
+// Rows that start off a 16-byte boundary (V odd: each row starts elsewhere), the single elements before and after
+// the vectors, a vocabulary shorter than one vector, and the target in the head, the body and the tail.
+TEST(CudaCrossEntropy, UnalignedRowsOfALargeVocabulary) {
+  RT_REQUIRE_CUDA();
+  for (const int64_t V : {int64_t(50257), int64_t(5)}) {
+    const int64_t n = 9;
+    std::vector<float> logits = bf16_rounded(random_vector(n * V, 43, 4.f));
+    std::vector<int32_t> tgt = {0, int32_t(V - 1), -1, int32_t(V / 2), 1, int32_t(V - 2), 2, int32_t(V / 3), 3};
+    std::vector<float> r_grad = logits, r_loss(static_cast<size_t>(n));
+    RT_CPU_REFERENCE(
+        cross_entropy(host_view(r_grad, {n, V}), host_view_i32(tgt, {n}), host_view(r_loss, {n}), 0.5f, true));
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " V=" + std::to_string(V));
+      Buffer dl(gpu(), dt, {n, V}), dtg(gpu(), DType::i32, {n}), dloss(gpu(), DType::f32, {n});
+      upload(dl, logits); upload_i32(dtg, tgt); poison(dloss);
+      cross_entropy(dl.t(), dtg.t(), dloss.t(), 0.5f, true);
+      EXPECT_CLOSE(download(dloss), r_loss, 1e-5);
+      EXPECT_CLOSE(download(dl), r_grad, dt == DType::f32 ? 1e-5 : 8e-3);
+    }
+  }
+}
+
 TEST(CudaAdamw, ThreeStepsWithDecayAndLowpCopy) {
   RT_REQUIRE_CUDA();
   const int64_t n = 1000;
