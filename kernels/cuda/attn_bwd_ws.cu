@@ -9,6 +9,7 @@
 #include "kernels/cuda/attn_bwd_ws_docs.cuh"
 #include "kernels/cuda/attn_bwd_ws_layout.cuh"
 #include "kernels/cuda/attn_bwd_ws_units.cuh"
+#include "kernels/cuda/attn_bwd_ws_wide.cuh"
 #include "kernels/cuda/tma_ops.cuh"
 #include "kernels/cuda/wgmma_attn_bwd.cuh"
 #include "kernels/cuda/wgmma_attn_bwd_tile.cuh"
@@ -70,13 +71,14 @@ __global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid g
 // hands them out in order) and publishes each in the unit ring; per unit with work: Q, dO (TMA, lane 0), lse, delta (all lanes) of each
 // iteration into stage J & 1 of a ring that runs on across units, and K / V (TMA, lane 0, their own
 // barrier) once the first stage is in flight and the consumers are done with the previous unit's K / V.
-// kDocs: the unit's span (attn_bwd_ws_docs.cuh) is loaded here and published with the unit.
-template <int D, bool kDocs>
+// kDocs: the unit's span (attn_bwd_ws_docs.cuh) is loaded here and published with the unit. R: query rows per
+// tile (kV5WideRows).
+template <int D, bool kDocs, int R>
 __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const CUtensorMap& tm_do,
                                                 const CUtensorMap& tm_k, const CUtensorMap& tm_v,
                                                 const AttnBwdParams& p, const BwdV5Grid& grid, int* next_unit,
                                                 const BwdV5Shared& sh, const BwdV5DocShared& ds, int lane) {
-  using Smem = WgBwdV5Smem<D>;
+  using Smem = WgBwdV5Smem<D, R>;
   const uint32_t k_tile = sh.k_tile, v_tile = sh.v_tile, q_tiles = sh.q_tiles, do_tiles = sh.do_tiles;
   float* const lse_s = sh.lse_s;
   float* const delta_s = sh.delta_s;
@@ -103,32 +105,31 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
       mbar_arrive(unit_full_bar + 8 * (f & 1));
     }
     if (u >= grid.units) break;
-    const BwdUnit w = bwd_unit<kDocs>(p, grid, u, span);
+    const BwdUnit w = bwd_unit<kDocs, R>(p, grid, u, span);
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++J) {
       const int it = w.it_begin + j;
       const uint32_t st = J & 1u;
       if (J >= 2) mbar_wait(empty_bar + 8 * st, ((J >> 1) - 1u) & 1u);
       const int h = w.hk * int(p.group) + it / w.n_qt;
-      const int q0 = w.q_first + (it % w.n_qt) * kBr;
+      const int q0 = w.q_first + (it % w.n_qt) * R;
       const int64_t stats_row = (int64_t(w.b) * p.H + h) * p.Nq + q0;
       const float* lse_src = p.lse + stats_row;
       const float* delta_src = p.delta + stats_row;
 #pragma unroll
-      for (int r = lane; r < kBr; r += 32) {  // rows past q_end: 0 (they are masked)
+      for (int r = lane; r < R; r += 32) {  // rows past q_end: 0 (they are masked)
         const bool ok = q0 + r < p.q_end;
         const float lse = ok ? lse_src[r] : 0.f;
-        lse_s[st * kBr + r] = lse == -INFINITY ? INFINITY : lse * kLog2e;  // no visible key: P = 0
-        delta_s[st * kBr + r] = ok ? delta_src[r] : 0.f;
+        lse_s[st * R + r] = lse == -INFINITY ? INFINITY : lse * kLog2e;  // no visible key: P = 0
+        delta_s[st * R + r] = ok ? delta_src[r] : 0.f;
       }
       if (lane == 0) {  // the stage's barrier completes with 32 arrivals and the bytes of both tiles
         const uint32_t bar = full_bar + 8 * st;
         mbar_arrive_expect_tx(bar, 2 * Smem::kQBytes);
 #pragma unroll
         for (int c = 0; c < D / 64; ++c) {
-          tma_load_4d(q_tiles + st * Smem::kQBytes + uint32_t(c) * (kBr * 128), &tm_q, bar, c * 64, h, q0,
-                      int(w.b));
-          tma_load_4d(do_tiles + st * Smem::kQBytes + uint32_t(c) * (kBr * 128), &tm_do, bar, c * 64, h, q0,
+          tma_load_4d(q_tiles + st * Smem::kQBytes + uint32_t(c) * (R * 128), &tm_q, bar, c * 64, h, q0, int(w.b));
+          tma_load_4d(do_tiles + st * Smem::kQBytes + uint32_t(c) * (R * 128), &tm_do, bar, c * 64, h, q0,
                       int(w.b));
         }
         if (j == 0) {  // K and V (one barrier), once the previous unit's are read no more
@@ -155,12 +156,12 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 // then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). Each buffer's empty barrier
 // (per consumer warpgroup at D = 64, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
 // once per tile and twice at the end.
-template <int D, bool kDocs>
+template <int D, bool kDocs, int R>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
                                                const CUtensorMap& tm_dv, const AttnBwdParams& p,
                                                const BwdV5Grid& grid, const BwdV5Shared& sh,
                                                const BwdV5DocShared& ds, int lane) {
-  using Smem = WgBwdV5Smem<D>;
+  using Smem = WgBwdV5Smem<D, R>;
   constexpr int kEpilogueTiles = 2 * D / 64;  // dK, then dV, 64 columns each
   const uint32_t dq_bufs = sh.dq_bufs;
   const int* const unit_slots = sh.unit_slots;
@@ -181,14 +182,14 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     const int u = kDocs ? read_unit_span(unit_slots, ds.spans, unit_full_bar, unit_empty_bar, f, lane, span)
                         : read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
     if (u < 0) break;
-    const BwdUnit w = bwd_unit<kDocs>(p, grid, u, span);
+    const BwdUnit w = bwd_unit<kDocs, R>(p, grid, u, span);
     if (w.n_iter == 0) continue;
     const int mine = w.kt;  // deterministic mode never splits: the unit is the whole key tile
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++jq) {
       const int it = w.it_begin + j, sb = int(jq & 1u);
       const int h = w.hk * int(p.group) + it / w.n_qt;
-      const int q0 = w.q_first + (it % w.n_qt) * kBr;
+      const int q0 = w.q_first + (it % w.n_qt) * R;
       // The tile's coordinates (as the producer computes them) and, in deterministic mode, its turn counter.
       const int64_t q_tiles_per_head = (p.q_end - p.q_begin + kBr - 1) / kBr;
       int* turn = p.dq_turn == nullptr
@@ -196,7 +197,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
                       : p.dq_turn + (int64_t(w.b) * p.H + h) * q_tiles_per_head + (q0 - p.q_begin) / kBr;
       const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
       // D = 128: one part, blocks 0-3 (columns 0-127); D = 64: part w = warpgroup w's partial, blocks 2w, 2w + 1,
-      // part 0 before part 1 on every run.
+      // part 0 before part 1 on every run (128-query tiles: part w = queries [64w, 64w + 64), no turn counters).
 #pragma unroll 1
       for (int part = 0; part < kDqParts<D>; ++part) {
         dq_buffer_sync_full<D>(sb, part);
@@ -212,7 +213,8 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
 #pragma unroll
           for (int i = 0; i < kBlocks; ++i) {
             const int blk = part * kBlocks + i;
-            tma_reduce_add_4d(&tm_dq, buf + uint32_t(blk) * Smem::kDqBlockBytes, (blk * 32) % D, h, q0, int(w.b));
+            tma_reduce_add_4d(&tm_dq, buf + uint32_t(blk) * Smem::kDqBlockBytes, (blk * 32) % D, h,
+                              q0 + (R == 128 ? 64 * part : 0), int(w.b));
           }
           bulk_commit();
           if (turn != nullptr) {
@@ -264,7 +266,8 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
 
 // The two consumer warpgroups (0 and 1): per unit, the tile body (wgmma_attn_bwd_tile.cuh) on each Q / dO stage,
 // dQ staged for the dQ warp, dK and dV kept in registers, then dK * scale and dV through the dQ ring.
-// kDocs: pairs of a stage whose class bit is clear take the element mask (attn_bwd_ws_docs.cuh).
+// kDocs: pairs of a stage whose class bit is clear take the element mask (attn_bwd_ws_docs.cuh). 64-query tiles;
+// the 128-query tiles' consumers are bwd_v5_consumer_wide (attn_bwd_ws_wide.cuh).
 template <int D, bool kDocs>
 __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const BwdV5Grid& grid, const BwdV5Shared& sh,
                                                 const BwdV5DocShared& ds, int tid, int wg, int warp, int lane, int g,
@@ -403,7 +406,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
 
 // bwd v5: one CTA per SM, three warpgroups running the roles above. kDocs: the document mask (p.docs), a separate
 // instantiation with a fourth role, the docs warp (attn_bwd_ws_docs.cuh), so the unmasked kernel has none of it.
-template <int D, bool kDocs>
+template <int D, bool kDocs, int R>
 __global__ void __launch_bounds__(kV5Threads, 1)
     attn_bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -412,7 +415,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
                              const BwdV5Grid grid, int* next_unit) {
 #if RT_WGMMA_AVAILABLE
   static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
-  using Smem = WgBwdV5Smem<D>;
+  using Smem = WgBwdV5Smem<D, R>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -420,7 +423,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   const uint32_t q_tiles = base + Smem::kQ, do_tiles = base + Smem::kDo, ds_tiles = base + Smem::kDs;
   const uint32_t dq_bufs = base + Smem::kDq;  // (2, 4, 64, 32) f32 sw128
   float* lse_s = reinterpret_cast<float*>(smem_raw + (base - raw) + Smem::kStats);  // (2, 64)
-  float* delta_s = lse_s + 2 * kBr;                                                 // (2, 64)
+  float* delta_s = lse_s + 2 * R;                                                   // (2, R)
   int* unit_slots = reinterpret_cast<int*>(smem_raw + (base - raw) + Smem::kUnits);  // (2)
   const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;  // Q / dO stages, 2 x 8 bytes each
   const uint32_t kv_bar = full_bar + 32;        // K and V landed
@@ -458,13 +461,14 @@ __global__ void __launch_bounds__(kV5Threads, 1)
                        unit_empty_bar};
   if (wg == 2) {  // the producer warp and the dQ warp (and the docs warp); the others only give up registers
     setmaxnreg_dec<kV5ProducerRegs<D>>();
-    if (warp == 0) bwd_v5_producer<D, kDocs>(tm_q, tm_do, tm_k, tm_v, p, grid, next_unit, sh, ds, lane);
-    else if (warp == 1) bwd_v5_dq_warp<D, kDocs>(tm_dq, tm_dk, tm_dv, p, grid, sh, ds, lane);
+    if (warp == 0) bwd_v5_producer<D, kDocs, R>(tm_q, tm_do, tm_k, tm_v, p, grid, next_unit, sh, ds, lane);
+    else if (warp == 1) bwd_v5_dq_warp<D, kDocs, R>(tm_dq, tm_dk, tm_dv, p, grid, sh, ds, lane);
     else if (kDocs && warp == 2) bwd_v5_docs_warp(p, grid, sh, ds, lane);
     return;
   }
   setmaxnreg_inc<kV5ConsumerRegs<D>>();
-  bwd_v5_consumer<D, kDocs>(p, grid, sh, ds, tid, wg, warp, lane, g, t);
+  if constexpr (R == 128) bwd_v5_consumer_wide<D>(p, grid, sh, tid, wg, warp, lane, g, t);
+  else bwd_v5_consumer<D, kDocs>(p, grid, sh, ds, tid, wg, warp, lane, g, t);
 #else
   // Built without an sm_90a image: attn_bwd_wgmma_supported() refuses such binaries, so this never runs.
   __trap();
@@ -479,7 +483,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
 // causal: the remainder of items over the SMs (one CTA per SM) is the last wave; when it is at most half the SMs
 // and the dQ adds need no order (not deterministic), each remaining item is split into up to SMs / remainder
 // pieces (at most its iterations).
-BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t n_bh, int64_t n_kt, int n_sm) {
+BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t rows, int64_t n_bh, int64_t n_kt, int n_sm) {
   const int64_t items = n_bh * n_kt;
   BwdV5Grid g{n_kt, n_bh, 1, items, 1, items, 0};
   if (p.causal && p.dq_turn != nullptr) {
@@ -492,7 +496,7 @@ BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t n_bh, int64_t n_kt,
     g.window = std::max<int64_t>(1, std::min<int64_t>(n_bh, (int64_t(16) << 20) / std::max<int64_t>(pair_bytes, 1)));
   } else {
     const int64_t rem = items % n_sm;
-    const int64_t item_iters = p.group * ((p.q_end - p.q_begin + kBr - 1) / kBr);
+    const int64_t item_iters = p.group * ((p.q_end - p.q_begin + rows - 1) / rows);
     const int64_t pieces = std::min<int64_t>(n_sm / std::max<int64_t>(rem, 1), item_iters);
     if (p.dq_turn == nullptr && items >= n_sm && rem != 0 && 2 * rem <= n_sm && pieces >= 2) {
       g.full_items = items - rem;
@@ -516,12 +520,12 @@ int* bwd_unit_counter(int device, cudaStream_t stream) {
   return c;
 }
 
-template <int D, bool kDocs>
+template <int D, bool kDocs, int R>
 void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = kDocs ? WgBwdV5Smem<D>::kBytesDocs : WgBwdV5Smem<D>::kBytes;
+  constexpr size_t smem = kDocs ? WgBwdV5Smem<D, R>::kBytesDocs : WgBwdV5Smem<D, R>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_ws_kernel<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_ws_kernel<D, kDocs, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
     configured[device_slot(device)] = true;
   }
@@ -530,8 +534,8 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
            "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk << ", H = " << p.H
                << "; split the call into query / key sub-ranges (AttnMask q_begin / k_begin) under 2^31 rows");
-  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kBr);
-  const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, kBr);
+  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, R);
+  const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, R);
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kBc);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kBc);
   const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
@@ -540,7 +544,7 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   static int sms[kMaxDevices] = {};
   int& n_sm = sms[device_slot(device)];
   if (n_sm == 0) CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
-  const BwdV5Grid g = v5_grid(p, D, p.Hkv * B, tiles, n_sm);
+  const BwdV5Grid g = v5_grid(p, D, R, p.Hkv * B, tiles, n_sm);
   RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units (key tiles x batch x "
                                             "K/V heads) do not fit 32 bits; split the batch or the key range");
   if (g.pieces > 1 && p.overwrite_dkv) {
@@ -549,7 +553,7 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   }
   if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
-  attn_bwd_ws_kernel<D, kDocs>
+  attn_bwd_ws_kernel<D, kDocs, R>
       <<<unsigned(g.ctas), kV5Threads, smem, stream>>>(tq, tdo, tk, tv, tdq, tdk, tdv, p, g, next_unit);
   CUDA_CHECK_LAUNCH();
 }
@@ -564,8 +568,12 @@ void launch_attn_bwd_ws(const AttnBwdParams& p, int64_t D, int64_t B, int device
   RT_CHECK(!(p.docs.on && p.dq_turn != nullptr),
            "attn_bwd_block (ws): no document mask in deterministic mode (its turn counters need every key tile on "
            "every query tile); run bwd v4");
-  if (p.docs.on) D == 64 ? launch<64, true>(p, B, device, stream) : launch<128, true>(p, B, device, stream);
-  else D == 64 ? launch<64, false>(p, B, device, stream) : launch<128, false>(p, B, device, stream);
+  // D = 64 without documents or turn counters: 128-query tiles where a 128-row TMA box fits (kV5WideRows).
+  const bool wide = D == 64 && !p.docs.on && p.dq_turn == nullptr && p.q_end >= kV5WideRows<64>;
+  if (p.docs.on) D == 64 ? launch<64, true, kBr>(p, B, device, stream) : launch<128, true, kBr>(p, B, device, stream);
+  else if (D == 128) launch<128, false, kBr>(p, B, device, stream);
+  else if (wide) launch<64, false, kV5WideRows<64>>(p, B, device, stream);
+  else launch<64, false, kBr>(p, B, device, stream);
 }
 
 }  // namespace cuda

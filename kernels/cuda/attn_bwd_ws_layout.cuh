@@ -38,31 +38,41 @@ constexpr int kBarDqEmptyWg = 12;  // 12 + 2 wg + buffer
 constexpr int kDqWgBarThreads = 128 + 32;
 constexpr int kUnitReaders = 8 + 1;  // the consumer warps and the dQ warp release a unit-ring slot
 
+// Query rows per tile: 128 at D = 64 without documents or turn counters (FA4's tile there: S^T / dP^T as m64n128
+// wgmmas, and dQ split by queries between the warpgroups, so one dQ tile per 128 x 128 pair instead of two partials
+// per 64 x 128), else 64. Documents keep 64 (their summary tiles are 64 rows), and so do the deterministic turn
+// counters (one per 64-row query tile, shared with v4 and the mma.sync kernels).
 template <int D>
+constexpr int kV5WideRows = D == 64 ? 128 : kBr;
+
+template <int D, int R = kBr>
 struct WgBwdV5Smem {
   static constexpr uint32_t kKVBytes = kBc * D * 2;
-  static constexpr uint32_t kQBytes = kBr * D * 2;
-  static constexpr uint32_t kDsBytes = kBc * kBr * 2;
+  static constexpr uint32_t kQBytes = R * D * 2;
+  static constexpr uint32_t kDsBytes = kBc * R * 2;
+  // dS^T stages: 2 at 64 rows (the loop then needs no barrier to reuse one); 1 at 128 rows (32 KB each), where both
+  // warpgroups pass a barrier before overwriting it (each has waited for its dQ MMA by then).
+  static constexpr uint32_t kDsStages = R == 128 ? 1 : 2;
   // dQ staging, f32, 2 buffers of (4 column blocks, 64 queries, 32) in the 128-byte swizzle of the dq_acc
   // tensor map (16-byte chunk c of row r at c ^ (r & 7): a warp's float2 stores of 8 rows x 32 bytes hit
   // every bank twice, the minimum for 256 bytes). D = 128: blocks = columns 0-31 .. 96-127 of the tile;
   // D = 64: blocks 2w, 2w + 1 = columns 0-31, 32-63 of warpgroup w's partial (over its own 64 keys).
-  static constexpr uint32_t kDqBlockBytes = kBr * 128;
+  static constexpr uint32_t kDqBlockBytes = kBr * 128;  // 64 rows x 32 f32 (128 queries: 2 blocks per warpgroup)
   static constexpr uint32_t kDqBufBytes = 4 * kDqBlockBytes;
   static constexpr uint32_t kK = 0;
   static constexpr uint32_t kV = kK + kKVBytes;
-  static constexpr uint32_t kQ = kV + kKVBytes;       // (2 stages, 64, D)
-  static constexpr uint32_t kDo = kQ + 2 * kQBytes;   // (2 stages, 64, D)
-  static constexpr uint32_t kDs = kDo + 2 * kQBytes;  // (2 stages, 128 keys, 64 queries)
-  static constexpr uint32_t kDq = kDs + 2 * kDsBytes;  // (2 buffers, 4, 64, 32) f32 sw128
-  static constexpr uint32_t kStats = kDq + 2 * kDqBufBytes;  // lse (2, 64), delta (2, 64) f32
-  static constexpr uint32_t kBars = kStats + 4 * kBr * 4;  // full[2], empty[2], kv, kv_empty, unit_full[2],
+  static constexpr uint32_t kQ = kV + kKVBytes;       // (2 stages, R, D)
+  static constexpr uint32_t kDo = kQ + 2 * kQBytes;   // (2 stages, R, D)
+  static constexpr uint32_t kDs = kDo + 2 * kQBytes;  // (kDsStages, 128 keys, R queries)
+  static constexpr uint32_t kDq = kDs + kDsStages * kDsBytes;  // (2 buffers, 4, 64, 32) f32 sw128
+  static constexpr uint32_t kStats = kDq + 2 * kDqBufBytes;    // lse (2, R), delta (2, R) f32
+  static constexpr uint32_t kBars = kStats + 4 * R * 4;  // full[2], empty[2], kv, kv_empty, unit_full[2],
                                                            // unit_empty[2] mbarriers
   static constexpr uint32_t kUnits = kBars + 10 * 8;       // the unit ring's 2 slots (int)
   static constexpr size_t kBytes = size_t(kUnits) + 8 + 1024;  // + alignment slack
   // The document-mask instantiation only (attn_bwd_ws_docs.cuh), past the regions above:
   static constexpr uint32_t kDocRows = kUnits + 16;               // (2 stages, 64 rows) u32: doc | pos << 16
-  static constexpr uint32_t kDocInfo = kDocRows + 2 * kBr * 4;    // (2 stages) int4: class bits, q0, k0, b
+  static constexpr uint32_t kDocInfo = kDocRows + 2 * R * 4;      // (2 stages) int4: class bits, q0, k0, b
   static constexpr uint32_t kDocSpans = kDocInfo + 2 * 16;        // (2 unit-ring slots) int2: the unit's span
   static constexpr size_t kBytesDocs = size_t(kDocSpans) + 2 * 8 + 1024;  // + alignment slack
   // The epilogue stages the CTA's f32 dK and dV 64 columns at a time in the dQ buffers: (2 warpgroups, 2 column

@@ -45,8 +45,9 @@ struct BwdUnit {  // 32-bit: the launcher checks that k_end, q_end and H fit (TM
   bool piece;
 };
 // kDocs: `span` is the unit's {first, last} query summary tile with a visible pair (DocMaskDev::k128_span; first >
-// last: none), and the unit visits only those query tiles; without kDocs it is unused.
-template <bool kDocs = false>
+// last: none), and the unit visits only those query tiles; without kDocs it is unused. R: query rows per tile (128
+// only without documents: kV5WideRows).
+template <bool kDocs = false, int R = kBr>
 __device__ __forceinline__ BwdUnit bwd_unit(const AttnBwdParams& p, const BwdV5Grid& grid, int64_t u,
                                             int2 span = int2{0, 0}) {
   BwdUnit x;
@@ -57,7 +58,8 @@ __device__ __forceinline__ BwdUnit bwd_unit(const AttnBwdParams& p, const BwdV5G
   x.hk = int(w.hk);
   x.b = int(w.b);
   const int64_t k0 = p.k_begin + w.kt * kBc;
-  int64_t q_first = first_query_tile_row<kBr>(p, k0), q_stop = p.q_end;
+  static_assert(R == kBr || !kDocs, "bwd v5: documents take 64-row query tiles");
+  int64_t q_first = first_query_tile_row<R>(p, k0), q_stop = p.q_end;
   if constexpr (kDocs) {  // summary tiles and query tiles are both 64 rows from q_begin
     q_first = span.x > span.y ? p.q_end : p.q_begin + int64_t(span.x) * kBr;
     q_stop = min(p.q_end, p.q_begin + int64_t(span.y + 1) * kBr);
@@ -66,7 +68,7 @@ __device__ __forceinline__ BwdUnit bwd_unit(const AttnBwdParams& p, const BwdV5G
   x.q_first = int(q_first);
   x.n_qt = x.it_begin = x.n_iter = 0;
   if (q_first >= q_stop) return x;
-  x.n_qt = int((q_stop - q_first + kBr - 1) / kBr);
+  x.n_qt = int((q_stop - q_first + R - 1) / R);
   // This unit's iterations [it_begin, it_begin + n_iter) of the item's group * n_qt (query head, query tile) pairs.
   const int item_iters = int(p.group) * x.n_qt;
   const int part = x.piece ? int((u - grid.full_items) % grid.pieces) : 0, parts = x.piece ? grid.pieces : 1;

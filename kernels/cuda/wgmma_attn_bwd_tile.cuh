@@ -20,27 +20,28 @@ namespace wgbwd {
 constexpr int kBr = kWgBwdRows;  // 64 queries per tile
 constexpr int kBc = kWgBwdKeys;  // 128 keys per CTA
 
-// X^T (64 keys x 64 queries per warpgroup) = A_wg B^T in D/16 k-steps: a_wg is this warpgroup's first row
-// of a (128, D) K or V tile, b a (64, D) Q or dO tile, both K-major.
-template <int D>
-__device__ __forceinline__ void issue_kq(float (&x)[32], uint32_t a_wg, uint32_t b) {
+// X^T (64 keys x R queries per warpgroup) = A_wg B^T in D/16 k-steps: a_wg is this warpgroup's first row
+// of a (128, D) K or V tile, b an (R, D) Q or dO tile, both K-major. R = 64: wgmma m64n64k16; 128: m64n128k16.
+template <int D, int R = kBr>
+__device__ __forceinline__ void issue_kq(float (&x)[R / 2], uint32_t a_wg, uint32_t b) {
   const uint64_t a0 = sw128_desc(opaque_u32(a_wg), 16, 1024), b0 = sw128_desc(opaque_u32(b), 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint64_t a = a0 + uint64_t(((kk / 4) * (kBc * 128) + (kk % 4) * 32) >> 4);
-    const uint64_t bb = b0 + uint64_t(((kk / 4) * (kBr * 128) + (kk % 4) * 32) >> 4);
-    wgmma_m64n64k16_ss(x, a, bb, kk > 0 ? 1 : 0);
+    const uint64_t bb = b0 + uint64_t(((kk / 4) * (R * 128) + (kk % 4) * 32) >> 4);
+    if constexpr (R == 128) wgmma_m64n128k16_ss(x, a, bb, kk > 0 ? 1 : 0);
+    else wgmma_m64n64k16_ss(x, a, bb, kk > 0 ? 1 : 0);
   }
 }
 
-// acc (64 keys x D per warpgroup) += A B where A (64 keys x 64 queries) is in registers as bf16 A
-// fragments (af[4kk..4kk+3] = queries 16kk..16kk+15) and B is a (64, D) Q or dO tile read MN-major.
+// acc (64 keys x D per warpgroup) += A B where A (64 keys x R queries) is in registers as bf16 A
+// fragments (af[4kk..4kk+3] = queries 16kk..16kk+15) and B is an (R, D) Q or dO tile read MN-major.
 // D = 128: wgmma m64n128k16; D = 64: m64n64k16.
-template <int D>
-__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const uint32_t (&af)[16], uint32_t b) {
-  const uint64_t b0 = sw128_desc(opaque_u32(b), kBr * 128, 1024);
+template <int D, int R = kBr>
+__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const uint32_t (&af)[R / 4], uint32_t b) {
+  const uint64_t b0 = sw128_desc(opaque_u32(b), R * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBr / 16; ++kk) {
+  for (int kk = 0; kk < R / 16; ++kk) {
     if constexpr (D == 128)
       wgmma_m64n128k16_rs_bmn(acc, af[4 * kk], af[4 * kk + 1], af[4 * kk + 2], af[4 * kk + 3],
                               b0 + uint64_t((kk * 16 * 128) >> 4));
@@ -105,33 +106,38 @@ __device__ __forceinline__ void compute_pt(float (&s)[32], float scale2, const f
 // bwd v5: this thread's 16 query statistics of a tile (queries nt*8 + 2t, +1 as x[nt]), read from shared memory
 // into registers before the wgmma they follow is waited for, so the loads are in flight under it (under load the
 // shared-memory pipe queues them behind the wgmma operand reads: ncu put a quarter of the exps' time on them).
-__device__ __forceinline__ void load_query_stats(float2 (&x)[8], const float* stats_t, int t) {
+// FIRST / N: the statistics of queries [8 FIRST, 8 (FIRST + N)) only (a 128-query tile reads them in halves).
+template <int N, int FIRST = 0>
+__device__ __forceinline__ void load_query_stats(float2 (&x)[N], const float* stats_t, int t) {
 #pragma unroll
-  for (int nt = 0; nt < kBr / 8; ++nt) x[nt] = *reinterpret_cast<const float2*>(stats_t + nt * 8 + 2 * t);
+  for (int nt = 0; nt < N; ++nt) x[nt] = *reinterpret_cast<const float2*>(stats_t + (FIRST + nt) * 8 + 2 * t);
 }
 
 // As compute_pt, from registers holding lse * log2e (+inf where no key is visible: the producer stores it so),
 // and with the masked and unmasked tiles as two straight-line loops under one uniform branch (masked elements
 // take an exponent of -inf); a select per element in one loop made ptxas branch around each element's mask.
-__device__ __forceinline__ void compute_pt_from_regs(float (&s)[32], float scale2, const float2 (&lse2)[8],
+// FIRST / N: the query columns [8 FIRST, 8 (FIRST + N)) of s only (lse2[nt] is column group FIRST + nt).
+template <int N, int FIRST = 0, int S>
+__device__ __forceinline__ void compute_pt_from_regs(float (&s)[S], float scale2, const float2 (&lse2)[N],
                                                      const TileMask& m, int krow0, bool need_mask, int t) {
+  static_assert(4 * (FIRST + N) <= S, "compute_pt_from_regs: columns past the fragment");
   if (!need_mask) {
 #pragma unroll
-    for (int nt = 0; nt < kBr / 8; ++nt)
+    for (int nt = FIRST; nt < FIRST + N; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float l = (i & 1) ? lse2[nt].y : lse2[nt].x;
+        const float l = (i & 1) ? lse2[nt - FIRST].y : lse2[nt - FIRST].x;
         s[nt * 4 + i] = fast_exp2(fmaf(s[nt * 4 + i], scale2, -l));
       }
     return;
   }
 #pragma unroll
-  for (int nt = 0; nt < kBr / 8; ++nt)
+  for (int nt = FIRST; nt < FIRST + N; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int e = i & 1, r = i >> 1, qi = nt * 8 + 2 * t + e, kj = krow0 + 8 * r;
       const bool visible = qi < m.q_lim && kj < m.k_lim && (!m.causal || kj <= qi + m.diag);
-      const float l = e ? lse2[nt].y : lse2[nt].x;
+      const float l = e ? lse2[nt - FIRST].y : lse2[nt - FIRST].x;
       s[nt * 4 + i] = fast_exp2(fmaf(s[nt * 4 + i], scale2, visible ? -l : -INFINITY));
     }
 }
@@ -200,6 +206,18 @@ __device__ __forceinline__ uint32_t ds_row_offset(int wg, int warp, int lane) {
   const int j = lane >> 3, i = lane & 7, row = wg * 64 + warp * 16 + 8 * (j & 1) + i;
   return uint32_t(row * 128 + (((j >> 1) ^ i) << 4));  // chunk 2m + (j >> 1), swizzled: (2m + (j >> 1)) ^ i
 }
+// Stores bf16 dS^T fragments (df[2nt + r] = (key krow0 + 8r, queries nt*8 + 2t, +1), R / 8 column groups) to the
+// sw128 dS^T tile of 128 keys x R queries (R / 64 blocks of 64 queries, 16 KB apart) with R / 16 stmatrix.x4.
+template <int R>
+__device__ __forceinline__ void store_dst_stmatrix(const uint32_t (&df)[R / 4], uint32_t ds_tile, uint32_t ds_row) {
+  const uint32_t a = ds_tile + ds_row;  // the tile is 1024-byte aligned: chunk 2m (mod 8) lies at a ^ ((m & 3) << 5)
+#pragma unroll
+  for (int m = 0; m < R / 16; ++m)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     (a ^ uint32_t((m & 3) << 5)) + uint32_t(m >> 2) * (kBc * 128)),
+                 "r"(df[4 * m]), "r"(df[4 * m + 1]), "r"(df[4 * m + 2]), "r"(df[4 * m + 3])
+                 : "memory");
+}
 __device__ __forceinline__ void compute_dst_store_stmatrix(const float (&dp)[32], uint32_t (&df)[16],
                                                            const float (&s)[32], const float2 (&dl)[8],
                                                            uint32_t ds_tile, uint32_t ds_row) {
@@ -209,12 +227,20 @@ __device__ __forceinline__ void compute_dst_store_stmatrix(const float (&dp)[32]
     for (int r = 0; r < 2; ++r)
       df[2 * nt + r] = pack_bf16(s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl[nt].x),
                                  s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl[nt].y));
-  const uint32_t a = ds_tile + ds_row;  // the tile is 1024-byte aligned: chunk 2m lies at a ^ (m << 5)
+  store_dst_stmatrix<kBr>(df, ds_tile, ds_row);
+}
+
+// The 128-query tile (D = 64): dS^T = P^T (dP^T - delta) in place of dp for query column groups [FIRST, FIRST + N)
+// (this thread's delta of those groups in dl), in f32 (the bf16 packing follows once P^T's f32 values are dead).
+template <int N, int FIRST>
+__device__ __forceinline__ void compute_dst_inplace(float (&dp)[64], const float (&s)[64], const float2 (&dl)[N]) {
 #pragma unroll
-  for (int m = 0; m < 4; ++m)
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a ^ uint32_t(m << 5)),
-                 "r"(df[4 * m]), "r"(df[4 * m + 1]), "r"(df[4 * m + 2]), "r"(df[4 * m + 3])
-                 : "memory");
+  for (int nt = FIRST; nt < FIRST + N; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      dp[nt * 4 + 2 * r] = s[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dl[nt - FIRST].x);
+      dp[nt * 4 + 2 * r + 1] = s[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dl[nt - FIRST].y);
+    }
 }
 
 // Stores a (64 rows, 8 NT columns) f32 accumulator fragment of a warpgroup (x[FIRST + nt*4 + 2r + e] = row
