@@ -374,22 +374,9 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       wgmma_wait<1>();  // dQ done; dK may still run
       wgmma_fence_regs(dq);
 
-      // Stage dQ * scale into buffer jq & 1: D = 128 columns wg*64.. of the (64, 128) tile (blocks 2wg, 2wg + 1);
-      // D = 64 partial wg (blocks 2wg, 2wg + 1). Column nt*8 + 2t of the warpgroup's 64 is in block 2wg + nt/4,
-      // 16-byte chunk (nt%4)*2 + t/2, swizzled with the row (row & 7 = g).
-      const int sb = int(jq & 1u);
-      const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
-      dq_buffer_sync_empty<D>(sb, wg);
-      stage_rows_f32_sw128<8>(stage, dq, p.scale, warp, g, t);
-
-      wgmma_wait<0>();  // dK done (it ran during the staging)
-      wgmma_fence_regs(dk);
-      fence_regs_u32(df);
-      // The proxy fence waits for the staging stores, which mostly landed while dK ran (fenced before the wait,
-      // it stalled on them: ncu).
-      fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
-      dq_buffer_arrive_full<D>(sb, wg);
-      mbar_arrive(empty_bar + 8 * st);  // this tile's Q / dO are no longer read
+      // Stage dQ * scale: D = 128 columns wg*64.. of the (64, 128) tile; D = 64 partial wg. Column nt*8 + 2t of the
+      // warpgroup's 64 is in block 2wg + nt/4, 16-byte chunk (nt%4)*2 + t/2, swizzled with the row (row & 7 = g).
+      stage_dq_end_tile<D>(dq, dk, df, p.scale, dq_bufs, jq, empty_bar + 8 * st, wg, warp, g, t);
     }
     // Epilogue: this thread's MMAs are done (its last wgmma_wait<0>), so K / V may take the next unit's tiles
     // while dK * scale and dV go through the dQ ring (kEpilogueTiles tiles of 64 columns) to the dQ warp.

@@ -147,6 +147,27 @@ __device__ __forceinline__ void stage_dkv_tile(const float (&x)[D / 2], float sc
   ++jq;
 }
 
+// The end of a tile in both consumers' loops: dQ * scale (this warpgroup's 64 rows x 64 columns, blocks 2wg, 2wg + 1
+// of buffer jq & 1) staged while dK runs, then the dK wait and the handoffs: the buffer to the dQ warp, the Q / dO
+// stage (its empty mbarrier) to the producer. The proxy fence comes after the dK wait: right after the stores it
+// stalled on them (ncu).
+template <int D, int NDF>
+__device__ __forceinline__ void stage_dq_end_tile(const float (&dq)[32], float (&dk)[D / 2], uint32_t (&df)[NDF],
+                                                  float scale, uint32_t dq_bufs, uint32_t jq, uint32_t stage_empty,
+                                                  int wg, int warp, int g, int t) {
+  const int sb = int(jq & 1u);
+  dq_buffer_sync_empty<D>(sb, wg);
+  stage_rows_f32_sw128<8>(dq_bufs + uint32_t(sb) * WgBwdV5Smem<D>::kDqBufBytes +
+                              uint32_t(2 * wg) * WgBwdV5Smem<D>::kDqBlockBytes,
+                          dq, scale, warp, g, t);
+  wgmma_wait<0>();  // dK done (it ran during the staging)
+  wgmma_fence_regs(dk);
+  fence_regs_u32(df);
+  fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
+  dq_buffer_arrive_full<D>(sb, wg);
+  mbar_arrive(stage_empty);  // this tile's Q / dO are no longer read
+}
+
 // The shared-memory regions and mbarriers of bwd v5, as every role addresses them.
 struct BwdV5Shared {
   uint32_t k_tile, v_tile;                 // (128, D) bf16 sw128 each

@@ -125,18 +125,8 @@ __device__ __forceinline__ void bwd_v5_consumer_wide(const AttnBwdParams& p, con
       fence_regs_u32(pf);
       wgmma_fence_regs(dq);
 
-      // Stage dQ * scale into buffer jq & 1, blocks 2wg, 2wg + 1 (columns 0-31, 32-63 of this warpgroup's rows).
-      const int sb = int(jq & 1u);
-      const uint32_t stage = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes + uint32_t(2 * wg) * Smem::kDqBlockBytes;
-      dq_buffer_sync_empty<D>(sb, wg);
-      stage_rows_f32_sw128<8>(stage, dq, p.scale, warp, g, t);
-
-      wgmma_wait<0>();  // dK done (it ran during the staging)
-      wgmma_fence_regs(dk);
-      fence_regs_u32(df);
-      fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
-      dq_buffer_arrive_full<D>(sb, wg);
-      mbar_arrive(empty_bar + 8 * st);  // this tile's Q / dO are no longer read
+      // Stage dQ * scale (this warpgroup's 64 queries: blocks 2wg, 2wg + 1), wait for dK, hand both on.
+      stage_dq_end_tile<D>(dq, dk, df, p.scale, dq_bufs, jq, empty_bar + 8 * st, wg, warp, g, t);
     }
     // Epilogue as bwd_v5_consumer's: K / V are free, dK * scale and dV go through the dQ ring.
     mbar_arrive(kv_empty_bar);
