@@ -125,12 +125,7 @@ __device__ __forceinline__ void dq_tile_d128(const AttnBwdParams& p, const dq_di
                                              uint32_t ds_tile, uint32_t k_tile, uint32_t qs, int wg, int warp,
                                              int g, int t) {
   float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column wg*64 + nt*8 + 2t + e)
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
-  wgmma_fence_regs(dq);
-  wgmma_fence_regs(dk);
-  fence_regs_u32(df);
-  wgmma_fence();
+  begin_dq_dk(dq, dk, df);
   issue_dq<kBc>(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
   wgmma_commit();
   issue_acc<128>(dk, df, qs);
@@ -151,12 +146,7 @@ __device__ __forceinline__ void dq_tile_d64(const AttnBwdParams& p, const dq_dim
                                             uint32_t ds_tile, uint32_t k_tile, uint32_t qs, float4* xchg, int wg,
                                             int warp, int g, int t, int tid) {
   float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column nt*8 + 2t + e), this warpgroup's keys
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
-  wgmma_fence_regs(dq);
-  wgmma_fence_regs(dk);
-  fence_regs_u32(df);
-  wgmma_fence();
+  begin_dq_dk(dq, dk, df);
   issue_dq<64>(dq, ds_tile + uint32_t(wg) * 64 * 128, k_tile + uint32_t(wg) * 64 * 128);
   wgmma_commit();
   issue_acc<64>(dk, df, qs);

@@ -360,12 +360,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
       // dQ (64 queries x 64 columns) = dS K: D = 128 this warpgroup's half of D over all keys; D = 64 all of D
       // over this warpgroup's keys (a partial). dK += dS^T Q runs behind it and during the staging.
       float dq[32];  // dq[nt*4 + 2r + e] = (query warp*16 + g + 8r, column nt*8 + 2t + e of this warpgroup's part)
-#pragma unroll
-      for (int i = 0; i < 32; ++i) dq[i] = 0.f;
-      wgmma_fence_regs(dq);
-      wgmma_fence_regs(dk);
-      fence_regs_u32(df);
-      wgmma_fence();
+      begin_dq_dk(dq, dk, df);
       if constexpr (D == 128) issue_dq<kBc>(dq, ds_tile, k_tile + uint32_t(wg) * (kBc * 128));
       else issue_dq<64>(dq, ds_tile + uint32_t(wg) * 64 * 128, k_tile + uint32_t(wg) * 64 * 128);
       wgmma_commit();

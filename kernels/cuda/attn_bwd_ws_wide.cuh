@@ -110,12 +110,7 @@ __device__ __forceinline__ void bwd_v5_consumer_wide(const AttnBwdParams& p, con
 
       // dQ (this warpgroup's 64 queries x 64 columns over all 128 keys) = dS K; dK += dS^T Q behind it.
       float dq[32];  // dq[nt*4 + 2r + e] = (query 64 wg + warp*16 + g + 8r, column nt*8 + 2t + e)
-#pragma unroll
-      for (int i = 0; i < 32; ++i) dq[i] = 0.f;
-      wgmma_fence_regs(dq);
-      wgmma_fence_regs(dk);
-      fence_regs_u32(df);
-      wgmma_fence();
+      begin_dq_dk(dq, dk, df);
       issue_dq<kBc>(dq, ds_tile + uint32_t(wg) * (kBc * 128), k_tile);
       wgmma_commit();
       issue_acc<D, R>(dk, df, qs);

@@ -37,13 +37,8 @@ __global__ void doc_summary_kernel(DocMaskDev d, int64_t B, int64_t q_begin, int
       s_hi = max(s_hi, doc);
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    p_lo = min(p_lo, __shfl_xor_sync(0xffffffffu, p_lo, o));
-    p_hi = max(p_hi, __shfl_xor_sync(0xffffffffu, p_hi, o));
-    s_lo = min(s_lo, __shfl_xor_sync(0xffffffffu, s_lo, o));
-    s_hi = max(s_hi, __shfl_xor_sync(0xffffffffu, s_hi, o));
-  }
+  warp_min_max(p_lo, p_hi);
+  warp_min_max(s_lo, s_hi);
   if (lane != 0) return;
   if (is_q) {
     int64_t* s = q_sum + (b * nq + t) * 4;
@@ -71,11 +66,7 @@ __global__ void doc_k128_span_kernel(DocMaskDev d, int64_t B) {
       hi = max(hi, t);
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-  }
+  warp_min_max(lo, hi);
   if (lane == 0) d.k128_span[w] = make_int2(lo, hi);
 }
 

@@ -86,6 +86,16 @@ __device__ __forceinline__ DocTileClass doc_tile_class(const DocRange& q, const 
   return kDocPartial;
 }
 
+// lo / hi <- the minimum of lo and the maximum of hi over the warp (every lane gets both).
+template <typename T>
+__device__ __forceinline__ void warp_min_max(T& lo, T& hi) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+}
+
 // The first and last index t in [0, n) with live(t), into red[0] and red[1] (red[0] > red[1] when none);
 // red: 2 ints of shared memory. Every thread of the block (nthreads) calls it; it synchronises the block twice.
 template <class Live>
@@ -101,11 +111,7 @@ __device__ __forceinline__ void block_tile_span(int n, int nthreads, int* red, L
       lo = min(lo, t);
       hi = max(hi, t);
     }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-  }
+  warp_min_max(lo, hi);
   if (threadIdx.x % 32 == 0 && hi >= 0) {
     atomicMin(&red[0], lo);
     atomicMax(&red[1], hi);

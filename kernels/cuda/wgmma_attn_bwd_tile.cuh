@@ -65,6 +65,18 @@ __device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t ds_rows, uint
   }
 }
 
+// Before issue_dq and the dK MMA behind it: the dQ accumulator zeroed, and dQ, dK and the dS^T A fragments fenced
+// for the wgmmas that read or write them.
+template <int NK, int NDF>
+__device__ __forceinline__ void begin_dq_dk(float (&dq)[32], float (&dk)[NK], uint32_t (&df)[NDF]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+  wgmma_fence_regs(dq);
+  wgmma_fence_regs(dk);
+  fence_regs_u32(df);
+  wgmma_fence();
+}
+
 // Where masking is needed, the limits of one (64 queries x 128 keys) tile as 32-bit offsets from (q0, k0): query
 // row qi and key row kj (tile-relative) are visible iff qi < q_lim, kj < k_lim and (!causal || kj <= qi + diag).
 // The int64 limits are clamped to +-2^30, far outside [0, 128), so the comparisons keep their result.
