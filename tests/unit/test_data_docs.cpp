@@ -89,7 +89,9 @@ TEST_F(DataDocsTest, DocumentStartsTargetsAndPositionsOnOneRank) {
     EXPECT_EQ(b.boundary_targets, dropped);
     EXPECT_EQ(b.visible_pairs, pairs);
     EXPECT_LT(pairs, B * T * (T + 1) / 2.0) << "documents must cut the causal pairs";
-    if (positions == "document") EXPECT_GT(distinct_positions.size(), 1u) << "positions must differ per sample";
+    if (positions == "document") {
+      EXPECT_GT(distinct_positions.size(), 1u) << "positions must differ per sample";
+    }
   }
 }
 

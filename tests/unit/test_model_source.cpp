@@ -64,8 +64,11 @@ TEST(ModelSource, OverridableFieldsKeepAnExplicitConfigValueAndSaySo) {
 
 TEST(ModelSource, MetadataCoversEverySchemaModelField) {
   const auto meta = model_metadata(ModelConfig{});
-  for (const FieldSpec& f : config_fields())
-    if (std::string(f.section) == "model") EXPECT_TRUE(meta.count(f.name)) << f.path();
+  for (const FieldSpec& f : config_fields()) {
+    if (std::string(f.section) == "model") {
+      EXPECT_TRUE(meta.count(f.name)) << f.path();
+    }
+  }
   // A float written and read back compares equal (canonical text), and a bad value is named.
   Config c = parse_config_text("model:\n  norm_eps: 1e-6\n", {}, 0, "cfg");
   auto m = model_metadata(c.model);
