@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -132,16 +133,33 @@ struct RingStepBuffers {
   // Every call of a cp-rank ring, rank after rank, in ring order (ring_source); mask_of(r, s, &mask) fills the mask
   // of rank r against source s and returns false where the call is skipped.
   using StepMask = std::function<bool(int r, int s, AttnMask* mask)>;
-  void ring_fwd(int cp, int64_t n, const StepMask& mask_of) {
+  // The forward as RingAttention runs it: the first computing step starts the state (attn_fwd_block_first), the
+  // last finalizes it (attn_fwd_block_last), a lone step is attn_fwd_whole; with fused_ends false, attn_state_reset + attn_fwd_block steps +
+  // attn_fwd_finalize (the form before the fused ends, for comparison).
+  void ring_fwd(int cp, int64_t n, const StepMask& mask_of, bool fused_ends = true) {
     for (int r = 0; r < cp; ++r) {
       AttnState st = rank_state(r, n);
-      attn_state_reset(st);
+      std::vector<std::pair<int, AttnMask>> steps;  // (source, mask) of the steps that compute
       for (int t = 0; t < cp; ++t) {
         AttnMask mask;
         const int s = ring_source(r, t, cp);
-        if (mask_of(r, s, &mask)) fwd_step(r, s, n, st, mask);
+        if (mask_of(r, s, &mask)) steps.emplace_back(s, mask);
       }
-      attn_fwd_finalize(st, bf(out, n, r * n), rows(lse, n, r * n));
+      Tensor o = bf(out, n, r * n), lse_r = rows(lse, n, r * n);
+      if (!fused_ends || steps.empty()) {
+        attn_state_reset(st);
+        for (auto& [s, mask] : steps) fwd_step(r, s, n, st, mask);
+        attn_fwd_finalize(st, o, lse_r);
+        continue;
+      }
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const int s = steps[i].first;
+        const Tensor qr = bf(q, n, r * n), ks = bf(k, n, s * n), vs = bf(v, n, s * n);
+        if (steps.size() == 1) attn_fwd_whole(qr, ks, vs, st, steps[i].second, o, lse_r);
+        else if (i == 0) attn_fwd_block_first(qr, ks, vs, st, steps[i].second);
+        else if (i + 1 == steps.size()) attn_fwd_block_last(qr, ks, vs, st, steps[i].second, o, lse_r);
+        else attn_fwd_block(qr, ks, vs, st, steps[i].second);
+      }
     }
   }
   void ring_bwd(int cp, int64_t n, const StepMask& mask_of) {

@@ -3,8 +3,9 @@
 // attn_fwd_whole, the fused fresh + finalized kernel; the backward's is attn_bwd_delta, zeroing dQ and
 // attn_bwd_block_fresh, which stores dK / dV instead of adding them). Each rank's queries resume the
 // fp32 state over cp K/V blocks with the masks of parallel/ring_schedule.h (zigzag: the causal diagonal block,
-// then half the keys or half the queries per step), then finalize; the backward recomputes per block and
-// accumulates dQ per rank and dK/dV per source block. No communication: this measures what the ring's step
+// then half the keys or half the queries per step; the first step starts the state and the last finalizes it, as
+// RingAttention runs them; the sequence with separate reset / finalize passes is timed too); the backward
+// recomputes per block and accumulates dQ per rank and dK/dV per source block. No communication: this measures what the ring's step
 // shapes cost the kernels (resume, half blocks, offsets, cp x more launches), not the network.
 //
 //   bench_ring_steps [--cp 8] [--layout zigzag] [--seq 16384,65536] [--d 64,128] [--warmup 2] [--reps 5]
@@ -119,6 +120,8 @@ int main(int argc, char** argv) {
         whole_fwd();
         const double whole_bwd_ms = time_ms(whole_bwd, warmup, reps);
         const double ring_fwd_ms = time_ms(ring_fwd, warmup, reps);
+        // The same steps with the state reset and finalize as passes of their own (before the fused ends).
+        const double ring_fwd_passes_ms = time_ms([&] { buf.ring_fwd(cp, n, mask_of, false); }, warmup, reps);
         ring_fwd();
         const double ring_bwd_ms = time_ms(ring_bwd, warmup, reps);
         auto tf = [](double fl, double ms) { return fl / (ms * 1e-3) / 1e12; };
@@ -129,6 +132,8 @@ int main(int argc, char** argv) {
                     "call: fwd %.3f, bwd %.3f\n",
                     cp, ring_fwd_ms, tf(flops, ring_fwd_ms), ring_bwd_ms, tf(2.5 * flops, ring_bwd_ms),
                     whole_fwd_ms / ring_fwd_ms, whole_bwd_ms / ring_bwd_ms);
+        std::printf("  cp=%d ring steps fwd with reset / finalize passes %8.3f ms %6.1f TF/s | ratio %.3f\n", cp,
+                    ring_fwd_passes_ms, tf(flops, ring_fwd_passes_ms), whole_fwd_ms / ring_fwd_passes_ms);
 
         // Per-step kinds, rank cp-1 (it meets every kind: its diagonal, then half-key steps), and rank 0
         // (half-query steps). Each kind: the mean of its calls' times.

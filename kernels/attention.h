@@ -38,8 +38,8 @@ struct AttnState {
   Tensor acc, m, l;
 };
 
-// The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_bwd_delta,
-// attn_bwd_block, attn_bwd_block_fresh) and their contracts are listed in kernels/op_list.inc.
+// The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_fwd_block_first,
+// attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh) and their contracts are listed in kernels/op_list.inc.
 #define RT_ATTN_OP(ret, name, params, args, first, dispatch) ret name params;
 #include "kernels/op_list.inc"
 

@@ -4,7 +4,7 @@
 //
 // Forward on rank r: step i uses the K/V block of rank s = (r - i) mod cp. Step 0 is the rank's own block;
 // the hop that brings step i+1's block is posted before step i's compute. The fp32 online-softmax state is
-// carried across all steps and finalised once.
+// carried across all steps: the first step that computes starts it and the last one finalises it.
 //
 // Backward on rank r: step i uses the block of rank b = (r - 1 - i) mod cp, so the rank's own block comes
 // last (i = cp-1). The ring direction is the same as the forward (send to r+1, receive from r-1): the first
@@ -178,10 +178,20 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
     finish_call();
     return;
   }
+  // The first and last steps that compute: the first starts the state (attn_fwd_block_first: no reset pass, no
+  // state read), the last finalizes it (attn_fwd_block_last: no state written, no finalize pass); a lone computing
+  // step is attn_fwd_whole. Where every step is skipped, the state is reset and finalized.
+  int first_step = -1, last_step = -1;
+  for (int step = 0; step < cp; ++step)
+    if (!step_plan(ring_source(r, step, cp)).skip) {
+      if (first_step < 0) first_step = step;
+      last_step = step;
+    }
+  const bool fused_ends = first_step >= 0;
   ExchangeHandle hop;
   {
     RingTimerScope t(*timer_, Phase::compute);
-    attn_state_reset(state_);
+    if (!fused_ends) attn_state_reset(state_);
     if (cp > 1) {
       // Pack the own K/V once; the hop that brings step 1's block is posted before step 0's compute.
       copy_cast(half(kv_buf_[0], 0), k);
@@ -205,10 +215,19 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
     maybe_inject_fault("ring_attention.forward_step");  // with an exchange in flight
     const RingBlockPlan plan = step_plan(ring_source(r, step, cp));
     RingTimerScope t(*timer_, Phase::compute);
-    if (!plan.skip) attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
-    else if (doc_pos_) ++skipped_steps_;
+    if (plan.skip) {
+      if (doc_pos_) ++skipped_steps_;
+    } else if (step == first_step && step == last_step) {
+      attn_fwd_whole(q, k_blk, v_blk, state_, plan.mask, out, lse);
+    } else if (step == first_step) {
+      attn_fwd_block_first(q, k_blk, v_blk, state_, plan.mask);
+    } else if (step == last_step) {
+      attn_fwd_block_last(q, k_blk, v_blk, state_, plan.mask, out, lse);
+    } else {
+      attn_fwd_block(q, k_blk, v_blk, state_, plan.mask);
+    }
   }
-  {
+  if (!fused_ends) {
     RingTimerScope t(*timer_, Phase::compute);
     attn_fwd_finalize(state_, out, lse);
   }

@@ -66,6 +66,59 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (128 * 128), map, bar, c * 64, head, row, batch);
 }
 
+// The query tiles of the rows outside [q_begin, q_end): ceil(q_begin / 128) tiles before the range, then those
+// after it up to Nq.
+__host__ __device__ inline int outside_tiles(const AttnFwdParams& p) {
+  return int((p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta +
+             (p.Nq - p.q_end + kWgRowsPerCta - 1) / kWgRowsPerCta);
+}
+__device__ __forceinline__ void outside_tile_rows(const AttnFwdParams& p, int f, int64_t& r0, int64_t& r1) {
+  const int before = int((p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta);
+  if (f < before) {
+    r0 = int64_t(f) * kWgRowsPerCta;
+    r1 = min(r0 + kWgRowsPerCta, p.q_begin);
+  } else {
+    r0 = p.q_end + int64_t(f - before) * kWgRowsPerCta;
+    r1 = min(r0 + kWgRowsPerCta, p.Nq);
+  }
+}
+
+// Rows [r0, r1) of head h, batch b that no key of this call reaches, as the call's form leaves them:
+//   plain block (state in, state out): untouched;
+//   fresh, state out (attn_fwd_block_first): the reset state, acc = 0, m = -inf, l = 0;
+//   fresh, finalized (attn_fwd_whole): O = 0, lse = -inf;
+//   state in, finalized (attn_fwd_block_last): O and lse from the state, as attn_fwd_finalize computes them
+//   (O * (1 / l), 0 where l == 0; lse = (m + log2 l) ln 2, -inf where l == 0).
+// All threads of the CTA take part; 4 columns per thread and step.
+template <int D>
+__device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_t r0, int64_t r1) {
+  if (!p.fresh && p.out == nullptr) return;
+  constexpr int kVecs = D / 4;                  // float4 per row
+  const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
+  const int n = int(r1 - r0) * kVecs;
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
+    const int64_t row = r0 + i / kVecs;
+    const int c = (i % kVecs) * 4;
+    if (p.out == nullptr) {  // fresh state
+      *reinterpret_cast<float4*>(p.acc + (bh_row0 + row) * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c == 0) {
+        p.m[bh_row0 + row] = -INFINITY;
+        p.l[bh_row0 + row] = 0.f;
+      }
+      continue;
+    }
+    const float lx = p.fresh ? 0.f : p.l[bh_row0 + row];
+    const float inv = lx > 0.f ? 1.f / lx : 0.f;
+    const float4 a = lx > 0.f ? *reinterpret_cast<const float4*>(p.acc + (bh_row0 + row) * D + c)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+    uint2 packed;
+    packed.x = pack_bf16(a.x * inv, a.y * inv);
+    packed.y = pack_bf16(a.z * inv, a.w * inv);
+    *reinterpret_cast<uint2*>(p.out + ((b * p.Nq + row) * p.H + h) * D + c) = packed;
+    if (c == 0) p.lse[bh_row0 + row] = lx > 0.f ? (p.m[bh_row0 + row] + log2f(lx)) * kLn2 : -INFINITY;
+  }
+}
+
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
 template <int D, bool kDocs>
 __global__ void __launch_bounds__(kWsThreads, 1)
@@ -81,8 +134,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
-  const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
   const int64_t h = blockIdx.y, b = blockIdx.z;
+  if (int(blockIdx.x) >= num_q_tiles) {  // a tile of the rows outside [q_begin, q_end) (fresh or finalized forms)
+    int64_t r0, r1;
+    outside_tile_rows(p, int(blockIdx.x) - num_q_tiles, r0, r1);
+    no_key_rows<D>(p, b, h, r0, r1);
+    return;
+  }
+  const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
   const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
   const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
   // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
@@ -95,13 +154,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const DocRange cta = doc_q_range(p.docs, b, qt, kWgRowsPerCta / kDocTileRows);
     if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWsThreads, doc_red, k_lo, k_hi)) k_hi = k_lo;
   }
-  if (k_hi <= k_lo) {  // no visible key: state untouched (the whole CTA leaves before any barrier)
-    if (p.out != nullptr) {  // finalized: O = 0, lse = -inf for the tile's rows
-      const int rows = int(q_last - q0 + 1);
-      for (int i = int(threadIdx.x); i < rows * D; i += kWsThreads)
-        p.out[((b * p.Nq + q0 + i / D) * p.H + h) * D + i % D] = __float2bfloat16(0.f);
-      for (int i = int(threadIdx.x); i < rows; i += kWsThreads) p.lse[(b * p.H + h) * p.Nq + q0 + i] = -INFINITY;
-    }
+  if (k_hi <= k_lo) {  // no visible key (the whole CTA leaves before any barrier)
+    no_key_rows<D>(p, b, h, q0, q_last + 1);
     return;
   }
   const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
@@ -253,7 +307,10 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kWgRowsPerCta);
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
-  const dim3 grid(unsigned(tiles), unsigned(p.H), unsigned(B));
+  // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs after the query tiles.
+  const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
+  RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
+  const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
   attn_fwd_ws_kernel<D, kDocs><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
   CUDA_CHECK_LAUNCH();
 }

@@ -389,10 +389,75 @@ TEST_P(CudaAttentionWgmma, WholeForwardCausalWithQueryTilesThatSeeNoKey) {
   run_whole_case({"whole_causal_empty_tiles", 1, 700, 700, 2, 1, false, {mask(true, 0, 300)}}, GetParam(), 1100);
 }
 
-TEST_P(CudaAttentionWgmma, WholeForwardFallsBackForPartialRangesAndShortBlocks) {
-  // A query sub-range (finalize writes every row, so no fused kernel) and a 100-row block (under one tile).
+TEST_P(CudaAttentionWgmma, WholeForwardPartialRangesAndShortBlocks) {
+  // A query sub-range (extra CTAs write O = 0, LSE = -inf for the rows outside it) and a 100-row block (under
+  // one tile: the sequence runs).
   run_whole_case({"whole_sub_range", 1, 400, 400, 2, 1, false, {mask(true, 0, 0, 37, 300, 0, 400)}}, GetParam(), 1200);
   run_whole_case({"whole_short", 2, 100, 90, 2, 1, false, {mask(false, 0, 0)}}, GetParam(), 1300);
+}
+
+// A ring rank's steps with the fused ends: attn_fwd_block_first (blocks[0], into a NaN-poisoned state: it must
+// not read it), attn_fwd_block for the middle blocks, attn_fwd_block_last (the last block, into NaN-poisoned out /
+// lse). Against the fp64 reference and, bit for bit, against reset + the blocks + finalize of the same variant
+// (the fused kernel does the same float operations in the same order).
+void run_ends_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
+  const int64_t D = kern.D, B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
+  SCOPED_TRACE(std::string(c.name) + " ends v" + kern.variant + " D=" + std::to_string(D));
+  ASSERT_GE(c.blocks.size(), 2u);
+  Inputs in;
+  in.q = bf16_rounded(random_vector(B * Nq * H * D, seed, 1.2f));
+  in.k = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 1, 1.2f));
+  in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
+  std::vector<char> touched;
+  const Outputs ref = reference(c, D, in, touched);
+  const Outputs seq = run_gpu(c, D, in, kern.variant);
+  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
+      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
+  Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
+      glse(gpu(), DType::f32, {B, H, Nq});
+  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
+  poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
+  AttnState st{gacc.t(), gm.t(), gl.t()};
+  {
+    ForcedFwdVariant forced(kern.variant);
+    attn_fwd_block_first(gq.t(), gk.t(), gv.t(), st, c.blocks.front());
+    for (size_t i = 1; i + 1 < c.blocks.size(); ++i) attn_fwd_block(gq.t(), gk.t(), gv.t(), st, c.blocks[i]);
+    attn_fwd_block_last(gq.t(), gk.t(), gv.t(), st, c.blocks.back(), gout.t(), glse.t());
+  }
+  const std::vector<float> out = download(gout), lse = download(glse);
+  const double e_out = rel_error(out, ref.out), e_lse = lse_max_abs_error(lse, ref.lse);
+  int64_t out_diff = 0, lse_diff = 0;  // elements that differ from the sequence's (NaN counts as different)
+  for (size_t i = 0; i < out.size(); ++i) out_diff += out[i] == seq.out[i] ? 0 : 1;
+  for (size_t i = 0; i < lse.size(); ++i) lse_diff += lse[i] == seq.lse[i] ? 0 : 1;
+  std::cout << "[attn ring ends] " << c.name << " v" << kern.variant << " D=" << D << " out vs fp64 " << e_out
+            << " lse " << e_lse << " | elements unlike the sequence: out " << out_diff << " lse " << lse_diff << "\n";
+  EXPECT_FALSE(any_nan(out) || any_nan(lse)) << "NaN in out / lse";
+  EXPECT_LE(e_out, 1e-2) << worst_mismatch(out, ref.out);
+  EXPECT_LE(e_lse, 1e-4);
+  EXPECT_EQ(out_diff, 0) << worst_mismatch(out, seq.out);
+  EXPECT_EQ(lse_diff, 0);
+}
+
+TEST_P(CudaAttentionWgmma, RingEndsZigzagSteps) {
+  // A zigzag rank of 512 tokens: the causal diagonal block, a half-key step (keys [0, 256)), then a half-query
+  // step (queries [256, 512)) last: rows [0, 256) are finalized from the state by the extra CTAs.
+  run_ends_case({"ends_zigzag", 1, 512, 512, 4, 2, false,
+                 {mask(true, 0, 0), mask(false, 0, 0, 0, -1, 0, 256), mask(false, 0, 0, 256, 512, 0, -1)}},
+                GetParam(), 1400);
+}
+
+TEST_P(CudaAttentionWgmma, RingEndsRowsWithoutKeysAndSubRanges) {
+  // First: k_offset 300, so the first query tiles see no key and write a reset state; rows outside [37, 650)
+  // are reset by the extra CTAs. Middle: every key. Last: a sub-range whose first tile sees no key (finalized
+  // from the state) and rows past 600 finalized by the extra CTAs.
+  run_ends_case({"ends_empty_tiles", 2, 700, 700, 2, 1, false,
+                 {mask(true, 0, 300, 37, 650, 0, -1), mask(false, 0, 0), mask(true, 0, 200, 0, 600, 0, -1)}},
+                GetParam(), 1500);
+}
+
+TEST_P(CudaAttentionWgmma, RingEndsShortBlocksRunTheSequence) {
+  // 100-row blocks (under one 128-row TMA box): both ends run the op sequence.
+  run_ends_case({"ends_short", 2, 100, 100, 2, 1, false, {mask(true, 0, 0), mask(false, 0, 0)}}, GetParam(), 1600);
 }
 
 }  // namespace

@@ -406,6 +406,27 @@ const std::map<std::string, OpCase>& op_cases() {
          attn_fwd_whole(q, k, v, scratch, causal_mask(), out, lse);
          return {download(out), download(lse)};
        }}},
+      {"attn_fwd_block_first", {2e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
+         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         AttnState s = attn_state(r);  // poisoned: the op must not read it
+         attn_fwd_block_first(q, k, v, s, causal_mask());
+         return {download(s.acc), download(s.m), download(s.l)};
+       }}},
+      {"attn_fwd_block_last", {2e-2, [](OpRun& r) -> Outputs {
+         const AttnInputs& a = attn_inputs();
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
+         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         Tensor k2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2), v2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2);
+         AttnState s = attn_state(r);
+         attn_state_reset(s);
+         AttnMask earlier;  // an earlier block: every key visible; then the causal diagonal block, finalized
+         attn_fwd_block(q, k2, v2, s, earlier);
+         Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
+         attn_fwd_block_last(q, k, v, s, causal_mask(), out, lse);
+         return {download(out), download(lse)};
+       }}},
       {"attn_bwd_delta", {1e-2, [](OpRun& r) -> Outputs {
          const AttnInputs& a = attn_inputs();
          Tensor out = r.in(DType::bf16, {kB, kN, kH, kD}, a.out), dout = r.in(DType::bf16, {kB, kN, kH, kD}, a.dout);
