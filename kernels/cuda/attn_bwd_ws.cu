@@ -10,6 +10,7 @@
 #include "kernels/cuda/attn_bwd_ws_layout.cuh"
 #include "kernels/cuda/attn_bwd_ws_units.cuh"
 #include "kernels/cuda/attn_bwd_ws_wide.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tma_ops.cuh"
 #include "kernels/cuda/wgmma_attn_bwd.cuh"
 #include "kernels/cuda/wgmma_attn_bwd_tile.cuh"
@@ -147,7 +148,14 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
     }
     if (w.n_iter > 0) ++kv_loads;
     int next = 0;
-    if (lane == 0) next = int(grid.ctas) + atomicAdd(next_unit, 1);
+    if (lane == 0) {
+      // Each launch makes exactly grid.units fetches (one per unit past the first ctas, and one per CTA that
+      // finds the list empty), so the one that reads units - 1 is the last: it sets the counter back to 0 for
+      // the next launch (no memset before each launch).
+      const int taken = atomicAdd(next_unit, 1);
+      if (taken == int(grid.units) - 1) atomicExch(next_unit, 0);
+      next = int(grid.ctas) + taken;
+    }
     u = __shfl_sync(0xffffffffu, next, 0);
   }
 }
@@ -417,6 +425,8 @@ __global__ void __launch_bounds__(kV5Threads, 1)
                           reinterpret_cast<int2*>(doc_smem + Smem::kDocSpans)};     // (2)
   constexpr uint32_t kStageWriters = kDocs ? 64 : 32;  // the producer's lanes (and the docs warp's)
 
+  grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
+  allow_dependent_launch();
   const int tid = int(threadIdx.x);
   // wg through a shuffle: the compiler then knows it is warp-uniform, so the smem addresses and wgmma descriptors
   // derived from it can live in uniform registers.
@@ -490,15 +500,17 @@ BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t rows, int64_t n_bh,
   return g;
 }
 
-// The counter from which bwd v5's CTAs fetch their units after the first, per device, zeroed on the stream before
-// each launch (so, like the deterministic turn counters, one launch at a time per device).
+// The counter from which bwd v5's CTAs fetch their units after the first, per device: zeroed once, and set back
+// to 0 by each launch's last fetch (so, like the deterministic turn counters, one launch at a time per device).
 int* bwd_unit_counter(int device, cudaStream_t stream) {
   static std::mutex mutex;
   static int* counters[kMaxDevices] = {};
   std::lock_guard<std::mutex> lock(mutex);
   int*& c = counters[device_slot(device)];
-  if (c == nullptr) CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
-  CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
+  if (c == nullptr) {  // zeroed once; each launch leaves it at 0 (bwd_v5_producer)
+    CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
+    CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
+  }
   return c;
 }
 
@@ -535,9 +547,8 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   }
   if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
-  attn_bwd_ws_kernel<D, kDocs, R>
-      <<<unsigned(g.ctas), kV5Threads, smem, stream>>>(tq, tdo, tk, tv, tdq, tdk, tdv, p, g, next_unit);
-  CUDA_CHECK_LAUNCH();
+  launch_dependent_kernel(attn_bwd_ws_kernel<D, kDocs, R>, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream,
+                          tq, tdo, tk, tv, tdq, tdk, tdv, p, g, next_unit);
 }
 
 }  // namespace

@@ -12,12 +12,15 @@
 //   * a consumer releases K_j (empty barrier) as soon as S_j is done and V_j once P_j V_j is done;
 //   * TMA boxes: Q rows past q_end and K/V rows past k_end read as zero (the tensor maps' row extents end
 //     there); keys at or past the CTA's last visible key in a tile are masked in the softmax.
-//   * causal: key tiles wholly above the diagonal are never visited; heaviest query tiles launch first.
-// Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0; acc is
+//   * causal: key tiles wholly above the diagonal are never visited; heaviest query tiles launch first;
+//   * launched as a dependent kernel (pdl.cuh): its CTAs take the SMs the previous kernel's tail leaves free.
+// Rows outside [q_begin, q_end) are left untouched (by the plain block form; the fresh and finalized forms of
+// attn_fwd_fused.cu write them: no_key_rows); a row that sees no key keeps m = -inf, l = 0; acc is
 // not read for rows whose m is -inf.
 #include <climits>
 
 #include "kernels/cuda/attn_fwd_ws.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tma_ops.cuh"
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
 #include "kernels/cuda/wgmma_attn_fwd_tile.cuh"
@@ -89,33 +92,62 @@ __device__ __forceinline__ void outside_tile_rows(const AttnFwdParams& p, int f,
 //   fresh, finalized (attn_fwd_whole): O = 0, lse = -inf;
 //   state in, finalized (attn_fwd_block_last): O and lse from the state, as attn_fwd_finalize computes them
 //   (O * (1 / l), 0 where l == 0; lse = (m + log2 l) ln 2, -inf where l == 0).
-// All threads of the CTA take part; 4 columns per thread and step.
+// All threads of the CTA take part, 4 columns per thread and item; the reads of kBatch items are issued before
+// any of their writes (one memory round trip per batch, not per item).
 template <int D>
 __device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_t r0, int64_t r1) {
   if (!p.fresh && p.out == nullptr) return;
-  constexpr int kVecs = D / 4;                  // float4 per row
+  constexpr int kVecs = D / 4;                   // float4 per row
+  constexpr int kBatch = 8;
   const int64_t bh_row0 = (b * p.H + h) * p.Nq;  // (B,H,Nq) index of row 0 of this head
-  const int n = int(r1 - r0) * kVecs;
-  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
-    const int64_t row = r0 + i / kVecs;
-    const int c = (i % kVecs) * 4;
+  const int n = int(r1 - r0) * kVecs, stride = int(blockDim.x);
+  for (int i0 = int(threadIdx.x); i0 < n; i0 += kBatch * stride) {
     if (p.out == nullptr) {  // fresh state
-      *reinterpret_cast<float4*>(p.acc + (bh_row0 + row) * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (c == 0) {
-        p.m[bh_row0 + row] = -INFINITY;
-        p.l[bh_row0 + row] = 0.f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * stride;
+        if (i >= n) break;
+        const int64_t row = bh_row0 + r0 + i / kVecs;
+        const int c = (i % kVecs) * 4;
+        *reinterpret_cast<float4*>(p.acc + row * D + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c == 0) {
+          p.m[row] = -INFINITY;
+          p.l[row] = 0.f;
+        }
       }
       continue;
     }
-    const float lx = p.fresh ? 0.f : p.l[bh_row0 + row];
-    const float inv = lx > 0.f ? 1.f / lx : 0.f;
-    const float4 a = lx > 0.f ? *reinterpret_cast<const float4*>(p.acc + (bh_row0 + row) * D + c)
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
-    uint2 packed;
-    packed.x = pack_bf16(a.x * inv, a.y * inv);
-    packed.y = pack_bf16(a.z * inv, a.w * inv);
-    *reinterpret_cast<uint2*>(p.out + ((b * p.Nq + row) * p.H + h) * D + c) = packed;
-    if (c == 0) p.lse[bh_row0 + row] = lx > 0.f ? (p.m[bh_row0 + row] + log2f(lx)) * kLn2 : -INFINITY;
+    float4 a[kBatch];
+    float lx[kBatch], mx[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // reads (acc is used only where l > 0)
+      const int i = i0 + u * stride;
+      lx[u] = 0.f;
+      mx[u] = 0.f;
+      a[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i < n && !p.fresh) {
+        const int64_t row = bh_row0 + r0 + i / kVecs;
+        lx[u] = p.l[row];
+        mx[u] = p.m[row];
+        a[u] = *reinterpret_cast<const float4*>(p.acc + row * D + (i % kVecs) * 4);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // writes
+      const int i = i0 + u * stride;
+      if (i >= n) break;
+      const int64_t row = r0 + i / kVecs;
+      const int c = (i % kVecs) * 4;
+      const bool seen = lx[u] > 0.f;
+      const float inv = seen ? 1.f / lx[u] : 0.f;
+      const float4 o = seen ? make_float4(a[u].x * inv, a[u].y * inv, a[u].z * inv, a[u].w * inv)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+      uint2 packed;
+      packed.x = pack_bf16(o.x, o.y);
+      packed.y = pack_bf16(o.z, o.w);
+      *reinterpret_cast<uint2*>(p.out + ((b * p.Nq + row) * p.H + h) * D + c) = packed;
+      if (c == 0) p.lse[bh_row0 + row] = seen ? (mx[u] + log2f(lx[u])) * kLn2 : -INFINITY;
+    }
   }
 }
 
@@ -135,13 +167,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
   const int64_t h = blockIdx.y, b = blockIdx.z;
-  if (int(blockIdx.x) >= num_q_tiles) {  // a tile of the rows outside [q_begin, q_end) (fresh or finalized forms)
+  grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
+  allow_dependent_launch();
+  // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
+  // run side by side on every SM (after the query tiles, they queued on the few SMs a one-wave step leaves free).
+  const int outside = int(gridDim.x) - num_q_tiles;
+  if (int(blockIdx.x) < outside) {
     int64_t r0, r1;
-    outside_tile_rows(p, int(blockIdx.x) - num_q_tiles, r0, r1);
+    outside_tile_rows(p, int(blockIdx.x), r0, r1);
     no_key_rows<D>(p, b, h, r0, r1);
     return;
   }
-  const int tile = num_q_tiles - 1 - int(blockIdx.x);  // heaviest (causal) tiles first
+  const int tile = num_q_tiles - 1 - (int(blockIdx.x) - outside);  // heaviest (causal) tiles first
   const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
   const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
   // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
@@ -307,12 +344,12 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kWgRowsPerCta);
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
-  // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs after the query tiles.
+  // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs before the query tiles.
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
-  attn_fwd_ws_kernel<D, kDocs><<<grid, kWsThreads, smem, stream>>>(tq, tk, tv, p, int(tiles));
-  CUDA_CHECK_LAUNCH();
+  launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs>, grid, dim3(kWsThreads), smem, stream, tq, tk, tv, p,
+                          int(tiles));
 }
 
 }  // namespace
