@@ -1,5 +1,5 @@
 // The forward's variant choice and attn_fwd_block on CUDA: checks the arguments, sets up the kernel parameters and
-// launches the variant chosen for this device and block (attn_fwd_whole.cu shares the choice and the set-up).
+// launches the variant chosen for this device and block (attn_fwd_fused.cu shares the choice and the set-up).
 //   compute capability 9.0 with an sm_90a image, D = 64 or 128: fwd v5 (attn_fwd_ws.cu), which runs fwd v4
 //     (attn_fwd_wgmma.cu) for blocks under 128 query or key rows;
 //   elsewhere: the mma.sync kernels (attn_fwd_mma.cu), v3 for D = 128 with at least 16K query rows, else v2.

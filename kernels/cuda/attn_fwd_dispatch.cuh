@@ -1,5 +1,5 @@
 // The forward's variant choice and parameter set-up (kernels/cuda/attn_fwd_dispatch.cu), shared by attn_fwd_block
-// and attn_fwd_whole (kernels/cuda/attn_fwd_whole.cu), and the mma.sync launcher. Keep C++17.
+// and the fused forms (kernels/cuda/attn_fwd_fused.cu), and the mma.sync launcher. Keep C++17.
 #pragma once
 #include <cuda_runtime.h>
 
