@@ -48,7 +48,7 @@ struct WsSmem {
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
   static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
-  static_assert(8 + 32 * kStages <= kBarBytes, "mbarriers do not fit");
+  static_assert(8 + 32 * kStages <= 512, "mbarriers do not fit below the softmax anchors (512 + 32 x 8 bytes)");
 };
 
 struct WsBars {
@@ -58,7 +58,16 @@ struct WsBars {
   __device__ __forceinline__ uint32_t v_full(int s) const { return base + 8 + 8 * (kStages + s); }
   __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 8 + 8 * (2 * kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 8 + 8 * (3 * kStages + s); }
+  __device__ __forceinline__ uint32_t anchor(int lane) const { return base + 512 + 8 * lane; }  // softmax_anchor
 };
+
+// A store of this thread's running sums (computed from every exp of the tile) into a scratch slot that nothing
+// reads, issued between the softmax and the wait for P V. ptxas keeps shared-memory stores ahead of a wgmma wait, so
+// the exps stay ahead of it too; without the store it hoisted the wait above the exps, and the softmax of
+// S_{j+1} ran after P_j V_j instead of under it.
+__device__ __forceinline__ void softmax_anchor(uint32_t slot, const float (&l_run)[2]) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(slot), "f"(l_run[0]), "f"(l_run[1]) : "memory");
+}
 
 // Loads one (128, D) sw128 tile: D/64 boxes of (128 rows, 64 columns) at element coordinates
 // (column, head, row, batch).
@@ -298,6 +307,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     uint32_t pn[32];
     softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
                         drows, dkeys, b);
+    softmax_anchor(bars.anchor(lane), l_run);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
