@@ -6,7 +6,9 @@
 //         keys) with TMA into a ring of kStages (2) stages, K and V with separate full/empty mbarriers;
 //       - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240): 64 query rows each, the S = Q K^T /
 //         softmax / O += P V pipeline of fwd v4 (wgmma_attn_fwd_tile.cuh): S_{j+1} and P_j V_j are issued
-//         back to back and the softmax of S_{j+1} runs while P_j V_j is on the tensor cores;
+//         back to back; ptxas places the wait for P_j V_j before the softmax of S_{j+1}, so the overlap is
+//         between the warpgroups (one's softmax under the other's MMAs; forcing the softmax under its own
+//         P_j V_j measured 1-2% slower: bench/NOTES.md "fwd v5: the softmax back under P V");
 //   * the warp schedulers interleave the two consumer warpgroups freely (a pingpong order measured no faster:
 //     dev/attention/README.md); no CTA-wide barrier after the start;
 //   * a consumer releases K_j (empty barrier) as soon as S_j is done and V_j once P_j V_j is done;
@@ -48,7 +50,7 @@ struct WsSmem {
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
   static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
-  static_assert(8 + 32 * kStages <= 512, "mbarriers do not fit below the softmax anchors (512 + 32 x 8 bytes)");
+  static_assert(8 + 32 * kStages <= kBarBytes, "mbarriers do not fit");
 };
 
 struct WsBars {
@@ -58,16 +60,7 @@ struct WsBars {
   __device__ __forceinline__ uint32_t v_full(int s) const { return base + 8 + 8 * (kStages + s); }
   __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 8 + 8 * (2 * kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 8 + 8 * (3 * kStages + s); }
-  __device__ __forceinline__ uint32_t anchor(int lane) const { return base + 512 + 8 * lane; }  // softmax_anchor
 };
-
-// A store of this thread's running sums (computed from every exp of the tile) into a scratch slot that nothing
-// reads, issued between the softmax and the wait for P V. ptxas keeps shared-memory stores ahead of a wgmma wait, so
-// the exps stay ahead of it too; without the store it hoisted the wait above the exps, and the softmax of
-// S_{j+1} ran after P_j V_j instead of under it.
-__device__ __forceinline__ void softmax_anchor(uint32_t slot, const float (&l_run)[2]) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(slot), "f"(l_run[0]), "f"(l_run[1]) : "memory");
-}
 
 // Loads one (128, D) sw128 tile: D/64 boxes of (128 rows, 64 columns) at element coordinates
 // (column, head, row, batch).
@@ -307,7 +300,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     uint32_t pn[32];
     softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
                         drows, dkeys, b);
-    softmax_anchor(bars.anchor(lane), l_run);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
