@@ -384,6 +384,14 @@ TEST_P(CudaAttentionBwdFresh, DeterministicManyUnitsPerCta) {
                                1570);
 }
 
+// The same without the causal mask: every key tile adds into every query tile, so each tile's turns pass through
+// all six key tiles of its pair, units of one pair run side by side, and each hands a tile's turn on only after
+// its next tile's adds are issued.
+TEST_P(CudaAttentionBwdFresh, DeterministicNonCausalManyUnitsPerCta) {
+  run_fresh_deterministic_case({"fresh_deterministic_noncausal", 8, 768, 768, 8, 4, mask(false, 0, 0)}, GetParam(),
+                               1580);
+}
+
 // Key rows [lo, hi) of a (1, Nk, 1, D) gradient.
 std::vector<float> key_rows(const std::vector<float>& x, int64_t D, int64_t lo, int64_t hi) {
   return std::vector<float>(x.begin() + lo * D, x.begin() + hi * D);
