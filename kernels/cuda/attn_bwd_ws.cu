@@ -160,15 +160,6 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
   }
 }
 
-// Deterministic mode: hands query tile `turn`'s dQ turn from key tile `mine` to mine + 1, once this thread's bulk
-// reduces into it are complete (the caller waits for them): their writes made visible at gpu scope, then a
-// release store.
-__device__ __forceinline__ void pass_dq_turn(int* turn, int mine) {
-  fence_proxy_async_global();
-  __threadfence();
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
-}
-
 // The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
 // then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). Each buffer's empty barrier
 // (per consumer warpgroup at D = 64, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
@@ -193,7 +184,6 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     dq_buffer_arrive_empty<D>(1, part);
   }
   uint32_t jq = 0;  // dQ-ring tiles so far
-  int held = -1;  // deterministic mode: the dq_turn index of the unit's last query tile added, not yet handed on
 #pragma unroll 1
   for (int f = 0;; ++f) {
     int2 span{0, 0};
@@ -235,27 +225,20 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
                               q0 + (R == 128 ? 64 * part : 0), int(w.b));
           }
           bulk_commit();
-          if (turn != nullptr && part + 1 == kDqParts<D>) {
-            // The previous tile's turn is handed on once its adds are complete, with this tile's reduces still
-            // in flight: one reduce round trip per tile stays off the warp's critical path.
-            if (held >= 0) {
-              bulk_wait<kDqParts<D>>();
-              pass_dq_turn(p.dq_turn + held, mine);
+          if (turn != nullptr) {
+            bulk_wait<0>();
+            if (part + 1 == kDqParts<D>) {
+              fence_proxy_async_global();
+              __threadfence();
+              asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
             }
-            held = int(turn - p.dq_turn);
+          } else {
+            bulk_wait_read<0>();
           }
-          bulk_wait_read<0>();
         }
         __syncwarp();
         dq_buffer_arrive_empty<D>(sb, part);
       }
-    }
-    if (held >= 0) {  // the unit's last query tile: its turn is handed on before the epilogue
-      if (lane == 0) {
-        bulk_wait<0>();
-        pass_dq_turn(p.dq_turn + held, mine);
-      }
-      held = -1;
     }
     // Pieces add into rows zeroed before the kernel; rows past k_end are skipped by the tensor maps.
     const bool store_dkv = p.overwrite_dkv && !w.piece;
