@@ -2,7 +2,7 @@
 //   attn_fwd_whole       = attn_state_reset + attn_fwd_block + attn_fwd_finalize (one K/V block, cp = 1);
 //   attn_fwd_block_first = attn_state_reset + attn_fwd_block (a ring rank's first step);
 //   attn_fwd_block_last  = attn_fwd_block + attn_fwd_finalize (a ring rank's last step).
-// Where fwd v5 runs (and the output is bf16, both ranges hold at least one 128-row TMA box) each is one launch of
+// Where fwd v5 runs (and the output is bf16, both ranges hold at least one TMA box) each is one launch of
 // the fwd v5 kernel: `fresh` (no state read) and / or `out` / `lse` set (finalized by the kernel, no state
 // written). The rows outside the mask's query range get extra CTAs that write what the sequence would leave there
 // (a reset state, or the finalized state). Elsewhere the ops run the sequence.
@@ -21,8 +21,10 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
 namespace {
 
 // Whether one fwd v5 launch does the fused form of this call (out: the finalized output, or null).
-bool fused_form_runs(const Tensor& q, const AttnDims& d, const AttnRanges& r, const Tensor* out) {
-  return d.B > 0 && d.H > 0 && r.k_begin < r.k_end && r.q_begin < r.q_end && r.q_end >= 128 && r.k_end >= 128 &&
+bool fused_form_runs(const Tensor& q, const AttnDims& d, const AttnRanges& r, const AttnMask& mask,
+                     const Tensor* out) {
+  return d.B > 0 && d.H > 0 && r.k_begin < r.k_end && r.q_begin < r.q_end &&
+         r.q_end >= attn_fwd_ws_query_rows(d.D, mask.docs.on()) && r.k_end >= 128 &&
          (out == nullptr || out->dtype == DType::bf16) &&
          attn_fwd_variant(d.D, r.q_end - r.q_begin, q.device.index) == 5;
 }
@@ -50,7 +52,7 @@ void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (!fused_form_runs(q, d, r, &out)) {
+  if (!fused_form_runs(q, d, r, mask, &out)) {
     cuda::attn_state_reset(scratch);  // qualified: rt::attn_state_reset (ops.h) is found by ADL too
     cuda::attn_fwd_block(q, k, v, scratch, mask);
     cuda::attn_fwd_finalize(scratch, out, lse);
@@ -71,7 +73,7 @@ void attn_fwd_block_first(const Tensor& q, const Tensor& k, const Tensor& v, Att
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (!fused_form_runs(q, d, r, nullptr)) {
+  if (!fused_form_runs(q, d, r, mask, nullptr)) {
     cuda::attn_state_reset(state);
     cuda::attn_fwd_block(q, k, v, state, mask);
     return;
@@ -88,7 +90,7 @@ void attn_fwd_block_last(const Tensor& q, const Tensor& k, const Tensor& v, Attn
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (!fused_form_runs(q, d, r, &out)) {
+  if (!fused_form_runs(q, d, r, mask, &out)) {
     cuda::attn_fwd_block(q, k, v, state, mask);
     cuda::attn_fwd_finalize(state, out, lse);
     return;

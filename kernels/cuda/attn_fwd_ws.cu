@@ -1,17 +1,18 @@
 // attn_fwd_block on Hopper, warp-specialized (fwd v5, sm_90a): continues the fp32 online-softmax state
 // (acc, m, l) with one K/V block. Same contract as fwd v4 (attn_fwd_wgmma.cu) and the mma.sync kernels
 // (attn_fwd_mma.cu); attn_fwd_dispatch.cu chooses it.
-//   * one CTA = 128 query rows of one (batch, head), 384 threads = 3 warpgroups, 1 CTA per SM:
+//   * one CTA = 64 x kCons query rows of one (batch, head), 1 CTA per SM; kCons = 3 (192 rows, 512 threads) at
+//     D = 64 without documents, else 2 (128 rows, 384 threads):
 //       - warpgroup 0, the producer: setmaxnreg.dec to 24; one thread loads Q once and the K/V tiles (128
 //         keys) with TMA into a ring of kStages (2) stages, K and V with separate full/empty mbarriers;
-//       - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240): 64 query rows each, the S = Q K^T /
-//         softmax / O += P V pipeline of fwd v4 (wgmma_attn_fwd_tile.cuh): S_{j+1} and P_j V_j are issued
-//         back to back; ptxas places the wait for P_j V_j before the softmax of S_{j+1}, so the overlap is
-//         between the warpgroups (one's softmax under the other's MMAs; forcing the softmax under its own
-//         P_j V_j measured 1-2% slower: bench/NOTES.md "fwd v5: the softmax back under P V");
-//   * the warp schedulers interleave the two consumer warpgroups freely (a pingpong order measured no faster:
-//     dev/attention/README.md); no CTA-wide barrier after the start;
-//   * a consumer releases K_j (empty barrier) as soon as S_j is done and V_j once P_j V_j is done;
+//       - warpgroups 1 .. kCons, the consumers (setmaxnreg.inc to 160 or 240): 64 query rows each, the S = Q K^T
+//         / softmax / O += P V steps of wgmma_attn_fwd_tile.cuh: S_{j+1} and P_j V_j are issued back to back,
+//         both are waited for, then the softmax of S_{j+1} writes P_{j+1} over P_j (ptxas put the wait for
+//         P_j V_j ahead of the softmax when the loop was written to overlap them, and forcing that overlap
+//         measured 1-2% slower: bench/NOTES.md "fwd v5: the softmax back under P V");
+//   * the warp schedulers interleave the consumer warpgroups freely, one's softmax under the others' MMAs (a
+//     pingpong order measured no faster: dev/attention/README.md); no CTA-wide barrier after the start;
+//   * a consumer releases K_{j+1} and V_j (empty barriers) once S_{j+1} and P_j V_j are done;
 //   * TMA boxes: Q rows past q_end and K/V rows past k_end read as zero (the tensor maps' row extents end
 //     there); keys at or past the CTA's last visible key in a tile are masked in the softmax.
 //   * causal: key tiles wholly above the diagonal are never visited; heaviest query tiles launch first;
@@ -35,18 +36,25 @@ namespace {
 using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128), issue_qk, issue_pv, softmax_tile, rescale_o,
                         // load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
-constexpr int kWsThreads = 384;        // producer warpgroup + 2 consumer warpgroups
-constexpr int kWsProducerRegs = 24;    // 24 * 128 + 240 * 256 <= 64K registers
-constexpr int kWsConsumerRegs = 240;
-// K/V ring stages: 2 (D = 128: 32 + 4 x 32 KB of shared memory; D = 64: 16 + 4 x 16 KB); 3 measured no faster
+// Consumer warpgroups per CTA (64 query rows each): 3 at D = 64 without documents (192 rows, FA4's tile there:
+// a third warpgroup to interleave with at the same registers per exp), else 2 (at D = 128 the accumulator and
+// the scores take 128 of a thread's registers, more than a third warpgroup would leave).
+template <int D, bool kDocs>
+constexpr int kConsumers = (D == 64 && !kDocs) ? 3 : 2;
+template <int kCons>
+constexpr int kWsThreads = 128 * (kCons + 1);  // producer warpgroup + the consumers
+constexpr int kWsProducerRegs = 24;
+template <int kCons>
+constexpr int kWsConsumerRegs = kCons == 3 ? 160 : 240;  // 24 * 128 + 160 * 384 and 24 * 128 + 240 * 256 <= 64K
+// K/V ring stages: 2 (D = 128: 32 + 4 x 32 KB of shared memory; D = 64: 24 + 4 x 16 KB); 3 measured no faster
 // (dev/attention/README.md).
 constexpr int kStages = 2;
-constexpr int kEmptyArrivals = 256;    // every consumer thread (a lane-0-only arrival, branch or predicate,
-                                       // makes ptxas serialize the wgmma pipeline: C7513)
+// The empty barriers count every consumer thread (a lane-0-only arrival, branch or predicate, makes ptxas
+// serialize the wgmma pipeline: C7513).
 
-template <int D>
+template <int D, int kRows>
 struct WsSmem {
-  static constexpr uint32_t kQBytes = kWgRowsPerCta * D * 2;    // (128, D) bf16, sw128
+  static constexpr uint32_t kQBytes = kRows * D * 2;            // (kRows, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
   static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
@@ -62,13 +70,13 @@ struct WsBars {
   __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 8 + 8 * (3 * kStages + s); }
 };
 
-// Loads one (128, D) sw128 tile: D/64 boxes of (128 rows, 64 columns) at element coordinates
+// Loads one (kRows, D) sw128 tile: D/64 boxes of (kRows rows, 64 columns) at element coordinates
 // (column, head, row, batch).
-template <int D>
+template <int D, int kRows = 128>
 __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int head, int row,
                                          int batch) {
 #pragma unroll
-  for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (128 * 128), map, bar, c * 64, head, row, batch);
+  for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + uint32_t(c) * (kRows * 128), map, bar, c * 64, head, row, batch);
 }
 
 // The query tiles of the rows outside [q_begin, q_end): ceil(q_begin / 128) tiles before the range, then those
@@ -154,17 +162,18 @@ __device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_
 }
 
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
-template <int D, bool kDocs>
-__global__ void __launch_bounds__(kWsThreads, 1)
+template <int D, bool kDocs, int kCons = kConsumers<D, kDocs>>
+__global__ void __launch_bounds__(kWsThreads<kCons>, 1)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
-  using Smem = WsSmem<D>;
+  constexpr int kRows = 64 * kCons;  // query rows per CTA
+  using Smem = WsSmem<D, kRows>;
   constexpr int kBc = kWgKeysPerTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const WsBars bars{base};
-  const uint32_t q_tile = base + Smem::kBarBytes;          // (128, D) bf16 sw128
+  const uint32_t q_tile = base + Smem::kBarBytes;          // (kRows, D) bf16 sw128
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
@@ -181,8 +190,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return;
   }
   const int tile = num_q_tiles - 1 - (int(blockIdx.x) - outside);  // heaviest (causal) tiles first
-  const int64_t q0 = p.q_begin + int64_t(tile) * kWgRowsPerCta;
-  const int64_t q_last = min(q0 + kWgRowsPerCta, p.q_end) - 1;
+  const int64_t q0 = p.q_begin + int64_t(tile) * kRows;
+  const int64_t q_last = min(q0 + kRows, p.q_end) - 1;
   // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
   int64_t k_lo = p.k_begin;
   int64_t k_hi = p.k_end;
@@ -190,8 +199,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if constexpr (kDocs) {
     __shared__ int doc_red[2];
     const int qt = int((q0 - p.q_begin) / kDocTileRows);
-    const DocRange cta = doc_q_range(p.docs, b, qt, kWgRowsPerCta / kDocTileRows);
-    if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWsThreads, doc_red, k_lo, k_hi)) k_hi = k_lo;
+    const DocRange cta = doc_q_range(p.docs, b, qt, kRows / kDocTileRows);
+    if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWsThreads<kCons>, doc_red, k_lo, k_hi)) k_hi = k_lo;
   }
   if (k_hi <= k_lo) {  // no visible key (the whole CTA leaves before any barrier)
     no_key_rows<D>(p, b, h, q0, q_last + 1);
@@ -204,8 +213,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bars.k_full(s), 1);
       mbar_init(bars.v_full(s), 1);
-      mbar_init(bars.k_empty(s), kEmptyArrivals);
-      mbar_init(bars.v_empty(s), kEmptyArrivals);
+      mbar_init(bars.k_empty(s), 128 * kCons);
+      mbar_init(bars.v_empty(s), 128 * kCons);
     }
     mbar_init_fence();
   }
@@ -223,7 +232,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       tma_prefetch_desc(&tm_k);
       tma_prefetch_desc(&tm_v);
       mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);
-      tma_tile<D>(q_tile, &tm_q, bars.q_full(), hq, int(q0), bb);
+      tma_tile<D, kRows>(q_tile, &tm_q, bars.q_full(), hq, int(q0), bb);
       mbar_arrive_expect_tx(bars.k_full(0), Smem::kKVBytes);
       tma_tile<D>(k_tiles, &tm_k, bars.k_full(0), hk, k0, bb);
       // K_{j+1} ahead of V_j: S_{j+1} and P_j V_j are issued together.
@@ -245,8 +254,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // ---- consumers ----
-  setmaxnreg_inc<kWsConsumerRegs>();
-  const int cw = wg - 1;  // consumer warpgroup 0 or 1: rows cw*64 .. cw*64+63 of the tile
+  setmaxnreg_inc<kWsConsumerRegs<kCons>>();
+  const int cw = wg - 1;  // consumer warpgroup 0 .. kCons-1: rows cw*64 .. cw*64+63 of the tile
   const int warp = (int(threadIdx.x) % 128) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;  // accumulator fragment row group and thread-in-group
   const int lrow0 = cw * 64 + warp * 16 + g;  // this thread's rows: lrow0 and lrow0 + 8 of the tile
@@ -272,7 +281,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   mbar_wait(bars.k_full(0), 0);
   wgmma_fence_regs(s);
   wgmma_fence();
-  issue_qk<D>(s, q_wg, k_tiles);
+  issue_qk<D, kRows>(s, q_wg, k_tiles);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_regs(s);
@@ -289,24 +298,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
     wgmma_fence();
-    issue_qk<D>(s, q_wg, k_tiles + uint32_t(s1) * Smem::kKVBytes);
+    issue_qk<D, kRows>(s, q_wg, k_tiles + uint32_t(s1) * Smem::kKVBytes);
     wgmma_commit();
     issue_pv<D>(o, pf, v_tiles + uint32_t(s0) * Smem::kKVBytes);
     wgmma_commit();
 
-    wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
-    wgmma_fence_regs(s);
-    mbar_arrive(bars.k_empty(s1));
-    uint32_t pn[32];
-    softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
-                        drows, dkeys, b);
+    // Both wait here: ptxas placed the wait for P_j V_j ahead of the softmax anyway, and keeping the softmax
+    // under its own P_j V_j measured slower (bench/NOTES.md "fwd v5: the softmax back under P V"); the other
+    // warpgroups' MMAs run during this one's softmax. So P_{j+1} goes straight into pf.
     wgmma_wait<0>();
+    wgmma_fence_regs(s);
     wgmma_fence_regs(o);
     fence_regs_u32(pf);
+    mbar_arrive(bars.k_empty(s1));
     mbar_arrive(bars.v_empty(s0));
+    softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
+                        drows, dkeys, b);
     rescale_o<D>(o, alpha);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) pf[i] = pn[i];
   }
 
   // P V of the last tile.
@@ -332,26 +340,27 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
 template <int D, bool kDocs>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr size_t smem = WsSmem<D>::kBytes;
+  constexpr int kCons = kConsumers<D, kDocs>, kRows = 64 * kCons;
+  constexpr size_t smem = WsSmem<D, kRows>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
     configured[device_slot(device)] = true;
   }
-  const int64_t tiles = (p.q_end - p.q_begin + kWgRowsPerCta - 1) / kWgRowsPerCta;
+  const int64_t tiles = (p.q_end - p.q_begin + kRows - 1) / kRows;
   RT_CHECK(tiles <= INT_MAX, "attn_fwd_block: too many query rows (" << p.q_end - p.q_begin << ")");
   RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
            "attn_fwd_block (ws): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk);
-  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kWgRowsPerCta);
+  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kRows);
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs before the query tiles.
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
-  launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs>, grid, dim3(kWsThreads), smem, stream, tq, tk, tv, p,
-                          int(tiles));
+  launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs>, grid, dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv,
+                          p, int(tiles));
 }
 
 }  // namespace
@@ -367,13 +376,20 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
   return c == 1;
 }
 
+int attn_fwd_ws_query_rows(int64_t D, bool docs) {
+  return D == 64 ? (docs ? 64 * kConsumers<64, true> : 64 * kConsumers<64, false>)
+                 : (docs ? 64 * kConsumers<128, true> : 64 * kConsumers<128, false>);
+}
+
 void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
   RT_CHECK(D == 64 || D == 128, "attn_fwd_block (ws): head dim " << D << " is not 64 or 128");
-  // A TMA box (128 rows) must not be longer than the tensor map's row extent (q_end, k_end): such tiny
-  // blocks run fwd v4 (cp.async with zero-fill), which has the same contract and the same requirements.
-  if (p.q_end < kWgRowsPerCta || p.k_end < kWgKeysPerTile) {
-    RT_CHECK(!p.fresh && p.out == nullptr, "attn_fwd_block (ws): a fused whole call (fresh state, finalized "
-                                           "output) needs q_end and k_end >= 128; fwd v4 has no fused form");
+  // A TMA box (the CTA's query rows, 128 keys) must not be longer than the tensor map's row extent (q_end,
+  // k_end): such tiny blocks run fwd v4 (cp.async with zero-fill), which has the same contract and the same
+  // requirements.
+  if (p.q_end < attn_fwd_ws_query_rows(D, p.docs.on) || p.k_end < kWgKeysPerTile) {
+    RT_CHECK(!p.fresh && p.out == nullptr, "attn_fwd_block (ws): a fused call (fresh state or finalized output) "
+                                           "needs q_end >= attn_fwd_ws_query_rows and k_end >= 128; fwd v4 has "
+                                           "no fused form");
     launch_attn_fwd_wgmma(p, D, B, device, stream);
     return;
   }

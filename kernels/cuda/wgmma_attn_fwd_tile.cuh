@@ -16,14 +16,14 @@ constexpr int kWgRowsPerCta = 128;   // Br: 2 warpgroups x 64 rows
 constexpr int kWgKeysPerTile = 128;  // Bc
 
 // S (64 x 128 per warpgroup) = Q_wg K_tile^T in D/16 k-steps. q_wg: this warpgroup's first Q row in the
-// (128, D) tile; k_tile: a (128, D) tile.
-template <int D>
+// (kQRows, D) tile; k_tile: a (128, D) tile.
+template <int D, int kQRows = kWgRowsPerCta>
 __device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t q_wg, uint32_t k_tile) {
   // The start address is the descriptor's low field (bytes / 16); offsets are added to it directly.
   const uint64_t a0 = sw128_desc(opaque_u32(q_wg), 16, 1024), b0 = sw128_desc(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const uint64_t a = a0 + uint64_t(((kk / 4) * (kWgRowsPerCta * 128) + (kk % 4) * 32) >> 4);
+    const uint64_t a = a0 + uint64_t(((kk / 4) * (kQRows * 128) + (kk % 4) * 32) >> 4);
     const uint64_t b = b0 + uint64_t(((kk / 4) * (kWgKeysPerTile * 128) + (kk % 4) * 32) >> 4);
     wgmma_m64n128k16_ss(s, a, b, kk > 0 ? 1 : 0);
   }
