@@ -21,10 +21,8 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
 namespace {
 
 // Whether one fwd v5 launch does the fused form of this call (out: the finalized output, or null).
-bool fused_form_runs(const Tensor& q, const AttnDims& d, const AttnRanges& r, const AttnMask& mask,
-                     const Tensor* out) {
-  return d.B > 0 && d.H > 0 && r.k_begin < r.k_end && r.q_begin < r.q_end &&
-         r.q_end >= attn_fwd_ws_query_rows(d.D, mask.docs.on()) && r.k_end >= 128 &&
+bool fused_form_runs(const Tensor& q, const AttnDims& d, const AttnRanges& r, const Tensor* out) {
+  return d.B > 0 && d.H > 0 && r.k_begin < r.k_end && r.q_begin < r.q_end && r.q_end >= 128 && r.k_end >= 128 &&
          (out == nullptr || out->dtype == DType::bf16) &&
          attn_fwd_variant(d.D, r.q_end - r.q_begin, q.device.index) == 5;
 }
@@ -52,7 +50,7 @@ void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (!fused_form_runs(q, d, r, mask, &out)) {
+  if (!fused_form_runs(q, d, r, &out)) {
     cuda::attn_state_reset(scratch);  // qualified: rt::attn_state_reset (ops.h) is found by ADL too
     cuda::attn_fwd_block(q, k, v, scratch, mask);
     cuda::attn_fwd_finalize(scratch, out, lse);
@@ -73,7 +71,7 @@ void attn_fwd_block_first(const Tensor& q, const Tensor& k, const Tensor& v, Att
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (!fused_form_runs(q, d, r, mask, nullptr)) {
+  if (!fused_form_runs(q, d, r, nullptr)) {
     cuda::attn_state_reset(state);
     cuda::attn_fwd_block(q, k, v, state, mask);
     return;
@@ -90,7 +88,7 @@ void attn_fwd_block_last(const Tensor& q, const Tensor& k, const Tensor& v, Attn
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  if (!fused_form_runs(q, d, r, mask, &out)) {
+  if (!fused_form_runs(q, d, r, &out)) {
     cuda::attn_fwd_block(q, k, v, state, mask);
     cuda::attn_fwd_finalize(state, out, lse);
     return;

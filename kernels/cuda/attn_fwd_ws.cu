@@ -1,18 +1,19 @@
 // attn_fwd_block on Hopper, warp-specialized (fwd v5, sm_90a): continues the fp32 online-softmax state
 // (acc, m, l) with one K/V block. Same contract as fwd v4 (attn_fwd_wgmma.cu) and the mma.sync kernels
 // (attn_fwd_mma.cu); attn_fwd_dispatch.cu chooses it.
-//   * one CTA = 64 x kCons query rows of one (batch, head), 1 CTA per SM; kCons = 3 (192 rows, 512 threads) at
-//     D = 64 without documents, else 2 (128 rows, 384 threads):
+//   * one CTA = 64 x kCons query rows of one (batch, head), 1 CTA per SM; kCons = 3 (192 rows, 512 threads) for
+//     D = 64 calls without documents of at least 4K query rows that fill the SMs as well (fwd_ws_rows), else 2
+//     (128 rows, 384 threads):
 //       - warpgroup 0, the producer: setmaxnreg.dec to 24; one thread loads Q once and the K/V tiles (128
 //         keys) with TMA into a ring of kStages (2) stages, K and V with separate full/empty mbarriers;
 //       - warpgroups 1 .. kCons, the consumers (setmaxnreg.inc to 160 or 240): 64 query rows each, the S = Q K^T
-//         / softmax / O += P V steps of wgmma_attn_fwd_tile.cuh: S_{j+1} and P_j V_j are issued back to back,
-//         both are waited for, then the softmax of S_{j+1} writes P_{j+1} over P_j (ptxas put the wait for
-//         P_j V_j ahead of the softmax when the loop was written to overlap them, and forcing that overlap
-//         measured 1-2% slower: bench/NOTES.md "fwd v5: the softmax back under P V");
+//         / softmax / O += P V steps of wgmma_attn_fwd_tile.cuh: S_{j+1} and P_j V_j are issued back to back;
+//         with 2 warpgroups the softmax of S_{j+1} goes into a second P fragment (ptxas puts the wait for P_j V_j
+//         ahead of it all the same, and forcing the overlap measured 1-2% slower: bench/NOTES.md "fwd v5: the
+//         softmax back under P V"), with 3 it waits for both MMAs and writes P_{j+1} over P_j;
 //   * the warp schedulers interleave the consumer warpgroups freely, one's softmax under the others' MMAs (a
 //     pingpong order measured no faster: dev/attention/README.md); no CTA-wide barrier after the start;
-//   * a consumer releases K_{j+1} and V_j (empty barriers) once S_{j+1} and P_j V_j are done;
+//   * a consumer releases K_{j+1} once S_{j+1} is done and V_j once P_j V_j is done;
 //   * TMA boxes: Q rows past q_end and K/V rows past k_end read as zero (the tensor maps' row extents end
 //     there); keys at or past the CTA's last visible key in a tile are masked in the softmax.
 //   * causal: key tiles wholly above the diagonal are never visited; heaviest query tiles launch first;
@@ -23,6 +24,7 @@
 #include <climits>
 
 #include "kernels/cuda/attn_fwd_ws.cuh"
+#include "kernels/cuda/attn_variant.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tma_ops.cuh"
 #include "kernels/cuda/wgmma_attn_fwd.cuh"
@@ -36,11 +38,10 @@ namespace {
 using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128), issue_qk, issue_pv, softmax_tile, rescale_o,
                         // load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
-// Consumer warpgroups per CTA (64 query rows each): 3 at D = 64 without documents (192 rows, FA4's tile there:
-// a third warpgroup to interleave with at the same registers per exp), else 2 (at D = 128 the accumulator and
-// the scores take 128 of a thread's registers, more than a third warpgroup would leave).
-template <int D, bool kDocs>
-constexpr int kConsumers = (D == 64 && !kDocs) ? 3 : 2;
+// Consumer warpgroups per CTA (64 query rows each): 3 (192 rows, FA4's tile at D = 64: a third warpgroup to
+// interleave with, at the same MMA per exp) only at D = 64 without documents (fwd_ws_rows), else 2: at D = 128
+// the accumulator and the scores take 128 of a thread's registers, more than a third warpgroup would leave, and
+// the document kernel's per-row state does not fit 160 registers.
 template <int kCons>
 constexpr int kWsThreads = 128 * (kCons + 1);  // producer warpgroup + the consumers
 constexpr int kWsProducerRegs = 24;
@@ -162,7 +163,7 @@ __device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_
 }
 
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
-template <int D, bool kDocs, int kCons = kConsumers<D, kDocs>>
+template <int D, bool kDocs, int kCons>
 __global__ void __launch_bounds__(kWsThreads<kCons>, 1)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
@@ -303,18 +304,35 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, 1)
     issue_pv<D>(o, pf, v_tiles + uint32_t(s0) * Smem::kKVBytes);
     wgmma_commit();
 
-    // Both wait here: ptxas placed the wait for P_j V_j ahead of the softmax anyway, and keeping the softmax
-    // under its own P_j V_j measured slower (bench/NOTES.md "fwd v5: the softmax back under P V"); the other
-    // warpgroups' MMAs run during this one's softmax. So P_{j+1} goes straight into pf.
-    wgmma_wait<0>();
-    wgmma_fence_regs(s);
-    wgmma_fence_regs(o);
-    fence_regs_u32(pf);
-    mbar_arrive(bars.k_empty(s1));
-    mbar_arrive(bars.v_empty(s0));
-    softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
-                        drows, dkeys, b);
-    rescale_o<D>(o, alpha);
+    if constexpr (kCons == 2) {
+      // Two P fragments: the softmax of S_{j+1} into pn may start before P_j V_j is done (ptxas puts that wait
+      // ahead of the softmax anyway; the one-fragment loop below measured 1-2% slower at D = 128).
+      wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
+      wgmma_fence_regs(s);
+      mbar_arrive(bars.k_empty(s1));
+      uint32_t pn[32];
+      softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
+                          drows, dkeys, b);
+      wgmma_wait<0>();
+      wgmma_fence_regs(o);
+      fence_regs_u32(pf);
+      mbar_arrive(bars.v_empty(s0));
+      rescale_o<D>(o, alpha);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) pf[i] = pn[i];
+    } else {
+      // One P fragment, to fit 160 registers: both MMAs are waited for, then the softmax writes P_{j+1} over P_j
+      // (the other two warpgroups' MMAs run during this one's softmax).
+      wgmma_wait<0>();
+      wgmma_fence_regs(s);
+      wgmma_fence_regs(o);
+      fence_regs_u32(pf);
+      mbar_arrive(bars.k_empty(s1));
+      mbar_arrive(bars.v_empty(s0));
+      softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
+                          drows, dkeys, b);
+      rescale_o<D>(o, alpha);
+    }
   }
 
   // P V of the last tile.
@@ -338,13 +356,14 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, 1)
 #endif
 }
 
-template <int D, bool kDocs>
+template <int D, bool kDocs, int kCons>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  constexpr int kCons = kConsumers<D, kDocs>, kRows = 64 * kCons;
+  static_assert(kCons == 2 || (D == 64 && !kDocs), "fwd v5: three consumer warpgroups only at D = 64, no documents");
+  constexpr int kRows = 64 * kCons;
   constexpr size_t smem = WsSmem<D, kRows>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
-    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, kDocs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, kDocs, kCons>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
     configured[device_slot(device)] = true;
   }
@@ -359,8 +378,8 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
-  launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs>, grid, dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv,
-                          p, int(tiles));
+  launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs, kCons>, grid, dim3(kWsThreads<kCons>), smem, stream, tq, tk,
+                          tv, p, int(tiles));
 }
 
 }  // namespace
@@ -370,15 +389,29 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
   static int cached[kMaxDevices] = {};  // per device: 0 unknown, 1 supported, 2 not
   int& c = cached[device_slot(device)];
   if (c == 0) {
-    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128, false>));
+    const bool ok = wgmma_kernel_runs_on(device, reinterpret_cast<const void*>(attn_fwd_ws_kernel<128, false, 2>));
     c = ok ? 1 : 2;
   }
   return c == 1;
 }
 
-int attn_fwd_ws_query_rows(int64_t D, bool docs) {
-  return D == 64 ? (docs ? 64 * kConsumers<64, true> : 64 * kConsumers<64, false>)
-                 : (docs ? 64 * kConsumers<128, true> : 64 * kConsumers<128, false>);
+// Query rows per CTA for this call: 192 at D = 64 without documents where the call has at least 4K query rows
+// and 192-row CTAs fill the SMs about as well as 128-row ones (they run ~10% faster per row at 4K-64K; at 1K and in
+// the ring's steps of 1-2K rows the finer tiles won: bench/NOTES.md "fwd v5: 192-query tiles"), else 128. The
+// override (AttnVariantOverride::fwd_rows) forces either where the TMA box fits.
+int fwd_ws_rows(const AttnFwdParams& p, int64_t D, int64_t B, int device) {
+  if (D != 64 || p.docs.on || p.q_end < 192) return 128;
+  const int forced = attn_variant_override().fwd_rows;
+  if (forced != 0) return forced;
+  const int64_t q = p.q_end - p.q_begin;
+  if (q < 4096) return 128;
+  static int sms[kMaxDevices] = {};
+  int& n_sm = sms[device_slot(device)];
+  if (n_sm == 0) CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
+  const int64_t bh = p.H * B;
+  const int64_t waves128 = ((q + 127) / 128 * bh + n_sm - 1) / n_sm;
+  const int64_t waves192 = ((q + 191) / 192 * bh + n_sm - 1) / n_sm;
+  return waves192 * 192 * 10 <= waves128 * 128 * 11 ? 192 : 128;
 }
 
 void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
@@ -386,15 +419,16 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
   // A TMA box (the CTA's query rows, 128 keys) must not be longer than the tensor map's row extent (q_end,
   // k_end): such tiny blocks run fwd v4 (cp.async with zero-fill), which has the same contract and the same
   // requirements.
-  if (p.q_end < attn_fwd_ws_query_rows(D, p.docs.on) || p.k_end < kWgKeysPerTile) {
+  if (p.q_end < kWgRowsPerCta || p.k_end < kWgKeysPerTile) {
     RT_CHECK(!p.fresh && p.out == nullptr, "attn_fwd_block (ws): a fused call (fresh state or finalized output) "
-                                           "needs q_end >= attn_fwd_ws_query_rows and k_end >= 128; fwd v4 has "
-                                           "no fused form");
+                                           "needs q_end and k_end >= 128; fwd v4 has no fused form");
     launch_attn_fwd_wgmma(p, D, B, device, stream);
     return;
   }
-  if (p.docs.on) D == 64 ? launch<64, true>(p, B, device, stream) : launch<128, true>(p, B, device, stream);
-  else D == 64 ? launch<64, false>(p, B, device, stream) : launch<128, false>(p, B, device, stream);
+  if (p.docs.on) D == 64 ? launch<64, true, 2>(p, B, device, stream) : launch<128, true, 2>(p, B, device, stream);
+  else if (D == 128) launch<128, false, 2>(p, B, device, stream);
+  else if (fwd_ws_rows(p, D, B, device) == 192) launch<64, false, 3>(p, B, device, stream);
+  else launch<64, false, 2>(p, B, device, stream);
 }
 
 }  // namespace cuda

@@ -14,11 +14,8 @@ namespace cuda {
 // kernel in this binary, D in {64, 128}. Cached per device.
 bool attn_fwd_ws_supported(int device, int64_t D);
 
-// Query rows per fwd v5 CTA (its Q TMA box): 192 at D = 64 without documents, else 128.
-int attn_fwd_ws_query_rows(int64_t D, bool docs);
-
-// Launches fwd v5 (B batches); blocks with q_end below attn_fwd_ws_query_rows or k_end below 128 run fwd v4. Call
-// only when attn_fwd_ws_supported(device, D).
+// Launches fwd v5 (B batches); blocks with q_end or k_end below 128 run fwd v4. Call only when
+// attn_fwd_ws_supported(device, D).
 void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
 
 }  // namespace cuda

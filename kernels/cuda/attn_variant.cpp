@@ -35,17 +35,21 @@ void check(const AttnVariantOverride& o, const char* fwd_source, const char* bwd
   RT_CHECK(o.bwd == 0 || built(kBwdVariants, o.bwd),
            bwd_source << " = " << o.bwd << " names no backward attention kernel of this build; valid: "
                       << attn_bwd_variant_names() << " (or unset for the default; the others are in dev/attention)");
+  RT_CHECK(o.fwd_rows == 0 || o.fwd_rows == 128 || o.fwd_rows == 192,
+           "fwd v5 query rows per CTA = " << o.fwd_rows << " is not 128 or 192 (RT_ATTN_FWD_ROWS; unset for the "
+                                                           "default choice)");
 }
 
-// "" or unset: 0; "5" or "v5": 5; anything else: an error naming the variable and the valid values.
-int parse(const char* name, const std::string& valid) {
+// "" or unset: 0; "5" or "v5": 5 (a positive number up to max_value); anything else: an error naming the
+// variable and the valid values.
+int parse(const char* name, const std::string& valid, long max_value = 99) {
   const char* env = std::getenv(name);
   if (env == nullptr || env[0] == '\0') return 0;
   const char* digits = (env[0] == 'v' || env[0] == 'V') ? env + 1 : env;
   char* end = nullptr;
   const long v = std::strtol(digits, &end, 10);
-  RT_CHECK(end != digits && *end == '\0' && v > 0 && v < 100,
-           name << "='" << env << "' is not a variant number; valid: " << valid << " (or unset for the default)");
+  RT_CHECK(end != digits && *end == '\0' && v > 0 && v <= max_value,
+           name << "='" << env << "' is not one of " << valid << " (or unset for the default)");
   return int(v);
 }
 
@@ -58,7 +62,8 @@ void load_locked() {
   AttnVariantOverride o;
   o.fwd = parse("RT_ATTN_FWD_VARIANT", attn_fwd_variant_names());
   o.bwd = parse("RT_ATTN_BWD_VARIANT", attn_bwd_variant_names());
-  check(o, "RT_ATTN_FWD_VARIANT", "RT_ATTN_BWD_VARIANT");
+  o.fwd_rows = parse("RT_ATTN_FWD_ROWS", "128, 192", 192);
+  check(o, "RT_ATTN_FWD_VARIANT", "RT_ATTN_BWD_VARIANT");  // and RT_ATTN_FWD_ROWS
   g_override = o;
   g_loaded = true;
 }

@@ -1,5 +1,6 @@
 // attn_fwd_block's Hopper kernels (sm_90a): fwd v4 (wgmma, kernels/cuda/attn_fwd_wgmma.cu) and fwd v5 (TMA
-// producer warpgroup + 2 consumer warpgroups, kernels/cuda/attn_fwd_ws.cu), forced with set_attn_variant_override,
+// producer warpgroup + 2 or 3 consumer warpgroups, kernels/cuda/attn_fwd_ws.cu; at D = 64 both tile heights, 128
+// and 192 query rows), forced with set_attn_variant_override,
 // against an fp64 host reference of the same sequence of blocks and against the mma.sync kernel (variant 2)
 // on the same inputs (v5 also against v4). Each case starts from a fresh state (reset) or from a
 // random resumable state (some rows never seen: m = -inf), runs one or more blocks, then finalizes into
@@ -23,8 +24,13 @@ namespace {
 constexpr double kLog2e = 1.4426950408889634;
 
 // Forces the forward variant for its scope (set_attn_variant_override).
+// rows: fwd v5's query rows per CTA at D = 64 (128 or 192; 0: the default choice).
 struct ForcedFwdVariant : ScopedAttnVariant {
-  explicit ForcedFwdVariant(const char* variant) : ScopedAttnVariant(variant, nullptr) {}
+  explicit ForcedFwdVariant(const char* variant, int rows = 0) : ScopedAttnVariant(variant, nullptr) {
+    cuda::AttnVariantOverride o = cuda::attn_variant_override();
+    o.fwd_rows = rows;
+    cuda::set_attn_variant_override(o);  // restored with the variant by ~ScopedAttnVariant
+  }
 };
 
 struct WgCase {
@@ -61,7 +67,7 @@ void random_state(Inputs& in, int64_t rows, int64_t D, uint64_t seed) {
   }
 }
 
-Outputs run_gpu(const WgCase& c, int64_t D, const Inputs& in, const char* variant) {
+Outputs run_gpu(const WgCase& c, int64_t D, const Inputs& in, const char* variant, int rows = 0) {
   const int64_t B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
   Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
       gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
@@ -76,7 +82,7 @@ Outputs run_gpu(const WgCase& c, int64_t D, const Inputs& in, const char* varian
     upload(gacc, in.acc); upload(gm, in.m); upload(gl, in.l);
   }
   {
-    ForcedFwdVariant forced(variant);
+    ForcedFwdVariant forced(variant, rows);
     for (const AttnMask& mk : c.blocks) attn_fwd_block(gq.t(), gk.t(), gv.t(), st, mk);
   }
   poison(gout); poison(glse);
@@ -165,15 +171,17 @@ int64_t untouched_rows_changed(const Outputs& o, const Inputs& in, const std::ve
   return bad;
 }
 
-// The kernel under test: forward variant ("4" or "5") and head dim.
+// The kernel under test: forward variant ("4" or "5"), head dim, and fwd v5's query rows per CTA (0: the default
+// choice, which for these test shapes is 128; 192: the three-warpgroup tile of D = 64).
 struct FwdKernel {
   const char* variant;  // "4" or "5"
   int64_t D;
+  int rows = 0;
 };
 
 void run_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
   const int64_t D = kern.D;
-  const std::string vn = std::string("v") + kern.variant;
+  const std::string vn = std::string("v") + kern.variant + (kern.rows ? " rows " + std::to_string(kern.rows) : "");
   SCOPED_TRACE(std::string(c.name) + " " + vn + " D=" + std::to_string(D));
   Inputs in;
   in.q = bf16_rounded(random_vector(c.B * c.Nq * c.H * D, seed, 1.2f));
@@ -183,7 +191,7 @@ void run_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
 
   std::vector<char> touched;
   const Outputs ref = reference(c, D, in, touched);
-  const Outputs vk = run_gpu(c, D, in, kern.variant);
+  const Outputs vk = run_gpu(c, D, in, kern.variant, kern.rows);
   const Outputs v2 = run_gpu(c, D, in, "2");
 
   const double e_out = rel_error(vk.out, ref.out), e_lse = lse_max_abs_error(vk.lse, ref.lse);
@@ -321,7 +329,7 @@ TEST_P(CudaAttentionWgmma, TwoKeyBlocksEqualOne) {
   in.k = bf16_rounded(random_vector(two.B * two.Nk * two.Hkv * D, 901, 1.2f));
   in.v = bf16_rounded(random_vector(two.B * two.Nk * two.Hkv * D, 902));
   random_state(in, two.B * two.H * two.Nq, D, 903);
-  const Outputs a = run_gpu(two, D, in, kern.variant), b = run_gpu(one, D, in, kern.variant);
+  const Outputs a = run_gpu(two, D, in, kern.variant, kern.rows), b = run_gpu(one, D, in, kern.variant, kern.rows);
   std::cout << "[attn wgmma] two blocks vs one v" << kern.variant << " D=" << D << ": out " << rel_error(a.out, b.out)
             << " lse " << lse_max_abs_error(a.lse, b.lse) << "\n";
   EXPECT_LE(rel_error(a.out, b.out), 5e-3) << worst_mismatch(a.out, b.out);
@@ -331,9 +339,10 @@ TEST_P(CudaAttentionWgmma, TwoKeyBlocksEqualOne) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionWgmma,
                          ::testing::Values(FwdKernel{"4", 64}, FwdKernel{"4", 128}, FwdKernel{"5", 64},
-                                           FwdKernel{"5", 128}),
+                                           FwdKernel{"5", 64, 192}, FwdKernel{"5", 128}),
                          [](const auto& info) {
-                           return std::string("v") + info.param.variant + "_D" + std::to_string(info.param.D);
+                           return std::string("v") + info.param.variant + "_D" + std::to_string(info.param.D) +
+                                  (info.param.rows ? "_rows" + std::to_string(info.param.rows) : "");
                          });
 
 // attn_fwd_whole (fresh state, one block, finalized in the kernel where fwd v5 applies) against the fp64
@@ -348,7 +357,7 @@ void run_whole_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
   in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
   std::vector<char> touched;
   const Outputs ref = reference(c, D, in, touched);
-  const Outputs seq = run_gpu(c, D, in, kern.variant);
+  const Outputs seq = run_gpu(c, D, in, kern.variant, kern.rows);
   Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
       gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
   Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
@@ -357,7 +366,7 @@ void run_whole_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
   poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
   AttnState scratch{gacc.t(), gm.t(), gl.t()};
   {
-    ForcedFwdVariant forced(kern.variant);
+    ForcedFwdVariant forced(kern.variant, kern.rows);
     attn_fwd_whole(gq.t(), gk.t(), gv.t(), scratch, c.blocks.at(0), gout.t(), glse.t());
   }
   const std::vector<float> out = download(gout), lse = download(glse);
@@ -410,7 +419,7 @@ void run_ends_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
   in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
   std::vector<char> touched;
   const Outputs ref = reference(c, D, in, touched);
-  const Outputs seq = run_gpu(c, D, in, kern.variant);
+  const Outputs seq = run_gpu(c, D, in, kern.variant, kern.rows);
   Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
       gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
   Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
@@ -419,7 +428,7 @@ void run_ends_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
   poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
   AttnState st{gacc.t(), gm.t(), gl.t()};
   {
-    ForcedFwdVariant forced(kern.variant);
+    ForcedFwdVariant forced(kern.variant, kern.rows);
     attn_fwd_block_first(gq.t(), gk.t(), gv.t(), st, c.blocks.front());
     for (size_t i = 1; i + 1 < c.blocks.size(); ++i) attn_fwd_block(gq.t(), gk.t(), gv.t(), st, c.blocks[i]);
     attn_fwd_block_last(gq.t(), gk.t(), gv.t(), st, c.blocks.back(), gout.t(), glse.t());
