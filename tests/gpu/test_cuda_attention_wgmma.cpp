@@ -345,31 +345,44 @@ INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionWgmma,
                                   (info.param.rows ? "_rows" + std::to_string(info.param.rows) : "");
                          });
 
+// A fused-form case: random bf16 inputs, the fp64 reference and the reset + blocks + finalize sequence of the
+// kernel under test, and the GPU buffers for the fused call: inputs uploaded, state and outputs NaN-poisoned.
+struct FusedCase {
+  Inputs in;
+  Outputs ref, seq;
+  Buffer gq, gk, gv, gout, gacc, gm, gl, glse;  // (B,Nq,H,D), (B,Nk,Hkv,D) x2, (B,Nq,H,D) bf16; state, lse f32
+  FusedCase(const WgCase& c, const FwdKernel& kern, uint64_t seed)
+      : gq(gpu(), DType::bf16, {c.B, c.Nq, c.H, kern.D}), gk(gpu(), DType::bf16, {c.B, c.Nk, c.Hkv, kern.D}),
+        gv(gpu(), DType::bf16, {c.B, c.Nk, c.Hkv, kern.D}), gout(gpu(), DType::bf16, {c.B, c.Nq, c.H, kern.D}),
+        gacc(gpu(), DType::f32, {c.B, c.H, c.Nq, kern.D}), gm(gpu(), DType::f32, {c.B, c.H, c.Nq}),
+        gl(gpu(), DType::f32, {c.B, c.H, c.Nq}), glse(gpu(), DType::f32, {c.B, c.H, c.Nq}) {
+    const int64_t D = kern.D;
+    in.q = bf16_rounded(random_vector(c.B * c.Nq * c.H * D, seed, 1.2f));
+    in.k = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, seed + 1, 1.2f));
+    in.v = bf16_rounded(random_vector(c.B * c.Nk * c.Hkv * D, seed + 2));
+    std::vector<char> touched;
+    ref = reference(c, D, in, touched);
+    seq = run_gpu(c, D, in, kern.variant, kern.rows);
+    upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
+    poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
+  }
+  AttnState state() { return AttnState{gacc.t(), gm.t(), gl.t()}; }
+};
+
 // attn_fwd_whole (fresh state, one block, finalized in the kernel where fwd v5 applies) against the fp64
 // reference and against the reset + attn_fwd_block + finalize sequence of the same variant, into NaN-poisoned
 // out / lse; the scratch state is poisoned too (the fused kernel must not read it).
 void run_whole_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
-  const int64_t D = kern.D, B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
+  const int64_t D = kern.D, Nq = c.Nq, H = c.H;
   SCOPED_TRACE(std::string(c.name) + " whole v" + kern.variant + " D=" + std::to_string(D));
-  Inputs in;
-  in.q = bf16_rounded(random_vector(B * Nq * H * D, seed, 1.2f));
-  in.k = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 1, 1.2f));
-  in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
-  std::vector<char> touched;
-  const Outputs ref = reference(c, D, in, touched);
-  const Outputs seq = run_gpu(c, D, in, kern.variant, kern.rows);
-  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
-      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
-  Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
-      glse(gpu(), DType::f32, {B, H, Nq});
-  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
-  poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
-  AttnState scratch{gacc.t(), gm.t(), gl.t()};
+  FusedCase fc(c, kern, seed);
+  const Outputs &ref = fc.ref, &seq = fc.seq;
+  AttnState scratch = fc.state();
   {
     ForcedFwdVariant forced(kern.variant, kern.rows);
-    attn_fwd_whole(gq.t(), gk.t(), gv.t(), scratch, c.blocks.at(0), gout.t(), glse.t());
+    attn_fwd_whole(fc.gq.t(), fc.gk.t(), fc.gv.t(), scratch, c.blocks.at(0), fc.gout.t(), fc.glse.t());
   }
-  const std::vector<float> out = download(gout), lse = download(glse);
+  const std::vector<float> out = download(fc.gout), lse = download(fc.glse);
   const double e_out = rel_error(out, ref.out), e_lse = lse_max_abs_error(lse, ref.lse);
   const double e_seq = rel_error(out, seq.out), e_lse_seq = lse_max_abs_error(lse, seq.lse);
   std::cout << "[attn whole] " << c.name << " v" << kern.variant << " D=" << D << " out vs fp64 " << e_out << " lse "
@@ -410,30 +423,20 @@ TEST_P(CudaAttentionWgmma, WholeForwardPartialRangesAndShortBlocks) {
 // lse). Against the fp64 reference and, bit for bit, against reset + the blocks + finalize of the same variant
 // (the fused kernel does the same float operations in the same order).
 void run_ends_case(const WgCase& c, const FwdKernel& kern, uint64_t seed) {
-  const int64_t D = kern.D, B = c.B, Nq = c.Nq, Nk = c.Nk, H = c.H, Hkv = c.Hkv;
+  const int64_t D = kern.D;
   SCOPED_TRACE(std::string(c.name) + " ends v" + kern.variant + " D=" + std::to_string(D));
   ASSERT_GE(c.blocks.size(), 2u);
-  Inputs in;
-  in.q = bf16_rounded(random_vector(B * Nq * H * D, seed, 1.2f));
-  in.k = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 1, 1.2f));
-  in.v = bf16_rounded(random_vector(B * Nk * Hkv * D, seed + 2));
-  std::vector<char> touched;
-  const Outputs ref = reference(c, D, in, touched);
-  const Outputs seq = run_gpu(c, D, in, kern.variant, kern.rows);
-  Buffer gq(gpu(), DType::bf16, {B, Nq, H, D}), gk(gpu(), DType::bf16, {B, Nk, Hkv, D}),
-      gv(gpu(), DType::bf16, {B, Nk, Hkv, D}), gout(gpu(), DType::bf16, {B, Nq, H, D});
-  Buffer gacc(gpu(), DType::f32, {B, H, Nq, D}), gm(gpu(), DType::f32, {B, H, Nq}), gl(gpu(), DType::f32, {B, H, Nq}),
-      glse(gpu(), DType::f32, {B, H, Nq});
-  upload(gq, in.q); upload(gk, in.k); upload(gv, in.v);
-  poison(gacc); poison(gm); poison(gl); poison(gout); poison(glse);
-  AttnState st{gacc.t(), gm.t(), gl.t()};
+  FusedCase fc(c, kern, seed);
+  const Outputs &ref = fc.ref, &seq = fc.seq;
+  AttnState st = fc.state();
   {
     ForcedFwdVariant forced(kern.variant, kern.rows);
-    attn_fwd_block_first(gq.t(), gk.t(), gv.t(), st, c.blocks.front());
-    for (size_t i = 1; i + 1 < c.blocks.size(); ++i) attn_fwd_block(gq.t(), gk.t(), gv.t(), st, c.blocks[i]);
-    attn_fwd_block_last(gq.t(), gk.t(), gv.t(), st, c.blocks.back(), gout.t(), glse.t());
+    const Tensor q = fc.gq.t(), k = fc.gk.t(), v = fc.gv.t();
+    attn_fwd_block_first(q, k, v, st, c.blocks.front());
+    for (size_t i = 1; i + 1 < c.blocks.size(); ++i) attn_fwd_block(q, k, v, st, c.blocks[i]);
+    attn_fwd_block_last(q, k, v, st, c.blocks.back(), fc.gout.t(), fc.glse.t());
   }
-  const std::vector<float> out = download(gout), lse = download(glse);
+  const std::vector<float> out = download(fc.gout), lse = download(fc.glse);
   const double e_out = rel_error(out, ref.out), e_lse = lse_max_abs_error(lse, ref.lse);
   int64_t out_diff = 0, lse_diff = 0;  // elements that differ from the sequence's (NaN counts as different)
   for (size_t i = 0; i < out.size(); ++i) out_diff += out[i] == seq.out[i] ? 0 : 1;

@@ -127,6 +127,25 @@ AttnState attn_state(OpRun& r) {
   return AttnState{r.out(DType::f32, {kB, kH, kN, kD}), r.out(DType::f32, {kB, kH, kN}), r.out(DType::f32, {kB, kH, kN})};
 }
 
+// The forward ops' inputs on r's device: q (B,N,H,D); k, v of the causal diagonal block and k2, v2 of an earlier
+// block (B,N,Hkv,D).
+struct FwdOpInputs {
+  Tensor q, k, v, k2, v2;
+};
+FwdOpInputs fwd_op_inputs(OpRun& r) {
+  const AttnInputs& a = attn_inputs();
+  return FwdOpInputs{r.in(DType::bf16, {kB, kN, kH, kD}, a.q), r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k),
+                     r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v), r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2),
+                     r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2)};
+}
+// A state reset and continued with the earlier block, every key visible.
+AttnState state_after_earlier_block(OpRun& r, const FwdOpInputs& in) {
+  AttnState s = attn_state(r);
+  attn_state_reset(s);
+  attn_fwd_block(in.q, in.k2, in.v2, s, AttnMask{});
+  return s;
+}
+
 // One case per op. The tolerances: f32 results of f32 math 1e-4 (summation order), results written in bf16 or
 // computed from bf16 intermediates 1.5e-2, attention 2e-2 (bf16 P and dS tiles).
 const std::map<std::string, OpCase>& op_cases() {
@@ -376,15 +395,9 @@ const std::map<std::string, OpCase>& op_cases() {
          return {download(s.acc), download(s.m), download(s.l)};
        }}},
       {"attn_fwd_block", {2e-2, [](OpRun& r) -> Outputs {
-         const AttnInputs& a = attn_inputs();
-         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
-         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
-         Tensor k2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2), v2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2);
-         AttnState s = attn_state(r);
-         attn_state_reset(s);
-         AttnMask second;  // an earlier block: every key visible, then the causal diagonal block
-         attn_fwd_block(q, k2, v2, s, second);
-         attn_fwd_block(q, k, v, s, causal_mask());
+         const FwdOpInputs in = fwd_op_inputs(r);
+         AttnState s = state_after_earlier_block(r, in);
+         attn_fwd_block(in.q, in.k, in.v, s, causal_mask());  // then the causal diagonal block
          Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
          attn_fwd_finalize(s, out, lse);
          return {download(out), download(lse), download(s.l)};
@@ -398,33 +411,23 @@ const std::map<std::string, OpCase>& op_cases() {
          return {download(out), download(lse)};
        }}},
       {"attn_fwd_whole", {2e-2, [](OpRun& r) -> Outputs {
-         const AttnInputs& a = attn_inputs();
-         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
-         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         const FwdOpInputs in = fwd_op_inputs(r);
          AttnState scratch = attn_state(r);
          Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
-         attn_fwd_whole(q, k, v, scratch, causal_mask(), out, lse);
+         attn_fwd_whole(in.q, in.k, in.v, scratch, causal_mask(), out, lse);
          return {download(out), download(lse)};
        }}},
       {"attn_fwd_block_first", {2e-2, [](OpRun& r) -> Outputs {
-         const AttnInputs& a = attn_inputs();
-         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
-         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
+         const FwdOpInputs in = fwd_op_inputs(r);
          AttnState s = attn_state(r);  // poisoned: the op must not read it
-         attn_fwd_block_first(q, k, v, s, causal_mask());
+         attn_fwd_block_first(in.q, in.k, in.v, s, causal_mask());
          return {download(s.acc), download(s.m), download(s.l)};
        }}},
       {"attn_fwd_block_last", {2e-2, [](OpRun& r) -> Outputs {
-         const AttnInputs& a = attn_inputs();
-         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q);
-         Tensor k = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k), v = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v);
-         Tensor k2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2), v2 = r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2);
-         AttnState s = attn_state(r);
-         attn_state_reset(s);
-         AttnMask earlier;  // an earlier block: every key visible; then the causal diagonal block, finalized
-         attn_fwd_block(q, k2, v2, s, earlier);
+         const FwdOpInputs in = fwd_op_inputs(r);
+         AttnState s = state_after_earlier_block(r, in);
          Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
-         attn_fwd_block_last(q, k, v, s, causal_mask(), out, lse);
+         attn_fwd_block_last(in.q, in.k, in.v, s, causal_mask(), out, lse);  // the causal diagonal block, finalized
          return {download(out), download(lse)};
        }}},
       {"attn_bwd_delta", {1e-2, [](OpRun& r) -> Outputs {
