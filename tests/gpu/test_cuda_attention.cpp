@@ -187,8 +187,9 @@ TEST(CudaAttentionFinalize, MatchesCpuForBothOutputDtypesAndHeadDims) {
       for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < Nq; ++i)
           for (int64_t h = 0; h < H; ++h)
-            if (l[size_t((b * H + h) * Nq + i)] == 0.f)
+            if (l[size_t((b * H + h) * Nq + i)] == 0.f) {
               for (int64_t d = 0; d < D; ++d) EXPECT_EQ(o[size_t(((b * Nq + i) * H + h) * D + d)], 0.f);
+            }
     }
   }
 }
