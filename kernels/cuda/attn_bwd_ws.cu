@@ -535,9 +535,7 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
   const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
   const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
-  static int sms[kMaxDevices] = {};
-  int& n_sm = sms[device_slot(device)];
-  if (n_sm == 0) CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
+  const int n_sm = device_props().multiProcessorCount;  // `device` is current (stream_for in the dispatcher)
   const BwdV5Grid g = v5_grid(p, D, R, p.Hkv * B, tiles, n_sm);
   RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units (key tiles x batch x "
                                             "K/V heads) do not fit 32 bits; split the batch or the key range");

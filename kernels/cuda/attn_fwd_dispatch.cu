@@ -24,6 +24,13 @@ int attn_fwd_variant(int64_t D, int64_t q_rows, int device) {
   return (D == 128 && q_rows >= 16384) ? 3 : 2;
 }
 
+void check_attn_fwd_state(const AttnDims& d, const Tensor& q, const AttnState& state, const char* op) {
+  require_attn_tensor(state.acc, DType::f32, q.device, op, "state.acc");
+  require_dtype_on(state.m, DType::f32, q.device, op, "state.m");
+  require_dtype_on(state.l, DType::f32, q.device, op, "state.l");
+  check_attn_state_shapes(d, state, op);
+}
+
 AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnState& state,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r) {
   AttnFwdParams p;
@@ -48,10 +55,7 @@ void attn_fwd_block(const Tensor& q, const Tensor& k, const Tensor& v, AttnState
   const char* op = "attn_fwd_block";
   cudaStream_t stream = stream_for(q, op);
   const AttnDims d = attn_dims(q, k, v, op);
-  require_attn_tensor(state.acc, DType::f32, q.device, op, "state.acc");
-  require_dtype_on(state.m, DType::f32, q.device, op, "state.m");
-  require_dtype_on(state.l, DType::f32, q.device, op, "state.l");
-  check_attn_state_shapes(d, state, op);
+  check_attn_fwd_state(d, q, state, op);
   const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.B == 0 || d.H == 0) return;
 

@@ -16,6 +16,9 @@ namespace cuda {
 // (the defaults and the override: attn_fwd_dispatch.cu).
 int attn_fwd_variant(int64_t D, int64_t q_rows, int device);
 
+// The state's checks (f32 acc, m, l on q's device, shaped for q): one message naming `op` and the field.
+void check_attn_fwd_state(const AttnDims& d, const Tensor& q, const AttnState& state, const char* op);
+
 // The kernel parameters of one call: q, k, v, the state's pointers, sizes, ranges, mask and scale.
 AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnState& state,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r);

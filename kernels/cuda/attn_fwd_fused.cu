@@ -35,13 +35,6 @@ void check_finalized_outputs(const AttnDims& d, const Tensor& q, const Tensor& o
   check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
 }
 
-void check_state(const AttnDims& d, const Tensor& q, const AttnState& state, const char* op) {
-  require_attn_tensor(state.acc, DType::f32, q.device, op, "state.acc");
-  require_dtype_on(state.m, DType::f32, q.device, op, "state.m");
-  require_dtype_on(state.l, DType::f32, q.device, op, "state.l");
-  check_attn_state_shapes(d, state, op);
-}
-
 }  // namespace
 
 void attn_fwd_whole(const Tensor& q, const Tensor& k, const Tensor& v, AttnState& scratch, const AttnMask& mask,
@@ -76,7 +69,7 @@ void attn_fwd_block_first(const Tensor& q, const Tensor& k, const Tensor& v, Att
     cuda::attn_fwd_block(q, k, v, state, mask);
     return;
   }
-  check_state(d, q, state, op);
+  check_attn_fwd_state(d, q, state, op);
   AttnFwdParams p = attn_fwd_params(q, k, v, state, mask, d, r);
   p.fresh = true;  // the state is written, not read
   launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);
@@ -93,7 +86,7 @@ void attn_fwd_block_last(const Tensor& q, const Tensor& k, const Tensor& v, Attn
     cuda::attn_fwd_finalize(state, out, lse);
     return;
   }
-  check_state(d, q, state, op);
+  check_attn_fwd_state(d, q, state, op);
   check_finalized_outputs(d, q, out, lse, op);
   AttnFwdParams p = attn_fwd_params(q, k, v, state, mask, d, r);  // the state is read, not written
   p.out = out.ptr<__nv_bfloat16>();

@@ -399,15 +399,13 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
 // and 192-row CTAs fill the SMs about as well as 128-row ones (they run ~10% faster per row at 4K-64K; at 1K and in
 // the ring's steps of 1-2K rows the finer tiles won: bench/NOTES.md "fwd v5: 192-query tiles"), else 128. The
 // override (AttnVariantOverride::fwd_rows) forces either where the TMA box fits.
-int fwd_ws_rows(const AttnFwdParams& p, int64_t D, int64_t B, int device) {
+int fwd_ws_rows(const AttnFwdParams& p, int64_t D, int64_t B) {
   if (D != 64 || p.docs.on || p.q_end < 192) return 128;
   const int forced = attn_variant_override().fwd_rows;
   if (forced != 0) return forced;
   const int64_t q = p.q_end - p.q_begin;
   if (q < 4096) return 128;
-  static int sms[kMaxDevices] = {};
-  int& n_sm = sms[device_slot(device)];
-  if (n_sm == 0) CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
+  const int64_t n_sm = device_props().multiProcessorCount;  // the current device (stream_for in the op)
   const int64_t bh = p.H * B;
   const int64_t waves128 = ((q + 127) / 128 * bh + n_sm - 1) / n_sm;
   const int64_t waves192 = ((q + 191) / 192 * bh + n_sm - 1) / n_sm;
@@ -427,7 +425,7 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
   }
   if (p.docs.on) D == 64 ? launch<64, true, 2>(p, B, device, stream) : launch<128, true, 2>(p, B, device, stream);
   else if (D == 128) launch<128, false, 2>(p, B, device, stream);
-  else if (fwd_ws_rows(p, D, B, device) == 192) launch<64, false, 3>(p, B, device, stream);
+  else if (fwd_ws_rows(p, D, B) == 192) launch<64, false, 3>(p, B, device, stream);
   else launch<64, false, 2>(p, B, device, stream);
 }
 
