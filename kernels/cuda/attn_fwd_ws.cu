@@ -45,15 +45,20 @@ using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128), issue_qk, 
 template <int kCons>
 constexpr int kWsThreads = 128 * (kCons + 1);  // producer warpgroup + the consumers
 constexpr int kWsProducerRegs = 24;
+// kCons = 1 (64-row tiles, forced by the override only: bench/NOTES.md "fwd v5: 64-query tiles") runs two CTAs per
+// SM: 2 x (24 + 232) x 128 registers = 64K.
 template <int kCons>
-constexpr int kWsConsumerRegs = kCons == 3 ? 160 : 240;  // 24 * 128 + 160 * 384 and 24 * 128 + 240 * 256 <= 64K
+constexpr int kWsConsumerRegs = kCons == 3 ? 160 : kCons == 2 ? 240 : 232;  // 24 * 128 + 160 * 384 <= 64K, etc.
+template <int kCons>
+constexpr int kWsCtasPerSm = kCons == 1 ? 2 : 1;
 // K/V ring stages: 2 (D = 128: 32 + 4 x 32 KB of shared memory; D = 64: 24 + 4 x 16 KB); 3 measured no faster
-// (dev/attention/README.md).
-constexpr int kStages = 2;
+// (dev/attention/README.md). 64-row tiles at D = 128 take 1, so that two CTAs fit an SM (2 x 82 KB).
+template <int D, int kCons>
+constexpr int kWsStages = (kCons == 1 && D == 128) ? 1 : 2;
 // The empty barriers count every consumer thread (a lane-0-only arrival, branch or predicate, makes ptxas
 // serialize the wgmma pipeline: C7513).
 
-template <int D, int kRows>
+template <int D, int kRows, int kStages>
 struct WsSmem {
   static constexpr uint32_t kQBytes = kRows * D * 2;            // (kRows, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
@@ -62,6 +67,7 @@ struct WsSmem {
   static_assert(8 + 32 * kStages <= kBarBytes, "mbarriers do not fit");
 };
 
+template <int kStages>
 struct WsBars {
   uint32_t base;  // 8-byte mbarriers: q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]
   __device__ __forceinline__ uint32_t q_full() const { return base; }
@@ -164,16 +170,17 @@ __device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_
 
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
 template <int D, bool kDocs, int kCons>
-__global__ void __launch_bounds__(kWsThreads<kCons>, 1)
+__global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
   constexpr int kRows = 64 * kCons;  // query rows per CTA
-  using Smem = WsSmem<D, kRows>;
+  constexpr int kStages = kWsStages<D, kCons>;
+  using Smem = WsSmem<D, kRows, kStages>;
   constexpr int kBc = kWgKeysPerTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const WsBars bars{base};
+  const WsBars<kStages> bars{base};
   const uint32_t q_tile = base + Smem::kBarBytes;          // (kRows, D) bf16 sw128
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
@@ -304,7 +311,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, 1)
     issue_pv<D>(o, pf, v_tiles + uint32_t(s0) * Smem::kKVBytes);
     wgmma_commit();
 
-    if constexpr (kCons == 2) {
+    if constexpr (kCons <= 2) {
       // Two P fragments: the softmax of S_{j+1} into pn may start before P_j V_j is done (ptxas puts that wait
       // ahead of the softmax anyway; the one-fragment loop below measured 1-2% slower at D = 128).
       wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
@@ -358,9 +365,10 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, 1)
 
 template <int D, bool kDocs, int kCons>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
-  static_assert(kCons == 2 || (D == 64 && !kDocs), "fwd v5: three consumer warpgroups only at D = 64, no documents");
+  static_assert(kCons == 2 || (!kDocs && (kCons == 1 || D == 64)),
+                "fwd v5: three consumer warpgroups only at D = 64; one or three only without documents");
   constexpr int kRows = 64 * kCons;
-  constexpr size_t smem = WsSmem<D, kRows>::kBytes;
+  constexpr size_t smem = WsSmem<D, kRows, kWsStages<D, kCons>>::kBytes;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws_kernel<D, kDocs, kCons>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -400,8 +408,10 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
 // the ring's steps of 1-2K rows the finer tiles won: bench/NOTES.md "fwd v5: 192-query tiles"), else 128. The
 // override (AttnVariantOverride::fwd_rows) forces either where the TMA box fits.
 int fwd_ws_rows(const AttnFwdParams& p, int64_t D, int64_t B) {
-  if (D != 64 || p.docs.on || p.q_end < 192) return 128;
+  if (p.docs.on) return 128;
   const int forced = attn_variant_override().fwd_rows;
+  if (forced == 64) return 64;
+  if (D != 64 || p.q_end < 192) return 128;
   if (forced != 0) return forced;
   const int64_t q = p.q_end - p.q_begin;
   if (q < 4096) return 128;
@@ -424,9 +434,13 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
     return;
   }
   if (p.docs.on) D == 64 ? launch<64, true, 2>(p, B, device, stream) : launch<128, true, 2>(p, B, device, stream);
-  else if (D == 128) launch<128, false, 2>(p, B, device, stream);
-  else if (fwd_ws_rows(p, D, B) == 192) launch<64, false, 3>(p, B, device, stream);
-  else launch<64, false, 2>(p, B, device, stream);
+  else {
+    const int rows = fwd_ws_rows(p, D, B);
+    if (D == 128) rows == 64 ? launch<128, false, 1>(p, B, device, stream) : launch<128, false, 2>(p, B, device, stream);
+    else if (rows == 192) launch<64, false, 3>(p, B, device, stream);
+    else if (rows == 64) launch<64, false, 1>(p, B, device, stream);
+    else launch<64, false, 2>(p, B, device, stream);
+  }
 }
 
 }  // namespace cuda

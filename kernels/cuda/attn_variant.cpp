@@ -35,8 +35,8 @@ void check(const AttnVariantOverride& o, const char* fwd_source, const char* bwd
   RT_CHECK(o.bwd == 0 || built(kBwdVariants, o.bwd),
            bwd_source << " = " << o.bwd << " names no backward attention kernel of this build; valid: "
                       << attn_bwd_variant_names() << " (or unset for the default; the others are in dev/attention)");
-  RT_CHECK(o.fwd_rows == 0 || o.fwd_rows == 128 || o.fwd_rows == 192,
-           "fwd v5 query rows per CTA = " << o.fwd_rows << " is not 128 or 192 (RT_ATTN_FWD_ROWS; unset for the "
+  RT_CHECK(o.fwd_rows == 0 || o.fwd_rows == 64 || o.fwd_rows == 128 || o.fwd_rows == 192,
+           "fwd v5 query rows per CTA = " << o.fwd_rows << " is not 64, 128 or 192 (RT_ATTN_FWD_ROWS; unset for the "
                                                            "default choice)");
 }
 
@@ -62,7 +62,7 @@ void load_locked() {
   AttnVariantOverride o;
   o.fwd = parse("RT_ATTN_FWD_VARIANT", attn_fwd_variant_names());
   o.bwd = parse("RT_ATTN_BWD_VARIANT", attn_bwd_variant_names());
-  o.fwd_rows = parse("RT_ATTN_FWD_ROWS", "128, 192", 192);
+  o.fwd_rows = parse("RT_ATTN_FWD_ROWS", "64, 128, 192", 192);
   check(o, "RT_ATTN_FWD_VARIANT", "RT_ATTN_BWD_VARIANT");  // and RT_ATTN_FWD_ROWS
   g_override = o;
   g_loaded = true;

@@ -37,16 +37,18 @@ TEST(AttnVariantOverride, AnUnbuiltVariantIsRefusedWithTheValidNames) {
   cuda::set_attn_variant_override(before);
 }
 
-TEST(AttnVariantOverride, ForwardRowsOtherThan128Or192AreRefused) {
+TEST(AttnVariantOverride, ForwardRowsOtherThan64_128Or192AreRefused) {
   const cuda::AttnVariantOverride before = cuda::attn_variant_override();
   cuda::AttnVariantOverride o = before;
   o.fwd_rows = 100;
   const std::string why = refusal(o);
-  EXPECT_NE(why.find("is not 128 or 192"), std::string::npos) << why;
+  EXPECT_NE(why.find("is not 64, 128 or 192"), std::string::npos) << why;
   EXPECT_EQ(cuda::attn_variant_override().fwd_rows, before.fwd_rows);
-  o.fwd_rows = 192;  // taken
-  cuda::set_attn_variant_override(o);
-  EXPECT_EQ(cuda::attn_variant_override().fwd_rows, 192);
+  for (const int rows : {64, 192}) {  // taken
+    o.fwd_rows = rows;
+    cuda::set_attn_variant_override(o);
+    EXPECT_EQ(cuda::attn_variant_override().fwd_rows, rows);
+  }
   cuda::set_attn_variant_override(before);
 }
 

@@ -1,6 +1,6 @@
 // attn_fwd_block's Hopper kernels (sm_90a): fwd v4 (wgmma, kernels/cuda/attn_fwd_wgmma.cu) and fwd v5 (TMA
-// producer warpgroup + 2 or 3 consumer warpgroups, kernels/cuda/attn_fwd_ws.cu; at D = 64 both tile heights, 128
-// and 192 query rows), forced with set_attn_variant_override,
+// producer warpgroup + 1, 2 or 3 consumer warpgroups, kernels/cuda/attn_fwd_ws.cu; every tile height: 64 and 128
+// query rows at both head dims, 192 at D = 64), forced with set_attn_variant_override,
 // against an fp64 host reference of the same sequence of blocks and against the mma.sync kernel (variant 2)
 // on the same inputs (v5 also against v4). Each case starts from a fresh state (reset) or from a
 // random resumable state (some rows never seen: m = -inf), runs one or more blocks, then finalizes into
@@ -24,7 +24,7 @@ namespace {
 constexpr double kLog2e = 1.4426950408889634;
 
 // Forces the forward variant for its scope (set_attn_variant_override).
-// rows: fwd v5's query rows per CTA at D = 64 (128 or 192; 0: the default choice).
+// rows: fwd v5's query rows per CTA (64, 128 or 192 at D = 64; 0: the default choice).
 struct ForcedFwdVariant : ScopedAttnVariant {
   explicit ForcedFwdVariant(const char* variant, int rows = 0) : ScopedAttnVariant(variant, nullptr) {
     cuda::AttnVariantOverride o = cuda::attn_variant_override();
@@ -339,7 +339,8 @@ TEST_P(CudaAttentionWgmma, TwoKeyBlocksEqualOne) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionWgmma,
                          ::testing::Values(FwdKernel{"4", 64}, FwdKernel{"4", 128}, FwdKernel{"5", 64},
-                                           FwdKernel{"5", 64, 192}, FwdKernel{"5", 128}),
+                                           FwdKernel{"5", 64, 192}, FwdKernel{"5", 64, 64},
+                                           FwdKernel{"5", 128}, FwdKernel{"5", 128, 64}),
                          [](const auto& info) {
                            return std::string("v") + info.param.variant + "_D" + std::to_string(info.param.D) +
                                   (info.param.rows ? "_rows" + std::to_string(info.param.rows) : "");
