@@ -1,14 +1,16 @@
 // attn_fwd_block on Hopper, warp-specialized (fwd v5, sm_90a): continues the fp32 online-softmax state
 // (acc, m, l) with one K/V block. Same contract as fwd v4 (attn_fwd_wgmma.cu) and the mma.sync kernels
 // (attn_fwd_mma.cu); attn_fwd_dispatch.cu chooses it.
-//   * one CTA = 64 x kCons query rows of one (batch, head), 1 CTA per SM; kCons = 3 (192 rows, 512 threads) for
-//     D = 64 calls without documents of at least 4K query rows that fill the SMs as well (fwd_ws_rows), else 2
-//     (128 rows, 384 threads):
+//   * one CTA = 64 x kCons query rows of one (batch, head), chosen per call (fwd_ws_rows_for): kCons = 1 (64 rows,
+//     256 threads, 2 CTAs per SM) for D = 64 calls without documents under 4K query rows; 3 (192 rows, 512 threads)
+//     for D = 64 calls without documents of at least 4K query rows that fill the SMs as well; else 2 (128 rows, 384
+//     threads), 1 CTA per SM:
 //       - warpgroup 0, the producer: setmaxnreg.dec to 24; one thread loads Q once and the K/V tiles (128
-//         keys) with TMA into a ring of kStages (2) stages, K and V with separate full/empty mbarriers;
-//       - warpgroups 1 .. kCons, the consumers (setmaxnreg.inc to 160 or 240): 64 query rows each, the S = Q K^T
+//         keys) with TMA into a ring of kStages (2; 1 for 64-row tiles at D = 128) stages, K and V with separate
+//         full/empty mbarriers;
+//       - warpgroups 1 .. kCons, the consumers (setmaxnreg.inc to 160, 232 or 240): 64 query rows each, the S = Q K^T
 //         / softmax / O += P V steps of wgmma_attn_fwd_tile.cuh: S_{j+1} and P_j V_j are issued back to back;
-//         with 2 warpgroups the softmax of S_{j+1} goes into a second P fragment (ptxas puts the wait for P_j V_j
+//         with 1 or 2 warpgroups the softmax of S_{j+1} goes into a second P fragment (ptxas puts the wait for P_j V_j
 //         ahead of it all the same, and forcing the overlap measured 1-2% slower: bench/NOTES.md "fwd v5: the
 //         softmax back under P V"), with 3 it waits for both MMAs and writes P_{j+1} over P_j;
 //   * the warp schedulers interleave the consumer warpgroups freely, one's softmax under the others' MMAs (a
@@ -39,14 +41,14 @@ using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128), issue_qk, 
                         // load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
 // Consumer warpgroups per CTA (64 query rows each): 3 (192 rows, FA4's tile at D = 64: a third warpgroup to
-// interleave with, at the same MMA per exp) only at D = 64 without documents (fwd_ws_rows), else 2: at D = 128
+// interleave with, at the same MMA per exp) only at D = 64 without documents (fwd_ws_rows_for), else 2 or 1: at D = 128
 // the accumulator and the scores take 128 of a thread's registers, more than a third warpgroup would leave, and
 // the document kernel's per-row state does not fit 160 registers.
 template <int kCons>
 constexpr int kWsThreads = 128 * (kCons + 1);  // producer warpgroup + the consumers
 constexpr int kWsProducerRegs = 24;
-// kCons = 1 (64-row tiles, forced by the override only: bench/NOTES.md "fwd v5: 64-query tiles") runs two CTAs per
-// SM: 2 x (24 + 232) x 128 registers = 64K.
+// kCons = 1 (64-row tiles: D = 64 calls under 4K query rows, or forced; bench/NOTES.md "fwd v5: 64-query tiles")
+// runs two CTAs per SM: 2 x (24 + 232) x 128 registers = 64K.
 template <int kCons>
 constexpr int kWsConsumerRegs = kCons == 3 ? 160 : kCons == 2 ? 240 : 232;  // 24 * 128 + 160 * 384 <= 64K, etc.
 template <int kCons>
@@ -403,24 +405,35 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
   return c == 1;
 }
 
-// Query rows per CTA for this call: 192 at D = 64 without documents where the call has at least 4K query rows
-// and 192-row CTAs fill the SMs about as well as 128-row ones (they run ~10% faster per row at 4K-64K; at 1K and in
-// the ring's steps of 1-2K rows the finer tiles won: bench/NOTES.md "fwd v5: 192-query tiles"), else 128. The
-// override (AttnVariantOverride::fwd_rows) forces either where the TMA box fits.
-int fwd_ws_rows(const AttnFwdParams& p, int64_t D, int64_t B) {
-  if (p.docs.on) return 128;
-  const int forced = attn_variant_override().fwd_rows;
-  if (forced == 64) return 64;
-  if (D != 64 || p.q_end < 192) return 128;
-  if (forced != 0) return forced;
-  const int64_t q = p.q_end - p.q_begin;
-  if (q < 4096) return 128;
-  const int64_t n_sm = device_props().multiProcessorCount;  // the current device (stream_for in the op)
-  const int64_t bh = p.H * B;
+// Query rows per CTA (bench/NOTES.md "fwd v5: 192-query tiles" and "fwd v5: 64-query tiles"), without
+// documents (they keep 128):
+//   * D = 64, fewer than 4K query rows: 64 (two CTAs per SM; the ring's 1-2K-row steps and 1K-row calls ran 7-9%
+//     faster than with 128);
+//   * D = 64, at least 4K query rows: 192 where 192-row CTAs fill the SMs about as well as 128-row ones (they run
+//     ~10% faster per row at 4K-64K), else 128;
+//   * D = 128: 128 (64-row tiles measured 0-2% slower in the 16K ring steps and 5-9% slower from 4K rows).
+// The override forces 64 or 128 anywhere and 192 at D = 64 where the TMA box fits (q_end >= 192).
+int fwd_ws_rows_for(int64_t D, bool docs, int64_t q_begin, int64_t q_end, int64_t B, int64_t H, int64_t n_sm,
+                    int forced) {
+  if (docs) return 128;
+  if (forced == 64 || forced == 128) return forced;
+  if (D != 64) return 128;
+  if (forced == 192) return q_end >= 192 ? 192 : 128;
+  const int64_t q = q_end - q_begin;
+  if (q < 4096) return 64;
+  const int64_t bh = H * B;
   const int64_t waves128 = ((q + 127) / 128 * bh + n_sm - 1) / n_sm;
   const int64_t waves192 = ((q + 191) / 192 * bh + n_sm - 1) / n_sm;
   return waves192 * 192 * 10 <= waves128 * 128 * 11 ? 192 : 128;
 }
+
+namespace {
+int fwd_ws_rows(const AttnFwdParams& p, int64_t D, int64_t B) {
+  // The SM count of the current device (stream_for in the op).
+  return fwd_ws_rows_for(D, p.docs.on, p.q_begin, p.q_end, B, p.H, device_props().multiProcessorCount,
+                         attn_variant_override().fwd_rows);
+}
+}  // namespace
 
 void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream) {
   RT_CHECK(D == 64 || D == 128, "attn_fwd_block (ws): head dim " << D << " is not 64 or 128");

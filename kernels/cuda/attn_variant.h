@@ -19,7 +19,7 @@ namespace cuda {
 struct AttnVariantOverride {
   int fwd = 0;  // 0: the default choice; else one of attn_fwd_variant_names()
   int bwd = 0;  // 0: the default choice; else one of attn_bwd_variant_names()
-  int fwd_rows = 0;  // 0: the default choice (attn_fwd_ws.cu fwd_ws_rows); else 128 or 192
+  int fwd_rows = 0;  // 0: the default choice (attn_fwd_ws.cu fwd_ws_rows_for); else 64, 128 or 192
 };
 
 // The current overrides (the environment's, until set_attn_variant_override() replaces them).
