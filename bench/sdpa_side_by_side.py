@@ -13,7 +13,7 @@ Without FA4 the table has no FA4 columns, and one line says why.
 
 Usage: python3 bench/sdpa_side_by_side.py --ours build-gpu/bench/bench_attention [--out table.md]
        [--variant NAME:VAR=VALUE,VAR=VALUE ...]   (ours once per variant, environment set; one table each)
-       [--dims 64,128] [--interleave] [--sustain-ms MS] [--no-fa4]
+       [--dims 64,128] [--interleave [--lengths 4096,16384,65536]] [--sustain-ms MS] [--no-fa4]
 
 By default ours runs the whole grid in one process, then PyTorch runs it. Under sustained load an H200 caps its
 power (700 W) and lowers its clock by up to a quarter, by an amount that depends on what ran in the last
@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--dims", default="64,128", help="head dims of the grid")
+    ap.add_argument("--lengths", default=None,
+                    help="sequence lengths of the grid (default 1024,4096,16384,65536); needs --interleave")
     ap.add_argument("--interleave", action="store_true",
                     help="per (d, N) cell: ours, then PyTorch (cuDNN, FA2, FA4 where it imports; one variant only)")
     ap.add_argument("--sustain-ms", type=float, default=0.0,
@@ -143,6 +145,13 @@ def main():
         variants.append((name, env))
     dims = [int(x) for x in args.dims.split(",")]
     lengths = [1024, 4096, 16384, 65536]
+    if args.lengths is not None:
+        if not args.interleave:
+            sys.exit("--lengths needs --interleave: without it ours runs bench_attention's whole grid in one process")
+        try:
+            lengths = [int(x) for x in args.lengths.split(",")]
+        except ValueError:
+            sys.exit(f"--lengths {args.lengths!r}: expected comma-separated integers, such as 4096,16384,65536")
     if args.interleave and len(variants) > 1:
         sys.exit("--interleave takes one variant")
     ours_by_variant, ceilings = {}, None
