@@ -411,7 +411,7 @@ bool attn_fwd_ws_supported(int device, int64_t D) {
 //     faster than with 128);
 //   * D = 64, at least 4K query rows: 192 where 192-row CTAs fill the SMs about as well as 128-row ones (they run
 //     ~10% faster per row at 4K-64K), else 128;
-//   * D = 128: 128 (64-row tiles measured 0-2% slower in the 16K ring steps and 5-9% slower from 4K rows).
+//   * D = 128: 128 (64-row tiles measured 0-2% slower in the 16K ring steps, 5-14% in whole calls of 4K-64K).
 // The override forces 64 or 128 anywhere and 192 at D = 64 where the TMA box fits (q_end >= 192).
 int fwd_ws_rows_for(int64_t D, bool docs, int64_t q_begin, int64_t q_end, int64_t B, int64_t H, int64_t n_sm,
                     int forced) {
