@@ -35,7 +35,8 @@ constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgro
 constexpr int kBarDqFullWg = 8;    // 8 + 2 wg + buffer (128 + the dQ warp's 32)
 constexpr int kBarDqEmptyWg = 12;  // 12 + 2 wg + buffer
 constexpr int kDqWgBarThreads = 128 + 32;
-constexpr int kUnitReaders = 8 + 1;  // the consumer warps and the dQ warp release a unit-ring slot
+constexpr int kConsumerWarps = 8;  // 2 consumer warpgroups: one arrival each on the Q / dO and K / V empty barriers
+constexpr int kUnitReaders = kConsumerWarps + 1;  // the consumer warps and the dQ warp release a unit-ring slot
 
 // Query rows per tile: 128 at D = 64 without documents or turn counters (FA4's tile there: S^T / dP^T as m64n128
 // wgmmas, and dQ split by queries between the warpgroups, so one dQ tile per 128 x 128 pair instead of two partials
@@ -144,7 +145,7 @@ __device__ __forceinline__ void stage_dq_end_tile(const float (&dq)[32], float (
   fence_regs_u32(df);
   fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
   dq_buffer_arrive_full<D>(sb, wg);
-  mbar_arrive(stage_empty);  // this tile's Q / dO are no longer read
+  mbar_arrive_warp(stage_empty);  // this tile's Q / dO are no longer read (one arrival per warp)
 }
 
 // The shared-memory regions and mbarriers of bwd v5, as every role addresses them.
@@ -157,7 +158,7 @@ struct BwdV5Shared {
   float* delta_s;                          // (2 stages, 64) f32
   int* unit_slots;                         // (2) the unit ring
   uint32_t full_bar, empty_bar;            // Q / dO stages, 2 x 8 bytes each
-  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (256 arrivals)
+  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (8 warp arrivals)
   uint32_t unit_full_bar, unit_empty_bar;  // the unit ring, 2 x 8 bytes each
 };
 
