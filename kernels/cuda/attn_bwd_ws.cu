@@ -383,7 +383,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     }
     // Epilogue: this thread's MMAs are done (its last wgmma_wait<0>), so K / V may take the next unit's tiles
     // while dK * scale and dV go through the dQ ring (kEpilogueTiles tiles of 64 columns) to the dQ warp.
-    mbar_arrive_warp(kv_empty_bar);
+    release_to_producer<D>(kv_empty_bar);
     stage_dkv_tile<D, 0>(dk, p.scale, dq_bufs, jq, wg, warp, g, t);
     if constexpr (D == 128) stage_dkv_tile<D, 1>(dk, p.scale, dq_bufs, jq, wg, warp, g, t);
     stage_dkv_tile<D, 0>(dv, 1.f, dq_bufs, jq, wg, warp, g, t);
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   int* unit_slots = reinterpret_cast<int*>(smem_raw + (base - raw) + Smem::kUnits);  // (2)
   const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;  // Q / dO stages, 2 x 8 bytes each
   const uint32_t kv_bar = full_bar + 32;        // K and V landed
-  const uint32_t kv_empty_bar = full_bar + 40;  // the consumers read K and V no more (one arrival per warp)
+  const uint32_t kv_empty_bar = full_bar + 40;  // the consumers read K and V no more (kV5ReleaseArrivals)
   const uint32_t unit_full_bar = full_bar + 48, unit_empty_bar = full_bar + 64;  // the unit ring, 2 x 8 each
   unsigned char* const doc_smem = smem_raw + (base - raw);
   const BwdV5DocShared ds{reinterpret_cast<uint32_t*>(doc_smem + Smem::kDocRows),  // (2, 64); kDocs only
@@ -436,10 +436,10 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   if (tid == 0) {
     mbar_init(full_bar, kStageWriters);
     mbar_init(full_bar + 8, kStageWriters);
-    mbar_init(empty_bar, kConsumerWarps);  // mbar_arrive_warp: one arrival per consumer warp
-    mbar_init(empty_bar + 8, kConsumerWarps);
+    mbar_init(empty_bar, kV5ReleaseArrivals<D>);  // release_to_producer: per warp or per thread
+    mbar_init(empty_bar + 8, kV5ReleaseArrivals<D>);
     mbar_init(kv_bar, 1);
-    mbar_init(kv_empty_bar, kConsumerWarps);
+    mbar_init(kv_empty_bar, kV5ReleaseArrivals<D>);
     mbar_init(unit_full_bar, 1);
     mbar_init(unit_full_bar + 8, 1);
     mbar_init(unit_empty_bar, kUnitReaders + (kDocs ? 1 : 0));

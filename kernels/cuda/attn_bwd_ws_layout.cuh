@@ -35,8 +35,19 @@ constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgro
 constexpr int kBarDqFullWg = 8;    // 8 + 2 wg + buffer (128 + the dQ warp's 32)
 constexpr int kBarDqEmptyWg = 12;  // 12 + 2 wg + buffer
 constexpr int kDqWgBarThreads = 128 + 32;
-constexpr int kConsumerWarps = 8;  // 2 consumer warpgroups: one arrival each on the Q / dO and K / V empty barriers
-constexpr int kUnitReaders = kConsumerWarps + 1;  // the consumer warps and the dQ warp release a unit-ring slot
+// How the consumers release a Q / dO stage and K / V: at D = 128 one arrival per warp (mbar_arrive_warp; measured
+// +5% on the d128 16K causal backward, the rest within noise), at D = 64 one per thread (per warp measured 1-2%
+// slower there). bench/NOTES.md "Mbarrier releases one arrival per warp".
+template <int D>
+constexpr bool kV5WarpRelease = D == 128;
+template <int D>
+constexpr int kV5ReleaseArrivals = kV5WarpRelease<D> ? 8 : 256;  // the 2 consumer warpgroups' warps or threads
+template <int D>
+__device__ __forceinline__ void release_to_producer(uint32_t bar) {
+  if constexpr (kV5WarpRelease<D>) mbar_arrive_warp(bar);
+  else mbar_arrive(bar);
+}
+constexpr int kUnitReaders = 8 + 1;  // the consumer warps and the dQ warp release a unit-ring slot
 
 // Query rows per tile: 128 at D = 64 without documents or turn counters (FA4's tile there: S^T / dP^T as m64n128
 // wgmmas, and dQ split by queries between the warpgroups, so one dQ tile per 128 x 128 pair instead of two partials
@@ -145,7 +156,7 @@ __device__ __forceinline__ void stage_dq_end_tile(const float (&dq)[32], float (
   fence_regs_u32(df);
   fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
   dq_buffer_arrive_full<D>(sb, wg);
-  mbar_arrive_warp(stage_empty);  // this tile's Q / dO are no longer read (one arrival per warp)
+  release_to_producer<D>(stage_empty);  // this tile's Q / dO are no longer read
 }
 
 // The shared-memory regions and mbarriers of bwd v5, as every role addresses them.
@@ -158,7 +169,7 @@ struct BwdV5Shared {
   float* delta_s;                          // (2 stages, 64) f32
   int* unit_slots;                         // (2) the unit ring
   uint32_t full_bar, empty_bar;            // Q / dO stages, 2 x 8 bytes each
-  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (8 warp arrivals)
+  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (kV5ReleaseArrivals)
   uint32_t unit_full_bar, unit_empty_bar;  // the unit ring, 2 x 8 bytes each
 };
 

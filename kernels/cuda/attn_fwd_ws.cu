@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bars.k_full(s), 1);
       mbar_init(bars.v_full(s), 1);
-      mbar_init(bars.k_empty(s), 4 * kCons);  // mbar_arrive_warp: one arrival per consumer warp
-      mbar_init(bars.v_empty(s), 4 * kCons);
+      mbar_init(bars.k_empty(s), 128 * kCons);
+      mbar_init(bars.v_empty(s), 128 * kCons);
     }
     mbar_init_fence();
   }
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_regs(s);
-  mbar_arrive_warp(bars.k_empty(0));
+  mbar_arrive(bars.k_empty(0));
   softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, drows, dkeys, b);
   rescale_o<D>(o, alpha);
 
@@ -318,14 +318,14 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       // ahead of the softmax anyway; the one-fragment loop below measured 1-2% slower at D = 128).
       wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
       wgmma_fence_regs(s);
-      mbar_arrive_warp(bars.k_empty(s1));
+      mbar_arrive(bars.k_empty(s1));
       uint32_t pn[32];
       softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
                           drows, dkeys, b);
       wgmma_wait<0>();
       wgmma_fence_regs(o);
       fence_regs_u32(pf);
-      mbar_arrive_warp(bars.v_empty(s0));
+      mbar_arrive(bars.v_empty(s0));
       rescale_o<D>(o, alpha);
 #pragma unroll
       for (int i = 0; i < 32; ++i) pf[i] = pn[i];
@@ -336,8 +336,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       wgmma_fence_regs(s);
       wgmma_fence_regs(o);
       fence_regs_u32(pf);
-      mbar_arrive_warp(bars.k_empty(s1));
-      mbar_arrive_warp(bars.v_empty(s0));
+      mbar_arrive(bars.k_empty(s1));
+      mbar_arrive(bars.v_empty(s0));
       softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
                           drows, dkeys, b);
       rescale_o<D>(o, alpha);
