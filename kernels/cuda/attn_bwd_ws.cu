@@ -44,9 +44,9 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //     "dS^T stored" (D = 128: both warpgroups, their dQ halves read all 128 keys; D = 64: per warpgroup, each
 //     forms a partial dQ over its own keys);
 //   * dQ (scaled, f32) goes to one of 2 staging buffers in the 128-byte swizzle of the dq_acc tensor map (named
-//     barriers dQ empty / full per buffer with the dQ warp); the dQ warp's lane 0 adds a tile with 4
-//     cp.reduce.async.bulk.tensor (boxes of 64 rows x 32 columns; D = 64: 2 per partial) and hands the buffer
-//     back once they have read it. In deterministic mode it alone waits for the query tile's turn, issues,
+//     barriers dQ empty / full per buffer and consumer warpgroup with the dQ warp); the dQ warp's lane 0 adds
+//     each warpgroup's part as soon as it is staged, with 2 cp.reduce.async.bulk.tensor (boxes of 64 rows x 32
+//     columns; D = 128: its column half, D = 64: its partial), and hands that part back once they have read it. In deterministic mode it alone waits for the query tile's turn, issues,
 //     waits for the reduces to complete and passes the turn; the consumers go on with the other buffer (units
 //     are fetched in list order, so a unit waits only on units fetched before it: no deadlock);
 //   * the consumers' loop keeps no 64-bit index live (the masks come from 32-bit offsets computed per unit);
@@ -162,7 +162,7 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 
 // The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
 // then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). Each buffer's empty barrier
-// (per consumer warpgroup at D = 64, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
+// (one per consumer warpgroup, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
 // once per tile and twice at the end.
 template <int D, bool kDocs, int R>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
@@ -179,7 +179,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     tma_prefetch_desc(&tm_dk);
     tma_prefetch_desc(&tm_dv);
   }
-  for (int part = 0; part < kDqParts<D>; ++part) {  // both buffers start empty
+  for (int part = 0; part < kDqParts; ++part) {  // both buffers start empty
     dq_buffer_arrive_empty<D>(0, part);
     dq_buffer_arrive_empty<D>(1, part);
   }
@@ -204,10 +204,10 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
                       ? nullptr
                       : p.dq_turn + (int64_t(w.b) * p.H + h) * q_tiles_per_head + (q0 - p.q_begin) / kBr;
       const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
-      // D = 128: one part, blocks 0-3 (columns 0-127); D = 64: part w = warpgroup w's partial, blocks 2w, 2w + 1,
-      // part 0 before part 1 on every run (128-query tiles: part w = queries [64w, 64w + 64), no turn counters).
+      // Part w = warpgroup w's blocks 2w, 2w + 1: D = 128 columns [64w, 64w + 64); D = 64 its partial (128-query
+      // tiles: queries [64w, 64w + 64), no turn counters). Part 0 before part 1 on every run.
 #pragma unroll 1
-      for (int part = 0; part < kDqParts<D>; ++part) {
+      for (int part = 0; part < kDqParts; ++part) {
         dq_buffer_sync_full<D>(sb, part);
         if (lane == 0) {
           if (turn != nullptr && part == 0) {
@@ -217,7 +217,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
             } while (seen != mine);
             fence_proxy_async_global();
           }
-          constexpr int kBlocks = 4 / kDqParts<D>;
+          constexpr int kBlocks = 4 / kDqParts;
 #pragma unroll
           for (int i = 0; i < kBlocks; ++i) {
             const int blk = part * kBlocks + i;
@@ -227,7 +227,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
           bulk_commit();
           if (turn != nullptr) {
             bulk_wait<0>();
-            if (part + 1 == kDqParts<D>) {
+            if (part + 1 == kDqParts) {
               fence_proxy_async_global();
               __threadfence();
               asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
@@ -249,10 +249,10 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
       const int col0 = (e % (D / 64)) * 64;
       const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
 #pragma unroll 1
-      for (int part = 0; part < kDqParts<D>; ++part) {
+      for (int part = 0; part < kDqParts; ++part) {
         dq_buffer_sync_full<D>(sb, part);
         if (lane == 0) {
-          constexpr int kBlocks = 4 / kDqParts<D>;
+          constexpr int kBlocks = 4 / kDqParts;
 #pragma unroll
           for (int i = 0; i < kBlocks; ++i) {  // block 2w + c: keys 64w.., columns col0 + 32c..
             const int blk = part * kBlocks + i;
@@ -383,7 +383,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     }
     // Epilogue: this thread's MMAs are done (its last wgmma_wait<0>), so K / V may take the next unit's tiles
     // while dK * scale and dV go through the dQ ring (kEpilogueTiles tiles of 64 columns) to the dQ warp.
-    mbar_arrive(kv_empty_bar);
+    release_to_producer<D>(kv_empty_bar);
     stage_dkv_tile<D, 0>(dk, p.scale, dq_bufs, jq, wg, warp, g, t);
     if constexpr (D == 128) stage_dkv_tile<D, 1>(dk, p.scale, dq_bufs, jq, wg, warp, g, t);
     stage_dkv_tile<D, 0>(dv, 1.f, dq_bufs, jq, wg, warp, g, t);
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   int* unit_slots = reinterpret_cast<int*>(smem_raw + (base - raw) + Smem::kUnits);  // (2)
   const uint32_t full_bar = base + Smem::kBars, empty_bar = full_bar + 16;  // Q / dO stages, 2 x 8 bytes each
   const uint32_t kv_bar = full_bar + 32;        // K and V landed
-  const uint32_t kv_empty_bar = full_bar + 40;  // the consumers read K and V no more (256 arrivals)
+  const uint32_t kv_empty_bar = full_bar + 40;  // the consumers read K and V no more (kV5ReleaseArrivals)
   const uint32_t unit_full_bar = full_bar + 48, unit_empty_bar = full_bar + 64;  // the unit ring, 2 x 8 each
   unsigned char* const doc_smem = smem_raw + (base - raw);
   const BwdV5DocShared ds{reinterpret_cast<uint32_t*>(doc_smem + Smem::kDocRows),  // (2, 64); kDocs only
@@ -436,10 +436,10 @@ __global__ void __launch_bounds__(kV5Threads, 1)
   if (tid == 0) {
     mbar_init(full_bar, kStageWriters);
     mbar_init(full_bar + 8, kStageWriters);
-    mbar_init(empty_bar, 256);
-    mbar_init(empty_bar + 8, 256);
+    mbar_init(empty_bar, kV5ReleaseArrivals<D>);  // release_to_producer: per warp or per thread
+    mbar_init(empty_bar + 8, kV5ReleaseArrivals<D>);
     mbar_init(kv_bar, 1);
-    mbar_init(kv_empty_bar, 256);
+    mbar_init(kv_empty_bar, kV5ReleaseArrivals<D>);
     mbar_init(unit_full_bar, 1);
     mbar_init(unit_full_bar + 8, 1);
     mbar_init(unit_empty_bar, kUnitReaders + (kDocs ? 1 : 0));

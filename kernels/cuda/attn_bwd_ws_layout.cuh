@@ -26,16 +26,27 @@ static_assert(kV5ConsumerRegs<128> * 256 + kV5ProducerRegs<128> * 128 <= 168 * k
 // Named barriers (tma_ops.cuh; 0 is __syncthreads).
 constexpr int kBarDs = 1;        // D = 128: dS^T of both consumer warpgroups stored (256 threads)
 constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgroup stored (128 threads)
-constexpr int kBarDqFull = 4;    // 4 + buffer: the consumers staged dQ there (256 + the dQ warp's 32)
-constexpr int kBarDqEmpty = 6;   // 6 + buffer: the dQ warp's reduces finished reading it (256 + 32)
-constexpr int kDqBarThreads = 256 + 32;
-// D = 64: each consumer warpgroup stages its own dQ partial (blocks 2wg, 2wg + 1 of a buffer), so each has its own
-// full / empty pair per buffer with the dQ warp and the two warpgroups never wait for each other there (only the
-// 2-stage Q / dO ring bounds how far apart they drift: one tile). One warpgroup's exps then run under the other's
-// MMAs. D = 128 forms one dQ tile from both warpgroups' dS^T, so it keeps the joint barriers above.
+// Each consumer warpgroup stages its own part of a dQ tile (blocks 2wg, 2wg + 1 of a buffer: at D = 64 its partial
+// over its own keys, at D = 128 its half of the columns over all 128 keys), so each has its own full / empty pair
+// per buffer with the dQ warp, and neither waits there for the other. At D = 64 only the 2-stage Q / dO ring bounds
+// how far apart they drift (one tile), so one warpgroup's exps run under the other's MMAs; at D = 128 they still
+// meet at the dS^T barrier (each dQ half reads all 128 keys' dS^T), and the dQ warp reduces a half as soon as it
+// is staged.
 constexpr int kBarDqFullWg = 8;    // 8 + 2 wg + buffer (128 + the dQ warp's 32)
 constexpr int kBarDqEmptyWg = 12;  // 12 + 2 wg + buffer
 constexpr int kDqWgBarThreads = 128 + 32;
+// How the consumers release a Q / dO stage and K / V: at D = 128 one arrival per warp (mbar_arrive_warp; measured
+// +5% on the d128 16K causal backward, the rest within noise), at D = 64 one per thread (per warp measured 1-2%
+// slower there). bench/NOTES.md "Mbarrier releases one arrival per warp".
+template <int D>
+constexpr bool kV5WarpRelease = D == 128;
+template <int D>
+constexpr int kV5ReleaseArrivals = kV5WarpRelease<D> ? 8 : 256;  // the 2 consumer warpgroups' warps or threads
+template <int D>
+__device__ __forceinline__ void release_to_producer(uint32_t bar) {
+  if constexpr (kV5WarpRelease<D>) mbar_arrive_warp(bar);
+  else mbar_arrive(bar);
+}
 constexpr int kUnitReaders = 8 + 1;  // the consumer warps and the dQ warp release a unit-ring slot
 
 // Query rows per tile: 128 at D = 64 without documents or turn counters (FA4's tile there: S^T / dP^T as m64n128
@@ -82,8 +93,9 @@ struct WgBwdV5Smem {
                 "bwd v5: shared memory over the 227 KB an H100 / H200 block may use");
 };
 
-// dQ buffer `sb` (0 or 1) handshakes between the consumers and the dQ warp, with immediate barrier ids (ptxas then
-// reserves only these). D = 128: all 256 consumer threads; D = 64: warpgroup wg's 128 (kBarDqFullWg).
+// dQ buffer `sb` (0 or 1) handshakes between consumer warpgroup wg's 128 threads and the dQ warp (kBarDqFullWg,
+// kBarDqEmptyWg). The barrier id is a register: with immediate ids (a switch over wg and sb) ptxas branched to one
+// of four bar instructions per handshake, which cost 5 spilled loads per tile in the D = 128 loop.
 template <bool kSync>
 __device__ __forceinline__ void dq_bar(int id, int threads) {
   if (kSync) named_bar_sync(id, threads);
@@ -91,45 +103,24 @@ __device__ __forceinline__ void dq_bar(int id, int threads) {
 }
 template <int D, bool kSync>
 __device__ __forceinline__ void dq_bar_empty(int sb, int wg) {
-  if constexpr (D == 128) {
-    if (sb == 0) dq_bar<kSync>(kBarDqEmpty, kDqBarThreads);
-    else dq_bar<kSync>(kBarDqEmpty + 1, kDqBarThreads);
-  } else {
-    switch (2 * wg + sb) {
-      case 0: dq_bar<kSync>(kBarDqEmptyWg, kDqWgBarThreads); break;
-      case 1: dq_bar<kSync>(kBarDqEmptyWg + 1, kDqWgBarThreads); break;
-      case 2: dq_bar<kSync>(kBarDqEmptyWg + 2, kDqWgBarThreads); break;
-      default: dq_bar<kSync>(kBarDqEmptyWg + 3, kDqWgBarThreads); break;
-    }
-  }
+  dq_bar<kSync>(kBarDqEmptyWg + 2 * wg + sb, kDqWgBarThreads);
 }
 template <int D, bool kSync>
 __device__ __forceinline__ void dq_bar_full(int sb, int wg) {
-  if constexpr (D == 128) {
-    if (sb == 0) dq_bar<kSync>(kBarDqFull, kDqBarThreads);
-    else dq_bar<kSync>(kBarDqFull + 1, kDqBarThreads);
-  } else {
-    switch (2 * wg + sb) {
-      case 0: dq_bar<kSync>(kBarDqFullWg, kDqWgBarThreads); break;
-      case 1: dq_bar<kSync>(kBarDqFullWg + 1, kDqWgBarThreads); break;
-      case 2: dq_bar<kSync>(kBarDqFullWg + 2, kDqWgBarThreads); break;
-      default: dq_bar<kSync>(kBarDqFullWg + 3, kDqWgBarThreads); break;
-    }
-  }
+  dq_bar<kSync>(kBarDqFullWg + 2 * wg + sb, kDqWgBarThreads);
 }
-// Consumers: wait until the dQ warp has read buffer sb (of warpgroup wg at D = 64); announce it staged.
+// Consumers: wait until the dQ warp has read warpgroup wg's part of buffer sb; announce it staged.
 template <int D>
 __device__ __forceinline__ void dq_buffer_sync_empty(int sb, int wg) { dq_bar_empty<D, true>(sb, wg); }
 template <int D>
 __device__ __forceinline__ void dq_buffer_arrive_full(int sb, int wg) { dq_bar_full<D, false>(sb, wg); }
-// The dQ warp: free buffer sb (warpgroup wg's part at D = 64); wait until it is staged.
+// The dQ warp: free warpgroup wg's part of buffer sb; wait until it is staged.
 template <int D>
 __device__ __forceinline__ void dq_buffer_arrive_empty(int sb, int wg) { dq_bar_empty<D, false>(sb, wg); }
 template <int D>
 __device__ __forceinline__ void dq_buffer_sync_full(int sb, int wg) { dq_bar_full<D, true>(sb, wg); }
-// The consumer warpgroups that stage into one buffer on their own barriers: 2 at D = 64, 1 (both together) at 128.
-template <int D>
-constexpr int kDqParts = D == 64 ? 2 : 1;
+// The consumer warpgroups that stage into one buffer, each on its own barriers (part w = warpgroup w's blocks).
+constexpr int kDqParts = 2;
 
 // The epilogue as 2 x D / 64 more tiles of the dQ ring: tile c (c < D / 64) holds dK * scale columns
 // [64c, 64c + 64) of the CTA's 128 keys, tile D / 64 + c the same columns of dV; warpgroup w stages its 64 keys in
@@ -165,7 +156,7 @@ __device__ __forceinline__ void stage_dq_end_tile(const float (&dq)[32], float (
   fence_regs_u32(df);
   fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
   dq_buffer_arrive_full<D>(sb, wg);
-  mbar_arrive(stage_empty);  // this tile's Q / dO are no longer read
+  release_to_producer<D>(stage_empty);  // this tile's Q / dO are no longer read
 }
 
 // The shared-memory regions and mbarriers of bwd v5, as every role addresses them.
@@ -178,7 +169,7 @@ struct BwdV5Shared {
   float* delta_s;                          // (2 stages, 64) f32
   int* unit_slots;                         // (2) the unit ring
   uint32_t full_bar, empty_bar;            // Q / dO stages, 2 x 8 bytes each
-  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (256 arrivals)
+  uint32_t kv_bar, kv_empty_bar;           // K and V landed / the consumers read them no more (kV5ReleaseArrivals)
   uint32_t unit_full_bar, unit_empty_bar;  // the unit ring, 2 x 8 bytes each
 };
 

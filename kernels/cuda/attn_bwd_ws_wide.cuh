@@ -124,7 +124,7 @@ __device__ __forceinline__ void bwd_v5_consumer_wide(const AttnBwdParams& p, con
       stage_dq_end_tile<D>(dq, dk, df, p.scale, dq_bufs, jq, empty_bar + 8 * st, wg, warp, g, t);
     }
     // Epilogue as bwd_v5_consumer's: K / V are free, dK * scale and dV go through the dQ ring.
-    mbar_arrive(kv_empty_bar);
+    release_to_producer<D>(kv_empty_bar);
     stage_dkv_tile<D, 0>(dk, p.scale, dq_bufs, jq, wg, warp, g, t);
     stage_dkv_tile<D, 0>(dv, 1.f, dq_bufs, jq, wg, warp, g, t);
   }

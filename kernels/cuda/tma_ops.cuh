@@ -37,6 +37,13 @@ __device__ __forceinline__ void mbar_init_fence() {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// One arrival per warp, for a barrier initialized with one count per arriving warp: the warp converges first (so
+// every lane is past what the arrival releases), then lane 0 arrives. In a loop with wgmmas in flight across it,
+// ptxas may serialize the wgmmas (C7513: it did in fwd v5); check ptxas -v after using it.
+__device__ __forceinline__ void mbar_arrive_warp(uint32_t bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31u) == 0) mbar_arrive(bar);
+}
 // One arrival that also announces `bytes` of transactions (TMA loads) the phase must wait for.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");

@@ -258,21 +258,27 @@ __device__ __forceinline__ void compute_dst_inplace(float (&dp)[64], const float
 // Stores a (64 rows, 8 NT columns) f32 accumulator fragment of a warpgroup (x[FIRST + nt*4 + 2r + e] = row
 // warp*16 + g + 8r, column nt*8 + 2t + e), times `scale`, as NT / 4 blocks of (64 rows, 32 columns) at `blocks`
 // (8 KB apart) in the 128-byte swizzle of an f32 tensor map: column c is in block c / 32, 16-byte chunk
-// (c % 32) / 4, which sits at chunk ^ (row & 7) (row & 7 = g). A warp's float2 stores of 8 rows x 32 bytes hit
-// every bank twice, the minimum for 256 bytes.
+// (c % 32) / 4, which sits at chunk ^ (row & 7) (row & 7 = g). Shared memory serves 8-byte stores per half-warp
+// (g 0-3, g 4-7), and rows g and g ^ 1 put the same columns in the same 8 banks; so lanes of odd g store column
+// group nt ^ 2 where even lanes store nt (one select per value), and each half-warp's 16 stores then cover all
+// 32 banks once: 2 wavefronts per instruction, the minimum for 256 bytes (ncu had counted 4 with every lane on nt).
 template <int NT, int FIRST = 0, int N>
 __device__ __forceinline__ void stage_rows_f32_sw128(uint32_t blocks, const float (&x)[N], float scale, int warp,
                                                      int g, int t) {
   static_assert(FIRST + 4 * NT <= N, "stage_rows_f32_sw128: columns past the fragment");
+  static_assert(NT % 4 == 0, "stage_rows_f32_sw128: whole 32-column blocks (the odd rows' swap stays in one)");
+  const bool odd = (g & 1) != 0;
+  const uint32_t swz = uint32_t(g ^ (odd ? 4 : 0));  // group nt ^ 2 is chunk ^ 4, then the tensor map's ^ (row & 7)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = warp * 16 + g + 8 * r, chunk = (nt % 4) * 2 + t / 2;
-      const uint32_t a = blocks + uint32_t(nt / 4) * (kBr * 128) + uint32_t(row) * 128 + (uint32_t(chunk ^ g) << 4) +
+      const int mine = FIRST + nt * 4 + 2 * r, swapped = FIRST + (nt ^ 2) * 4 + 2 * r;
+      const uint32_t a = blocks + uint32_t(nt / 4) * (kBr * 128) + uint32_t(row) * 128 + ((uint32_t(chunk) ^ swz) << 4) +
                          uint32_t(t & 1) * 8;
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x[FIRST + nt * 4 + 2 * r] * scale),
-                   "f"(x[FIRST + nt * 4 + 2 * r + 1] * scale)
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"((odd ? x[swapped] : x[mine]) * scale),
+                   "f"((odd ? x[swapped + 1] : x[mine + 1]) * scale)
                    : "memory");
     }
 }
