@@ -46,8 +46,9 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //   * dQ (scaled, f32) goes to one of 2 staging buffers in the 128-byte swizzle of the dq_acc tensor map (named
 //     barriers dQ empty / full per buffer and consumer warpgroup with the dQ warp); the dQ warp's lane 0 adds
 //     each warpgroup's part as soon as it is staged, with 2 cp.reduce.async.bulk.tensor (boxes of 64 rows x 32
-//     columns; D = 128: its column half, D = 64: its partial), and hands that part back once they have read it. In deterministic mode it alone waits for the query tile's turn, issues,
-//     waits for the reduces to complete and passes the turn; the consumers go on with the other buffer (units
+//     columns; D = 128: its column half, D = 64: its partial), and hands that part back once they have read it.
+//     In deterministic mode it alone waits for the query tile's turn, issues, waits for the reduces to complete
+//     and passes the turn; the consumers go on with the other buffer (units
 //     are fetched in list order, so a unit waits only on units fetched before it: no deadlock);
 //   * the consumers' loop keeps no 64-bit index live (the masks come from 32-bit offsets computed per unit);
 //   * order per tile (consumers): wait for the stage, S^T, dP^T | exps | dV | dS^T | barrier | dQ, dK issued |

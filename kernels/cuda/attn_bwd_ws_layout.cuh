@@ -35,9 +35,9 @@ constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgro
 constexpr int kBarDqFullWg = 8;    // 8 + 2 wg + buffer (128 + the dQ warp's 32)
 constexpr int kBarDqEmptyWg = 12;  // 12 + 2 wg + buffer
 constexpr int kDqWgBarThreads = 128 + 32;
-// How the consumers release a Q / dO stage and K / V: at D = 128 one arrival per warp (mbar_arrive_warp; measured
-// +5% on the d128 16K causal backward, the rest within noise), at D = 64 one per thread (per warp measured 1-2%
-// slower there). bench/NOTES.md "Mbarrier releases one arrival per warp".
+// How the consumers release a Q / dO stage and K / V: at D = 128 one arrival per warp (mbar_arrive_warp: +5% on the
+// d128 16K causal backward in one job, no difference in the next; kept as the build measured beside FA4), at D = 64
+// one per thread (per warp measured 1-2% slower there). bench/NOTES.md "Mbarrier releases one arrival per warp".
 template <int D>
 constexpr bool kV5WarpRelease = D == 128;
 template <int D>

@@ -275,8 +275,8 @@ __device__ __forceinline__ void stage_rows_f32_sw128(uint32_t blocks, const floa
     for (int r = 0; r < 2; ++r) {
       const int row = warp * 16 + g + 8 * r, chunk = (nt % 4) * 2 + t / 2;
       const int mine = FIRST + nt * 4 + 2 * r, swapped = FIRST + (nt ^ 2) * 4 + 2 * r;
-      const uint32_t a = blocks + uint32_t(nt / 4) * (kBr * 128) + uint32_t(row) * 128 + ((uint32_t(chunk) ^ swz) << 4) +
-                         uint32_t(t & 1) * 8;
+      const uint32_t a = blocks + uint32_t(nt / 4) * (kBr * 128) + uint32_t(row) * 128 +
+                         ((uint32_t(chunk) ^ swz) << 4) + uint32_t(t & 1) * 8;
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"((odd ? x[swapped] : x[mine]) * scale),
                    "f"((odd ? x[swapped + 1] : x[mine + 1]) * scale)
                    : "memory");
