@@ -181,8 +181,8 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     tma_prefetch_desc(&tm_dv);
   }
   for (int part = 0; part < kDqParts; ++part) {  // both buffers start empty
-    dq_buffer_arrive_empty<D>(0, part);
-    dq_buffer_arrive_empty<D>(1, part);
+    dq_buffer_arrive_empty(0, part);
+    dq_buffer_arrive_empty(1, part);
   }
   uint32_t jq = 0;  // dQ-ring tiles so far
 #pragma unroll 1
@@ -209,7 +209,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
       // tiles: queries [64w, 64w + 64), no turn counters). Part 0 before part 1 on every run.
 #pragma unroll 1
       for (int part = 0; part < kDqParts; ++part) {
-        dq_buffer_sync_full<D>(sb, part);
+        dq_buffer_sync_full(sb, part);
         if (lane == 0) {
           if (turn != nullptr && part == 0) {
             int seen;
@@ -238,7 +238,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
           }
         }
         __syncwarp();
-        dq_buffer_arrive_empty<D>(sb, part);
+        dq_buffer_arrive_empty(sb, part);
       }
     }
     // Pieces add into rows zeroed before the kernel; rows past k_end are skipped by the tensor maps.
@@ -251,7 +251,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
       const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
 #pragma unroll 1
       for (int part = 0; part < kDqParts; ++part) {
-        dq_buffer_sync_full<D>(sb, part);
+        dq_buffer_sync_full(sb, part);
         if (lane == 0) {
           constexpr int kBlocks = 4 / kDqParts;
 #pragma unroll
@@ -266,7 +266,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
           bulk_wait_read<0>();
         }
         __syncwarp();
-        dq_buffer_arrive_empty<D>(sb, part);
+        dq_buffer_arrive_empty(sb, part);
       }
     }
   }
@@ -391,8 +391,8 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
     if constexpr (D == 128) stage_dkv_tile<D, 1>(dv, 1.f, dq_bufs, jq, wg, warp, g, t);
   }
   // The dQ warp's last two arrivals on the empty barriers: its reads of both buffers are done.
-  dq_buffer_sync_empty<D>(int(jq & 1u), wg);
-  dq_buffer_sync_empty<D>(int((jq + 1u) & 1u), wg);
+  dq_buffer_sync_empty(int(jq & 1u), wg);
+  dq_buffer_sync_empty(int((jq + 1u) & 1u), wg);
 }
 
 // bwd v5: one CTA per SM, three warpgroups running the roles above. kDocs: the document mask (p.docs), a separate

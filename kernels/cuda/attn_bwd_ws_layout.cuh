@@ -101,24 +101,20 @@ __device__ __forceinline__ void dq_bar(int id, int threads) {
   if (kSync) named_bar_sync(id, threads);
   else named_bar_arrive(id, threads);
 }
-template <int D, bool kSync>
+template <bool kSync>
 __device__ __forceinline__ void dq_bar_empty(int sb, int wg) {
   dq_bar<kSync>(kBarDqEmptyWg + 2 * wg + sb, kDqWgBarThreads);
 }
-template <int D, bool kSync>
+template <bool kSync>
 __device__ __forceinline__ void dq_bar_full(int sb, int wg) {
   dq_bar<kSync>(kBarDqFullWg + 2 * wg + sb, kDqWgBarThreads);
 }
 // Consumers: wait until the dQ warp has read warpgroup wg's part of buffer sb; announce it staged.
-template <int D>
-__device__ __forceinline__ void dq_buffer_sync_empty(int sb, int wg) { dq_bar_empty<D, true>(sb, wg); }
-template <int D>
-__device__ __forceinline__ void dq_buffer_arrive_full(int sb, int wg) { dq_bar_full<D, false>(sb, wg); }
+__device__ __forceinline__ void dq_buffer_sync_empty(int sb, int wg) { dq_bar_empty<true>(sb, wg); }
+__device__ __forceinline__ void dq_buffer_arrive_full(int sb, int wg) { dq_bar_full<false>(sb, wg); }
 // The dQ warp: free warpgroup wg's part of buffer sb; wait until it is staged.
-template <int D>
-__device__ __forceinline__ void dq_buffer_arrive_empty(int sb, int wg) { dq_bar_empty<D, false>(sb, wg); }
-template <int D>
-__device__ __forceinline__ void dq_buffer_sync_full(int sb, int wg) { dq_bar_full<D, true>(sb, wg); }
+__device__ __forceinline__ void dq_buffer_arrive_empty(int sb, int wg) { dq_bar_empty<false>(sb, wg); }
+__device__ __forceinline__ void dq_buffer_sync_full(int sb, int wg) { dq_bar_full<true>(sb, wg); }
 // The consumer warpgroups that stage into one buffer, each on its own barriers (part w = warpgroup w's blocks).
 constexpr int kDqParts = 2;
 
@@ -129,12 +125,12 @@ template <int D, int C>
 __device__ __forceinline__ void stage_dkv_tile(const float (&x)[D / 2], float scale, uint32_t dq_bufs, uint32_t& jq,
                                                int wg, int warp, int g, int t) {
   const int sb = int(jq & 1u);
-  dq_buffer_sync_empty<D>(sb, wg);
+  dq_buffer_sync_empty(sb, wg);
   stage_rows_f32_sw128<8, 32 * C>(dq_bufs + uint32_t(sb) * WgBwdV5Smem<D>::kDqBufBytes +
                                       uint32_t(2 * wg) * WgBwdV5Smem<D>::kDqBlockBytes,
                                   x, scale, warp, g, t);
   fence_proxy_async_smem();  // the dQ warp's TMA reads the buffer through the async proxy
-  dq_buffer_arrive_full<D>(sb, wg);
+  dq_buffer_arrive_full(sb, wg);
   ++jq;
 }
 
@@ -147,7 +143,7 @@ __device__ __forceinline__ void stage_dq_end_tile(const float (&dq)[32], float (
                                                   float scale, uint32_t dq_bufs, uint32_t jq, uint32_t stage_empty,
                                                   int wg, int warp, int g, int t) {
   const int sb = int(jq & 1u);
-  dq_buffer_sync_empty<D>(sb, wg);
+  dq_buffer_sync_empty(sb, wg);
   stage_rows_f32_sw128<8>(dq_bufs + uint32_t(sb) * WgBwdV5Smem<D>::kDqBufBytes +
                               uint32_t(2 * wg) * WgBwdV5Smem<D>::kDqBlockBytes,
                           dq, scale, warp, g, t);
@@ -155,7 +151,7 @@ __device__ __forceinline__ void stage_dq_end_tile(const float (&dq)[32], float (
   wgmma_fence_regs(dk);
   fence_regs_u32(df);
   fence_proxy_async_smem();  // the tensor reduces read the buffer through the async proxy
-  dq_buffer_arrive_full<D>(sb, wg);
+  dq_buffer_arrive_full(sb, wg);
   release_to_producer<D>(stage_empty);  // this tile's Q / dO are no longer read
 }
 

@@ -128,8 +128,8 @@ __device__ __forceinline__ void bwd_v5_consumer_wide(const AttnBwdParams& p, con
     stage_dkv_tile<D, 0>(dk, p.scale, dq_bufs, jq, wg, warp, g, t);
     stage_dkv_tile<D, 0>(dv, 1.f, dq_bufs, jq, wg, warp, g, t);
   }
-  dq_buffer_sync_empty<D>(int(jq & 1u), wg);
-  dq_buffer_sync_empty<D>(int((jq + 1u) & 1u), wg);
+  dq_buffer_sync_empty(int(jq & 1u), wg);
+  dq_buffer_sync_empty(int((jq + 1u) & 1u), wg);
 }
 
 }  // namespace wgbwd

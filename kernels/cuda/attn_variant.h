@@ -3,8 +3,8 @@
 // Read once per process, at the first attention call (or the first attn_variant_override()), from:
 //   RT_ATTN_FWD_VARIANT  forward:  2, 3 (mma.sync v2, v3), 4, 5 (wgmma v4, warp-specialized v5; sm_90a)
 //   RT_ATTN_BWD_VARIANT  backward: 1 (mma.sync v1), 4, 5 (wgmma v4, warp-specialized v5; sm_90a)
-//   RT_ATTN_FWD_ROWS     fwd v5's query rows per CTA at D = 64 without documents: 128 or 192 (where the call has
-//                        at least 192 query rows)
+//   RT_ATTN_FWD_ROWS     fwd v5's query rows per CTA without documents: 64 or 128 (any head dim), 192 (D = 64, where
+//                        the call has at least 192 query rows)
 // Unset or empty: the default choice (DESIGN.md "Kernels"). "v5" is accepted for "5". A value that names no built
 // variant is an error listing the valid names. A wgmma variant on a device or build that cannot run it falls back
 // to the mma.sync default, and v5 to v4 for blocks too small for its TMA boxes, so the same override works on
