@@ -7,15 +7,10 @@
 #include <vector>
 
 #include "framework/config.h"
+#include "framework/host_tensor.h"
 
 namespace rt {
 
-// A full (unsharded) fp32 host tensor with its checkpoint name, e.g. "layers.0.attn.wq.weight".
-struct HostTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> values;
-};
 
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";

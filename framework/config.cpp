@@ -17,7 +17,6 @@
 #include <sstream>
 
 #include "framework/config_schema.h"
-#include "framework/init_from.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -221,7 +220,7 @@ bool Config::is_explicit(const std::string& path) const {
 }
 
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides, int world_size,
-                         const std::string& origin) {
+                         const std::string& origin, const ModelSourceResolver& resolve_model_source) {
   Config config;
   config.source_path = origin;
   YAML::Node root;
@@ -235,12 +234,18 @@ Config parse_config_text(const std::string& yaml_text, const std::vector<std::st
   apply_yaml(config, root, origin, problems);
   for (const std::string& o : overrides) apply_override(config, o, problems);
   if (!problems.empty()) throw_problems(problems, origin);
-  if (!config.train.init_from.empty()) apply_init_from_model(config);  // framework/init_from.h
+  if (!config.train.init_from.empty()) {
+    if (!resolve_model_source)
+      throw Error("train.init_from is set, but this caller cannot read model sources (run it through the "
+                  "ringtrain binary)");
+    resolve_model_source(config);  // framework/hf/init_from.h
+  }
   validate_config(config, world_size);
   return config;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
+                   const ModelSourceResolver& resolve_model_source) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     std::string inside;
@@ -266,7 +271,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw Error("config file '" + path + "' holds no settings (empty, or only comments); ringtrain does not "
                 "train built-in defaults from an empty file. Start from an example in configs/ (e.g. "
                 "configs/tiny.yaml)");
-  return parse_config_text(ss.str(), overrides, world_size, path);
+  return parse_config_text(ss.str(), overrides, world_size, path, resolve_model_source);
 }
 
 std::string config_to_yaml(const Config& config) {

@@ -1,6 +1,7 @@
 // The typed config schema (DESIGN.md "Config"). Sections: model, data, parallel, train, optim,
 // checkpoint, log, device. Every knob lives here; the YAML keys are the field names.
 #pragma once
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -128,9 +129,15 @@ struct Config {
 // number of ranks the job runs on, checked against dp*cp*tp; 0 skips that check). Throws rt::Error with
 // the key's path (and line) and what to change. Creates nothing on disk.
 // A directory, or a file with no settings, is an error.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 0);
+// resolve_model_source: what fills the model section from train.init_from before validation (the binary passes
+// apply_init_from_model, framework/hf/init_from.h; config/ sits below the folders that read checkpoints, so it
+// takes it as an argument). Without one, a config that sets train.init_from is refused.
+using ModelSourceResolver = std::function<void(Config&)>;
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 0,
+                   const ModelSourceResolver& resolve_model_source = nullptr);
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,
-                         int world_size = 0, const std::string& origin = "<string>");
+                         int world_size = 0, const std::string& origin = "<string>",
+                         const ModelSourceResolver& resolve_model_source = nullptr);
 // Every constraint, with messages that say what to change.
 void validate_config(const Config& config, int world_size);
 // Resolved config as YAML (saved to run_dir/config.yaml) and as a printable table.

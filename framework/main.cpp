@@ -24,7 +24,9 @@
 
 #include "framework/config.h"
 #include "framework/hf_commands.h"
+#include "framework/init_from.h"
 #include "framework/run_errors.h"
+#include "framework/plan.h"
 #include "framework/trainer.h"
 #include "framework/version.h"
 #include "kernels/tensor.h"
@@ -67,7 +69,8 @@ int run_command(const std::string& command, const Args& args) {
   // plan predicts for the configured grid without launching it, and eval fits the grid to the processes it
   // has: only train checks the world size here.
   const int checked_world = command == "train" ? world_size() : 0;
-  rt::agree_on([&] { config = rt::load_config(args.config_path, args.overrides, checked_world); }, rt::kExitUsage);
+  rt::agree_on([&] { config = rt::load_config(args.config_path, args.overrides, checked_world,
+                                                 rt::apply_init_from_model); }, rt::kExitUsage);
   if (command == "plan") return rt::plan_main(config, args.plan);
   if (command == "train") return rt::train_main(config);
   return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits);

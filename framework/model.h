@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/checkpoint.h"
+#include "framework/host_tensor.h"
 #include "framework/config.h"
 #include "framework/data.h"
 #include "kernels/arena.h"

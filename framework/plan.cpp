@@ -11,7 +11,7 @@
 #include "framework/mfu.h"
 #include "framework/plan_docs.h"
 #include "framework/plan_fit.h"
-#include "framework/trainer.h"
+#include "framework/plan.h"
 #include "framework/trainer_setup.h"
 #include "kernels/device_memory.h"
 

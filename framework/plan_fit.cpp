@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "framework/trainer.h"
+#include "framework/plan.h"
 #include "framework/trainer_setup.h"
 
 namespace rt {

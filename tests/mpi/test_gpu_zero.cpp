@@ -14,6 +14,7 @@
 
 #include "framework/plan_fit.h"
 #include "framework/train_step.h"
+#include "framework/plan.h"
 #include "framework/trainer.h"
 #include "kernels/attention.h"
 #include "kernels/arena.h"

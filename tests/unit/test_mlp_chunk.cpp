@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "framework/plan.h"
 #include "framework/trainer.h"
 #include "framework/trainer_setup.h"
 #include "test_model_util.h"
