@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/data.h"
-#include "framework/mfu.h"
-#include "framework/model.h"
-#include "framework/optimizer.h"
-#include "framework/train_step.h"
-#include "framework/trainer_setup.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "framework/plan/mfu.h"
+#include "framework/model/model.h"
+#include "framework/model/optimizer.h"
+#include "framework/run/train_step.h"
+#include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"

@@ -7,7 +7,7 @@
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
 // MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
-// Exit codes (framework/run_errors.h): 0 finished, 2 config or data error, 3 divergence, 4 watchdog, 128+N
+// Exit codes (framework/base/run_errors.h): 0 finished, 2 config or data error, 3 divergence, 4 watchdog, 128+N
 // stopped by signal N after a complete save, 1 anything else.
 // Errors: one found by every rank alike (the config, a refused run_dir or resume) is printed once, as
 // "ringtrain: error: <message>", and every rank exits with its code without MPI_Abort's banner. Any other
@@ -22,13 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/hf_commands.h"
-#include "framework/init_from.h"
-#include "framework/run_errors.h"
-#include "framework/plan.h"
-#include "framework/trainer.h"
-#include "framework/version.h"
+#include "framework/config/config.h"
+#include "framework/hf/hf_commands.h"
+#include "framework/hf/init_from.h"
+#include "framework/base/run_errors.h"
+#include "framework/plan/plan.h"
+#include "framework/run/trainer.h"
+#include "framework/base/version.h"
 #include "kernels/tensor.h"
 #include "parallel/fault.h"
 #include "parallel/watchdog.h"

@@ -1,5 +1,5 @@
 // The RoPE frequencies of one model: inverse frequencies per rotated pair, computed on the host in fp64
-// (framework/rope_scaling.cpp applies the linear / llama3 / yarn rules), and a factor that multiplies cos and
+// (framework/config/rope_scaling.cpp applies the linear / llama3 / yarn rules), and a factor that multiplies cos and
 // sin (yarn's attention factor; 1 otherwise). Passed by value to the kernels (CUDA: as a kernel argument,
 // about 1 KiB), so no device buffer holds it. Kept C++17 (nvcc compiles it).
 #pragma once

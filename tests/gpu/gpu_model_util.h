@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/data.h"
-#include "framework/model.h"
-#include "framework/optimizer.h"
-#include "framework/trainer_setup.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "framework/model/model.h"
+#include "framework/model/optimizer.h"
+#include "framework/plan/trainer_setup.h"
 
 namespace rt::test {
 

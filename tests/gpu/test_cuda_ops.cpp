@@ -87,7 +87,7 @@ TEST(CudaRope, MatchesCpuAndInverts) {
   EXPECT_CLOSE(download(dx), x, 1e-6);
 }
 
-// Scaled frequencies (a yarn-like table with a cos/sin factor, as framework/rope_scaling.cpp builds them):
+// Scaled frequencies (a yarn-like table with a cos/sin factor, as framework/config/rope_scaling.cpp builds them):
 // the CUDA op against the CPU op, forward and transpose, with positions up to 2^20.
 TEST(CudaRope, ScaledFrequenciesMatchCpu) {
   RT_REQUIRE_CUDA();

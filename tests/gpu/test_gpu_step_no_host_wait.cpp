@@ -1,4 +1,4 @@
-// A CUDA training step (framework/train_step.h, the body of train_main's loop) makes the host wait for the
+// A CUDA training step (framework/run/train_step.h, the body of train_main's loop) makes the host wait for the
 // GPU only at its logging point, and the values read there are those of the old, synchronous path:
 //   - cuda_host_waits() (every cudaStreamSynchronize / cudaEventSynchronize in ringtrain) does not move
 //     across unlogged steps, and moves when the step is logged (so the check can fail);
@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "framework/train_step.h"
+#include "framework/run/train_step.h"
 #include "tests/gpu/gpu_model_util.h"
 #include "tests/gpu/gpu_test_util.h"
 

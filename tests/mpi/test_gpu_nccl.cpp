@@ -13,7 +13,7 @@
 #include <vector>
 
 #ifdef RINGTRAIN_HAVE_CUDA
-#include "framework/trainer_setup.h"
+#include "framework/plan/trainer_setup.h"
 #include "kernels/arena.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"

@@ -12,10 +12,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "framework/plan_fit.h"
-#include "framework/train_step.h"
-#include "framework/plan.h"
-#include "framework/trainer.h"
+#include "framework/plan/plan_fit.h"
+#include "framework/run/train_step.h"
+#include "framework/plan/plan.h"
+#include "framework/run/trainer.h"
 #include "kernels/attention.h"
 #include "kernels/arena.h"
 #include "kernels/device_memory.h"

@@ -7,7 +7,7 @@
 //   - two runs into one run_dir: the second is refused, naming the holder's pid and host;
 //   - a rank killed with SIGKILL: the job ends within seconds, launch/train.sh names the rank last; after
 //     resume: auto each step is logged once.
-#include "framework/checkpoint.h"
+#include "framework/checkpoint/checkpoint.h"
 #include "tests/mpi/run_job_util.h"
 
 namespace {

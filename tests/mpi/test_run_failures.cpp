@@ -10,7 +10,7 @@
 #include <cmath>
 #include <regex>
 
-#include "framework/checkpoint.h"
+#include "framework/checkpoint/checkpoint.h"
 #include "tests/mpi/run_job_util.h"
 
 namespace {

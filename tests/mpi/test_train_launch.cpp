@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
+#include "framework/config/config.h"
 #include "kernels/tensor.h"
 #include "tests/mpi/process_runner.h"
 

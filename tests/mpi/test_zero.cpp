@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/data.h"
-#include "framework/model.h"
-#include "framework/optimizer.h"
-#include "framework/train_step.h"
-#include "framework/trainer_setup.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "framework/model/model.h"
+#include "framework/model/optimizer.h"
+#include "framework/run/train_step.h"
+#include "framework/plan/trainer_setup.h"
 #include "parallel/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
 

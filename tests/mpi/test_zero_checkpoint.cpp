@@ -1,4 +1,4 @@
-// Checkpoints written range by range (framework/checkpoint_sharded.h) resume across ZeRO stages and grids:
+// Checkpoints written range by range (framework/checkpoint/checkpoint_sharded.h) resume across ZeRO stages and grids:
 //   - save at zero 3 on 4 ranks (dp 2 x cp 2), resume at zero 0 on 1 rank: the weights and both moments are
 //     bitwise what the 4 ranks held, and the file is byte-identical to the one the whole-tensor writer makes;
 //   - the reverse: save at zero 0 on 1 rank, resume at zero 3 on 4 ranks (cp 2 x tp 2: row- and column-split
@@ -13,12 +13,12 @@
 #include <iterator>
 #include <sstream>
 
-#include "framework/checkpoint.h"
-#include "framework/checkpoint_sharded.h"
-#include "framework/config.h"
-#include "framework/data.h"
-#include "framework/train_step.h"
-#include "framework/trainer_setup.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/checkpoint_sharded.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "framework/run/train_step.h"
+#include "framework/plan/trainer_setup.h"
 #include "parallel/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
 

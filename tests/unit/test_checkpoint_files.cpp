@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
 #include "kernels/tensor.h"
 #include "tests/unit/test_util.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/run_dir.h"
+#include "framework/config/config.h"
+#include "framework/run/run_dir.h"
 #include "kernels/tensor.h"
 #include "tests/unit/test_util.h"
 

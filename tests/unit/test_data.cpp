@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/data.h"
-#include "framework/train_step.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "framework/run/train_step.h"
 #include "kernels/tensor.h"
 #include "tests/unit/test_util.h"
 #include "parallel/layout.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/data.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
 #include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "framework/divergence_guard.h"
+#include "framework/run/divergence_guard.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {

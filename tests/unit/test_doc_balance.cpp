@@ -11,7 +11,7 @@
 #include <numeric>
 #include <random>
 
-#include "framework/plan_docs.h"
+#include "framework/plan/plan_docs.h"
 #include "parallel/doc_balance.h"
 #include "parallel/doc_pack.h"
 #include "tests/unit/test_util.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "framework/metrics.h"
+#include "framework/run/metrics.h"
 #include "kernels/tensor.h"
 #include "tests/unit/test_util.h"
 

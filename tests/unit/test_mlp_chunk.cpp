@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
-#include "framework/plan.h"
-#include "framework/trainer.h"
-#include "framework/trainer_setup.h"
+#include "framework/plan/plan.h"
+#include "framework/run/trainer.h"
+#include "framework/plan/trainer_setup.h"
 #include "test_model_util.h"
 
 namespace rt {

@@ -1,12 +1,12 @@
-// The model section from a checkpoint (framework/model_source.h): fields the config does not set are taken,
+// The model section from a checkpoint (framework/checkpoint/model_source.h): fields the config does not set are taken,
 // an explicit field (file or --set) that disagrees is an error naming it with both values, overridable fields keep
 // an explicit config value and report it, and every model field of the schema is covered (the metadata round-trips).
 #include <gtest/gtest.h>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/config_schema.h"
-#include "framework/model_source.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/config/config_schema.h"
+#include "framework/checkpoint/model_source.h"
 #include "kernels/tensor.h"
 
 namespace rt {

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "framework/model.h"
-#include "framework/optimizer.h"
+#include "framework/model/model.h"
+#include "framework/model/optimizer.h"
 #include "kernels/arena.h"
 #include "parallel/comm.h"
 

@@ -1,4 +1,4 @@
-// The planner (framework/plan_fit.h): ZeRO and offload accounting against hand arithmetic, NCCL's buffers, the
+// The planner (framework/plan/plan_fit.h): ZeRO and offload accounting against hand arithmetic, NCCL's buffers, the
 // --max-seq-len search, and the issue-18 targets: the 8B shape at >= 2M tokens on 8 x 139 GiB at zero 3
 // without offload, >= 3M with offload within 560 GiB of host per node; the 1.41B at >= 1M on one H200
 // (139 GiB, 128 GiB host) with offload. CUDA plans are measured without a GPU (the arena only counts).
@@ -6,9 +6,9 @@
 
 #include <cmath>
 
-#include "framework/config.h"
-#include "framework/plan_fit.h"
-#include "framework/trainer_setup.h"
+#include "framework/config/config.h"
+#include "framework/plan/plan_fit.h"
+#include "framework/plan/trainer_setup.h"
 
 namespace rt {
 namespace {

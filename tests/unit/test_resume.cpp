@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/trainer.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/run/trainer.h"
 
 namespace rt {
 namespace {

@@ -1,4 +1,4 @@
-// RoPE scaling: the host fp64 frequencies per type (framework/rope_scaling.h) against values worked out by
+// RoPE scaling: the host fp64 frequencies per type (framework/config/rope_scaling.h) against values worked out by
 // hand from transformers' formulas; the rope op with arbitrary frequencies and a cos/sin scale against fp64
 // (forward, and the backward as the transpose by central differences); the model.rope_scaling config group
 // (nested YAML, --set, errors naming the key, and the resolved YAML round trip).
@@ -6,10 +6,10 @@
 
 #include <cmath>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/init_from.h"
-#include "framework/rope_scaling.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/hf/init_from.h"
+#include "framework/config/rope_scaling.h"
 #include "kernels/ops.h"
 #include "tests/unit/test_reference.h"
 #include "tests/unit/test_util.h"

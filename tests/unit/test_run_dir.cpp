@@ -1,4 +1,4 @@
-// The run directory (framework/run_dir.h, framework/resume_plan.h) without training: the lock refuses a second
+// The run directory (framework/run/run_dir.h, framework/run/resume_plan.h) without training: the lock refuses a second
 // holder and names it; plan_run's choices (fresh, refused, overwrite, auto, continue, branch) and their reasons;
 // metrics lines past the resumed step move to a side file; rotation stays inside a lineage and keeps the
 // checkpoint resumed from; resume refuses model/data changes naming each field.
@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/resume_plan.h"
-#include "framework/run_dir.h"
-#include "framework/run_errors.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/run/resume_plan.h"
+#include "framework/run/run_dir.h"
+#include "framework/base/run_errors.h"
 
 namespace rt {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <filesystem>
 
-#include "framework/checkpoint.h"
-#include "framework/config.h"
-#include "framework/trainer.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/config/config.h"
+#include "framework/run/trainer.h"
 
 namespace rt {
 namespace {

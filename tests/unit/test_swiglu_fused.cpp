@@ -1,5 +1,5 @@
 // SwiGLU's gate and up projections run as one gemm against the (2Fl, C) span [w1; w3] of the flat buffers
-// (framework/model.cpp layer_weights). These tests pin what that relies on: build_param_layout keeps w3 right after
+// (framework/model/model.cpp layer_weights). These tests pin what that relies on: build_param_layout keeps w3 right after
 // w1 on every tp rank and shard count, also where Fl * C is not a multiple of the 64-element alignment, with every
 // other parameter still aligned; and the model's gradient on such an unaligned shape matches central differences
 // for w1, w3 and w2 separately (a swapped or shifted gate|up half would not).

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "framework/config.h"
-#include "framework/mfu.h"
-#include "framework/model.h"
-#include "framework/trainer.h"
+#include "framework/config/config.h"
+#include "framework/plan/mfu.h"
+#include "framework/model/model.h"
+#include "framework/run/trainer.h"
 
 namespace rt {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "framework/config.h"
-#include "framework/data.h"
-#include "framework/mfu.h"
-#include "framework/trainer.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "framework/plan/mfu.h"
+#include "framework/run/trainer.h"
 
 namespace rt {
 namespace {

@@ -1,0 +1,34 @@
+// Durable file writing and checksums for checkpoints (internal to framework/checkpoint*.cpp and
+// framework/checkpoint/safetensors.cpp). Every failure is an rt::Error naming the file.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace rt {
+
+// Writes a file and fsyncs it before close. Throws on any short write (e.g. a full disk).
+class DurableFileWriter {
+ public:
+  explicit DurableFileWriter(const std::string& path);
+  ~DurableFileWriter();  // closes (without fsync) if commit() was not reached
+  DurableFileWriter(const DurableFileWriter&) = delete;
+  DurableFileWriter& operator=(const DurableFileWriter&) = delete;
+  void write(const void* data, size_t bytes);
+  void commit();  // fsync + close
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+void write_file_durably(const std::string& path, const std::string& contents);
+// fsync on a directory makes the creation/rename of its entries durable.
+void fsync_directory(const std::string& path);
+
+// A fast 64-bit checksum (four independent multiply-rotate lanes over 8-byte words, then the tail bytes),
+// written as "rt64:<16 hex digits>". Detects flipped bytes and truncation; not cryptographic.
+uint64_t checksum64(const uint8_t* data, size_t bytes);
+std::string file_checksum(const std::string& path, uint64_t* bytes);
+
+}  // namespace rt

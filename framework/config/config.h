@@ -1,0 +1,155 @@
+// The typed config schema (DESIGN.md "Config"). Sections: model, data, parallel, train, optim,
+// checkpoint, log, device. Every knob lives here; the YAML keys are the field names.
+#pragma once
+#include <functional>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rt {
+
+// RoPE scaling for context extension, as Hugging Face transformers computes it (framework/config/rope_scaling.h):
+//   none; linear (factor); llama3 (factor, low/high_freq_factor, original_max_position_embeddings);
+//   yarn (factor, beta_fast/slow, original_max_position_embeddings, attention_factor: cos and sin are
+//   multiplied by it; 0 = transformers' default 0.1 ln(factor) + 1).
+struct RopeScalingConfig {
+  std::string type = "none";  // none | linear | llama3 | yarn
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_position_embeddings = 8192;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double attention_factor = 0;
+};
+
+struct ModelConfig {
+  int n_layer = 2;
+  int d_model = 64;
+  int n_head = 4;
+  int n_kv_head = 4;        // GQA when < n_head; must divide n_head
+  int vocab_size = 64;
+  std::string mlp = "gelu"; // gelu | swiglu
+  int d_ff = 256;           // MLP hidden width
+  float rope_base = 10000.f;
+  float norm_eps = 1e-5f;
+  bool tied_embeddings = false;
+  RopeScalingConfig rope_scaling;
+  int head_dim() const { return d_model / n_head; }
+};
+
+struct DataConfig {
+  std::string source = "copy";  // copy (synthetic long-range copy task) | bytes (text file) | shards (llm.c)
+  std::string path;             // bytes: a text file; shards: a glob or file of llm.c token shards
+  std::string eval_path;        // optional held-out file/glob; empty: held-out batches of the same source
+  int seq_len = 128;            // T, global context length
+  int copy_span = 0;            // copy task: span length; 0 = (seq_len - 1) / 2
+  std::string documents = "none";   // none | eot: samples are packed documents, each starting with eot_token
+  int eot_token = -1;               // -1 = auto: shards: meta.json's eot_token beside them, else 50256 (GPT-2)
+  std::string positions = "global"; // global | document: RoPE positions restart at each document's start
+  uint64_t seed = 1234;
+};
+
+struct ParallelConfig {
+  int dp = 1, cp = 1, tp = 1;
+  std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
+  std::string comm = "auto";    // auto | mpi | nccl
+  std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
+  // ZeRO over the dp x cp group (ranks with the same tp coordinate): 0 replicated; 1 fp32 masters and Adam
+  // moments sharded; 2 gradients too (reduce-scattered per layer during the backward); 3 compute weights too
+  // (all-gathered per layer before use, the next layer prefetched).
+  int zero = 0;
+  double timeout_s = 600;        // watchdog: a rank waiting this long in a collective ends the job (exit 4)
+  double save_timeout_s = 3600;  // the same while a checkpoint is written
+};
+
+struct TrainConfig {
+  int batch_size = 8;           // sequences per step, global (split over dp)
+  int steps = 300;
+  int eval_every = 100;         // 0 = never
+  int eval_batches = 4;
+  std::string checkpointing = "none";  // activation checkpointing: none | full | selective
+  int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
+  int mlp_chunk = -1;           // tokens per MLP chunk: -1 auto (chunk only when N x d_ff > 2^27), 0 = none
+  bool deterministic_attention = false;  // ordered dQ adds in the attention backward (same bits every run)
+  // Activation offload (CUDA): the checkpointed block inputs of the first offload_layers layers go to pinned
+  // host memory as each layer's forward ends and come back one layer ahead in the backward.
+  std::string offload = "none";          // none | activations
+  std::string offload_layers = "auto";   // auto (as few layers as make the step fit the GPU) | a layer count
+  uint64_t seed = 42;
+  std::string run_dir = "runs/default";
+  // A ringtrain checkpoint directory or a Hugging Face model directory to start from (fresh optimizer, step 0;
+  // the model section comes from it, framework/hf/init_from.h). checkpoint.resume wins when it finds a checkpoint.
+  std::string init_from;
+  bool overwrite = false;       // a fresh run into a run_dir holding checkpoints: delete them (else refused)
+  double divergence_factor = 0; // also diverged: a logged loss above factor x its running mean (0 = off)
+  std::string on_divergence = "stop";  // a non-finite loss or grad norm: stop (exit 3) | skip_step
+};
+
+struct OptimConfig {
+  float lr = 3e-3f;
+  float min_lr = 3e-4f;
+  int warmup_steps = 20;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;       // 0 = off
+};
+
+struct CheckpointConfig {
+  int every = 0;                // steps between saves; 0 = only at the end and on SIGUSR1/SIGTERM/SIGINT
+  int keep_last = 3;
+  bool save_final = true;       // save at the last step (benchmarks and sweeps turn it off)
+  std::string resume;           // "" | "auto" (latest in run_dir) | a checkpoint directory
+};
+
+struct LogConfig {
+  int every = 1;
+  std::string metrics_file = "metrics.jsonl";  // inside run_dir
+  double peak_tflops = 0;       // 0 = from the GPU name table
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  std::string device = "auto";  // auto | cpu | cuda
+  std::string source_path;      // where it was loaded from (not a YAML key)
+  // Dotted paths set explicitly, by the file or by --set (not a YAML key). Fields not listed hold defaults, so
+  // eval and train.init_from can take them from a checkpoint (framework/checkpoint/model_source.h, framework/hf/init_from.h).
+  std::vector<std::string> explicit_fields;
+  bool is_explicit(const std::string& path) const;
+  std::vector<std::string> notes;       // lines for the start-up print (e.g. model values taken from init_from)
+};
+
+// Loads YAML, applies `--set a.b=c` overrides in order, validates every constraint (world_size: the
+// number of ranks the job runs on, checked against dp*cp*tp; 0 skips that check). Throws rt::Error with
+// the key's path (and line) and what to change. Creates nothing on disk.
+// A directory, or a file with no settings, is an error.
+// resolve_model_source: what fills the model section from train.init_from before validation (the binary passes
+// apply_init_from_model, framework/hf/init_from.h; config/ sits below the folders that read checkpoints, so it
+// takes it as an argument). Without one, a config that sets train.init_from is refused.
+using ModelSourceResolver = std::function<void(Config&)>;
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 0,
+                   const ModelSourceResolver& resolve_model_source = nullptr);
+Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                         int world_size = 0, const std::string& origin = "<string>",
+                         const ModelSourceResolver& resolve_model_source = nullptr);
+// Every constraint, with messages that say what to change.
+void validate_config(const Config& config, int world_size);
+// Resolved config as YAML (saved to run_dir/config.yaml) and as a printable table.
+std::string config_to_yaml(const Config& config);
+std::string config_table(const Config& config);
+// Stable hash of the resolved config's model section (stored in state.json).
+std::string model_config_hash(const Config& config);
+// parallel.layout with "auto" resolved: balanced when cp > 1 with data.documents: eot, else zigzag when cp > 1
+// (the model is causal), else contiguous.
+std::string resolved_layout(const Config& config);
+// data.eot_token with -1 resolved (framework/data/data_docs.cpp): shards: "eot_token" of a meta.json in the directory
+// of data.path's first file (launch/prepare_data.py writes it), else 50256 (GPT-2 / llm.c); bytes: -1 (unset).
+int resolved_eot_token(const Config& config);
+
+}  // namespace rt

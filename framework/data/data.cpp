@@ -1,0 +1,135 @@
+// The loader: this rank's samples of each global batch, with the sequence layout applied once here.
+// Global batch c holds global samples [c*B, (c+1)*B); dp rank r takes [r*B/dp, (r+1)*B/dp) of them and,
+// of each, the tokens at layout_positions(layout, T, cp, cp_rank). Targets (token p+1 for global position
+// p, -1 at the end) and loss groups are permuted the same way. With data.documents: eot the loader derives each
+// position's document start, drops the targets that cross a document boundary, and (layout balanced) chooses
+// the assignment of positions to ranks per sample; the batch carries the whole sample's positions and document
+// starts in ring order for the ring's document mask.
+#include "framework/data/data.h"
+
+#include "framework/data/data_source.h"
+#include "kernels/tensor.h"
+#include "parallel/doc_balance.h"
+#include "parallel/layout.h"
+
+namespace rt {
+namespace {
+
+class Loader final : public DataLoader {
+ public:
+  Loader(std::unique_ptr<SampleSource> source, const Config& config, const LoaderRank& rank)
+      : source_(std::move(source)), global_batch_(config.train.batch_size), seq_len_(config.data.seq_len),
+        rank_(rank) {
+    RT_CHECK(rank.dp >= 1 && rank.dp_rank >= 0 && rank.dp_rank < rank.dp,
+             "loader: dp_rank " << rank.dp_rank << " is outside [0, dp=" << rank.dp << ")");
+    RT_CHECK(rank.cp >= 1 && rank.cp_rank >= 0 && rank.cp_rank < rank.cp,
+             "loader: cp_rank " << rank.cp_rank << " is outside [0, cp=" << rank.cp << ")");
+    RT_CHECK(global_batch_ % rank.dp == 0, "train.batch_size=" << global_batch_ << " is not divisible by dp="
+                                                               << rank.dp << "; use a multiple of " << rank.dp);
+    documents_ = config.data.documents == "eot";
+    doc_positions_ = config.data.positions == "document";
+    RT_CHECK(documents_ || !doc_positions_, "data.positions=document needs data.documents: eot");
+    eot_ = documents_ ? resolved_eot_token(config) : -1;
+    RT_CHECK(!documents_ || eot_ >= 0, "data.documents=eot needs data.eot_token");
+    std::string layout = rank.layout;
+    if (layout == "auto") layout = rank.cp > 1 ? (documents_ ? "balanced" : "zigzag") : "contiguous";
+    layout_ = parse_layout(layout);
+    RT_CHECK(layout_ != Layout::balanced || documents_,
+             "parallel.layout=balanced needs data.documents: eot; use layout: zigzag");
+    RT_CHECK(seq_len_ % rank.cp == 0, "data.seq_len=" << seq_len_ << " is not divisible by cp=" << rank.cp);
+    if (layout_ != Layout::balanced) ring_order_ = layout_ring_order(layout_, seq_len_, rank.cp);
+    local_batch_ = global_batch_ / rank.dp;
+    tokens_.resize(size_t(seq_len_));
+    targets_.resize(size_t(seq_len_));
+    groups_.resize(size_t(seq_len_));
+  }
+
+  Batch next() override {
+    const int64_t T = seq_len_, T_local = T / rank_.cp, col0 = rank_.cp_rank * T_local;
+    Batch b;
+    b.batch = local_batch_;
+    b.tokens_per_rank = T_local;
+    b.positions.resize(size_t(local_batch_ * T_local));    // (B_local, T_local)
+    b.tokens.resize(size_t(local_batch_ * T_local));       // (B_local, T_local)
+    b.targets.resize(size_t(local_batch_ * T_local));      // (B_local, T_local)
+    b.groups.resize(size_t(local_batch_ * T_local));       // (B_local, T_local)
+    if (documents_) {
+      b.doc_pos.resize(size_t(local_batch_ * T));    // (B_local, T)
+      b.doc_start.resize(size_t(local_batch_ * T));  // (B_local, T)
+    }
+    b.group_names = source_->loss_groups();
+    std::vector<int64_t> starts;  // (T) document start of each position (documents only)
+    for (int64_t i = 0; i < local_batch_; ++i) {
+      const uint64_t index = cursor_ * uint64_t(global_batch_) + uint64_t(rank_.dp_rank * local_batch_ + i);
+      source_->sample(index, T, tokens_.data(), targets_.data(), groups_.data());  // (T) each
+      const std::vector<int64_t>* order = &ring_order_;
+      std::vector<int64_t> sample_order;
+      if (documents_) {
+        // An EOT token is the first token of the document it starts; a window's first, partial document starts
+        // at position 0. The one target that crosses into the next document (predicting its EOT) is dropped.
+        starts.assign(size_t(T), 0);
+        dropped_.assign(size_t(T), 0);
+        for (int64_t p = 1; p < T; ++p) starts[size_t(p)] = tokens_[size_t(p)] == eot_ ? p : starts[size_t(p - 1)];
+        for (int64_t p = 0; p + 1 < T; ++p)
+          if (starts[size_t(p + 1)] == p + 1 && targets_[size_t(p)] >= 0) targets_[size_t(p)] = -1, dropped_[size_t(p)] = 1;
+        if (layout_ == Layout::balanced) {
+          sample_order = balanced_ring_order(starts, rank_.cp);
+          order = &sample_order;
+        }
+        for (int64_t c = 0; c < T; ++c) {
+          b.doc_pos[size_t(i * T + c)] = (*order)[size_t(c)];
+          b.doc_start[size_t(i * T + c)] = starts[size_t((*order)[size_t(c)])];
+        }
+      }
+      const size_t row = size_t(i * T_local);
+      for (int64_t j = 0; j < T_local; ++j) {
+        const int64_t p = (*order)[size_t(col0 + j)];
+        b.tokens[row + size_t(j)] = tokens_[size_t(p)];
+        b.targets[row + size_t(j)] = targets_[size_t(p)];
+        b.groups[row + size_t(j)] = groups_[size_t(p)];
+        b.positions[row + size_t(j)] = int32_t(doc_positions_ ? p - starts[size_t(p)] : p);
+        if (documents_) {  // this rank's query rows: their dropped targets and visible keys
+          b.boundary_targets += dropped_[size_t(p)];
+          b.visible_pairs += double(p - starts[size_t(p)] + 1);
+        }
+      }
+    }
+    ++cursor_;
+    return b;
+  }
+
+  uint64_t cursor() const override { return cursor_; }
+  void set_cursor(uint64_t cursor) override { cursor_ = cursor; }
+
+ private:
+  std::unique_ptr<SampleSource> source_;
+  int64_t global_batch_;
+  int64_t seq_len_;
+  LoaderRank rank_;
+  Layout layout_ = Layout::contiguous;
+  bool documents_ = false, doc_positions_ = false;
+  int32_t eot_ = -1;
+  int64_t local_batch_ = 0;
+  std::vector<uint8_t> dropped_;        // (T) documents: 1 where the sample's target crossed a boundary
+  std::vector<int64_t> ring_order_;     // (T) fixed layouts: rank 0's positions, rank 1's, ...
+  std::vector<int32_t> tokens_;       // (T) scratch: one whole global sample
+  std::vector<int32_t> targets_;      // (T)
+  std::vector<uint8_t> groups_;       // (T)
+  uint64_t cursor_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& rank, const std::string& split) {
+  RT_CHECK(split == "train" || split == "eval", "make_loader: split '" << split << "' must be train or eval");
+  const bool eval = split == "eval";
+  const std::string& source = config.data.source;
+  std::unique_ptr<SampleSource> s;
+  if (source == "copy") s = make_copy_source(config, eval);
+  else if (source == "bytes") s = make_bytes_source(config, eval);
+  else if (source == "shards") s = make_shard_source(config, eval);
+  else RT_CHECK(false, "data.source='" << source << "' is not valid; use copy, bytes or shards");
+  return std::make_unique<Loader>(std::move(s), config, rank);
+}
+
+}  // namespace rt

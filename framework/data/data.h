@@ -1,0 +1,61 @@
+// Data sources and the loader (DESIGN.md "One training step"): each rank gets its token shard with the
+// sequence layout's permutation applied, the global positions and the labels.
+//   copy:   synthetic long-range copy task. Each sample: a random span of tokens, a separator, then the
+//           same span again (the repeat can only be predicted by attending back across the sequence).
+//   bytes:  a text file, byte-level, vocab 256.
+//   shards: llm.c token shards: header of 256 int32 (magic 20240520, version 1, token count), then uint16
+//           tokens. Every header field is validated with a clear error; tokens >= vocab are refused.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/config/config.h"
+
+namespace rt {
+
+// A data source may sort its targets into named loss groups whose mean losses the trainer reports next to the
+// overall loss (the copy task: "first_half", unpredictable, and "repeat_half", predictable only by attending back).
+// Batch::groups[i] is 0 for a target in no group, else g, the group named group_names[g - 1].
+struct Batch {
+  int64_t batch = 0;                 // B_local sequences (global batch / dp)
+  int64_t tokens_per_rank = 0;       // T_local = seq_len / cp
+  std::vector<int32_t> tokens;       // (B_local, T_local) inputs, layout order
+  std::vector<int32_t> targets;      // (B_local, T_local) next-token labels, -1 = ignored
+  std::vector<int32_t> positions;    // (B_local, T_local) RoPE positions of this rank's tokens (data.positions:
+                                     // global = position in the sample; document = position in its document)
+  // data.documents: eot only (else empty): every position of each sample in ring order (rank s's tokens at
+  // columns [s*T_local, (s+1)*T_local)) and the first position of its document (RingAttention::set_documents).
+  std::vector<int64_t> doc_pos;      // (B_local, T)
+  std::vector<int64_t> doc_start;    // (B_local, T)
+  // data.documents: eot only (else 0), over this rank's tokens (so a sum over the dp x cp ranks is the global
+  // batch's): targets dropped because they cross into the next document (the EOT predicted from the previous
+  // document), and the visible (query, key) pairs of these query rows (doc_start(i) <= j <= i: pos - start + 1).
+  int64_t boundary_targets = 0;
+  double visible_pairs = 0;
+  std::vector<uint8_t> groups;       // (B_local, T_local) loss group of each target, 0 = none
+  std::vector<std::string> group_names;  // the source's loss groups (SampleSource::loss_groups)
+};
+
+struct LoaderRank {
+  int dp = 1, dp_rank = 0;           // this rank reads samples [dp_rank*B/dp, (dp_rank+1)*B/dp) of each global batch
+  int cp = 1, cp_rank = 0;           // and the tokens at layout_positions(layout, seq_len, cp, cp_rank)
+  std::string layout = "contiguous"; // resolved layout name (contiguous | zigzag | striped)
+};
+
+class DataLoader {
+ public:
+  virtual ~DataLoader() = default;
+  // The next global batch's slice for this rank. Deterministic in (seed, cursor): every rank of a job,
+  // and a resumed job, sees the same global batch for the same cursor.
+  virtual Batch next() = 0;
+  virtual uint64_t cursor() const = 0;           // global batches consumed
+  virtual void set_cursor(uint64_t cursor) = 0;  // for resume
+};
+
+// split: "train" or "eval" (held-out: a disjoint seed stream for copy; eval_path or the file's tail else).
+// Validates files up front (missing file, bad header, truncation, token >= vocab) with rt::Error.
+std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& rank, const std::string& split);
+
+}  // namespace rt

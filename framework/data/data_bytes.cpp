@@ -1,0 +1,50 @@
+// Byte-level text: every byte is a token (vocab 256). Samples are windows of T bytes at offsets drawn
+// from (seed, split, sample index). The held-out split is the file's last 10%, or data.eval_path.
+#include "framework/base/data_files.h"
+#include "framework/data/data_source.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+namespace {
+
+class BytesSource final : public SampleSource {
+ public:
+  BytesSource(const Config& config, bool eval) : seed_(config.data.seed), eval_(eval) {
+    const std::string& path = eval && !config.data.eval_path.empty() ? config.data.eval_path : config.data.path;
+    file_ = std::make_unique<MappedFile>(path);
+    const uint64_t n = file_->size();
+    begin_ = 0;
+    end_ = n;
+    if (config.data.eval_path.empty()) {
+      const uint64_t held = uint64_t(double(n) * kHeldOutFraction);
+      if (eval) begin_ = n - held;
+      else end_ = n - held;
+    }
+    const uint64_t T = uint64_t(config.data.seq_len);
+    RT_CHECK(end_ - begin_ >= T, "data file '" << path << "': the " << (eval ? "held-out" : "training")
+                                               << " part has " << end_ - begin_ << " bytes, fewer than data.seq_len="
+                                               << T << "; use more data or a shorter seq_len");
+  }
+
+  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
+    const uint64_t choices = end_ - begin_ - uint64_t(T) + 1;
+    const uint64_t start = begin_ + uniform_below(sample_key(seed_, eval_, index), choices);
+    const uint8_t* bytes = file_->data() + start;
+    for (int64_t i = 0; i < T; ++i) tokens[i] = bytes[i];
+    next_token_targets(T, tokens, targets, groups);
+  }
+
+ private:
+  uint64_t seed_;
+  bool eval_;
+  std::unique_ptr<MappedFile> file_;
+  uint64_t begin_ = 0, end_ = 0;  // byte range of this split
+};
+
+}  // namespace
+
+std::unique_ptr<SampleSource> make_bytes_source(const Config& config, bool eval) {
+  return std::make_unique<BytesSource>(config, eval);
+}
+
+}  // namespace rt

@@ -1,0 +1,126 @@
+// llm.c token shards. The files matching data.path are one concatenated token stream (sorted by name);
+// samples are windows of T tokens at offsets drawn from (seed, split, sample index) and may cross a shard
+// boundary. The held-out split is the stream's last 10%, or the files matching data.eval_path.
+// Shards hold uint16 or uint32 tokens (framework/base/data_files.h); one stream may mix both.
+// Validation: every header up front (magic, version, token count vs file size); tokens >= vocab_size are
+// refused by a full scan up front when the files hold at most kFullScanTokens tokens, and in every window
+// read otherwise.
+#include <algorithm>
+#include <cstring>
+
+#include "framework/base/data_files.h"
+#include "framework/data/data_source.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+namespace {
+
+constexpr uint64_t kFullScanTokens = uint64_t(1) << 30;  // 2 GiB of uint16: a few seconds at start-up
+
+struct Shard {
+  std::unique_ptr<MappedFile> file;
+  uint64_t first = 0;  // index of its first token in the concatenated stream
+  uint64_t count = 0;
+  int token_bytes = 2;  // 2: uint16 (magic 20240520), 4: uint32 (magic 20240801)
+  uint32_t token(uint64_t i) const {
+    const uint8_t* p = file->data() + kShardHeaderBytes;
+    if (token_bytes == 2) {
+      uint16_t t;
+      std::memcpy(&t, p + 2 * i, 2);
+      return t;
+    }
+    uint32_t t;
+    std::memcpy(&t, p + 4 * i, 4);
+    return t;
+  }
+};
+
+[[noreturn]] void bad_token(const Shard& shard, uint64_t i, int32_t vocab) {
+  const uint64_t token = shard.token(i);
+  throw Error("shard '" + shard.file->path() + "': token " + std::to_string(token) + " at token index " +
+              std::to_string(i) + " is >= model.vocab_size=" + std::to_string(vocab) +
+              "; set model.vocab_size to at least " + std::to_string(token + 1) +
+              " (GPT-2 tokenised shards need 50257, Llama 3 128256), or check that the shard was made with this "
+              "vocabulary");
+}
+
+class ShardSource final : public SampleSource {
+ public:
+  ShardSource(const Config& config, bool eval) : seed_(config.data.seed), eval_(eval), vocab_(config.model.vocab_size) {
+    const bool own_eval_files = eval && !config.data.eval_path.empty();
+    const std::string& pattern = own_eval_files ? config.data.eval_path : config.data.path;
+    const char* key = own_eval_files ? "data.eval_path" : "data.path";
+    const std::vector<std::string> files = expand_data_paths(pattern);
+    RT_CHECK(!files.empty(), key << "='" << pattern << "' matches no file; fix the path or glob");
+    uint64_t total = 0;
+    for (const std::string& f : files) {
+      int token_bytes = 2;
+      const uint64_t count = read_shard_header(f, &token_bytes);
+      Shard s;
+      s.token_bytes = token_bytes;
+      s.file = std::make_unique<MappedFile>(f);
+      RT_CHECK(s.file->size() == kShardHeaderBytes + count * uint64_t(token_bytes),
+               "shard '" << f << "' changed size while being opened; is something still writing it?");
+      s.first = total;
+      s.count = count;
+      total += count;
+      shards_.push_back(std::move(s));
+    }
+    full_scan_ = total <= kFullScanTokens;
+    if (full_scan_)
+      for (const Shard& s : shards_)
+        for (uint64_t i = 0; i < s.count; ++i)
+          if (s.token(i) >= uint32_t(vocab_)) bad_token(s, i, vocab_);
+    begin_ = 0;
+    end_ = total;
+    if (config.data.eval_path.empty()) {
+      const uint64_t held = uint64_t(double(total) * kHeldOutFraction);
+      if (eval) begin_ = total - held;
+      else end_ = total - held;
+    }
+    RT_CHECK(end_ - begin_ >= uint64_t(config.data.seq_len),
+             key << "='" << pattern << "': the " << (eval ? "held-out" : "training") << " part has "
+                 << end_ - begin_ << " tokens, fewer than data.seq_len=" << config.data.seq_len
+                 << "; use more data or a shorter seq_len");
+  }
+
+  void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
+    const uint64_t choices = end_ - begin_ - uint64_t(T) + 1;
+    uint64_t pos = begin_ + uniform_below(sample_key(seed_, eval_, index), choices);
+    // The shard holding `pos`: the last one whose first token is <= pos.
+    auto it = std::upper_bound(shards_.begin(), shards_.end(), pos,
+                               [](uint64_t p, const Shard& s) { return p < s.first; });
+    size_t shard = size_t(it - shards_.begin()) - 1;
+    int64_t filled = 0;
+    while (filled < T) {
+      const Shard& s = shards_[shard];
+      const uint64_t offset = pos - s.first;
+      const int64_t take = int64_t(std::min<uint64_t>(s.count - offset, uint64_t(T - filled)));
+      for (int64_t i = 0; i < take; ++i) {
+        const uint32_t t = s.token(offset + uint64_t(i));
+        if (!full_scan_ && t >= uint32_t(vocab_)) bad_token(s, offset + uint64_t(i), vocab_);
+        tokens[filled + i] = int32_t(t);
+      }
+      filled += take;
+      pos += uint64_t(take);
+      ++shard;
+    }
+    next_token_targets(T, tokens, targets, groups);
+  }
+
+ private:
+  uint64_t seed_;
+  bool eval_;
+  int32_t vocab_;
+  bool full_scan_ = true;
+  std::vector<Shard> shards_;
+  uint64_t begin_ = 0, end_ = 0;  // token range of this split in the concatenated stream
+};
+
+}  // namespace
+
+std::unique_ptr<SampleSource> make_shard_source(const Config& config, bool eval) {
+  return std::make_unique<ShardSource>(config, eval);
+}
+
+}  // namespace rt

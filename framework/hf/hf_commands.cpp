@@ -1,0 +1,133 @@
+// import-hf and export-hf: Hugging Face directory <-> ringtrain checkpoint.
+#include "framework/hf/hf_commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/base/checkpoint_io.h"
+#include "framework/hf/hf_format.h"
+#include "framework/hf/init_from.h"
+#include "framework/model/model.h"
+#include "framework/config/rope_scaling.h"
+#include "kernels/device_memory.h"
+#include "kernels/tensor.h"
+
+namespace fs = std::filesystem;
+
+namespace rt {
+namespace {
+
+// The files an export carries over from the HF directory the weights came from.
+bool is_side_file(const std::string& name) {
+  const bool tokenizer_json = name.rfind("tokenizer", 0) == 0 && name.size() > 5 &&
+                              name.compare(name.size() - 5, 5, ".json") == 0;
+  return tokenizer_json || name == "tokenizer.model" || name == "special_tokens_map.json" ||
+         name == "generation_config.json";
+}
+
+void require_new_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) throw Error("--out '" + dir + "' already exists; choose a new directory (nothing is overwritten)");
+}
+
+}  // namespace
+
+int import_hf_main(const std::string& hf_dir, const std::string& out_dir, const std::string& device) {
+  require_new_dir(out_dir);
+  const HfModelInfo info = read_hf_config(hf_dir);
+  const ModelConfig& m = info.model;
+  (void)rope_frequencies(m);  // the scaling parameters are usable
+  RT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device '" << device << "' must be auto, cpu or cuda");
+  const bool cuda = device == "cuda" || (device == "auto" && cuda_available());
+  if (cuda && m.head_dim() != 64 && m.head_dim() != 128)
+    throw Error("Hugging Face model '" + hf_dir + "': head_dim = hidden_size / num_attention_heads = " +
+                std::to_string(m.head_dim()) + ", but the CUDA attention kernels take head dims 64 and 128; train it on "
+                "the CPU (import with --device cpu) or pick another model");
+  std::printf("import-hf: %s (%s, %d layers, d_model %d, %d heads / %d KV heads, vocab %d, %s embeddings, dtype %s)\n",
+              hf_dir.c_str(), info.architecture.c_str(), m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.vocab_size,
+              m.tied_embeddings ? "tied" : "untied", info.dtype.empty() ? "?" : info.dtype.c_str());
+  std::printf("import-hf: RoPE base %g, scaling %s, source context %lld\n", double(m.rope_base),
+              rope_scaling_text(m.rope_scaling).c_str(), (long long)info.max_position_embeddings);
+  std::fflush(stdout);
+  const std::vector<HostTensor> weights = read_hf_weights(hf_dir, m);
+  std::map<std::string, std::string> meta = model_metadata(m);
+  std::error_code ec;
+  meta["hf_source"] = fs::absolute(hf_dir, ec).lexically_normal().string();
+  meta["hf_architecture"] = info.architecture;
+  meta["context_length"] = std::to_string(info.max_position_embeddings);
+  Config c;
+  c.model = m;
+  TrainState state;
+  state.step = 0;
+  state.rng_state = "none";
+  state.config_hash = model_config_hash(c);
+  save_weights_checkpoint(out_dir, weights, state, meta);
+  std::printf("import-hf: wrote %s (%lld parameters, step 0, no optimizer state); train from it with "
+              "train.init_from: %s\n",
+              out_dir.c_str(), (long long)count_parameters(m), out_dir.c_str());
+  return 0;
+}
+
+int export_hf_main(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype,
+                   uint64_t shard_bytes, int64_t max_positions) {
+  RT_CHECK(dtype == "bf16" || dtype == "fp32", "--dtype '" << dtype << "' must be bf16 or fp32");
+  require_new_dir(out_dir);
+  const LoadedCheckpoint ckpt = load_checkpoint(checkpoint_dir);
+  const ModelConfig m = model_config_from_metadata(ckpt.metadata, checkpoint_dir);
+  int64_t context = max_positions;
+  if (context <= 0) {
+    const auto it = ckpt.metadata.find("context_length");
+    if (it != ckpt.metadata.end()) context = std::atoll(it->second.c_str());
+  }
+  RT_CHECK(context > 0, "checkpoint '" << checkpoint_dir << "' does not record the context it was trained at; pass "
+                                       "--max-position-embeddings N");
+  std::string hf_source;
+  if (auto it = ckpt.metadata.find("hf_source"); it != ckpt.metadata.end()) hf_source = it->second;
+  nlohmann::json source_config;
+  if (!hf_source.empty() && fs::is_regular_file(fs::path(hf_source) / "config.json")) {
+    std::ifstream in(fs::path(hf_source) / "config.json");
+    try {
+      source_config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception&) {
+      source_config = nullptr;
+    }
+  }
+  const bool bf16 = dtype == "bf16";
+  const nlohmann::json config = hf_config_json(m, context, bf16, source_config);
+
+  const fs::path final_dir(out_dir);
+  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  const fs::path tmp = parent / (".tmp_" + final_dir.filename().string());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw Error("cannot create '" + tmp.string() + "': " + ec.message());
+  write_file_durably((tmp / "config.json").string(), config.dump(2) + "\n");
+  write_hf_weights(tmp.string(), ckpt.model, bf16, shard_bytes);
+  int copied = 0;
+  if (!hf_source.empty() && fs::is_directory(hf_source, ec)) {
+    for (const auto& entry : fs::directory_iterator(hf_source, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!entry.is_regular_file() || !is_side_file(name)) continue;
+      fs::copy_file(entry.path(), tmp / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) throw Error("cannot copy '" + entry.path().string() + "': " + ec.message());
+      ++copied;
+    }
+  } else if (!hf_source.empty()) {
+    std::printf("export-hf: warning: the source directory %s is gone; no tokenizer files copied\n", hf_source.c_str());
+  }
+  fsync_directory(tmp.string());
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + out_dir + "': " + ec.message());
+  fsync_directory(parent.string());
+  std::printf("export-hf: wrote %s (LlamaForCausalLM, %s, max_position_embeddings %lld, RoPE base %g, scaling %s, "
+              "%d tokenizer/generation files from %s)\n",
+              out_dir.c_str(), dtype.c_str(), (long long)context, double(m.rope_base),
+              rope_scaling_text(m.rope_scaling).c_str(), copied, hf_source.empty() ? "no HF source" : hf_source.c_str());
+  return 0;
+}
+
+}  // namespace rt

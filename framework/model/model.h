@@ -1,0 +1,351 @@
+// The GPT model with an explicit forward and backward (DESIGN.md "One training step", "Tensor parallel").
+//
+//   tokens -> embedding -> L x block -> final RMSNorm -> fused chunked LM head + cross-entropy
+//   block: x -> RMSNorm -> wq, wk, wv (local heads) -> RoPE (global positions) -> ring attention over cp
+//            -> wo (row-parallel, all-reduce over tp) -> + x
+//          -> RMSNorm -> MLP (GELU: fc, proj | SwiGLU: w1 gate, w3 up, w2 down; column- then row-parallel,
+//            all-reduce over tp) -> + residual
+//
+// The backward runs layer by layer in reverse; there is no autograd. All math goes through rt ops, so the
+// same code runs on CPU (f32 activations) and CUDA (bf16 activations, f32 masters and gradients).
+//
+// Parameters live in ONE flat f32 buffer (gradients in another, same layout), cut into units: the embedding,
+// each layer, and the head (final norm + LM head). Each unit is contiguous and padded so that it splits into
+// equal shards, so a unit takes one collective. The table params() maps each checkpoint name to its slice.
+// ZeRO (`parallel.zero`, DESIGN.md "Sharded training state"): at stage >= 1 every rank of the dp x cp group
+// keeps only its shard of each unit of the fp32 masters, gradients and Adam moments (master(), grads() and the
+// moments are then the concatenation of this rank's unit shards); stage 2 reduce-scatters each unit's gradient
+// as the backward finishes it; stage 3 shards the compute weights too and all-gathers each unit before use.
+//
+// Every buffer comes from the Arena given to the constructor; build once on Arena::measuring to learn the
+// exact bytes (and for `ringtrain plan`), then on a real arena. A step allocates nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/base/host_tensor.h"
+#include "framework/config/config.h"
+#include "framework/data/data.h"
+#include "kernels/arena.h"
+#include "kernels/rope_freqs.h"
+#include "parallel/layout.h"
+#include "parallel/process_grid.h"
+#include "parallel/ring_attention.h"
+
+namespace rt {
+
+// How a parameter is split over the tp ranks. Full shapes are (out, in) for Linear weights.
+enum class ShardKind : uint8_t {
+  replicated,     // every tp rank holds the whole tensor (embedding, LM head, norms)
+  column,         // rows (output features) split: wq, wk, wv (when n_kv_head >= tp), fc, w1, w3
+  row,            // columns (input features) split: wo, proj, w2
+  kv_replicated,  // n_kv_head < tp: each rank holds the one KV head its query heads read, shared by
+                  // tp / n_kv_head ranks
+};
+const char* shard_kind_name(ShardKind kind);
+
+struct ParamEntry {
+  std::string name;                 // checkpoint name, e.g. "layers.0.attn.wq.weight"
+  std::vector<int64_t> full_shape;  // unsharded shape
+  std::vector<int64_t> local_shape; // this rank's shard
+  ShardKind shard = ShardKind::replicated;
+  int64_t offset = 0;               // into the flat buffers, elements
+  int unit = 0;                     // 0 embedding, 1 + l layer l, L + 1 head (final norm, LM head)
+  int64_t numel = 0;                // local elements
+  bool decay = false;               // 2-D weight: weight decay applies
+  float init_std = 0;               // 0: initialised to ones (norm weights)
+  // This rank's part of the full tensor: rows [row_begin, row_end) x columns [col_begin, col_end).
+  int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+  // Whether this rank contributes the shard when full tensors are assembled (and to the grad norm):
+  // false for replicated tensors off tp rank 0 and for kv_replicated copies after the first.
+  bool owner = true;
+};
+
+// none: keep every activation.
+// selective: keep each block's input and its attention output + LSE; the backward recomputes the norms, the
+//   q/k/v projections and RoPE, the residual and the MLP hidden, but NOT the ring attention (at long context
+//   the dominant cost, and a second pass of ring traffic). Two (N, C) buffers per layer.
+// full: keep only each block's input and recompute the whole block (ring attention included).
+enum class ActivationCheckpointing { none, selective, full };
+ActivationCheckpointing parse_checkpointing(const std::string& name);
+
+// The dimensions one rank works with.
+struct ModelShape {
+  int64_t L = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0;  // global model
+  int tp = 1, tp_rank = 0;
+  int64_t Hl = 0, Hkvl = 0, Fl = 0;  // local query heads, KV heads, MLP width
+  int64_t B = 0, n = 0;              // sequences per rank, tokens per sequence on this rank
+  bool swiglu = false, tied = false;
+  int64_t N() const { return B * n; }
+};
+// Validates divisibility (heads by tp, d_model by heads, ...) with messages that say what to change.
+ModelShape make_model_shape(const ModelConfig& model, int tp, int tp_rank, int64_t batch, int64_t local_tokens);
+
+struct ModelOptions {
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  int64_t lm_head_chunk = 1024;  // tokens per chunk of the fused LM head + loss
+  DType act_dtype = DType::f32;  // activations and compute weights: f32 on CPU, bf16 on CUDA
+  Layout layout = Layout::contiguous;
+  DType dkv_wire = DType::f32;   // ring backward: dK/dV accumulator on the wire (f32 | bf16)
+  // Tokens per MLP chunk (forward, recompute and backward): the (N, Fl) hidden buffers become (chunk, Fl).
+  // 0 = all N tokens at once; -1 = auto (resolve_mlp_chunk). Exact: only the weight-gradient sums over
+  // tokens are split into per-chunk partial sums (gemm beta = 1).
+  int64_t mlp_chunk = -1;
+  // ZeRO stage 0-3 over the dp x cp group (a group of one shards nothing: the model runs stage 0).
+  int zero = 0;
+  // Activation offload (CUDA): the block inputs of layers [0, offload_layers) live in pinned host memory
+  // between their forward and backward; on the device they share two (N, C) staging buffers.
+  int offload_layers = 0;
+  // RoPE positions differ per sample (data.positions: document): the RoPE table holds B*n rows, not n.
+  bool per_sample_positions = false;
+  // Packed documents (data.documents: eot): on CUDA the batch's document mask is uploaded to the device.
+  bool documents = false;
+};
+
+// The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
+//   0 or >= N: N (no chunking);  > 0: that many tokens;
+//   -1 (auto): N when N * Fl <= 2^27 elements (a 256 MiB bf16 hidden buffer: every small config), else the
+//   largest multiple of 256 tokens with chunk * Fl <= 2^27 (16,384 tokens at Fl = 8192), at least 256.
+int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff);
+
+// A contiguous, padded range of the flat buffers holding one unit's parameters (numel % (64 * shards) == 0).
+struct ParamUnit {
+  std::string name;  // "embedding", "layers.<l>", "head"
+  int64_t offset = 0, numel = 0;
+};
+struct ParamLayout {
+  std::vector<ParamEntry> table;  // checkpoint order (embedding, 2-D weights, LM head, norms)
+  std::vector<ParamUnit> units;   // L + 2, in flat order
+  int64_t total = 0;              // flat elements (sum of the units)
+  int shard_count = 1;
+};
+// The parameter table and units for one tp rank, units padded for `shard_count` shards (pure function of the
+// config; no memory). build_param_table is its table with shard_count 1.
+ParamLayout build_param_layout(const ModelConfig& model, int tp, int tp_rank, int shard_count);
+std::vector<ParamEntry> build_param_table(const ModelConfig& model, int tp, int tp_rank);
+int param_unit_of(const std::string& name, int n_layer);
+// The index in the full row-major tensor of local element i of e's tp shard.
+inline int64_t full_index(const ParamEntry& e, int64_t i) {
+  const int64_t lc = e.col_end - e.col_begin, fc = e.full_shape.back();
+  return (e.row_begin + i / lc) * fc + e.col_begin + i % lc;
+}
+// Total parameters of the full model (embedding and LM head included; tied counted once).
+int64_t count_parameters(const ModelConfig& model);
+
+// The communicators the model talks through: a ProcessGrid's, or size-only stand-ins for `ringtrain plan`.
+struct ModelComms {
+  Comm* tp = nullptr;     // tensor-parallel group (all-reduces after row-parallel layers)
+  Comm* cp = nullptr;     // the ring of ring attention
+  Comm* dp_cp = nullptr;  // ranks holding the same parameters (token counts, gradients)
+  int tp_rank = 0;
+  static ModelComms from(ProcessGrid& grid);
+};
+
+class Model {
+ public:
+  // batch: sequences on this rank; local_tokens: seq_len / cp. All buffers come from `arena`.
+  Model(const ModelConfig& config, const ModelOptions& options, int64_t batch, int64_t local_tokens,
+        const ModelComms& comms, Arena& arena);
+  ~Model();
+
+  const ModelShape& shape() const { return shape_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamEntry>& params() const { return params_; }
+  const ParamEntry& param(const std::string& name) const;
+  // The local buffers: (P) at zero 0, this rank's shards (P / shards) at zero >= 1 (see owned()).
+  Tensor master() const { return master_; }    // (local) f32
+  Tensor grads() const { return grads_; }      // (local) f32: summed over dp x cp after reduce_gradients()
+  // (P) act dtype (the same storage as master() on CPU at zero 0); (P / shards) at zero 3.
+  Tensor compute() const { return compute_; }
+  int zero() const { return zero_; }            // the stage in effect (0 when the dp x cp group is one rank)
+  int offload_layers() const { return offload_layers_; }
+  // Pinned host memory the offloaded block inputs take on this rank (allocated only on a real arena).
+  size_t host_offload_bytes() const { return host_offload_bytes_; }
+  int shard_count() const { return shards_; }   // 1 at zero 0
+  const std::vector<ParamUnit>& units() const { return layout_.units; }
+  // Unit u's part owned by this rank: flat [flat_begin, flat_end), at local_begin of the local buffers.
+  struct OwnedRange {
+    int64_t flat_begin = 0, flat_end = 0, local_begin = 0;
+  };
+  OwnedRange owned(int unit) const;
+  // The local buffers as runs of elements that share weight decay and ownership (each alignment gap belongs to
+  // the parameter before it); AdamW and the gradient norm walk these.
+  struct LocalRun {
+    int64_t begin = 0, end = 0;
+    bool decay = false, owner = true;
+  };
+  const std::vector<LocalRun>& local_runs() const { return runs_; }
+  // Parts of parameters in this rank's local buffers: local elements [first, last) of `entry`'s tp shard,
+  // stored at `at` of master() (and of grads() and the moments).
+  struct Piece {
+    const ParamEntry* entry = nullptr;
+    int64_t at = 0, first = 0, last = 0;
+  };
+  std::vector<Piece> owned_pieces() const;  // all of them: what a load fills
+  // A partition of the whole model over the world: every element of every full tensor lies in exactly one
+  // rank's writer pieces (tp: the owner's copy; dp x cp: the shards, or at zero 0 an even split). Checkpoints
+  // write and check these.
+  std::vector<Piece> writer_pieces() const;
+  // ZeRO traffic since reset_zero_stats(): host seconds inside the ZeRO collectives' start and wait calls (with
+  // the mpi communicator that is their whole cost: host staging and MPI; with NCCL only the enqueue), and bytes.
+  struct ZeroStats {
+    double host_s = 0, gathered_bytes = 0, scattered_bytes = 0;
+    int64_t gathers = 0, reduce_scatters = 0;
+  };
+  const ZeroStats& zero_stats() const { return zero_stats_; }
+  void reset_zero_stats() { zero_stats_ = {}; }
+  // After forward_backward(want_grad): grads() summed over dp x cp. zero 0: one all-reduce; zero 1: one
+  // reduce-scatter per unit; zero 2/3: waits for the per-unit reduce-scatters the backward posted.
+  void reduce_gradients();
+  Comm& tp_comm() { return *comms_.tp; }
+  Comm& dp_cp_comm() { return *comms_.dp_cp; }
+  // The ring attention every layer uses; its timings() cover all layers' forward and backward calls.
+  RingAttention& attention() { return *attention_; }
+
+  // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
+  // are generated from `seed` and sliced, so every grid gets the same model.
+  void init_weights(uint64_t seed);
+  // After the masters change (init, load; and after every update at zero >= 1): refresh the compute weights
+  // (zero 1/2: this rank's shard copied into the full copy, then all-gathered per unit; zero 3: the shard).
+  void sync_compute_weights();
+
+  // Target tokens of this batch summed over dp x cp (all ranks call it).
+  double global_target_count(const Batch& batch);
+
+  // Forward and fused loss on this rank's batch; when want_grad, the backward too, writing grads()
+  // (overwritten) = d(global mean loss)/d(params) for this rank's tokens: the caller all-reduces over
+  // dp x cp. Returns the per-token losses (B*n, 0 where the target is ignored) of this rank.
+  std::vector<float> step(const Batch& batch, double global_count, bool want_grad);
+  // step() without the download: the per-token losses stay in losses() (on CUDA the host does not wait).
+  void forward_backward(const Batch& batch, double global_count, bool want_grad);
+  // (B*n) f32 per-token losses of the latest step / forward_backward, on the model's device.
+  Tensor losses() const { return losses_; }
+  // (B*n, C) act dtype: the final RMSNorm's output of the latest forward; valid after a step without
+  // gradients (a backward reuses its storage). Read by `ringtrain eval --dump-logits`.
+  Tensor final_hidden() const { return final_out_; }
+
+  // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
+  void reduce_shared_kv_grads();
+
+  // Full (unsharded) host tensors from a local buffer laid out like master(): collective over tp (and dp x cp
+  // at zero >= 1).
+  // Names are prefix + parameter name.
+  std::vector<HostTensor> gather_full(const Tensor& flat, const std::string& prefix);
+  // Fills this rank's shards of `flat` from full tensors (checks names and shapes).
+  void scatter_full(Tensor flat, const std::vector<HostTensor>& tensors, const std::string& prefix);
+
+ private:
+  struct BlockActs;
+  struct LayerWeights;
+  // Views of one unit's buffer (as returned by unit_weights / unit_grads).
+  LayerWeights layer_weights(const Tensor& unit_buffer, int layer) const;
+  // The full compute weights of unit u (zero 3: waits for its gather, posting it when not prefetched).
+  Tensor unit_weights(int unit);
+  void prefetch_weights(int unit);  // zero 3: posts unit u's all-gather into its slot (no-op otherwise)
+  // The full gradient of unit u: a view of the full buffer (zero 0/1) or its slot (zero 2/3), which
+  // begin_unit_grads zeroes (after the slot's previous reduce-scatter) and end_unit_grads reduce-scatters.
+  Tensor unit_grads(int unit);
+  void begin_unit_grads(int unit);
+  void end_unit_grads(int unit);
+  int slot_of(int unit) const;
+  void build_local_runs();
+  // Calls fn(entry, local offset, first, last) for the part [first, last) of each parameter's local elements
+  // that this rank owns, at `local offset` of the local buffers.
+  template <class Fn> void for_each_owned_piece(Fn&& fn) const;
+  void sum_over(Comm& comm, std::vector<float>& values);  // through gather_scratch_
+  void upload_batch(const Batch& batch);
+  // What block_forward computes: the training forward, or a recompute for the backward (which stops at the
+  // MLP norm: the backward recomputes the MLP hidden chunk by chunk; under selective checkpointing it also
+  // skips the attention itself).
+  enum class BlockPass { forward, recompute, recompute_keep_attention };
+  void block_forward(int layer, BlockActs& acts, BlockPass pass);  // model_forward.cpp
+  // One chunk of rows: ln2 (m, C) -> h (m, Fl | 2Fl for SwiGLU's gate|up) -> g (m, Fl).
+  void mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g);
+  // The MLP hidden of rows [begin, end): views of the kept (N, .) buffers under no checkpointing (computed
+  // on the forward pass, read in the backward), else the shared (chunk, .) buffers computed from ln2.
+  void mlp_chunk_hidden(int layer, BlockActs& acts, int64_t begin, int64_t end, bool for_backward, Tensor& h,
+                        Tensor& g);
+  void backward();  // from d_final_ (written by the fused head) down to the embedding; model_backward.cpp
+  void block_backward(int layer, BlockActs& acts);
+  BlockActs& acts_for(int layer);
+  Tensor param_view(const Tensor& unit_buffer, const std::string& name) const;
+  // Two adjacent 2-D parameters of one unit with the same columns as one (rows1 + rows2, cols) view.
+  Tensor param_pair_view(const Tensor& unit_buffer, const std::string& first, const std::string& second) const;
+
+  ModelConfig config_;
+  RopeFreqs rope_freqs_;             // computed once from config_ on the host in fp64 (framework/config/rope_scaling.h)
+  ModelOptions options_;
+  ModelShape shape_;
+  ModelComms comms_;
+  std::vector<ParamEntry> params_;
+  ParamLayout layout_;
+  int zero_ = 0, shards_ = 1, shard_rank_ = 0;
+  std::vector<LocalRun> runs_;
+
+  Tensor master_, grads_, compute_;  // (local) f32, (local) f32, (P | local at zero 3) act
+  Tensor full_grads_;                // (P) f32 at zero 0 (= grads_) and 1; absent at zero 2/3
+  // zero 2/3: gradient slots, zero 3: weight slots, by slot_of(unit): [0] embedding, [1] head, [2, 3] layers
+  // by parity. Each is (largest unit it serves) f32 / act dtype.
+  Tensor grad_slot_[4], weight_slot_[4];
+  int weight_slot_unit_[4] = {-1, -1, -1, -1};  // which unit a weight slot holds (or is being gathered into)
+  int weight_pending_[4] = {-1, -1, -1, -1};    // handle of a gather not yet waited for
+  int grad_pending_[4] = {-1, -1, -1, -1};      // handle of a reduce-scatter not yet waited for
+  ZeroStats zero_stats_;
+  // The ZeRO collectives, timed into zero_stats_.
+  int zero_gather(const Tensor& send, Tensor recv);
+  int zero_reduce_scatter(const Tensor& send, Tensor recv);
+  void zero_wait(int handle);
+  Tensor tokens_, targets_;          // (N) i32
+  // The RoPE table (kernels/rope_table.h): (rope_table_rows_, D/2, 2) f32 (s cos, s sin) of this rank's positions;
+  // rope_table_rows_ = n (positions shared by the samples) or B*n (options.per_sample_positions: sample b's rows
+  // are [b*n, (b+1)*n)).
+  Tensor rope_table_;
+  int64_t rope_table_rows_ = 0;
+  std::vector<int32_t> rope_table_positions_;  // (rope_table_rows_) the positions rope_table_ holds
+  std::vector<float> rope_table_host_;         // (rope_table_rows_, D/2, 2) its host copy (fp64 math, fp32 storage)
+  std::vector<float> rope_rows_by_position_;   // (max position + 1, D/2, 2) per-sample mode: each value's row
+  std::vector<int64_t> doc_pos_, doc_start_;   // (B, cp*n) the batch's document mask (Batch::doc_pos / doc_start)
+  // CUDA with options.documents: (2, B, cp*n, 2) i32 = doc_pos_ then doc_start_ as int64 (two i32 words each: the
+  // tensor types have no int64), what the CUDA attention kernels read; empty otherwise.
+  Tensor doc_mask_dev_;
+  void upload_rope_table(const std::vector<int32_t>& positions);  // positions (B, n): rebuilt when they change
+  void rope_rows(const Tensor& x4, bool inverse);  // RoPE of x4 (B, n, heads, D) from rope_table_
+  Tensor losses_;                    // (N) f32
+  std::vector<Tensor> residual_;     // L+1 x (N, C): block inputs, then the final hidden state
+  // Offload: layers [0, offload_layers_) keep their inputs in host_inputs_[l] (pinned, (N, C) act); on the
+  // device residual_[l] is offload_stage_[l % 2]. offload_.. state: model_offload.cpp.
+  int offload_layers_ = 0;
+  size_t host_offload_bytes_ = 0;
+  Tensor offload_stage_[2];          // (N, C) act
+  std::vector<void*> host_inputs_;   // offload_layers_ x pinned (N * C) act
+  struct Offload;
+  std::unique_ptr<Offload> offload_;
+  void offload_after_forward(int layer);    // posts host_inputs_[layer] <- residual_[layer]
+  void offload_before_output(int layer);    // before block `layer` writes residual_[layer + 1]
+  void offload_prefetch(int layer);         // posts residual_[layer] <- host (the backward, one layer ahead)
+  void offload_wait_input(int layer);       // the compute stream waits for residual_[layer]
+  void init_offload();                      // pinned host buffers and the copy stream
+  void offload_begin_step(bool want_grad);  // settles the previous step's copies
+  bool offload_active_ = false;
+  std::vector<std::unique_ptr<BlockActs>> acts_;  // L; under checkpointing, recomputed buffers are shared
+  Tensor final_rstd_;                // (N) f32
+  Tensor final_out_;                 // (N, C) same storage as d_res_ (dead before the backward starts)
+  Tensor head_scratch_;              // (chunk, V)
+  // Backward scratch, shared by all layers.
+  Tensor d_res_;                     // (N, C) residual-stream gradient
+  Tensor d_ln_;                      // (N, C)
+  Tensor d_final_;                   // (N, C) same storage as d_ln_ (read once, before any block backward)
+  Tensor d_att_;                     // (N, Hl*D)
+  Tensor d_q_;                       // (N, Hl*D)
+  Tensor d_k_, d_v_;                 // (N, Hkvl*D)
+  Tensor d_h_;                       // (mlp_chunk_, Fl) GELU | (mlp_chunk_, 2Fl) SwiGLU: d gate | d up per row
+  Tensor d_g_;                       // (mlp_chunk_, Fl) SwiGLU only: d(activated hidden)
+  int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
+  bool keep_mlp_hidden_ = false;     // no checkpointing: h and g are kept per layer as (N, .)
+  Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
+  std::unique_ptr<RingAttention> attention_;
+};
+
+}  // namespace rt

@@ -1,0 +1,26 @@
+// `ringtrain plan` (framework/main.cpp): what a config costs, without a GPU and without allocating it.
+#pragma once
+#include <string>
+
+#include "framework/config/config.h"
+#include "kernels/tensor.h"
+
+namespace rt {
+
+struct PlanArgs {
+  bool json = false;
+  bool max_seq_len = false;       // search the longest data.seq_len that fits
+  double device_memory_gib = 0;   // per GPU (or the host, on the CPU); 0: the visible device's
+  double host_memory_gib = 0;     // per node; 0: this host's
+  int ranks_per_node = 0;         // 0: min(world, 8)
+  std::string doc_lengths;        // a document-length file: visible-pair attention FLOPs and imbalance per layout
+};
+// Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
+// json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
+// read by launch/sweep.sh.
+int plan_main(const Config& config, const PlanArgs& args);
+// Device memory a rank uses outside the arena, added to `ringtrain plan`'s total: 2 GiB on CUDA (CUDA context,
+// cuBLASLt workspace, allocator rounding; measured 0.55-2 GiB on an H200), 0 on CPU.
+double non_arena_allowance_bytes(Device device);
+
+}  // namespace rt

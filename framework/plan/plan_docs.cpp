@@ -1,0 +1,63 @@
+// `ringtrain plan --doc-lengths FILE`: the attention work of packed documents with that length mix, at the
+// config's seq_len and cp: expected visible (query, key) pairs per sample (the mean over seeded windows of T
+// tokens into the stream of documents), the attention FLOPs per step they cost, and per layout the ring imbalance
+// (parallel/doc_balance.h) and the kernels' tile efficiency (parallel/ring_tile_cost.h), with balanced's picks.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "framework/plan/plan_docs.h"
+#include "parallel/doc_balance.h"
+
+namespace rt {
+
+DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows) {
+  const std::vector<int64_t> lengths = read_doc_lengths(path);
+  const int64_t T = config.data.seq_len;
+  const int cp = config.parallel.cp;
+  DocLengthPlan plan;
+  plan.path = path;
+  plan.windows = windows;
+  const Layout layouts[] = {Layout::contiguous, Layout::zigzag, Layout::striped};
+  std::map<std::string, int> picks;  // balanced's choice -> windows
+  for (int k = 0; k < windows; ++k) {
+    std::mt19937_64 rng(1000 + uint64_t(k));
+    const size_t doc = size_t(rng() % lengths.size());
+    const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, T, doc, int64_t(rng() % uint64_t(lengths[doc])));
+    double pairs = 0;
+    for (int64_t p = 0; p < T; ++p) pairs += double(p - starts[size_t(p)] + 1);
+    plan.pairs_per_sample += pairs / windows;
+    const double whole = whole_tile_cost(starts);
+    for (int l = 0; l < 4; ++l) {
+      const bool zigzag_ok = T % (2 * int64_t(cp)) == 0;
+      if (l == 1 && !zigzag_ok) continue;
+      std::vector<int64_t> order;
+      if (l < 3) {
+        order = layout_ring_order(layouts[l], T, cp);
+      } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<RingCandidate> cands = ring_candidates(starts, cp);
+        const size_t best = pick_balanced(cands);
+        plan.balanced_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / windows;
+        picks[cands[best].name] += 1;
+        order = std::move(cands[best].order);
+      }
+      const std::vector<double> pairs = ring_pair_counts(starts, order, cp);
+      const RingTileCost tiles = ring_tile_cost(starts, order, cp, pairs);
+      plan.imbalance[l] += ring_imbalance(pairs, cp) / windows;
+      plan.work_efficiency[l] += whole / tiles.total / windows;
+      plan.ring_efficiency[l] += whole / (cp * tiles.critical) / windows;
+    }
+  }
+  for (const auto& p : picks)
+    plan.balanced_picks += (plan.balanced_picks.empty() ? "" : ", ") + p.first + " " + std::to_string(p.second) + "/" +
+                           std::to_string(windows);
+  // Training attention FLOPs: forward 4*d_model per pair (QK^T and PV over all heads), backward twice that.
+  plan.attention_flops_per_step =
+      12.0 * config.model.n_layer * double(config.model.d_model) * plan.pairs_per_sample * config.train.batch_size;
+  plan.causal_pairs_per_sample = double(T) * double(T + 1) / 2;
+  return plan;
+}
+
+}  // namespace rt

@@ -1,0 +1,26 @@
+// `ringtrain plan --doc-lengths FILE` (framework/plan/plan_docs.cpp).
+#pragma once
+#include <map>
+#include <string>
+
+#include "framework/config/config.h"
+
+namespace rt {
+
+struct DocLengthPlan {
+  std::string path;
+  int windows = 0;                        // seeded sample windows averaged over
+  double pairs_per_sample = 0;            // visible (query, key) pairs of one T-token sample, mean
+  double causal_pairs_per_sample = 0;     // T (T + 1) / 2: the same sample as one document
+  double attention_flops_per_step = 0;    // 12 * L * d_model * pairs * batch (forward 4 d, backward 8 d per pair)
+  double imbalance[4] = {0, 0, 0, 0};     // contiguous, zigzag (0 when seq_len % 2cp != 0), striped, balanced
+  // The kernels' tile cost (parallel/ring_tile_cost.h), mean over the windows, same layout order:
+  double work_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / the sum over (rank, step) calls' tiles
+  double ring_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / (cp x the critical path's tiles)
+  std::string balanced_picks;                // balanced's candidates chosen, with how many windows each
+  double balanced_ms = 0;                    // host time balanced takes per sample (the loader pays it), mean
+};
+
+DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows = 8);
+
+}  // namespace rt
