@@ -1,5 +1,5 @@
-// Shape checks of the attention ops, shared by the CPU and CUDA backends (kernels/cpu/attention_common.h,
-// kernels/cuda/attention_common.cuh), which add their own dtype, device and head-dim checks. Keep C++17.
+// Shape checks of the attention ops, shared by the CPU and CUDA backends (kernels/cpu/attention/attention_common.h,
+// kernels/cuda/attention/attention_common.cuh), which add their own dtype, device and head-dim checks. Keep C++17.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 // The attention tiles a ring of packed documents costs the CUDA kernels (DESIGN.md "Document masks"): for each
 // (query rank r, key rank s) call, the (64-row query tile, 128-key tile) pairs of r's local rows against s's
-// local rows that the kernels do not skip, classified as kernels/cuda/attn_doc_mask.cuh does from the min / max
+// local rows that the kernels do not skip, classified as kernels/cuda/attention/attn_doc_mask.cuh does from the min / max
 // of positions and document starts over each tile:
 //   skipped  kmax < min doc or kmin > max pos          cost 0
 //   full     kmin >= max doc and kmax <= min pos       cost 1 (runs unmasked)

@@ -1,7 +1,7 @@
 // dev/attention (built with -DRINGTRAIN_DEV_KERNELS=ON only; see README.md): the mma.sync backward with both
 // CTA shapes it was measured with: v1 (NW = 8 warps, one CTA per SM) and v2 (NW = 4, two CTAs per SM).
-// kernels/cuda/attn_bwd_mma.cu ships v1; v2 measured 7-9% slower at 4K+ rows on an H200.
-// Entry: rt::cuda::dev::launch_attn_bwd_mma_dev(2, ...) (v2 only is instantiated), the contract of kernels/cuda/attn_bwd_mma.cu.
+// kernels/cuda/attention/attn_bwd_mma.cu ships v1; v2 measured 7-9% slower at 4K+ rows on an H200.
+// Entry: rt::cuda::dev::launch_attn_bwd_mma_dev(2, ...) (v2 only is instantiated), the contract of kernels/cuda/attention/attn_bwd_mma.cu.
 // attn_bwd_block on CUDA: gradients of one K/V block, recomputing P from the final LSE.
 //   P = exp2(S*scale*log2e - lse*log2e), dP = dO V^T, dS = P (dP - delta),
 //   dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
@@ -24,8 +24,8 @@
 // hands the counter to j + 1. Key tile j - 1 of the same (batch, head) was launched before j (blockIdx.x
 // varies fastest), so the wait always ends. Same bits on every run; the cost is measured in bench/NOTES.md.
 #include "kernels/attention.h"
-#include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/attn_params.cuh"
+#include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attn_params.cuh"
 
 namespace rt {
 namespace cuda {
@@ -292,7 +292,7 @@ void launch_bwd(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stre
 
 void launch_attn_bwd_mma_dev(int variant, const AttnBwdParams& p, int64_t D, int64_t B, int device,
                              cudaStream_t stream) {
-  // Only v2 (NW = 4) is instantiated here (v1 is kernels/cuda/attn_bwd_mma.cu's), to keep the lab's build short.
+  // Only v2 (NW = 4) is instantiated here (v1 is kernels/cuda/attention/attn_bwd_mma.cu's), to keep the lab's build short.
   RT_CHECK(variant == 2, "bwd mma (dev): variant " << variant << ": this copy builds v2 only");
   RT_CHECK(D == 64 || D == 128, "bwd mma (dev): head dim " << D << " is not 64 or 128");
   if (D == 64) launch_bwd<64, 4>(p, B, device, stream);

@@ -1,5 +1,5 @@
 // dev/attention (built with -DRINGTRAIN_DEV_KERNELS=ON only; see README.md): fwd v5 with the two knobs it was
-// measured with, a 3-stage K/V ring and the pingpong order of the consumers' MMAs. kernels/cuda/attn_fwd_ws.cu
+// measured with, a 3-stage K/V ring and the pingpong order of the consumers' MMAs. kernels/cuda/attention/attn_fwd_ws.cu
 // ships 2 stages without pingpong (3 stages lost up to 3%, pingpong -5% to +1% on an H200).
 // Entry: rt::cuda::dev::launch_attn_fwd_ws_knobs(..., stages, pingpong).
 // attn_fwd_block on Hopper, warp-specialized (fwd v5, sm_90a): continues the fp32 online-softmax state
@@ -22,9 +22,9 @@
 // not read for rows whose m is -inf.
 #include <climits>
 
-#include "kernels/cuda/tma_ops.cuh"
-#include "kernels/cuda/wgmma_attn_fwd_tile.cuh"
-#include "kernels/cuda/wgmma_ops.cuh"
+#include "kernels/cuda/attention/tma_ops.cuh"
+#include "kernels/cuda/attention/wgmma_attn_fwd_tile.cuh"
+#include "kernels/cuda/attention/wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {
@@ -264,7 +264,7 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
 
 }  // namespace
 
-// stages 2 | 3, pingpong on | off, except 2 stages without pingpong (that is kernels/cuda/attn_fwd_ws.cu, not
+// stages 2 | 3, pingpong on | off, except 2 stages without pingpong (that is kernels/cuda/attention/attn_fwd_ws.cu, not
 // instantiated again here). Blocks under 128 rows: call kernels/cuda's fwd v4 instead (no fallback here).
 void launch_attn_fwd_ws_knobs(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream,
                               int stages, bool pingpong) {

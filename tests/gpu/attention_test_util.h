@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kernels/attention.h"
-#include "kernels/cuda/attn_variant.h"
+#include "kernels/cuda/attention/attn_variant.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {

@@ -1,10 +1,10 @@
-// The attention variant override (kernels/cuda/attn_variant.h): a variant that this build does not have is an
+// The attention variant override (kernels/cuda/attention/attn_variant.h): a variant that this build does not have is an
 // error that lists the ones it has, and a refused override leaves the current one in place. Needs no device.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "kernels/cuda/attn_variant.h"
+#include "kernels/cuda/attention/attn_variant.h"
 #include "kernels/tensor.h"
 
 namespace rt::test {

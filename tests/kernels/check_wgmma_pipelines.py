@@ -4,7 +4,7 @@
 ptxas reports a broken wgmma pipeline (C7510-C7519, "Potential Performance Loss: wgmma.mma_async instructions are
 serialized ...") as `info`, not as a warning, so the build passes while the kernel runs up to a third slower
 (bench/NOTES.md, "Mbarrier releases one arrival per warp": fwd d128 -27%). This test compiles every CUDA source
-under kernels/cuda that reaches a wgmma header, for each sm_90a-class architecture of the build, with
+under kernels/cuda (and its sub-folders) that reaches a wgmma header, for each sm_90a-class architecture of the build, with
 `-Xptxas -v`, and fails on any such line, naming the file, the kernel and the reason.
 
   check_wgmma_pipelines.py --nvcc PATH --root SRC_DIR --archs "90a;80"
@@ -19,7 +19,7 @@ import tempfile
 
 SERIALIZED = re.compile(r"\((C75\d\d)\) Potential Performance Loss: (wgmma[^']*?)(?: in the function '([^']+)')?\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(kernels/[^"]+)"', re.M)
-WGMMA_HEADERS = ("kernels/cuda/wgmma_ops.cuh",)
+WGMMA_HEADERS = ("kernels/cuda/attention/wgmma_ops.cuh",)
 
 
 def serialization_findings(ptxas_output):
@@ -79,8 +79,9 @@ def main():
     if not archs:
         print(f"check_wgmma_pipelines: no sm_90-class architecture in {args.archs!r}; nothing to check")
         return 0
-    sources = sorted(f"kernels/cuda/{f}" for f in os.listdir(os.path.join(args.root, "kernels/cuda"))
-                     if f.endswith(".cu") and reaches_wgmma(f"kernels/cuda/{f}", args.root))
+    cuda_dir = os.path.join(args.root, "kernels/cuda")
+    candidates = [os.path.relpath(os.path.join(d, f), args.root) for d, _, fs in os.walk(cuda_dir) for f in fs]
+    sources = sorted(f for f in candidates if f.endswith(".cu") and reaches_wgmma(f, args.root))
     if not sources:
         print("check_wgmma_pipelines: no source reaches a wgmma header; is --root the source tree?")
         return 1

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "kernels/cpu/attention_common.h"
+#include "kernels/cpu/attention/attention_common.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {

@@ -1,0 +1,150 @@
+// attn_doc_mask_setup: checks a call's document mask (AttnMask::docs) and writes the 64-row tile summaries the
+// kernels classify their tiles with (kernels/cuda/attention/attn_doc_mask.cuh) into a scratch buffer of the call's
+// stream. One warp per summary tile: min / max of pos and doc over query rows, of kpos over key rows.
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attn_doc_mask.cuh"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kSummaryWarps = 8;
+
+// Tiles [0, B*nq) are query tiles (sample b = w / nq), the rest key tiles.
+__global__ void doc_summary_kernel(DocMaskDev d, int64_t B, int64_t q_begin, int64_t q_end, int64_t k_begin,
+                                   int64_t k_end, int64_t* q_sum, int64_t* k_sum) {
+  const int64_t w = int64_t(blockIdx.x) * kSummaryWarps + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  const int64_t nq = d.nq_tiles, nk = d.nk_tiles;
+  if (w >= B * (nq + nk)) return;
+  const bool is_q = w < B * nq;
+  const int64_t b = is_q ? w / nq : (w - B * nq) / nk;
+  const int64_t t = is_q ? w % nq : (w - B * nq) % nk;
+  const int64_t row0 = (is_q ? q_begin : k_begin) + t * kDocTileRows;
+  const int64_t row_end = min(row0 + kDocTileRows, is_q ? q_end : k_end);
+  int64_t p_lo = LLONG_MAX, p_hi = LLONG_MIN, s_lo = LLONG_MAX, s_hi = LLONG_MIN;
+  for (int64_t r = row0 + lane; r < row_end; r += 32) {
+    const int64_t pos = is_q ? d.q_pos[b * d.q_stride + r] : d.k_pos[b * d.k_stride + r];
+    p_lo = min(p_lo, pos);
+    p_hi = max(p_hi, pos);
+    if (is_q) {
+      const int64_t doc = d.q_doc[b * d.q_stride + r];
+      s_lo = min(s_lo, doc);
+      s_hi = max(s_hi, doc);
+    }
+  }
+  warp_min_max(p_lo, p_hi);
+  warp_min_max(s_lo, s_hi);
+  if (lane != 0) return;
+  if (is_q) {
+    int64_t* s = q_sum + (b * nq + t) * 4;
+    s[0] = p_lo, s[1] = p_hi, s[2] = s_lo, s[3] = s_hi;
+  } else {
+    int64_t* s = k_sum + (b * nk + t) * 2;
+    s[0] = p_lo, s[1] = p_hi;
+  }
+}
+
+// One warp per (sample, 128-key tile): the first and last query summary tile that sees one of its keys (the scan
+// doc_query_span does inside bwd v4's CTAs, done once per call so that bwd v5's roles read it with one load).
+__global__ void doc_k128_span_kernel(DocMaskDev d, int64_t B) {
+  const int64_t nk2 = (d.nk_tiles + 1) / 2;
+  const int64_t w = int64_t(blockIdx.x) * kSummaryWarps + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (w >= B * nk2) return;
+  const int64_t b = w / nk2;
+  const DocRange k = doc_k_range(d, b, int(w % nk2) * 2, 2);
+  int lo = INT_MAX, hi = -1;
+  for (int t = lane; t < d.nq_tiles; t += 32) {
+    const int64_t* s = d.q_sum + (b * d.nq_tiles + t) * 4;
+    if (!(k.pos_hi < s[2] || k.pos_lo > s[1])) {
+      lo = min(lo, t);
+      hi = max(hi, t);
+    }
+  }
+  warp_min_max(lo, hi);
+  if (lane == 0) d.k128_span[w] = make_int2(lo, hi);
+}
+
+// The summaries' scratch buffer of one stream, grown on demand and kept for the process. Per stream, so calls
+// on different streams never share one; a later call on the same stream is ordered after the kernels reading it.
+int64_t* summary_buffer(cudaStream_t stream, size_t count) {
+  static std::mutex mutex;
+  static std::map<cudaStream_t, std::pair<int64_t*, size_t>> buffers;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = buffers[stream];
+  if (slot.second < count) {
+    if (slot.first) {
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier kernels of this stream may still read the old one
+      CUDA_CHECK(cudaFree(slot.first));
+    }
+    CUDA_CHECK(cudaMalloc(&slot.first, count * sizeof(int64_t)));
+    slot.second = count;
+  }
+  return slot.first;
+}
+
+void require_device_positions(const int64_t* p, int device, const char* op, const char* name) {
+  RT_CHECK(p != nullptr, op << ": the document mask has q_pos but no " << name
+                            << "; set AttnDocs::q_pos, q_doc_start and k_pos together");
+  cudaPointerAttributes a{};
+  CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+  RT_CHECK((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == device,
+           op << ": document-mask array " << name << " is not memory of CUDA device " << device
+              << "; copy the positions to the device of q first");
+}
+
+}  // namespace
+
+DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int64_t Nk, const AttnRanges& r,
+                               int device, cudaStream_t stream, const char* op) {
+  DocMaskDev d;
+  if (!docs.on()) return d;
+  require_device_positions(docs.q_pos, device, op, "q_pos");
+  require_device_positions(docs.q_doc_start, device, op, "q_doc_start");
+  require_device_positions(docs.k_pos, device, op, "k_pos");
+  RT_CHECK(docs.q_stride >= Nq && docs.k_stride >= Nk,
+           op << ": document-mask strides q_stride=" << docs.q_stride << " / k_stride=" << docs.k_stride
+              << " are below the row counts Nq=" << Nq << " / Nk=" << Nk << "; pass the (B, N) arrays' row lengths");
+  const int64_t nq = (r.q_end - r.q_begin + kDocTileRows - 1) / kDocTileRows;
+  const int64_t nk = (r.k_end - r.k_begin + kDocTileRows - 1) / kDocTileRows;
+  RT_CHECK(nq <= INT_MAX && nk <= INT_MAX, op << ": too many rows for the document-mask summaries");
+  d.on = true;
+  d.q_pos = docs.q_pos;
+  d.q_doc = docs.q_doc_start;
+  d.k_pos = docs.k_pos;
+  d.q_stride = docs.q_stride;
+  d.k_stride = docs.k_stride;
+  d.nq_tiles = int(nq);
+  d.nk_tiles = int(nk);
+  const int64_t tiles = B * (nq + nk);
+  if (tiles == 0) return d;
+  // q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2, one int64 each
+  int64_t* buf = summary_buffer(stream, size_t(B * (nq * 4 + nk * 2 + (nk + 1) / 2)));
+  d.q_sum = buf;
+  d.k_sum = buf + B * nq * 4;
+  d.k128_span = reinterpret_cast<int2*>(buf + B * (nq * 4 + nk * 2));
+  const int64_t blocks = (tiles + kSummaryWarps - 1) / kSummaryWarps;
+  RT_CHECK(blocks <= INT_MAX, op << ": too many document-mask summary tiles (" << tiles << ")");
+  doc_summary_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, r.q_begin, r.q_end, r.k_begin, r.k_end,
+                                                                         buf, buf + B * nq * 4);
+  CUDA_CHECK_LAUNCH();
+  return d;
+}
+
+void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
+  RT_CHECK(d.on && d.k128_span != nullptr, "attn_doc_k128_spans: the document mask is off");
+  const int64_t warps = B * ((d.nk_tiles + 1) / 2);
+  if (warps == 0) return;
+  const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
+  RT_CHECK(blocks <= INT_MAX, "attn_bwd_block (v5): too many key tiles for the document spans (" << warps << ")");
+  doc_k128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cuda
+}  // namespace rt

@@ -1,0 +1,35 @@
+// Overrides of the attention kernel choice (kernels/cuda/attention/attn_fwd_dispatch.cu, attn_bwd_dispatch.cu). C++17.
+//
+// Read once per process, at the first attention call (or the first attn_variant_override()), from:
+//   RT_ATTN_FWD_VARIANT  forward:  2, 3 (mma.sync v2, v3), 4, 5 (wgmma v4, warp-specialized v5; sm_90a)
+//   RT_ATTN_BWD_VARIANT  backward: 1 (mma.sync v1), 4, 5 (wgmma v4, warp-specialized v5; sm_90a)
+//   RT_ATTN_FWD_ROWS     fwd v5's query rows per CTA without documents: 64 or 128 (any head dim), 192 (D = 64, where
+//                        the call has at least 192 query rows)
+// Unset or empty: the default choice (DESIGN.md "Kernels"). "v5" is accepted for "5". A value that names no built
+// variant is an error listing the valid names. A wgmma variant on a device or build that cannot run it falls back
+// to the mma.sync default, and v5 to v4 for blocks too small for its TMA boxes, so the same override works on
+// every machine. Tests switch variants with set_attn_variant_override() (or ScopedAttnVariant in
+// tests/gpu/attention_test_util.h), never through the environment.
+#pragma once
+#include <string>
+
+namespace rt {
+namespace cuda {
+
+struct AttnVariantOverride {
+  int fwd = 0;  // 0: the default choice; else one of attn_fwd_variant_names()
+  int bwd = 0;  // 0: the default choice; else one of attn_bwd_variant_names()
+  int fwd_rows = 0;  // 0: the default choice (attn_fwd_ws.cu fwd_ws_rows_for); else 64, 128 or 192
+};
+
+// The current overrides (the environment's, until set_attn_variant_override() replaces them).
+AttnVariantOverride attn_variant_override();
+// Replaces the overrides for the whole process. Throws, naming the valid variants, if one names no built variant.
+void set_attn_variant_override(const AttnVariantOverride& o);
+
+// "2, 3, 4, 5" and "1, 4, 5": the variants built into this binary.
+std::string attn_fwd_variant_names();
+std::string attn_bwd_variant_names();
+
+}  // namespace cuda
+}  // namespace rt
