@@ -12,7 +12,10 @@
 # which forwards it without a kill. The ranks finish the step, save a complete checkpoint and stop; this script
 # then exits with 128 + the number of the signal it received (130 for Ctrl-C, 143 for SIGTERM, 138 for USR1).
 # A second signal gives up on the save: mpirun gets SIGTERM and ends the ranks within about a second (the last
-# complete checkpoint stays). mpirun runs in its own session, so `kill -9` of this script alone leaves it running.
+# complete checkpoint stays); this script keeps waiting for it. A third signal SIGKILLs every process of mpirun's
+# session (mpirun and the ranks, which have process groups of their own) and says so. Whatever ends mpirun, a
+# process of its session still alive afterwards is killed, so this script never leaves one running. mpirun runs in
+# its own session, so `kill -9` of this script alone leaves it running.
 # Errors: the ranks also write their error line to a file; it is printed again after mpirun exits, so it is
 # the last thing on the screen.
 set -euo pipefail
@@ -70,17 +73,44 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 errors="$(mktemp "${TMPDIR:-/tmp}/ringtrain-errors.XXXXXX")"
 export RINGTRAIN_ERROR_FILE="$errors"
-got_signal=0
-forward() {  # $1: the signal this script received
-  if [ "$got_signal" -ne 0 ]; then
-    echo "train.sh: second signal ($1): stopping the ranks now, without waiting for the save (SIGTERM to mpirun)" >&2
+mpirun_pid=""  # set once mpirun runs
+got_signal=0  # the first signal received (its number)
+signals=0     # how many were received
+job_pids() {  # the live processes of mpirun's session: mpirun and the ranks (each rank has a process group of its own)
+  local f stat state ppid pgrp sid
+  for f in /proc/[0-9]*/stat; do
+    { read -r stat <"$f"; } 2>/dev/null || continue
+    read -r state ppid pgrp sid _ <<<"${stat##*) }"
+    if [ "$sid" = "$mpirun_pid" ] && [ "$state" != Z ]; then echo "${f//[^0-9]/}"; fi
+  done
+}
+kill_job() {  # SIGKILL to every process of mpirun's session, until none is left
+  local pids tries=0
+  kill -KILL -- "-$mpirun_pid" 2>/dev/null || true
+  while pids="$(job_pids)" && [ -n "$pids" ] && [ "$tries" -lt 50 ]; do
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    tries=$((tries + 1))
+    sleep 0.1
+  done
+}
+forward() {  # $1: the signal this script received. Returns 0: under set -e, a non-zero status would end the script.
+  signals=$((signals + 1))
+  if [ "$signals" -eq 1 ]; then
+    got_signal=$1
+    echo "train.sh: signal $1 received; asking the ranks to finish the step, save and stop (SIGUSR1 to mpirun;" \
+         "a second signal stops them at once)" >&2 || true
+    kill -USR1 "$mpirun_pid" 2>/dev/null || true
+  elif [ "$signals" -eq 2 ]; then
+    echo "train.sh: second signal ($1): stopping the ranks now, without waiting for the save (SIGTERM to mpirun);" \
+         "waiting for them to end (a third signal kills them)" >&2 || true
     kill -TERM "$mpirun_pid" 2>/dev/null || true
-    return
+  else
+    echo "train.sh: signal $1 again: killing mpirun and every rank (SIGKILL to the job's session); a checkpoint" \
+         "being written is left incomplete, the last complete one stays" >&2 || true
+    kill_job
   fi
-  got_signal=$1
-  echo "train.sh: signal $1 received; asking the ranks to finish the step, save and stop (SIGUSR1 to mpirun;" \
-       "a second signal stops them at once)" >&2
-  kill -USR1 "$mpirun_pid" 2>/dev/null || true
+  return 0
 }
 trap 'forward 2' INT
 trap 'forward 15' TERM
@@ -96,11 +126,25 @@ setsid "${cmd[@]}" 2>"$fifo" &
 mpirun_pid=$!
 rc=0
 while :; do
+  before=$signals
   rc=0
   wait "$mpirun_pid" || rc=$?
-  kill -0 "$mpirun_pid" 2>/dev/null || break  # wait was cut short by a trapped signal: wait again
+  [ "$signals" -ne "$before" ] || break          # mpirun ended: rc is its status
+  kill -0 "$mpirun_pid" 2>/dev/null && continue  # a trapped signal cut the wait short: wait again
+  # mpirun ended around the signal (bash may have reaped it meanwhile): its status, kept by bash, unless the wait
+  # above had already taken it (127 then)
+  again=0
+  wait "$mpirun_pid" 2>/dev/null || again=$?
+  [ "$again" -eq 127 ] || rc=$again
+  break
 done
 trap - INT TERM USR1
+# mpirun has ended; nothing of its job may outlive it (a rank it failed to end, or one left when mpirun was killed).
+left="$(job_pids)"
+if [ -n "$left" ]; then
+  echo "train.sh: $(echo "$left" | wc -l) process(es) of the job outlived mpirun; killing them (SIGKILL)" >&2
+  kill_job
+fi
 wait "$tee_pid" 2>/dev/null || true
 if [ -s "$errors" ]; then
   echo "train.sh: the job failed (exit $rc):" >&2

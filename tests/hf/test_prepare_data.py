@@ -113,7 +113,8 @@ def main():
         check(same and json.load(open(os.path.join(out2, "meta.json")))["tokens"] == meta["tokens"],
               "resumed shards are byte-identical to the uninterrupted run's")
         p = run_prepare(tmp, out2, small, inputs, extra=["--val-tokens", "60"])
-        check(p.returncode != 0 and "progress.json differs" in p.stdout, "other sizes into the same --out are refused")
+        check(p.returncode == 2 and "already holds a complete preparation" in p.stdout,
+              "a complete --out is refused, not overwritten")
         # EOS only, and a vocabulary above 65,536: uint32 shards with the Llama 3 header.
         big = os.path.join(tmp, "big.json")
         make_tokenizer(big, 70000, ["<|endoftext|>"])

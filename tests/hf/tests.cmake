@@ -25,3 +25,9 @@ set_tests_properties(hf_init_from PROPERTIES PROCESSORS 2)
 add_test(NAME hf_prepare_data
          COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prepare_data.py --ringtrain $<TARGET_FILE:ringtrain>)
 set_tests_properties(hf_prepare_data PROPERTIES LABELS "integration;hf" SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# launch/prepare_data.py on bad inputs and options (issue 31, rows 2, 5, 12): exit 2, one line, no hang, nothing
+# half-written. A stand-in `tokenizers` module comes with the test, so it runs without the package.
+add_test(NAME hf_prepare_data_errors
+         COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prepare_data_errors.py --python ${RT_HF_PYTHON})
+set_tests_properties(hf_prepare_data_errors PROPERTIES LABELS "unit;hf" TIMEOUT 300)
