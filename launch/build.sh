@@ -1,11 +1,36 @@
 #!/usr/bin/env bash
 # Configures and builds ringtrain into build/ (override with BUILD_DIR). Extra args go to cmake.
+# An existing build is re-configured when an option given here (-DKEY=VALUE) differs from its cache, and says so:
+# launch/test.sh's -DRINGTRAIN_DEV_KERNELS=ON after launch/quickstart.sh's plain build turns the kernel lab on.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+cache="$build/CMakeCache.txt"
+configure=0
+if [ ! -f "$cache" ]; then
+  configure=1
+else
+  for arg in "$@"; do
+    case "$arg" in
+      -D*=*)
+        kv="${arg#-D}"; key="${kv%%=*}"; value="${kv#*=}"; key="${key%%:*}"  # -DKEY[:TYPE]=VALUE
+        cached="$(sed -n "s/^${key}:[A-Z]*=//p" "$cache" | head -n 1)"
+        if [ "$cached" != "$value" ]; then
+          echo "build.sh: re-configuring $build: $key=${value} (the cache has '${cached}')"
+          configure=1
+        fi
+        ;;
+      *) configure=1 ;;  # any other cmake argument: pass it on
+    esac
+  done
+fi
+if [ "$configure" = 1 ]; then
+  if [ -f "$cache" ]; then
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@"   # keeps the cache's generator
+  else
+    cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+  fi
 fi
 cmake --build "$build" -j "$(nproc)"
