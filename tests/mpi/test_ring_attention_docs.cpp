@@ -1,6 +1,6 @@
 // Ring attention with a document mask (RingAttention::set_documents) on real ranks, against the whole sample on
 // one rank (the CPU kernels with the same document mask, themselves checked against fp64 in
-// tests/unit/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
+// tests/unit/kernels/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
 // striped, balanced (each sample's order from its documents) and docpack, and for a random per-sample assignment of
 // positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; and a ring whose off-diagonal steps
 // are all masked skips them (their K/V still travel) without changing the result.

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "test_model_util.h"
+#include "tests/unit/test_model_util.h"
 
 namespace rt {
 namespace {

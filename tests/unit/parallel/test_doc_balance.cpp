@@ -2,7 +2,7 @@
 // metric on cases worked by hand, and the balanced layout's <= 1.10 on the committed length file, a seeded
 // long-tail log-normal and one document per sample, at cp in {2, 4, 8} and T in {16K, 128K}; balanced's choice
 // (docpack on packed documents, zigzag on one) and its rule. The docpack order and the tile cost:
-// tests/unit/test_doc_pack.cpp.
+// tests/unit/parallel/test_doc_pack.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "test_model_util.h"
+#include "tests/unit/test_model_util.h"
 
 namespace rt {
 namespace {

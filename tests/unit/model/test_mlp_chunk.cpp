@@ -9,7 +9,7 @@
 #include "framework/plan/plan.h"
 #include "framework/run/trainer.h"
 #include "framework/plan/trainer_setup.h"
-#include "test_model_util.h"
+#include "tests/unit/test_model_util.h"
 
 namespace rt {
 namespace {
