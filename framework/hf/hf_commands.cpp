@@ -72,7 +72,8 @@ int import_hf_main(const std::string& hf_dir, const std::string& out, const std:
   const std::string out_dir = normalised_out_dir(out);
   const HfModelInfo info = refusing([&] {
     require_new_dir(out_dir);
-    RT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device '" << device << "' must be auto, cpu or cuda");
+    if (device != "auto" && device != "cpu" && device != "cuda")
+      throw Error("--device '" + device + "' must be auto, cpu or cuda (the device the model will train on)");
     HfModelInfo read = read_hf_config(hf_dir);
     (void)rope_frequencies(read.model);  // the scaling parameters are usable
     return read;
@@ -116,7 +117,7 @@ int export_hf_main(const std::string& checkpoint_dir, const std::string& out, co
                                    " must be > 0 (the context the exported model is meant for); leave it out to "
                                    "use the context the checkpoint was trained at");
   const LoadedCheckpoint ckpt = refusing([&] {
-    RT_CHECK(dtype == "bf16" || dtype == "fp32", "--dtype '" << dtype << "' must be bf16 or fp32");
+    if (dtype != "bf16" && dtype != "fp32") throw Error("--dtype '" + dtype + "' must be bf16 or fp32");
     require_new_dir(out_dir);
     return load_checkpoint(checkpoint_dir);
   });
