@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,7 @@ struct HfArgs {
   std::string device = "auto";  // import-hf
   std::string dtype = "bf16";   // export-hf
   uint64_t shard_bytes = uint64_t(5) << 30;
-  int64_t max_positions = 0;
+  int64_t max_positions = 0;  // export-hf: only when --max-position-embeddings is given
 };
 
 void add_config_args(CLI::App* cmd, Args& args) {
@@ -128,7 +129,12 @@ int main(int argc, char** argv) {
   if (import_hf->parsed() || export_hf->parsed()) {  // single-process file conversions: no MPI
     try {
       if (import_hf->parsed()) return rt::import_hf_main(hf.source, hf.out, hf.device);
-      return rt::export_hf_main(hf.source, hf.out, hf.dtype, hf.shard_bytes, hf.max_positions);
+      const bool positions_given = export_hf->count("--max-position-embeddings") > 0;
+      return rt::export_hf_main(hf.source, hf.out, hf.dtype, hf.shard_bytes,
+                                positions_given ? std::optional<int64_t>(hf.max_positions) : std::nullopt);
+    } catch (const rt::RunError& e) {  // a refused input (exit 2)
+      std::fprintf(stderr, "ringtrain: error: %s\n", e.what());
+      return e.code();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "ringtrain: error: %s\n", e.what());
       return 1;

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 
 #include "framework/base/data_files.h"
 #include "kernels/tensor.h"
@@ -56,6 +58,37 @@ void fsync_directory(const std::string& path) {
   int err = errno;
   ::close(fd);
   if (rc != 0 && err != EINVAL) throw Error("fsync of directory '" + path + "' failed: " + std::strerror(err));
+}
+
+void write_new_directory(const std::string& final_dir, const std::string& option_hint,
+                         const std::function<void(const std::string& tmp_dir)>& fill) {
+  namespace fs = std::filesystem;
+  const fs::path target(final_dir);
+  const std::string name = target.filename().string();
+  RT_CHECK(!name.empty() && name != "." && name != "..",
+           "write_new_directory: '" << final_dir << "' does not name a new directory");
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw Error("cannot create directory '" + parent.string() + "': " + ec.message() + " (check " + option_hint + ")");
+  const fs::path tmp = parent / (".tmp_" + name);
+  fs::remove_all(tmp, ec);  // left by a process killed mid-write
+  fs::create_directory(tmp, ec);
+  if (ec) throw Error("cannot create directory '" + tmp.string() + "': " + ec.message() + " (check " + option_hint + ")");
+  try {
+    fill(tmp.string());
+    fsync_directory(tmp.string());
+    fs::rename(tmp, target, ec);
+    if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + final_dir + "': " + ec.message());
+  } catch (const std::exception& e) {
+    std::error_code removed;
+    fs::remove_all(tmp, removed);
+    if (removed)
+      throw Error(std::string(e.what()) + "; removing the partial output '" + tmp.string() + "' failed too (" +
+                  removed.message() + "): delete it by hand");
+    throw Error(std::string(e.what()) + "; the partial output was removed, nothing was written to '" + final_dir + "'");
+  }
+  fsync_directory(parent.string());
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace rt {
@@ -25,6 +26,13 @@ class DurableFileWriter {
 void write_file_durably(const std::string& path, const std::string& contents);
 // fsync on a directory makes the creation/rename of its entries durable.
 void fsync_directory(const std::string& path);
+
+// Creates the directory final_dir, which must not exist and must name a directory (no trailing '/', not "" or
+// "."), all at once: fill(tmp) writes into the temporary sibling .tmp_<name>, which is then renamed into place.
+// Whatever fill or the rename throws (a full disk included), the temporary is removed and the error is thrown
+// again, saying so; nothing is left behind. option_hint names what chose the path (e.g. "--out").
+void write_new_directory(const std::string& final_dir, const std::string& option_hint,
+                         const std::function<void(const std::string& tmp_dir)>& fill);
 
 // A fast 64-bit checksum (four independent multiply-rotate lanes over 8-byte words, then the tail bytes),
 // written as "rt64:<16 hex digits>". Detects flipped bytes and truncation; not cryptographic.

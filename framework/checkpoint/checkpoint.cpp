@@ -320,29 +320,22 @@ std::vector<HostTensor> load_model_weights(const std::string& path, std::map<std
 
 void save_weights_checkpoint(const std::string& dir, const std::vector<HostTensor>& model, const TrainState& state,
                              const std::map<std::string, std::string>& metadata) {
-  const fs::path final_dir = fs::path(dir);
   std::error_code ec;
-  if (fs::exists(final_dir, ec))
+  if (fs::exists(dir, ec))
     throw Error("'" + dir + "' already exists; choose a new --out directory (nothing is overwritten)");
-  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
-  make_dirs(parent);
-  const fs::path tmp = parent / (".tmp_" + final_dir.filename().string());
-  remove_tree(tmp);
-  make_dirs(tmp);
-  std::map<std::string, std::string> meta = metadata;
-  meta["format"] = "pt";
-  write_safetensors((tmp / kModelFile).string(), model, meta);
-  nlohmann::json js = {{"format", kFormat},
-                       {"step", state.step},
-                       {"data_cursor", state.data_cursor},
-                       {"rng_state", state.rng_state},
-                       {"config_hash", state.config_hash},
-                       {"files", {{kModelFile, file_record(tmp / kModelFile)}}}};
-  write_file_durably((tmp / kStateFile).string(), js.dump(2) + "\n");
-  fsync_directory(tmp.string());
-  fs::rename(tmp, final_dir, ec);
-  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + dir + "': " + ec.message());
-  fsync_directory(parent.string());
+  write_new_directory(dir, "--out", [&](const std::string& tmp_dir) {
+    const fs::path tmp(tmp_dir);
+    std::map<std::string, std::string> meta = metadata;
+    meta["format"] = "pt";
+    write_safetensors((tmp / kModelFile).string(), model, meta);
+    nlohmann::json js = {{"format", kFormat},
+                         {"step", state.step},
+                         {"data_cursor", state.data_cursor},
+                         {"rng_state", state.rng_state},
+                         {"config_hash", state.config_hash},
+                         {"files", {{kModelFile, file_record(tmp / kModelFile)}}}};
+    write_file_durably((tmp / kStateFile).string(), js.dump(2) + "\n");
+  });
 }
 
 std::string latest_checkpoint(const std::string& lineage_dir) {

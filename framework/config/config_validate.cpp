@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "framework/config/config.h"
@@ -37,6 +38,15 @@ class Problems {
  private:
   std::vector<std::string> list_;
 };
+
+// An absolute path, or one with a '..' component: it can point outside the directory it is taken relative to.
+bool leaves_directory(const std::string& relative) {
+  const std::filesystem::path path(relative);
+  if (path.is_absolute() || path.has_root_path()) return true;
+  for (const auto& part : path)
+    if (part == "..") return true;
+  return false;
+}
 
 bool is_regular_file(const std::string& path, uint64_t* bytes) {
   struct stat st{};
@@ -290,6 +300,10 @@ void check_checkpoint_and_log(const Config& c, Problems& p) {
   const LogConfig& l = c.log;
   p.at_least("log.every", l.every, 1);
   if (l.metrics_file.empty()) p.add("log.metrics_file is empty; set a file name such as metrics.jsonl");
+  else if (leaves_directory(l.metrics_file))
+    p.add("log.metrics_file='", l.metrics_file, "' leaves train.run_dir (an absolute path, or one with '..'), where it "
+          "would move aside and overwrite another run's metrics; give a path inside the run directory, e.g. "
+          "metrics.jsonl, and set train.run_dir to choose where the run writes");
   if (!(l.peak_tflops >= 0)) p.add("log.peak_tflops=", l.peak_tflops, " must be >= 0 (0 = from the GPU table)");
 }
 

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/base/checkpoint_io.h"
+#include "framework/base/run_errors.h"
 #include "framework/hf/hf_format.h"
 #include "framework/hf/init_from.h"
 #include "framework/model/model.h"
@@ -27,31 +29,68 @@ bool is_side_file(const std::string& name) {
          name == "generation_config.json";
 }
 
+// Anything the input checks throw is a refusal of the user's input (exit 2, README "When things go wrong");
+// only errors while writing the output (a full disk) end with 1.
+template <class Body>
+auto refusing(Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const RunError&) {
+    throw;
+  } catch (const Error& e) {
+    throw RunError(kExitUsage, e.what());
+  }
+}
+
+// --out as the directory it names: "X/", "X/." and "./X" become "X". Refuses "", ".", "/" and paths ending in
+// "..", which name no new directory, before anything is read or written.
+std::string normalised_out_dir(const std::string& out) {
+  if (out.empty()) throw RunError(kExitUsage, "--out is empty; give the directory to create, e.g. --out ckpt/imported");
+  fs::path p = fs::path(out).lexically_normal();
+  if (!p.empty() && !p.has_filename()) p = p.parent_path();  // "X/" -> "X"
+  const std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    throw RunError(kExitUsage, "--out '" + out + "' names no new directory; give the directory to create, e.g. "
+                               "--out ckpt/imported");
+  return p.string();
+}
+
 void require_new_dir(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec)) throw Error("--out '" + dir + "' already exists; choose a new directory (nothing is overwritten)");
+  for (fs::path up = fs::path(dir).parent_path(); !up.empty(); up = up.parent_path()) {
+    if (fs::is_directory(up, ec)) break;
+    if (fs::exists(up, ec))
+      throw Error("--out '" + dir + "': '" + up.string() + "' is a file, not a directory; choose another --out");
+    if (up == up.parent_path()) break;
+  }
 }
 
 }  // namespace
 
-int import_hf_main(const std::string& hf_dir, const std::string& out_dir, const std::string& device) {
-  require_new_dir(out_dir);
-  const HfModelInfo info = read_hf_config(hf_dir);
+int import_hf_main(const std::string& hf_dir, const std::string& out, const std::string& device) {
+  const std::string out_dir = normalised_out_dir(out);
+  const HfModelInfo info = refusing([&] {
+    require_new_dir(out_dir);
+    if (device != "auto" && device != "cpu" && device != "cuda")
+      throw Error("--device '" + device + "' must be auto, cpu or cuda (the device the model will train on)");
+    HfModelInfo read = read_hf_config(hf_dir);
+    (void)rope_frequencies(read.model);  // the scaling parameters are usable
+    return read;
+  });
   const ModelConfig& m = info.model;
-  (void)rope_frequencies(m);  // the scaling parameters are usable
-  RT_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device '" << device << "' must be auto, cpu or cuda");
   const bool cuda = device == "cuda" || (device == "auto" && cuda_available());
   if (cuda && m.head_dim() != 64 && m.head_dim() != 128)
-    throw Error("Hugging Face model '" + hf_dir + "': head_dim = hidden_size / num_attention_heads = " +
-                std::to_string(m.head_dim()) + ", but the CUDA attention kernels take head dims 64 and 128; train it on "
-                "the CPU (import with --device cpu) or pick another model");
+    throw RunError(kExitUsage, "Hugging Face model '" + hf_dir + "': head_dim = hidden_size / num_attention_heads = " +
+                                   std::to_string(m.head_dim()) + ", but the CUDA attention kernels take head dims 64 "
+                                   "and 128; train it on the CPU (import with --device cpu) or pick another model");
   std::printf("import-hf: %s (%s, %d layers, d_model %d, %d heads / %d KV heads, vocab %d, %s embeddings, dtype %s)\n",
               hf_dir.c_str(), info.architecture.c_str(), m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.vocab_size,
               m.tied_embeddings ? "tied" : "untied", info.dtype.empty() ? "?" : info.dtype.c_str());
   std::printf("import-hf: RoPE base %g, scaling %s, source context %lld\n", double(m.rope_base),
               rope_scaling_text(m.rope_scaling).c_str(), (long long)info.max_position_embeddings);
   std::fflush(stdout);
-  const std::vector<HostTensor> weights = read_hf_weights(hf_dir, m);
+  const std::vector<HostTensor> weights = refusing([&] { return read_hf_weights(hf_dir, m); });
   std::map<std::string, std::string> meta = model_metadata(m);
   std::error_code ec;
   meta["hf_source"] = fs::absolute(hf_dir, ec).lexically_normal().string();
@@ -70,19 +109,27 @@ int import_hf_main(const std::string& hf_dir, const std::string& out_dir, const 
   return 0;
 }
 
-int export_hf_main(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype,
-                   uint64_t shard_bytes, int64_t max_positions) {
-  RT_CHECK(dtype == "bf16" || dtype == "fp32", "--dtype '" << dtype << "' must be bf16 or fp32");
-  require_new_dir(out_dir);
-  const LoadedCheckpoint ckpt = load_checkpoint(checkpoint_dir);
-  const ModelConfig m = model_config_from_metadata(ckpt.metadata, checkpoint_dir);
-  int64_t context = max_positions;
-  if (context <= 0) {
+int export_hf_main(const std::string& checkpoint_dir, const std::string& out, const std::string& dtype,
+                   uint64_t shard_bytes, std::optional<int64_t> max_positions) {
+  const std::string out_dir = normalised_out_dir(out);
+  if (max_positions && *max_positions <= 0)
+    throw RunError(kExitUsage, "--max-position-embeddings " + std::to_string(*max_positions) +
+                                   " must be > 0 (the context the exported model is meant for); leave it out to "
+                                   "use the context the checkpoint was trained at");
+  const LoadedCheckpoint ckpt = refusing([&] {
+    if (dtype != "bf16" && dtype != "fp32") throw Error("--dtype '" + dtype + "' must be bf16 or fp32");
+    require_new_dir(out_dir);
+    return load_checkpoint(checkpoint_dir);
+  });
+  const ModelConfig m = refusing([&] { return model_config_from_metadata(ckpt.metadata, checkpoint_dir); });
+  int64_t context = max_positions.value_or(0);
+  if (!max_positions) {
     const auto it = ckpt.metadata.find("context_length");
     if (it != ckpt.metadata.end()) context = std::atoll(it->second.c_str());
   }
-  RT_CHECK(context > 0, "checkpoint '" << checkpoint_dir << "' does not record the context it was trained at; pass "
-                                       "--max-position-embeddings N");
+  if (context <= 0)
+    throw RunError(kExitUsage, "checkpoint '" + checkpoint_dir + "' does not record the context it was trained at; "
+                               "pass --max-position-embeddings N");
   std::string hf_source;
   if (auto it = ckpt.metadata.find("hf_source"); it != ckpt.metadata.end()) hf_source = it->second;
   nlohmann::json source_config;
@@ -95,20 +142,18 @@ int export_hf_main(const std::string& checkpoint_dir, const std::string& out_dir
     }
   }
   const bool bf16 = dtype == "bf16";
-  const nlohmann::json config = hf_config_json(m, context, bf16, source_config);
+  const nlohmann::json config = refusing([&] { return hf_config_json(m, context, bf16, source_config); });
 
-  const fs::path final_dir(out_dir);
-  const fs::path parent = final_dir.has_parent_path() ? final_dir.parent_path() : fs::path(".");
   std::error_code ec;
-  fs::create_directories(parent, ec);
-  const fs::path tmp = parent / (".tmp_" + final_dir.filename().string());
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) throw Error("cannot create '" + tmp.string() + "': " + ec.message());
-  write_file_durably((tmp / "config.json").string(), config.dump(2) + "\n");
-  write_hf_weights(tmp.string(), ckpt.model, bf16, shard_bytes);
+  const bool source_present = !hf_source.empty() && fs::is_directory(hf_source, ec);
+  if (!hf_source.empty() && !source_present)
+    std::printf("export-hf: warning: the source directory %s is gone; no tokenizer files copied\n", hf_source.c_str());
   int copied = 0;
-  if (!hf_source.empty() && fs::is_directory(hf_source, ec)) {
+  write_new_directory(out_dir, "--out", [&](const std::string& tmp_dir) {
+    const fs::path tmp(tmp_dir);
+    write_file_durably((tmp / "config.json").string(), config.dump(2) + "\n");
+    write_hf_weights(tmp.string(), ckpt.model, bf16, shard_bytes);
+    if (!source_present) return;
     for (const auto& entry : fs::directory_iterator(hf_source, ec)) {
       const std::string name = entry.path().filename().string();
       if (!entry.is_regular_file() || !is_side_file(name)) continue;
@@ -116,13 +161,7 @@ int export_hf_main(const std::string& checkpoint_dir, const std::string& out_dir
       if (ec) throw Error("cannot copy '" + entry.path().string() + "': " + ec.message());
       ++copied;
     }
-  } else if (!hf_source.empty()) {
-    std::printf("export-hf: warning: the source directory %s is gone; no tokenizer files copied\n", hf_source.c_str());
-  }
-  fsync_directory(tmp.string());
-  fs::rename(tmp, final_dir, ec);
-  if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + out_dir + "': " + ec.message());
-  fsync_directory(parent.string());
+  });
   std::printf("export-hf: wrote %s (LlamaForCausalLM, %s, max_position_embeddings %lld, RoPE base %g, scaling %s, "
               "%d tokenizer/generation files from %s)\n",
               out_dir.c_str(), dtype.c_str(), (long long)context, double(m.rope_base),

@@ -74,6 +74,16 @@ int checked_int(const std::string& dir, const char* key, int64_t v) {
 void read_rope(const nlohmann::json& rope, const char* where, int64_t max_positions, const std::string& dir,
                ModelConfig& m) {
   const Fields r{rope, dir, where};
+  if (!r.has("rope_type") && !r.has("type")) {
+    // transformers fails on a scaling without a type; taking it as "default" would drop its factor silently.
+    std::string fields;
+    for (auto it = rope.begin(); it != rope.end(); ++it)
+      if (it.key() != "rope_theta" && it.key() != "partial_rotary_factor") fields += (fields.empty() ? "'" : ", '") + it.key() + "' = " + it.value().dump();
+    if (!fields.empty())
+      refuse(dir, std::string(where) + " has no 'rope_type' (or 'type') but sets " + fields +
+                      "; add the scaling it was trained with, e.g. \"rope_type\": \"linear\" (or llama3, yarn), or "
+                      "remove these fields if the model uses plain RoPE");
+  }
   const std::string type = r.string_or("rope_type", r.string_or("type", "default"));
   RopeScalingConfig& s = m.rope_scaling;
   const std::string field = std::string(where) + (rope.contains("rope_type") ? " field 'rope_type'" : " field 'type'");
@@ -117,6 +127,20 @@ const std::map<std::string, std::string>& layer_names() {
       {"mlp.w2.weight", "mlp.down_proj.weight"},
   };
   return names;
+}
+
+// Training from a NaN or Inf weight diverges at once, with an error that blames the learning rate.
+void refuse_non_finite(const std::string& dir, const std::string& file, const std::string& hf_name,
+                       const std::vector<float>& values) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]) && bad++ == 0) first = i;
+  if (bad == 0) return;
+  const float v = values[first];
+  refuse(dir, "tensor '" + hf_name + "' in " + fs::path(file).filename().string() + " holds " + std::to_string(bad) +
+                  " non-finite value(s) (the first, " + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
+                  ", at flat index " + std::to_string(first) + "); the weights are damaged or come from a diverged "
+                  "run: download the model again or export it from a good checkpoint");
 }
 
 std::string json_text(double v) {
@@ -185,6 +209,10 @@ HfModelInfo read_hf_config(const std::string& dir) {
   m.d_ff = checked_int(dir, "intermediate_size", f.integer("intermediate_size"));
   m.mlp = "swiglu";
   m.norm_eps = float(f.number_or("rms_norm_eps", 1e-6));
+  if (!(m.norm_eps > 0) || !std::isfinite(m.norm_eps))
+    refuse(dir, "config.json field 'rms_norm_eps' = " + f.value("rms_norm_eps") +
+                    " must be a positive float32 (RMSNorm divides by sqrt(mean(x^2) + eps)); set it to the value the "
+                    "model was trained with, e.g. 1e-5 or 1e-6 (transformers' Llama default)");
   m.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
   if (m.d_model % m.n_head != 0)
     refuse(dir, "config.json field 'hidden_size' = " + std::to_string(m.d_model) + " is not divisible by "
@@ -198,6 +226,10 @@ HfModelInfo read_hf_config(const std::string& dir) {
   if (f.has("partial_rotary_factor") && f.number("partial_rotary_factor") != 1.0)
     refuse(dir, "config.json field 'partial_rotary_factor' = " + f.value("partial_rotary_factor") + " is not supported");
   info.max_position_embeddings = f.integer_or("max_position_embeddings", 0);
+  if (f.has("max_position_embeddings") && info.max_position_embeddings <= 0)
+    refuse(dir, "config.json field 'max_position_embeddings' = " + f.value("max_position_embeddings") +
+                    " must be > 0 (the context the model was trained at); set it to that context, e.g. 4096 for "
+                    "Llama 2 (the model card names it)");
   // RoPE: 5.x rope_parameters (holding rope_theta), else 4.x rope_theta + rope_scaling.
   if (f.has("rope_parameters")) {
     const auto& rp = js["rope_parameters"];
@@ -302,6 +334,7 @@ std::vector<HostTensor> read_hf_weights(const std::string& dir, const ModelConfi
         refuse(dir, os.str());
       }
       if (found.count(e.name)) refuse(dir, "tensor '" + hf + "' appears in two shards");
+      refuse_non_finite(dir, file, hf, t.values);
       t.name = e.name;
       found[e.name] = std::move(t);
     }

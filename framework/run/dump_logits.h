@@ -1,5 +1,6 @@
 // `ringtrain eval --dump-logits FILE`: the logits of one eval batch, for comparisons with other frameworks
-// (tests/hf/). Writes FILE as a NumPy .npy array (B, T, V) float32 and FILE.tokens.npy (B, T) int32.
+// (tests/hf/). Writes FILE as a NumPy .npy array (B, T, V) float32 and FILE.tokens.npy (B, T) int32, each
+// through a temporary name and a rename: on any failure (a full disk) neither is left half-written.
 // The logits are the final hidden state of the model's own forward times the fp32 LM-head weights, computed
 // on the host in fp64 (so only the head's product is exact; the rest is the device's forward).
 // One rank only (dp = cp = tp = 1): the tokens are then in sequence order.

@@ -15,7 +15,7 @@ CASE:
               gives the same losses (1e-4 relative); rope overrides are printed with both values; a disagreeing
               model key is refused naming it; checkpoint.resume wins over init_from
   uint32      an llm.c (20240801, 7, uint32) shard with tokens above 65535 trains
-  refusals    every unsupported model is refused, naming the field and its value
+  refusals    every unsupported model is refused with exit 2, naming the field and its value
 """
 import argparse
 import json
@@ -167,7 +167,7 @@ def case_roundtrip(args, tmp):
     g = got["model.layers.0.self_attn.q_proj.weight"]
     check(g[0] == "BF16" and np.array_equal(np.frombuffer(g[2], dtype="<u2"), expect), "export bf16: nearest-even bits")
     p = run([args.ringtrain, "export-hf", ckpt, "--out", out], expect_ok=False)
-    check(p.returncode != 0 and "already exists" in p.stdout, "export: an existing --out is refused")
+    check(p.returncode == 2 and "already exists" in p.stdout, "export: an existing --out is refused with exit 2")
 
 
 def losses_of(run_dir):
@@ -279,23 +279,23 @@ def case_refusals(args, tmp):
         fx.write_model_dir(hf, name, config_edits=edits)
         p = run([args.ringtrain, "import-hf", hf, "--out", os.path.join(tmp, f"c{i}"), "--device", "cpu"],
                 expect_ok=False)
-        check(p.returncode != 0 and expect in p.stdout and p.stdout.count("error") == 1,
-              f"refused {list(edits)}: '{expect}' in: {p.stdout.strip()[-220:]}")
+        check(p.returncode == 2 and expect in p.stdout and p.stdout.count("error") == 1,
+              f"refused {list(edits)} with exit 2 (got {p.returncode}): '{expect}' in: {p.stdout.strip()[-220:]}")
     # An unknown tensor dtype, an extra (bias) tensor and a missing tensor.
     hf = os.path.join(tmp, "bad_dtype")
     fx.write_model_dir(hf, "tied_mha", extra_tensors=[("model.layers.0.self_attn.q_proj.bias", "F32",
                                                         np.zeros(64, np.float32), (64,))])
     p = run([args.ringtrain, "import-hf", hf, "--out", os.path.join(tmp, "cb"), "--device", "cpu"], expect_ok=False)
-    check(p.returncode != 0 and "tensor 'model.layers.0.self_attn.q_proj.bias'" in p.stdout, "refused: a bias tensor")
+    check(p.returncode == 2 and "tensor 'model.layers.0.self_attn.q_proj.bias'" in p.stdout, "refused: a bias tensor")
     hf = os.path.join(tmp, "bad_i8")
     fx.write_model_dir(hf, "tied_mha", extra_tensors=[("extra", "I8", np.zeros(8, np.int8), (8,))])
     p = run([args.ringtrain, "import-hf", hf, "--out", os.path.join(tmp, "ci8"), "--device", "cpu"], expect_ok=False)
-    check(p.returncode != 0 and "has dtype I8" in p.stdout, "refused: an I8 tensor names its dtype")
+    check(p.returncode == 2 and "has dtype I8" in p.stdout, "refused: an I8 tensor names its dtype")
     # On CUDA only head dims 64 and 128 run (the fixture's is 16).
     hf = os.path.join(tmp, "cuda_hd")
     fx.write_model_dir(hf, "tied_mha")
     p = run([args.ringtrain, "import-hf", hf, "--out", os.path.join(tmp, "cc"), "--device", "cuda"], expect_ok=False)
-    check(p.returncode != 0 and "head_dim = hidden_size / num_attention_heads = 16" in p.stdout and
+    check(p.returncode == 2 and "head_dim = hidden_size / num_attention_heads = 16" in p.stdout and
           "64 and 128" in p.stdout, "refused on CUDA: head_dim 16")
 
 

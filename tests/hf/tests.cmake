@@ -21,6 +21,15 @@ foreach(case forward roundtrip init_from uint32 refusals)
 endforeach()
 set_tests_properties(hf_init_from PROPERTIES PROCESSORS 2)
 
+# import-hf / export-hf / eval --dump-logits on bad --out paths and options, a full disk (RLIMIT_FSIZE) and models
+# training cannot use (issue 31, rows 4, 6, 8, 10): exit 2 for refusals, nothing half-written or left behind.
+foreach(case out_paths disk_full bad_models)
+  add_test(NAME hf_failures_${case}
+           COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_hf_failures.py --ringtrain $<TARGET_FILE:ringtrain>
+                   ${case})
+  set_tests_properties(hf_failures_${case} PROPERTIES LABELS "integration;hf" ENVIRONMENT "${RT_MPI_ENV}" TIMEOUT 300)
+endforeach()
+
 # launch/prepare_data.py (needs the `tokenizers` package: launch/install-deps.sh --prepare-data; skips without it).
 add_test(NAME hf_prepare_data
          COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_prepare_data.py --ringtrain $<TARGET_FILE:ringtrain>)

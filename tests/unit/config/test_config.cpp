@@ -291,6 +291,16 @@ TEST_F(ConfigTest, PrepareRunDirWritesResolvedConfig) {
   EXPECT_EQ(rt::metrics_path(c), (run_dir_ / "metrics.jsonl").string());
 }
 
+// log.metrics_file stays inside train.run_dir: an absolute path or a '..' would move another run's metrics aside.
+TEST_F(ConfigTest, MetricsFileOutsideRunDirIsRefused) {
+  for (const std::string bad : {"../A/metrics.jsonl", "/tmp/metrics.jsonl", "logs/../../metrics.jsonl", ".."}) {
+    expect_error(yaml(), {"log.metrics_file=" + bad}, 0,
+                 {"log.metrics_file='" + bad + "' leaves train.run_dir", "give a path inside the run directory"});
+  }
+  const rt::Config nested = rt::load_config(write(yaml()), {"log.metrics_file=logs/metrics..jsonl"}, 0);
+  EXPECT_EQ(rt::metrics_path(nested), (run_dir_ / "logs/metrics..jsonl").string());
+}
+
 }  // namespace
 
 // train.deterministic_attention: parsed from YAML or --set, off by default; a non-boolean is refused.
