@@ -38,8 +38,26 @@ struct AttnState {
   Tensor acc, m, l;
 };
 
+// Split-KV decode (attn_decode, attn_decode_partial): the f32 workspace holding the per-split partial states
+// (acc (B,H,S,D), m and l (B,H,S)). Its size is an upper bound that is the same on every device, so a caller sizes it
+// once: S = min(ceil(Nk / kDecodeSplitTokens), ceil(kDecodeMaxCtas / (B * Hkv))), at least 1. The CUDA kernel picks
+// its split count S' <= S from the device (SMs, occupancy); the CPU backend checks the size and does not use it.
+constexpr int64_t kDecodeSplitTokens = 64;  // the smallest split: one K/V tile of the CUDA kernel
+constexpr int64_t kDecodeMaxCtas = 2048;    // splits x (B x Hkv) never needs more CTAs than this
+inline int64_t attn_decode_max_splits(int64_t B, int64_t Hkv, int64_t Nk) {
+  const int64_t by_tokens = (Nk + kDecodeSplitTokens - 1) / kDecodeSplitTokens;
+  const int64_t pairs = B * Hkv > 0 ? B * Hkv : 1;
+  const int64_t by_ctas = (kDecodeMaxCtas + pairs - 1) / pairs;
+  const int64_t s = by_tokens < by_ctas ? by_tokens : by_ctas;
+  return s > 1 ? s : 1;
+}
+inline int64_t attn_decode_work_elems(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t Nk) {
+  return B * H * attn_decode_max_splits(B, Hkv, Nk) * (D + 2);
+}
+
 // The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_fwd_block_first,
-// attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh) and their contracts are listed in kernels/op_list.inc.
+// attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh, attn_state_merge, attn_decode,
+// attn_decode_partial) and their contracts are listed in kernels/op_list.inc.
 #define RT_ATTN_OP(ret, name, params, args, first, dispatch) ret name params;
 #include "kernels/op_list.inc"
 

@@ -59,4 +59,38 @@ inline void check_attn_bwd_shapes(const AttnDims& d, const Tensor& dout, const T
   check_shape(dv_acc, {d.B, d.Nk, d.Hkv, d.D}, op, "dv_acc (B,Nk,Hkv,D)");
 }
 
+// The decode ops (attn_decode, attn_decode_partial): q (B,1,H,D), k and v (B,Nk,Hkv,D), kv_len (B) i32 on q's
+// device or undefined, work f32 of at least attn_decode_work_elems elements on q's device.
+inline AttnDims attn_decode_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_len,
+                                 const Tensor& work, const char* op) {
+  RT_CHECK(q.ndim == 4 && q.shape[1] == 1,
+           op << ": q has shape " << q.shape_str() << ", expected (B,1,H,D): one new query per sequence");
+  const AttnDims d = attn_shape_dims(q, k, v, op);
+  RT_CHECK(k.device == q.device && v.device == q.device,
+           op << ": k is on " << k.device.str() << " and v on " << v.device.str() << " but q is on " << q.device.str()
+              << "; keep the cache on the query's device");
+  if (kv_len.defined()) {
+    check_shape(kv_len, {d.B}, op, "kv_len (B)");
+    check_dtype(kv_len, DType::i32, op, "kv_len");
+    RT_CHECK(kv_len.device == q.device,
+             op << ": kv_len is on " << kv_len.device.str() << " but q is on " << q.device.str() << "; copy it there");
+  }
+  RT_CHECK(work.defined() && work.device == q.device,
+           op << ": work must be an f32 tensor on " << q.device.str() << " (it is "
+              << (work.defined() ? work.device.str() : std::string("undefined")) << ")");
+  check_dtype(work, DType::f32, op, "work");
+  const int64_t need = attn_decode_work_elems(d.B, d.H, d.Hkv, d.D, d.Nk);
+  RT_CHECK(work.numel() >= need, op << ": work has " << work.numel() << " elements but B=" << d.B << ", H=" << d.H
+                                    << ", Hkv=" << d.Hkv << ", D=" << d.D << ", Nk=" << d.Nk << " need " << need
+                                    << "; size it with attn_decode_work_elems (kernels/attention.h)");
+  return d;
+}
+
+// The decode state: acc (B,H,1,D), m and l (B,H,1).
+inline void check_attn_decode_state(const AttnDims& d, const AttnState& state, const char* op) {
+  check_shape(state.acc, {d.B, d.H, 1, d.D}, op, "state.acc (B,H,1,D)");
+  check_shape(state.m, {d.B, d.H, 1}, op, "state.m (B,H,1)");
+  check_shape(state.l, {d.B, d.H, 1}, op, "state.l (B,H,1)");
+}
+
 }  // namespace rt

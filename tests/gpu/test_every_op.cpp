@@ -458,6 +458,44 @@ const std::map<std::string, OpCase>& op_cases() {
          attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, causal_mask());
          return {download(dq), download(dk), download(dv)};
        }}},
+      {"attn_state_merge", {1e-4, [](OpRun& r) -> Outputs {
+         // Rows where one side or both saw no key (m = -inf, l = 0, acc = 0) next to ordinary rows.
+         const int64_t n = kB * kH * kN;
+         auto state = [&](uint64_t seed, int64_t empty_every) {
+           std::vector<float> acc = rand_vec(n * kD, seed), m = rand_vec(n, seed + 1, 3.f), l = positive_vec(n, seed + 2, 0.5f, 9.f);
+           for (int64_t i = 0; i < n; i += empty_every) {
+             m[size_t(i)] = -INFINITY, l[size_t(i)] = 0.f;
+             for (int64_t e = 0; e < kD; ++e) acc[size_t(i * kD + e)] = 0.f;
+           }
+           return AttnState{r.in(DType::f32, {kB, kH, kN, kD}, acc), r.in(DType::f32, {kB, kH, kN}, m),
+                            r.in(DType::f32, {kB, kH, kN}, l)};
+         };
+         AttnState s = state(130, 5), other = state(140, 7);
+         attn_state_merge(s, other);
+         return {download(s.acc), download(s.m), download(s.l)};
+       }}},
+      {"attn_decode", {2e-2, [](OpRun& r) -> Outputs {
+         // B 2 of lengths 200 (the whole cache) and 77, a group of 4 query heads per K/V head, d 64.
+         const int64_t B = 2, H = 4, Hkv = 1, D = 64, Nk = 200;
+         Tensor q = r.in(DType::bf16, {B, 1, H, D}, rand_vec(B * H * D, 150));
+         Tensor k = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 151));
+         Tensor v = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 152));
+         Tensor len = r.in_i32({B}, {200, 77}), work = r.out(DType::f32, {attn_decode_work_elems(B, H, Hkv, D, Nk)});
+         Tensor out = r.out(DType::bf16, {B, 1, H, D}), lse = r.out(DType::f32, {B, H, 1});
+         attn_decode(q, k, v, len, work, out, lse);
+         return {download(out), download(lse)};
+       }}},
+      {"attn_decode_partial", {2e-2, [](OpRun& r) -> Outputs {
+         // d 128, 2 groups of 4, lengths 333 (the cache) and 0 (m = -inf, l = 0, acc = 0).
+         const int64_t B = 2, H = 8, Hkv = 2, D = 128, Nk = 333;
+         Tensor q = r.in(DType::bf16, {B, 1, H, D}, rand_vec(B * H * D, 160));
+         Tensor k = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 161));
+         Tensor v = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 162));
+         Tensor len = r.in_i32({B}, {333, 0}), work = r.out(DType::f32, {attn_decode_work_elems(B, H, Hkv, D, Nk)});
+         AttnState s{r.out(DType::f32, {B, H, 1, D}), r.out(DType::f32, {B, H, 1}), r.out(DType::f32, {B, H, 1})};
+         attn_decode_partial(q, k, v, len, work, s);
+         return {download(s.acc), download(s.m), download(s.l)};
+       }}},
   };
   return cases;
 }
