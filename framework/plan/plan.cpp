@@ -149,6 +149,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                      const std::string& limits_from) {
   const ParallelConfig& p = config.parallel;
   const double reserve = pt.allowance_bytes + pt.nccl_bytes;
+  const double device_bytes = device.is_cpu() ? limits.host_bytes : limits.device_bytes;
   nlohmann::json j = {{"params", params},
                       {"flops_per_step", model_flops},
                       {"hw_flops_per_step", hw_flops},
@@ -159,7 +160,11 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"host_bytes_per_rank", pt.host_bytes_per_rank},
                       {"host_bytes_per_node", pt.host_bytes_per_node},
                       {"fits", pt.fits()},
-                      {"device_bytes", limits.device_bytes > 0 ? nlohmann::json(limits.device_bytes) : nlohmann::json(nullptr)},
+                      // The memory of one device: a GPU's, or for CPU ranks the host's, which its ranks share
+                      // (launch/sweep/runner.py divides it so); rank_limit_bytes: what one rank may use.
+                      {"device_bytes", device_bytes > 0 ? nlohmann::json(device_bytes) : nlohmann::json(nullptr)},
+                      {"rank_limit_bytes", limits.device_bytes > 0 ? nlohmann::json(limits.device_bytes)
+                                                                   : nlohmann::json(nullptr)},
                       {"host_bytes", limits.host_bytes > 0 ? nlohmann::json(limits.host_bytes) : nlohmann::json(nullptr)},
                       {"device", device.is_cuda() ? "cuda" : "cpu"},
                       {"device_note", device_why},

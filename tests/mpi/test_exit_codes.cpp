@@ -38,6 +38,13 @@ TEST_F(ExitCodes, FinishedIs0) {
   expect_code("$BIN --help", 0);
   expect_code("$BIN plan " + cfg, 0, "plan for ");
   expect_code("$MPIRUN -np 2 --oversubscribe $BIN train " + cfg + " --set train.steps=3 --set checkpoint.every=0", 0);
+  // A fresh run from those weights says where they came from, and never "resumed from  at step 0".
+  const std::string from = (dir_ / "ok" / "checkpoints" / "main" / "step_3").string();
+  const ProcessResult r = bash("$MPIRUN -np 2 --oversubscribe $BIN train " + cfg + " --set train.steps=2 "
+                               "--set train.run_dir=" + (dir_ / "from").string() + " --set train.init_from=" + from);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialised from " + from), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("resumed from"), std::string::npos) << r.output;
 }
 
 TEST_F(ExitCodes, CommandLineErrorsAre2) {
@@ -66,6 +73,10 @@ TEST_F(ExitCodes, ConfigAndDataErrorsAre2) {
   const std::string cfg = config("cfg.yaml", (dir_ / "cfg").string());
   expect_code("$MPIRUN -np 2 --oversubscribe $BIN train " + cfg + " --set model.n_head=3", 2, "model.n_head");
   expect_code("$BIN plan " + cfg + " --set model.no_such_key=1", 2, "model.no_such_key");
+  // rope_base 0: one error, not two that disagree on the bound.
+  const ProcessResult r = bash("$BIN plan " + cfg + " --set model.rope_base=0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(rt::test::count_of(r.output, "rope_base"), 1u) << r.output;
   expect_code("$MPIRUN -np 2 --oversubscribe $BIN train " + cfg + " --set data.source=shards --set data.path=" +
                   (dir_ / "no_such_shard_*.bin").string(),
               2, "no_such_shard_");

@@ -36,12 +36,14 @@ TEST_F(PlanLimits, CpuRanksShareTheHostGivenOrMeasured) {
   nlohmann::json j = plan_json("--host-memory-gib 8");
   EXPECT_EQ(j["ranks_per_node"], 2) << j.dump();
   EXPECT_DOUBLE_EQ(j["host_bytes"].get<double>(), 8 * kGiB) << j.dump();
-  EXPECT_DOUBLE_EQ(j["device_bytes"].get<double>(), 4 * kGiB) << "each of 2 ranks gets half the host\n" << j.dump();
+  EXPECT_DOUBLE_EQ(j["rank_limit_bytes"].get<double>(), 4 * kGiB) << "each of 2 ranks gets half the host\n"
+                                                                   << j.dump();
+  EXPECT_DOUBLE_EQ(j["device_bytes"].get<double>(), 8 * kGiB) << "CPU ranks' device is the host\n" << j.dump();
   j = plan_json("--host-memory-gib 8 --ranks-per-node 4");
-  EXPECT_DOUBLE_EQ(j["device_bytes"].get<double>(), 2 * kGiB) << j.dump();
+  EXPECT_DOUBLE_EQ(j["rank_limit_bytes"].get<double>(), 2 * kGiB) << j.dump();
   // This host's memory, halved: never the whole host per rank.
   j = plan_json("");
-  EXPECT_DOUBLE_EQ(j["device_bytes"].get<double>() * 2, j["host_bytes"].get<double>()) << j.dump();
+  EXPECT_DOUBLE_EQ(j["rank_limit_bytes"].get<double>() * 2, j["host_bytes"].get<double>()) << j.dump();
 
   // tiny's arena is ~8.4 MiB per rank: 10 MiB of host fits one rank, not two.
   j = plan_json("--host-memory-gib 0.01 --ranks-per-node 1");
