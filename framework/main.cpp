@@ -7,8 +7,8 @@
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
 // MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
-// Exit codes (framework/base/run_errors.h): 0 finished, 2 config or data error, 3 divergence, 4 watchdog, 128+N
-// stopped by signal N after a complete save, 1 anything else.
+// Exit codes (framework/base/run_errors.h): 0 finished, 2 usage, config, data or checkpoint error (command-line
+// errors included), 3 divergence, 4 watchdog, 128+N stopped by signal N after a complete save, 1 anything else.
 // Errors: one found by every rank alike (the config, a refused run_dir or resume) is printed once, as
 // "ringtrain: error: <message>", and every rank exits with its code without MPI_Abort's banner. Any other
 // error prints "ringtrain: error on rank R (host:pid): <message>" and aborts the whole job at once, so that no
@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ struct HfArgs {
   int64_t max_positions = 0;  // export-hf: only when --max-position-embeddings is given
 };
 
+// A CLI11 check from one of plan's "" -or-refusal functions (the refusal names the option and a value that works).
+CLI::Validator plan_check(const std::string& name, std::function<std::string(const std::string&)> check) {
+  return CLI::Validator([check](std::string& value) { return check(value); }, "", name);
+}
+
 void add_config_args(CLI::App* cmd, Args& args) {
   cmd->add_option("config", args.config_path, "YAML config file (see configs/)")->required();
   cmd->add_option("--set", args.overrides, "override a config value, e.g. --set model.n_layer=4 (repeatable)")
@@ -72,7 +78,11 @@ int run_command(const std::string& command, const Args& args) {
   const int checked_world = command == "train" ? world_size() : 0;
   rt::agree_on([&] { config = rt::load_config(args.config_path, args.overrides, checked_world,
                                                  rt::apply_init_from_model); }, rt::kExitUsage);
-  if (command == "plan") return rt::plan_main(config, args.plan);
+  if (command == "plan") {  // everything plan refuses is about its input (the config, an option, a file)
+    int code = 0;
+    rt::agree_on([&] { code = rt::plan_main(config, args.plan); }, rt::kExitUsage);
+    return code;
+  }
   if (command == "train") return rt::train_main(config);
   return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits);
 }
@@ -91,13 +101,20 @@ int main(int argc, char** argv) {
                                            "device_bytes) for scripts such as launch/sweep.sh");
   plan->add_flag("--max-seq-len", args.plan.max_seq_len,
                  "search the longest data.seq_len that fits (steps of 2*cp*128 under zigzag) and show what dominates");
-  plan->add_option("--device-memory-gib", args.plan.device_memory_gib, "memory per GPU (default: the visible GPU's)");
+  plan->add_option("--device-memory-gib", args.plan.device_memory_gib,
+                   "memory per GPU, GPU plans only (default: the visible GPU's)")
+      ->check(plan_check("--device-memory-gib", [](const std::string& v) {
+        return rt::check_plan_memory_gib("--device-memory-gib", v); }));
   plan->add_option("--doc-lengths", args.plan.doc_lengths,
                    "document-length file (one length per line): attention FLOPs on visible pairs and ring imbalance "
                    "per layout for packed documents of that mix");
-  plan->add_option("--host-memory-gib", args.plan.host_memory_gib, "host memory per node (default: this host's)");
-  plan->add_option("--ranks-per-node", args.plan.ranks_per_node, "ranks sharing a node's host memory (default: "
-                                                                 "min(world, 8))");
+  plan->add_option("--host-memory-gib", args.plan.host_memory_gib,
+                   "host memory per node; CPU ranks share it (default: this host's)")
+      ->check(plan_check("--host-memory-gib", [](const std::string& v) {
+        return rt::check_plan_memory_gib("--host-memory-gib", v); }));
+  plan->add_option("--ranks-per-node", args.plan.ranks_per_node,
+                   "ranks sharing a node's host memory (default: CPU every rank; GPU min(world, 8))")
+      ->check(plan_check("--ranks-per-node", rt::check_ranks_per_node));
   CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint (any grid)");
   add_config_args(eval, args);
   eval->add_option("--checkpoint", args.checkpoint,
@@ -120,7 +137,11 @@ int main(int argc, char** argv) {
   export_hf->add_option("--max-position-embeddings", hf.max_positions,
                         "config.json max_position_embeddings (default: the context the checkpoint was trained at)");
   CLI::App* version = app.add_subcommand("version", "print the version and the backends built in");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // --help is 0; every command-line error is a usage error (2)
+    return app.exit(e) == 0 ? rt::kExitOk : rt::kExitUsage;
+  }
 
   if (version->parsed()) {
     std::printf("%s\n", rt::version_string().c_str());
@@ -133,11 +154,11 @@ int main(int argc, char** argv) {
       return rt::export_hf_main(hf.source, hf.out, hf.dtype, hf.shard_bytes,
                                 positions_given ? std::optional<int64_t>(hf.max_positions) : std::nullopt);
     } catch (const rt::RunError& e) {  // a refused input (exit 2)
-      std::fprintf(stderr, "ringtrain: error: %s\n", e.what());
+      std::fprintf(stderr, "ringtrain: error: %s\n", rt::user_message(e.what(), e.code()).c_str());
       return e.code();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "ringtrain: error: %s\n", e.what());
-      return 1;
+      return rt::kExitFailure;
     }
   }
   const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : "eval";
@@ -153,11 +174,11 @@ int main(int argc, char** argv) {
   try {
     code = run_command(command, args);
   } catch (const rt::AgreedError& e) {
-    if (rank == 0) rt::report_error_line(std::string("ringtrain: error: ") + e.what());
+    if (rank == 0) rt::report_error_line("ringtrain: error: " + rt::user_message(e.what(), e.code()));
     code = e.code();
   } catch (const rt::RunError& e) {
-    rt::abort_job_with("ringtrain: error on rank " + std::to_string(rank) + " (" + rt::this_host() + "): " + e.what(),
-                       e.code());
+    rt::abort_job_with("ringtrain: error on rank " + std::to_string(rank) + " (" + rt::this_host() + "): " +
+                           rt::user_message(e.what(), e.code()), e.code());
   } catch (const std::exception& e) {
     rt::abort_job_with("ringtrain: error on rank " + std::to_string(rank) + " (" + rt::this_host() + "): " + e.what(),
                        rt::kExitFailure);

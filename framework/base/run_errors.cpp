@@ -3,9 +3,16 @@
 #include <mpi.h>
 
 #include <climits>
+#include <regex>
 #include <vector>
 
 namespace rt {
+
+std::string user_message(const std::string& message, int code) {
+  if (code == kExitFailure) return message;
+  static const std::regex location(R"( \[[^\] ]+\.(cpp|h|cu|cuh|inc):[0-9]+\])");
+  return std::regex_replace(message, location, "");
+}
 
 void agree_on(const std::function<void()>& body, int code) {
   std::string message;

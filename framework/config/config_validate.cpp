@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -69,7 +70,10 @@ void check_model(const Config& c, Problems& p) {
   p.at_least("model.vocab_size", m.vocab_size, 1);
   p.at_least("model.d_ff", m.d_ff, 1);
   p.one_of("model.mlp", m.mlp, {"gelu", "swiglu"});
-  if (!(m.rope_base > 0)) p.add("model.rope_base=", m.rope_base, " must be > 0 (the usual value is 10000)");
+  // > 1: a base of 1 or less gives every RoPE pair the same (or a growing) frequency. rope_frequencies says the
+  // same; it runs below only for a base that passes here, so the error is said once.
+  const bool rope_base_ok = m.rope_base > 1 && std::isfinite(m.rope_base);
+  if (!rope_base_ok) p.add("model.rope_base=", m.rope_base, " must be a finite number > 1 (e.g. 10000 or 500000)");
   if (!(m.norm_eps > 0)) p.add("model.norm_eps=", m.norm_eps, " must be > 0 (e.g. 1e-5)");
   if (m.d_model < 1 || m.n_head < 1 || m.n_kv_head < 1) return;
   if (m.d_model % m.n_head != 0) {
@@ -80,7 +84,7 @@ void check_model(const Config& c, Problems& p) {
     p.add("head_dim = model.d_model / model.n_head = ", m.head_dim(),
           " is odd; RoPE rotates pairs, so choose d_model and n_head with an even quotient");
   }
-  if (m.d_model % m.n_head == 0 && m.head_dim() % 2 == 0) {
+  if (rope_base_ok && m.d_model % m.n_head == 0 && m.head_dim() % 2 == 0) {
     try {
       (void)rope_frequencies(m);
     } catch (const Error& e) {

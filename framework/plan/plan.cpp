@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "framework/base/run_errors.h"
 #include "framework/plan/mfu.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
@@ -25,7 +28,8 @@ namespace {
 
 std::string human_bytes(double b) {
   char buf[32];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
   else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
   else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
@@ -47,16 +51,66 @@ Device plan_device(const Config& config) {
   return resolve_device(config);
 }
 
-// Memory of the device a rank would run on: the GPU's total memory, or the host's physical memory (shared by
-// every rank on the host); 0 when unknown (a CUDA config planned where no GPU is visible).
-double device_memory_bytes(Device device) {
-  if (device.is_cpu()) return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// The memory of the visible GPU; 0 when none is visible (a CUDA config planned on a machine without one).
+double visible_gpu_bytes(Device device) {
 #ifdef RINGTRAIN_HAVE_CUDA
   cudaDeviceProp props{};
   if (cuda_available() && cudaGetDeviceProperties(&props, device.index) == cudaSuccess)
     return double(props.totalGlobalMem);
 #endif
+  (void)device;
   return 0;
+}
+
+// Which device the plan is for, and why, with how to plan for the other one (a CUDA build plans GPUs without one).
+std::string device_note(const Config& config, Device device) {
+#ifdef RINGTRAIN_HAVE_CUDA
+  const std::string plan_gpus = "--set device=cuda plans GPUs (bf16)";
+#else
+  const std::string plan_gpus = "--set device=cuda plans GPUs (bf16) in a build with CUDA (-DRINGTRAIN_CUDA=ON; "
+                                "no GPU needed)";
+#endif
+  if (config.device == "auto" && device.is_cpu())
+    return "device: auto and no GPU is visible here, so this plans CPU ranks (f32); " + plan_gpus;
+  if (config.device == "auto")
+    return "device: auto and a GPU is visible here, so this plans GPUs (bf16); --set device=cpu plans CPU ranks";
+  if (device.is_cpu()) return "device: cpu, so this plans CPU ranks (f32); " + plan_gpus;
+  return "device: cuda, so this plans GPUs (bf16); --set device=cpu plans CPU ranks";
+}
+
+// The limits the plan is judged against. CPU ranks have no memory of their own: the ranks of a node share the
+// host's memory, so each is judged against its share (host / ranks per node). A GPU rank has its GPU (or
+// --device-memory-gib) and shares the host only for pinned offload buffers.
+PlanLimits plan_limits(const Config& config, Device device, const PlanArgs& args, std::string* where) {
+  const ParallelConfig& p = config.parallel;
+  const int world = p.dp * p.cp * p.tp;
+  PlanLimits limits;
+  const bool host_given = args.host_memory_gib > 0;
+  limits.host_bytes = host_given ? args.host_memory_gib * kGiB : double(host_physical_bytes());
+  const std::string host_from = host_given ? "--host-memory-gib" : "this host's";
+  if (device.is_cpu()) {
+    if (args.device_memory_gib > 0) {
+      char value[64];
+      std::snprintf(value, sizeof value, "%g", args.device_memory_gib);
+      throw RunError(kExitUsage, std::string("--device-memory-gib ") + value + " is a GPU's memory, but this plan is "
+                                 "for CPU ranks (" + device_note(config, device) + "); add --set device=cuda to plan "
+                                 "GPUs, or give --host-memory-gib (per node) and --ranks-per-node for CPU ranks");
+    }
+    limits.ranks_per_node = args.ranks_per_node > 0 ? args.ranks_per_node : world;
+    limits.device_bytes = limits.host_bytes / limits.ranks_per_node;
+    *where = "each CPU rank's share of " + host_from + " " + human_bytes(limits.host_bytes) + " host memory over " +
+             std::to_string(limits.ranks_per_node) + " rank(s) per node" +
+             (args.ranks_per_node > 0 ? "" : " (all of them on one host; --ranks-per-node R to change)");
+    return limits;
+  }
+  limits.ranks_per_node = args.ranks_per_node > 0 ? args.ranks_per_node : std::min(world, 8);
+  limits.device_bytes = args.device_memory_gib > 0 ? args.device_memory_gib * kGiB : visible_gpu_bytes(device);
+  *where = args.device_memory_gib > 0     ? "--device-memory-gib per GPU"
+           : limits.device_bytes > 0      ? "the visible GPU's memory"
+                                          : "unknown GPU memory: no GPU is visible (give --device-memory-gib G)";
+  return limits;
 }
 
 }  // namespace
@@ -67,14 +121,35 @@ double device_memory_bytes(Device device) {
 // comparable with measured device memory. NCCL buffers (cp/tp > 1 over NCCL) come on top.
 double non_arena_allowance_bytes(Device device) { return device.is_cuda() ? 2.0 * 1024 * 1024 * 1024 : 0; }
 
+std::string check_plan_memory_gib(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const bool number = !text.empty() && end && *end == '\0';
+  if (number && std::isfinite(v) && v > 0 && v <= kMaxPlanMemoryGiB) return "";
+  return "'" + text + "' must be a number of GiB above 0 and at most " +
+         std::to_string(int64_t(kMaxPlanMemoryGiB)) + " (1 PiB), e.g. " + option + " " +
+         (option == "--host-memory-gib" ? "512" : "139") + "; leave it out to use " +
+         (option == "--host-memory-gib" ? "this host's memory" : "the visible GPU's memory");
+}
+
+std::string check_ranks_per_node(const std::string& text) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (!text.empty() && end && *end == '\0' && v >= 1 && v <= 1 << 20) return "";
+  return "'" + text + "' must be a whole number of ranks of at least 1, e.g. --ranks-per-node 8; "
+         "leave it out for the default (CPU: every rank on one host; GPU: min(world, 8))";
+}
+
 namespace {
 
 // `ringtrain plan --json`: one object on stdout. fits: the device (and host) limits hold (true when unknown).
 // reserve: what the arena does not count (CUDA context, cuBLASLt workspace, NCCL).
 void print_plan_json(const Config& config, Device device, int64_t params, double model_flops, double hw_flops,
-                     const PlanPoint& pt, const PlanLimits& limits) {
+                     const PlanPoint& pt, const PlanLimits& limits, const std::string& device_why,
+                     const std::string& limits_from) {
   const ParallelConfig& p = config.parallel;
   const double reserve = pt.allowance_bytes + pt.nccl_bytes;
+  const double device_bytes = device.is_cpu() ? limits.host_bytes : limits.device_bytes;
   nlohmann::json j = {{"params", params},
                       {"flops_per_step", model_flops},
                       {"hw_flops_per_step", hw_flops},
@@ -85,9 +160,16 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"host_bytes_per_rank", pt.host_bytes_per_rank},
                       {"host_bytes_per_node", pt.host_bytes_per_node},
                       {"fits", pt.fits()},
-                      {"device_bytes", limits.device_bytes > 0 ? nlohmann::json(limits.device_bytes) : nlohmann::json(nullptr)},
+                      // The memory of one device: a GPU's, or for CPU ranks the host's, which its ranks share
+                      // (launch/sweep/runner.py divides it so); rank_limit_bytes: what one rank may use.
+                      {"device_bytes", device_bytes > 0 ? nlohmann::json(device_bytes) : nlohmann::json(nullptr)},
+                      {"rank_limit_bytes", limits.device_bytes > 0 ? nlohmann::json(limits.device_bytes)
+                                                                   : nlohmann::json(nullptr)},
                       {"host_bytes", limits.host_bytes > 0 ? nlohmann::json(limits.host_bytes) : nlohmann::json(nullptr)},
                       {"device", device.is_cuda() ? "cuda" : "cpu"},
+                      {"device_note", device_why},
+                      {"device_bytes_from", limits_from},
+                      {"ranks_per_node", limits.ranks_per_node},
                       {"world_size", p.dp * p.cp * p.tp},
                       {"dp", p.dp},
                       {"cp", p.cp},
@@ -104,11 +186,18 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
 }
 
 void print_memory(const PlanPoint& pt, const PlanLimits& limits, Device device, int top) {
-  std::printf("  device/rank  %s = arena %s + %s allowance (CUDA context, cuBLASLt workspace) + %s NCCL buffers",
-              human_bytes(pt.device_bytes()).c_str(), human_bytes(pt.arena_bytes).c_str(),
-              human_bytes(pt.allowance_bytes).c_str(), human_bytes(pt.nccl_bytes).c_str());
-  if (limits.device_bytes > 0)
-    std::printf("  [of %s: %s]", human_bytes(limits.device_bytes).c_str(), pt.fits_device ? "fits" : "DOES NOT FIT");
+  if (device.is_cpu()) {
+    std::printf("  host/rank    %s (the arena; %d ranks per node: %s)", human_bytes(pt.device_bytes()).c_str(),
+                limits.ranks_per_node, human_bytes(pt.device_bytes() * limits.ranks_per_node).c_str());
+    std::printf("  [of %s per rank, %s per node: %s]", human_bytes(limits.device_bytes).c_str(),
+                human_bytes(limits.host_bytes).c_str(), pt.fits_device ? "fits" : "DOES NOT FIT");
+  } else {
+    std::printf("  device/rank  %s = arena %s + %s allowance (CUDA context, cuBLASLt workspace) + %s NCCL buffers",
+                human_bytes(pt.device_bytes()).c_str(), human_bytes(pt.arena_bytes).c_str(),
+                human_bytes(pt.allowance_bytes).c_str(), human_bytes(pt.nccl_bytes).c_str());
+    if (limits.device_bytes > 0)
+      std::printf("  [of %s: %s]", human_bytes(limits.device_bytes).c_str(), pt.fits_device ? "fits" : "DOES NOT FIT");
+  }
   std::printf("\n");
   if (pt.offload_layers > 0 || pt.host_bytes_per_rank > 0) {
     std::printf("  host/node    %s pinned = %d ranks x %s (block inputs of %d offloaded layers)",
@@ -129,13 +218,9 @@ void print_memory(const PlanPoint& pt, const PlanLimits& limits, Device device, 
 int plan_main(const Config& config, const PlanArgs& args) {
   const ParallelConfig& p = config.parallel;
   const Device device = plan_device(config);
-  PlanLimits limits;
-  limits.device_bytes = args.device_memory_gib > 0 ? args.device_memory_gib * 1024.0 * 1024 * 1024
-                                                   : device_memory_bytes(device);
-  limits.host_bytes = args.host_memory_gib > 0 ? args.host_memory_gib * 1024.0 * 1024 * 1024
-                                               : double(host_physical_bytes());
+  std::string limits_from;
+  const PlanLimits limits = plan_limits(config, device, args, &limits_from);
   const int world = p.dp * p.cp * p.tp;
-  limits.ranks_per_node = args.ranks_per_node > 0 ? args.ranks_per_node : std::min(world, 8);
   Config planned = config;
   PlanPoint pt;
   if (args.max_seq_len) {
@@ -162,7 +247,8 @@ int plan_main(const Config& config, const PlanArgs& args) {
                           : config.train.checkpointing == "selective" ? model_flops + selective_extra
                                                                       : model_flops;
   if (args.json) {
-    print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits);
+    print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits, device_note(config, device),
+                    limits_from);
     if (!args.doc_lengths.empty()) {  // a second JSON object, on its own line
       const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
       const nlohmann::json j = {{"doc_lengths", d.path},
@@ -185,6 +271,8 @@ int plan_main(const Config& config, const PlanArgs& args) {
   std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d tp=%d, layout %s, zero %d%s)\n", config.source_path.c_str(),
               device.str().c_str(), world, p.dp, p.cp, p.tp, resolved_layout(config).c_str(), pt.zero,
               config.train.offload == "activations" ? ", offload activations" : "");
+  std::printf("  device       %s\n", device_note(config, device).c_str());
+  std::printf("  memory       judged against %s\n", limits_from.c_str());
   if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());
   if (args.max_seq_len) {
     if (pt.seq_len == 0) {

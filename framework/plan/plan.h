@@ -10,11 +10,18 @@ namespace rt {
 struct PlanArgs {
   bool json = false;
   bool max_seq_len = false;       // search the longest data.seq_len that fits
-  double device_memory_gib = 0;   // per GPU (or the host, on the CPU); 0: the visible device's
-  double host_memory_gib = 0;     // per node; 0: this host's
-  int ranks_per_node = 0;         // 0: min(world, 8)
+  double device_memory_gib = 0;   // per GPU; 0: not given (the visible GPU's). GPU plans only
+  double host_memory_gib = 0;     // per node; 0: not given (this host's)
+  int ranks_per_node = 0;         // 0: not given (CPU: the whole world on one host; GPU: min(world, 8))
   std::string doc_lengths;        // a document-length file: visible-pair attention FLOPs and imbalance per layout
 };
+// The largest --device-memory-gib / --host-memory-gib taken (1 PiB): anything above is a typo.
+constexpr double kMaxPlanMemoryGiB = 1024.0 * 1024;
+// "" when `text` is a usable value of the memory option `option` (a finite number of GiB in (0, 1 PiB]), else
+// the refusal, naming the value and one that works. For main's CLI11 checks, which put the option's name first.
+std::string check_plan_memory_gib(const std::string& option, const std::string& text);
+// The same for --ranks-per-node (a whole number >= 1).
+std::string check_ranks_per_node(const std::string& text);
 // Prints parameter count, FLOPs per step, predicted peak memory per rank and what dominates it. No GPU needed.
 // json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
 // read by launch/sweep.sh.

@@ -124,8 +124,9 @@ void remove_checkpoints(const std::vector<std::string>& dirs) {
 int train_main(const Config& loaded) {
   const StopSignals signals;  // from the start: a signal during set-up stops after the first step
   Config config = loaded;
+  Device device;  // device: cuda without a GPU is the config's error, found by every rank alike
+  agree_on([&] { device = resolve_device(config); }, kExitUsage);
   ProcessGrid grid = make_process_grid(config);
-  const Device device = resolve_device(config);
   const bool rank0 = grid.world().rank() == 0;
   const int world_size = grid.dims().world();
   const TrainConfig& tc = config.train;
@@ -192,7 +193,10 @@ int train_main(const Config& loaded) {
                              << "same model.*");
     }, kExitUsage);
     std::map<std::string, std::string> meta;
-    const TrainState resumed = load_into(session, plan.resume_from, grid.world(), &meta);  // collective
+    TrainState resumed;
+    // Collective; a missing, mismatched or corrupted file fails on every rank alike (the sums are all-reduced
+    // before they are judged): the checkpoint's error, printed once.
+    agree_on([&] { resumed = load_into(session, plan.resume_from, grid.world(), &meta); }, kExitUsage);
     start_step = resumed.step;
     loader->set_cursor(resumed.data_cursor);
     if (auto it = meta.find("hf_source"); it != meta.end()) hf_source = it->second;
@@ -215,7 +219,7 @@ int train_main(const Config& loaded) {
   if (plan.resume_from.empty() && tc.init_from.empty()) {
     model.init_weights(tc.seed);
     optimizer.zero_state();
-  } else if (rank0) {
+  } else if (rank0 && !plan.resume_from.empty()) {  // (init_from said so above)
     std::printf("resumed from %s at step %lld\n", plan.resume_from.c_str(), (long long)start_step);
   }
   const std::map<std::string, std::string> metadata = run_metadata(config, hf_source);

@@ -66,13 +66,14 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
     grid_note = fit_grid_to_world(config, world_size);
     validate_config(config, world_size);
   }, kExitUsage);
+  Device device;  // device: cuda without a GPU is the config's error, found by every rank alike
+  agree_on([&] { device = resolve_device(config); }, kExitUsage);
   ProcessGrid grid = make_process_grid(config);
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {
     for (const std::string& t : taken.taken) std::printf("eval: %s (from the checkpoint)\n", t.c_str());
     if (!grid_note.empty()) std::printf("%s\n", grid_note.c_str());
   }
-  const Device device = resolve_device(config);
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
   std::unique_ptr<DataLoader> loader;
   agree_on([&] {

@@ -8,3 +8,6 @@ include(${CMAKE_CURRENT_LIST_DIR}/tiny_main.cmake)
 
 # configs/tiny.yaml on the GPU (2 ranks sharing it), same loss target (label gpu).
 include(${CMAKE_CURRENT_LIST_DIR}/tiny_gpu.cmake)
+
+# Config fuzz: mutations of configs/tiny.yaml through `ringtrain plan` (no crash, no hang, every error names its key).
+include(${CMAKE_CURRENT_LIST_DIR}/config_fuzz.cmake)
