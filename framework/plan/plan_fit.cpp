@@ -39,9 +39,10 @@ constexpr double kNcclBytesPerComm = 0.8 * kGiB;
 // The arena and host needs with `offload_layers` resolved to a number.
 PlanPoint measure(const Config& config, Device device, int offload_layers) {
   const ParallelConfig& p = config.parallel;
-  SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp);
+  SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp), ring(p.ring()), a2a(p.cp_a2a);
   ModelComms comms;
   comms.tp = &tp, comms.cp = &cp, comms.dp_cp = &dp_cp, comms.tp_rank = 0;
+  comms.ring = &ring, comms.a2a = &a2a;
   Config c = config;
   c.train.offload_layers = std::to_string(offload_layers);
   if (offload_layers == 0) c.train.offload = "none";
@@ -72,8 +73,10 @@ void judge(PlanPoint& pt, const PlanLimits& limits) {
 double nccl_buffer_bytes(const Config& config, Device device) {
   const ParallelConfig& p = config.parallel;
   if (!device.is_cuda() || p.comm == "mpi" || p.dp * p.cp * p.tp == 1) return 0;
-  // ProcessGrid builds the world and its tp, cp, dp and dp x cp groups: one NCCL communicator each.
-  const int sizes[5] = {p.dp * p.cp * p.tp, p.tp, p.cp, p.dp, p.dp * p.cp};
+  // ProcessGrid builds the world and its tp, cp, dp and dp x cp groups, and with cp_a2a > 1 the a2a group and
+  // the ring (when neither is the whole cp group): one NCCL communicator each.
+  const bool hybrid = p.cp_a2a > 1;
+  const int sizes[7] = {p.dp * p.cp * p.tp, p.tp, p.cp, p.dp, p.dp * p.cp, hybrid ? p.cp_a2a : 1, hybrid ? p.ring() : 1};
   int multi = 0;
   for (int s : sizes) multi += s > 1 ? 1 : 0;
   return kNcclBytesPerComm * multi;
