@@ -8,7 +8,7 @@ namespace cuda {
 namespace {
 
 __global__ void copy_rows_kernel(FloatPtr dst, FloatPtr src, StridedRows g, bool accumulate) {
-  const int64_t total = g.elements();
+  const int64_t total = g.blocks * g.rows * g.width;
   RT_GRID_STRIDE(i, total) {
     const int64_t j = i % g.width, row = i / g.width;
     const int64_t r = row % g.rows, b = row / g.rows;
