@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <numeric>
 
 #include "framework/plan/plan.h"
 #include "framework/plan/trainer_setup.h"
@@ -55,6 +56,7 @@ PlanPoint measure(const Config& config, Device device, int offload_layers) {
   pt.allowance_bytes = non_arena_allowance_bytes(device);
   pt.nccl_bytes = nccl_buffer_bytes(config, device);
   pt.host_bytes_per_rank = double(s.model->host_offload_bytes());
+  pt.a2a = s.model->attention().exchange();
   std::map<std::string, double> by_name;
   for (const Arena::Entry& e : s.arena->entries()) by_name[e.what] += double(e.bytes);
   pt.largest.assign(by_name.begin(), by_name.end());
@@ -128,7 +130,10 @@ std::string offload_host_problem(const PlanPoint& pt, int ranks_per_node, double
 
 int seq_len_step(const Config& config) {
   const int cp = config.parallel.cp;
-  return resolved_layout(config) == "zigzag" ? 2 * cp * 128 : cp * 128;
+  // zigzag is over the ring (cp / cp_a2a ranks); every rank still holds seq_len / cp tokens.
+  const int ring = config.parallel.ring(), zig = 2 * ring;
+  if (resolved_layout(config) != "zigzag") return cp * 128;
+  return std::lcm(zig, cp) * 128;
 }
 
 PlanPoint max_seq_len(const Config& config, Device device, const PlanLimits& limits) {
