@@ -10,6 +10,8 @@
 #                             zigzag vs contiguous, exposed communication per ring step
 #   e2e-cp<N>.log, e2e-cp<N>/metrics.jsonl  the 1.41B model (configs/gpt-1b-64k.yaml) at 64K tokens per GPU:
 #                             cp = 1 on one GPU and cp = <GPUs> on all, same job, tok/s per GPU and MFU
+#   e2e-cp<N>-u<u>.log, ...   the same on all GPUs with parallel.cp_a2a = 2, 4, <GPUs> (the hybrid ring x all-to-all;
+#                             the step line's a2a_exposed_ms beside comm_exposed_ms)
 # Each part runs under `timeout`; a failed part is logged and the script goes on (exit status: the number of
 # failed parts).
 set -uo pipefail
@@ -47,6 +49,15 @@ for cp in 1 "$gpus"; do
     --set parallel.cp="$cp" --set data.seq_len=$((65536 * cp)) --set parallel.comm=$([ "$cp" = 1 ] && echo auto || echo nccl) \
     --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
     --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$cp"
+done
+# The hybrid grids (parallel.cp_a2a, issue 32): all-to-all inside the node, the ring over cp / u, on all GPUs at 64K
+# tokens per GPU: u = 2, 4 and u = GPUs (pure all-to-all; the 1.41B model has 16 heads, so u <= 16).
+for u in 2 4 "$gpus"; do
+  [ "$u" -le "$gpus" ] && [ $((gpus % u)) -eq 0 ] || continue
+  part "e2e-cp$gpus-u$u" 420 env BUILD_DIR="$build" "$root/launch/train.sh" "$root/configs/gpt-1b-64k.yaml" \
+    --set parallel.cp="$gpus" --set parallel.cp_a2a="$u" --set data.seq_len=$((65536 * gpus)) --set parallel.comm=nccl \
+    --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
+    --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$gpus-u$u"
 done
 echo "multi_gpu.sh: $failed part(s) failed" | tee -a "$out/summary.txt"
 exit "$failed"

@@ -5,6 +5,7 @@
 //   (gradients of weights, optimizer state, norms' rstd) f32.
 #pragma once
 #include "kernels/rope_freqs.h"
+#include "kernels/strided_rows.h"
 #include "kernels/tensor.h"
 
 namespace rt {

@@ -9,6 +9,28 @@ std::shared_ptr<Comm> Comm::split(int, int) {
                          "from an MPI world communicator (make_mpi_world_comm)");
 }
 
+ExchangeHandle Comm::all_to_all_start(const Tensor&, Tensor) {
+  RT_CHECK(false, "the " << name() << " communicator has no all-to-all (parallel.cp_a2a > 1 needs the mpi or nccl "
+                         "communicator)");
+}
+
+void check_all_to_all(const Tensor& send, const Tensor& recv, int size, const char* comm) {
+  RT_CHECK(send.dtype == recv.dtype && send.numel() == recv.numel() && send.numel() % size == 0,
+           comm << "::all_to_all: send " << send.shape_str() << " " << dtype_name(send.dtype) << " and recv "
+                << recv.shape_str() << " " << dtype_name(recv.dtype) << " must be " << size
+                << " equal chunks of one dtype");
+  const char* s0 = static_cast<const char*>(send.data);
+  const char* r0 = static_cast<const char*>(recv.data);
+  RT_CHECK(send.numel() == 0 || r0 + recv.nbytes() <= s0 || s0 + send.nbytes() <= r0,
+           comm << "::all_to_all: send and recv overlap; give recv its own buffer");
+}
+
+ExchangeHandle LocalComm::all_to_all_start(const Tensor& send, Tensor recv) {
+  check_all_to_all(send, recv, 1, "LocalComm");
+  copy_cast(recv, send);
+  return {0};
+}
+
 ExchangeHandle LocalComm::ring_exchange_start(const Tensor& send, Tensor recv) {
   // A ring of one sends to itself.
   if (send.data != recv.data) copy_cast(recv, send);

@@ -41,6 +41,11 @@ class Comm {
   // Neither buffer may be touched until wait() returns (on NCCL: until the compute stream has waited).
   virtual ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) = 0;
   virtual ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) = 0;
+  // Non-blocking all-to-all of equal chunks (the head exchange of parallel/context_attention.h): send and recv
+  // (size * n) of one dtype; chunk r of send goes to rank r, and chunk r of recv comes from rank r (chunk rank()
+  // is copied locally). send and recv must not overlap. Completed by wait() like an exchange, posted in the same
+  // order on every rank. The default refuses, naming the communicator.
+  virtual ExchangeHandle all_to_all_start(const Tensor& send, Tensor recv);
 
   // Collective: a new communicator of the ranks that pass the same `color`, ranked by `key`. Used by
   // ProcessGrid to build the tp, cp, dp and dp x cp groups. The default refuses, naming the comm.
@@ -51,6 +56,7 @@ class Comm {
 // Checks the shapes of a reduce-scatter / all-gather over `size` ranks (shared by the implementations).
 void check_reduce_scatter(const Tensor& send, const Tensor& recv, int size, const char* comm);
 void check_all_gather(const Tensor& send, const Tensor& recv, int size, const char* comm);
+void check_all_to_all(const Tensor& send, const Tensor& recv, int size, const char* comm);
 
 class LocalComm final : public Comm {
  public:
@@ -65,6 +71,7 @@ class LocalComm final : public Comm {
   void wait(ExchangeHandle) override {}
   ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;  // a copy
   ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;          // a copy
+  ExchangeHandle all_to_all_start(const Tensor& send, Tensor recv) override;          // a copy
   std::shared_ptr<Comm> split(int, int) override { return std::make_shared<LocalComm>(); }
 };
 

@@ -255,6 +255,27 @@ ExchangeHandle MpiComm::all_gather_start(const Tensor& send, Tensor recv) {
   return {id};
 }
 
+ExchangeHandle MpiComm::all_to_all_start(const Tensor& send, Tensor recv) {
+  check_all_to_all(send, recv, size_, "MpiComm");
+  const size_t chunk = send.nbytes() / size_t(size_);
+  RT_CHECK(chunk < (size_t(1) << 31), "MpiComm::all_to_all: " << chunk
+                                          << " bytes per chunk exceed MPI's int count; use more ranks");
+  const int id = next_id_++;
+  Pending& p = pending_[id];
+  p.send = send;
+  p.recv = recv;
+  if (size_ == 1) {
+    copy_cast(recv, send);
+    return {id};
+  }
+  p.send_host = staging_.acquire(send, /*copy_in=*/true);
+  p.recv_host = staging_.acquire(recv, /*copy_in=*/false);
+  p.requests.emplace_back();
+  RT_MPI_CHECK(MPI_Ialltoall(p.send_host.data, int(chunk), MPI_BYTE, p.recv_host.data, int(chunk), MPI_BYTE, comm_,
+                             &p.requests.back()));
+  return {id};
+}
+
 std::shared_ptr<Comm> MpiComm::split(int color, int key) {
   RT_CHECK(color >= 0, "MpiComm::split: color " << color << " must be non-negative");
   MPI_Comm sub = MPI_COMM_NULL;

@@ -55,6 +55,8 @@ class MpiComm final : public Comm {
   // through the host: the send is copied out when the collective is posted, the result copied back in wait().
   ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;
   ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;
+  // MPI_Ialltoall of bytes; GPU tensors staged through the host like the ring exchange.
+  ExchangeHandle all_to_all_start(const Tensor& send, Tensor recv) override;
   std::shared_ptr<Comm> split(int color, int key) override;
 
   MPI_Comm handle() const { return comm_; }

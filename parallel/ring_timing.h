@@ -2,6 +2,8 @@
 //   compute:        the attention kernels, K/V packing, the dK/dV accumulator adds and the final copies;
 //   exposed comm:   time blocked in Comm::wait() or posting an exchange, i.e. the part of the hops that the
 //                   compute did not hide.
+//   exposed a2a:    with parallel.cp_a2a > 1, time blocked posting or waiting for the all-to-all head exchange
+//                   (parallel/context_attention.h); its packing counts as compute.
 // RingAttention measures every forward and backward call with a RingTimer.
 #pragma once
 #include <cstdint>
@@ -16,13 +18,14 @@ struct RingTimings {
   int64_t calls = 0;          // forward and backward calls
   int64_t steps = 0;          // ring steps (cp per call)
   double compute_s = 0;
-  double exposed_comm_s = 0;
+  double exposed_comm_s = 0;  // the ring's hops
+  double exposed_a2a_s = 0;   // the all-to-all exchange
   void reset() { *this = RingTimings{}; }
   void accumulate(const RingTimings& other) {
     calls += other.calls, steps += other.steps;
-    compute_s += other.compute_s, exposed_comm_s += other.exposed_comm_s;
+    compute_s += other.compute_s, exposed_comm_s += other.exposed_comm_s, exposed_a2a_s += other.exposed_a2a_s;
   }
-  double total_s() const { return compute_s + exposed_comm_s; }
+  double total_s() const { return compute_s + exposed_comm_s + exposed_a2a_s; }
 };
 
 // Measures the intervals of the calls. The host-clock timer is exact on CPU, where kernels run synchronously.

@@ -304,6 +304,13 @@ std::string config_table(const Config& config) {
   rows.push_back({"(derived) layout", resolved_layout(config), "sequence layout in use"});
   rows.push_back({"(derived) world", std::to_string(int64_t(p.dp) * p.cp * p.tp), "dp * cp * tp ranks"});
   rows.push_back({"(derived) tokens/step", std::to_string(tokens_per_step), "batch_size * seq_len"});
+  const int u = p.cp_a2a >= 1 ? p.cp_a2a : 1;
+  rows.push_back({"(derived) ring degree", std::to_string(p.ring()), "cp / cp_a2a ranks in the ring"});
+  rows.push_back({"(derived) a2a degree", std::to_string(u), "ranks of an all-to-all (head exchange) group"});
+  const int head_div = p.tp * u;
+  rows.push_back({"(derived) heads/rank",
+                  head_div > 0 && m.n_head % head_div == 0 ? std::to_string(m.n_head / head_div) : "(invalid)",
+                  "n_head / (tp * cp_a2a) query heads in attention"});
   rows.push_back({"(derived) tokens/rank", std::to_string(p.cp > 0 ? config.data.seq_len / p.cp : 0),
                   "seq_len / cp per sequence"});
   size_t w0 = 3, w1 = 5;
@@ -341,8 +348,10 @@ std::string resolved_layout(const Config& config) {
   if (layout != "auto") return layout;
   // The model is always causal: zigzag balances the causal work across the ring. With one cp rank
   // every layout is the identity, so contiguous avoids zigzag's even-length requirement.
-  if (config.parallel.cp > 1 && config.data.documents == "eot") return "balanced";
-  return config.parallel.cp > 1 ? "zigzag" : "contiguous";
+  // The layout is over the ring (cp / cp_a2a ranks): with cp_a2a = cp every rank sees the whole sample.
+  const int ring = config.parallel.ring();
+  if (ring > 1 && config.data.documents == "eot") return "balanced";
+  return ring > 1 ? "zigzag" : "contiguous";
 }
 
 }  // namespace rt

@@ -52,6 +52,10 @@ struct DataConfig {
 
 struct ParallelConfig {
   int dp = 1, cp = 1, tp = 1;
+  // All-to-all degree u (DESIGN.md "All-to-all and the hybrid"): cp = ring x u, the ring runs over cp / u and the
+  // u consecutive cp ranks of a group exchange heads for tokens. 1 = the ring alone; cp = all-to-all alone.
+  int cp_a2a = 1;
+  int ring() const { return cp_a2a >= 1 && cp % cp_a2a == 0 ? cp / cp_a2a : cp; }
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl
   std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16

@@ -49,6 +49,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(data, seed, u64, "data seed"),
       RT_FIELD(parallel, dp, i32, "data-parallel replicas"),
       RT_FIELD(parallel, cp, i32, "context-parallel ranks (ring)"),
+      RT_FIELD(parallel, cp_a2a, i32, "all-to-all degree u: divides cp; the ring runs over cp / u (1 = ring only)"),
       RT_FIELD(parallel, tp, i32, "tensor-parallel ranks"),
       RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped"),
       RT_FIELD(parallel, comm, string, "auto | mpi | nccl"),

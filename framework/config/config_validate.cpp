@@ -99,11 +99,36 @@ void check_model(const Config& c, Problems& p) {
           "; each KV head serves a whole group of query heads, so use an n_kv_head that divides n_head");
 }
 
+// parallel.cp_a2a (DESIGN.md "All-to-all and the hybrid"): u divides cp, and tp x u divides the query heads. Each
+// refusal names every number and values that would work.
+void check_a2a(const Config& c, Problems& p) {
+  const ParallelConfig& g = c.parallel;
+  const int u = g.cp_a2a;
+  if (u == 1) return;
+  if (g.cp % u != 0) {
+    std::string ok;
+    for (int d = 1; d <= g.cp; ++d)
+      if (g.cp % d == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(d);
+    p.add("parallel.cp_a2a=", u, " does not divide parallel.cp=", g.cp,
+          "; the ring runs over cp / cp_a2a ranks, so use a cp_a2a of ", ok, " (or cp a multiple of ", u, ")");
+  }
+  const int heads = c.model.n_head;
+  if (heads >= 1 && heads % (g.tp * u) != 0) {
+    std::string ok;
+    for (int d = 1; d <= g.cp; ++d)
+      if (g.cp % d == 0 && heads % (g.tp * d) == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(d);
+    p.add("parallel.tp x parallel.cp_a2a = ", g.tp, " x ", u, " = ", g.tp * u, " does not divide model.n_head=", heads,
+          "; both split the query heads, so use a cp_a2a of ", ok.empty() ? "1" : ok, " with tp=", g.tp,
+          ", or a tp whose product with ", u, " divides ", heads);
+  }
+}
+
 void check_parallel(const Config& c, int world_size, Problems& p) {
   const ParallelConfig& g = c.parallel;
   p.at_least("parallel.dp", g.dp, 1);
   p.at_least("parallel.cp", g.cp, 1);
   p.at_least("parallel.tp", g.tp, 1);
+  p.at_least("parallel.cp_a2a", g.cp_a2a, 1);
   p.one_of("parallel.layout", g.layout, {"auto", "contiguous", "zigzag", "striped", "balanced"});
   if (g.layout == "balanced" && c.data.documents != "eot")
     p.add("parallel.layout=balanced assigns positions to ranks by documents; set data.documents: eot, or use "
@@ -125,7 +150,8 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
           "available (-DRINGTRAIN_CUDA=ON)");
   if (g.comm == "nccl") p.add("parallel.comm=nccl but this build has no CUDA/NCCL; use parallel.comm: mpi or auto");
 #endif
-  if (g.dp < 1 || g.cp < 1 || g.tp < 1) return;
+  if (g.dp < 1 || g.cp < 1 || g.tp < 1 || g.cp_a2a < 1) return;
+  check_a2a(c, p);
   const int64_t grid = int64_t(g.dp) * g.cp * g.tp;
   if (world_size > 0 && grid != world_size)
     p.add("parallel.dp*cp*tp = ", g.dp, "*", g.cp, "*", g.tp, " = ", grid, " but the job runs on ", world_size,
@@ -141,11 +167,16 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   const int T = c.data.seq_len;
   if (T < 1) return;
   const std::string layout = resolved_layout(c);
-  if (layout == "zigzag") {
-    if (T % (2 * g.cp) != 0)
+  const int ring = g.ring();
+  if (layout == "zigzag" && T % (2 * ring) != 0) {
+    if (g.cp_a2a == 1)
       p.add("data.seq_len=", T, " is not divisible by 2*cp=", 2 * g.cp, " required by parallel.layout=zigzag",
             g.layout == "auto" ? " (auto with cp > 1)" : "", "; use a multiple of ", 2 * g.cp,
             " or layout: contiguous");
+    else
+      p.add("data.seq_len=", T, " is not divisible by 2*ring=", 2 * ring, " (ring = cp/cp_a2a = ", g.cp, "/",
+            g.cp_a2a, ") required by parallel.layout=zigzag", g.layout == "auto" ? " (auto with a ring > 1)" : "",
+            "; use a multiple of ", 2 * ring, " or layout: contiguous");
   } else if (T % g.cp != 0) {
     p.add("data.seq_len=", T, " is not divisible by parallel.cp=", g.cp, " required by parallel.layout=", layout,
           "; use a multiple of ", g.cp);

@@ -1,6 +1,7 @@
 // The loader: this rank's samples of each global batch, with the sequence layout applied once here.
 // Global batch c holds global samples [c*B, (c+1)*B); dp rank r takes [r*B/dp, (r+1)*B/dp) of them and,
-// of each, the tokens at layout_positions(layout, T, cp, cp_rank). Targets (token p+1 for global position
+// of each, the tokens at layout_positions(layout, T, cp, cp_rank) (with cp_a2a = u > 1: the layout over the ring of
+// cp / u, and cp rank r takes the (r % u)-th T/cp of ring shard r / u). Targets (token p+1 for global position
 // p, -1 at the end) and loss groups are permuted the same way. With data.documents: eot the loader derives each
 // position's document start, drops the targets that cross a document boundary, and (layout balanced) chooses
 // the assignment of positions to ranks per sample; the batch carries the whole sample's positions and document
@@ -32,12 +33,14 @@ class Loader final : public DataLoader {
     eot_ = documents_ ? resolved_eot_token(config) : -1;
     RT_CHECK(!documents_ || eot_ >= 0, "data.documents=eot needs data.eot_token");
     std::string layout = rank.layout;
-    if (layout == "auto") layout = rank.cp > 1 ? (documents_ ? "balanced" : "zigzag") : "contiguous";
+    ring_ = rank.ring > 0 ? rank.ring : rank.cp;
+    RT_CHECK(ring_ >= 1 && rank.cp % ring_ == 0, "loader: ring degree " << ring_ << " does not divide cp=" << rank.cp);
+    if (layout == "auto") layout = ring_ > 1 ? (documents_ ? "balanced" : "zigzag") : "contiguous";
     layout_ = parse_layout(layout);
     RT_CHECK(layout_ != Layout::balanced || documents_,
              "parallel.layout=balanced needs data.documents: eot; use layout: zigzag");
     RT_CHECK(seq_len_ % rank.cp == 0, "data.seq_len=" << seq_len_ << " is not divisible by cp=" << rank.cp);
-    if (layout_ != Layout::balanced) ring_order_ = layout_ring_order(layout_, seq_len_, rank.cp);
+    if (layout_ != Layout::balanced) ring_order_ = layout_ring_order(layout_, seq_len_, ring_);
     local_batch_ = global_batch_ / rank.dp;
     tokens_.resize(size_t(seq_len_));
     targets_.resize(size_t(seq_len_));
@@ -73,7 +76,7 @@ class Loader final : public DataLoader {
         for (int64_t p = 0; p + 1 < T; ++p)
           if (starts[size_t(p + 1)] == p + 1 && targets_[size_t(p)] >= 0) targets_[size_t(p)] = -1, dropped_[size_t(p)] = 1;
         if (layout_ == Layout::balanced) {
-          sample_order = balanced_ring_order(starts, rank_.cp);
+          sample_order = balanced_ring_order(starts, ring_);
           order = &sample_order;
         }
         for (int64_t c = 0; c < T; ++c) {
@@ -106,6 +109,7 @@ class Loader final : public DataLoader {
   int64_t global_batch_;
   int64_t seq_len_;
   LoaderRank rank_;
+  int ring_ = 1;  // ranks the layout is over (cp / cp_a2a)
   Layout layout_ = Layout::contiguous;
   bool documents_ = false, doc_positions_ = false;
   int32_t eot_ = -1;

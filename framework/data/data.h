@@ -41,6 +41,9 @@ struct Batch {
 struct LoaderRank {
   int dp = 1, dp_rank = 0;           // this rank reads samples [dp_rank*B/dp, (dp_rank+1)*B/dp) of each global batch
   int cp = 1, cp_rank = 0;           // and the tokens at layout_positions(layout, seq_len, cp, cp_rank)
+  // The ring degree cp / cp_a2a: the layout is over the ring; ring shard s is cp ranks [s*u, (s+1)*u), each taking
+  // consecutive T/cp of its tokens (u = 1: the layout over cp, as before).
+  int ring = 0;                      // 0 = cp
   std::string layout = "contiguous"; // resolved layout name (contiguous | zigzag | striped)
 };
 

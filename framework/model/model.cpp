@@ -136,8 +136,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   RingAttentionShape ring;
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
   ring.dtype = act;
-  attention_ =
-      std::make_unique<RingAttention>(*comms.cp, options.layout, /*causal=*/true, ring, arena, options.dkv_wire);
+  attention_ = std::make_unique<ContextAttention>(comms.ring ? *comms.ring : *comms.cp, comms.a2a ? *comms.a2a : no_a2a_,
+                                                  options.layout, /*causal=*/true, ring, arena, options.dkv_wire);
 }
 
 
@@ -155,6 +155,7 @@ int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff)
 ModelComms ModelComms::from(ProcessGrid& grid) {
   ModelComms c;
   c.tp = &grid.tp(), c.cp = &grid.cp(), c.dp_cp = &grid.dp_cp();
+  c.ring = &grid.ring(), c.a2a = &grid.a2a();
   c.tp_rank = grid.tp_rank();
   return c;
 }

@@ -32,7 +32,7 @@
 #include "kernels/rope_freqs.h"
 #include "parallel/layout.h"
 #include "parallel/process_grid.h"
-#include "parallel/ring_attention.h"
+#include "parallel/context_attention.h"
 
 namespace rt {
 
@@ -137,7 +137,9 @@ int64_t count_parameters(const ModelConfig& model);
 // The communicators the model talks through: a ProcessGrid's, or size-only stand-ins for `ringtrain plan`.
 struct ModelComms {
   Comm* tp = nullptr;     // tensor-parallel group (all-reduces after row-parallel layers)
-  Comm* cp = nullptr;     // the ring of ring attention
+  Comm* cp = nullptr;     // the context group (ring x a2a): the document arrays span it
+  Comm* ring = nullptr;   // the ring of ring attention, cp / u ranks (null: the cp group)
+  Comm* a2a = nullptr;    // the all-to-all head exchange, u ranks (null: none, u = 1)
   Comm* dp_cp = nullptr;  // ranks holding the same parameters (token counts, gradients)
   int tp_rank = 0;
   static ModelComms from(ProcessGrid& grid);
@@ -202,7 +204,7 @@ class Model {
   Comm& tp_comm() { return *comms_.tp; }
   Comm& dp_cp_comm() { return *comms_.dp_cp; }
   // The ring attention every layer uses; its timings() cover all layers' forward and backward calls.
-  RingAttention& attention() { return *attention_; }
+  ContextAttention& attention() { return *attention_; }
 
   // normal(0, 0.02), residual projections (wo, proj, w2) scaled by 1/sqrt(2L), norms 1. The full tensors
   // are generated from `seed` and sliced, so every grid gets the same model.
@@ -345,7 +347,8 @@ class Model {
   int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
   bool keep_mlp_hidden_ = false;     // no checkpointing: h and g are kept per layer as (N, .)
   Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
-  std::unique_ptr<RingAttention> attention_;
+  LocalComm no_a2a_;  // the a2a group when comms.a2a is null
+  std::unique_ptr<ContextAttention> attention_;
 };
 
 }  // namespace rt

@@ -173,6 +173,12 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"world_size", p.dp * p.cp * p.tp},
                       {"dp", p.dp},
                       {"cp", p.cp},
+                      {"cp_a2a", p.cp_a2a},
+                      {"ring", p.ring()},
+                      {"a2a_forward_bytes_per_layer", pt.a2a.forward_bytes},
+                      {"a2a_backward_bytes_per_layer", pt.a2a.backward_bytes},
+                      {"a2a_buffer_bytes", pt.a2a.buffer_bytes},
+                      {"a2a_replica_bytes", pt.a2a.replica_bytes},
                       {"tp", p.tp},
                       {"zero", pt.zero},
                       {"offload_layers", pt.offload_layers},
@@ -268,12 +274,23 @@ int plan_main(const Config& config, const PlanArgs& args) {
     return 0;
   }
 
-  std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d tp=%d, layout %s, zero %d%s)\n", config.source_path.c_str(),
-              device.str().c_str(), world, p.dp, p.cp, p.tp, resolved_layout(config).c_str(), pt.zero,
+  std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d (ring %d x a2a %d) tp=%d, layout %s, zero %d%s)\n",
+              config.source_path.c_str(), device.str().c_str(), world, p.dp, p.cp, p.ring(), p.cp_a2a, p.tp, resolved_layout(config).c_str(), pt.zero,
               config.train.offload == "activations" ? ", offload activations" : "");
   std::printf("  device       %s\n", device_note(config, device).c_str());
   std::printf("  memory       judged against %s\n", limits_from.c_str());
   if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());
+  if (p.cp_a2a > 1) {
+    const HeadExchangeShape& x = pt.a2a;
+    std::printf("  all-to-all   cp %d = ring %d x a2a %d: %lld query / %lld KV heads per rank in attention%s\n", p.cp,
+                p.ring(), p.cp_a2a, (long long)x.q_heads, (long long)x.kv_heads,
+                x.replicated ? " (KV heads replicated: fewer local KV heads than a2a ranks need)" : "");
+    std::printf("  exchange     per rank per layer: %s forward (Q, K, V out; O back), %s backward (Q, K, V, O, dO out; "
+                "dQ, dK, dV back); buffers %s (in the arena%s%s)\n",
+                human_bytes(x.forward_bytes).c_str(), human_bytes(x.backward_bytes).c_str(),
+                human_bytes(x.buffer_bytes).c_str(), x.replicated ? ", of which replicated K/V " : "",
+                x.replicated ? human_bytes(x.replica_bytes).c_str() : "");
+  }
   if (args.max_seq_len) {
     if (pt.seq_len == 0) {
       std::printf("  max seq_len  none: even %d tokens (the smallest step of the layout) do not fit\n",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <numeric>
 
 #include "framework/plan/plan.h"
 #include "framework/plan/trainer_setup.h"
@@ -39,9 +40,10 @@ constexpr double kNcclBytesPerComm = 0.8 * kGiB;
 // The arena and host needs with `offload_layers` resolved to a number.
 PlanPoint measure(const Config& config, Device device, int offload_layers) {
   const ParallelConfig& p = config.parallel;
-  SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp);
+  SizeOnlyComm tp(p.tp), cp(p.cp), dp_cp(p.dp * p.cp), ring(p.ring()), a2a(p.cp_a2a);
   ModelComms comms;
   comms.tp = &tp, comms.cp = &cp, comms.dp_cp = &dp_cp, comms.tp_rank = 0;
+  comms.ring = &ring, comms.a2a = &a2a;
   Config c = config;
   c.train.offload_layers = std::to_string(offload_layers);
   if (offload_layers == 0) c.train.offload = "none";
@@ -54,6 +56,7 @@ PlanPoint measure(const Config& config, Device device, int offload_layers) {
   pt.allowance_bytes = non_arena_allowance_bytes(device);
   pt.nccl_bytes = nccl_buffer_bytes(config, device);
   pt.host_bytes_per_rank = double(s.model->host_offload_bytes());
+  pt.a2a = s.model->attention().exchange();
   std::map<std::string, double> by_name;
   for (const Arena::Entry& e : s.arena->entries()) by_name[e.what] += double(e.bytes);
   pt.largest.assign(by_name.begin(), by_name.end());
@@ -72,8 +75,10 @@ void judge(PlanPoint& pt, const PlanLimits& limits) {
 double nccl_buffer_bytes(const Config& config, Device device) {
   const ParallelConfig& p = config.parallel;
   if (!device.is_cuda() || p.comm == "mpi" || p.dp * p.cp * p.tp == 1) return 0;
-  // ProcessGrid builds the world and its tp, cp, dp and dp x cp groups: one NCCL communicator each.
-  const int sizes[5] = {p.dp * p.cp * p.tp, p.tp, p.cp, p.dp, p.dp * p.cp};
+  // ProcessGrid builds the world and its tp, cp, dp and dp x cp groups, and with cp_a2a > 1 the a2a group and
+  // the ring (when neither is the whole cp group): one NCCL communicator each.
+  const bool hybrid = p.cp_a2a > 1;
+  const int sizes[7] = {p.dp * p.cp * p.tp, p.tp, p.cp, p.dp, p.dp * p.cp, hybrid ? p.cp_a2a : 1, hybrid ? p.ring() : 1};
   int multi = 0;
   for (int s : sizes) multi += s > 1 ? 1 : 0;
   return kNcclBytesPerComm * multi;
@@ -125,7 +130,10 @@ std::string offload_host_problem(const PlanPoint& pt, int ranks_per_node, double
 
 int seq_len_step(const Config& config) {
   const int cp = config.parallel.cp;
-  return resolved_layout(config) == "zigzag" ? 2 * cp * 128 : cp * 128;
+  // zigzag is over the ring (cp / cp_a2a ranks); every rank still holds seq_len / cp tokens.
+  const int ring = config.parallel.ring(), zig = 2 * ring;
+  if (resolved_layout(config) != "zigzag") return cp * 128;
+  return std::lcm(zig, cp) * 128;
 }
 
 PlanPoint max_seq_len(const Config& config, Device device, const PlanLimits& limits) {

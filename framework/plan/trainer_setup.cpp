@@ -53,8 +53,10 @@ std::shared_ptr<Comm> make_world_comm(const Config& config) {
   const bool shared = ranks_share_gpu(MPI_COMM_WORLD, device.index);
   RT_CHECK(!(shared && choice == "nccl"),
            "parallel.comm=nccl, but several ranks of this node share one GPU; NCCL refuses that (\"Duplicate GPU "
-           "detected\"). Use parallel.comm: mpi (or auto), which stages through pinned host memory, or launch one "
-           "rank per GPU");
+           "detected\")" << (config.parallel.cp_a2a > 1 ? ", for the all-to-all (parallel.cp_a2a=" +
+                                  std::to_string(config.parallel.cp_a2a) + ") as for the ring"
+                                                                           : std::string()) <<
+           ". Use parallel.comm: mpi (or auto), which stages through pinned host memory, or launch one rank per GPU");
   if (!shared) {
     if (rank == 0) std::printf("parallel.comm: %s -> nccl (one GPU per rank)\n", choice.c_str());
     return std::make_shared<NcclComm>(MPI_COMM_WORLD, device.index);
@@ -66,6 +68,7 @@ std::shared_ptr<Comm> make_world_comm(const Config& config) {
 
 ProcessGrid make_process_grid(const Config& config) {
   GridDims dims{config.parallel.dp, config.parallel.cp, config.parallel.tp};
+  dims.cp_a2a = config.parallel.cp_a2a;
   int initialized = 0, size = 1;
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -112,6 +115,7 @@ LoaderRank loader_rank(const Config& config, const ProcessGrid& grid) {
   LoaderRank r;
   r.dp = config.parallel.dp, r.dp_rank = grid.dp_rank();
   r.cp = config.parallel.cp, r.cp_rank = grid.cp_rank();
+  r.ring = config.parallel.ring();
   r.layout = resolved_layout(config);
   return r;
 }

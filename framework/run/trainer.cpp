@@ -160,8 +160,11 @@ int train_main(const Config& loaded) {
   if (rank0) {
     std::printf("%s", config_table(config).c_str());
     for (const std::string& note : config.notes) std::printf("%s\n", note.c_str());
-    std::printf("cp=%d layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, layout.c_str(), config.parallel.tp,
-                config.parallel.dp, device_name(device).c_str());
+    const std::string hybrid = config.parallel.cp_a2a > 1 ? " (ring " + std::to_string(config.parallel.ring()) +
+                                                               " x a2a " + std::to_string(config.parallel.cp_a2a) + ")"
+                                                         : "";
+    std::printf("cp=%d%s layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, hybrid.c_str(), layout.c_str(),
+                config.parallel.tp, config.parallel.dp, device_name(device).c_str());
     if (!zero_note(config).empty()) std::printf("%s\n", zero_note(config).c_str());
     std::printf("%s\n", plan.why.c_str());
     for (const std::string& c : changes) std::printf("resume: changed (allowed) %s\n", c.c_str());
@@ -318,6 +321,7 @@ int train_main(const Config& loaded) {
         const RingTimings& ring = model.attention().timings();
         sm.extra["attn_ms"] = ring.total_s() * 1e3;
         sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
+        if (config.parallel.cp_a2a > 1) sm.extra["a2a_exposed_ms"] = ring.exposed_a2a_s * 1e3;
         if (model.zero() > 0) {  // the latest step's ZeRO gathers and reduce-scatters (host time in their calls)
           const Model::ZeroStats& z = model.zero_stats();
           sm.extra["zero_comm_ms"] = z.host_s * 1e3;

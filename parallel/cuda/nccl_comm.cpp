@@ -207,6 +207,27 @@ ExchangeHandle NcclComm::all_gather_start(const Tensor& send, Tensor recv) {
   return post(compute, "all_gather");
 }
 
+ExchangeHandle NcclComm::all_to_all_start(const Tensor& send, Tensor recv) {
+  check_all_to_all(send, recv, size_, "NcclComm");
+  check_tensor(send, "all_to_all_start");
+  check_tensor(recv, "all_to_all_start");
+  cudaStream_t compute = cuda::stream_for(send, "NcclComm::all_to_all_start");
+  cudaStream_t comm = as_stream(enter_comm_stream(compute));
+  const size_t chunk = send.nbytes() / size_t(size_);
+  const char* sp = static_cast<const char*>(send.data);
+  char* rp = static_cast<char*>(recv.data);
+  CUDA_CHECK(cudaMemcpyAsync(rp + chunk * size_t(rank_), sp + chunk * size_t(rank_), chunk, cudaMemcpyDeviceToDevice,
+                             comm));
+  NCCL_CHECK(ncclGroupStart());
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    NCCL_CHECK(ncclSend(sp + chunk * size_t(peer), chunk, ncclUint8, peer, comm_, comm));
+    NCCL_CHECK(ncclRecv(rp + chunk * size_t(peer), chunk, ncclUint8, peer, comm_, comm));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  return post(compute, "all_to_all (grouped send / recv with every peer)");
+}
+
 void NcclComm::wait(ExchangeHandle handle) {
   Exchanges& x = *exchanges_;
   auto it = x.posted.find(handle.id);

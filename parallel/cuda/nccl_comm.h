@@ -64,6 +64,8 @@ class NcclComm final : public Comm {
   void wait(ExchangeHandle handle) override;
   ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;  // f32 or bf16
   ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;          // any dtype
+  // Grouped ncclSend / ncclRecv to and from every peer on the comm stream (the own chunk copied there too).
+  ExchangeHandle all_to_all_start(const Tensor& send, Tensor recv) override;         // any dtype
   std::shared_ptr<Comm> split(int color, int key) override;
 
   int device() const { return device_; }

@@ -378,6 +378,19 @@ const std::map<std::string, OpCase>& op_cases() {
          if (!r.device().is_cuda()) got = bf16_rounded(got);  // the CPU path holds f32: round as the GPU did
          return {got};
        }}},
+      {"copy_rows", {1e-6, [](OpRun& r) -> Outputs {
+         // src (3, 5, 8) bf16; rows of width 4 from column 2, blocks of 5 rows, every other row, into dst (4, 6, 6).
+         Tensor src = r.in(DType::bf16, {3, 5, 8}, rand_vec(120, 93));
+         Tensor dst = r.in(DType::f32, {4, 6, 6}, rand_vec(144, 94));  // accumulated into
+         Tensor dst_b = r.in(DType::bf16, {4, 6, 6}, rand_vec(144, 98));  // overwritten, rest kept
+         StridedRows g;
+         g.blocks = 3, g.rows = 3, g.width = 4;
+         g.src_offset = 2, g.src_block_stride = 40, g.src_row_stride = 16;
+         g.dst_offset = 7, g.dst_block_stride = 36, g.dst_row_stride = 6;
+         copy_rows(dst, src, g, /*accumulate=*/true);
+         copy_rows(dst_b, src, g, /*accumulate=*/false);
+         return {download(dst), download(dst_b)};
+       }}},
       {"sum_squares", {1e-5, [](OpRun& r) -> Outputs {
          Tensor x = r.in(DType::bf16, {4097}, rand_vec(4097, 95));
          return {{float(sum_squares(x))}};

@@ -149,3 +149,50 @@ TEST(MpiComm, ReduceScatterAndAllGatherAsync) {
   Tensor s = host_f32(send);
   EXPECT_THROW(world->reduce_scatter_sum_start(s, s.slice(0, n)), Error);
 }
+
+namespace {
+// The all-to-all of the head exchange (parallel/context_attention.h): chunk s of rank r's send arrives as chunk r of
+// rank s's recv; two exchanges outstanding at once stay apart. And the ring x a2a groups of a hybrid grid.
+TEST(MpiComm, AllToAllOfEqualChunks) {
+  auto world = make_mpi_world_comm();
+  const int r = world->rank(), P = world->size();
+  const int n = 3;  // elements per chunk
+  std::vector<float> a(size_t(P * n)), b(size_t(P * n)), ra(size_t(P * n), -1.f), rb(size_t(P * n), -1.f);
+  for (int s = 0; s < P; ++s)
+    for (int i = 0; i < n; ++i) {
+      a[size_t(s * n + i)] = float(100 * r + 10 * s + i);
+      b[size_t(s * n + i)] = -float(100 * r + 10 * s + i) - 0.5f;
+    }
+  const ExchangeHandle ha = world->all_to_all_start(host_f32(a), host_f32(ra));
+  const ExchangeHandle hb = world->all_to_all_start(host_f32(b), host_f32(rb));
+  world->wait(hb);
+  world->wait(ha);
+  for (int s = 0; s < P; ++s)
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(ra[size_t(s * n + i)], float(100 * s + 10 * r + i)) << "chunk " << s << " element " << i;
+      EXPECT_EQ(rb[size_t(s * n + i)], -float(100 * s + 10 * r + i) - 0.5f) << "chunk " << s << " element " << i;
+    }
+  std::vector<float> odd(size_t(P * n + 1));
+  EXPECT_THROW(world->all_to_all_start(host_f32(odd), host_f32(odd)), Error);
+}
+
+TEST(ProcessGrid, RingAndAllToAllGroups) {
+  auto world = make_mpi_world_comm();
+  const int P = world->size();
+  if (P % 2 != 0) GTEST_SKIP() << "needs an even world";
+  GridDims d{1, P, 1};
+  d.cp_a2a = 2;
+  ProcessGrid g = ProcessGrid::create(world, d);
+  EXPECT_EQ(g.a2a().size(), 2);
+  EXPECT_EQ(g.ring().size(), P / 2);
+  EXPECT_EQ(g.a2a().rank(), g.cp_rank() % 2);
+  EXPECT_EQ(g.ring().rank(), g.cp_rank() / 2);
+  // The a2a partners are consecutive cp ranks: the sum of the group's cp ranks is 2 * (cp_rank - a2a_rank) + 1.
+  double sum = g.cp_rank();
+  g.a2a().all_reduce_sum(&sum, 1);
+  EXPECT_EQ(sum, 2.0 * (g.cp_rank() - g.a2a_rank()) + 1);
+  GridDims bad{1, P, 1};
+  bad.cp_a2a = P + 1;
+  EXPECT_THROW(ProcessGrid::create(world, bad), Error);
+}
+}  // namespace

@@ -142,6 +142,19 @@ TEST(GpuNccl, SharedGpuRefusesNcclAndAutoFallsBackToMpi) {
   }
   const Config nccl = parse_config_text(kYaml + "device: cuda\nparallel:\n  comm: nccl\n", {}, 0, "nccl");
   EXPECT_THROW(make_world_comm(nccl), Error);
+  // The all-to-all (parallel.cp_a2a > 1) is refused the same way, and says so.
+  const std::string two_heads =  // head_dim 64, and 2 heads for the all-to-all to split
+      "model:\n  n_layer: 1\n  d_model: 128\n  n_head: 2\n  n_kv_head: 1\n  vocab_size: 32\n  mlp: gelu\n  d_ff: 128\n"
+      "data:\n  source: copy\n  seq_len: 64\ntrain:\n  batch_size: 1\n  steps: 100\n";
+  const Config a2a = parse_config_text(two_heads + "device: cuda\nparallel:\n  comm: nccl\n  cp: 2\n  cp_a2a: 2\n", {},
+                                       0, "a2a");
+  try {
+    make_world_comm(a2a);
+    ADD_FAILURE() << "parallel.comm=nccl with cp_a2a=2 was accepted on a shared GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cp_a2a=2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parallel.comm: mpi"), std::string::npos) << e.what();
+  }
   const Config autoc = parse_config_text(kYaml + "device: cuda\nparallel:\n  comm: auto\n", {}, 0, "auto");
   EXPECT_EQ(make_world_comm(autoc)->name(), "mpi") << "auto with a shared GPU must pick mpi";
 }

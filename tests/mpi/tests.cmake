@@ -17,6 +17,9 @@ rt_mpi_test(fault 1)
 
 # The whole model on every (dp, cp, tp) grid of issue 3 with <= 4 ranks, against one rank.
 rt_mpi_test(model_grid 4)
+# All-to-all and the hybrid ring x all-to-all (parallel.cp_a2a) against one rank; cp 8 with 8 ranks (oversubscribed).
+rt_mpi_test(a2a_grid 4)
+rt_mpi_test(a2a_grid 8 --gtest_filter=*cp8*)
 # Ring attention timing: compute vs exposed communication, with a late neighbour.
 rt_mpi_test(ring_timing 2)
 # The real binary through launch/train.sh: bad config refused up front, resume on a different grid.

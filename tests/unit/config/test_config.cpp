@@ -334,3 +334,30 @@ TEST(ConfigPaths, DirectoryOrEmptyFileIsRefused) {
   EXPECT_EQ(error_of((dir / "one.yaml").string()), "no error");
   fs::remove_all(dir);
 }
+
+namespace {
+// parallel.cp_a2a (issue 32): u must divide cp, and tp x u must divide the query heads; each refusal names the
+// numbers and what would work. A valid hybrid prints its ring degree, a2a degree and heads per rank.
+TEST_F(ConfigTest, AllToAllDegreeRefusedUnlessItDividesCpAndTheHeads) {
+  expect_error(yaml(), {"parallel.cp=4", "parallel.cp_a2a=3"}, 0,
+               {"parallel.cp_a2a=3 does not divide parallel.cp=4", "use a cp_a2a of 1, 2, 4"});
+  expect_error(yaml(), {"parallel.cp=8", "parallel.cp_a2a=8", "parallel.tp=1"}, 0,
+               {"parallel.tp x parallel.cp_a2a = 1 x 8 = 8 does not divide model.n_head=4", "use a cp_a2a of 1, 2, 4"});
+  expect_error(yaml(), {"parallel.cp=4", "parallel.cp_a2a=4", "parallel.tp=2"}, 0,
+               {"2 x 4 = 8 does not divide model.n_head=4", "use a cp_a2a of 1, 2 with tp=2"});
+  expect_error(yaml(), {"parallel.cp_a2a=0"}, 0, {"parallel.cp_a2a"});
+  const rt::Config c = rt::load_config(write(yaml()), {"parallel.cp=4", "parallel.cp_a2a=2", "parallel.tp=2"}, 8);
+  EXPECT_EQ(c.parallel.ring(), 2);
+  const std::string table = rt::config_table(c);
+  EXPECT_NE(table.find("(derived) ring degree"), std::string::npos) << table;
+  EXPECT_NE(table.find("(derived) a2a degree"), std::string::npos) << table;
+  EXPECT_NE(table.find("(derived) heads/rank"), std::string::npos) << table;
+  EXPECT_NE(table.find("n_head / (tp * cp_a2a)"), std::string::npos) << table;
+  // zigzag is over the ring: seq_len must be a multiple of 2 * ring, not of 2 * cp.
+  const rt::Config z = rt::load_config(write(yaml({{"  seq_len: 128", "  seq_len: 12"}})),
+                                       {"parallel.cp=6", "parallel.cp_a2a=3", "model.n_head=3", "model.n_kv_head=1",
+                                        "model.d_model=48"},
+                                       6);
+  EXPECT_EQ(z.parallel.ring(), 2);
+}
+}  // namespace

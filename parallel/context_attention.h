@@ -1,0 +1,99 @@
+// Context-parallel attention over the cp group = ring x a2a (DESIGN.md "All-to-all and the hybrid"). With
+// parallel.cp_a2a = u > 1 the u ranks of an all-to-all group exchange heads for tokens (DeepSpeed-Ulysses):
+//   forward:  Q, K, V go from sequence-sharded (this rank's n tokens, every local head) to head-sharded (the
+//             group's u*n tokens, H/u query heads), ring attention runs over the cp/u ring on those, and O comes back;
+//   backward: Q, K, V, O and dO go out again, the ring backward runs, and dQ, dK, dV come back.
+// With u = 1 it is RingAttention over the cp group, unchanged.
+// GQA: all-to-all rank a takes query heads [a*H/u, (a+1)*H/u). Its KV heads are the fewest groups that serve them:
+// with g = H/Hkv query heads per KV head and s = gcd(H/u, g), it holds H/u/s KV heads, its j-th being local KV head
+// (a*H/u + j*s)/g. When u * (H/u/s) > Hkv some KV heads go to several ranks (replicated: the u-degree is not capped
+// by the KV heads); their dK/dV come back in f32 and are summed in f32 before the one rounding.
+#pragma once
+#include <memory>
+
+#include "parallel/ring_attention.h"
+
+namespace rt {
+
+// Heads and bytes of the head exchange for a shape (tokens per rank n, local heads H / Hkv) and degree u.
+struct HeadExchangeShape {
+  int u = 1;
+  int64_t q_heads = 0;     // hq = H / u query heads per rank after the exchange
+  int64_t kv_heads = 0;    // hk KV heads per rank after the exchange
+  int64_t kv_group = 1;    // s: query heads per KV head after the exchange
+  bool replicated = false; // u * hk > Hkv: some KV heads are held by several ranks
+  // Bytes one rank sends per layer (the chunk it keeps is not counted), at the activation dtype's element size
+  // and 4 bytes for the gradients of replicated K/V.
+  double forward_bytes = 0;   // Q, K, V out and O back
+  double backward_bytes = 0;  // Q, K, V, O, dO out and dQ, dK, dV back
+  double buffer_bytes = 0;    // the head-sharded buffers and the two exchange buffers (every layer shares them)
+  double replica_bytes = 0;   // of buffer_bytes: K/V heads held beyond the rank's share (0 without replication)
+};
+// Throws rt::Error unless u divides H (naming H, u and what would work). Hkv must divide H.
+HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u);
+
+class ContextAttention {
+ public:
+  // ring: the cp/u ring (the whole cp group when u = 1); a2a: the all-to-all group of u ranks (size 1: none).
+  // shape: this rank's tokens (n = seq_len / cp) and local heads, as the model holds them.
+  ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
+                   DType dkv_wire = DType::f32);
+
+  // q (B,n,H,D), k and v (B,n,Hkv,D): this rank's tokens. out (B,n,H,D) written. lse: B*H*n f32 written; with
+  // u > 1 it holds the head-sharded LSE (B, H/u, u*n) that backward() reads back (no other reader).
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
+  // dq (B,n,H,D), dk and dv (B,n,Hkv,D) written for this rank's tokens.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
+
+  // The whole sample's document mask, (B, cp*n) in cp-rank order (RingAttention::set_documents): a ring shard of
+  // the cp/u ring is the u consecutive cp ranks of one group, so the ring reads the same arrays.
+  void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
+                     const int64_t* host_doc_start = nullptr) {
+    ring_->set_documents(pos, doc_start, host_pos, host_doc_start);
+  }
+  int64_t skipped_steps() const { return ring_->skipped_steps(); }
+
+  // The ring's timings plus the exchange: its packing in compute_s, its waits in exposed_a2a_s.
+  const RingTimings& timings() const;
+  const RingTimings& last_call_timings() const;
+  void reset_timings();
+
+  int a2a_degree() const { return x_.u; }
+  const HeadExchangeShape& exchange() const { return x_; }
+  RingAttention& ring() { return *ring_; }
+
+ private:
+  Comm& a2a_;
+  RingAttentionShape shape_;  // sequence-sharded (the model's)
+  HeadExchangeShape x_;
+  std::unique_ptr<RingAttention> ring_;
+  DType grad_dtype_ = DType::f32;  // of dq_h_, dk_h_, dv_h_ and their exchange: f32 when replicated
+  // Head-sharded, u > 1 only; nh = u*n tokens.
+  Tensor q_h_, out_h_, dout_h_;  // (B, nh, hq, D) act dtype
+  Tensor k_h_, v_h_;             // (B, nh, hk, D) act dtype
+  Tensor dq_h_;                  // (B, nh, hq, D) grad_dtype_
+  Tensor dk_h_, dv_h_;           // (B, nh, hk, D) grad_dtype_
+  Tensor dkv_sum_;               // (2, B, n, Hkv, D) f32: replicas' dK | dV summed (replicated only)
+  Tensor send_, recv_;           // (u, B, n, W) raw storage, W up to (3hq + 2hk) D act elements; viewed per use
+  std::unique_ptr<RingTimer> timer_;
+  mutable RingTimings a2a_sum_, a2a_last_, combined_, combined_last_;
+  mutable std::vector<RingTimings> collected_;
+
+  Tensor wire(const Tensor& storage, DType dtype, int64_t width) const;  // (u * B * n * width) view of storage
+  // Row copies between a sequence-sharded (B, n, heads, D) tensor and chunk `peer` of a (u, B, n, W) wire.
+  void seq_to_wire(const Tensor& seq, int64_t heads, int64_t head0, int64_t count, Tensor& w, int64_t W,
+                   int peer, int64_t col);
+  void wire_to_seq(const Tensor& w, int64_t W, int peer, int64_t col, Tensor& seq, int64_t heads, int64_t head0,
+                   int64_t count, bool accumulate);
+  // Row copies between a head-sharded (B, u*n, heads, D) tensor and chunk `peer` of a wire (all its heads).
+  void heads_to_wire(const Tensor& h, int64_t heads, Tensor& w, int64_t W, int peer, int64_t col);
+  void wire_to_heads(const Tensor& w, int64_t W, int peer, int64_t col, Tensor& h, int64_t heads);
+  // K or V of every peer: its hk KV heads in runs of consecutive local heads.
+  void kv_to_wire(const Tensor& seq, Tensor& w, int64_t W, int64_t col);
+  void exchange(const Tensor& send, Tensor recv);
+  void end_exchange();  // marks the end of one exchange (and its packing) on the timer
+  void collect() const;
+};
+
+}  // namespace rt
