@@ -302,6 +302,14 @@ std::string config_table(const Config& config) {
   rows.push_back({"(derived) head_dim", std::to_string(m.n_head > 0 ? m.d_model / m.n_head : 0),
                   "d_model / n_head"});
   rows.push_back({"(derived) layout", resolved_layout(config), "sequence layout in use"});
+  const int eb = config.train.eval_batches;
+  rows.push_back({"(derived) eval", config.train.eval_every <= 0 ? std::string("off")
+                                    : config.data.source == "copy"
+                                        ? std::to_string(eb > 0 ? eb : kGeneratedEvalBatches) + " batches of generated samples"
+                                        : eb > 0 ? "first " + std::to_string(int64_t(eb) * config.train.batch_size) +
+                                                       " windows of the held-out split"
+                                                 : "every window of the held-out split",
+                  "consecutive seq_len windows from the split's start; seq_len-1 targets each"});
   rows.push_back({"(derived) world", std::to_string(int64_t(p.dp) * p.cp * p.tp), "dp * cp * tp ranks"});
   rows.push_back({"(derived) tokens/step", std::to_string(tokens_per_step), "batch_size * seq_len"});
   const int u = p.cp_a2a >= 1 ? p.cp_a2a : 1;

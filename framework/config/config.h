@@ -67,11 +67,14 @@ struct ParallelConfig {
   double save_timeout_s = 3600;  // the same while a checkpoint is written
 };
 
+constexpr int kGeneratedEvalBatches = 4;  // train.eval_batches: 0 with data.source: copy
+
 struct TrainConfig {
   int batch_size = 8;           // sequences per step, global (split over dp)
   int steps = 300;
   int eval_every = 100;         // 0 = never
-  int eval_batches = 4;
+  int eval_batches = 0;         // 0 = every window of the held-out split; N = its first N x batch_size windows
+                                // (the copy task's generated split has no end: kGeneratedEvalBatches when 0)
   std::string checkpointing = "none";  // activation checkpointing: none | full | selective
   int lm_head_chunk = 1024;     // tokens per chunk of the fused LM head + loss
   int mlp_chunk = -1;           // tokens per MLP chunk: -1 auto (chunk only when N x d_ff > 2^27), 0 = none

@@ -60,7 +60,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(train, batch_size, i32, "global sequences per step"),
       RT_FIELD(train, steps, i32, "optimizer steps"),
       RT_FIELD(train, eval_every, i32, "steps between evals (0 = never)"),
-      RT_FIELD(train, eval_batches, i32, "batches per eval"),
+      RT_FIELD(train, eval_batches, i32, "0 = every seq_len window of the held-out split, in order; N = the first N x batch_size"),
       RT_FIELD(train, checkpointing, string, "activations: none | full | selective"),
       RT_FIELD(train, lm_head_chunk, i32, "tokens per LM-head chunk"),
       RT_FIELD(train, mlp_chunk, i32, "tokens per MLP chunk: -1 auto (only when tokens x d_ff > 2^27), 0 none"),

@@ -221,11 +221,16 @@ void check_data(const Config& c, Problems& p) {
   p.at_least("data.seq_len", d.seq_len, 2, " (a sequence needs at least one next-token target)");
   p.one_of("data.documents", d.documents, {"none", "eot"});
   p.one_of("data.positions", d.positions, {"global", "document"});
+  const bool eot_negative = d.eot_token < -1;  // -1 is the documented "auto"; any other negative is no token
+  if (eot_negative)
+    p.add("data.eot_token=", d.eot_token, " is negative; set it to the token id that starts each document (>= 0, "
+          "e.g. 50256 for GPT-2 shards), or leave it out (or -1) to take meta.json's eot_token beside the shards, "
+          "else 50256");
   if (d.documents == "eot") {
     if (d.source == "copy")
       p.add("data.documents=eot: the copy task has no documents; use data.documents: none, or data.source: shards "
             "or bytes");
-    const int eot = d.source == "copy" ? 0 : resolved_eot_token(c);
+    const int eot = d.source == "copy" || eot_negative ? 0 : resolved_eot_token(c);
     if (eot < 0)
       p.add("data.documents=eot with data.source=", d.source, " needs data.eot_token (the token that starts each "
             "document, e.g. 10 for newline-separated bytes)");
@@ -287,7 +292,7 @@ void check_train(const Config& c, Problems& p) {
   p.at_least("train.batch_size", t.batch_size, 1);
   p.at_least("train.steps", t.steps, 1);
   p.at_least("train.eval_every", t.eval_every, 0, " (0 = never)");
-  p.at_least("train.eval_batches", t.eval_batches, 1);
+  p.at_least("train.eval_batches", t.eval_batches, 0, " (0 = the whole held-out split)");
   p.at_least("train.lm_head_chunk", t.lm_head_chunk, 1);
   p.at_least("train.mlp_chunk", t.mlp_chunk, -1, " (-1 = auto, 0 = no chunking)");
   p.one_of("train.checkpointing", t.checkpointing, {"none", "full", "selective"});

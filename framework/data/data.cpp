@@ -8,6 +8,8 @@
 // starts in ring order for the ring's document mask.
 #include "framework/data/data.h"
 
+#include <algorithm>
+
 #include "framework/data/data_source.h"
 #include "kernels/tensor.h"
 #include "parallel/doc_balance.h"
@@ -64,7 +66,9 @@ class Loader final : public DataLoader {
     std::vector<int64_t> starts;  // (T) document start of each position (documents only)
     for (int64_t i = 0; i < local_batch_; ++i) {
       const uint64_t index = cursor_ * uint64_t(global_batch_) + uint64_t(rank_.dp_rank * local_batch_ + i);
-      source_->sample(index, T, tokens_.data(), targets_.data(), groups_.data());  // (T) each
+      const bool padding = limit_ > 0 && index >= limit_;  // fills the last eval batch: a real window, no targets
+      source_->sample(padding ? index % limit_ : index, T, tokens_.data(), targets_.data(), groups_.data());  // (T)
+      if (padding) std::fill(targets_.begin(), targets_.end(), -1);
       const std::vector<int64_t>* order = &ring_order_;
       std::vector<int64_t> sample_order;
       if (documents_) {
@@ -91,7 +95,7 @@ class Loader final : public DataLoader {
         b.targets[row + size_t(j)] = targets_[size_t(p)];
         b.groups[row + size_t(j)] = groups_[size_t(p)];
         b.positions[row + size_t(j)] = int32_t(doc_positions_ ? p - starts[size_t(p)] : p);
-        if (documents_) {  // this rank's query rows: their dropped targets and visible keys
+        if (documents_ && !padding) {  // this rank's query rows: their dropped targets and visible keys
           b.boundary_targets += dropped_[size_t(p)];
           b.visible_pairs += double(p - starts[size_t(p)] + 1);
         }
@@ -103,6 +107,8 @@ class Loader final : public DataLoader {
 
   uint64_t cursor() const override { return cursor_; }
   void set_cursor(uint64_t cursor) override { cursor_ = cursor; }
+  uint64_t split_tokens() const override { return source_->split_tokens(); }
+  void set_sample_limit(uint64_t limit) override { limit_ = limit; }
 
  private:
   std::unique_ptr<SampleSource> source_;
@@ -120,6 +126,7 @@ class Loader final : public DataLoader {
   std::vector<int32_t> targets_;      // (T)
   std::vector<uint8_t> groups_;       // (T)
   uint64_t cursor_ = 0;
+  uint64_t limit_ = 0;                // global samples at or past it are padding (0 = none)
 };
 
 }  // namespace

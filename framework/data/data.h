@@ -55,10 +55,21 @@ class DataLoader {
   virtual Batch next() = 0;
   virtual uint64_t cursor() const = 0;           // global batches consumed
   virtual void set_cursor(uint64_t cursor) = 0;  // for resume
+  // The split's tokens (bytes for data.source: bytes); 0 for a generated split (the copy task). The held-out
+  // split of a file source is read in order: global sample k is its window [k*seq_len, (k+1)*seq_len).
+  virtual uint64_t split_tokens() const = 0;
+  // Global samples with an index >= limit are padding (they fill the last eval batch): no targets, no counts.
+  // 0 = no limit.
+  virtual void set_sample_limit(uint64_t limit) = 0;
 };
 
 // split: "train" or "eval" (held-out: a disjoint seed stream for copy; eval_path or the file's tail else).
 // Validates files up front (missing file, bad header, truncation, token >= vocab) with rt::Error.
 std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& rank, const std::string& split);
+
+// data.documents: eot: a warning naming data.eot_token when it occurs in none of the first `samples` training
+// samples (every sample would train as one document); "" when it occurs, or without documents.
+constexpr int kEotCheckSamples = 16;  // the trainer's `samples`
+std::string eot_absence_warning(const Config& config, int samples);
 
 }  // namespace rt

@@ -1,5 +1,6 @@
-// Byte-level text: every byte is a token (vocab 256). Samples are windows of T bytes at offsets drawn
-// from (seed, split, sample index). The held-out split is the file's last 10%, or data.eval_path.
+// Byte-level text: every byte is a token (vocab 256). Training samples are windows of T bytes at offsets drawn
+// from (seed, sample index); held-out sample k is the window [k*T, (k+1)*T) of the held-out split. The held-out
+// split is the file's last 10%, or data.eval_path.
 #include "framework/base/data_files.h"
 #include "framework/data/data_source.h"
 #include "kernels/tensor.h"
@@ -26,9 +27,12 @@ class BytesSource final : public SampleSource {
                                                << T << "; use more data or a shorter seq_len");
   }
 
+  uint64_t split_tokens() const override { return end_ - begin_; }
+
   void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
-    const uint64_t choices = end_ - begin_ - uint64_t(T) + 1;
-    const uint64_t start = begin_ + uniform_below(sample_key(seed_, eval_, index), choices);
+    const uint64_t start =
+        eval_ ? begin_ + eval_window_offset(index, T, end_ - begin_)
+              : begin_ + uniform_below(sample_key(seed_, eval_, index), end_ - begin_ - uint64_t(T) + 1);
     const uint8_t* bytes = file_->data() + start;
     for (int64_t i = 0; i < T; ++i) tokens[i] = bytes[i];
     next_token_targets(T, tokens, targets, groups);

@@ -1,16 +1,21 @@
-// data.eot_token resolved (framework/config/config.h resolved_eot_token).
+// data.eot_token resolved (framework/config/config.h resolved_eot_token), and the check that it occurs in the data.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "framework/config/config.h"
 #include "framework/base/data_files.h"
+#include "framework/data/data.h"
+#include "framework/data/data_source.h"
 #include "kernels/tensor.h"
 
 namespace rt {
 
 int resolved_eot_token(const Config& config) {
   const DataConfig& d = config.data;
+  RT_CHECK(d.eot_token >= -1, "data.eot_token=" << d.eot_token << " is negative; set the token id that starts each "
+                                                 << "document (>= 0), or leave it out (-1: meta.json's, else 50256)");
   if (d.eot_token >= 0) return d.eot_token;
   if (d.source != "shards") return -1;
   std::vector<std::string> files;
@@ -28,6 +33,24 @@ int resolved_eot_token(const Config& config) {
                                                    << "data.eot_token explicitly");
   if (j.contains("eot_token") && j["eot_token"].is_number_integer()) return j["eot_token"].get<int>();
   return 50256;
+}
+
+std::string eot_absence_warning(const Config& config, int samples) {
+  if (config.data.documents != "eot" || config.data.source == "copy" || samples <= 0) return "";
+  const int32_t eot = resolved_eot_token(config);
+  const std::unique_ptr<SampleSource> source =
+      config.data.source == "bytes" ? make_bytes_source(config, false) : make_shard_source(config, false);
+  const int64_t T = config.data.seq_len;
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));  // (T) each
+  std::vector<uint8_t> groups(static_cast<size_t>(T));                                    // (T)
+  for (int i = 0; i < samples; ++i) {
+    source->sample(uint64_t(i), T, tokens.data(), targets.data(), groups.data());
+    if (std::find(tokens.begin(), tokens.end(), eot) != tokens.end()) return "";
+  }
+  return "warning: data.eot_token=" + std::to_string(eot) + " does not occur in the first " + std::to_string(samples) +
+         " training samples (" + std::to_string(int64_t(samples) * T) + " tokens), so data.documents: eot finds no "
+         "document boundary there and each sample trains as one document; set data.eot_token to the token that "
+         "starts each document in this data (prepare_data.py writes it to meta.json beside the shards)";
 }
 
 }  // namespace rt

@@ -1,6 +1,7 @@
 // llm.c token shards. The files matching data.path are one concatenated token stream (sorted by name);
-// samples are windows of T tokens at offsets drawn from (seed, split, sample index) and may cross a shard
-// boundary. The held-out split is the stream's last 10%, or the files matching data.eval_path.
+// training samples are windows of T tokens at offsets drawn from (seed, sample index); held-out sample k is the
+// window [k*T, (k+1)*T) of the held-out split (consecutive, non-overlapping). Windows may cross a shard boundary.
+// The held-out split is the stream's last 10%, or the files matching data.eval_path.
 // Shards hold uint16 or uint32 tokens (framework/base/data_files.h); one stream may mix both.
 // Validation: every header up front (magic, version, token count vs file size); tokens >= vocab_size are
 // refused by a full scan up front when the files hold at most kFullScanTokens tokens, and in every window
@@ -84,9 +85,11 @@ class ShardSource final : public SampleSource {
                  << "; use more data or a shorter seq_len");
   }
 
+  uint64_t split_tokens() const override { return end_ - begin_; }
+
   void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const override {
-    const uint64_t choices = end_ - begin_ - uint64_t(T) + 1;
-    uint64_t pos = begin_ + uniform_below(sample_key(seed_, eval_, index), choices);
+    uint64_t pos = eval_ ? begin_ + eval_window_offset(index, T, end_ - begin_)
+                         : begin_ + uniform_below(sample_key(seed_, eval_, index), end_ - begin_ - uint64_t(T) + 1);
     // The shard holding `pos`: the last one whose first token is <= pos.
     auto it = std::upper_bound(shards_.begin(), shards_.end(), pos,
                                [](uint64_t p, const Shard& s) { return p < s.first; });

@@ -20,6 +20,9 @@ class SampleSource {
   virtual void sample(uint64_t index, int64_t T, int32_t* tokens, int32_t* targets, uint8_t* groups) const = 0;
   // The names of the loss groups the source reports (group g = loss_groups()[g - 1]); none by default.
   virtual std::vector<std::string> loss_groups() const { return {}; }
+  // The split's tokens (bytes for data.source: bytes); 0 for a generated split without an end (the copy task).
+  // A file source's held-out split is read in order: sample k is the window [k*T, (k+1)*T) of the split.
+  virtual uint64_t split_tokens() const { return 0; }
 };
 
 std::unique_ptr<SampleSource> make_copy_source(const Config& config, bool eval);
@@ -40,6 +43,13 @@ inline uint64_t uniform_below(uint64_t bits, uint64_t n) {
 // Key of one sample: distinct streams for train and eval.
 inline uint64_t sample_key(uint64_t seed, bool eval, uint64_t index) {
   return mix64(mix64(seed) ^ (eval ? 0x5EED0E7A15EED0E7ull : 0x7A1B5EEDull) ^ mix64(index * 2 + 1));
+}
+// Offset in the held-out split of held-out window `index` (consecutive, non-overlapping windows of T tokens).
+// The loader never asks past the last whole window (it pads the last batch instead); the modulo only keeps a
+// stray index inside the split.
+inline uint64_t eval_window_offset(uint64_t index, int64_t T, uint64_t split_tokens) {
+  const uint64_t windows = split_tokens / uint64_t(T);
+  return (index % windows) * uint64_t(T);
 }
 // Plain next-token targets of a token window: targets[p] = tokens[p+1], the last is -1; no loss groups.
 inline void next_token_targets(int64_t T, const int32_t* tokens, int32_t* targets, uint8_t* groups) {

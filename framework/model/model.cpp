@@ -53,8 +53,12 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   tokens_ = arena.alloc(DType::i32, {N}, "tokens");        // (N)
   targets_ = arena.alloc(DType::i32, {N}, "targets");      // (N)
   // The RoPE table: one row per position of this rank's tokens. With positions shared by the samples
-  // (data.positions: global) the B samples read the same n rows; with per-sample positions (data.positions:
-  // document) each sample has its own n rows.
+  // (data.positions: global, fixed layouts) the B samples read the same n rows; with per-sample positions
+  // (data.positions: document, or the balanced layout) each sample has its own n rows.
+  RT_CHECK(options.per_sample_positions || options.layout != Layout::balanced,
+           "model: parallel.layout=balanced lays out each sample by its own documents, so the samples of a batch "
+           "have different RoPE positions; build the model with ModelOptions::per_sample_positions (model_options() "
+           "sets it for balanced)");
   rope_table_rows_ = options.per_sample_positions ? s.B * s.n : s.n;
   rope_table_ = arena.alloc(DType::f32, {rope_table_rows_, s.D / 2, 2},
                             "rope table (cos, sin per position)");  // (n or B*n, D/2, 2)

@@ -98,7 +98,8 @@ struct ModelOptions {
   // Activation offload (CUDA): the block inputs of layers [0, offload_layers) live in pinned host memory
   // between their forward and backward; on the device they share two (N, C) staging buffers.
   int offload_layers = 0;
-  // RoPE positions differ per sample (data.positions: document): the RoPE table holds B*n rows, not n.
+  // RoPE positions differ per sample (data.positions: document, or the balanced layout, which lays out each sample
+  // by its own documents): the RoPE table holds B*n rows, not n. The model refuses balanced without it.
   bool per_sample_positions = false;
   // Packed documents (data.documents: eot): on CUDA the batch's document mask is uploaded to the device.
   bool documents = false;

@@ -90,7 +90,9 @@ ModelOptions model_options(const Config& config, Device device) {
   o.layout = parse_layout(resolved_layout(config));
   o.dkv_wire = config.parallel.dkv_wire == "bf16" ? DType::bf16 : DType::f32;
   o.zero = config.parallel.zero;
-  o.per_sample_positions = config.data.positions == "document";
+  // Per-sample RoPE rows whenever two samples of a batch can have different positions: document positions, or
+  // the balanced layout (each sample's ranks hold the positions its own documents call for; issue 31 row 1).
+  o.per_sample_positions = config.data.positions == "document" || o.layout == Layout::balanced;
   o.documents = config.data.documents == "eot";
   if (config.train.offload == "activations") {
     RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "

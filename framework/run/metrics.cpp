@@ -38,7 +38,7 @@ std::string format_eta(double seconds) {
 
 std::string format_step_line(const StepMetrics& m) {
   std::string line = "step " + std::to_string(m.step) + "/" + std::to_string(m.total_steps);
-  line += " | loss " + printf_string("%.4f", m.loss);
+  line += " | loss " + (m.no_targets ? std::string("n/a (no targets)") : printf_string("%.4f", m.loss));
   for (size_t i = 0; i < m.group_losses.size(); ++i)
     line += (i == 0 ? " (" : ", ") + m.group_losses[i].first + " " + printf_string("%.2f", m.group_losses[i].second) +
             (i + 1 == m.group_losses.size() ? ")" : "");

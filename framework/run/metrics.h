@@ -16,6 +16,7 @@ struct StepMetrics {
   int64_t step = 0;
   int64_t total_steps = 0;
   double loss = NAN;
+  bool no_targets = false;  // the step had no target: the line says so; the loss is NaN, written as null
   // The data source's loss groups (the copy task: first_half, repeat_half) and their mean losses; JSONL keys
   // loss_<name>. Empty for sources without groups.
   std::vector<std::pair<std::string, double>> group_losses;

@@ -180,13 +180,23 @@ int train_main(const Config& loaded) {
   Model& model = *session.model;
   AdamW& optimizer = *session.optimizer;
   std::unique_ptr<DataLoader> loader, eval_loader;
+  EvalPlan eval_plan;
+  std::string eot_warning;
   int64_t start_step = 0;
   std::string hf_source;  // carried into every checkpoint's metadata
   agree_on([&] {
     const LoaderRank lrank = loader_rank(config, grid);
     loader = make_loader(config, lrank, "train");
-    if (tc.eval_every > 0) eval_loader = make_loader(config, lrank, "eval");
+    if (tc.eval_every > 0) {
+      eval_loader = make_loader(config, lrank, "eval");
+      eval_plan = plan_eval(config, *eval_loader);
+    }
+    if (rank0) eot_warning = eot_absence_warning(config, kEotCheckSamples);
   }, kExitUsage);
+  if (rank0 && eval_loader)
+    std::printf("eval every %d steps: %s; a window of %d tokens gives %d next-token targets\n", tc.eval_every,
+                eval_plan.text().c_str(), config.data.seq_len, config.data.seq_len - 1);
+  if (rank0 && !eot_warning.empty()) std::printf("%s\n", eot_warning.c_str());
   if (!plan.resume_from.empty()) {  // checkpoint.resume wins over train.init_from: a resumed run continues
     TrainState peek;
     agree_on([&] {
@@ -267,6 +277,7 @@ int train_main(const Config& loaded) {
   int64_t interval_steps = 0;
   int64_t step = start_step;
   int64_t guarded_step = start_step;  // the latest step the guard has checked
+  bool warned_no_targets = false, warned_eval_no_targets = false;  // each said once
   while (step < tc.steps) {
     const Batch batch = loader->next();
     model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
@@ -274,7 +285,13 @@ int train_main(const Config& loaded) {
     ++step;
     watchdog_set_phase("step " + std::to_string(step), /*saving=*/false);
     const float lr = learning_rate(config.optim, step, tc.steps);
-    train_step(model, optimizer, batch, step, lr);
+    const double step_targets = train_step(model, optimizer, batch, step, lr);
+    if (step_targets == 0 && !warned_no_targets && rank0) {
+      std::printf("warning: step %lld has no targets: %s; its loss is not reported (null in metrics.jsonl) and its "
+                  "gradient is zero. Said once; later such steps show \"no targets\" on their log line\n",
+                  (long long)step, no_targets_reason(config).c_str());
+      warned_no_targets = true;
+    }
     ++interval_steps;
     interval_pairs += batch.visible_pairs;
     bool waited = false;  // whether the host has waited for the GPU in this iteration
@@ -295,7 +312,8 @@ int train_main(const Config& loaded) {
       if (rank0) {
         StepMetrics sm;
         sm.step = step, sm.total_steps = tc.steps;
-        sm.loss = tally.mean(0);
+        sm.loss = tally.mean(0);  // NaN (null) when the step had no target
+        sm.no_targets = tally.no_targets();
         sm.group_losses = tally.group_means();
         sm.lr = lr, sm.grad_norm = optimizer.last_grad_norm();
         sm.tok_per_s = tokens_per_step / seconds;
@@ -338,12 +356,19 @@ int train_main(const Config& loaded) {
     }
 
     if (eval_loader && (step % tc.eval_every == 0 || step == tc.steps)) {
-      const LossTally ev = evaluate(model, *eval_loader, tc.eval_batches);
+      const LossTally ev = evaluate(model, *eval_loader, eval_plan);
       waited = true;
       if (rank0) {
-        std::printf("eval step %lld | loss %.4f%s%s\n", (long long)step, ev.mean(0), halves_text(ev).c_str(),
-                    documents ? targets_text(ev).c_str() : "");
-        nlohmann::json j = {{"step", step}, {"eval_loss", ev.mean(0)}};
+        if (ev.no_targets() && !warned_eval_no_targets) {
+          std::printf("warning: eval at step %lld has no targets: %s; eval_loss is not reported (null in "
+                      "metrics.jsonl). Said once\n", (long long)step, no_targets_reason(config).c_str());
+          warned_eval_no_targets = true;
+        }
+        std::printf("eval step %lld | loss %s%s%s | %s\n", (long long)step, loss_text(ev).c_str(),
+                    halves_text(ev).c_str(), documents ? targets_text(ev).c_str() : "", eval_plan.text().c_str());
+        nlohmann::json j = {{"step", step}, {"eval_loss", ev.no_targets() ? nlohmann::json(nullptr)
+                                                                          : nlohmann::json(ev.mean(0))}};
+        j["eval_windows"] = eval_plan.windows, j["eval_tokens"] = double(eval_plan.windows) * config.data.seq_len;
         if (documents) j["eval_targets"] = ev.count[0], j["eval_boundary_targets_dropped"] = ev.boundary_dropped;
         for (const auto& [name, mean] : ev.group_means()) j["eval_loss_" + name] = mean;
         metrics->write_json_line(j.dump());

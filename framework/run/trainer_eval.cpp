@@ -76,23 +76,28 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   }
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
   std::unique_ptr<DataLoader> loader;
+  EvalPlan plan;
   agree_on([&] {
     session.model->scatter_full(session.model->master(), weights, "");
     session.model->sync_compute_weights();
     loader = make_loader(config, loader_rank(config, grid), "eval");
+    plan = plan_eval(config, *loader);
   }, kExitUsage);
+  if (rank0) std::printf("eval: %s\n", plan.text().c_str());
   if (!dump_logits_file.empty()) {
     loader->set_cursor(0);
     dump_logits(*session.model, loader->next(), grid.dims().world(), dump_logits_file);  // the first eval batch
   }
-  const LossTally ev = evaluate(*session.model, *loader, std::max(1, config.train.eval_batches));
-  if (rank0)
-    std::printf("eval %s: mean loss %.4f nats/token over %.0f tokens%s%s\n", checkpoint.c_str(), ev.mean(0),
+  const LossTally ev = evaluate(*session.model, *loader, plan);
+  if (rank0) {
+    if (ev.no_targets()) std::printf("warning: eval has no targets: %s\n", no_targets_reason(config).c_str());
+    std::printf("eval %s: mean loss %s over %.0f targets (nats/token)%s%s\n", checkpoint.c_str(), loss_text(ev).c_str(),
                 ev.count[0], halves_text(ev).c_str(),
                 config.data.documents == "eot"
                     ? (" (" + std::to_string(int64_t(ev.boundary_dropped)) + " targets at document boundaries "
                        "excluded)").c_str()
                     : "");
+  }
   return 0;
 }
 

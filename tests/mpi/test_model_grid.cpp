@@ -77,13 +77,19 @@ std::string documents_shard() {
   return path;
 }
 
-Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::string& layout, bool documents = false) {
+// documents: "" (the copy task), "document" (packed documents, RoPE positions per document) or "default" (packed
+// documents with data.positions left at its default, global: issue 31 row 1, where balanced lays out each sample
+// differently, so the samples of a rank have different positions).
+Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::string& layout,
+                   const std::string& documents = "") {
   std::ostringstream y;
   y << "model:\n  n_layer: 2\n  d_model: 32\n  n_head: 4\n  n_kv_head: " << v.n_kv_head << "\n  vocab_size: 24\n"
     << "  mlp: " << v.mlp << "\n  d_ff: 48\n  tied_embeddings: " << (v.tied ? "true" : "false") << "\n"
-    << (documents ? "data:\n  source: shards\n  path: " + documents_shard() +
-                        "\n  documents: eot\n  eot_token: 0\n  positions: document\n  seq_len: 32\n  seed: 7\n"
-                  : std::string("data:\n  source: copy\n  seq_len: 32\n  seed: 7\n"))
+    << (!documents.empty() ? "data:\n  source: shards\n  path: " + documents_shard() +
+                                 "\n  documents: eot\n  eot_token: 0\n" +
+                                 (documents == "document" ? "  positions: document\n" : "") +
+                                 "  seq_len: 32\n  seed: 7\n"
+                           : std::string("data:\n  source: copy\n  seq_len: 32\n  seed: 7\n"))
     << "parallel:\n  dp: " << dp << "\n  cp: " << cp << "\n  tp: " << tp << "\n  layout: " << layout << "\n"
     << "train:\n  batch_size: 4\n  steps: " << kCurveSteps << "\n  eval_every: 0\n  lm_head_chunk: 40\n  seed: 11\n"
     << "optim:\n  lr: 0.01\n  min_lr: 0.001\n  warmup_steps: 5\n  grad_clip: 1.0\n"
@@ -134,7 +140,7 @@ struct GridCase {
   int dp, cp, tp;
   const char* layout;  // auto resolves to zigzag when cp > 1 (balanced with documents)
   ModelVariant model;
-  bool documents = false;  // packed documents, positions per document (data.documents: eot)
+  const char* documents = "";  // packed documents (data.documents: eot): make_config's "document" or "default"
 };
 
 // MQA (1 KV head): replicated KV heads under tp = 2. GQA with 2 KV heads: split over tp = 2.
@@ -143,7 +149,8 @@ const ModelVariant kGqaGeluTied{"gqa_gelu_tied", 2, "gelu", true};
 
 std::string case_name(const GridCase& c) {
   return "dp" + std::to_string(c.dp) + "_cp" + std::to_string(c.cp) + "_tp" + std::to_string(c.tp) + "_" +
-         c.layout + "_" + c.model.name + (c.documents ? "_documents" : "");
+         c.layout + "_" + c.model.name +
+         (std::string(c.documents).empty() ? "" : std::string("_documents_") + c.documents + "_positions");
 }
 
 class ModelGrid : public ::testing::TestWithParam<GridCase> {};
@@ -227,8 +234,13 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{1, 4, 1, "striped", kGqaGeluTied}, GridCase{1, 2, 2, "contiguous", kGqaGeluTied},
                       GridCase{2, 1, 2, "auto", kGqaGeluTied},
                       // Packed documents: the balanced layout (auto) and zigzag / striped on the document mask.
-                      GridCase{1, 2, 1, "auto", kMqaSwiglu, true}, GridCase{1, 4, 1, "auto", kGqaGeluTied, true},
-                      GridCase{2, 2, 1, "zigzag", kMqaSwiglu, true}, GridCase{1, 2, 2, "striped", kGqaGeluTied, true}),
+                      GridCase{1, 2, 1, "auto", kMqaSwiglu, "document"},
+                      GridCase{1, 4, 1, "auto", kGqaGeluTied, "document"},
+                      GridCase{2, 2, 1, "zigzag", kMqaSwiglu, "document"},
+                      GridCase{1, 2, 2, "striped", kGqaGeluTied, "document"},
+                      // Packed documents with every data and layout default (global positions, auto = balanced):
+                      // 4 samples per rank of mixed document lengths, each sample laid out by its own documents.
+                      GridCase{1, 2, 1, "auto", kMqaSwiglu, "default"}, GridCase{1, 4, 1, "auto", kGqaGeluTied, "default"}),
     [](const ::testing::TestParamInfo<GridCase>& info) { return case_name(info.param); });
 
 // ---- Checkpoints are the same bytes whatever grid wrote them ----

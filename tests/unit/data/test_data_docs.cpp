@@ -147,6 +147,26 @@ TEST_F(DataDocsTest, EotTokenDefaultsFromMetaJson) {
   EXPECT_EQ(rt::resolved_eot_token(c), 7);
 }
 
+// Issue 31 row 9: a negative eot_token other than -1 (auto) was taken for "the default", and a later error then
+// blamed data.eot_token=50256. It is refused up front, naming the key, the value and the fix.
+TEST_F(DataDocsTest, RefusesANegativeEotTokenNamingKeyValueAndFix) {
+  for (const std::string documents : {"eot", "none"}) {
+    SCOPED_TRACE(documents);
+    rt::Config c = config(32, 1, "global");
+    c.data.documents = documents;
+    c.data.eot_token = -7;
+    const std::string error = rt::test::error_of([&] { rt::validate_config(c, 0); });
+    EXPECT_NE(error.find("data.eot_token=-7 is negative"), std::string::npos) << error;
+    EXPECT_NE(error.find("leave it out (or -1)"), std::string::npos) << error;
+    EXPECT_EQ(error.find("data.eot_token=50256"), std::string::npos) << error;
+  }
+  rt::Config c = config(32, 1, "global");
+  c.data.eot_token = -7;
+  EXPECT_NE(rt::test::error_of([&] { rt::resolved_eot_token(c); }).find("data.eot_token=-7"), std::string::npos);
+  c.data.eot_token = -1;  // auto stays valid: no meta.json, so GPT-2's
+  EXPECT_EQ(rt::resolved_eot_token(c), 50256);
+}
+
 TEST_F(DataDocsTest, RefusesBadDocumentConfigsWithTheFix) {
   rt::Config c = config(32, 1, "global");
   c.data.eot_token = 50256;  // >= vocab 16

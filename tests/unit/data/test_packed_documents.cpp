@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "framework/config/config.h"
+#include "framework/plan/trainer_setup.h"
 #include "tests/unit/test_model_util.h"
+#include "tests/unit/test_util.h"
 
 namespace rt {
 namespace {
@@ -195,6 +198,29 @@ TEST(PackedDocuments, RopeTableRowsFollowDataPositions) {
       EXPECT_NEAR(losses2[size_t(d.sample * T + d.start + i)], l1[size_t(i)], 1e-5 * std::max(1.f, l1[size_t(i)]))
           << "sample " << d.sample << " position " << d.start + i;
   }
+}
+
+// Issue 31 row 1: with the defaults (documents: eot, layout: auto -> balanced, positions: global) at cp >= 2,
+// balanced lays out each sample by its own documents, so a rank's samples hold different positions. The model
+// must then take a RoPE row per sample and token; a model built for shared positions under balanced is refused
+// when it is built, never mid-run.
+TEST(PackedDocuments, BalancedLayoutTakesPerSamplePositions) {
+  for (const int cp : {2, 4}) {
+    Config c;
+    c.data.source = "shards";
+    c.data.documents = "eot";
+    c.parallel.cp = cp;
+    ASSERT_EQ(resolved_layout(c), "balanced");
+    ASSERT_EQ(c.data.positions, "global");
+    EXPECT_TRUE(model_options(c, Device::cpu()).per_sample_positions) << "cp=" << cp;
+    c.parallel.layout = "zigzag";  // a fixed layout: every sample has the same positions
+    EXPECT_FALSE(model_options(c, Device::cpu()).per_sample_positions) << "cp=" << cp;
+  }
+  const ModelConfig cfg = modeltest::small_config("gelu", 4, true);
+  ModelOptions shared;
+  shared.layout = Layout::balanced;
+  const std::string error = test::error_of([&] { LocalModel m(cfg, shared, 2, 64); });
+  EXPECT_NE(error.find("parallel.layout=balanced"), std::string::npos) << error;
 }
 
 }  // namespace

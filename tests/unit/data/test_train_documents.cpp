@@ -132,5 +132,99 @@ TEST(TrainDocuments, LogsTargetCountsAndCountsVisiblePairsInMfu) {
   fs::remove_all(dir);
 }
 
+// An llm.c shard of these tokens (uint16).
+std::string write_shard(const fs::path& dir, const std::vector<uint16_t>& tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
+  const std::string path = (dir / "stream_000.bin").string();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
+  return path;
+}
+
+// A tiny packed-documents run of `steps` steps on one CPU rank (eval at the last step when eval is set).
+Config tiny_documents_run(const fs::path& dir, const std::string& shard, int eot, int steps, bool eval) {
+  std::ostringstream y;
+  y << "model:\n  n_layer: 1\n  d_model: 16\n  n_head: 2\n  n_kv_head: 2\n  vocab_size: 24\n  d_ff: 32\n"
+    << "data:\n  source: shards\n  path: " << shard << "\n  documents: eot\n  eot_token: " << eot
+    << "\n  seq_len: 32\n"
+    << "train:\n  batch_size: 2\n  steps: " << steps << "\n  eval_every: " << (eval ? steps : 0)
+    << "\n  eval_batches: 1\n  run_dir: " << (dir / "run").string() << "\n"
+    << "checkpoint:\n  save_final: false\n"
+    << "log:\n  every: 1\n"
+    << "optim:\n  warmup_steps: 1\n"
+    << "device: cpu\n";
+  return parse_config_text(y.str(), {}, 1, "test_train_documents");
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Issue 31 row 11: every document one token long (every target crosses into the next document, so none is left).
+// The steps and the eval say so, report no loss (null in metrics.jsonl, not 0), and each warns once.
+TEST(TrainDocuments, NoTargetsReportsNoLossAndWarnsOnce) {
+  const fs::path dir = fs::temp_directory_path() / ("rt_train_no_targets_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string shard = write_shard(dir, std::vector<uint16_t>(4000, uint16_t(kEot)));
+  const int steps = 3;
+  testing::internal::CaptureStdout();
+  const int rc = train_main(tiny_documents_run(dir, shard, kEot, steps, /*eval=*/true));
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(occurrences(out, "warning: step 1 has no targets"), 1u) << out;
+  EXPECT_EQ(occurrences(out, "has no targets"), 2u) << "one warning for the steps, one for eval\n" << out;
+  EXPECT_EQ(occurrences(out, "loss n/a (no targets)"), size_t(steps) + 1) << "each step line and the eval line\n"
+                                                                        << out;
+  EXPECT_EQ(out.find("loss 0.0000"), std::string::npos) << out;
+  std::ifstream in(dir / "run" / "metrics.jsonl");
+  std::string line;
+  int step_records = 0, eval_records = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) {
+      ++eval_records;
+      EXPECT_TRUE(j.at("eval_loss").is_null()) << line;
+      EXPECT_EQ(j.at("eval_targets").get<double>(), 0) << line;
+    } else {
+      ++step_records;
+      EXPECT_TRUE(j.at("loss").is_null()) << line;
+      EXPECT_EQ(j.at("targets").get<double>(), 0) << line;
+    }
+  }
+  EXPECT_EQ(step_records, steps);
+  EXPECT_EQ(eval_records, 1);
+  fs::remove_all(dir);
+}
+
+// An eot_token that occurs in none of the first samples draws a warning naming it; one that occurs does not.
+TEST(TrainDocuments, WarnsWhenTheEotTokenNeverOccurs) {
+  const fs::path dir = fs::temp_directory_path() / ("rt_train_no_eot_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back(uint16_t(i % 7 == 0 ? kEot : 1 + i % 11));  // EOT, then 1..11
+  const std::string shard = write_shard(dir, tokens);
+  const std::string warning = "does not occur in the first";
+  for (const int eot : {23, kEot}) {  // 23: in the vocabulary, never in the data
+    SCOPED_TRACE(eot);
+    fs::remove_all(dir / "run");
+    testing::internal::CaptureStdout();
+    const int rc = train_main(tiny_documents_run(dir, shard, eot, 1, /*eval=*/false));
+    const std::string out = testing::internal::GetCapturedStdout();
+    ASSERT_EQ(rc, 0) << out;
+    if (eot == kEot) {
+      EXPECT_EQ(out.find(warning), std::string::npos) << out;
+    } else {
+      EXPECT_EQ(occurrences(out, "warning: data.eot_token=23 " + warning), 1u) << out;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rt
