@@ -17,10 +17,14 @@ struct RingTimings {
   int64_t steps = 0;          // ring steps (cp per call)
   double compute_s = 0;
   double exposed_comm_s = 0;
+  // Bytes this rank sent (K/V and dK/dV hops), and what the plain ring, every hop, would have sent: packed documents
+  // skip the hops nobody needs (parallel/ring_hops.h). Filled by RingAttention, not by the timer.
+  double sent_bytes = 0, ring_bytes = 0;
   void reset() { *this = RingTimings{}; }
   void accumulate(const RingTimings& other) {
     calls += other.calls, steps += other.steps;
     compute_s += other.compute_s, exposed_comm_s += other.exposed_comm_s;
+    sent_bytes += other.sent_bytes, ring_bytes += other.ring_bytes;
   }
   double total_s() const { return compute_s + exposed_comm_s; }
 };
