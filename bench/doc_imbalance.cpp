@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   };
   struct Row {
     std::string head, picks;
-    Stat imb[kLayouts], eff[kLayouts], ring_eff;
+    Stat imb[kLayouts], eff[kLayouts], ring_eff, ring_eff_bwd;
   };
   std::vector<Row> rows;
   double pick_ms_128k_cp8 = 0;
@@ -108,29 +108,24 @@ int main(int argc, char** argv) {
           const size_t best = pick_balanced(cands);
           const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
           if (T == 131072 && cp == 8) pick_ms_128k_cp8 += ms, ++pick_count_128k_cp8;
-          std::vector<RingCandidate> docpacks;
-          for (const RingCandidate& c : cands)
-            if (c.name == "docpack") docpacks.push_back(c);
-          const RingCandidate* at[kLayouts] = {nullptr, nullptr, nullptr, &docpacks[pick_balanced(docpacks)], &cands[best]};
+          const RingCandidate* at[kLayouts] = {nullptr, nullptr, nullptr, nullptr, &cands[best]};
+          for (const RingCandidate& c : cands)  // docpack: the fastest predicted of its thresholds
+            if (c.name == "docpack" && (!at[kDocpack] || c.time.total_us() < at[kDocpack]->time.total_us()))
+              at[kDocpack] = &c;
           for (const RingCandidate& c : cands) {
             if (c.name == "zigzag") at[kZigzag] = &c;
             if (c.name == "striped") at[kStriped] = &c;
           }
-          RingCandidate contiguous;
-          contiguous.order = layout_ring_order(Layout::contiguous, T, cp);
-          contiguous.pairs = ring_pair_counts(starts, contiguous.order, cp);
-          contiguous.pair_imbalance = ring_imbalance(contiguous.pairs, cp);
-          contiguous.tiles = ring_tile_cost(starts, contiguous.order, cp, contiguous.pairs);
-          at[kContiguous] = &contiguous;
+          for (const RingCandidate& c : cands)
+            if (c.name == "contiguous") at[kContiguous] = &c;
           for (int l = 0; l < kLayouts; ++l) {
             if (!at[l]) continue;
-            row.imb[l].add(at[l]->pair_imbalance, samples, true);
+            row.imb[l].add(ring_imbalance(ring_pair_counts(starts, at[l]->order, cp), cp), samples, true);
             row.eff[l].add(whole / at[l]->tiles.total, samples, false);
           }
-          row.ring_eff.add(whole / (cp * cands[best].tiles.critical), samples, false);
-          std::string pick = cands[best].name;
-          if (pick == "docpack")
-            pick += "(" + std::to_string(cands[best].split_min) + (cands[best].run_max ? "/runs" : "") + ")";
+          row.ring_eff.add(cands[best].time.efficiency_fwd(), samples, false);
+          row.ring_eff_bwd.add(cands[best].time.efficiency_bwd(), samples, false);
+          const std::string pick = cands[best].label();
           if (row.picks.find(pick) == std::string::npos) row.picks += (row.picks.empty() ? "" : ", ") + pick;
         }
         rows.push_back(row);
@@ -157,11 +152,11 @@ int main(int argc, char** argv) {
               "path); mean (worst).\n\n", kPartialTileCost);
   std::printf("| mix | T | cp |");
   for (const char* n : names) std::printf(" work eff. %s |", n);
-  std::printf(" ring eff. balanced |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(" predicted ring eff. balanced fwd | bwd |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf("%s", r.head.c_str());
     for (int l = 0; l < kLayouts; ++l) std::printf("%s", cell(r.eff[l]).c_str());
-    std::printf("%s\n", cell(r.ring_eff).c_str());
+    std::printf("%s%s\n", cell(r.ring_eff).c_str(), cell(r.ring_eff_bwd).c_str());
   }
   if (pick_count_128k_cp8 > 0)
     std::printf("\nbalanced per sample at T=128K, cp=8 (every candidate built and costed): %.1f ms mean on the host\n",

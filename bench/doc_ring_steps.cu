@@ -14,7 +14,9 @@
 // Timing: CUDA events, median of --reps (10) after --warmup (3).
 // Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
 //
-// --layout: contiguous, zigzag, striped, balanced, or docpack (the best of balanced's docpack candidates).
+// --layout: contiguous, zigzag, striped, balanced, dispatch (the mask-area dispatch), doc-striped, or docpack (the
+// best of balanced's docpack candidates). The model line gives the time model's critical path and bytes for the
+// order (parallel/ring_time_model.h) and balanced's pick; the ring rows add MagiAttention's figure of merit.
 // The plan line also gives the tile model's prediction (parallel/ring_tile_cost.h) of whole / ring-in-sequence.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] [--h 16] [--warmup 3] [--reps 10]
 //                        [--no-ring] [--plan-only] [--json FILE]
@@ -86,7 +88,12 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, N);  // (N) by position
     std::string chosen = layout_str;
     std::vector<int64_t> order;  // (N) ring order: rank 0's positions, rank 1's, ...
-    if (layout_str == "docpack") {  // balanced's docpack candidates only (the best of them by balanced's rule)
+    std::vector<RingCandidate> cands = ring_candidates(starts, cp);  // balanced's candidates, predicted
+    const size_t pick = pick_balanced(cands);
+    if (layout_str == "dispatch" || layout_str == "doc-striped") {  // one candidate by name
+      for (RingCandidate& c : cands)
+        if (c.name == layout_str) order = c.order;
+    } else if (layout_str == "docpack") {  // balanced's docpack candidates only (the best of them by balanced's rule)
       std::vector<RingCandidate> packs;
       for (RingCandidate& c : ring_candidates(starts, cp))
         if (c.name == "docpack") packs.push_back(std::move(c));
@@ -98,6 +105,21 @@ int main(int argc, char** argv) {
       order = layout == Layout::balanced ? balanced_ring_order(starts, cp, &chosen) : layout_ring_order(layout, N, cp);
     }
     const std::vector<double> work = ring_pair_counts(starts, order, cp);  // (cp*cp) pairs per (rank, source)
+    // The time model (parallel/ring_time_model.h) for this order at this shape, and the chooser's pick.
+    RingShape shape;
+    shape.heads = H, shape.kv_heads = H, shape.head_dim = D;
+    std::vector<int64_t> natural(static_cast<size_t>(N));  // (N) position order
+    for (int64_t c = 0; c < N; ++c) natural[size_t(c)] = c;
+    const RingHopPlan hops = ring_hop_plan_for_order(starts, order, cp);
+    const RingTimePrediction predicted = predict_ring_time(ring_tile_cost(starts, order, cp, work), hops,
+                                                           ring_tile_cost(starts, natural, 1), n, shape);
+    std::printf("model: critical path fwd %.3f ms bwd %.3f ms (efficiency %.3f / %.3f), communication %.1f%% of it "
+                "(NVLink model %.0f GB/s, %.0f us per hop); bytes per layer %.1f MiB of the ring's %.1f MiB; "
+                "balanced picks %s\n",
+                predicted.fwd_us * 1e-3, predicted.bwd_us * 1e-3, predicted.efficiency_fwd(), predicted.efficiency_bwd(),
+                100 * predicted.comm_share(), LinkModel{}.bytes_per_us * 1e-3, LinkModel{}.hop_latency_us,
+                predicted.bytes_per_layer / 1048576.0, predicted.ring_bytes_per_layer / 1048576.0,
+                cands[pick].label().c_str());
     // The kernels' tile cost model (parallel/ring_tile_cost.h): what whole / ring-in-sequence should come to.
     const RingTileCost tiles = ring_tile_cost(starts, order, cp, work);
     const double model_work_eff = whole_tile_cost(starts) / tiles.total;
@@ -202,6 +224,16 @@ int main(int argc, char** argv) {
                   t_whole.fwd_ms / t_ring.fwd_ms, t_whole.bwd_ms / t_ring.bwd_ms);
       std::printf("  ring critical path    fwd %9.3f ms (x%d = %.3f ms of GPU time) | bwd %9.3f ms\n", t_path.fwd_ms,
                   cp, cp * t_path.fwd_ms, t_path.bwd_ms);
+      // MagiAttention's figure of merit: mask FLOPs / (critical path x cp), per GPU; with the modelled comm added
+      // per step as max(compute, comm) where the measured path is the compute.
+      const double comm_fwd_ms = (predicted.fwd_us - predicted.fwd_compute_us) * 1e-3;
+      const double comm_bwd_ms = (predicted.bwd_us - predicted.bwd_compute_us) * 1e-3;
+      std::printf("  efficiency (whole / (cp x path)) fwd %.3f bwd %.3f | with the comm model fwd %.3f bwd %.3f | "
+                  "TFLOP/s per GPU (mask FLOPs / (path x cp)) fwd %.1f bwd %.1f\n",
+                  t_whole.fwd_ms / (cp * t_path.fwd_ms), t_whole.bwd_ms / (cp * t_path.bwd_ms),
+                  t_whole.fwd_ms / (cp * (t_path.fwd_ms + comm_fwd_ms)),
+                  t_whole.bwd_ms / (cp * (t_path.bwd_ms + comm_bwd_ms)), tf(4, t_path.fwd_ms) / cp,
+                  tf(10, t_path.bwd_ms) / cp);
     }
     std::fflush(stdout);
     if (!json_path.empty()) {
@@ -221,6 +253,14 @@ int main(int argc, char** argv) {
                      cp, layout_str.c_str(), chosen.c_str(), skipped, ring_imbalance(work, cp), t_ring.fwd_ms,
                      t_ring.bwd_ms, tf(4, t_ring.fwd_ms), tf(10, t_ring.bwd_ms), t_path.fwd_ms, t_path.bwd_ms,
                      model_work_eff, model_ring_eff);
+      if (ring)
+        std::fprintf(json,
+                     ",\"pick\":\"%s\",\"model_path_fwd_ms\":%.4f,\"model_path_bwd_ms\":%.4f,\"model_comm_share\":%.4f,"
+                     "\"model_bytes_per_layer\":%.0f,\"ring_bytes_per_layer\":%.0f,\"fom_fwd_tflops_per_gpu\":%.2f,"
+                     "\"fom_bwd_tflops_per_gpu\":%.2f",
+                     cands[pick].label().c_str(), predicted.fwd_us * 1e-3, predicted.bwd_us * 1e-3,
+                     predicted.comm_share(), predicted.bytes_per_layer, predicted.ring_bytes_per_layer,
+                     tf(4, t_path.fwd_ms) / cp, tf(10, t_path.bwd_ms) / cp);
       std::fprintf(json, "}\n");
       std::fclose(json);
     }

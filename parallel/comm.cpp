@@ -9,6 +9,11 @@ std::shared_ptr<Comm> Comm::split(int, int) {
                          "from an MPI world communicator (make_mpi_world_comm)");
 }
 
+ExchangeHandle Comm::peer_exchange_start(const std::vector<PeerTransfer>&, const std::vector<PeerTransfer>&) {
+  RT_CHECK(false, "the " << name() << " communicator has no point-to-point exchange; run the ring on an MPI or NCCL "
+                         "communicator");
+}
+
 ExchangeHandle Comm::all_to_all_start(const Tensor&, Tensor) {
   RT_CHECK(false, "the " << name() << " communicator has no all-to-all (parallel.cp_a2a > 1 needs the mpi or nccl "
                          "communicator)");
@@ -34,6 +39,28 @@ ExchangeHandle LocalComm::all_to_all_start(const Tensor& send, Tensor recv) {
 ExchangeHandle LocalComm::ring_exchange_start(const Tensor& send, Tensor recv) {
   // A ring of one sends to itself.
   if (send.data != recv.data) copy_cast(recv, send);
+  return {0};
+}
+
+void check_peer_exchange(const std::vector<PeerTransfer>& sends, const std::vector<PeerTransfer>& recvs, int size,
+                         const char* comm) {
+  for (const auto* list : {&sends, &recvs})
+    for (size_t i = 0; i < list->size(); ++i) {
+      const PeerTransfer& t = (*list)[i];
+      RT_CHECK(0 <= t.peer && t.peer < size, comm << "::peer_exchange_start: peer " << t.peer
+                                                  << " is not a rank of this communicator of " << size);
+      RT_CHECK(t.buf.defined(), comm << "::peer_exchange_start: the buffer for peer " << t.peer << " is undefined");
+      for (size_t j = 0; j < i; ++j)
+        RT_CHECK((*list)[j].peer != t.peer, comm << "::peer_exchange_start: two " << (list == &sends ? "sends to" : "receives from")
+                                                 << " rank " << t.peer << " in one group; post them in two groups");
+    }
+}
+
+ExchangeHandle LocalComm::peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                              const std::vector<PeerTransfer>& recvs) {
+  check_peer_exchange(sends, recvs, 1, "LocalComm");
+  RT_CHECK(sends.size() == recvs.size(), "LocalComm::peer_exchange_start: a send to itself needs a receive from itself");
+  if (!sends.empty() && sends[0].buf.data != recvs[0].buf.data) copy_cast(recvs[0].buf, sends[0].buf);
   return {0};
 }
 

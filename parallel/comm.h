@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/tensor.h"
 
@@ -11,6 +12,12 @@ namespace rt {
 // Identifies one posted, not yet completed exchange.
 struct ExchangeHandle {
   int id = -1;
+};
+
+// One side of a point-to-point transfer: the buffer and the rank it goes to (a send) or comes from (a receive).
+struct PeerTransfer {
+  Tensor buf;
+  int peer = -1;
 };
 
 class Comm {
@@ -31,6 +38,16 @@ class Comm {
   // (rank-1+size) % size, posted together. The buffers must not be touched until wait() returns.
   virtual ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) = 0;
   virtual void wait(ExchangeHandle handle) = 0;
+
+  // Non-blocking group of point-to-point transfers, posted together and completed by one wait(): each send goes to
+  // its peer, each receive comes from its peer (a ring hop is one send to rank+1 and one receive from rank-1; the
+  // ring of packed documents skips the hops nobody needs and sends dK/dV straight home, parallel/ring_hops.h).
+  // Every rank must post its groups in the same order, possibly empty ones, and a send in a rank's k-th group must
+  // meet a receive of the same byte size in its peer's k-th group. At most one send and one receive per peer.
+  // The buffers must not be touched until wait() returns (on NCCL: until the compute stream has waited).
+  // The default refuses, naming the comm.
+  virtual ExchangeHandle peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                             const std::vector<PeerTransfer>& recvs);
 
   // Non-blocking collectives over all ranks (ZeRO, DESIGN.md "Sharded training state"), completed by wait()
   // like an exchange; several may be outstanding, and every rank must post them in the same order.
@@ -53,7 +70,10 @@ class Comm {
 };
 
 // A ring of one: every collective is the identity. Used by single-process runs and unit tests.
-// Checks the shapes of a reduce-scatter / all-gather over `size` ranks (shared by the implementations).
+// Checks a peer exchange's peers and buffers, and the shapes of a reduce-scatter / all-gather, over `size` ranks
+// (shared by the implementations).
+void check_peer_exchange(const std::vector<PeerTransfer>& sends, const std::vector<PeerTransfer>& recvs, int size,
+                         const char* comm);
 void check_reduce_scatter(const Tensor& send, const Tensor& recv, int size, const char* comm);
 void check_all_gather(const Tensor& send, const Tensor& recv, int size, const char* comm);
 void check_all_to_all(const Tensor& send, const Tensor& recv, int size, const char* comm);
@@ -69,6 +89,8 @@ class LocalComm final : public Comm {
   void barrier() override {}
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle) override {}
+  ExchangeHandle peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                     const std::vector<PeerTransfer>& recvs) override;  // a copy to itself
   ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;  // a copy
   ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;          // a copy
   ExchangeHandle all_to_all_start(const Tensor& send, Tensor recv) override;          // a copy

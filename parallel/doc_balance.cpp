@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
 
 #include "kernels/tensor.h"
+#include "parallel/doc_dispatch.h"
 #include "parallel/doc_pack.h"
 
 namespace rt {
@@ -97,10 +99,18 @@ std::vector<int64_t> doc_striped_order(const std::vector<int64_t>& doc_start, in
 
 }  // namespace
 
-std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp) {
+std::string RingCandidate::label() const {
+  if (name != "docpack") return name;
+  return name + "(" + std::to_string(split_min) + (run_max ? "/runs)" : ")");
+}
+
+std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape) {
   const int64_t T = int64_t(doc_start.size());
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
                                                                         << "; use a multiple of " << cp);
+  std::vector<int64_t> natural(static_cast<size_t>(T));  // (T) the sample in position order, one rank
+  std::iota(natural.begin(), natural.end(), int64_t(0));
+  const RingTileCost whole = ring_tile_cost(doc_start, natural, 1);
   std::vector<RingCandidate> out;
   auto add = [&](const std::string& name, int64_t split_min, std::vector<int64_t> order, int64_t run_max = 0) {
     RingCandidate c;
@@ -108,14 +118,17 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
     c.split_min = split_min;
     c.run_max = run_max;
     c.order = std::move(order);
-    c.pairs = ring_pair_counts(doc_start, c.order, cp);
-    c.pair_imbalance = ring_imbalance(c.pairs, cp);
-    c.tiles = ring_tile_cost(doc_start, c.order, cp, c.pairs);
+    c.hops = ring_hop_plan_for_order(doc_start, c.order, cp);
+    const std::vector<double> runs(c.hops.visible.begin(), c.hops.visible.end());  // (cp*cp) calls with a pair
+    c.tiles = ring_tile_cost(doc_start, c.order, cp, runs);
+    c.time = predict_ring_time(c.tiles, c.hops, whole, T / cp, shape);
     out.push_back(std::move(c));
   };
+  add("contiguous", 0, layout_ring_order(Layout::contiguous, T, cp));
   if (T % (2 * int64_t(cp)) == 0) add("zigzag", 0, layout_ring_order(Layout::zigzag, T, cp));
   add("striped", 0, layout_ring_order(Layout::striped, T, cp));
   add("doc-striped", 0, doc_striped_order(doc_start, cp));
+  add("dispatch", 0, dispatch_ring_order(doc_start, cp));
   for (int64_t split_min : docpack_split_thresholds(T, cp))
     for (int64_t run_max : {int64_t(0), T / cp / 4})
       add("docpack", split_min, docpack_ring_order(doc_start, cp, split_min, run_max), run_max);
@@ -124,28 +137,17 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
 
 size_t pick_balanced(const std::vector<RingCandidate>& candidates) {
   RT_CHECK(!candidates.empty(), "pick_balanced: no candidate");
-  const size_t none = candidates.size();
-  size_t best_fixed = none, best_pack = none;  // the least critical path within the bound: fixed layouts, docpack
-  for (size_t c = 0; c < candidates.size(); ++c) {
-    if (candidates[c].pair_imbalance > kBalancedMaxImbalance) continue;
-    size_t& best = candidates[c].name.rfind("docpack", 0) == 0 ? best_pack : best_fixed;
-    if (best == none || candidates[c].tiles.critical < candidates[best].tiles.critical * (1 - 1e-12)) best = c;
-  }
-  if (best_fixed == none) best_fixed = best_pack;
-  if (best_pack != none && best_fixed != none &&
-      candidates[best_pack].tiles.critical < kDocpackMargin * candidates[best_fixed].tiles.critical)
-    return best_pack;
-  if (best_fixed != none) return best_fixed;
   size_t best = 0;
   for (size_t c = 1; c < candidates.size(); ++c)
-    if (candidates[c].pair_imbalance < candidates[best].pair_imbalance - 1e-12) best = c;
+    if (candidates[c].time.total_us() < candidates[best].time.total_us() * (1 - 1e-12)) best = c;
   return best;
 }
 
-std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen) {
-  std::vector<RingCandidate> candidates = ring_candidates(doc_start, cp);
+std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen,
+                                         const RingShape& shape) {
+  std::vector<RingCandidate> candidates = ring_candidates(doc_start, cp, shape);
   const size_t best = pick_balanced(candidates);
-  if (chosen) *chosen = candidates[best].name;
+  if (chosen) *chosen = candidates[best].label();
   return std::move(candidates[best].order);
 }
 

@@ -194,6 +194,35 @@ ExchangeHandle MpiComm::ring_exchange_start(const Tensor& send, Tensor recv) {
   return {id};
 }
 
+ExchangeHandle MpiComm::peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                            const std::vector<PeerTransfer>& recvs) {
+  check_peer_exchange(sends, recvs, size_, "MpiComm");
+  const int id = next_id_++;
+  Pending& p = pending_[id];
+  const int tag = id % 32000;  // as ring_exchange_start: every rank posts the same sequence of exchanges
+  for (const PeerTransfer& t : recvs) {  // receives first, then sends, all non-blocking
+    p.peer_recvs.emplace_back(t.buf, staging_.acquire(t.buf, /*copy_in=*/false));
+    char* rp = static_cast<char*>(p.peer_recvs.back().second.data);
+    for (size_t done = 0, n = t.buf.nbytes(); done < n;) {
+      const size_t count = std::min(n - done, kMaxMessageBytes);
+      p.requests.emplace_back();
+      RT_MPI_CHECK(MPI_Irecv(rp + done, int(count), MPI_BYTE, t.peer, tag, comm_, &p.requests.back()));
+      done += count;
+    }
+  }
+  for (const PeerTransfer& t : sends) {
+    p.peer_sends.emplace_back(t.buf, staging_.acquire(t.buf, /*copy_in=*/true));
+    const char* sp = static_cast<const char*>(p.peer_sends.back().second.data);
+    for (size_t done = 0, n = t.buf.nbytes(); done < n;) {
+      const size_t count = std::min(n - done, kMaxMessageBytes);
+      p.requests.emplace_back();
+      RT_MPI_CHECK(MPI_Isend(sp + done, int(count), MPI_BYTE, t.peer, tag, comm_, &p.requests.back()));
+      done += count;
+    }
+  }
+  return {id};
+}
+
 void MpiComm::wait(ExchangeHandle handle) {
   auto it = pending_.find(handle.id);
   RT_CHECK(it != pending_.end(), "MpiComm::wait: exchange " << handle.id << " was never started or already waited");
@@ -201,8 +230,10 @@ void MpiComm::wait(ExchangeHandle handle) {
   if (!p.requests.empty()) {
     watchdog_wait(p.requests.data(), int(p.requests.size()), comm_, "ring exchange");
     if (p.send_host.data) staging_.release(p.send, p.send_host, /*copy_out=*/false);
-    staging_.release(p.recv, p.recv_host, /*copy_out=*/true);
+    if (p.recv_host.data) staging_.release(p.recv, p.recv_host, /*copy_out=*/true);
   }
+  for (const auto& t : p.peer_sends) staging_.release(t.first, t.second, /*copy_out=*/false);
+  for (const auto& t : p.peer_recvs) staging_.release(t.first, t.second, /*copy_out=*/true);
   pending_.erase(it);
 }
 

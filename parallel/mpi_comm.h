@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -51,6 +52,8 @@ class MpiComm final : public Comm {
   void barrier() override;
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle handle) override;
+  ExchangeHandle peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                     const std::vector<PeerTransfer>& recvs) override;
   // f32 (MPI_Ireduce_scatter_block, summed in f32) / any dtype (MPI_Iallgather of bytes). GPU tensors are staged
   // through the host: the send is copied out when the collective is posted, the result copied back in wait().
   ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;
@@ -66,6 +69,7 @@ class MpiComm final : public Comm {
   struct Pending {
     std::vector<MPI_Request> requests;
     Tensor send, send_host, recv, recv_host;
+    std::vector<std::pair<Tensor, Tensor>> peer_sends, peer_recvs;  // peer_exchange_start: (tensor, host copy)
   };
   MPI_Comm comm_;
   bool owned_;

@@ -14,6 +14,11 @@
 // into a separate buffer and added when it lands. After the last step the accumulator of the own block
 // holds every rank's contribution. With dkv_wire = bf16 the accumulator is rounded to bf16 for each hop
 // and widened back to fp32 on arrival (cp-1 roundings for the block that travels furthest).
+//
+// Packed documents (set_documents) skip the hops nobody needs (parallel/ring_hops.h): a K/V hop runs only while a
+// rank downstream sees the block, and the dK/dV accumulator of a block goes along its users only, then from the
+// farthest one straight home (into grad_home_, added at the last step). Every rank posts one (possibly empty)
+// peer exchange where the plain ring posts a ring exchange, so the exchanges stay paired.
 #include "parallel/ring_attention.h"
 
 #include <algorithm>
@@ -65,7 +70,10 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
       grad_wire_[1] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire1");  // (2, B, n, Hkv, D)
     }
   }
+  if (ring && cp.size() > 2)  // a dK/dV accumulator that comes home before the last step waits here
+    grad_home_ = arena.alloc(dkv_wire, {2, B, n, Hkv, D}, "ring_attn.dkv_home");  // (2, B, n, Hkv, D)
   delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
+  hops_ = ring_hop_plan_full(cp.size());
   timer_ = make_ring_timer(arena.device());
 }
 
@@ -73,35 +81,67 @@ void RingAttention::set_documents(const int64_t* pos, const int64_t* doc_start, 
                                   const int64_t* host_doc_start) {
   doc_pos_ = pos;
   doc_start_ = doc_start;
-  doc_step_visible_.clear();
+  hops_ = ring_hop_plan_full(cp_.size());
   if (pos == nullptr) return;
   RT_CHECK(doc_start != nullptr, "ring attention: set_documents needs both positions and document starts");
   const int64_t* hp = host_pos ? host_pos : pos;
   const int64_t* hs = host_doc_start ? host_doc_start : doc_start;
+  hops_ = ring_hop_plan(hp, hs, shape_.batch, shape_.local_tokens * cp_.size(), cp_.size());
+}
+
+double RingAttention::planned_bytes_per_layer() const {
+  const double dkv = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
+  return hops_.bytes_per_layer(double(kv_buf_[0].nbytes()), dkv);
+}
+
+double RingAttention::ring_bytes_per_layer() const {
+  const double dkv = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
+  return ring_hop_plan_full(cp_.size()).bytes_per_layer(double(kv_buf_[0].nbytes()), dkv);
+}
+
+ExchangeHandle RingAttention::kv_hop_start(const Tensor& send, Tensor recv, int distance) {
+  call_ring_bytes_ += double(send.nbytes());
+  if (!doc_pos_) {
+    call_sent_bytes_ += double(send.nbytes());
+    return cp_.ring_exchange_start(send, recv);
+  }
   const int cp = cp_.size(), r = cp_.rank();
-  const int64_t n = shape_.local_tokens, T = n * cp;
-  doc_step_visible_.assign(size_t(cp), 0);
-  std::vector<int64_t> keys(static_cast<size_t>(n));  // (n) sorted key positions of one rank of one sample
-  for (int s = 0; s < cp; ++s)
-    for (int64_t b = 0; b < shape_.batch && !doc_step_visible_[size_t(s)]; ++b) {
-      keys.assign(hp + b * T + s * n, hp + b * T + (s + 1) * n);
-      std::sort(keys.begin(), keys.end());
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t qp = hp[b * T + r * n + i], qs = hs[b * T + r * n + i];
-        auto it = std::lower_bound(keys.begin(), keys.end(), qs);
-        if (it != keys.end() && *it <= qp) {
-          doc_step_visible_[size_t(s)] = 1;
-          break;
-        }
-      }
-    }
+  std::vector<PeerTransfer> sends, recvs;
+  if (hops_.kv_hop(r - distance + 1, distance)) {  // this rank's block at distance-1 goes one further
+    sends.push_back({send, (r + 1) % cp});
+    call_sent_bytes_ += double(send.nbytes());
+  }
+  if (hops_.kv_hop(r - distance, distance)) recvs.push_back({recv, (r - 1 + cp) % cp});
+  return cp_.peer_exchange_start(sends, recvs);
+}
+
+ExchangeHandle RingAttention::dkv_hop_start(const Tensor* wire, int step) {
+  const Tensor& send = wire[(step - 1) % 2];
+  call_ring_bytes_ += double(send.nbytes());
+  if (!doc_pos_) {
+    call_sent_bytes_ += double(send.nbytes());
+    return cp_.ring_exchange_start(send, wire[step % 2]);
+  }
+  const int cp = cp_.size(), r = cp_.rank();
+  std::vector<PeerTransfer> sends, recvs;
+  const int held = ring_source(r, step, cp);  // the block whose accumulator this rank finished (distance `step`)
+  const int h_held = hops_.kv_hops[size_t(held)];
+  if (step <= h_held) {  // along the users, then from the farthest one home
+    sends.push_back({send, step < h_held ? (r + 1) % cp : held});
+    call_sent_bytes_ += double(send.nbytes());
+  }
+  const int next = ring_source(r, step + 1, cp);  // this step's block (distance step + 1)
+  if (step < cp - 1 && step < hops_.kv_hops[size_t(next)]) recvs.push_back({wire[step % 2], (r - 1 + cp) % cp});
+  if (step == hops_.kv_hops[size_t(r)])  // this rank's own accumulator comes home from its farthest user
+    recvs.push_back({step == cp - 1 ? wire[step % 2] : grad_home_, (r + step) % cp});
+  return cp_.peer_exchange_start(sends, recvs);
 }
 
 RingBlockPlan RingAttention::step_plan(int source) const {
   if (!doc_pos_) return ring_block_plan(layout_, causal_, cp_.rank(), source, shape_.local_tokens);
   const int64_t n = shape_.local_tokens, T = n * cp_.size();
   RingBlockPlan plan;
-  plan.skip = !doc_step_visible_[size_t(source)];
+  plan.skip = !hops_.visible[size_t(cp_.rank() * cp_.size() + source)];
   plan.mask.docs.q_pos = doc_pos_ + cp_.rank() * n;
   plan.mask.docs.q_doc_start = doc_start_ + cp_.rank() * n;
   plan.mask.docs.k_pos = doc_pos_ + source * n;
@@ -110,6 +150,9 @@ RingBlockPlan RingAttention::step_plan(int source) const {
 }
 
 void RingAttention::finish_call() {
+  sent_bytes_ += call_sent_bytes_, ring_bytes_ += call_ring_bytes_;
+  last_call_.sent_bytes = call_sent_bytes_, last_call_.ring_bytes = call_ring_bytes_;
+  call_sent_bytes_ = call_ring_bytes_ = 0;
   timer_->end_call();
   if (timer_->pending() > kRingTimerMaxPending) collect_timings();  // bounds the timer's event pool
 }
@@ -120,9 +163,11 @@ void RingAttention::collect_timings() const {
   for (RingTimings t : collected_) {
     t.calls = 1;
     t.steps = cp_.size();
+    t.sent_bytes = last_call_.sent_bytes, t.ring_bytes = last_call_.ring_bytes;
     last_call_ = t;
     timings_.accumulate(t);
   }
+  timings_.sent_bytes = sent_bytes_, timings_.ring_bytes = ring_bytes_;
 }
 
 const RingTimings& RingAttention::timings() const {
@@ -138,6 +183,7 @@ const RingTimings& RingAttention::last_call_timings() const {
 void RingAttention::reset_timings() {
   timer_->discard();
   timings_.reset();
+  sent_bytes_ = ring_bytes_ = 0;
 }
 
 // The K (index 0) or V (index 1) half of a packed (2, B, n, Hkv, D) buffer, as (B, n, Hkv, D).
@@ -200,7 +246,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   }
   if (cp > 1) {
     RingTimerScope t(*timer_, Phase::comm);
-    hop = cp_.ring_exchange_start(kv_buf_[0], kv_buf_[1]);
+    hop = kv_hop_start(kv_buf_[0], kv_buf_[1], 1);
   }
   for (int step = 0; step < cp; ++step) {
     Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
@@ -208,7 +254,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
       RingTimerScope t(*timer_, Phase::comm);
       cp_.wait(hop);
       const Tensor& cur = kv_buf_[step % 2];
-      if (step + 1 < cp) hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
+      if (step + 1 < cp) hop = kv_hop_start(cur, kv_buf_[(step + 1) % 2], step + 1);
       k_blk = half(cur, 0);
       v_blk = half(cur, 1);
     }
@@ -262,7 +308,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   if (cp > 1) {
     RingTimerScope t(*timer_, Phase::comm);
-    kv_hop = cp_.ring_exchange_start(kv_buf_[1], kv_buf_[0]);
+    kv_hop = kv_hop_start(kv_buf_[1], kv_buf_[0], 1);
   }
   Tensor acc;  // (2, B, n, Hkv, D) f32: the accumulator of the block used in the current step
   for (int step = 0; step < cp; ++step) {
@@ -278,15 +324,14 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
       if (!own_block) {
         cp_.wait(kv_hop);
         const Tensor& cur = kv_buf_[step % 2];
-        if (step + 1 < cp - 1) kv_hop = cp_.ring_exchange_start(cur, kv_buf_[(step + 1) % 2]);
+        if (step + 1 < cp - 1) kv_hop = kv_hop_start(cur, kv_buf_[(step + 1) % 2], step + 2);
         k_blk = half(cur, 0);
         v_blk = half(cur, 1);
       }
       // This rank is done with the previous step's accumulator: pass it on, and receive this step's block's
       // accumulator from the rank that used the block one step earlier.
       if (step > 0) {
-        const Tensor* wire = wire_bf16 ? grad_wire_ : grad_buf_;
-        grad_hop = cp_.ring_exchange_start(wire[(step - 1) % 2], wire[step % 2]);
+        grad_hop = dkv_hop_start(wire_bf16 ? grad_wire_ : grad_buf_, step);
       }
     }
 
@@ -312,8 +357,11 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
       }
       acc = grad_buf_[step % 2];
       RingTimerScope t(*timer_, Phase::compute);
-      if (wire_bf16) copy_cast(acc, grad_wire_[step % 2]);
-      if (!plan.skip) add_inplace(acc, contrib);
+      const int h = hops_.kv_hops[size_t(source)];  // this step's block's farthest user (cp-1 in the plain ring)
+      if (own_block && h >= 1 && h < cp - 1) copy_cast(acc, grad_home_);  // came home early
+      else if (wire_bf16) copy_cast(acc, grad_wire_[step % 2]);
+      if (own_block ? h == 0 : step >= h) acc = contrib;  // no accumulator travelled: this rank's part is all
+      else if (!plan.skip) add_inplace(acc, contrib);
     } else {
       acc = contrib;
     }

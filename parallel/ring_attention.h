@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "parallel/comm.h"
 #include "parallel/layout.h"
+#include "parallel/ring_hops.h"
 #include "parallel/ring_schedule.h"
 #include "parallel/ring_timing.h"
 
@@ -39,12 +40,19 @@ class RingAttention {
   // (B, cp*n) int64, the whole sample in ring order (rank s's n tokens at columns [s*n, (s+1)*n)): each
   // token's global position and its document's first position. Host memory on a CPU ring; on CUDA device memory
   // with host copies in host_pos / host_doc_start (the ring decides on the host which steps see no pair).
-  // Any layout works, since the mask is exact in positions. A step whose every pair is masked skips its compute
-  // (its K/V still travel). nullptr turns the document mask off. The arrays must outlive the calls.
+  // Any layout works, since the mask is exact in positions. A step whose every pair is masked skips its compute,
+  // and K/V hops that no rank downstream needs are skipped with dK/dV sent straight home from the block's farthest
+  // user (parallel/ring_hops.h; every rank derives the same plan, host_pos being a permutation per sample).
+  // nullptr turns the document mask off. The arrays must outlive the calls.
   void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
                      const int64_t* host_doc_start = nullptr);
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible.
   int64_t skipped_steps() const { return skipped_steps_; }
+  // The hops the current documents need (every hop without documents), and the bytes per layer (forward +
+  // backward, summed over the ranks) they move against the plain ring's.
+  const RingHopPlan& hop_plan() const { return hops_; }
+  double planned_bytes_per_layer() const;
+  double ring_bytes_per_layer() const;
 
   // Compute vs exposed-communication time (parallel/ring_timing.h): summed over every call since
   // construction or reset_timings(), and of the latest call alone. Reading them resolves the calls' timings
@@ -75,10 +83,17 @@ class RingAttention {
 
   const int64_t* doc_pos_ = nullptr;        // (B, cp*n) see set_documents
   const int64_t* doc_start_ = nullptr;      // (B, cp*n)
-  std::vector<uint8_t> doc_step_visible_;   // (cp) 1 if any query of this rank sees any key of rank s
+  RingHopPlan hops_;                        // which blocks travel how far (every hop without documents)
+  Tensor grad_home_;     // (2, B, n, Hkv, D) dkv_wire dtype: this rank's dK|dV accumulator when it comes home early
+  double sent_bytes_ = 0, ring_bytes_ = 0;  // since reset_timings(): this rank's bytes sent, the plain ring's
+  double call_sent_bytes_ = 0, call_ring_bytes_ = 0;  // of the latest call
   int64_t skipped_steps_ = 0;
 
   RingBlockPlan step_plan(int source) const;  // the layout's plan, or the document mask's
+  // The K/V hop that brings the block at ring distance `distance` (sends `send`, this rank's block at distance-1,
+  // receives into `recv`), skipping the sides nobody needs; the dK/dV hop of backward step `step` (>= 1).
+  ExchangeHandle kv_hop_start(const Tensor& send, Tensor recv, int distance);
+  ExchangeHandle dkv_hop_start(const Tensor* wire, int step);
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
   void finish_call();            // marks the end of a call on the timer (no wait)

@@ -94,15 +94,22 @@ RingTileCost ring_tile_cost(const std::vector<int64_t>& doc_start, const std::ve
   RingTileCost cost;
   cost.tiles.assign(size_t(cp) * size_t(cp), 0.0);
   cost.active.assign(size_t(cp) * size_t(cp), 0.0);
+  cost.full_tiles.assign(size_t(cp) * size_t(cp), 0.0);
+  cost.partial_tiles.assign(size_t(cp) * size_t(cp), 0.0);
+  cost.runs.assign(size_t(cp) * size_t(cp), 0);
   for (int r = 0; r < cp; ++r)
     for (int s = 0; s < cp; ++s) {
       if (!pairs.empty() && pairs[size_t(r * cp + s)] <= 0) continue;  // RingAttention skips the call
       double c = 0, act = 0;
+      const double full0 = cost.full, partial0 = cost.partial;
       for (const QueryTile& qt : q[size_t(r)]) {
         bool a = false;
         c += query_tile_cost(qt, k[size_t(s)], &a, &cost);
         act += a ? 1 : 0;
       }
+      cost.full_tiles[size_t(r * cp + s)] = cost.full - full0;
+      cost.partial_tiles[size_t(r * cp + s)] = cost.partial - partial0;
+      cost.runs[size_t(r * cp + s)] = 1;
       cost.tile_sum += c;
       cost.calls += 1;
       c += kCallQueryTileCost * act + kCallCost;

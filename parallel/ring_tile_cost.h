@@ -39,6 +39,10 @@ struct RingTileCost {
   double tile_sum = 0;         // sum of the tiles alone (full + kPartialTileCost x partial), no per-call terms
   double full = 0, partial = 0;  // tile counts over all calls: full, and partial (skipped ones in a span included)
   double calls = 0;              // calls that run (a visible pair)
+  // (cp*cp) per call: full tiles, and partial ones (skipped ones in a span included); with `active`, what the
+  // time model (parallel/ring_time_model.h) prices. A call that does not run has all three 0 and runs[] 0.
+  std::vector<double> full_tiles, partial_tiles;
+  std::vector<uint8_t> runs;
 };
 
 // doc_start (T) by position; order (T) a ring order (rank 0's positions in its local order, then rank 1's, ...);

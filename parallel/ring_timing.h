@@ -20,10 +20,14 @@ struct RingTimings {
   double compute_s = 0;
   double exposed_comm_s = 0;  // the ring's hops
   double exposed_a2a_s = 0;   // the all-to-all exchange
+  // Bytes this rank sent (K/V and dK/dV hops), and what the plain ring, every hop, would have sent: packed documents
+  // skip the hops nobody needs (parallel/ring_hops.h). Filled by RingAttention, not by the timer.
+  double sent_bytes = 0, ring_bytes = 0;
   void reset() { *this = RingTimings{}; }
   void accumulate(const RingTimings& other) {
     calls += other.calls, steps += other.steps;
     compute_s += other.compute_s, exposed_comm_s += other.exposed_comm_s, exposed_a2a_s += other.exposed_a2a_s;
+    sent_bytes += other.sent_bytes, ring_bytes += other.ring_bytes;
   }
   double total_s() const { return compute_s + exposed_comm_s + exposed_a2a_s; }
 };

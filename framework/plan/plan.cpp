@@ -342,6 +342,13 @@ int plan_main(const Config& config, const PlanArgs& args) {
                 p.cp, d.ring_efficiency[0], d.ring_efficiency[1], d.ring_efficiency[2], d.ring_efficiency[3]);
     std::printf("  balanced     picks %s; %.1f ms per sample on the host (the loader)\n", d.balanced_picks.c_str(),
                 d.balanced_ms);
+    std::printf("  candidates   predicted at cp=%d (bench/NOTES.md \"Ring time model\"): efficiency = (one whole call / cp) / "
+                "critical path with communication; bytes per layer, all ranks, fwd + bwd\n", p.cp);
+    for (const DocLengthPlan::Candidate& c : d.candidates)
+      std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s of the ring's %s (%.0f%%)%s\n", c.name.c_str(),
+                  c.eff_fwd, c.eff_bwd, 100 * c.comm_share, human_bytes(c.bytes).c_str(),
+                  human_bytes(c.ring_bytes).c_str(), c.ring_bytes > 0 ? 100 * c.bytes / c.ring_bytes : 0.0,
+                  c.picked ? ("  <- picked " + std::to_string(c.picked) + "/" + std::to_string(d.windows)).c_str() : "");
   }
   print_memory(pt, limits, device, 10);
   return 0;

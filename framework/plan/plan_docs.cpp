@@ -19,6 +19,11 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
   DocLengthPlan plan;
   plan.path = path;
   plan.windows = windows;
+  RingShape shape;  // per rank, as RingAttention runs it
+  shape.heads = config.model.n_head / std::max(1, config.parallel.tp);
+  shape.kv_heads = std::max(1, config.model.n_kv_head / std::max(1, config.parallel.tp));
+  shape.head_dim = config.model.head_dim();
+  shape.dkv_wire_bytes = config.parallel.dkv_wire == "bf16" ? 2 : 4;
   const Layout layouts[] = {Layout::contiguous, Layout::zigzag, Layout::striped};
   std::map<std::string, int> picks;  // balanced's choice -> windows
   for (int k = 0; k < windows; ++k) {
@@ -37,10 +42,23 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
         order = layout_ring_order(layouts[l], T, cp);
       } else {
         const auto t0 = std::chrono::steady_clock::now();
-        std::vector<RingCandidate> cands = ring_candidates(starts, cp);
+        std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape);
         const size_t best = pick_balanced(cands);
         plan.balanced_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / windows;
-        picks[cands[best].name] += 1;
+        picks[cands[best].label()] += 1;
+        for (size_t c = 0; c < cands.size(); ++c) {
+          auto it = std::find_if(plan.candidates.begin(), plan.candidates.end(),
+                                 [&](const DocLengthPlan::Candidate& x) { return x.name == cands[c].label(); });
+          if (it == plan.candidates.end()) {
+            plan.candidates.push_back({cands[c].label()});
+            it = plan.candidates.end() - 1;
+          }
+          const RingTimePrediction& t = cands[c].time;
+          it->eff_fwd += t.efficiency_fwd() / windows, it->eff_bwd += t.efficiency_bwd() / windows;
+          it->comm_share += t.comm_share() / windows;
+          it->bytes += t.bytes_per_layer / windows, it->ring_bytes += t.ring_bytes_per_layer / windows;
+          it->picked += c == best ? 1 : 0;
+        }
         order = std::move(cands[best].order);
       }
       const std::vector<double> pairs = ring_pair_counts(starts, order, cp);

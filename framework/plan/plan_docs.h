@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "framework/config/config.h"
 
@@ -19,6 +20,15 @@ struct DocLengthPlan {
   double ring_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / (cp x the critical path's tiles)
   std::string balanced_picks;                // balanced's candidates chosen, with how many windows each
   double balanced_ms = 0;                    // host time balanced takes per sample (the loader pays it), mean
+  // Each candidate of balanced (parallel/doc_balance.h) with the time model's prediction (parallel/ring_time_model.h),
+  // mean over the windows: efficiency = ideal (one whole call / cp) / predicted critical path, communication
+  // included; bytes per layer (all ranks, fwd + bwd) against the plain ring's; windows it was picked in.
+  struct Candidate {
+    std::string name;
+    double eff_fwd = 0, eff_bwd = 0, comm_share = 0, bytes = 0, ring_bytes = 0;
+    int picked = 0;
+  };
+  std::vector<Candidate> candidates;
 };
 
 DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows = 8);

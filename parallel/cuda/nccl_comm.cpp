@@ -159,6 +159,27 @@ ExchangeHandle NcclComm::ring_exchange_start(const Tensor& send, Tensor recv) {
   return post(compute, "ring exchange (send to next + recv from previous)");
 }
 
+ExchangeHandle NcclComm::peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                             const std::vector<PeerTransfer>& recvs) {
+  check_peer_exchange(sends, recvs, size_, "NcclComm");
+  const Tensor* any = !sends.empty() ? &sends[0].buf : !recvs.empty() ? &recvs[0].buf : nullptr;
+  cudaStream_t compute = any ? cuda::stream_for(*any, "NcclComm::peer_exchange_start") : cuda::current_stream();
+  cudaStream_t comm = as_stream(enter_comm_stream(compute));
+  if (any) {
+    NCCL_CHECK(ncclGroupStart());
+    for (const PeerTransfer& t : sends) {
+      check_tensor(t.buf, "peer_exchange_start");
+      NCCL_CHECK(ncclSend(t.buf.data, t.buf.nbytes(), ncclUint8, t.peer, comm_, comm));
+    }
+    for (const PeerTransfer& t : recvs) {
+      check_tensor(t.buf, "peer_exchange_start");
+      NCCL_CHECK(ncclRecv(t.buf.data, t.buf.nbytes(), ncclUint8, t.peer, comm_, comm));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  }
+  return post(compute, "peer exchange (the ring's needed hops)");
+}
+
 void* NcclComm::enter_comm_stream(void* compute_stream) {
   cudaStream_t compute = as_stream(compute_stream), comm = as_stream(comm_stream_);
   // The collective may start once everything launched so far on the compute stream is done: that covers the

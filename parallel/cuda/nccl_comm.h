@@ -10,6 +10,7 @@
 //               ncclGroupStart/End of send (to next) + recv (from prev) -> a "done" event. wait() makes the
 //               compute stream wait for that event: the host never blocks, compute waits only for the hop
 //               it needs, and the hop overlaps whatever compute was launched between start and wait.
+//               peer_exchange_start is the same with any peers: one group of ncclSend / ncclRecv.
 //   zero        reduce_scatter_sum_start / all_gather_start go on the same comm stream as the ring, ordered by the
 //               same events: posted after everything launched so far on the compute stream, and wait() makes
 //               the compute stream (never the host) wait for the result.
@@ -62,6 +63,8 @@ class NcclComm final : public Comm {
   void barrier() override;
   ExchangeHandle ring_exchange_start(const Tensor& send, Tensor recv) override;
   void wait(ExchangeHandle handle) override;
+  ExchangeHandle peer_exchange_start(const std::vector<PeerTransfer>& sends,
+                                     const std::vector<PeerTransfer>& recvs) override;
   ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) override;  // f32 or bf16
   ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) override;          // any dtype
   // Grouped ncclSend / ncclRecv to and from every peer on the comm stream (the own chunk copied there too).

@@ -7,6 +7,9 @@
 // (tests/mpi/gpu_rank_placement.h). Skips without a CUDA device.
 // GpuModelGridDocuments: packed documents (data.documents: eot, positions: document) over cp = 2 and 4 in the
 // zigzag, striped and balanced layouts, and dp = 2 x cp = 2, against one GPU rank on the same shard.
+// GpuModelGridA2a: the all-to-all and the hybrid (parallel.cp_a2a = u, issue 32) on 4 query heads of d 64: u = 2
+// and 4 (pure all-to-all; 2 KV heads replicated for u = 4), cp 4 with u 2 (ring of 2 x a2a of 2), and packed
+// documents with u = cp = 2 and with the hybrid over a balanced ring, against one GPU rank.
 //
 // Tolerances (both sides bf16 activations; the grids differ in the ring's block merges, the bf16 partial
 // sums of the row-parallel layers over tp, and the gradient sums):
@@ -159,3 +162,69 @@ INSTANTIATE_TEST_SUITE_P(Grids, GpuModelGridDocuments,
                          });
 
 }  // namespace
+
+struct A2aGridCase {
+  const char* name;
+  int cp, u;
+  bool documents;
+};
+
+class GpuModelGridA2a : public ::testing::TestWithParam<A2aGridCase> {};
+
+TEST_P(GpuModelGridA2a, GpuRanksMatchSingleRankGpu) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  const A2aGridCase c = GetParam();
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (c.cp > world) GTEST_SKIP() << c.name << " needs " << c.cp << " ranks; this run has " << world;
+  const GpuRankPlacement placement = gpu_rank_placement();
+  ASSERT_TRUE(placement.error.empty()) << placement.error;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("rt_gpu_grid_a2a_" + std::to_string(::getpid()) + "_" + std::to_string(world_rank()));
+  std::vector<std::string> common = {"model.d_model=256", "model.n_head=4"};  // d 64; u up to 4
+  if (c.documents) {
+    fs::create_directories(dir);
+    const std::string shard = (dir / "docs_000.bin").string();
+    write_packed_document_shard(shard, /*eot=*/0);
+    for (const char* o : {"data.source=shards", "data.documents=eot", "data.eot_token=0", "data.positions=document"})
+      common.push_back(o);
+    common.push_back("data.path=" + shard);
+  }
+  std::vector<std::string> grid_overrides = common;
+  grid_overrides.push_back("parallel.cp_a2a=" + std::to_string(c.u));
+  if (c.documents && c.cp > c.u) grid_overrides.push_back("parallel.layout=balanced");
+  const Config config = gpu_model_config(1, c.cp, 1, "swiglu", 2, "none", grid_overrides);
+  const Config ref_config = gpu_model_config(1, 1, 1, "swiglu", 2, "none", common);
+  const Device gpu = Device::cuda(placement.device);
+
+  std::shared_ptr<Comm> sub = sub_world(c.cp, placement);
+  if (sub) {  // else idle in this case
+    GridDims dims{1, c.cp, 1};
+    dims.cp_a2a = c.u;
+    ProcessGrid grid = ProcessGrid::create(sub, dims);
+    ASSERT_EQ(grid.a2a().size(), c.u);
+    const StepResult got = first_step(config, grid, gpu);
+    ProcessGrid one = ProcessGrid::local();
+    const StepResult ref = first_step(ref_config, one, gpu);
+    ASSERT_TRUE(std::isfinite(got.loss)) << "loss " << got.loss;
+    const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
+    EXPECT_LE(loss_err, kLossRelTol) << "loss " << got.loss << " vs one GPU rank " << ref.loss;
+    ASSERT_EQ(got.grads.size(), ref.grads.size());
+    const GradCompare g = compare_grads(got.grads, ref.grads);
+    EXPECT_LE(g.whole, kWholeGradTol);
+    EXPECT_LE(g.worst, kTensorGradTol) << g.worst_name;
+    if (sub->rank() == 0)
+      std::printf("[ a2a %s comm=%s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, worst "
+                  "%.1e (%s)\n", c.name, placement.comm_name(), got.loss, ref.loss, loss_err, g.whole, g.worst,
+                  g.worst_name.c_str());
+  }
+  if (c.documents) fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, GpuModelGridA2a,
+                         ::testing::Values(A2aGridCase{"cp2_u2", 2, 2, false}, A2aGridCase{"cp4_u4", 4, 4, false},
+                                           A2aGridCase{"cp4_u2", 4, 2, false},
+                                           A2aGridCase{"cp2_u2_documents", 2, 2, true},
+                                           A2aGridCase{"cp4_u2_documents_balanced", 4, 2, true}),
+                         [](const ::testing::TestParamInfo<A2aGridCase>& info) { return std::string(info.param.name); });

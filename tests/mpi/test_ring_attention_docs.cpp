@@ -2,8 +2,9 @@
 // one rank (the CPU kernels with the same document mask, themselves checked against fp64 in
 // tests/unit/kernels/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
 // striped, balanced (each sample's order from its documents) and docpack, and for a random per-sample assignment of
-// positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; and a ring whose off-diagonal steps
-// are all masked skips them (their K/V still travel) without changing the result.
+// positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; a ring whose
+// off-diagonal steps are all masked skips them without changing the result; and the hop skipping (parallel/ring_hops.h):
+// a block travels as far as its farthest user, and short documents move a fraction of the plain ring's bytes.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -86,12 +87,18 @@ OneRank one_rank(const test::AttentionProblem& p, const std::vector<int64_t>& po
   return {test::download(out), test::download(lse), test::download(dq), test::download(dk), test::download(dv)};
 }
 
+// What a ring moved, summed over its ranks (MPI_Allreduce), and its hop plan.
+struct RingStats {
+  double sent_bytes = 0, ring_bytes = 0, planned_bytes = 0;
+  std::vector<int> kv_hops;  // (cp) RingHopPlan::kv_hops
+};
+
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
 // Runs the ring on world ranks [0, cp) and returns the relative errors against one_rank (summed over ranks) and
 // this rank's skipped steps.
 test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector<int64_t>& order,
                               const std::vector<std::vector<int64_t>>& lengths, int cp, Layout layout,
-                              double* bad, int64_t* skipped) {
+                              double* bad, int64_t* skipped, RingStats* stats = nullptr) {
   const int64_t T = p.T, n = T / cp;
   std::vector<int64_t> nat_pos(size_t(kB * T)), nat_start(size_t(kB * T));  // (B, T) natural order
   std::vector<int64_t> ring_pos(size_t(kB * T)), ring_start(size_t(kB * T));  // (B, T) ring order
@@ -132,6 +139,11 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
     attn.forward(q, k, v, out, lse);
     attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
     *skipped = attn.skipped_steps();
+    if (stats) {
+      double bytes[2] = {attn.timings().sent_bytes, attn.timings().ring_bytes};
+      ring.all_reduce_sum(bytes, 2);
+      *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops};
+    }
     // Un-permute: this rank's rows are at the positions of its columns (the same for every sample here only if
     // the order is; compare per sample).
     const std::vector<float> got[test::kNumQuantities] = {test::download(out), test::download(lse),
@@ -256,8 +268,7 @@ TEST(RingAttentionDocs, EveryLayoutAndAnyAssignmentMatchOneRank) {
 }
 
 // Contiguous layout with every document exactly one rank's chunk: every off-diagonal step sees no pair, so each
-// rank skips cp-1 forward and cp-1 backward steps, and the result is still exact (K/V still travel: the ring
-// would deadlock otherwise).
+// rank skips cp-1 forward and cp-1 backward steps, and the result is still exact (no K/V hop is needed either).
 TEST(RingAttentionDocs, FullyMaskedStepsAreSkipped) {
   const int cp = std::min(4, world_size());
   const int64_t T = 120, n = T / cp;
@@ -277,5 +288,58 @@ TEST(RingAttentionDocs, FullyMaskedStepsAreSkipped) {
   expect_close(rel2, bad, "documents across chunks, cp=" + std::to_string(cp));
   if (world_rank() >= 1 && world_rank() < cp) {
     EXPECT_LT(skipped, 2 * (cp - 1)) << "rank " << world_rank();
+  }
+}
+
+// The skip logic (parallel/ring_hops.h) on a case where a far rank needs a block: contiguous, cp = 4, 30 tokens per
+// rank; the first document spans ranks 0-3, so block 0 must travel 3 hops (and its dK/dV come back from rank 3),
+// while the later blocks hold short documents and travel less. Skipping a needed hop would leave a stale buffer in
+// the step that uses it, so the result against one rank would be far off.
+TEST(RingAttentionDocs, NeededBlocksTravelAsFarAsTheirFarthestUser) {
+  const int cp = 4;
+  if (world_size() < cp) GTEST_SKIP() << "needs 4 ranks";
+  const int64_t T = 120;
+  const test::AttentionProblem p = test::make_attention_problem(2468, kB, T, kH, kHkv, kD, false);
+  // Sample 0: a 100-token document from position 0 (ranks 0-3), then short ones; sample 1: length-1 documents
+  // and odd lengths, none crossing a rank's edge except 31..33.
+  const std::vector<std::vector<int64_t>> mix = {{100, 7, 13}, {1, 29, 3, 27, 1, 1, 29, 29}};
+  double bad = 0;
+  int64_t skipped = 0;
+  RingStats stats;
+  const test::RelErrors rel =
+      run_docs_ring(p, layout_order(Layout::contiguous, T, cp), mix, cp, Layout::contiguous, &bad, &skipped, &stats);
+  expect_close(rel, bad, "a document over every rank, contiguous cp=4");
+  if (world_rank() < cp) {
+    ASSERT_EQ(stats.kv_hops.size(), size_t(cp));
+    EXPECT_EQ(stats.kv_hops[0], 3) << "block 0 is seen by rank 3's queries";
+    EXPECT_EQ(stats.kv_hops[3], 0) << "nothing after rank 3 in a contiguous ring: block 3 stays home";
+    EXPECT_LT(stats.sent_bytes, stats.ring_bytes);
+    EXPECT_NEAR(stats.sent_bytes, stats.planned_bytes, 1e-6 * stats.planned_bytes);
+  }
+}
+
+// The bytes saved where most blocks are not needed: short documents in the contiguous layout, cp = 4. Only the
+// documents across a rank's edge need a hop: the ring moves what the plan says, a small part of the plain ring's.
+TEST(RingAttentionDocs, ShortDocumentsMoveFewBytes) {
+  const int cp = std::min(4, world_size());
+  if (cp < 3) GTEST_SKIP() << "needs 3 ranks";
+  const int64_t T = 120;
+  const test::AttentionProblem p = test::make_attention_problem(1357, kB, T, kH, kHkv, kD, false);
+  const std::vector<std::vector<int64_t>> mix = {{1, 7, 1, 3, 2, 5, 5, 1}, {4, 1, 2, 3}};
+  double bad = 0;
+  int64_t skipped = 0;
+  RingStats stats;
+  const test::RelErrors rel =
+      run_docs_ring(p, layout_order(Layout::contiguous, T, cp), mix, cp, Layout::contiguous, &bad, &skipped, &stats);
+  expect_close(rel, bad, "short documents, contiguous cp=" + std::to_string(cp));
+  if (world_rank() < cp) {
+    for (int s = 0; s < cp; ++s) EXPECT_LE(stats.kv_hops[size_t(s)], 1) << "block " << s;
+    EXPECT_NEAR(stats.sent_bytes, stats.planned_bytes, 1e-6 * stats.planned_bytes);
+    // K/V: at most one hop per block and pass (against cp-1); dK/dV: at most one (against cp-1).
+    EXPECT_LE(stats.sent_bytes, stats.ring_bytes / (cp - 1) + 1);
+    EXPECT_GT(stats.sent_bytes, 0) << "documents cross the ranks' edges: some hop is needed";
+    if (world_rank() == 0)
+      std::printf("  short documents, contiguous cp=%d: %.0f bytes sent of the ring's %.0f (%.1f%%)\n", cp,
+                  stats.sent_bytes, stats.ring_bytes, 100 * stats.sent_bytes / stats.ring_bytes);
   }
 }

@@ -1,0 +1,126 @@
+// The mask-area dispatch of packed documents over a ring (parallel/doc_dispatch.h).
+#include "parallel/doc_dispatch.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/tensor.h"
+#include "parallel/ring_time_model.h"
+
+namespace rt {
+
+int64_t dispatch_chunk_tokens(int64_t T, int cp) {
+  const int64_t n = T / cp, target = std::max<int64_t>(128, n / 16);
+  int64_t best = 1;
+  for (int64_t c = 1; c * c <= n; ++c)
+    if (n % c == 0) {
+      if (c <= target) best = std::max(best, c);
+      if (n / c <= target) best = std::max(best, n / c);
+    }
+  return best;
+}
+
+std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t chunk) {
+  const int64_t T = int64_t(doc_start.size());
+  RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "dispatch: seq_len " << T << " is not divisible by cp = " << cp);
+  const int64_t n = T / cp;
+  if (chunk <= 0) chunk = dispatch_chunk_tokens(T, cp);
+  RT_CHECK(n % chunk == 0, "dispatch: chunk " << chunk << " does not divide the " << n << " tokens of a rank");
+  const int64_t M = T / chunk, per_rank = n / chunk;
+  // Visible pairs between chunks: pairs[k] lists (j, pairs with queries in chunk k and keys in chunk j), j <= k.
+  // For query p of document start s, keys [s, p]: chunk j < chunk(p) holds min(chunk, jb - max(s, ja)) of them.
+  std::vector<std::vector<std::pair<int64_t, double>>> pairs(static_cast<size_t>(M));
+  std::vector<double> area(static_cast<size_t>(M), 0.0);  // (M) pairs with queries in the chunk
+  for (int64_t k = 0; k < M; ++k) {
+    const int64_t a = k * chunk, b = a + chunk;
+    std::vector<double> row;  // (k + 1 - first chunk) pairs per key chunk
+    const int64_t first = doc_start[size_t(a)] / chunk;
+    row.assign(size_t(k - first + 1), 0.0);
+    for (int64_t p = a; p < b; ++p) {  // per query: keys in earlier chunks by run of one document start
+      const int64_t s = doc_start[size_t(p)];
+      RT_CHECK(s >= 0 && s <= p, "dispatch: position " << p << " has document start " << s);
+      const int64_t js = s / chunk;
+      RT_CHECK(js >= first, "dispatch: document starts must not decrease with position (position " << p << ")");
+      if (js == k) {
+        row[size_t(k - first)] += double(p - s + 1);
+      } else {
+        row[size_t(js - first)] += double((js + 1) * chunk - s);
+        for (int64_t j = js + 1; j < k; ++j) row[size_t(j - first)] += double(chunk);
+        row[size_t(k - first)] += double(p - a + 1);
+      }
+    }
+    for (size_t i = 0; i < row.size(); ++i)
+      if (row[i] > 0) {
+        pairs[size_t(k)].push_back({first + int64_t(i), row[i]});
+        area[size_t(k)] += row[i];
+      }
+  }
+  // The reverse lists: later[j] = (k, pairs) with queries in k > j seeing keys in j.
+  std::vector<std::vector<std::pair<int64_t, double>>> later(static_cast<size_t>(M));
+  for (int64_t k = 0; k < M; ++k)
+    for (const auto& e : pairs[size_t(k)])
+      if (e.first != k) later[size_t(e.first)].push_back({k, e.second});
+
+  // Greedy: largest area first; each chunk to the rank (with room) that leaves the least critical path.
+  const KernelTimeModel model = kernel_time_model(false, 128);
+  const double pair_us = model.full_us / double(kCostQueryTileRows * kCostKeyTileRows);
+  auto cost = [&](double w) { return w > 0 ? model.call_us + 16 * pair_us * w : 0.0; };
+  std::vector<double> W(size_t(cp) * size_t(cp), 0.0);  // (cp*cp) pairs of rank r's queries x rank s's keys
+  std::vector<int> rank_of(static_cast<size_t>(M), -1), held(static_cast<size_t>(cp), 0);
+  std::vector<int64_t> by_area(static_cast<size_t>(M));
+  std::iota(by_area.begin(), by_area.end(), int64_t(0));
+  std::stable_sort(by_area.begin(), by_area.end(), [&](int64_t x, int64_t y) { return area[size_t(x)] > area[size_t(y)]; });
+  std::vector<double> trial(W.size());
+  for (int64_t k : by_area) {
+    int best = -1;
+    double best_path = 0, best_load = 0;
+    for (int r = 0; r < cp; ++r) {
+      if (held[size_t(r)] == per_rank) continue;
+      trial = W;
+      for (const auto& e : pairs[size_t(k)]) {
+        const int s = e.first == k ? r : rank_of[size_t(e.first)];
+        if (s >= 0) trial[size_t(r * cp + s)] += e.second;
+      }
+      for (const auto& e : later[size_t(k)]) {
+        const int q = rank_of[size_t(e.first)];
+        if (q >= 0) trial[size_t(q * cp + r)] += e.second;
+      }
+      // The critical path, plus the spread of the calls (sum of squares, scaled to time): with few chunks placed
+      // most steps tie on the path, and the spread keeps the calls of a step level for the chunks still to come.
+      double path = 0, load = 0, sq = 0, sum = 0;
+      for (int t = 0; t < cp; ++t) {
+        double mx = 0;
+        for (int q = 0; q < cp; ++q) {
+          const double c = cost(trial[size_t(q * cp + ((q - t) % cp + cp) % cp)]);
+          mx = std::max(mx, c), sq += c * c, sum += c;
+        }
+        path += mx;
+      }
+      if (sum > 0) path += sq / sum;
+      for (int s = 0; s < cp; ++s) load += trial[size_t(r * cp + s)];
+      if (best < 0 || path < best_path * (1 - 1e-12) || (path <= best_path * (1 + 1e-12) && load < best_load)) {
+        best = r, best_path = path, best_load = load;
+      }
+    }
+    rank_of[size_t(k)] = best;
+    held[size_t(best)] += 1;
+    for (const auto& e : pairs[size_t(k)]) {
+      const int s = e.first == k ? best : rank_of[size_t(e.first)];
+      if (s >= 0 && e.first != k) W[size_t(best * cp + s)] += e.second;
+      if (e.first == k) W[size_t(best * cp + best)] += e.second;
+    }
+    for (const auto& e : later[size_t(k)]) {
+      const int q = rank_of[size_t(e.first)];
+      if (q >= 0) W[size_t(q * cp + best)] += e.second;
+    }
+  }
+  std::vector<int64_t> order;
+  order.reserve(size_t(T));
+  for (int r = 0; r < cp; ++r)
+    for (int64_t k = 0; k < M; ++k)
+      if (rank_of[size_t(k)] == r)
+        for (int64_t p = k * chunk; p < (k + 1) * chunk; ++p) order.push_back(p);
+  return order;
+}
+
+}  // namespace rt

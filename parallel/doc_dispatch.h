@@ -1,0 +1,20 @@
+// The mask-area dispatch ("dispatch"), a candidate of parallel.layout: balanced (parallel/doc_balance.h), after
+// MagiAttention's dispatch solver: the sample is cut into equal chunks (no padding, no length rule on documents),
+// and the chunks, largest mask area first, go greedily each to the rank (with room) that keeps the ring's critical
+// path least: the sum over ring steps of the slowest rank's predicted time, a call costing a fixed part plus its
+// visible pairs (parallel/ring_time_model.h's forward coefficients). Each rank's chunks keep increasing positions.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace rt {
+
+// The chunk size dispatch uses for T tokens over cp ranks: the largest divisor of T/cp that is at most
+// max(128, T/cp/16) (so every rank holds a whole number of chunks, 16 or more where T/cp allows).
+int64_t dispatch_chunk_tokens(int64_t T, int cp);
+
+// doc_start (T) by position, T % cp == 0. Returns a ring order (T): rank 0's positions, then rank 1's, ...
+// O(M^2 cp) for M = T / chunk chunks at worst (one document), O(M cp^3) without long documents.
+std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t chunk = 0);
+
+}  // namespace rt
