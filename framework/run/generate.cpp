@@ -85,7 +85,15 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     if (auto it = metadata.find("context_length"); it != metadata.end() && std::atoll(it->second.c_str()) > 0)
       trained_len = std::atoll(it->second.c_str());
     prepare_generate_config(config);
+    const std::string configured = "cp=" + std::to_string(config.parallel.cp) + " tp=" +
+                                   std::to_string(config.parallel.tp);
+    const int configured_ranks = config.parallel.cp * config.parallel.tp;
     grid_note = fit_grid_to_world(config, world_size);
+    if (!grid_note.empty())  // in this command's words
+      grid_note = "generate: the config's grid (" + configured + ") needs " + std::to_string(configured_ranks) +
+                  " process(es) and this run has " + std::to_string(world_size) + "; generating on cp=" +
+                  std::to_string(config.parallel.cp) + " tp=" + std::to_string(config.parallel.tp) +
+                  " instead (the tokens are the same on any grid)";
     validate_config(config, world_size);
     RT_CHECK(args.prompt_ids_file.empty() == args.prompt_given,
              "generate: give the prompt once, as --prompt-ids FILE or --prompt \"1,2,3\"");
@@ -223,8 +231,8 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     j["grid"] = {{"cp", cp}, {"cp_a2a", config.parallel.cp_a2a}, {"tp", config.parallel.tp}};
     j["device"] = device.is_cpu() ? "cpu" : "cuda";
     j["hf_source"] = hf_source;
-    std::fprintf(stderr, "generate: prefill %lld tokens in %.3f s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
-                 "%.3f s, %.1f tokens/s; stopped at %s\n", (long long)Pp, prefill_s, cp, config.parallel.cp_a2a,
+    std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
+                 "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)Pp, prefill_s, cp, config.parallel.cp_a2a,
                  config.parallel.tp, generated.size(), decode_s, tokens_per_s, stop.c_str());
     const std::string text = j.dump() + "\n";
     if (args.out.empty()) {

@@ -186,8 +186,9 @@ def case_refusals(tmp):
 def hf_generate(model, prompt, new, device):
     import torch
     ids = torch.tensor([prompt], device=device)
+    model.generation_config.eos_token_id = None  # never stop early: ringtrain runs with --eos-id -1
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0,
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
                              output_scores=True, return_dict_in_generate=True)
     return out.sequences[0, len(prompt):].tolist(), [s[0].float().cpu().numpy() for s in out.scores]
 
@@ -207,6 +208,11 @@ def case_transformers(tmp):
     check(out["new_ids"] == ref, f"transformers {transformers.__version__} fp32 CPU: {NEW} greedy ids equal")
     if not args.cuda:
         return
+    # The CUDA kernels take head dims 64 and 128: the same fixture at hidden 256 (4 heads of 64).
+    fx.HIDDEN, fx.FF = 256, 384
+    gpu_dir = os.path.join(tmp, "gpu")
+    os.makedirs(gpu_dir)
+    ckpt, _, _ = fixture(gpu_dir, "gqa_llama3")
     bf16 = os.path.join(tmp, "export_bf16")
     run([args.ringtrain, "export-hf", ckpt, "--out", bf16, "--dtype", "bf16"])
     ckpt16 = os.path.join(tmp, "ckpt_bf16")
