@@ -3,6 +3,8 @@
 //   ringtrain plan  <config.yaml> [--json] [--max-seq-len] [--device-memory-gib G] [--host-memory-gib H]
 //                   [--ranks-per-node R] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
+//   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
+//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--out FILE]
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
@@ -29,6 +31,7 @@
 #include "framework/hf/init_from.h"
 #include "framework/base/run_errors.h"
 #include "framework/plan/plan.h"
+#include "framework/run/generate.h"
 #include "framework/run/trainer.h"
 #include "framework/base/version.h"
 #include "kernels/tensor.h"
@@ -43,6 +46,7 @@ struct Args {
   std::string checkpoint;
   std::string dump_logits;  // eval: .npy file for the first eval batch's logits
   rt::PlanArgs plan;        // plan: --json, --max-seq-len, limits
+  rt::GenerateArgs generate;
 };
 
 struct HfArgs {
@@ -84,6 +88,7 @@ int run_command(const std::string& command, const Args& args) {
     return code;
   }
   if (command == "train") return rt::train_main(config);
+  if (command == "generate") return rt::generate_main(config, args.generate, world_size());
   return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits);
 }
 
@@ -123,6 +128,22 @@ int main(int argc, char** argv) {
   eval->add_option("--dump-logits", args.dump_logits,
                     "write the first eval batch's logits (B,T,V) float32 to FILE (.npy) and its tokens to "
                     "FILE.tokens.npy; one rank only");
+  CLI::App* generate = app.add_subcommand("generate", "token ids in, token ids out (JSON): prefill on the grid, "
+                                                      "split-KV decode over the cp ranks");
+  add_config_args(generate, args);
+  rt::GenerateArgs& g = args.generate;
+  generate->add_option("--checkpoint", g.checkpoint, "checkpoint directory or a model.safetensors file")->required();
+  generate->add_option("--prompt-ids", g.prompt_ids_file, "file of prompt token ids: a JSON array or ids separated "
+                                                          "by commas / spaces");
+  generate->add_option("--prompt", g.prompt, "prompt token ids inline, e.g. \"1,2,3\"");
+  generate->add_option("--max-new-tokens", g.max_new_tokens, "stop after this many new tokens (default 64)");
+  generate->add_option("--temperature", g.sampling.temperature, "0 = greedy (default); > 0 samples");
+  generate->add_option("--top-k", g.sampling.top_k, "sample among the k most likely ids (0 = all)");
+  generate->add_option("--top-p", g.sampling.top_p, "sample among the most likely ids holding this mass (1 = all)");
+  generate->add_option("--seed", g.sampling.seed, "sampling seed (default 0)");
+  generate->add_option("--eos-id", g.eos_id, "stop at this id (default: the HF config's eos_token_id, else "
+                                             "data.eot_token when set; negative: never)");
+  generate->add_option("--out", g.out, "write the JSON result here (default: stdout)");
   HfArgs hf;
   CLI::App* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama/Mistral directory -> ringtrain checkpoint");
   import_hf->add_option("hf_dir", hf.source, "directory with config.json and model.safetensors (or shards + index)")
@@ -161,7 +182,10 @@ int main(int argc, char** argv) {
       return rt::kExitFailure;
     }
   }
-  const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : "eval";
+  args.generate.eos_given = generate->count("--eos-id") > 0;
+  args.generate.prompt_given = generate->count("--prompt") > 0;
+  const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : generate->parsed() ? "generate"
+                                                                                                      : "eval";
 
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {

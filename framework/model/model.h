@@ -146,6 +146,32 @@ struct ModelComms {
   static ModelComms from(ProcessGrid& grid);
 };
 
+// Generation (framework/model/model_decode.cpp, DESIGN.md "Generate"): this rank's shard of the KV cache, and the
+// buffers of one decode step (one new token, batch 1). Rows are this rank's cached tokens in the order they came
+// (the prefill's rows in the layout's local order, then the decoded tokens appended here); decode attention has no
+// mask, so the order of the rows does not matter.
+struct KvCache {
+  int64_t capacity = 0;         // rows per layer on this rank
+  int64_t rows = 0;             // rows filled
+  std::vector<Tensor> k, v;     // L x (capacity, Hkvl*D) act dtype; K after RoPE (the training forward's a.k, a.v)
+  std::vector<int64_t> capture; // prefill: the local rows of the forward to keep (sorted; the prompt, not the pad)
+  Tensor token;                 // (1) i32 the token being decoded
+  Tensor kv_len;                // (1) i32 rows this rank attends over in this step
+  Tensor rope;                  // (1, D/2, 2) f32 the token's RoPE row (its global position)
+  Tensor x, out, x_mid;         // (1, C) act: residual stream in / block output / after attention
+  Tensor ln, ln2;               // (1, C) act
+  Tensor rstd;                  // (1) f32
+  Tensor q, att;                // (1, Hl*D) act
+  Tensor k_new, v_new;          // (1, Hkvl*D) act
+  Tensor h;                     // (1, Fl | 2Fl) act
+  Tensor g;                     // (1, Fl) act
+  Tensor state;                 // (Hl*(D+2)) f32: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1) of this rank's shard
+  Tensor gathered;              // (cp, Hl*(D+2)) f32: every cp rank's state, merged into row 0
+  Tensor lse;                   // (1, Hl, 1) f32
+  Tensor work;                  // (attn_decode_work_elems(1, Hl, Hkvl, D, capacity)) f32
+  Tensor logits;                // (1, V) act: the next token's logits after decode_step
+};
+
 class Model {
  public:
   // batch: sequences on this rank; local_tokens: seq_len / cp. All buffers come from `arena`.
@@ -228,6 +254,15 @@ class Model {
   // (B*n, C) act dtype: the final RMSNorm's output of the latest forward; valid after a step without
   // gradients (a backward reuses its storage). Read by `ringtrain eval --dump-logits`.
   Tensor final_hidden() const { return final_out_; }
+
+  // Generation (model_decode.cpp). make_kv_cache: the cache and step buffers for `capacity` rows from `arena`
+  // (measure on Arena::measuring first). set_kv_capture: the following forwards copy rows cache->capture of every
+  // layer's K (after RoPE) and V into the cache (null: stop). decode_step: cache->token at global `position`;
+  // when append_here, its K / V become this rank's row cache.rows (the caller then counts it); attention over this
+  // rank's rows, the fp32 states merged over the cp group; writes cache.logits. Collective over cp and tp.
+  KvCache make_kv_cache(Arena& arena, int64_t capacity) const;
+  void set_kv_capture(KvCache* cache) { kv_capture_ = cache; }
+  void decode_step(KvCache& cache, int64_t position, bool append_here);
 
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();
@@ -348,6 +383,8 @@ class Model {
   int64_t mlp_chunk_ = 0;            // tokens per MLP chunk (resolve_mlp_chunk)
   bool keep_mlp_hidden_ = false;     // no checkpointing: h and g are kept per layer as (N, .)
   Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
+  KvCache* kv_capture_ = nullptr;  // set_kv_capture
+  void capture_kv(int layer, const Tensor& k, const Tensor& v);  // (N, Hkvl*D) each
   LocalComm no_a2a_;  // the a2a group when comms.a2a is null
   std::unique_ptr<ContextAttention> attention_;
 };

@@ -27,6 +27,7 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   const Tensor v4 = a.v.view({s.B, s.n, s.Hkvl, s.D});
   rope_rows(q4, false);
   rope_rows(k4, false);
+  if (kv_capture_ && pass == BlockPass::forward) capture_kv(layer, a.k, a.v);  // generate's prefill
   if (pass != BlockPass::recompute_keep_attention)
     attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp

@@ -275,6 +275,35 @@ def forward_logits(name, weights, tokens):
     return x @ head.T
 
 
+def greedy_generate(name, weights, prompt, max_new, eos=None):
+    """Greedy decoding by a full re-forward of the whole sequence per new token (no cache: an implementation
+    independent of any KV cache). -> (new ids, smallest top-1 minus top-2 logit gap over the steps)."""
+    ids = [int(t) for t in prompt]
+    new, margin = [], float("inf")
+    for _ in range(max_new):
+        last = forward_logits(name, weights, np.asarray([ids], dtype=np.int64))[0, -1]
+        order = np.argsort(-last, kind="stable")
+        margin = min(margin, float(last[order[0]] - last[order[1]]))
+        nxt = int(order[0])
+        ids.append(nxt)
+        new.append(nxt)
+        if eos is not None and nxt == eos:
+            break
+    return new, margin
+
+
+def read_weights_f64(path):
+    """{name: fp64 array} of a safetensors file, or of a directory's shards."""
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    out = {}
+    for f in files:
+        tensors, _ = read_safetensors(f)
+        for k, (dtype, shape, raw) in tensors.items():
+            out[k] = as_float64(dtype, shape, raw)
+    return out
+
+
 def mean_loss(logits, tokens):
     """Next-token cross-entropy over positions 0..T-2, fp64."""
     lg = logits[:, :-1, :]

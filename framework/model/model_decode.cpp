@@ -1,0 +1,140 @@
+// Generation on the model (framework/model/model.h "Generation", DESIGN.md "Generate"): the KV cache a prefill
+// fills from the training forward, and one decode step of a single new token against the cache sharded over the
+// cp group.
+//   decode step, on every rank of the cp x tp grid (each computes the token's embedding, norms, MLP and logits;
+//   tp splits the heads and the MLP width as in training):
+//     x = embed(token); per layer: q, k, v of the local heads -> RoPE at the token's global position -> the owner
+//     rank appends k, v to its shard -> attn_decode_partial over this rank's rows (fp32 m, l, acc) -> all-gather
+//     the states over cp, merged in cp-rank order (every rank gets bit-identical results) -> attn_fwd_finalize
+//     -> wo (all-reduce over tp) -> + x -> RMSNorm -> MLP (all-reduce over tp) -> + residual
+//     final RMSNorm -> logits (1, V) with the (replicated) LM head.
+#include <algorithm>
+
+#include "framework/model/model_internal.h"
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "kernels/rope_table.h"
+
+namespace rt {
+namespace {
+
+// Views of a packed (Hl*(D+2)) f32 state: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1).
+AttnState state_views(const Tensor& packed, int64_t Hl, int64_t D) {
+  AttnState s;
+  s.acc = packed.slice(0, Hl * D).view({1, Hl, 1, D});
+  s.m = packed.slice(Hl * D, Hl * D + Hl).view({1, Hl, 1});
+  s.l = packed.slice(Hl * D + Hl, Hl * (D + 2)).view({1, Hl, 1});
+  return s;
+}
+
+}  // namespace
+
+KvCache Model::make_kv_cache(Arena& arena, int64_t capacity) const {
+  const ModelShape& s = shape_;
+  const DType act = options_.act_dtype;
+  RT_CHECK(capacity >= 1, "generate: a KV cache needs at least one row per rank, got " << capacity);
+  KvCache c;
+  c.capacity = capacity;
+  for (int64_t l = 0; l < s.L; ++l) {
+    c.k.push_back(arena.alloc(act, {capacity, s.Hkvl * s.D}, "kv cache: K"));  // (capacity, Hkvl*D)
+    c.v.push_back(arena.alloc(act, {capacity, s.Hkvl * s.D}, "kv cache: V"));  // (capacity, Hkvl*D)
+  }
+  const int64_t cp = comms_.cp ? comms_.cp->size() : 1;
+  const int64_t F2 = s.swiglu ? 2 * s.Fl : s.Fl;
+  c.token = arena.alloc(DType::i32, {1}, "decode: token");                         // (1)
+  c.kv_len = arena.alloc(DType::i32, {1}, "decode: kv_len");                       // (1)
+  c.rope = arena.alloc(DType::f32, {1, s.D / 2, 2}, "decode: rope row");           // (1, D/2, 2)
+  c.x = arena.alloc(act, {1, s.C}, "decode: x");                                   // (1, C)
+  c.out = arena.alloc(act, {1, s.C}, "decode: out");                               // (1, C)
+  c.x_mid = arena.alloc(act, {1, s.C}, "decode: x_mid");                           // (1, C)
+  c.ln = arena.alloc(act, {1, s.C}, "decode: ln");                                 // (1, C)
+  c.ln2 = arena.alloc(act, {1, s.C}, "decode: ln2");                               // (1, C)
+  c.rstd = arena.alloc(DType::f32, {1}, "decode: rstd");                           // (1)
+  c.q = arena.alloc(act, {1, s.Hl * s.D}, "decode: q");                            // (1, Hl*D)
+  c.att = arena.alloc(act, {1, s.Hl * s.D}, "decode: att");                        // (1, Hl*D)
+  c.k_new = arena.alloc(act, {1, s.Hkvl * s.D}, "decode: k");                      // (1, Hkvl*D)
+  c.v_new = arena.alloc(act, {1, s.Hkvl * s.D}, "decode: v");                      // (1, Hkvl*D)
+  c.h = arena.alloc(act, {1, F2}, "decode: mlp h");                                // (1, Fl | 2Fl)
+  c.g = arena.alloc(act, {1, s.Fl}, "decode: mlp g");                              // (1, Fl)
+  c.state = arena.alloc(DType::f32, {s.Hl * (s.D + 2)}, "decode: state");          // (Hl*(D+2))
+  c.gathered = arena.alloc(DType::f32, {cp, s.Hl * (s.D + 2)}, "decode: states");  // (cp, Hl*(D+2))
+  c.lse = arena.alloc(DType::f32, {1, s.Hl, 1}, "decode: lse");                    // (1, Hl, 1)
+  c.work = arena.alloc(DType::f32, {attn_decode_work_elems(1, s.Hl, s.Hkvl, s.D, capacity)},
+                       "decode: split-KV work");
+  c.logits = arena.alloc(act, {1, s.V}, "decode: logits");                          // (1, V)
+  return c;
+}
+
+void Model::capture_kv(int layer, const Tensor& k, const Tensor& v) {
+  KvCache& c = *kv_capture_;
+  const std::vector<int64_t>& rows = c.capture;
+  RT_CHECK(int64_t(rows.size()) <= c.capacity, "generate: the prefill keeps " << rows.size() << " rows but the cache "
+                                                   << "holds " << c.capacity);
+  // Contiguous runs of kept rows, one copy each (zigzag: at most two runs).
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    const int64_t src = rows[i], len = int64_t(j - i), dst = int64_t(i);
+    copy_cast(c.k[size_t(layer)].slice(dst, dst + len), k.slice(src, src + len));
+    copy_cast(c.v[size_t(layer)].slice(dst, dst + len), v.slice(src, src + len));
+    i = j;
+  }
+}
+
+void Model::decode_step(KvCache& c, int64_t position, bool append_here) {
+  const ModelShape& s = shape_;
+  RT_CHECK(zero_ != 3, "generate: decode needs the whole compute weights (parallel.zero < 3)");
+  RT_CHECK(!append_here || c.rows < c.capacity, "generate: this rank's KV cache is full (" << c.capacity << " rows)");
+  RT_CHECK(position >= 0 && position <= int64_t(INT32_MAX), "generate: position " << position << " out of range");
+  const int32_t pos32 = int32_t(position);
+  std::vector<float> rope_row;  // (1, D/2, 2)
+  build_rope_table(rope_row, &pos32, 1, rope_freqs_.inv_freq, rope_freqs_.pairs, double(rope_freqs_.cos_sin_scale));
+  copy_host_to_tensor(c.rope, rope_row.data());
+  const int32_t kv_len = int32_t(c.rows + (append_here ? 1 : 0));
+  copy_host_to_tensor(c.kv_len, &kv_len);
+
+  Comm* cp = comms_.cp;
+  const int64_t cps = cp ? cp->size() : 1;
+  embedding_fwd(c.x, c.token, param_view(unit_weights(0), "tok_embeddings.weight"));
+  Tensor x = c.x, out = c.out;  // (1, C) each; swapped after every block
+  for (int layer = 0; layer < s.L; ++layer) {
+    const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
+    rmsnorm_fwd(c.ln, c.rstd, x, w.attn_norm, config_.norm_eps);
+    gemm(c.q, c.ln, w.wq, false, true);      // (1, Hl*D)
+    gemm(c.k_new, c.ln, w.wk, false, true);  // (1, Hkvl*D)
+    gemm(c.v_new, c.ln, w.wv, false, true);  // (1, Hkvl*D)
+    const Tensor q4 = c.q.view({1, 1, s.Hl, s.D});
+    rope_from_table(q4, c.rope, false);
+    rope_from_table(c.k_new.view({1, 1, s.Hkvl, s.D}), c.rope, false);
+    Tensor kc = c.k[size_t(layer)], vc = c.v[size_t(layer)];  // (capacity, Hkvl*D)
+    if (append_here) {
+      copy_cast(kc.slice(c.rows, c.rows + 1), c.k_new);
+      copy_cast(vc.slice(c.rows, c.rows + 1), c.v_new);
+    }
+    AttnState mine = state_views(c.state, s.Hl, s.D);
+    attn_decode_partial(q4, kc.view({1, c.capacity, s.Hkvl, s.D}), vc.view({1, c.capacity, s.Hkvl, s.D}), c.kv_len,
+                        c.work, mine);
+    AttnState merged = mine;
+    if (cps > 1) {  // every rank's (m, l, acc), merged in cp-rank order into row 0
+      cp->wait(cp->all_gather_start(c.state, c.gathered.view({cps * s.Hl * (s.D + 2)})));
+      merged = state_views(c.gathered.slice(0, 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D);
+      for (int64_t r = 1; r < cps; ++r)
+        attn_state_merge(merged, state_views(c.gathered.slice(r, r + 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D));
+    }
+    attn_fwd_finalize(merged, c.att.view({1, 1, s.Hl, s.D}), c.lse);
+    gemm(c.x_mid, c.att, w.wo, false, true);  // (1, C), partial over tp
+    if (s.tp > 1) tp_comm().all_reduce_sum(c.x_mid);
+    add_rmsnorm_fwd(c.x_mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // x_mid += x; ln2 = norm(x_mid)
+    mlp_hidden_forward(w, c.ln2, c.h, c.g);
+    gemm(out, c.g, w.proj_or_w2, false, true);  // (1, C), partial over tp
+    if (s.tp > 1) tp_comm().all_reduce_sum(out);
+    add_inplace(out, c.x_mid);
+    std::swap(x, out);
+  }
+  const Tensor head = unit_weights(int(s.L) + 1);
+  rmsnorm_fwd(c.ln, c.rstd, x, param_view(head, "norm.weight"), config_.norm_eps);
+  const Tensor head_w = s.tied ? param_view(unit_weights(0), "tok_embeddings.weight") : param_view(head, "lm_head.weight");
+  gemm(c.logits, c.ln, head_w, false, true);  // (1, V) = (1, C) @ (V, C)^T
+}
+
+}  // namespace rt

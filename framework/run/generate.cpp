@@ -1,0 +1,248 @@
+// generate_main (framework/run/generate.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/base/checkpoint_io.h"
+#include "framework/base/run_errors.h"
+#include "framework/checkpoint/checkpoint.h"
+#include "framework/checkpoint/model_source.h"
+#include "framework/plan/trainer_setup.h"
+#include "framework/run/generate.h"
+#include "framework/run/trainer.h"
+#include "kernels/ops.h"
+#include "parallel/doc_balance.h"
+
+namespace fs = std::filesystem;
+
+namespace rt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  RT_CHECK(in, what << " '" << path << "' cannot be read; give an existing file of token ids");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The grid generate runs on: one sequence (dp 1), the config's cp, cp_a2a and tp when the processes allow them;
+// no ZeRO sharding (decode reads whole weights), full activation checkpointing (the prefill keeps no state for a
+// backward beyond the block inputs), no documents (one prompt).
+void prepare_generate_config(Config& c) {
+  c.parallel.dp = 1;
+  c.parallel.zero = 0;
+  c.train.batch_size = 1;
+  c.train.checkpointing = "full";
+  c.train.offload = "none";
+  c.data.documents = "none";
+  c.data.positions = "global";
+  if (c.parallel.layout == "balanced") c.parallel.layout = "auto";
+}
+
+// Atomic: written beside `path` under a hidden name, then renamed.
+void write_result(const std::string& path, const std::string& text) {
+  const fs::path p(path);
+  const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
+  try {
+    DurableFileWriter w(tmp);
+    w.write(text.data(), text.size());
+    w.commit();
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw RunError(kExitUsage, std::string("generate --out: ") + e.what() + "; nothing was written to '" + path + "'");
+  }
+}
+
+}  // namespace
+
+int generate_main(const Config& loaded, const GenerateArgs& args, int world_size) {
+  Config config = loaded;
+  std::vector<HostTensor> weights;
+  std::vector<int32_t> prompt;
+  std::string grid_note, length_warning, hf_source;
+  int64_t trained_len = 0, eos = -1;
+  agree_on([&] {
+    std::map<std::string, std::string> metadata;
+    weights = load_model_weights(args.checkpoint, &metadata);
+    apply_model_from_source(config, metadata, "checkpoint", args.checkpoint);
+    if (auto it = metadata.find("hf_source"); it != metadata.end()) hf_source = it->second;
+    trained_len = config.data.seq_len;
+    if (auto it = metadata.find("context_length"); it != metadata.end() && std::atoll(it->second.c_str()) > 0)
+      trained_len = std::atoll(it->second.c_str());
+    prepare_generate_config(config);
+    const std::string configured = "cp=" + std::to_string(config.parallel.cp) + " tp=" +
+                                   std::to_string(config.parallel.tp);
+    const int configured_ranks = config.parallel.cp * config.parallel.tp;
+    grid_note = fit_grid_to_world(config, world_size);
+    if (!grid_note.empty())  // in this command's words
+      grid_note = "generate: the config's grid (" + configured + ") needs " + std::to_string(configured_ranks) +
+                  " process(es) and this run has " + std::to_string(world_size) + "; generating on cp=" +
+                  std::to_string(config.parallel.cp) + " tp=" + std::to_string(config.parallel.tp) +
+                  " instead (the tokens are the same on any grid)";
+    validate_config(config, world_size);
+    RT_CHECK(args.prompt_ids_file.empty() == args.prompt_given,
+             "generate: give the prompt once, as --prompt-ids FILE or --prompt \"1,2,3\"");
+    prompt = !args.prompt_given ? parse_token_ids(read_text_file(args.prompt_ids_file, "--prompt-ids"),
+                                                   "--prompt-ids " + args.prompt_ids_file)
+                                 : parse_token_ids(args.prompt, "--prompt");
+    RT_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token id (--prompt \"1\")");
+    for (size_t i = 0; i < prompt.size(); ++i)
+      RT_CHECK(prompt[i] < config.model.vocab_size, "generate: prompt token " << i << " is " << prompt[i]
+                   << ", outside the model's vocabulary of " << config.model.vocab_size << " ids [0, "
+                   << config.model.vocab_size - 1 << "]; was the prompt made with another tokenizer?");
+    RT_CHECK(args.max_new_tokens >= 0, "generate: --max-new-tokens " << args.max_new_tokens << " must be >= 0");
+    const std::string bad_sampling = check_sampling(args.sampling);
+    RT_CHECK(bad_sampling.empty(), "generate: " << bad_sampling);
+    const std::string refused = check_prompt_length(int64_t(prompt.size()), trained_len, config.model.rope_scaling,
+                                                    &length_warning);
+    RT_CHECK(refused.empty(), "generate: " << refused);
+    eos = resolve_eos_id(args, config, hf_source);
+    if (!args.out.empty()) {
+      const fs::path parent = fs::absolute(args.out).parent_path();
+      RT_CHECK(fs::is_directory(parent) && !fs::is_directory(args.out),
+               "generate: --out " << args.out << " must be a file in an existing directory; create "
+                                  << parent.string() << " or choose another path");
+    }
+  }, kExitUsage);
+
+  const int64_t P = int64_t(prompt.size());
+  const int cp = config.parallel.cp, ring = config.parallel.ring();
+  // The prefill runs the prompt but its last token, padded at the end to a length the layout takes (the padding
+  // comes after every prompt token, so causal attention keeps it out of their K / V; its rows are not cached).
+  const int64_t Pp = P - 1, unit = 2 * int64_t(cp);
+  const int64_t T = std::max(unit, (Pp + unit - 1) / unit * unit), n = T / cp;
+  config.data.seq_len = int(T);
+  Device device;
+  agree_on([&] { device = resolve_device(config); }, kExitUsage);
+  ProcessGrid grid = make_process_grid(config);
+  const bool rank0 = grid.world().rank() == 0;
+  if (rank0) {
+    if (!grid_note.empty()) std::fprintf(stderr, "%s\n", grid_note.c_str());
+    if (!length_warning.empty()) std::fprintf(stderr, "warning: generate: %s\n", length_warning.c_str());
+    if (P + args.max_new_tokens > trained_len)
+      std::fprintf(stderr, "warning: generate: prompt + --max-new-tokens = %lld tokens runs past the trained context "
+                   "of %lld\n", (long long)(P + args.max_new_tokens), (long long)trained_len);
+  }
+  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
+  Model& model = *session.model;
+  agree_on([&] {
+    model.scatter_full(model.master(), weights, "");
+    model.sync_compute_weights();
+  }, kExitUsage);
+  weights.clear();
+
+  // Which global position each cp rank's local row holds (the loader's layout over the ring), and so how many
+  // prompt rows each rank caches.
+  std::string layout_name = resolved_layout(config);
+  if (layout_name == "auto") layout_name = ring > 1 ? "zigzag" : "contiguous";
+  const std::vector<int64_t> order = layout_ring_order(parse_layout(layout_name), T, ring);  // (T) ring order
+  std::vector<int64_t> shard_rows(size_t(cp), 0);  // (cp) cached rows per cp rank
+  for (int r = 0; r < cp; ++r)
+    for (int64_t j = 0; j < n; ++j) shard_rows[size_t(r)] += order[size_t(r * n + j)] < Pp ? 1 : 0;
+  const int me = grid.cp_rank();
+  const int64_t total = P + args.max_new_tokens;
+  const int64_t capacity = std::max(*std::max_element(shard_rows.begin(), shard_rows.end()),
+                                    (total + cp - 1) / cp) + 1;
+  Arena measuring = Arena::measuring(device);
+  model.make_kv_cache(measuring, capacity);
+  Arena cache_arena(device, measuring.peak() + 4096);
+  KvCache cache = model.make_kv_cache(cache_arena, capacity);
+
+  // Prefill.
+  Batch batch;
+  batch.batch = 1;
+  batch.tokens_per_rank = n;
+  batch.tokens.resize(size_t(n));     // (1, n)
+  batch.targets.assign(size_t(n), -1);  // (1, n): no loss
+  batch.positions.resize(size_t(n));  // (1, n)
+  batch.groups.assign(size_t(n), 0);  // (1, n)
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = order[size_t(me * n + j)];
+    batch.positions[size_t(j)] = int32_t(pos);
+    batch.tokens[size_t(j)] = pos < Pp ? prompt[size_t(pos)] : 0;
+    if (pos < Pp) cache.capture.push_back(j);
+  }
+  const auto t_prefill = std::chrono::steady_clock::now();
+  if (Pp > 0) {
+    model.set_kv_capture(&cache);
+    model.step(batch, 0, /*want_grad=*/false);  // downloads the losses: the prefill has finished
+    model.set_kv_capture(nullptr);
+  }
+  cache.rows = int64_t(cache.capture.size());
+  grid.world().barrier();
+  const double prefill_s = seconds_since(t_prefill);
+
+  // Decode: one step per new token; the first step runs the prompt's last token.
+  const int64_t V = config.model.vocab_size;
+  std::vector<float> logits(static_cast<size_t>(V));  // (V)
+  const Tensor host_logits(logits.data(), DType::f32, Device::cpu(), {1, V});
+  int32_t token_host = prompt.back();
+  const Tensor host_token(&token_host, DType::i32, Device::cpu(), {1});
+  SampleRng rng(args.sampling.seed);
+  std::vector<int32_t> generated;
+  std::string stop = "max_new_tokens";
+  const auto t_decode = std::chrono::steady_clock::now();
+  for (int64_t pos = P - 1; int64_t(generated.size()) < args.max_new_tokens; ++pos) {
+    copy_cast(cache.token, host_token);
+    const int owner = int(std::min_element(shard_rows.begin(), shard_rows.end()) - shard_rows.begin());
+    model.decode_step(cache, pos, owner == me);
+    if (owner == me) ++cache.rows;
+    ++shard_rows[size_t(owner)];
+    if (rank0) {  // rank 0 chooses; every rank takes its choice
+      copy_cast(host_logits, cache.logits);
+      token_host = choose_token(logits.data(), V, args.sampling, rng);
+      copy_cast(cache.token, host_token);
+    }
+    grid.world().broadcast(cache.token, 0);
+    copy_cast(host_token, cache.token);
+    generated.push_back(token_host);
+    if (eos >= 0 && token_host == eos) {
+      stop = "eos";
+      break;
+    }
+  }
+  const double decode_s = seconds_since(t_decode);
+  const double tokens_per_s = decode_s > 0 ? double(generated.size()) / decode_s : 0;
+  if (rank0) {
+    nlohmann::json j;
+    j["prompt_ids"] = prompt;
+    j["new_ids"] = generated;
+    j["stop"] = stop;
+    j["eos_id"] = eos >= 0 ? nlohmann::json(eos) : nlohmann::json(nullptr);
+    j["prompt_tokens"] = P;
+    j["prefill_s"] = prefill_s;
+    j["decode_s"] = decode_s;
+    j["decode_tokens_per_s"] = tokens_per_s;
+    j["grid"] = {{"cp", cp}, {"cp_a2a", config.parallel.cp_a2a}, {"tp", config.parallel.tp}};
+    j["device"] = device.is_cpu() ? "cpu" : "cuda";
+    j["hf_source"] = hf_source;
+    std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
+                 "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)Pp, prefill_s, cp, config.parallel.cp_a2a,
+                 config.parallel.tp, generated.size(), decode_s, tokens_per_s, stop.c_str());
+    const std::string text = j.dump() + "\n";
+    if (args.out.empty()) {
+      std::fputs(text.c_str(), stdout);
+    } else {
+      write_result(args.out, text);
+      std::fprintf(stderr, "generate: wrote %s\n", args.out.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace rt

@@ -1,0 +1,45 @@
+// `ringtrain generate` (DESIGN.md "Generate"): token ids in, token ids out (JSON), on the configured grid.
+//   prefill: the prompt but its last token, through the training forward on the cp x tp grid (ring, all-to-all or
+//            hybrid); each rank keeps its own rows of every layer's K (after RoPE) and V as its shard of the cache;
+//   decode:  every rank runs the new token (tp splits heads), attends over its shard (attn_decode_partial), the
+//            fp32 states are merged over the cp group, and the token's K / V are appended to the rank with the
+//            fewest rows (round-robin once the shards are even). The last prompt token is the first decode step.
+// Sampling: framework/run/sampling.h. Stops at the EOS id or after max_new_tokens.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/config/config.h"
+#include "framework/run/sampling.h"
+
+namespace rt {
+
+struct GenerateArgs {
+  std::string checkpoint;       // checkpoint directory or model.safetensors
+  std::string prompt_ids_file;  // a JSON array of ids, or ids separated by commas / white space
+  std::string prompt;           // the same, inline ("1,2,3")
+  bool prompt_given = false;    // --prompt was given (possibly empty)
+  std::string out;              // JSON result file ("" = stdout)
+  int64_t max_new_tokens = 64;
+  SamplingParams sampling;
+  bool eos_given = false;       // --eos-id (a negative id: never stop at EOS)
+  int64_t eos_id = -1;
+};
+
+// Ids from text: a JSON array of integers, or integers separated by commas and / or white space. Throws rt::Error
+// naming `what` and the first bad entry.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
+
+// The EOS id: --eos-id, else eos_token_id of the Hugging Face directory the weights came from (config.json, then
+// generation_config.json; the first of a list), else data.eot_token when set, else -1 (none).
+int64_t resolve_eos_id(const GenerateArgs& args, const Config& config, const std::string& hf_source);
+
+// "" or the refusal of a prompt of `prompt_len` tokens for a model trained at `trained_len` tokens: longer is
+// allowed (`warning` set) when the RoPE scaling covers it (original_max_position_embeddings x factor), else refused.
+std::string check_prompt_length(int64_t prompt_len, int64_t trained_len, const RopeScalingConfig& rope,
+                                std::string* warning);
+
+int generate_main(const Config& config, const GenerateArgs& args, int world_size);
+
+}  // namespace rt

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Text in, text out around `ringtrain generate` (which takes and returns token ids).
+
+  launch/generate.py CONFIG --checkpoint DIR --text "Once upon a time" [--tokenizer tokenizer.json] [--np N]
+                     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E]
+
+The tokenizer is a Hugging Face tokenizer.json read with the `tokenizers` package (launch/install-deps.sh
+--prepare-data installs it); by default the one in the directory the checkpoint's weights came from (its
+hf_source metadata, set by import-hf and kept through training). The text is encoded without the tokenizer's own
+special tokens unless --add-special-tokens is given. --np N runs N ranks under mpirun (the config's grid, e.g.
+cp = N); the default is one process. Prints the continuation; --json prints ringtrain's JSON with a "text" field
+added.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fail(message):
+    print(f"generate.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def checkpoint_hf_source(checkpoint):
+    path = checkpoint if checkpoint.endswith(".safetensors") else os.path.join(checkpoint, "model.safetensors")
+    try:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, struct.error) as e:
+        fail(f"cannot read the checkpoint's metadata from {path} ({e}); give --tokenizer")
+    return header.get("__metadata__", {}).get("hf_source", "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config")
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--text", required=True, help="the prompt")
+    ap.add_argument("--tokenizer", help="tokenizer.json (default: the checkpoint's HF source directory's)")
+    ap.add_argument("--add-special-tokens", action="store_true", help="let the tokenizer add BOS and the like")
+    ap.add_argument("--np", type=int, default=1, help="ranks (mpirun -np); 1 = no mpirun")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--ringtrain", default=os.path.join(HERE, "..", "build", "ringtrain"))
+    ap.add_argument("--json", action="store_true", help="print the JSON result with the decoded text")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    for opt in ("--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--eos-id"):
+        ap.add_argument(opt)
+    args = ap.parse_args()
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        fail("the `tokenizers` package is missing; install it with launch/install-deps.sh --prepare-data")
+    tok_path = args.tokenizer
+    if not tok_path:
+        source = checkpoint_hf_source(args.checkpoint)
+        if not source:
+            fail(f"{args.checkpoint} records no Hugging Face source directory; give --tokenizer path/to/tokenizer.json")
+        tok_path = os.path.join(source, "tokenizer.json")
+    if not os.path.isfile(tok_path):
+        fail(f"tokenizer {tok_path} does not exist; give --tokenizer path/to/tokenizer.json")
+    tokenizer = Tokenizer.from_file(tok_path)
+    ids = tokenizer.encode(args.text, add_special_tokens=args.add_special_tokens).ids
+    if not ids:
+        fail("the text encodes to no tokens; give a non-empty --text")
+    if not os.path.exists(args.ringtrain):
+        fail(f"{args.ringtrain} does not exist; build it (launch/build.sh) or give --ringtrain")
+    with tempfile.TemporaryDirectory(prefix="rt_generate_") as tmp:
+        ids_file, out_file = os.path.join(tmp, "prompt.json"), os.path.join(tmp, "out.json")
+        with open(ids_file, "w") as f:
+            json.dump(ids, f)
+        cmd = [args.ringtrain, "generate", args.config, "--checkpoint", args.checkpoint, "--prompt-ids", ids_file,
+               "--out", out_file]
+        for opt in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "eos_id"):
+            if getattr(args, opt) is not None:
+                cmd += ["--" + opt.replace("_", "-"), getattr(args, opt)]
+        for s in args.set:
+            cmd += ["--set", s]
+        if args.np > 1:
+            cmd = [args.mpirun, "-np", str(args.np)] + cmd
+        code = subprocess.call(cmd)
+        if code != 0:
+            sys.exit(code)
+        with open(out_file) as f:
+            result = json.load(f)
+    result["text"] = tokenizer.decode(result["new_ids"])
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result["text"])
+
+
+if __name__ == "__main__":
+    main()
