@@ -4,9 +4,9 @@
   python3 launch/plot_loss_by_position.py A.jsonl [B.jsonl ...] --out loss_by_position.png [--labels a,b]
 
 Each JSONL is what `ringtrain eval --task loss-by-position --out A.jsonl` wrote: one line per position bucket
-(lo, hi, targets, mean_loss). The x axis is the bucket's position (log2; a bucket [lo, hi) is drawn at its
-geometric middle), the y axis the mean loss of the targets predicted from that position: a curve that keeps
-falling to the right uses its far context. Labels default to each file's name.
+(lo, hi, targets, mean_loss). The x axis (log2) counts the tokens a prediction has seen, position + 1: bucket
+[lo, hi) spans lo+1 .. hi and is drawn at their geometric middle. The y axis is the mean loss of the targets
+predicted there: a curve that keeps falling to the right uses its far context. Labels default to the file names.
 """
 import argparse
 import json
@@ -54,10 +54,10 @@ def main():
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for path, label in zip(args.jsonl, labels):
         rows = read_buckets(path)
-        xs = [math.sqrt(max(lo, 0.5) * max(hi - 1, 0.5)) if hi - lo > 1 else max(lo, 0.5) for lo, hi, _ in rows]
+        xs = [math.sqrt((lo + 1) * hi) for lo, hi, _ in rows]
         ax.plot(xs, [y for _, _, y in rows], marker="o", markersize=3, label=label)
     _log2_axis(ax)
-    ax.set_xlabel("position in the window (token predicting the target)")
+    ax.set_xlabel("tokens of context seen (position + 1)")
     ax.set_ylabel("mean loss (nats/token)")
     ax.set_title(args.title, fontsize=10)
     ax.grid(True, alpha=0.3)

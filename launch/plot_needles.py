@@ -58,15 +58,17 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(args.jsonl), figsize=(0.4 + 3.2 * len(args.jsonl), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(args.jsonl), figsize=(1.2 + 3.0 * len(args.jsonl), 3.4), squeeze=False,
+                             constrained_layout=True)
     image = None
-    for ax, path, label in zip(axes[0], args.jsonl, labels):
+    for i, (ax, path, label) in enumerate(zip(axes[0], args.jsonl, labels)):
         depths, lengths, grid = read_grid(path, args.metric)
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="upper")
         ax.set_xticks(range(len(lengths)), [count_label(n) for n in lengths], fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths], fontsize=7)
         ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel("needle depth")
+        if i == 0:
+            ax.set_ylabel("needle depth")
         ax.set_title(label, fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), label=f"answer {args.metric}")
     fig.savefig(args.out, dpi=100)
