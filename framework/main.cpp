@@ -3,6 +3,7 @@
 //   ringtrain plan  <config.yaml> [--json] [--max-seq-len] [--device-memory-gib G] [--host-memory-gib H]
 //                   [--ranks-per-node R] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
+//                   [--task loss|loss-by-position|needle] [--by window|document] [--cases DIR] [--out FILE.jsonl]
 //   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
 //                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--out FILE]
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
@@ -46,6 +47,7 @@ struct Args {
   std::string checkpoint;
   std::string dump_logits;  // eval: .npy file for the first eval batch's logits
   rt::PlanArgs plan;        // plan: --json, --max-seq-len, limits
+  rt::EvalTaskArgs eval_task;  // eval: --task, --by, --cases, --out
   rt::GenerateArgs generate;
 };
 
@@ -89,7 +91,7 @@ int run_command(const std::string& command, const Args& args) {
   }
   if (command == "train") return rt::train_main(config);
   if (command == "generate") return rt::generate_main(config, args.generate, world_size());
-  return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits);
+  return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits, args.eval_task);
 }
 
 }  // namespace
@@ -128,6 +130,14 @@ int main(int argc, char** argv) {
   eval->add_option("--dump-logits", args.dump_logits,
                     "write the first eval batch's logits (B,T,V) float32 to FILE (.npy) and its tokens to "
                     "FILE.tokens.npy; one rank only");
+  eval->add_option("--task", args.eval_task.task,
+                   "loss (default: the mean held-out loss) | loss-by-position (mean loss in log-spaced position "
+                   "buckets) | needle (teacher-forced passkey cases from --cases)");
+  eval->add_option("--by", args.eval_task.by, "loss-by-position: window (default: position in the eval window) | "
+                                              "document (position in the target's document, data.documents: eot)");
+  eval->add_option("--cases", args.eval_task.cases, "needle: the directory launch/make_needles.py wrote");
+  eval->add_option("--out", args.eval_task.out, "loss-by-position, needle: the results FILE.jsonl "
+                                                "(loss-by-position also writes FILE.csv)");
   CLI::App* generate = app.add_subcommand("generate", "token ids in, token ids out (JSON): prefill on the grid, "
                                                       "split-KV decode over the cp ranks");
   add_config_args(generate, args);

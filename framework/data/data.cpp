@@ -58,6 +58,8 @@ class Loader final : public DataLoader {
     b.tokens.resize(size_t(local_batch_ * T_local));       // (B_local, T_local)
     b.targets.resize(size_t(local_batch_ * T_local));      // (B_local, T_local)
     b.groups.resize(size_t(local_batch_ * T_local));       // (B_local, T_local)
+    b.window_positions.resize(size_t(local_batch_ * T_local));    // (B_local, T_local)
+    b.document_positions.resize(size_t(local_batch_ * T_local));  // (B_local, T_local)
     if (documents_) {
       b.doc_pos.resize(size_t(local_batch_ * T));    // (B_local, T)
       b.doc_start.resize(size_t(local_batch_ * T));  // (B_local, T)
@@ -94,7 +96,10 @@ class Loader final : public DataLoader {
         b.tokens[row + size_t(j)] = tokens_[size_t(p)];
         b.targets[row + size_t(j)] = targets_[size_t(p)];
         b.groups[row + size_t(j)] = groups_[size_t(p)];
-        b.positions[row + size_t(j)] = int32_t(doc_positions_ ? p - starts[size_t(p)] : p);
+        const int64_t in_document = documents_ ? p - starts[size_t(p)] : p;
+        b.positions[row + size_t(j)] = int32_t(doc_positions_ ? in_document : p);
+        b.window_positions[row + size_t(j)] = int32_t(p);
+        b.document_positions[row + size_t(j)] = int32_t(in_document);
         if (documents_ && !padding) {  // this rank's query rows: their dropped targets and visible keys
           b.boundary_targets += dropped_[size_t(p)];
           b.visible_pairs += double(p - starts[size_t(p)] + 1);
@@ -141,6 +146,14 @@ std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& 
   else if (source == "shards") s = make_shard_source(config, eval);
   else RT_CHECK(false, "data.source='" << source << "' is not valid; use copy, bytes or shards");
   return std::make_unique<Loader>(std::move(s), config, rank);
+}
+
+std::unique_ptr<DataLoader> make_windows_loader(const Config& config, const LoaderRank& rank,
+                                                std::vector<Window> windows) {
+  const uint64_t count = windows.size();
+  auto loader = std::make_unique<Loader>(make_windows_source(config, std::move(windows)), config, rank);
+  loader->set_sample_limit(count);
+  return loader;
 }
 
 }  // namespace rt

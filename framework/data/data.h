@@ -25,6 +25,10 @@ struct Batch {
   std::vector<int32_t> targets;      // (B_local, T_local) next-token labels, -1 = ignored
   std::vector<int32_t> positions;    // (B_local, T_local) RoPE positions of this rank's tokens (data.positions:
                                      // global = position in the sample; document = position in its document)
+  // Whatever data.positions says (read by `ringtrain eval --task loss-by-position`):
+  std::vector<int32_t> window_positions;    // (B_local, T_local) position of each token in its sample (window)
+  std::vector<int32_t> document_positions;  // (B_local, T_local) position in its document (data.documents: eot;
+                                            // without documents the window is one document: = window_positions)
   // data.documents: eot only (else empty): every position of each sample in ring order (rank s's tokens at
   // columns [s*T_local, (s+1)*T_local)) and the first position of its document (RingAttention::set_documents).
   std::vector<int64_t> doc_pos;      // (B_local, T)
@@ -66,6 +70,16 @@ class DataLoader {
 // split: "train" or "eval" (held-out: a disjoint seed stream for copy; eval_path or the file's tail else).
 // Validates files up front (missing file, bad header, truncation, token >= vocab) with rt::Error.
 std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& rank, const std::string& split);
+
+// A loader over given windows instead of config.data.source (`ringtrain eval --task needle`): global sample k is
+// windows[k] (tokens and next-token targets, -1 = no target; each of data.seq_len entries), with the config's grid,
+// layout and documents applied as to any other source. Past the last window: padding (set_sample_limit is set).
+struct Window {
+  std::vector<int32_t> tokens;   // (T)
+  std::vector<int32_t> targets;  // (T)
+};
+std::unique_ptr<DataLoader> make_windows_loader(const Config& config, const LoaderRank& rank,
+                                                std::vector<Window> windows);
 
 // data.documents: eot: a warning naming data.eot_token when it occurs in none of the first `samples` training
 // samples (every sample would train as one document); "" when it occurs, or without documents.

@@ -28,6 +28,8 @@ class SampleSource {
 std::unique_ptr<SampleSource> make_copy_source(const Config& config, bool eval);
 std::unique_ptr<SampleSource> make_bytes_source(const Config& config, bool eval);
 std::unique_ptr<SampleSource> make_shard_source(const Config& config, bool eval);
+// make_windows_loader (data.h): sample k is windows[k]; checks each has data.seq_len tokens and targets.
+std::unique_ptr<SampleSource> make_windows_source(const Config& config, std::vector<Window> windows);
 
 // splitmix64 finaliser: a good 64-bit mix, used as a counter-based RNG.
 inline uint64_t mix64(uint64_t x) {

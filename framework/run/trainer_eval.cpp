@@ -4,12 +4,14 @@
 //   - --dump-logits: the first eval batch's logits and tokens as .npy (framework/run/dump_logits.h);
 //   - only model.safetensors is read (checked against state.json when the directory has one);
 //   - any grid: started on fewer (or more) processes than the config's dp x cp x tp, it evaluates on a grid
-//     those processes allow and says so (the loss does not depend on the grid).
+//     those processes allow and says so (the loss does not depend on the grid);
+//   - --task loss-by-position | needle: framework/run/eval_tasks.h.
 #include <cstdio>
 #include <map>
 
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/run/dump_logits.h"
+#include "framework/run/eval_tasks.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/base/run_errors.h"
 #include "framework/run/train_step.h"
@@ -53,8 +55,44 @@ std::string fit_grid_to_world(Config& config, int world_size) {
                                  std::to_string(world_size));
 }
 
+namespace {
+
+// The full LM head (V, C) of the loaded weights: the tied embedding when the model ties them.
+HostTensor take_lm_head(const Config& config, const std::vector<HostTensor>& weights) {
+  const std::string name = config.model.tied_embeddings ? "tok_embeddings.weight" : "lm_head.weight";
+  for (const HostTensor& t : weights)
+    if (t.name == name) return t;
+  throw Error("eval --task needle: the checkpoint has no " + name + " tensor");
+}
+
+int needle_task(Model& model, const Config& config, const LoaderRank& rank, const HostTensor& lm_head,
+                const EvalTaskArgs& task, const std::string& checkpoint, bool rank0) {
+  NeedleCases read;
+  agree_on([&] { read = read_needle_cases(config, task.cases); }, kExitUsage);
+  if (rank0) {
+    if (!read.note.empty()) std::printf("warning: %s\n", read.note.c_str());
+    std::printf("needle: %zu cases from %s, %d per forward\n", read.cases.size(), task.cases.c_str(),
+                config.train.batch_size);
+  }
+  const std::vector<NeedleScore> scores = score_needles(model, config, rank, read.cases, lm_head, rank0);
+  if (!rank0) return 0;
+  write_needle_scores(read.cases, scores, task.out, checkpoint);
+  int64_t tokens = 0, hits = 0, exact = 0;
+  for (const NeedleScore& s : scores)
+    tokens += s.answer_tokens, hits += s.argmax_hits, exact += s.argmax_hits == s.answer_tokens ? 1 : 0;
+  std::printf("needle %s: %lld/%zu cases exact, %.2f%% of %lld answer tokens argmax-correct; wrote %s "
+              "(heatmap: python3 launch/plot_needles.py %s --out needles.png)\n",
+              checkpoint.c_str(), (long long)exact, scores.size(), 100.0 * double(hits) / double(std::max<int64_t>(tokens, 1)),
+              (long long)tokens, task.out.c_str(), task.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int eval_main(const Config& loaded, const std::string& checkpoint, int world_size,
-              const std::string& dump_logits_file) {
+              const std::string& dump_logits_file, const EvalTaskArgs& task) {
+  const std::string bad_task = check_eval_task_args(task);
+  agree_on([&] { if (!bad_task.empty()) throw RunError(kExitUsage, "eval: " + bad_task); }, kExitUsage);
   Config config = loaded;
   std::vector<HostTensor> weights;
   ModelSourceReport taken;
@@ -83,10 +121,27 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
     loader = make_loader(config, loader_rank(config, grid), "eval");
     plan = plan_eval(config, *loader);
   }, kExitUsage);
+  if (task.task == "needle") {
+    const HostTensor lm_head = take_lm_head(config, weights);
+    weights.clear();
+    return needle_task(*session.model, config, loader_rank(config, grid), lm_head, task, checkpoint, rank0);
+  }
+  weights.clear();
   if (rank0) std::printf("eval: %s\n", plan.text().c_str());
   if (!dump_logits_file.empty()) {
     loader->set_cursor(0);
     dump_logits(*session.model, loader->next(), grid.dims().world(), dump_logits_file);  // the first eval batch
+  }
+  if (task.task == "loss-by-position") {
+    const PositionLosses p = loss_by_position(*session.model, *loader, plan, config.data.seq_len,
+                                              task.by == "document");
+    if (rank0) {
+      write_position_losses(p, task.out, checkpoint, task.by);
+      std::printf("eval %s: mean loss %s over %.0f targets, by position in the %s: wrote %s and its .csv (plot: "
+                  "python3 launch/plot_loss_by_position.py %s --out loss_by_position.png)\n", checkpoint.c_str(),
+                  loss_text(p.total).c_str(), p.total.count[0], task.by.c_str(), task.out.c_str(), task.out.c_str());
+    }
+    return 0;
   }
   const LossTally ev = evaluate(*session.model, *loader, plan);
   if (rank0) {

@@ -11,3 +11,6 @@ include(${CMAKE_CURRENT_LIST_DIR}/tiny_gpu.cmake)
 
 # Config fuzz: mutations of configs/tiny.yaml through `ringtrain plan` (no crash, no hang, every error names its key).
 include(${CMAKE_CURRENT_LIST_DIR}/config_fuzz.cmake)
+
+# Teacher-forced needles on the copy task's trained model and loss by position, through the binary (2 ranks).
+include(${CMAKE_CURRENT_LIST_DIR}/needles.cmake)

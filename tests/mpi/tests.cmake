@@ -62,3 +62,5 @@ set_tests_properties(mpi_exit_codes_np1 PROPERTIES PROCESSORS 2)
 # `ringtrain plan`'s memory limits: CPU ranks share the host, the options are obeyed, the device is named.
 add_dependencies(test_mpi_plan_limits ringtrain)
 rt_mpi_test(plan_limits 1)
+# `ringtrain eval --task loss-by-position` on cp 2 (zigzag, striped, balanced with documents), tp 2, cp_a2a 2, dp 2.
+rt_mpi_test(eval_tasks 2)
