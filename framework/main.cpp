@@ -33,6 +33,7 @@
 #include "framework/base/run_errors.h"
 #include "framework/plan/plan.h"
 #include "framework/run/generate.h"
+#include "framework/run/eval.h"
 #include "framework/run/trainer.h"
 #include "framework/base/version.h"
 #include "kernels/tensor.h"

@@ -15,7 +15,7 @@
 #include "framework/checkpoint/model_source.h"
 #include "framework/plan/trainer_setup.h"
 #include "framework/run/generate.h"
-#include "framework/run/trainer.h"
+#include "framework/run/eval.h"
 #include "kernels/ops.h"
 #include "parallel/doc_balance.h"
 

@@ -23,7 +23,6 @@
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/checkpoint_internal.h"
 #include "framework/checkpoint/checkpoint_sharded.h"
-#include "framework/run/dump_logits.h"
 #include "framework/hf/init_from.h"
 #include "framework/run/metrics.h"
 #include "framework/plan/mfu.h"

@@ -1,4 +1,4 @@
-// eval_main (framework/run/trainer.h): the mean held-out loss of a checkpoint's weights.
+// eval_main (framework/run/eval.h): the mean held-out loss of a checkpoint's weights.
 //   - the model comes from the checkpoint (framework/checkpoint/model_source.h): fields the config does not set are taken
 //     from model.safetensors' metadata; an explicitly set field that disagrees is an error naming both values;
 //   - --dump-logits: the first eval batch's logits and tokens as .npy (framework/run/dump_logits.h);
@@ -15,7 +15,7 @@
 #include "framework/checkpoint/model_source.h"
 #include "framework/base/run_errors.h"
 #include "framework/run/train_step.h"
-#include "framework/run/trainer.h"
+#include "framework/run/eval.h"
 #include "framework/plan/trainer_setup.h"
 
 namespace rt {
