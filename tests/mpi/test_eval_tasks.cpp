@@ -1,4 +1,4 @@
-// `ringtrain eval --task loss-by-position` (framework/run/eval_tasks.h) on CPU ranks, against one rank:
+// `ringtrain eval --task loss-by-position` (framework/eval/eval_tasks.h) on CPU ranks, against one rank:
 //   - its buckets average back (target-weighted) to the eval loss of the same grid, and their targets add up to
 //     the eval's;
 //   - each bucket's targets equal one rank's exactly and its mean loss within 1e-5 (a token counted at a wrong
@@ -20,7 +20,7 @@
 #include "framework/data/data.h"
 #include "framework/model/model.h"
 #include "framework/plan/trainer_setup.h"
-#include "framework/run/eval_tasks.h"
+#include "framework/eval/eval_tasks.h"
 #include "tests/mpi/mpi_world.h"
 
 using namespace rt;

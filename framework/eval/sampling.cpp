@@ -1,5 +1,5 @@
-// framework/run/sampling.h.
-#include "framework/run/sampling.h"
+// framework/eval/sampling.h.
+#include "framework/eval/sampling.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// framework/run/eval_files.h
-#include "framework/run/eval_files.h"
+// framework/eval/eval_files.h
+#include "framework/eval/eval_files.h"
 
 #include <filesystem>
 

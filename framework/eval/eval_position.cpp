@@ -1,10 +1,10 @@
-// `ringtrain eval --task loss-by-position` (framework/run/eval_tasks.h): held-out losses in log-spaced position
+// `ringtrain eval --task loss-by-position` (framework/eval/eval_tasks.h): held-out losses in log-spaced position
 // buckets, and the small file helpers the eval tasks share.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "framework/run/eval_tasks.h"
-#include "framework/run/eval_files.h"
+#include "framework/eval/eval_tasks.h"
+#include "framework/eval/eval_files.h"
 #include "kernels/tensor.h"
 
 namespace rt {

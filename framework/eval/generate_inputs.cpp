@@ -1,4 +1,4 @@
-// The inputs of `ringtrain generate` (framework/run/generate.h): prompt ids, the EOS id, the prompt's length
+// The inputs of `ringtrain generate` (framework/eval/generate.h): prompt ids, the EOS id, the prompt's length
 // against the trained context.
 #include <cctype>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "framework/run/generate.h"
+#include "framework/eval/generate.h"
 #include "kernels/tensor.h"
 
 namespace rt {

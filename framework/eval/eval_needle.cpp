@@ -1,4 +1,4 @@
-// `ringtrain eval --task needle` (framework/run/eval_tasks.h): teacher-forced passkey / needle cases.
+// `ringtrain eval --task needle` (framework/eval/eval_tasks.h): teacher-forced passkey / needle cases.
 // A case of L <= seq_len tokens becomes one window: its tokens, padded to seq_len with its last token (causal
 // attention: the padding changes nothing before it), with targets only at the answer: the token before each
 // answer token predicts it. One forward scores a batch of cases on the configured grid.
@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/base/data_files.h"
-#include "framework/run/eval_files.h"
-#include "framework/run/eval_tasks.h"
+#include "framework/eval/eval_files.h"
+#include "framework/eval/eval_tasks.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
 

@@ -1,5 +1,5 @@
-// eval --dump-logits (framework/run/dump_logits.h).
-#include "framework/run/dump_logits.h"
+// eval --dump-logits (framework/eval/dump_logits.h).
+#include "framework/eval/dump_logits.h"
 
 #include <cstdio>
 #include <exception>

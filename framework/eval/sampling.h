@@ -1,4 +1,4 @@
-// Next-token choice for `ringtrain generate` (framework/run/generate.h): greedy, or sampling with a temperature,
+// Next-token choice for `ringtrain generate` (framework/eval/generate.h): greedy, or sampling with a temperature,
 // top-k and top-p (nucleus), from a seeded generator. Pure host code on one row of logits.
 #pragma once
 #include <cstdint>

@@ -1,21 +1,21 @@
-// eval_main (framework/run/eval.h): the mean held-out loss of a checkpoint's weights.
+// eval_main (framework/eval/eval.h): the mean held-out loss of a checkpoint's weights.
 //   - the model comes from the checkpoint (framework/checkpoint/model_source.h): fields the config does not set are taken
 //     from model.safetensors' metadata; an explicitly set field that disagrees is an error naming both values;
-//   - --dump-logits: the first eval batch's logits and tokens as .npy (framework/run/dump_logits.h);
+//   - --dump-logits: the first eval batch's logits and tokens as .npy (framework/eval/dump_logits.h);
 //   - only model.safetensors is read (checked against state.json when the directory has one);
 //   - any grid: started on fewer (or more) processes than the config's dp x cp x tp, it evaluates on a grid
 //     those processes allow and says so (the loss does not depend on the grid);
-//   - --task loss-by-position | needle: framework/run/eval_tasks.h.
+//   - --task loss-by-position | needle: framework/eval/eval_tasks.h.
 #include <cstdio>
 #include <map>
 
 #include "framework/checkpoint/checkpoint.h"
-#include "framework/run/dump_logits.h"
-#include "framework/run/eval_tasks.h"
+#include "framework/eval/dump_logits.h"
+#include "framework/eval/eval_tasks.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/base/run_errors.h"
 #include "framework/run/train_step.h"
-#include "framework/run/eval.h"
+#include "framework/eval/eval.h"
 #include "framework/plan/trainer_setup.h"
 
 namespace rt {

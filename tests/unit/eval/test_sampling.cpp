@@ -1,11 +1,11 @@
-// framework/run/sampling.h and the prompt checks of framework/run/generate.h.
+// framework/eval/sampling.h and the prompt checks of framework/eval/generate.h.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <vector>
 
-#include "framework/run/generate.h"
-#include "framework/run/sampling.h"
+#include "framework/eval/generate.h"
+#include "framework/eval/sampling.h"
 #include "kernels/tensor.h"
 
 namespace rt {

@@ -1,4 +1,4 @@
-// generate_main (framework/run/generate.h).
+// generate_main (framework/eval/generate.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,8 +14,8 @@
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/plan/trainer_setup.h"
-#include "framework/run/generate.h"
-#include "framework/run/eval.h"
+#include "framework/eval/generate.h"
+#include "framework/eval/eval.h"
 #include "kernels/ops.h"
 #include "parallel/doc_balance.h"
 

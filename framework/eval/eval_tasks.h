@@ -1,4 +1,4 @@
-// The tasks of `ringtrain eval` beside the plain held-out loss (framework/run/trainer_eval.cpp):
+// The tasks of `ringtrain eval` beside the plain held-out loss (framework/eval/trainer_eval.cpp):
 //   loss-by-position: the mean held-out loss in log-spaced position buckets ("is the far context used?");
 //   needle:           teacher-forced passkey / needle cases (launch/make_needles.py) scored with one forward each.
 // Both run on the configured grid (dp, cp ring / all-to-all / hybrid, tp, packed documents): each rank scores the
