@@ -6,12 +6,19 @@
 // group at rows [p*n, (p+1)*n) of each sample, i.e. the ring shard of the cp/u ring in cp-rank order, which is the
 // order of the loader's ring order and of the document arrays.
 //
-// Only copy_rows, copy_cast, fill and the Comm touch memory, so the same code runs on CPU and CUDA tensors. The
-// forward sends Q, K and V in one exchange (one latency, one message per peer) and O back in a second; the backward
-// sends Q, K, V, O and dO in one and dQ, dK, dV back in one.
+// Only copy_rows, copy_cast, fill and the Comm touch memory, so the same code runs on CPU and CUDA tensors. Per head
+// group g, the forward sends Q, K and V in one exchange (one latency, one message per peer) and O back in a second;
+// the backward sends Q, K, V, O and dO in one and dQ, dK, dV back in one. The pipeline (G = 2 groups):
+//   post out(0); post out(1); wait out(0); ring(0); post back(0); wait out(1); ring(1); wait back(0); post back(1);
+//   wait back(1)
+// i.e. out(g+1) is posted before ring(g) and back(g) after it, and each is waited only when its data is needed. On
+// NCCL the exchange runs on the a2a communicator's comm stream, ordered after the compute launched before its post,
+// and a wait makes the compute stream (not the host) wait: out(1) travels under ring(0), back(0) under ring(1). On
+// MPI the host-staged MPI_Ialltoall progresses when MPI is entered (the ring's own waits, or the next wait).
 #include "parallel/context_attention.h"
 
 #include <numeric>
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -21,7 +28,12 @@ namespace {
 using Phase = RingTimer::Phase;
 }  // namespace
 
-HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u) {
+int pipeline_head_groups(int u, int64_t kv_heads, bool replicated) {
+  constexpr int kGroups = 2;  // the pipeline's depth (context_attention.h)
+  return u > 1 && !replicated && kv_heads % kGroups == 0 ? kGroups : 1;
+}
+
+HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u, int head_groups) {
   const int64_t H = shape.heads, Hkv = shape.kv_heads, B = shape.batch, n = shape.local_tokens, D = shape.head_dim;
   RT_CHECK(u >= 1 && H % u == 0,
            "parallel.cp_a2a=" << u << " does not divide the " << H
@@ -36,53 +48,80 @@ HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u) {
   x.kv_heads = x.q_heads / x.kv_group;
   x.replicated = u * x.kv_heads > Hkv;
   if (u == 1) return x;
+  x.head_groups = head_groups > 0 ? head_groups : pipeline_head_groups(u, x.kv_heads, x.replicated);
+  RT_CHECK(x.kv_heads % x.head_groups == 0 && (x.head_groups == 1 || !x.replicated),
+           "context attention: " << x.head_groups << " head groups must divide the " << x.kv_heads
+                                 << " KV heads per all-to-all rank" << (x.replicated ? " (replicated K/V: use 1)" : "")
+                                 << "; use 0 for the default");
   const double act = double(dtype_size(shape.dtype)), grad = x.replicated ? 4.0 : act;
   const double rows = double(u - 1) * double(B * n * D);  // rows leaving this rank, times D
   const double hq = double(x.q_heads), hk = double(x.kv_heads);
   x.forward_bytes = rows * ((hq + 2 * hk) * act + hq * act);
   x.backward_bytes = rows * ((3 * hq + 2 * hk) * act + (hq + 2 * hk) * grad);
   const double nh_d = double(B * u * n * D);  // one head-sharded head of the group's tokens
-  x.buffer_bytes = nh_d * ((3 * hq + 2 * hk) * act + (hq + 2 * hk) * grad) +
-                   2.0 * double(u * B * n * D) * std::max((3 * hq + 2 * hk) * act, (hq + 2 * hk) * grad) +
+  // The exchange buffers (send + recv): G = 1 one pair of the widest use; else two pairs for the way out and one for
+  // the way back, each a group's width.
+  const double chunk = 2.0 * double(u * B * n * D), out_w = (3 * hq + 2 * hk) * act, back_w = (hq + 2 * hk) * grad;
+  const double wires = x.head_groups == 1 ? chunk * std::max(out_w, back_w)
+                                          : chunk * (2 * out_w + std::max(back_w, hq * act)) / x.head_groups;
+  x.buffer_bytes = nh_d * ((3 * hq + 2 * hk) * act + (hq + 2 * hk) * grad) + wires +
                    (x.replicated ? 2.0 * double(B * n * Hkv * D) * 4.0 : 0.0);
   x.replica_bytes = x.replicated ? nh_d * 2 * (hk - double(Hkv) / u) * act : 0.0;
   return x;
 }
 
 ContextAttention::ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool causal, const RingAttentionShape& shape,
-                                   Arena& arena, DType dkv_wire)
+                                   Arena& arena, DType dkv_wire, int head_groups)
     : a2a_(a2a), shape_(shape) {
   const int u = a2a.size();
-  x_ = head_exchange_shape(shape, u);
+  x_ = head_exchange_shape(shape, u, head_groups);
+  const int64_t G = x_.head_groups;
   RingAttentionShape ring_shape = shape;
-  if (u > 1) {
+  if (u > 1) {  // one ring call per head group
     ring_shape.local_tokens = shape.local_tokens * u;
-    ring_shape.heads = x_.q_heads;
-    ring_shape.kv_heads = x_.kv_heads;
+    ring_shape.heads = x_.q_heads / G;
+    ring_shape.kv_heads = x_.kv_heads / G;
   }
   ring_ = std::make_unique<RingAttention>(ring, layout, causal, ring_shape, arena, dkv_wire);
   timer_ = make_ring_timer(arena.device());
   if (u == 1) return;
-  const int64_t B = shape.batch, n = shape.local_tokens, nh = u * n, D = shape.head_dim, hq = x_.q_heads,
-                hk = x_.kv_heads;
+  const int64_t B = shape.batch, n = shape.local_tokens, nh = u * n, D = shape.head_dim, hqg = x_.q_heads / G,
+                hkg = x_.kv_heads / G;
   const DType act = shape.dtype;
   grad_dtype_ = x_.replicated ? DType::f32 : act;
-  q_h_ = arena.alloc(act, {B, nh, hq, D}, "a2a.q_heads");         // (B, u*n, hq, D)
-  out_h_ = arena.alloc(act, {B, nh, hq, D}, "a2a.out_heads");     // (B, u*n, hq, D)
-  dout_h_ = arena.alloc(act, {B, nh, hq, D}, "a2a.dout_heads");   // (B, u*n, hq, D)
-  k_h_ = arena.alloc(act, {B, nh, hk, D}, "a2a.k_heads");         // (B, u*n, hk, D)
-  v_h_ = arena.alloc(act, {B, nh, hk, D}, "a2a.v_heads");         // (B, u*n, hk, D)
-  dq_h_ = arena.alloc(grad_dtype_, {B, nh, hq, D}, "a2a.dq_heads");  // (B, u*n, hq, D)
-  dk_h_ = arena.alloc(grad_dtype_, {B, nh, hk, D}, "a2a.dk_heads");  // (B, u*n, hk, D)
-  dv_h_ = arena.alloc(grad_dtype_, {B, nh, hk, D}, "a2a.dv_heads");  // (B, u*n, hk, D)
+  q_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.q_heads");         // (G, B, u*n, hq/G, D)
+  out_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.out_heads");     // (G, B, u*n, hq/G, D)
+  dout_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.dout_heads");   // (G, B, u*n, hq/G, D)
+  k_h_ = arena.alloc(act, {G, B, nh, hkg, D}, "a2a.k_heads");         // (G, B, u*n, hk/G, D)
+  v_h_ = arena.alloc(act, {G, B, nh, hkg, D}, "a2a.v_heads");         // (G, B, u*n, hk/G, D)
+  dq_h_ = arena.alloc(grad_dtype_, {G, B, nh, hqg, D}, "a2a.dq_heads");  // (G, B, u*n, hq/G, D)
+  dk_h_ = arena.alloc(grad_dtype_, {G, B, nh, hkg, D}, "a2a.dk_heads");  // (G, B, u*n, hk/G, D)
+  dv_h_ = arena.alloc(grad_dtype_, {G, B, nh, hkg, D}, "a2a.dv_heads");  // (G, B, u*n, hk/G, D)
   if (x_.replicated)
     dkv_sum_ = arena.alloc(DType::f32, {2, B, n, shape.kv_heads, D}, "a2a.dkv_replica_sum");  // (2, B, n, Hkv, D)
-  // The widest use in bytes: the backward's outgoing [Q|K|V|O|dO] in act, or the gradients in grad_dtype_.
-  const int64_t out_bytes = (3 * hq + 2 * hk) * D * int64_t(dtype_size(act));
-  const int64_t grad_bytes = (hq + 2 * hk) * D * int64_t(dtype_size(grad_dtype_));
-  const int64_t row_words = (std::max(out_bytes, grad_bytes) + 3) / 4;
-  send_ = arena.alloc(DType::f32, {u, B, n, row_words}, "a2a.send");  // (u, B, n, W) storage
-  recv_ = arena.alloc(DType::f32, {u, B, n, row_words}, "a2a.recv");  // (u, B, n, W) storage
+  // Row widths in 4-byte words of one group: the way out is at most the backward's [Q|K|V|O|dO] in act, the way
+  // back the forward's O in act or the backward's [dQ|dK|dV] in grad_dtype_.
+  const int64_t out_bytes = (3 * hqg + 2 * hkg) * D * int64_t(dtype_size(act));
+  const int64_t back_bytes = std::max(hqg * D * int64_t(dtype_size(act)),
+                                      (hqg + 2 * hkg) * D * int64_t(dtype_size(grad_dtype_)));
+  auto alloc_wire = [&](int64_t bytes, const char* name) {
+    const int64_t words = (bytes + 3) / 4;
+    Wire w;
+    w.send = arena.alloc(DType::f32, {u, B, n, words}, (std::string(name) + ".send").c_str());  // (u, B, n, W)
+    w.recv = arena.alloc(DType::f32, {u, B, n, words}, (std::string(name) + ".recv").c_str());  // (u, B, n, W)
+    return w;
+  };
+  if (G == 1) {  // one exchange in flight at a time: one pair serves both ways
+    out_[0] = back_ = alloc_wire(std::max(out_bytes, back_bytes), "a2a");
+  } else {
+    out_[0] = alloc_wire(out_bytes, "a2a.out0");
+    out_[1] = alloc_wire(out_bytes, "a2a.out1");
+    back_ = alloc_wire(back_bytes, "a2a.back");
+  }
+}
+
+Tensor ContextAttention::group(const Tensor& heads, int g) const {
+  return heads.slice(g, g + 1).view({heads.shape[1], heads.shape[2], heads.shape[3], heads.shape[4]});
 }
 
 Tensor ContextAttention::wire(const Tensor& storage, DType dtype, int64_t width) const {
@@ -129,138 +168,186 @@ void ContextAttention::wire_to_heads(const Tensor& w, int64_t W, int peer, int64
   copy_rows(h, w, g, false);
 }
 
-void ContextAttention::kv_to_wire(const Tensor& seq, Tensor& w, int64_t W, int64_t col) {
-  const int64_t hq = x_.q_heads, hk = x_.kv_heads, s = x_.kv_group, g = shape_.heads / shape_.kv_heads;
+void ContextAttention::kv_to_wire(const Tensor& seq, Tensor& w, int64_t W, int64_t col, int g) {
+  const int64_t hq = x_.q_heads, s = x_.kv_group, ratio = shape_.heads / shape_.kv_heads;
+  const int64_t hkg = x_.kv_heads / x_.head_groups, j0 = g * hkg;
   for (int peer = 0; peer < x_.u; ++peer)
-    for (int64_t j = 0; j < hk;) {  // runs of consecutive source heads: one copy each
-      const int64_t first = (peer * hq + j * s) / g;
+    for (int64_t j = j0; j < j0 + hkg;) {  // runs of consecutive source heads: one copy each
+      const int64_t first = (peer * hq + j * s) / ratio;
       int64_t len = 1;
-      while (j + len < hk && (peer * hq + (j + len) * s) / g == first + len) ++len;
-      seq_to_wire(seq, shape_.kv_heads, first, len, w, W, peer, col + j * shape_.head_dim);
+      while (j + len < j0 + hkg && (peer * hq + (j + len) * s) / ratio == first + len) ++len;
+      seq_to_wire(seq, shape_.kv_heads, first, len, w, W, peer, col + (j - j0) * shape_.head_dim);
       j += len;
     }
 }
 
-void ContextAttention::exchange(const Tensor& send, Tensor recv) {
+ExchangeHandle ContextAttention::exchange_start(const Tensor& send, Tensor recv) {
   RingTimerScope t(*timer_, Phase::comm);
-  a2a_.wait(a2a_.all_to_all_start(send, recv));
+  return a2a_.all_to_all_start(send, recv);
+}
+
+void ContextAttention::exchange_wait(ExchangeHandle handle) {
+  RingTimerScope t(*timer_, Phase::comm);
+  a2a_.wait(handle);
 }
 
 void ContextAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse) {
   if (x_.u == 1) return ring_->forward(q, k, v, out, lse);
   const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, D = shape_.head_dim, hq = x_.q_heads,
-                hk = x_.kv_heads, u = x_.u;
+                u = x_.u, G = x_.head_groups, hqg = hq / G, hkg = x_.kv_heads / G;
   check_shape(q, {B, n, H, D}, "context_attention.forward", "q");
   check_shape(out, {B, n, H, D}, "context_attention.forward", "out");
   RT_CHECK(lse.numel() == B * H * n, "context_attention.forward: lse " << lse.shape_str() << " must hold B*H*n");
   const DType act = shape_.dtype;
-  // Q, K, V out: a token row of chunk p = [Q heads of p | its K heads | its V heads].
-  const int64_t W = (hq + 2 * hk) * D;
-  Tensor send = wire(send_, act, W), recv = wire(recv_, act, W);
-  {
-    RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) seq_to_wire(q, H, p * hq, hq, send, W, p, 0);
-    kv_to_wire(k, send, W, hq * D);
-    kv_to_wire(v, send, W, (hq + hk) * D);
-  }
-  exchange(send, recv);
-  {
-    RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) {
-      wire_to_heads(recv, W, p, 0, q_h_, hq);
-      wire_to_heads(recv, W, p, hq * D, k_h_, hk);
-      wire_to_heads(recv, W, p, (hq + hk) * D, v_h_, hk);
+  Tensor lse_h = lse.view({G, B, hqg, u * n});  // (G, B, hq/G, u*n): group g's ring call writes block g
+  // Way out of group g: a token row of chunk p = [p's Q heads of g | its K heads of g | its V heads of g].
+  const int64_t W = (hqg + 2 * hkg) * D;
+  auto post_out = [&](int g) {
+    Wire& x = out_[g % 2];
+    Tensor send = wire(x.send, act, W), recv = wire(x.recv, act, W);
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      for (int p = 0; p < u; ++p) seq_to_wire(q, H, p * hq + g * hqg, hqg, send, W, p, 0);
+      kv_to_wire(k, send, W, hqg * D, g);
+      kv_to_wire(v, send, W, (hqg + hkg) * D, g);
     }
-  }
-  end_exchange();
-  ring_->forward(q_h_, k_h_, v_h_, out_h_, lse.view({B, hq, u * n}));
-  // O back: chunk p = this rank's heads of p's tokens.
-  const int64_t Wo = hq * D;
-  Tensor osend = wire(send_, act, Wo), orecv = wire(recv_, act, Wo);
-  {
+    return exchange_start(send, recv);
+  };
+  // Way back of group g: chunk p = this rank's heads of g for p's tokens.
+  const int64_t Wo = hqg * D;
+  Tensor osend = wire(back_.send, act, Wo), orecv = wire(back_.recv, act, Wo);
+  auto land_back = [&](int g) {
     RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) heads_to_wire(out_h_, hq, osend, Wo, p, 0);
+    for (int p = 0; p < u; ++p) wire_to_seq(orecv, Wo, p, 0, out, H, p * hq + g * hqg, hqg, false);
+  };
+  ExchangeHandle next_out = post_out(0), back;
+  for (int g = 0; g < G; ++g) {
+    const ExchangeHandle this_out = next_out;
+    if (g + 1 < G) next_out = post_out(g + 1);  // travels under this group's ring
+    exchange_wait(this_out);
+    Tensor qg = group(q_h_, g), kg = group(k_h_, g), vg = group(v_h_, g), og = group(out_h_, g);
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      const Tensor recv = wire(out_[g % 2].recv, act, W);
+      for (int p = 0; p < u; ++p) {
+        wire_to_heads(recv, W, p, 0, qg, hqg);
+        wire_to_heads(recv, W, p, hqg * D, kg, hkg);
+        wire_to_heads(recv, W, p, (hqg + hkg) * D, vg, hkg);
+      }
+    }
+    ring_->forward(qg, kg, vg, og, lse_h.slice(g, g + 1).view({B, hqg, u * n}));
+    if (g > 0) {  // the previous group's O travelled under this group's ring
+      exchange_wait(back);
+      land_back(g - 1);
+    }
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      for (int p = 0; p < u; ++p) heads_to_wire(og, hqg, osend, Wo, p, 0);
+    }
+    back = exchange_start(osend, orecv);
   }
-  exchange(osend, orecv);
-  {
-    RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) wire_to_seq(orecv, Wo, p, 0, out, H, p * hq, hq, false);
-  }
-  end_exchange();
+  exchange_wait(back);
+  land_back(int(G) - 1);
+  end_call();
 }
 
 void ContextAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                 const Tensor& dout, const Tensor& lse, Tensor dq, Tensor dk, Tensor dv) {
   if (x_.u == 1) return ring_->backward(q, k, v, out, dout, lse, dq, dk, dv);
   const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, Hkv = shape_.kv_heads,
-                D = shape_.head_dim, hq = x_.q_heads, hk = x_.kv_heads, u = x_.u;
+                D = shape_.head_dim, hq = x_.q_heads, u = x_.u, G = x_.head_groups, hqg = hq / G,
+                hkg = x_.kv_heads / G;
   const char* op = "context_attention.backward";
   check_shape(dq, {B, n, H, D}, op, "dq");
   check_shape(dk, {B, n, Hkv, D}, op, "dk");
   check_shape(dv, {B, n, Hkv, D}, op, "dv");
   const DType act = shape_.dtype;
-  // Out: chunk p = [Q | K | V | O | dO] heads of p.
-  const int64_t W = (3 * hq + 2 * hk) * D;
-  Tensor send = wire(send_, act, W), recv = wire(recv_, act, W);
-  {
-    RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) {
-      seq_to_wire(q, H, p * hq, hq, send, W, p, 0);
-      seq_to_wire(out, H, p * hq, hq, send, W, p, (hq + 2 * hk) * D);
-      seq_to_wire(dout, H, p * hq, hq, send, W, p, (2 * hq + 2 * hk) * D);
+  Tensor lse_h = lse.view({G, B, hqg, u * n});  // (G, B, hq/G, u*n) as forward() wrote it
+  // Way out of group g: chunk p = [Q | K | V | O | dO] heads of g for p.
+  const int64_t W = (3 * hqg + 2 * hkg) * D;
+  auto post_out = [&](int g) {
+    Wire& x = out_[g % 2];
+    Tensor send = wire(x.send, act, W), recv = wire(x.recv, act, W);
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      for (int p = 0; p < u; ++p) {
+        const int64_t head0 = p * hq + g * hqg;
+        seq_to_wire(q, H, head0, hqg, send, W, p, 0);
+        seq_to_wire(out, H, head0, hqg, send, W, p, (hqg + 2 * hkg) * D);
+        seq_to_wire(dout, H, head0, hqg, send, W, p, (2 * hqg + 2 * hkg) * D);
+      }
+      kv_to_wire(k, send, W, hqg * D, g);
+      kv_to_wire(v, send, W, (hqg + hkg) * D, g);
     }
-    kv_to_wire(k, send, W, hq * D);
-    kv_to_wire(v, send, W, (hq + hk) * D);
-  }
-  exchange(send, recv);
-  {
+    return exchange_start(send, recv);
+  };
+  // Way back of group g: chunk p = [dQ | dK | dV] of g for p's tokens, in grad_dtype_ (f32 when K/V heads were
+  // replicated; then G = 1).
+  const int64_t Wg = (hqg + 2 * hkg) * D;
+  Tensor gsend = wire(back_.send, grad_dtype_, Wg), grecv = wire(back_.recv, grad_dtype_, Wg);
+  const int64_t s = x_.kv_group, ratio = H / Hkv;
+  Tensor dk_sum = x_.replicated ? dkv_sum_.slice(0, 1).view({B, n, Hkv, D}) : dk;
+  Tensor dv_sum = x_.replicated ? dkv_sum_.slice(1, 2).view({B, n, Hkv, D}) : dv;
+  auto land_back = [&](int g) {
     RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) {
-      wire_to_heads(recv, W, p, 0, q_h_, hq);
-      wire_to_heads(recv, W, p, hq * D, k_h_, hk);
-      wire_to_heads(recv, W, p, (hq + hk) * D, v_h_, hk);
-      wire_to_heads(recv, W, p, (hq + 2 * hk) * D, out_h_, hq);
-      wire_to_heads(recv, W, p, (2 * hq + 2 * hk) * D, dout_h_, hq);
-    }
-  }
-  end_exchange();
-  ring_->backward(q_h_, k_h_, v_h_, out_h_, dout_h_, lse.view({B, hq, u * n}), dq_h_, dk_h_, dv_h_);
-  // Back: chunk p = [dQ | dK | dV] of p's tokens, in grad_dtype_ (f32 when K/V heads were replicated).
-  const int64_t Wg = (hq + 2 * hk) * D;
-  Tensor gsend = wire(send_, grad_dtype_, Wg), grecv = wire(recv_, grad_dtype_, Wg);
-  {
-    RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) {
-      heads_to_wire(dq_h_, hq, gsend, Wg, p, 0);
-      heads_to_wire(dk_h_, hk, gsend, Wg, p, hq * D);
-      heads_to_wire(dv_h_, hk, gsend, Wg, p, (hq + hk) * D);
-    }
-  }
-  exchange(gsend, grecv);
-  {
-    RingTimerScope t(*timer_, Phase::compute);
-    for (int p = 0; p < u; ++p) wire_to_seq(grecv, Wg, p, 0, dq, H, p * hq, hq, false);
+    for (int p = 0; p < u; ++p) wire_to_seq(grecv, Wg, p, 0, dq, H, p * hq + g * hqg, hqg, false);
     // dK, dV: each KV head from every rank that held it, summed in f32 when there were several (replicated), then
     // rounded once into dk / dv; otherwise each head arrives exactly once and is copied.
-    const int64_t s = x_.kv_group, g = H / Hkv;
-    Tensor dk_sum = x_.replicated ? dkv_sum_.slice(0, 1).view({B, n, Hkv, D}) : dk;
-    Tensor dv_sum = x_.replicated ? dkv_sum_.slice(1, 2).view({B, n, Hkv, D}) : dv;
-    if (x_.replicated) fill(dkv_sum_, 0.f);
     for (int p = 0; p < u; ++p)
-      for (int64_t j = 0; j < hk; ++j) {
-        const int64_t head = (p * hq + j * s) / g;
-        wire_to_seq(grecv, Wg, p, (hq + j) * D, dk_sum, Hkv, head, 1, x_.replicated);
-        wire_to_seq(grecv, Wg, p, (hq + hk + j) * D, dv_sum, Hkv, head, 1, x_.replicated);
+      for (int64_t j = 0; j < hkg; ++j) {
+        const int64_t head = (p * hq + (g * hkg + j) * s) / ratio;
+        wire_to_seq(grecv, Wg, p, (hqg + j) * D, dk_sum, Hkv, head, 1, x_.replicated);
+        wire_to_seq(grecv, Wg, p, (hqg + hkg + j) * D, dv_sum, Hkv, head, 1, x_.replicated);
       }
-    if (x_.replicated) {
-      copy_cast(dk, dk_sum);
-      copy_cast(dv, dv_sum);
-    }
+  };
+  if (x_.replicated) {
+    RingTimerScope t(*timer_, Phase::compute);
+    fill(dkv_sum_, 0.f);
   }
-  end_exchange();
+  ExchangeHandle next_out = post_out(0), back;
+  for (int g = 0; g < G; ++g) {
+    const ExchangeHandle this_out = next_out;
+    if (g + 1 < G) next_out = post_out(g + 1);  // travels under this group's ring
+    exchange_wait(this_out);
+    Tensor qg = group(q_h_, g), kg = group(k_h_, g), vg = group(v_h_, g), og = group(out_h_, g),
+           dog = group(dout_h_, g), dqg = group(dq_h_, g), dkg = group(dk_h_, g), dvg = group(dv_h_, g);
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      const Tensor recv = wire(out_[g % 2].recv, act, W);
+      for (int p = 0; p < u; ++p) {
+        wire_to_heads(recv, W, p, 0, qg, hqg);
+        wire_to_heads(recv, W, p, hqg * D, kg, hkg);
+        wire_to_heads(recv, W, p, (hqg + hkg) * D, vg, hkg);
+        wire_to_heads(recv, W, p, (hqg + 2 * hkg) * D, og, hqg);
+        wire_to_heads(recv, W, p, (2 * hqg + 2 * hkg) * D, dog, hqg);
+      }
+    }
+    ring_->backward(qg, kg, vg, og, dog, lse_h.slice(g, g + 1).view({B, hqg, u * n}), dqg, dkg, dvg);
+    if (g > 0) {  // the previous group's gradients travelled under this group's ring
+      exchange_wait(back);
+      land_back(g - 1);
+    }
+    {
+      RingTimerScope t(*timer_, Phase::compute);
+      for (int p = 0; p < u; ++p) {
+        heads_to_wire(dqg, hqg, gsend, Wg, p, 0);
+        heads_to_wire(dkg, hkg, gsend, Wg, p, hqg * D);
+        heads_to_wire(dvg, hkg, gsend, Wg, p, (hqg + hkg) * D);
+      }
+    }
+    back = exchange_start(gsend, grecv);
+  }
+  exchange_wait(back);
+  land_back(int(G) - 1);
+  if (x_.replicated) {
+    RingTimerScope t(*timer_, Phase::compute);
+    copy_cast(dk, dk_sum);
+    copy_cast(dv, dv_sum);
+  }
+  end_call();
 }
 
-void ContextAttention::end_exchange() {
+void ContextAttention::end_call() {
   timer_->end_call();
   if (timer_->pending() > kRingTimerMaxPending) collect();  // bounds the timer's event pool
 }
@@ -274,14 +361,6 @@ void ContextAttention::collect() const {
     x.exposed_a2a_s = t.exposed_comm_s;
     a2a_sum_.accumulate(x);
   }
-  // The latest call's two exchanges (before and after the ring) belong to it.
-  if (collected_.size() >= 2) {
-    a2a_last_.reset();
-    for (size_t i = collected_.size() - 2; i < collected_.size(); ++i) {
-      a2a_last_.compute_s += collected_[i].compute_s;
-      a2a_last_.exposed_a2a_s += collected_[i].exposed_comm_s;
-    }
-  }
 }
 
 const RingTimings& ContextAttention::timings() const {
@@ -289,13 +368,6 @@ const RingTimings& ContextAttention::timings() const {
   combined_ = ring_->timings();
   combined_.accumulate(a2a_sum_);
   return combined_;
-}
-
-const RingTimings& ContextAttention::last_call_timings() const {
-  collect();
-  combined_last_ = ring_->last_call_timings();
-  combined_last_.accumulate(a2a_last_);
-  return combined_last_;
 }
 
 void ContextAttention::reset_timings() {

@@ -4,6 +4,11 @@
 //             group's u*n tokens, H/u query heads), ring attention runs over the cp/u ring on those, and O comes back;
 //   backward: Q, K, V, O and dO go out again, the ring backward runs, and dQ, dK, dV come back.
 // With u = 1 it is RingAttention over the cp group, unchanged.
+// Overlap: heads are independent, so with G = head_groups > 1 the exchange is pipelined by head groups (group g holds
+// query heads [g*hq/G, (g+1)*hq/G) and its own KV heads [g*hk/G, (g+1)*hk/G)): group g+1's Q/K/V (dO...) travel
+// while the ring runs on group g, and group g's O (dQ, dK, dV) travel while group g+1 computes. Only the first
+// group's way out and the last group's way back are exposed. Every group is a separate ring call over its heads, so
+// the results are bit-identical to one call over all of them (G = 1: one blocking exchange each way).
 // GQA: all-to-all rank a takes query heads [a*H/u, (a+1)*H/u). Its KV heads are the fewest groups that serve them:
 // with g = H/Hkv query heads per KV head and s = gcd(H/u, g), it holds H/u/s KV heads, its j-th being local KV head
 // (a*H/u + j*s)/g. When u * (H/u/s) > Hkv some KV heads go to several ranks (replicated: the u-degree is not capped
@@ -22,6 +27,7 @@ struct HeadExchangeShape {
   int64_t kv_heads = 0;    // hk KV heads per rank after the exchange
   int64_t kv_group = 1;    // s: query heads per KV head after the exchange
   bool replicated = false; // u * hk > Hkv: some KV heads are held by several ranks
+  int head_groups = 1;      // G: the pipeline's head groups (pipeline_head_groups below)
   // Bytes one rank sends per layer (the chunk it keeps is not counted), at the activation dtype's element size
   // and 4 bytes for the gradients of replicated K/V.
   double forward_bytes = 0;   // Q, K, V out and O back
@@ -30,17 +36,26 @@ struct HeadExchangeShape {
   double replica_bytes = 0;   // of buffer_bytes: K/V heads held beyond the rank's share (0 without replication)
 };
 // Throws rt::Error unless u divides H (naming H, u and what would work). Hkv must divide H.
-HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u);
+// head_groups: 0 picks pipeline_head_groups; else it must divide hk (1: the blocking exchange, used by tests).
+HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u, int head_groups = 0);
+// The pipeline's depth, config-free: 2 head groups when the hk KV heads split evenly (hk even) and K/V are not
+// replicated, else 1. Two groups hide all but half of the exchange's way out and half of its way back behind the
+// other half's ring; more groups would hide more but shrink every attention call (fewer heads, one more ring pass
+// of hops and per-call overhead each). Groups must own disjoint KV heads, or the backward would sum a KV head's
+// dK/dV over groups in another order than the kernel; replicated K/V keep one group for the same reason (their
+// f32 sums over ranks must run in one order).
+int pipeline_head_groups(int u, int64_t kv_heads, bool replicated);
 
 class ContextAttention {
  public:
   // ring: the cp/u ring (the whole cp group when u = 1); a2a: the all-to-all group of u ranks (size 1: none).
   // shape: this rank's tokens (n = seq_len / cp) and local heads, as the model holds them.
+  // head_groups: 0 = pipeline_head_groups (the model's); 1 forces the blocking exchange (tests compare the two).
   ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
-                   DType dkv_wire = DType::f32);
+                   DType dkv_wire = DType::f32, int head_groups = 0);
 
   // q (B,n,H,D), k and v (B,n,Hkv,D): this rank's tokens. out (B,n,H,D) written. lse: B*H*n f32 written; with
-  // u > 1 it holds the head-sharded LSE (B, H/u, u*n) that backward() reads back (no other reader).
+  // u > 1 it holds the head-sharded LSE (G, B, H/u/G, u*n) that backward() reads back (no other reader).
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
   // dq (B,n,H,D), dk and dv (B,n,Hkv,D) written for this rank's tokens.
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
@@ -54,9 +69,10 @@ class ContextAttention {
   }
   int64_t skipped_steps() const { return ring_->skipped_steps(); }
 
-  // The ring's timings plus the exchange: its packing in compute_s, its waits in exposed_a2a_s.
+  // The ring's timings plus the exchange: its packing in compute_s, the time blocked posting it or waiting for it
+  // (the part the other head group's ring did not hide) in exposed_a2a_s. calls counts the ring's calls: G per
+  // forward or backward.
   const RingTimings& timings() const;
-  const RingTimings& last_call_timings() const;
   void reset_timings();
 
   int a2a_degree() const { return x_.u; }
@@ -70,16 +86,23 @@ class ContextAttention {
   std::unique_ptr<RingAttention> ring_;
   DType grad_dtype_ = DType::f32;  // of dq_h_, dk_h_, dv_h_ and their exchange: f32 when replicated
   // Head-sharded, u > 1 only; nh = u*n tokens.
-  Tensor q_h_, out_h_, dout_h_;  // (B, nh, hq, D) act dtype
-  Tensor k_h_, v_h_;             // (B, nh, hk, D) act dtype
-  Tensor dq_h_;                  // (B, nh, hq, D) grad_dtype_
-  Tensor dk_h_, dv_h_;           // (B, nh, hk, D) grad_dtype_
+  // Head-sharded, one contiguous block per head group g (hqg = hq/G, hkg = hk/G); group() views block g.
+  Tensor q_h_, out_h_, dout_h_;  // (G, B, nh, hqg, D) act dtype
+  Tensor k_h_, v_h_;             // (G, B, nh, hkg, D) act dtype
+  Tensor dq_h_;                  // (G, B, nh, hqg, D) grad_dtype_
+  Tensor dk_h_, dv_h_;           // (G, B, nh, hkg, D) grad_dtype_
   Tensor dkv_sum_;               // (2, B, n, Hkv, D) f32: replicas' dK | dV summed (replicated only)
-  Tensor send_, recv_;           // (u, B, n, W) raw storage, W up to (3hq + 2hk) D act elements; viewed per use
+  // Exchange buffers, raw storage viewed per use. The way out of group g uses out_[g % 2] (two in flight), the way
+  // back uses back_. G = 1: one pair of (u, B, n, W) with W up to (3hq + 2hk) D act elements, shared by all three.
+  struct Wire {
+    Tensor send, recv;  // (u, B, n, W/G) each
+  };
+  Wire out_[2], back_;
   std::unique_ptr<RingTimer> timer_;
-  mutable RingTimings a2a_sum_, a2a_last_, combined_, combined_last_;
+  mutable RingTimings a2a_sum_, combined_;
   mutable std::vector<RingTimings> collected_;
 
+  Tensor group(const Tensor& heads, int g) const;  // block g of a (G, B, nh, h, D) tensor, as (B, nh, h, D)
   Tensor wire(const Tensor& storage, DType dtype, int64_t width) const;  // (u * B * n * width) view of storage
   // Row copies between a sequence-sharded (B, n, heads, D) tensor and chunk `peer` of a (u, B, n, W) wire.
   void seq_to_wire(const Tensor& seq, int64_t heads, int64_t head0, int64_t count, Tensor& w, int64_t W,
@@ -89,10 +112,11 @@ class ContextAttention {
   // Row copies between a head-sharded (B, u*n, heads, D) tensor and chunk `peer` of a wire (all its heads).
   void heads_to_wire(const Tensor& h, int64_t heads, Tensor& w, int64_t W, int peer, int64_t col);
   void wire_to_heads(const Tensor& w, int64_t W, int peer, int64_t col, Tensor& h, int64_t heads);
-  // K or V of every peer: its hk KV heads in runs of consecutive local heads.
-  void kv_to_wire(const Tensor& seq, Tensor& w, int64_t W, int64_t col);
-  void exchange(const Tensor& send, Tensor recv);
-  void end_exchange();  // marks the end of one exchange (and its packing) on the timer
+  // K or V of every peer: its KV heads of group g in runs of consecutive local heads.
+  void kv_to_wire(const Tensor& seq, Tensor& w, int64_t W, int64_t col, int g);
+  ExchangeHandle exchange_start(const Tensor& send, Tensor recv);  // timed as exposed a2a (posting can block)
+  void exchange_wait(ExchangeHandle handle);                        // timed as exposed a2a
+  void end_call();  // marks the end of one forward or backward (its packing and waits) on the timer
   void collect() const;
 };
 

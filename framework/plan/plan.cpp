@@ -179,6 +179,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"a2a_backward_bytes_per_layer", pt.a2a.backward_bytes},
                       {"a2a_buffer_bytes", pt.a2a.buffer_bytes},
                       {"a2a_replica_bytes", pt.a2a.replica_bytes},
+                      {"a2a_head_groups", pt.a2a.head_groups},
                       {"tp", p.tp},
                       {"zero", pt.zero},
                       {"offload_layers", pt.offload_layers},
@@ -290,6 +291,12 @@ int plan_main(const Config& config, const PlanArgs& args) {
                 human_bytes(x.forward_bytes).c_str(), human_bytes(x.backward_bytes).c_str(),
                 human_bytes(x.buffer_bytes).c_str(), x.replicated ? ", of which replicated K/V " : "",
                 x.replicated ? human_bytes(x.replica_bytes).c_str() : "");
+    if (x.head_groups > 1)
+      std::printf("  overlap      %d head groups: each group's exchange travels under the other's ring; exposed: "
+                  "1/%d of each way\n", x.head_groups, x.head_groups);
+    else
+      std::printf("  overlap      none: one head group (%s), the exchange is exposed\n",
+                  x.replicated ? "replicated K/V" : "the KV heads per rank do not split in two");
   }
   if (args.max_seq_len) {
     if (pt.seq_len == 0) {

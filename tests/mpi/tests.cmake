@@ -20,6 +20,8 @@ rt_mpi_test(model_grid 4)
 # All-to-all and the hybrid ring x all-to-all (parallel.cp_a2a) against one rank; cp 8 with 8 ranks (oversubscribed).
 rt_mpi_test(a2a_grid 4)
 rt_mpi_test(a2a_grid 8 --gtest_filter=*cp8*)
+# The head exchange pipelined by head groups equals the blocking one bit for bit; its exposed time is reported.
+rt_mpi_test(a2a_overlap 4)
 # Ring attention timing: compute vs exposed communication, with a late neighbour.
 rt_mpi_test(ring_timing 2)
 # The real binary through launch/train.sh: bad config refused up front, resume on a different grid.
