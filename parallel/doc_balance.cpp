@@ -80,21 +80,19 @@ double ring_imbalance(const std::vector<double>& work, int cp) {
 
 namespace {
 
-// Each document dealt round-robin over the ranks, starting on the rank after the previous document's last token;
-// a rank that is full (T/cp tokens) is passed over.
-std::vector<int64_t> doc_striped_order(const std::vector<int64_t>& doc_start, int cp) {
-  const int64_t T = int64_t(doc_start.size()), n = T / cp;
-  std::vector<std::vector<int64_t>> held(static_cast<size_t>(cp));
-  int next = 0;
-  for (int64_t p = 0; p < T; ++p) {
-    while (int64_t(held[size_t(next)].size()) == n) next = (next + 1) % cp;
-    held[size_t(next)].push_back(p);
-    next = (next + 1) % cp;
+// The spans of a fixed layout (parallel/layout.h).
+std::vector<RingSpan> layout_spans(Layout layout, int64_t T, int cp) {
+  const int64_t n = T / cp;
+  std::vector<RingSpan> spans;
+  if (layout == Layout::contiguous) {
+    for (int r = 0; r < cp; ++r) spans.push_back({r * n, n, r});
+  } else if (layout == Layout::zigzag) {  // chunk c of n/2 tokens on rank c, chunk 2cp-1-c on rank c
+    for (int c = 0; c < 2 * cp; ++c) spans.push_back({c * (n / 2), n / 2, c < cp ? c : 2 * cp - 1 - c});
+  } else {  // striped: position p on rank p mod cp
+    spans.resize(size_t(T));
+    for (int64_t p = 0, r = 0; p < T; ++p, r = r + 1 == cp ? 0 : r + 1) spans[size_t(p)] = {p, 1, int(r)};
   }
-  std::vector<int64_t> order;
-  order.reserve(size_t(T));
-  for (const auto& h : held) order.insert(order.end(), h.begin(), h.end());
-  return order;
+  return spans;
 }
 
 }  // namespace
@@ -104,34 +102,48 @@ std::string RingCandidate::label() const {
   return name + "(" + std::to_string(split_min) + (run_max ? "/runs)" : ")");
 }
 
-std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape) {
+std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape,
+                                           bool with_orders) {
   const int64_t T = int64_t(doc_start.size());
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
                                                                         << "; use a multiple of " << cp);
-  std::vector<int64_t> natural(static_cast<size_t>(T));  // (T) the sample in position order, one rank
-  std::iota(natural.begin(), natural.end(), int64_t(0));
-  const RingTileCost whole = ring_tile_cost(doc_start, natural, 1);
+  const std::vector<int64_t> begins = document_begins(doc_start);  // (documents + 1) shared by every candidate
+  const RingTileCost whole = ring_tile_cost_for_spans(doc_start, {RingSpan{0, T, 0}}, 1);
   std::vector<RingCandidate> out;
-  auto add = [&](const std::string& name, int64_t split_min, std::vector<int64_t> order, int64_t run_max = 0) {
+  // same_as: the index of an earlier candidate known to have these spans (else searched).
+  // fixed: the layout whose tiles lie in closed form (else from the spans).
+  auto add = [&](const std::string& name, int64_t split_min, std::vector<RingSpan> spans, int64_t run_max = 0,
+                 int same_as = -1, Layout fixed = Layout::balanced) {
     RingCandidate c;
     c.name = name;
     c.split_min = split_min;
     c.run_max = run_max;
-    c.order = std::move(order);
-    c.hops = ring_hop_plan_for_order(doc_start, c.order, cp);
-    const std::vector<double> runs(c.hops.visible.begin(), c.hops.visible.end());  // (cp*cp) calls with a pair
-    c.tiles = ring_tile_cost(doc_start, c.order, cp, runs);
-    c.time = predict_ring_time(c.tiles, c.hops, whole, T / cp, shape);
+    c.spans = std::move(spans);
+    const RingCandidate* same = same_as >= 0 ? &out[size_t(same_as)] : nullptr;  // the same assignment: the same
+    for (const RingCandidate& o : out)                                           // prediction
+      if (!same && o.spans.size() == c.spans.size() && o.spans == c.spans) same = &o;
+    if (same) {
+      c.hops = same->hops, c.tiles = same->tiles, c.time = same->time;
+    } else {
+      c.hops = ring_hop_plan_for_spans(begins, c.spans, cp);
+      const std::vector<double> runs(c.hops.visible.begin(), c.hops.visible.end());  // (cp*cp) calls with a pair
+      c.tiles = ring_tile_cost_for_rows(
+          doc_start, fixed == Layout::balanced ? ring_tile_rows(c.spans, T, cp) : ring_tile_rows(fixed, T, cp), cp, runs);
+      c.time = predict_ring_time(c.tiles, c.hops, whole, T / cp, shape);
+    }
+    if (with_orders) c.order = ring_order_from_spans(c.spans, T, cp);
     out.push_back(std::move(c));
   };
-  add("contiguous", 0, layout_ring_order(Layout::contiguous, T, cp));
-  if (T % (2 * int64_t(cp)) == 0) add("zigzag", 0, layout_ring_order(Layout::zigzag, T, cp));
-  add("striped", 0, layout_ring_order(Layout::striped, T, cp));
-  add("doc-striped", 0, doc_striped_order(doc_start, cp));
-  add("dispatch", 0, dispatch_ring_order(doc_start, cp));
+  for (Layout l : {Layout::contiguous, Layout::zigzag, Layout::striped})
+    if (l != Layout::zigzag || T % (2 * int64_t(cp)) == 0) add(layout_name(l), 0, layout_spans(l, T, cp), 0, -1, l);
+  // doc-striped: each document dealt round-robin from the rank after the one the previous document ended on, the
+  // ranks' token counts kept equal. No rank fills before the last position, so that is position p on rank p mod cp:
+  // striped's assignment for every sample; it stays a row of the plan and shares striped's prediction.
+  add("doc-striped", 0, out.back().spans, 0, int(out.size()) - 1);
+  add("dispatch", 0, dispatch_ring_spans(begins, cp));
   for (int64_t split_min : docpack_split_thresholds(T, cp))
     for (int64_t run_max : {int64_t(0), T / cp / 4})
-      add("docpack", split_min, docpack_ring_order(doc_start, cp, split_min, run_max), run_max);
+      add("docpack", split_min, docpack_ring_spans(begins, cp, split_min, run_max), run_max);
   return out;
 }
 
@@ -145,10 +157,10 @@ size_t pick_balanced(const std::vector<RingCandidate>& candidates) {
 
 std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen,
                                          const RingShape& shape) {
-  std::vector<RingCandidate> candidates = ring_candidates(doc_start, cp, shape);
+  const std::vector<RingCandidate> candidates = ring_candidates(doc_start, cp, shape, /*with_orders=*/false);
   const size_t best = pick_balanced(candidates);
   if (chosen) *chosen = candidates[best].label();
-  return std::move(candidates[best].order);
+  return ring_order_from_spans(candidates[best].spans, int64_t(doc_start.size()), cp);
 }
 
 std::vector<int64_t> read_doc_lengths(const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include "parallel/layout.h"
 #include "parallel/ring_hops.h"
+#include "parallel/ring_spans.h"
 #include "parallel/ring_tile_cost.h"
 #include "parallel/ring_time_model.h"
 
@@ -36,7 +37,8 @@ struct RingCandidate {
   std::string name;                // contiguous, zigzag, striped, doc-striped, docpack, dispatch
   int64_t split_min = 0;           // docpack: documents at least this long are split over the ring
   int64_t run_max = 0;             // docpack: runs of adjacent short documents up to this many tokens kept together
-  std::vector<int64_t> order;      // (T) ring order
+  std::vector<RingSpan> spans;     // the assignment (parallel/ring_spans.h), what the prediction is made from
+  std::vector<int64_t> order;      // (T) ring order, from spans (empty where ring_candidates was told not to)
   RingTileCost tiles;              // ring_tile_cost (parallel/ring_tile_cost.h)
   RingHopPlan hops;                // the hops it needs (parallel/ring_hops.h)
   RingTimePrediction time;         // predicted critical path, fwd and bwd, with communication
@@ -47,8 +49,10 @@ struct RingCandidate {
 // T % (2*cp) == 0), striped, document-striped (each document dealt round-robin from the rank after the one the
 // previous document ended on, the ranks' token counts kept equal), the mask-area dispatch (parallel/doc_dispatch.h),
 // and docpack at each docpack_split_thresholds (parallel/doc_pack.h), with single documents and with runs of up to
-// T/(4cp) tokens.
-std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {});
+// T/(4cp) tokens. Each is priced from its spans once (a candidate with the same spans as an earlier one shares its
+// prediction); with_orders = false leaves `order` empty (balanced_ring_order expands only the pick).
+std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
+                                           bool with_orders = true);
 
 // balanced's rule: the least predicted time, forward + backward (time.total_us()); ties go to the first. No pair
 // bound: the kernels' time, not the pair count, decides (bench/NOTES.md "Ring time model").

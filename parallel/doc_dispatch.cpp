@@ -21,12 +21,18 @@ int64_t dispatch_chunk_tokens(int64_t T, int cp) {
 }
 
 std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t chunk) {
-  const int64_t T = int64_t(doc_start.size());
+  return ring_order_from_spans(dispatch_ring_spans(document_begins(doc_start), cp, chunk), int64_t(doc_start.size()),
+                               cp);
+}
+
+std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk) {
+  const int64_t T = begins.empty() ? 0 : begins.back();
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "dispatch: seq_len " << T << " is not divisible by cp = " << cp);
   const int64_t n = T / cp;
   if (chunk <= 0) chunk = dispatch_chunk_tokens(T, cp);
   RT_CHECK(n % chunk == 0, "dispatch: chunk " << chunk << " does not divide the " << n << " tokens of a rank");
   const int64_t M = T / chunk, per_rank = n / chunk;
+  size_t doc = 0;  // the document of the run being counted
   // Visible pairs between chunks: pairs[k] lists (j, pairs with queries in chunk k and keys in chunk j), j <= k.
   // For query p of document start s, keys [s, p]: chunk j < chunk(p) holds min(chunk, jb - max(s, ja)) of them.
   std::vector<std::vector<std::pair<int64_t, double>>> pairs(static_cast<size_t>(M));
@@ -34,20 +40,28 @@ std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, 
   for (int64_t k = 0; k < M; ++k) {
     const int64_t a = k * chunk, b = a + chunk;
     std::vector<double> row;  // (k + 1 - first chunk) pairs per key chunk
-    const int64_t first = doc_start[size_t(a)] / chunk;
+    while (begins[doc + 1] <= a) ++doc;
+    const int64_t first = begins[doc] / chunk;
     row.assign(size_t(k - first + 1), 0.0);
-    for (int64_t p = a; p < b; ++p) {  // per query: keys in earlier chunks by run of one document start
-      const int64_t s = doc_start[size_t(p)];
-      RT_CHECK(s >= 0 && s <= p, "dispatch: position " << p << " has document start " << s);
-      const int64_t js = s / chunk;
-      RT_CHECK(js >= first, "dispatch: document starts must not decrease with position (position " << p << ")");
+    std::vector<int64_t> middle(size_t(k - first + 2), 0);  // (k + 2 - first) differences: chunk for j in (js, k)
+    // Per run [u, v) of queries of one document start s: keys in earlier chunks in closed form (integers, exact).
+    for (int64_t u = a; u < b;) {
+      while (begins[doc + 1] <= u) ++doc;
+      const int64_t s = begins[doc], v = std::min(b, begins[doc + 1]), cnt = v - u, js = s / chunk;
+      const int64_t own = cnt * (u - a + 1) + cnt * (cnt - 1) / 2;  // sum over the run of p - a + 1
       if (js == k) {
-        row[size_t(k - first)] += double(p - s + 1);
+        row[size_t(k - first)] += double(own + cnt * (a - s));  // sum of p - s + 1
       } else {
-        row[size_t(js - first)] += double((js + 1) * chunk - s);
-        for (int64_t j = js + 1; j < k; ++j) row[size_t(j - first)] += double(chunk);
-        row[size_t(k - first)] += double(p - a + 1);
+        row[size_t(js - first)] += double(cnt * ((js + 1) * chunk - s));
+        middle[size_t(js + 1 - first)] += cnt * chunk, middle[size_t(k - first)] -= cnt * chunk;
+        row[size_t(k - first)] += double(own);
       }
+      u = v;
+    }
+    int64_t run = 0;
+    for (size_t i = 0; i < row.size(); ++i) {
+      run += middle[i];
+      row[i] += double(run);
     }
     for (size_t i = 0; i < row.size(); ++i)
       if (row[i] > 0) {
@@ -114,13 +128,14 @@ std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, 
       if (q >= 0) W[size_t(q * cp + best)] += e.second;
     }
   }
-  std::vector<int64_t> order;
-  order.reserve(size_t(T));
-  for (int r = 0; r < cp; ++r)
-    for (int64_t k = 0; k < M; ++k)
-      if (rank_of[size_t(k)] == r)
-        for (int64_t p = k * chunk; p < (k + 1) * chunk; ++p) order.push_back(p);
-  return order;
+  std::vector<RingSpan> spans;  // in position order, adjacent chunks of one rank joined
+  for (int64_t k = 0; k < M; ++k) {
+    if (!spans.empty() && spans.back().rank == rank_of[size_t(k)])
+      spans.back().len += chunk;
+    else
+      spans.push_back({k * chunk, chunk, rank_of[size_t(k)]});
+  }
+  return spans;
 }
 
 }  // namespace rt

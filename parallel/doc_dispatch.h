@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "parallel/ring_spans.h"
+
 namespace rt {
 
 // The chunk size dispatch uses for T tokens over cp ranks: the largest divisor of T/cp that is at most
@@ -16,5 +18,12 @@ int64_t dispatch_chunk_tokens(int64_t T, int cp);
 // doc_start (T) by position, T % cp == 0. Returns a ring order (T): rank 0's positions, then rank 1's, ...
 // O(M^2 cp) for M = T / chunk chunks at worst (one document), O(M cp^3) without long documents.
 std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t chunk = 0);
+
+}  // namespace rt
+
+namespace rt {
+
+// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices.
+std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk = 0);
 
 }  // namespace rt

@@ -31,19 +31,22 @@ std::vector<int64_t> docpack_split_thresholds(int64_t T, int cp) {
 std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t split_min,
                                         int64_t run_max) {
   const int64_t T = int64_t(doc_start.size());
+  return ring_order_from_spans(docpack_ring_spans(document_begins(doc_start), cp, split_min, run_max), T, cp);
+}
+
+std::vector<RingSpan> docpack_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t split_min,
+                                         int64_t run_max) {
+  const int64_t T = begins.empty() ? 0 : begins.back();
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "docpack layout: seq_len " << T << " is not divisible by cp = " << cp);
   RT_CHECK(split_min >= 1, "docpack layout: split_min " << split_min << " must be at least 1");
   const int64_t n = T / cp;
   std::vector<Doc> docs;
-  for (int64_t p = 0; p < T; ++p) {
-    if (p == 0 || doc_start[size_t(p)] == p) docs.push_back({p, 0});
-    ++docs.back().len;
-  }
-  std::vector<int> owner(static_cast<size_t>(T), -1);  // (T) rank of each position
+  for (size_t i = 0; i + 1 < begins.size(); ++i) docs.push_back({begins[i], begins[i + 1] - begins[i]});
+  std::vector<RingSpan> given;  // the pieces as given, in any order
   std::vector<int64_t> room(static_cast<size_t>(cp), n);  // positions each rank can still take
   std::vector<double> load(static_cast<size_t>(cp), 0.0);  // step-0 visible pairs so far, per rank
   auto give = [&](int r, int64_t b, int64_t len) {
-    std::fill(owner.begin() + b, owner.begin() + b + len, r);
+    if (len > 0) given.push_back({b, len, r});
     room[size_t(r)] -= len;
   };
   std::vector<int> by_room(static_cast<size_t>(cp));  // ranks, most room first (ties: lower rank)
@@ -146,16 +149,18 @@ std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, i
     }
   }
 
-  std::vector<std::vector<int64_t>> held(static_cast<size_t>(cp));  // each rank's positions, increasing
-  for (int64_t p = 0; p < T; ++p) held[size_t(owner[size_t(p)])].push_back(p);
-  std::vector<int64_t> order;  // (T) ring order
-  order.reserve(size_t(T));
-  for (int r = 0; r < cp; ++r) {
-    RT_CHECK(int64_t(held[size_t(r)].size()) == n, "docpack layout: rank " << r << " holds " << held[size_t(r)].size()
-                                                                          << " positions, not " << n << " (internal error)");
-    order.insert(order.end(), held[size_t(r)].begin(), held[size_t(r)].end());
+  for (int k = 0; k < cp; ++k)
+    RT_CHECK(room[size_t(k)] == 0, "docpack layout: rank " << k << " holds " << n - room[size_t(k)]
+                                                           << " positions, not " << n << " (internal error)");
+  std::sort(given.begin(), given.end(), [](const RingSpan& a, const RingSpan& b) { return a.begin < b.begin; });
+  std::vector<RingSpan> spans;  // in position order, adjacent pieces of one rank joined
+  for (const RingSpan& g : given) {
+    if (!spans.empty() && spans.back().rank == g.rank && spans.back().begin + spans.back().len == g.begin)
+      spans.back().len += g.len;
+    else
+      spans.push_back(g);
   }
-  return order;
+  return spans;
 }
 
 }  // namespace rt

@@ -16,12 +16,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "parallel/ring_spans.h"
+
 namespace rt {
 
 // doc_start (T) by position, T % cp == 0; split_min >= 1. Returns a ring order (T): rank 0's positions, then
 // rank 1's, ... O(T + D^2 log D) for D documents at worst (runs broken up), O(T + D log D + D cp) without runs.
 std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t split_min,
                                         int64_t run_max = 0);
+
+// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices.
+std::vector<RingSpan> docpack_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t split_min,
+                                         int64_t run_max = 0);
 
 // The split thresholds balanced tries (deduplicated, increasing): 2cp*128 (each piece at least one 128-key tile)
 // and T/cp, T/(2cp), T/(4cp), T/(8cp) (a whole document at most that share of a rank), none below 2cp*64 (a

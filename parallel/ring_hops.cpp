@@ -5,9 +5,7 @@
 
 namespace rt {
 
-namespace {
-
-void finish_hops(RingHopPlan* plan) {
+void finish_hop_plan(RingHopPlan* plan) {
   const int cp = plan->cp;
   plan->kv_hops.assign(size_t(cp), 0);
   for (int s = 0; s < cp; ++s)
@@ -17,8 +15,6 @@ void finish_hops(RingHopPlan* plan) {
         break;
       }
 }
-
-}  // namespace
 
 int RingHopPlan::kv_hop_count() const {
   int total = 0;
@@ -37,7 +33,7 @@ RingHopPlan ring_hop_plan_full(int cp) {
   RingHopPlan plan;
   plan.cp = cp;
   plan.visible.assign(size_t(cp) * size_t(cp), 1);
-  finish_hops(&plan);
+  finish_hop_plan(&plan);
   return plan;
 }
 
@@ -81,7 +77,7 @@ RingHopPlan ring_hop_plan(const int64_t* pos, const int64_t* doc_start, int64_t 
   plan.visible.assign(size_t(cp) * size_t(cp), 0);
   for (int r = 0; r < cp; ++r)
     for (int s = 0; s < cp; ++s) plan.visible[size_t(r * cp + s)] = (sees[size_t(r)] >> s) & 1;
-  finish_hops(&plan);
+  finish_hop_plan(&plan);
   return plan;
 }
 

@@ -28,6 +28,9 @@ struct RingHopPlan {
   double bytes_per_layer(double kv_block_bytes, double dkv_block_bytes) const;
 };
 
+// Sets plan->kv_hops from plan->visible (cp*cp, filled) and plan->cp.
+void finish_hop_plan(RingHopPlan* plan);
+
 // Every hop (no document mask): the plain ring, kv_hops = cp-1 for every block.
 RingHopPlan ring_hop_plan_full(int cp);
 

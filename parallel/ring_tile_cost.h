@@ -14,6 +14,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "parallel/layout.h"
+#include "parallel/ring_spans.h"
+
 namespace rt {
 
 constexpr int64_t kCostQueryTileRows = 64;  // a consumer warpgroup's query rows (attn_fwd_ws.cu, attn_bwd_*.cu)
@@ -50,6 +53,23 @@ struct RingTileCost {
 // O(T/64 log T) when every rank's positions increase (binary search of the key tiles), O(T^2 / 8192) otherwise.
 RingTileCost ring_tile_cost(const std::vector<int64_t>& doc_start, const std::vector<int64_t>& order, int cp,
                             const std::vector<double>& pairs = {});
+
+// The same counts for the order the spans give (parallel/ring_spans.h), doc_start (T) by position: each rank's
+// positions increase, so a tile's extremes are its first and last rows and a query tile's key-tile bounds only
+// move forward: O(#spans + cp T / 64), what balanced prices its candidates with.
+RingTileCost ring_tile_cost_for_spans(const std::vector<int64_t>& doc_start, const std::vector<RingSpan>& spans,
+                                      int cp, const std::vector<double>& pairs = {});
+
+// Where each rank's tiles lie, which depends on the assignment only: per rank, the first and last position of each
+// 64-row query tile and of each 128-key tile. From spans (T positions over cp ranks), or in closed form for a
+// fixed layout (contiguous, zigzag, striped; no O(T) pass).
+struct RingTileRows {
+  std::vector<std::vector<int64_t>> query, key;  // (cp) each (2 * tiles): first, last position of every tile
+};
+RingTileRows ring_tile_rows(const std::vector<RingSpan>& spans, int64_t T, int cp);
+RingTileRows ring_tile_rows(Layout layout, int64_t T, int cp);
+RingTileCost ring_tile_cost_for_rows(const std::vector<int64_t>& doc_start, const RingTileRows& rows, int cp,
+                                     const std::vector<double>& pairs = {});
 
 // The tile cost of one whole call over the sample in position order (what one GPU runs).
 double whole_tile_cost(const std::vector<int64_t>& doc_start);

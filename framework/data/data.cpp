@@ -81,10 +81,12 @@ class Loader final : public DataLoader {
         for (int64_t p = 1; p < T; ++p) starts[size_t(p)] = tokens_[size_t(p)] == eot_ ? p : starts[size_t(p - 1)];
         for (int64_t p = 0; p + 1 < T; ++p)
           if (starts[size_t(p + 1)] == p + 1 && targets_[size_t(p)] >= 0) targets_[size_t(p)] = -1, dropped_[size_t(p)] = 1;
+        std::string chosen = layout_name(layout_);
         if (layout_ == Layout::balanced) {
-          sample_order = balanced_ring_order(starts, ring_);
+          sample_order = balanced_ring_order(starts, ring_, &chosen);
           order = &sample_order;
         }
+        if (i == 0) b.ring_layout = chosen;
         for (int64_t c = 0; c < T; ++c) {
           b.doc_pos[size_t(i * T + c)] = (*order)[size_t(c)];
           b.doc_start[size_t(i * T + c)] = starts[size_t((*order)[size_t(c)])];

@@ -33,6 +33,9 @@ struct Batch {
   // columns [s*T_local, (s+1)*T_local)) and the first position of its document (RingAttention::set_documents).
   std::vector<int64_t> doc_pos;      // (B_local, T)
   std::vector<int64_t> doc_start;    // (B_local, T)
+  // data.documents: eot only: the ring order of this rank's first sample, as `ringtrain plan --doc-lengths` names
+  // it (layout balanced: the chooser's pick, e.g. docpack(2048/runs); else the layout's name).
+  std::string ring_layout;
   // data.documents: eot only (else 0), over this rank's tokens (so a sum over the dp x cp ranks is the global
   // batch's): targets dropped because they cross into the next document (the EOT predicted from the previous
   // document), and the visible (query, key) pairs of these query rows (doc_start(i) <= j <= i: pos - start + 1).

@@ -76,6 +76,25 @@ struct SaveTarget {
 // Saves model + optimizer + state: every rank writes its own byte ranges of the unsharded files (no rank
 // assembles the full state; framework/checkpoint/checkpoint_sharded.h). Collective over the world, under
 // parallel.save_timeout_s. Returns the directory.
+// Packed documents, once at the first step: the first sample's ring order (balanced: the chooser's pick) and the
+// bytes its batch's hop plan moves per layer (all ranks, forward + backward) against the plain ring's.
+void print_ring_bytes_line(const RingAttention& ring, const std::string& order) {
+  const double planned = ring.planned_bytes_per_layer(), full = ring.ring_bytes_per_layer();
+  if (full <= 0) {
+    std::printf("documents: first sample's ring order %s (one rank: no ring hops)\n", order.c_str());
+    return;
+  }
+  auto text = [](double bytes) {
+    if (bytes >= 1024.0 * 1024) return format_bytes(bytes);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024);
+    return std::string(buf);
+  };
+  std::printf("documents: first sample's ring order %s; its batch moves %s of K/V and dK/dV per layer (all ranks, "
+              "fwd + bwd), %.0f%% of the full ring's %s (metrics: ring_sent_bytes_per_layer, rank 0)\n",
+              order.c_str(), text(planned).c_str(), 100 * planned / full, text(full).c_str());
+}
+
 std::string save(const Config& config, const SaveTarget& target, ModelSession& session, DataLoader& loader,
                  int64_t step, Comm& world, const std::map<std::string, std::string>& extra_metadata) {
   watchdog_set_phase("the save of step " + std::to_string(step), /*saving=*/true);
@@ -277,6 +296,7 @@ int train_main(const Config& loaded) {
   int64_t step = start_step;
   int64_t guarded_step = start_step;  // the latest step the guard has checked
   bool warned_no_targets = false, warned_eval_no_targets = false;  // each said once
+  bool said_ring_bytes = false;  // the first batch's ring order and bytes, said once
   while (step < tc.steps) {
     const Batch batch = loader->next();
     model.attention().reset_timings();  // this step's ring attention time, all layers, forward + backward
@@ -290,6 +310,10 @@ int train_main(const Config& loaded) {
                   "gradient is zero. Said once; later such steps show \"no targets\" on their log line\n",
                   (long long)step, no_targets_reason(config).c_str());
       warned_no_targets = true;
+    }
+    if (documents && !said_ring_bytes) {
+      if (rank0) print_ring_bytes_line(model.attention().ring(), batch.ring_layout);
+      said_ring_bytes = true;
     }
     ++interval_steps;
     interval_pairs += batch.visible_pairs;
@@ -339,6 +363,10 @@ int train_main(const Config& loaded) {
         sm.extra["attn_ms"] = ring.total_s() * 1e3;
         sm.extra["comm_exposed_ms"] = ring.exposed_comm_s * 1e3;
         if (config.parallel.cp_a2a > 1) sm.extra["a2a_exposed_ms"] = ring.exposed_a2a_s * 1e3;
+        if (ring.ring_bytes > 0) {  // rank 0's K/V and dK/dV hops in the logged step's ring calls, per layer; the plain ring's
+          sm.extra["ring_sent_bytes_per_layer"] = ring.sent_bytes / double(model.shape().L);
+          sm.extra["ring_full_bytes_per_layer"] = ring.ring_bytes / double(model.shape().L);
+        }
         if (model.zero() > 0) {  // the latest step's ZeRO gathers and reduce-scatters (host time in their calls)
           const Model::ZeroStats& z = model.zero_stats();
           sm.extra["zero_comm_ms"] = z.host_s * 1e3;

@@ -57,6 +57,10 @@ rt_mpi_test(run_failures 1)
 # Each of the two launches 2-rank jobs (TwoRunsIntoOneRunDir holds two at once): they count as 2 processors, so
 # that a 2-core CI machine runs nothing else beside them.
 set_tests_properties(mpi_run_dirs_np1 mpi_run_failures_np1 PROPERTIES PROCESSORS 2)
+# The ring's bytes per layer against the full ring's (start-up line and metrics.jsonl), 2-rank jobs.
+add_dependencies(test_mpi_train_ring_bytes ringtrain)
+rt_mpi_test(train_ring_bytes 1)
+set_tests_properties(mpi_train_ring_bytes_np1 PROPERTIES PROCESSORS 2)
 # The exit-code table (framework/base/run_errors.h), each class of failure through the real binary and mpirun.
 add_dependencies(test_mpi_exit_codes ringtrain)
 rt_mpi_test(exit_codes 1)
