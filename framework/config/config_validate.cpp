@@ -91,7 +91,10 @@ void check_model(const Config& c, Problems& p) {
       p.add(e.what());
     }
   }
-  if (c.device == "cuda" && m.d_model % m.n_head == 0 && m.head_dim() != 64 && m.head_dim() != 128)
+  // Only where the config sets the shape: eval and generate take the model from the checkpoint (build_session
+  // checks the head dim it gets), and the defaults' 16 would refuse a config without a model section.
+  const bool shape_set = c.is_explicit("model.d_model") || c.is_explicit("model.n_head");
+  if (c.device == "cuda" && shape_set && m.d_model % m.n_head == 0 && m.head_dim() != 64 && m.head_dim() != 128)
     p.add("head_dim = model.d_model / model.n_head = ", m.head_dim(), " but device=cuda, whose attention kernels take ",
           "head dims 64 and 128; change d_model / n_head, or use device: cpu");
   if (m.n_head % m.n_kv_head != 0)

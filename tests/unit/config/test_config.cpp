@@ -361,3 +361,19 @@ TEST_F(ConfigTest, AllToAllDegreeRefusedUnlessItDividesCpAndTheHeads) {
   EXPECT_EQ(z.parallel.ring(), 2);
 }
 }  // namespace
+
+#ifdef RINGTRAIN_HAVE_CUDA
+// eval and generate take the model from the checkpoint: a device: cuda config without a model section must load
+// (the defaults' head dim 16 is not the model's; build_session checks the real one), while an explicit bad shape is
+// still refused at load.
+TEST_F(ConfigTest, CudaHeadDimCheckedOnlyWhereTheConfigSetsTheShape) {
+  const std::string no_model = "device: cuda\ndata:\n  source: copy\n  seq_len: 64\n";
+  EXPECT_NO_THROW(rt::parse_config_text(no_model, {}, 0, "no_model"));
+  try {
+    rt::parse_config_text(no_model + "model:\n  d_model: 64\n  n_head: 4\n", {}, 0, "bad_shape");
+    ADD_FAILURE() << "expected the head-dim refusal for an explicit d_model / n_head of 16";
+  } catch (const rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dims 64 and 128"), std::string::npos) << e.what();
+  }
+}
+#endif
