@@ -12,6 +12,7 @@
 #                             cp = 1 on one GPU and cp = <GPUs> on all, same job, tok/s per GPU and MFU
 #   e2e-cp<N>-u<u>.log, ...   the same on all GPUs with parallel.cp_a2a = 2, 4, <GPUs> (the hybrid ring x all-to-all;
 #                             the step line's a2a_exposed_ms beside comm_exposed_ms)
+#   plan-llama3-8b.log        the Llama-3-8B shape at ZeRO 3: the longest seq_len the plan allows on this node
 # Each part runs under `timeout`; a failed part is logged and the script goes on (exit status: the number of
 # failed parts).
 set -uo pipefail
@@ -59,5 +60,11 @@ for u in 2 4 "$gpus"; do
     --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
     --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$gpus-u$u"
 done
+# Packed documents over NCCL are in tests-nccl-model-grid (GpuModelGridDocuments: zigzag, striped, balanced with the
+# chooser and hop skipping; GpuModelGridA2a: the all-to-all and hybrid grids with documents).
+# The Llama-3-8B shape at ZeRO 3: the longest data.seq_len the plan allows on these GPUs (compare the run's measured
+# memory with it).
+part plan-llama3-8b 120 "$build/ringtrain" plan "$root/configs/llama3-8b-2m-8gpu.yaml" --max-seq-len \
+  --set parallel.cp="$gpus"
 echo "multi_gpu.sh: $failed part(s) failed" | tee -a "$out/summary.txt"
 exit "$failed"
