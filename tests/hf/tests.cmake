@@ -52,3 +52,12 @@ foreach(case reference grids consistency refusals plan transformers)
                        SKIP_RETURN_CODE 77 TIMEOUT 900)
 endforeach()
 set_tests_properties(hf_generate_grids hf_generate_plan PROPERTIES PROCESSORS 2)
+
+# bench/generate_side_by_side.py --self-test: the end-to-end generate benchmark's tiny CPU run (the synthetic model
+# through import-hf / export-hf, `ringtrain generate` rows, the table and JSONL) and its refusal without torch.
+# Seconds; NumPy only (transformers' rows run on the CPU where it imports, else are marked skipped).
+add_test(NAME bench_generate_side_by_side
+         COMMAND ${RT_HF_PYTHON} ${CMAKE_SOURCE_DIR}/bench/generate_side_by_side.py --ringtrain $<TARGET_FILE:ringtrain>
+                 --self-test)
+set_tests_properties(bench_generate_side_by_side PROPERTIES LABELS "integration;hf" ENVIRONMENT "${RT_MPI_ENV}"
+                     TIMEOUT 300)
