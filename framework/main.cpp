@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
   plan->add_option("--ranks-per-node", args.plan.ranks_per_node,
                    "ranks sharing a node's host memory (default: CPU every rank; GPU min(world, 8))")
       ->check(plan_check("--ranks-per-node", rt::check_ranks_per_node));
+  plan->add_option("--generate-context", args.plan.generate_context,
+                   "also plan `ringtrain generate` with a prompt of this many tokens: its KV cache and prefill per "
+                   "rank on this grid");
+  plan->add_option("--max-new-tokens", args.plan.generate_new_tokens,
+                   "with --generate-context: the new tokens the cache holds too (default 64, as generate)");
   CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint (any grid)");
   add_config_args(eval, args);
   eval->add_option("--checkpoint", args.checkpoint,
@@ -154,6 +159,11 @@ int main(int argc, char** argv) {
   generate->add_option("--seed", g.sampling.seed, "sampling seed (default 0)");
   generate->add_option("--eos-id", g.eos_id, "stop at this id (default: the HF config's eos_token_id, else "
                                              "data.eot_token when set; negative: never)");
+  generate->add_option("--device-memory-gib", g.device_memory_gib,
+                       "refuse up front when the prefill and the KV cache need more than this per rank (default: "
+                       "the GPU's memory; CPU ranks: the host's over the ranks)")
+      ->check(plan_check("--device-memory-gib", [](const std::string& v) {
+        return rt::check_plan_memory_gib("--device-memory-gib", v); }));
   generate->add_option("--out", g.out, "write the JSON result here (default: stdout)");
   HfArgs hf;
   CLI::App* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama/Mistral directory -> ringtrain checkpoint");
@@ -194,6 +204,8 @@ int main(int argc, char** argv) {
     }
   }
   args.generate.eos_given = generate->count("--eos-id") > 0;
+  args.plan.generate = plan->count("--generate-context") > 0;
+  args.plan.generate_new_given = plan->count("--max-new-tokens") > 0;
   args.generate.prompt_given = generate->count("--prompt") > 0;
   const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : generate->parsed() ? "generate"
                                                                                                       : "eval";

@@ -13,7 +13,9 @@
 #include "framework/base/run_errors.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/model_source.h"
+#include "framework/plan/plan_generate.h"
 #include "framework/plan/trainer_setup.h"
+#include "kernels/device_memory.h"
 #include "framework/eval/generate.h"
 #include "framework/eval/eval.h"
 #include "kernels/ops.h"
@@ -34,20 +36,6 @@ std::string read_text_file(const std::string& path, const char* what) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// The grid generate runs on: one sequence (dp 1), the config's cp, cp_a2a and tp when the processes allow them;
-// no ZeRO sharding (decode reads whole weights), full activation checkpointing (the prefill keeps no state for a
-// backward beyond the block inputs), no documents (one prompt).
-void prepare_generate_config(Config& c) {
-  c.parallel.dp = 1;
-  c.parallel.zero = 0;
-  c.train.batch_size = 1;
-  c.train.checkpointing = "full";
-  c.train.offload = "none";
-  c.data.documents = "none";
-  c.data.positions = "global";
-  if (c.parallel.layout == "balanced") c.parallel.layout = "auto";
 }
 
 // Atomic: written beside `path` under a hidden name, then renamed.
@@ -121,14 +109,26 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   }, kExitUsage);
 
   const int64_t P = int64_t(prompt.size());
-  const int cp = config.parallel.cp, ring = config.parallel.ring();
-  // The prefill runs the prompt but its last token, padded at the end to a length the layout takes (the padding
-  // comes after every prompt token, so causal attention keeps it out of their K / V; its rows are not cached).
-  const int64_t Pp = P - 1, unit = 2 * int64_t(cp);
-  const int64_t T = std::max(unit, (Pp + unit - 1) / unit * unit), n = T / cp;
-  config.data.seq_len = int(T);
+  const int cp = config.parallel.cp;
   Device device;
   agree_on([&] { device = resolve_device(config); }, kExitUsage);
+  // What this rank will allocate (framework/plan/plan_generate.h, as `ringtrain plan --generate-context` counts
+  // it), refused up front when the arenas alone exceed the device (a GPU's memory; a CPU rank's share of the host).
+  GeneratePlan plan;
+  agree_on([&] {
+    plan = plan_generate(config, device, P, args.max_new_tokens);
+    const double limit = args.device_memory_gib > 0 ? args.device_memory_gib * 1024.0 * 1024 * 1024
+                         : device.is_cuda()         ? double(device_total_bytes(device))
+                                                    : double(host_physical_bytes()) / std::max(1, world_size);
+    const std::string where = args.device_memory_gib > 0 ? "--device-memory-gib"
+                              : device.is_cuda()         ? "the GPU"
+                                                         : "this CPU rank's share of the host memory";
+    const std::string problem = generate_memory_problem(plan, limit, where);
+    RT_CHECK(problem.empty(), "generate: " << problem);
+  }, kExitUsage);
+  const GenerateLayout& layout = plan.layout;
+  const int64_t T = layout.prefill_len, n = layout.rows_per_rank, Pp = P - 1;
+  config.data.seq_len = int(T);
   ProcessGrid grid = make_process_grid(config);
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {
@@ -137,6 +137,9 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     if (P + args.max_new_tokens > trained_len)
       std::fprintf(stderr, "warning: generate: prompt + --max-new-tokens = %lld tokens runs past the trained context "
                    "of %lld\n", (long long)(P + args.max_new_tokens), (long long)trained_len);
+    std::fprintf(stderr, "generate: KV cache %.0f bytes per rank (%lld rows; K and V %.0f bytes), prefill arena %.0f "
+                 "bytes (%lld tokens per rank), %.0f bytes per rank with the allowance\n", plan.cache_bytes,
+                 (long long)layout.capacity, plan.kv_bytes, plan.prefill_bytes, (long long)n, plan.device_bytes());
   }
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
   Model& model = *session.model;
@@ -148,20 +151,13 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
 
   // Which global position each cp rank's local row holds (the loader's layout over the ring), and so how many
   // prompt rows each rank caches.
-  std::string layout_name = resolved_layout(config);
-  if (layout_name == "auto") layout_name = ring > 1 ? "zigzag" : "contiguous";
-  const std::vector<int64_t> order = layout_ring_order(parse_layout(layout_name), T, ring);  // (T) ring order
-  std::vector<int64_t> shard_rows(size_t(cp), 0);  // (cp) cached rows per cp rank
-  for (int r = 0; r < cp; ++r)
-    for (int64_t j = 0; j < n; ++j) shard_rows[size_t(r)] += order[size_t(r * n + j)] < Pp ? 1 : 0;
+  const std::vector<int64_t>& order = layout.order;  // (T) ring order
+  std::vector<int64_t> shard_rows = layout.shard_rows;  // (cp) cached rows per cp rank
   const int me = grid.cp_rank();
-  const int64_t total = P + args.max_new_tokens;
-  const int64_t capacity = std::max(*std::max_element(shard_rows.begin(), shard_rows.end()),
-                                    (total + cp - 1) / cp) + 1;
   Arena measuring = Arena::measuring(device);
-  model.make_kv_cache(measuring, capacity);
+  model.make_kv_cache(measuring, layout.capacity);
   Arena cache_arena(device, measuring.peak() + 4096);
-  KvCache cache = model.make_kv_cache(cache_arena, capacity);
+  KvCache cache = model.make_kv_cache(cache_arena, layout.capacity);
 
   // Prefill.
   Batch batch;

@@ -25,6 +25,7 @@ struct GenerateArgs {
   SamplingParams sampling;
   bool eos_given = false;       // --eos-id (a negative id: never stop at EOS)
   int64_t eos_id = -1;
+  double device_memory_gib = 0;  // per rank; 0: the GPU's memory (CPU: the host's over the ranks)
 };
 
 // Ids from text: a JSON array of integers, or integers separated by commas and / or white space. Throws rt::Error

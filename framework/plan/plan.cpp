@@ -14,6 +14,7 @@
 #include "framework/plan/mfu.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
+#include "framework/plan/plan_generate.h"
 #include "framework/plan/plan.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
@@ -146,7 +147,7 @@ namespace {
 // reserve: what the arena does not count (CUDA context, cuBLASLt workspace, NCCL).
 void print_plan_json(const Config& config, Device device, int64_t params, double model_flops, double hw_flops,
                      const PlanPoint& pt, const PlanLimits& limits, const std::string& device_why,
-                     const std::string& limits_from) {
+                     const std::string& limits_from, const nlohmann::json& generate) {
   const ParallelConfig& p = config.parallel;
   const double reserve = pt.allowance_bytes + pt.nccl_bytes;
   const double device_bytes = device.is_cpu() ? limits.host_bytes : limits.device_bytes;
@@ -189,6 +190,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"tokens_per_step", double(config.train.batch_size) * pt.seq_len},
                       {"n_layer", config.model.n_layer},
                       {"d_model", config.model.d_model}};
+  if (!generate.is_null()) j["generate"] = generate;  // --generate-context
   std::printf("%s\n", j.dump().c_str());
 }
 
@@ -218,6 +220,43 @@ void print_memory(const PlanPoint& pt, const PlanLimits& limits, Device device, 
   for (size_t i = 0; i < pt.largest.size() && int(i) < top; ++i)
     std::printf("    %10s  %5.1f%%  %s\n", human_bytes(pt.largest[i].second).c_str(),
                 100.0 * pt.largest[i].second / pt.arena_bytes, pt.largest[i].first.c_str());
+}
+
+// --generate-context: `ringtrain generate` on this config's grid (its cp, cp_a2a and tp; dp 1, no optimizer).
+GeneratePlan plan_for_generate(const Config& config, Device device, const PlanArgs& args) {
+  RT_CHECK(args.generate || !args.generate_new_given, "--max-new-tokens is for planning generate; give the "
+           "prompt length too, e.g. --generate-context 131072 --max-new-tokens " << args.generate_new_tokens);
+  RT_CHECK(args.generate_context >= 1, "--generate-context " << args.generate_context
+           << " must be a prompt of at least 1 token, e.g. --generate-context 131072");
+  RT_CHECK(args.generate_new_tokens >= 0, "--max-new-tokens " << args.generate_new_tokens << " must be >= 0");
+  Config c = config;
+  prepare_generate_config(c);
+  return plan_generate(c, device, args.generate_context, args.generate_new_tokens);
+}
+
+nlohmann::json generate_json(const GeneratePlan& g, const PlanLimits& limits) {
+  return {{"prompt_tokens", g.layout.prompt},
+          {"new_tokens", g.layout.new_tokens},
+          {"prefill_tokens_per_rank", g.layout.rows_per_rank},
+          {"cache_rows_per_rank", g.layout.capacity},
+          {"kv_bytes_per_rank", g.kv_bytes},
+          {"cache_bytes_per_rank", g.cache_bytes},
+          {"prefill_bytes_per_rank", g.prefill_bytes},
+          {"total_bytes_per_rank", g.device_bytes()},
+          {"fits", limits.device_bytes <= 0 || g.device_bytes() <= limits.device_bytes}};
+}
+
+void print_generate(const GeneratePlan& g, const PlanLimits& limits, Device device) {
+  std::printf("  generate     prompt %lld + %lld new tokens: KV cache %s per rank (%lld rows, K and V %s in %s), "
+              "prefill arena %s (%lld tokens per rank, no optimizer); %s per rank with the allowance",
+              (long long)g.layout.prompt, (long long)g.layout.new_tokens, human_bytes(g.cache_bytes).c_str(),
+              (long long)g.layout.capacity, human_bytes(g.kv_bytes).c_str(), device.is_cuda() ? "bf16" : "f32",
+              human_bytes(g.prefill_bytes).c_str(), (long long)g.layout.rows_per_rank,
+              human_bytes(g.device_bytes()).c_str());
+  if (limits.device_bytes > 0)
+    std::printf("  [of %s: %s]", human_bytes(limits.device_bytes).c_str(),
+                g.device_bytes() <= limits.device_bytes ? "fits" : "DOES NOT FIT");
+  std::printf("\n");
 }
 
 }  // namespace
@@ -253,9 +292,11 @@ int plan_main(const Config& config, const PlanArgs& args) {
   const double hw_flops = config.train.checkpointing == "full"      ? model_flops * (1.0 + block_share / 3.0)
                           : config.train.checkpointing == "selective" ? model_flops + selective_extra
                                                                       : model_flops;
+  GeneratePlan gen;
+  if (args.generate || args.generate_new_given) gen = plan_for_generate(config, device, args);
   if (args.json) {
     print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits, device_note(config, device),
-                    limits_from);
+                    limits_from, args.generate ? generate_json(gen, limits) : nlohmann::json());
     if (!args.doc_lengths.empty()) {  // a second JSON object, on its own line
       const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
       const nlohmann::json j = {{"doc_lengths", d.path},
@@ -358,6 +399,7 @@ int plan_main(const Config& config, const PlanArgs& args) {
                   c.picked ? ("  <- picked " + std::to_string(c.picked) + "/" + std::to_string(d.windows)).c_str() : "");
   }
   print_memory(pt, limits, device, 10);
+  if (args.generate) print_generate(gen, limits, device);
   return 0;
 }
 

@@ -14,6 +14,10 @@ struct PlanArgs {
   double host_memory_gib = 0;     // per node; 0: not given (this host's)
   int ranks_per_node = 0;         // 0: not given (CPU: the whole world on one host; GPU: min(world, 8))
   std::string doc_lengths;        // a document-length file: visible-pair attention FLOPs and imbalance per layout
+  bool generate = false;             // --generate-context given: also plan `ringtrain generate`
+  int64_t generate_context = 0;      // ... with a prompt of this many tokens
+  bool generate_new_given = false;   // --max-new-tokens given
+  int64_t generate_new_tokens = 64;  // ... and this many new tokens (generate's --max-new-tokens)
 };
 // The largest --device-memory-gib / --host-memory-gib taken (1 PiB): anything above is a typo.
 constexpr double kMaxPlanMemoryGiB = 1024.0 * 1024;

@@ -13,27 +13,6 @@ namespace rt {
 
 namespace {
 
-// A communicator that knows only its size: enough to shape buffers; any traffic is refused.
-class SizeOnlyComm final : public Comm {
- public:
-  explicit SizeOnlyComm(int size) : size_(size) {}
-  int rank() const override { return 0; }
-  int size() const override { return size_; }
-  std::string name() const override { return "plan"; }
-  void all_reduce_sum(Tensor) override { refuse(); }
-  void all_reduce_sum(double*, int) override { refuse(); }
-  void broadcast(Tensor, int) override { refuse(); }
-  void barrier() override { refuse(); }
-  ExchangeHandle ring_exchange_start(const Tensor&, Tensor) override { refuse(); }
-  void wait(ExchangeHandle) override { refuse(); }
-  ExchangeHandle reduce_scatter_sum_start(const Tensor&, Tensor) override { refuse(); }
-  ExchangeHandle all_gather_start(const Tensor&, Tensor) override { refuse(); }
-
- private:
-  [[noreturn]] static void refuse() { RT_CHECK(false, "ringtrain plan does not communicate"); }
-  int size_;
-};
-
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 constexpr double kNcclBytesPerComm = 0.8 * kGiB;
 

@@ -14,6 +14,10 @@ CASE:
                 repeats, and another seed changes it
   refusals      an empty prompt, an id outside the vocabulary, a prompt past the trained length (refused naming
                 the limit), and one the RoPE scaling covers (runs with a warning)
+  plan          `ringtrain plan --generate-context P --json` counts the KV cache generate allocates: its cache bytes
+                equal generate's start-up line on cp 1 and cp 2 (and cp 2 x tp 2), the K / V part equals 2 L rows
+                (Hkv / tp) D x 4 bytes (f32 on CPU) with the rows cp shards; generate refuses up front, naming the
+                numbers, when --device-memory-gib is below them
   transformers  (only where torch and transformers import; else exit 77 = skipped) transformers' greedy `generate`
                 on the exported model: fp32 CPU ids equal for 40 new tokens; with --cuda, also a bf16 export on the
                 GPU against transformers' bf16 for 16 tokens (equal, or diverging only where transformers' own
@@ -183,6 +187,63 @@ def case_refusals(tmp):
           f"{p.stderr.strip()[:200]}")
 
 
+def startup_bytes(stderr):
+    """generate's start-up line -> (cache bytes, rows, K/V bytes)."""
+    import re
+    m = re.search(r"KV cache (\d+) bytes per rank \((\d+) rows; K and V (\d+) bytes\)", stderr)
+    if not m:
+        raise SystemExit(f"no KV cache start-up line in generate's output:\n{stderr}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def case_plan(tmp):
+    cfg = write_config(os.path.join(tmp, "gen.yaml"), tmp)
+    ckpt, _, _ = fixture(tmp, "gqa_llama3")  # 2 layers, 2 KV heads of 16
+    heads, kv, d = fx.VARIANTS["gqa_llama3"]["heads"], fx.VARIANTS["gqa_llama3"]["kv"], fx.HIDDEN // 4
+    new = 9
+    for np_, cp, tp, prompt_len in ((1, 1, 1, 37), (2, 2, 1, 37), (2, 2, 1, 50), (4, 2, 2, 41)):
+        sets = [f"parallel.cp={cp}", f"parallel.tp={tp}"]
+        plan = run([args.ringtrain, "plan", cfg, "--json", "--generate-context", str(prompt_len), "--max-new-tokens",
+                    str(new), "--set", "train.init_from=" + ckpt] + sum((["--set", x] for x in sets), []))
+        g = json.loads(plan.stdout.strip().splitlines()[0])["generate"]
+        _, err = generate(cfg, ckpt, [int(t) for t in np.arange(prompt_len) % 250 + 3], new=new,
+                          np_=np_, sets=sets, extra=["--eos-id", "-1"])
+        cache, rows, kv_bytes = startup_bytes(err)
+        want_rows = -(-(prompt_len + new) // cp) + 1  # the decode's even shards outgrow the prefill's here
+        want_kv = 2 * fx.LAYERS * want_rows * (kv // tp) * d * 4
+        check(g["cache_bytes_per_rank"] == cache and g["cache_rows_per_rank"] == rows,
+              f"plan cp {cp} tp {tp} prompt {prompt_len}: the plan's cache {g['cache_bytes_per_rank']} bytes, "
+              f"{g['cache_rows_per_rank']} rows = generate's {cache} bytes, {rows} rows")
+        check(rows == want_rows and kv_bytes == want_kv and g["kv_bytes_per_rank"] == want_kv,
+              f"plan cp {cp} tp {tp}: K / V {g['kv_bytes_per_rank']} bytes = 2 x {fx.LAYERS} layers x {want_rows} "
+              f"rows x {kv // tp} x {d} x 4 = {want_kv}")
+        check(g["total_bytes_per_rank"] > g["cache_bytes_per_rank"] + g["prefill_bytes_per_rank"] - 1 and
+              g["prefill_tokens_per_rank"] == -(-(prompt_len - 1) // (2 * cp)) * 2,
+              f"plan cp {cp}: prefill of {g['prefill_tokens_per_rank']} tokens per rank, total counts both arenas")
+    # A longer prompt needs more cache: the plan grows with it.
+    small = json.loads(run([args.ringtrain, "plan", cfg, "--json", "--generate-context", "40", "--set",
+                            "train.init_from=" + ckpt]).stdout.splitlines()[0])["generate"]
+    large = json.loads(run([args.ringtrain, "plan", cfg, "--json", "--generate-context", "200", "--set",
+                            "train.init_from=" + ckpt]).stdout.splitlines()[0])["generate"]
+    check(large["kv_bytes_per_rank"] - small["kv_bytes_per_rank"] == 2 * fx.LAYERS * 160 * kv * d * 4,
+          "plan: 160 more prompt tokens add 2 L x 160 rows of K / V")
+    p = run([args.ringtrain, "plan", cfg, "--generate-context", "40", "--set", "train.init_from=" + ckpt])
+    check("KV cache" in p.stdout and "generate" in p.stdout, "plan: the text output has a generate line")
+    p = run([args.ringtrain, "generate", cfg, "--checkpoint", ckpt, "--prompt", ",".join(["5"] * 37),
+             "--max-new-tokens", "9", "--device-memory-gib", "0.0001"], expect_ok=False)
+    check(p.returncode == 2 and "does not fit" in p.stderr and "KV cache" in p.stderr and
+          p.stderr.count("error") == 1 and not p.stdout.strip(),
+          f"refusal: generate past --device-memory-gib, exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    p = run([args.ringtrain, "plan", cfg, "--generate-context", "0", "--set", "train.init_from=" + ckpt],
+            expect_ok=False)
+    check(p.returncode == 2 and "--generate-context 0" in p.stderr, f"plan: --generate-context 0 refused, exit "
+                                                                    f"{p.returncode}")
+    p = run([args.ringtrain, "plan", cfg, "--max-new-tokens", "8", "--set", "train.init_from=" + ckpt],
+            expect_ok=False)
+    check(p.returncode == 2 and "--generate-context" in p.stderr, f"plan: --max-new-tokens alone refused, exit "
+                                                                  f"{p.returncode}")
+
+
 def hf_generate(model, prompt, new, device):
     import torch
     ids = torch.tensor([prompt], device=device)
@@ -238,7 +299,7 @@ if __name__ == "__main__":
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--cuda", action="store_true", help="transformers case: also the bf16 check on the GPU")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("case", choices=["reference", "grids", "consistency", "refusals", "transformers"])
+    ap.add_argument("case", choices=["reference", "grids", "consistency", "refusals", "plan", "transformers"])
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="rt_generate_")
     try:
