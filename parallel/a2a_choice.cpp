@@ -50,9 +50,9 @@ std::string A2aChoice::summary() const {
       std::snprintf(buf, sizeof buf, " u=%d not admissible: %s;", c.u, c.why_not.c_str());
     } else {
       std::snprintf(buf, sizeof buf, " u=%d %.2f / %.2f, %.3f ms (ring %d%s%s, exchange %.3f ms exposed)%s;", c.u,
-                    c.efficiency_fwd(), c.efficiency_bwd(), c.total_us() * 1e-3, c.ring,
+                    c.efficiency_fwd(), c.efficiency_bwd(), c.total_us() * 1e-3 / samples, c.ring,
                     c.ring_layout.empty() ? "" : " ", c.ring_layout.c_str(),
-                    (c.exchange_fwd_us + c.exchange_bwd_us) * 1e-3, c.u == pick ? " <- pick" : "");
+                    (c.exchange_fwd_us + c.exchange_bwd_us) * 1e-3 / samples, c.u == pick ? " <- pick" : "");
     }
     s += buf;
   }
@@ -75,6 +75,7 @@ A2aChoice choose_a2a_degree(const std::vector<std::vector<int64_t>>& samples, in
   const int64_t H = shape.heads / shape.tp, Hkv = shape.kv_heads / shape.tp;
 
   A2aChoice choice;
+  choice.samples = int(samples.size());
   for (int u = 1; u <= cp; ++u) {
     if (cp % u != 0) continue;
     A2aCandidate c;

@@ -54,8 +54,10 @@ struct A2aCandidate {
 struct A2aChoice {
   std::vector<A2aCandidate> candidates;  // every divisor u of cp, ascending (u = 1 first, always admissible)
   int pick = 1;                          // the admissible u of least total_us (ties: the smaller u)
+  int samples = 1;                       // the candidates' times are sums over this many samples
   std::string why;                       // one sentence: why this u
-  // One line: each candidate's predicted fwd / bwd efficiency and ms per layer (or why it is not admissible), the pick.
+  // One line: each candidate's predicted fwd / bwd efficiency and ms per layer and sample (the mean), or why it is not
+  // admissible; the pick.
   std::string summary() const;
   const A2aCandidate& picked() const;
 };

@@ -11,6 +11,7 @@
 #include "framework/config/config.h"
 #include "framework/data/data.h"
 #include "framework/plan/a2a_auto.h"
+#include "framework/plan/plan_docs.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -100,6 +101,20 @@ TEST(A2aAuto, ReadsTheFirstTrainingSamplesDocuments) {
                            starts).pick,
             c.parallel.cp_a2a);
   fs::remove_all(dir);
+}
+
+// `ringtrain plan --doc-lengths` lists every u over its windows, and its pick is the least of them.
+TEST(A2aAuto, PlanDocLengthsListsEachDegree) {
+  const Config c = parse_config_text(kYaml, {"data.seq_len=4096", "parallel.cp=8", "model.n_head=16",
+                                             "model.n_kv_head=16", "model.d_model=256"}, 0);
+  const DocLengthPlan d = doc_length_plan(c, std::string(RT_TEST_DATA_DIR) + "/python_stdlib_doc_lengths.txt", 2);
+  ASSERT_EQ(d.a2a.candidates.size(), 4u);  // u = 1, 2, 4, 8
+  EXPECT_EQ(d.a2a.samples, 2);
+  const A2aCandidate& p = d.a2a.picked();
+  for (const A2aCandidate& x : d.a2a.candidates) {
+    EXPECT_TRUE(x.admissible) << x.u;
+    EXPECT_LE(p.total_us(), x.total_us()) << "u=" << x.u;
+  }
 }
 
 }  // namespace
