@@ -31,6 +31,7 @@
 #include "framework/hf/hf_commands.h"
 #include "framework/hf/init_from.h"
 #include "framework/base/run_errors.h"
+#include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan.h"
 #include "framework/eval/generate.h"
 #include "framework/eval/eval.h"
@@ -90,7 +91,15 @@ int run_command(const std::string& command, const Args& args) {
     rt::agree_on([&] { code = rt::plan_main(config, args.plan); }, rt::kExitUsage);
     return code;
   }
-  if (command == "train") return rt::train_main(config);
+  if (command == "train") return rt::train_main(config);  // resolves parallel.cp_a2a: auto itself
+  if (config.parallel.cp_a2a_auto()) {  // eval and generate run the grid the trainer would pick
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    rt::agree_on([&] {
+      const std::string line = rt::resolve_cp_a2a_auto(config);
+      if (rank == 0) std::printf("%s\n", line.c_str());
+    }, rt::kExitUsage);
+  }
   if (command == "generate") return rt::generate_main(config, args.generate, world_size());
   return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits, args.eval_task);
 }

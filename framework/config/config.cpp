@@ -314,7 +314,8 @@ std::string config_table(const Config& config) {
   rows.push_back({"(derived) tokens/step", std::to_string(tokens_per_step), "batch_size * seq_len"});
   const int u = p.cp_a2a >= 1 ? p.cp_a2a : 1;
   rows.push_back({"(derived) ring degree", std::to_string(p.ring()), "cp / cp_a2a ranks in the ring"});
-  rows.push_back({"(derived) a2a degree", std::to_string(u), "ranks of an all-to-all (head exchange) group"});
+  rows.push_back({"(derived) a2a degree", p.cp_a2a_auto() ? std::string("auto") : std::to_string(u),
+                  "ranks of an all-to-all (head exchange) group"});
   const int head_div = p.tp * u;
   rows.push_back({"(derived) heads/rank",
                   head_div > 0 && m.n_head % head_div == 0 ? std::to_string(m.n_head / head_div) : "(invalid)",

@@ -54,7 +54,11 @@ struct ParallelConfig {
   int dp = 1, cp = 1, tp = 1;
   // All-to-all degree u (DESIGN.md "All-to-all and the hybrid"): cp = ring x u, the ring runs over cp / u and the
   // u consecutive cp ranks of a group exchange heads for tokens. 1 = the ring alone; cp = all-to-all alone.
+  // auto (kCpA2aAuto): the least predicted time (parallel/a2a_choice.h), resolved to a u at start-up
+  // (framework/plan/a2a_auto.h) before anything reads it; the saved config holds the integer.
   int cp_a2a = 1;
+  static constexpr int kCpA2aAuto = 0;
+  bool cp_a2a_auto() const { return cp_a2a == kCpA2aAuto; }
   int ring() const { return cp_a2a >= 1 && cp % cp_a2a == 0 ? cp / cp_a2a : cp; }
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl

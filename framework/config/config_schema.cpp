@@ -49,7 +49,8 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(data, seed, u64, "data seed"),
       RT_FIELD(parallel, dp, i32, "data-parallel replicas"),
       RT_FIELD(parallel, cp, i32, "context-parallel ranks (ring)"),
-      RT_FIELD(parallel, cp_a2a, i32, "all-to-all degree u: divides cp; the ring runs over cp / u (1 = ring only)"),
+      RT_FIELD(parallel, cp_a2a, i32_or_auto,
+               "all-to-all degree u: divides cp; the ring runs over cp / u (1 = ring only; auto = least predicted time)"),
       RT_FIELD(parallel, tp, i32, "tensor-parallel ranks"),
       RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped"),
       RT_FIELD(parallel, comm, string, "auto | mpi | nccl"),
@@ -178,6 +179,7 @@ const char* field_type_name(FieldType type) {
     case FieldType::f64: return "a number";
     case FieldType::boolean: return "true or false";
     case FieldType::string: return "a string";
+    case FieldType::i32_or_auto: return "auto or a whole number >= 1";
   }
   return "?";
 }
@@ -203,6 +205,17 @@ bool set_field(Config& config, const FieldSpec& field, const std::string& text, 
       }
       if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
         return bad(" (out of the 32-bit range)");
+      *static_cast<int*>(where) = int(v);
+      return true;
+    }
+    case FieldType::i32_or_auto: {  // "auto" is 0, which no number may spell
+      if (lower(text) == "auto") {
+        *static_cast<int*>(where) = 0;
+        return true;
+      }
+      int64_t v = 0;
+      if (!parse_int(text, &v)) return bad("");
+      if (v < 1 || v > std::numeric_limits<int32_t>::max()) return bad(" (write auto, or 1 for the ring alone)");
       *static_cast<int*>(where) = int(v);
       return true;
     }
@@ -244,6 +257,10 @@ std::string field_text(const Config& config, const FieldSpec& field) {
   char buf[64];
   switch (field.type) {
     case FieldType::i32: return std::to_string(*static_cast<const int*>(where));
+    case FieldType::i32_or_auto: {
+      const int v = *static_cast<const int*>(where);
+      return v == 0 ? "auto" : std::to_string(v);
+    }
     case FieldType::u64: return std::to_string(*static_cast<const uint64_t*>(where));
     case FieldType::f32: {
       auto r = std::to_chars(buf, buf + sizeof buf, *static_cast<const float*>(where));

@@ -9,7 +9,7 @@
 
 namespace rt {
 
-enum class FieldType { i32, u64, f32, f64, boolean, string };
+enum class FieldType { i32, u64, f32, f64, boolean, string, i32_or_auto };  // i32_or_auto: "auto" is stored as 0
 
 struct FieldSpec {
   const char* section;            // "model", ..., or "" for a top-level key (device)

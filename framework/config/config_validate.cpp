@@ -107,7 +107,7 @@ void check_model(const Config& c, Problems& p) {
 void check_a2a(const Config& c, Problems& p) {
   const ParallelConfig& g = c.parallel;
   const int u = g.cp_a2a;
-  if (u == 1) return;
+  if (u == 1 || g.cp_a2a_auto()) return;  // auto picks among the admissible u only
   if (g.cp % u != 0) {
     std::string ok;
     for (int d = 1; d <= g.cp; ++d)
@@ -131,7 +131,7 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   p.at_least("parallel.dp", g.dp, 1);
   p.at_least("parallel.cp", g.cp, 1);
   p.at_least("parallel.tp", g.tp, 1);
-  p.at_least("parallel.cp_a2a", g.cp_a2a, 1);
+  if (!g.cp_a2a_auto()) p.at_least("parallel.cp_a2a", g.cp_a2a, 1);
   p.one_of("parallel.layout", g.layout, {"auto", "contiguous", "zigzag", "striped", "balanced"});
   if (g.layout == "balanced" && c.data.documents != "eot")
     p.add("parallel.layout=balanced assigns positions to ranks by documents; set data.documents: eot, or use "
@@ -153,7 +153,7 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
           "available (-DRINGTRAIN_CUDA=ON)");
   if (g.comm == "nccl") p.add("parallel.comm=nccl but this build has no CUDA/NCCL; use parallel.comm: mpi or auto");
 #endif
-  if (g.dp < 1 || g.cp < 1 || g.tp < 1 || g.cp_a2a < 1) return;
+  if (g.dp < 1 || g.cp < 1 || g.tp < 1 || (g.cp_a2a < 1 && !g.cp_a2a_auto())) return;
   check_a2a(c, p);
   const int64_t grid = int64_t(g.dp) * g.cp * g.tp;
   if (world_size > 0 && grid != world_size)
@@ -172,7 +172,7 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
   const std::string layout = resolved_layout(c);
   const int ring = g.ring();
   if (layout == "zigzag" && T % (2 * ring) != 0) {
-    if (g.cp_a2a == 1)
+    if (g.cp_a2a == 1 || g.cp_a2a_auto())  // auto: ring() is cp, the largest ring it may pick
       p.add("data.seq_len=", T, " is not divisible by 2*cp=", 2 * g.cp, " required by parallel.layout=zigzag",
             g.layout == "auto" ? " (auto with cp > 1)" : "", "; use a multiple of ", 2 * g.cp,
             " or layout: contiguous");

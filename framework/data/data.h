@@ -89,4 +89,9 @@ std::unique_ptr<DataLoader> make_windows_loader(const Config& config, const Load
 constexpr int kEotCheckSamples = 16;  // the trainer's `samples`
 std::string eot_absence_warning(const Config& config, int samples);
 
+// data.documents: eot: the document start of every position (T each) of the first `samples` training samples, as the
+// loader finds them (an EOT starts a document; a window's first, partial one starts at 0). Empty without documents.
+// parallel.cp_a2a: auto reads them (framework/plan/a2a_auto.h).
+std::vector<std::vector<int64_t>> first_samples_doc_starts(const Config& config, int samples);
+
 }  // namespace rt

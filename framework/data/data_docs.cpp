@@ -53,4 +53,22 @@ std::string eot_absence_warning(const Config& config, int samples) {
          "starts each document in this data (prepare_data.py writes it to meta.json beside the shards)";
 }
 
+std::vector<std::vector<int64_t>> first_samples_doc_starts(const Config& config, int samples) {
+  std::vector<std::vector<int64_t>> out;
+  if (config.data.documents != "eot" || config.data.source == "copy" || samples <= 0) return out;
+  const int32_t eot = resolved_eot_token(config);
+  const std::unique_ptr<SampleSource> source =
+      config.data.source == "bytes" ? make_bytes_source(config, false) : make_shard_source(config, false);
+  const int64_t T = config.data.seq_len;
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));  // (T) each
+  std::vector<uint8_t> groups(static_cast<size_t>(T));                                    // (T)
+  for (int i = 0; i < samples; ++i) {
+    source->sample(uint64_t(i), T, tokens.data(), targets.data(), groups.data());
+    std::vector<int64_t> starts(static_cast<size_t>(T), 0);  // (T)
+    for (int64_t p = 1; p < T; ++p) starts[size_t(p)] = tokens[size_t(p)] == eot ? p : starts[size_t(p - 1)];
+    out.push_back(std::move(starts));
+  }
+  return out;
+}
+
 }  // namespace rt

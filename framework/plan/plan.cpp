@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/base/run_errors.h"
+#include "framework/plan/a2a_auto.h"
 #include "framework/plan/mfu.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
@@ -18,6 +19,7 @@
 #include "framework/plan/plan.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
+#include "parallel/doc_balance.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -261,7 +263,28 @@ void print_generate(const GeneratePlan& g, const PlanLimits& limits, Device devi
 
 }  // namespace
 
-int plan_main(const Config& config, const PlanArgs& args) {
+int plan_main(const Config& given, const PlanArgs& args) {
+  // parallel.cp_a2a: auto is planned at the u the trainer would pick: from the --doc-lengths windows when given,
+  // else from the first training samples (plain causal without documents, or when the data cannot be read here).
+  Config config = given;
+  std::string a2a_line;
+  if (config.parallel.cp_a2a_auto()) {
+    if (!args.doc_lengths.empty()) {
+      const A2aChoice c = a2a_choice_for(
+          config, doc_length_windows(read_doc_lengths(args.doc_lengths), config.data.seq_len, kDocLengthWindows));
+      config.parallel.cp_a2a = c.pick;
+      a2a_line = c.summary() + "; from " + args.doc_lengths;
+    } else {
+      try {
+        a2a_line = resolve_cp_a2a_auto(config);
+      } catch (const Error& e) {
+        Config causal = config;
+        causal.data.documents = "none";
+        a2a_line = resolve_cp_a2a_auto(causal) + " (the data could not be read here: " + e.what() + ")";
+        config.parallel.cp_a2a = causal.parallel.cp_a2a;
+      }
+    }
+  }
   const ParallelConfig& p = config.parallel;
   const Device device = plan_device(config);
   std::string limits_from;
@@ -310,7 +333,8 @@ int plan_main(const Config& config, const PlanArgs& args) {
                                 {"ring_efficiency", {{"contiguous", d.ring_efficiency[0]}, {"zigzag", d.ring_efficiency[1]},
                                                      {"striped", d.ring_efficiency[2]}, {"balanced", d.ring_efficiency[3]}}},
                                 {"balanced_picks", d.balanced_picks},
-                                {"balanced_ms_per_sample", d.balanced_ms}};
+                                {"balanced_ms_per_sample", d.balanced_ms},
+                                {"cp_a2a_pick", d.a2a.pick}};
       std::printf("%s\n", j.dump().c_str());
     }
     return 0;
@@ -319,6 +343,7 @@ int plan_main(const Config& config, const PlanArgs& args) {
   std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d (ring %d x a2a %d) tp=%d, layout %s, zero %d%s)\n",
               config.source_path.c_str(), device.str().c_str(), world, p.dp, p.cp, p.ring(), p.cp_a2a, p.tp, resolved_layout(config).c_str(), pt.zero,
               config.train.offload == "activations" ? ", offload activations" : "");
+  if (!a2a_line.empty()) std::printf("  %s\n", a2a_line.c_str());
   std::printf("  device       %s\n", device_note(config, device).c_str());
   std::printf("  memory       judged against %s\n", limits_from.c_str());
   if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());
@@ -392,6 +417,19 @@ int plan_main(const Config& config, const PlanArgs& args) {
                 d.balanced_ms);
     std::printf("  candidates   predicted at cp=%d (bench/NOTES.md \"Ring time model\"): efficiency = (one whole call / cp) / "
                 "critical path with communication; bytes per layer, all ranks, fwd + bwd\n", p.cp);
+    std::printf("  cp_a2a       each u predicted over the same windows (ring of cp/u on H/(tp u) heads + the exposed "
+                "exchange at ~370 GB/s; efficiency against one whole call / cp):\n");
+    for (const A2aCandidate& c : d.a2a.candidates) {
+      if (!c.admissible) {
+        std::printf("    u=%-3d not admissible: %s\n", c.u, c.why_not.c_str());
+        continue;
+      }
+      std::printf("    u=%-3d fwd %.3f  bwd %.3f  %.3f ms/layer (ring %d: %s; exchange %s/layer, %.3f ms exposed)%s\n",
+                  c.u, c.efficiency_fwd(), c.efficiency_bwd(), c.total_us() * 1e-3 / d.windows, c.ring,
+                  c.ring_layout.c_str(), human_bytes(c.exchange_bytes).c_str(),
+                  (c.exchange_fwd_us + c.exchange_bwd_us) * 1e-3 / d.windows, c.u == d.a2a.pick ? "  <- pick" : "");
+    }
+    std::printf("    %s\n", d.a2a.why.c_str());
     for (const DocLengthPlan::Candidate& c : d.candidates)
       std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s of the ring's %s (%.0f%%)%s\n", c.name.c_str(),
                   c.eff_fwd, c.eff_bwd, 100 * c.comm_share, human_bytes(c.bytes).c_str(),

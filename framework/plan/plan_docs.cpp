@@ -7,10 +7,21 @@
 #include <map>
 #include <random>
 
+#include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan_docs.h"
 #include "parallel/doc_balance.h"
 
 namespace rt {
+
+std::vector<std::vector<int64_t>> doc_length_windows(const std::vector<int64_t>& lengths, int64_t T, int windows) {
+  std::vector<std::vector<int64_t>> out;
+  for (int k = 0; k < windows; ++k) {
+    std::mt19937_64 rng(1000 + uint64_t(k));
+    const size_t doc = size_t(rng() % lengths.size());
+    out.push_back(doc_starts_from_lengths(lengths, T, doc, int64_t(rng() % uint64_t(lengths[doc]))));
+  }
+  return out;
+}
 
 DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows) {
   const std::vector<int64_t> lengths = read_doc_lengths(path);
@@ -26,10 +37,10 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
   shape.dkv_wire_bytes = config.parallel.dkv_wire == "bf16" ? 2 : 4;
   const Layout layouts[] = {Layout::contiguous, Layout::zigzag, Layout::striped};
   std::map<std::string, int> picks;  // balanced's choice -> windows
+  const std::vector<std::vector<int64_t>> samples = doc_length_windows(lengths, T, windows);
+  plan.a2a = a2a_choice_for(config, samples);
   for (int k = 0; k < windows; ++k) {
-    std::mt19937_64 rng(1000 + uint64_t(k));
-    const size_t doc = size_t(rng() % lengths.size());
-    const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, T, doc, int64_t(rng() % uint64_t(lengths[doc])));
+    const std::vector<int64_t>& starts = samples[size_t(k)];
     double pairs = 0;
     for (int64_t p = 0; p < T; ++p) pairs += double(p - starts[size_t(p)] + 1);
     plan.pairs_per_sample += pairs / windows;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "framework/config/config.h"
+#include "parallel/a2a_choice.h"
 
 namespace rt {
 
@@ -29,8 +30,14 @@ struct DocLengthPlan {
     int picked = 0;
   };
   std::vector<Candidate> candidates;
+  // parallel.cp_a2a: each u's prediction over the same windows and the pick (framework/plan/a2a_auto.h).
+  A2aChoice a2a;
 };
 
-DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows = 8);
+// The seeded sample windows doc_length_plan averages over: each window's document start per position (T each).
+std::vector<std::vector<int64_t>> doc_length_windows(const std::vector<int64_t>& lengths, int64_t T, int windows);
+
+constexpr int kDocLengthWindows = 8;  // seeded windows per --doc-lengths plan
+DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows = kDocLengthWindows);
 
 }  // namespace rt

@@ -70,3 +70,7 @@ add_dependencies(test_mpi_plan_limits ringtrain)
 rt_mpi_test(plan_limits 1)
 # `ringtrain eval --task loss-by-position` on cp 2 (zigzag, striped, balanced with documents), tp 2, cp_a2a 2, dp 2.
 rt_mpi_test(eval_tasks 2)
+# parallel.cp_a2a: auto through the real binary: the pick is printed, saved as an integer, and trains like one rank.
+add_dependencies(test_mpi_train_a2a_auto ringtrain)
+rt_mpi_test(train_a2a_auto 1)
+set_tests_properties(mpi_train_a2a_auto_np1 PROPERTIES PROCESSORS 2)
