@@ -48,6 +48,8 @@ def main():
     labels = args.labels.split(",") if args.labels else [os.path.splitext(os.path.basename(p))[0] for p in args.jsonl]
     if len(labels) != len(args.jsonl):
         fail(f"--labels has {len(labels)} names for {len(args.jsonl)} files")
+    from matplotlib_python import ensure_matplotlib
+    ensure_matplotlib()
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sweep"))
+
 
 def fail(msg):
     print(f"plot_needles.py: error: {msg}", file=sys.stderr)
@@ -55,6 +57,8 @@ def main():
     labels = args.labels.split(",") if args.labels else [os.path.splitext(os.path.basename(p))[0] for p in args.jsonl]
     if len(labels) != len(args.jsonl):
         fail(f"--labels has {len(labels)} names for {len(args.jsonl)} files")
+    from matplotlib_python import ensure_matplotlib
+    ensure_matplotlib()
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
