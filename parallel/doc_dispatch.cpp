@@ -25,7 +25,8 @@ std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, 
                                cp);
 }
 
-std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk) {
+std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk,
+                                          const KernelTimeModel* weights) {
   const int64_t T = begins.empty() ? 0 : begins.back();
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "dispatch: seq_len " << T << " is not divisible by cp = " << cp);
   const int64_t n = T / cp;
@@ -76,7 +77,7 @@ std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, in
       if (e.first != k) later[size_t(e.first)].push_back({k, e.second});
 
   // Greedy: largest area first; each chunk to the rank (with room) that leaves the least critical path.
-  const KernelTimeModel model = kernel_time_model(false, 128);
+  const KernelTimeModel model = weights ? *weights : kernel_time_model(false, 128);
   const double pair_us = model.full_us / double(kCostQueryTileRows * kCostKeyTileRows);
   auto cost = [&](double w) { return w > 0 ? model.call_us + 16 * pair_us * w : 0.0; };
   std::vector<double> W(size_t(cp) * size_t(cp), 0.0);  // (cp*cp) pairs of rank r's queries x rank s's keys

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "parallel/ring_spans.h"
+#include "parallel/ring_time_model.h"
 
 namespace rt {
 
@@ -23,7 +24,10 @@ std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, 
 
 namespace rt {
 
-// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices.
-std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk = 0);
+// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices. `model`: the
+// forward kernel model whose call_us and full_us weigh the greedy's calls (null: kernel_time_model(false, 128));
+// bench_doc_imbalance --features passes the coefficients a measured dispatch was planned with.
+std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk = 0,
+                                          const KernelTimeModel* model = nullptr);
 
 }  // namespace rt
