@@ -8,6 +8,14 @@
 //     over steps of the slowest rank's tile cost (1 = a perfect cp-fold speed-up of the kernels' work);
 // and the host time balanced takes per sample (balanced_ring_order: every candidate priced), which the loader pays.
 //   bench_doc_imbalance [--doc-lengths FILE] [--samples N]
+//   bench_doc_imbalance --features FILE [--cp 8] [--heads 16] [--dispatch-planned-with CALL,QUERY,FULL,EDGE]
+// --features: the time model's inputs for one sample whose document lengths FILE lists (one per line, the sample is
+// their sum): one JSON line per candidate of balanced (parallel/doc_balance.h) with, per ring step t and rank r, the
+// call's tiles (full, partial, active query tiles; none where the call does not run), the whole call's tiles, the
+// model's predicted critical path (with and without communication) and whether balanced picks it. The fit of the
+// model's coefficients (bench/fit_ring_time_model.py) reads these lines. The dispatch's greedy weighs calls by the
+// forward model, so a dispatch measured under other coefficients is rebuilt with them (--dispatch-planned-with: the
+// forward call_us, query_tile_us, full_us, edge_us); its predicted times stay the compiled model's, `pick` too.
 // Mixes: FILE (default tests/data/python_stdlib_doc_lengths.txt), windows at seeded offsets into the stream of
 // its documents; a seeded log-normal (median 2048 tokens, sigma 1.5: a long tail); short (uniform 1K-4K) and
 // short_long (3 in 4 short, else 8K-32K), as bench/doc_attention_side_by_side.py draws them; one document per sample.
@@ -18,11 +26,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "parallel/doc_balance.h"
+#include "parallel/doc_dispatch.h"
+#include "parallel/ring_schedule.h"
 
 using namespace rt;
 
@@ -42,17 +53,92 @@ std::vector<int64_t> sample_starts(const Mix& mix, int64_t T, uint64_t k) {
   return doc_starts_from_lengths(mix.lengths, T, doc, offset);
 }
 
+// --features: one JSON line per candidate (see the header), for the sample FILE lists, at cp ranks and `heads` heads.
+int print_features(const std::string& lengths_path, int cp, int64_t heads, const std::string& dispatch_planned_with) {
+  const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
+  int64_t T = 0;
+  for (int64_t L : lengths) T += L;
+  if (cp < 1 || T % cp != 0) {
+    std::fprintf(stderr, "bench_doc_imbalance --features: %s holds %lld tokens, not a multiple of --cp %d; give a "
+                         "sample whose length cp divides\n", lengths_path.c_str(), (long long)T, cp);
+    return 2;
+  }
+  const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, T);  // (T) by position
+  std::vector<int64_t> natural(static_cast<size_t>(T));                    // (T) position order
+  for (int64_t c = 0; c < T; ++c) natural[size_t(c)] = c;
+  const RingTileCost whole = ring_tile_cost(starts, natural, 1);
+  RingShape shape;
+  shape.heads = heads, shape.kv_heads = heads;
+  std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape, /*with_orders=*/false);
+  const size_t pick = pick_balanced(cands);
+  if (!dispatch_planned_with.empty()) {
+    KernelTimeModel weights;
+    if (std::sscanf(dispatch_planned_with.c_str(), "%lf,%lf,%lf,%lf", &weights.call_us, &weights.query_tile_us,
+                    &weights.full_us, &weights.edge_us) != 4) {
+      std::fprintf(stderr, "bench_doc_imbalance --features: --dispatch-planned-with '%s' is not four numbers; give "
+                           "the forward call_us,query_tile_us,full_us,edge_us, e.g. 20,0.003,0.007,0.0105\n",
+                   dispatch_planned_with.c_str());
+      return 2;
+    }
+    const std::vector<int64_t> begins = document_begins(starts);  // (documents + 1)
+    for (RingCandidate& c : cands)
+      if (c.name == "dispatch") {
+        c.spans = dispatch_ring_spans(begins, cp, 0, &weights);
+        c.hops = ring_hop_plan_for_spans(begins, c.spans, cp);
+        const std::vector<double> runs(c.hops.visible.begin(), c.hops.visible.end());  // (cp*cp) calls with a pair
+        c.tiles = ring_tile_cost_for_rows(starts, ring_tile_rows(c.spans, T, cp), cp, runs);
+        c.time = predict_ring_time(c.tiles, c.hops, whole, T / cp, shape);
+      }
+  }
+  for (size_t k = 0; k < cands.size(); ++k) {
+    const RingCandidate& c = cands[k];
+    const RingTimePrediction& p = c.time;
+    std::printf("{\"candidate\": \"%s\", \"name\": \"%s\", \"pick\": %s, \"T\": %lld, \"cp\": %d, \"heads\": %lld, "
+                "\"whole\": [%.0f, %.0f, %.0f], \"model_fwd_us\": %.3f, \"model_bwd_us\": %.3f, "
+                "\"model_fwd_compute_us\": %.3f, \"model_bwd_compute_us\": %.3f, \"calls\": [",
+                c.label().c_str(), c.name.c_str(), k == pick ? "true" : "false", (long long)T, cp, (long long)heads,
+                whole.full_tiles[0], whole.partial_tiles[0], whole.active[0], p.fwd_us, p.bwd_us, p.fwd_compute_us,
+                p.bwd_compute_us);
+    bool first = true;  // [t, r, full, partial, active] per call that runs: step t, rank r, block ring_source(r, t)
+    for (int t = 0; t < cp; ++t)
+      for (int r = 0; r < cp; ++r) {
+        const size_t i = size_t(r * cp + ring_source(r, t, cp));
+        if (!c.tiles.runs[i]) continue;
+        std::printf("%s[%d, %d, %.0f, %.0f, %.0f]", first ? "" : ", ", t, r, c.tiles.full_tiles[i],
+                    c.tiles.partial_tiles[i], c.tiles.active[i]);
+        first = false;
+      }
+    std::printf("]}\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path = RT_SOURCE_DIR "/tests/data/python_stdlib_doc_lengths.txt";
-  int samples = 8;
+  std::string path = RT_SOURCE_DIR "/tests/data/python_stdlib_doc_lengths.txt", features_path, dispatch_planned_with;
+  int samples = 8, features_cp = 8;
+  int64_t features_heads = 16;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--doc-lengths") && i + 1 < argc) path = argv[++i];
     else if (!std::strcmp(argv[i], "--samples") && i + 1 < argc) samples = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--features") && i + 1 < argc) features_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) features_cp = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--heads") && i + 1 < argc) features_heads = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dispatch-planned-with") && i + 1 < argc) dispatch_planned_with = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--doc-lengths FILE] [--samples N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--doc-lengths FILE] [--samples N] | --features FILE [--cp 8] [--heads 16] "
+                           "[--dispatch-planned-with CALL,QUERY,FULL,EDGE]\n",
+                   argv[0]);
       return 2;
+    }
+  }
+  if (!features_path.empty()) {
+    try {
+      return print_features(features_path, features_cp, features_heads, dispatch_planned_with);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_doc_imbalance --features: %s\n", e.what());
+      return 1;
     }
   }
   std::vector<Mix> mixes;

@@ -2,12 +2,13 @@
 // MagiAttention's dispatch solver: the sample is cut into equal chunks (no padding, no length rule on documents),
 // and the chunks, largest mask area first, go greedily each to the rank (with room) that keeps the ring's critical
 // path least: the sum over ring steps of the slowest rank's predicted time, a call costing a fixed part plus its
-// visible pairs (parallel/ring_time_model.h's forward coefficients). Each rank's chunks keep increasing positions.
+// visible pairs (weights of their own, doc_dispatch.cpp says why). Each rank's chunks keep increasing positions.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "parallel/ring_spans.h"
+#include "parallel/ring_time_model.h"
 
 namespace rt {
 
@@ -23,7 +24,10 @@ std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, 
 
 namespace rt {
 
-// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices.
-std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk = 0);
+// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices. `model`: the
+// forward kernel model whose call_us and full_us weigh the greedy's calls (null: the greedy's own weights);
+// bench_doc_imbalance --features passes the coefficients a measured dispatch was planned with.
+std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk = 0,
+                                          const KernelTimeModel* model = nullptr);
 
 }  // namespace rt

@@ -11,11 +11,11 @@ namespace rt {
 
 namespace {
 
-// Fitted on the H200 (bench/NOTES.md "Ring time model"): bench_doc_imbalance --fit over the doc-attention
-// study's measured whole calls and ring calls in sequence (bench/results/2026-12-01-h200-doc-attention-final.jsonl).
-// Only d = 128 was measured.
-const KernelTimeModel kForward[] = {{128, 20.0, 0.0030, 0.0070, 0.0105}};
-const KernelTimeModel kBackward[] = {{128, 30.0, 0.0060, 0.0218, 0.0330}};
+// Fitted on the H200 (bench/NOTES.md "Ring time model": the fit, its data and its error): least squares of the
+// relative error over measured whole calls (16, 4 and 2 heads, 64K-512K) and cp = 8 rings' calls in sequence
+// (bench/results/2026-12-01-h200-doc-cp8, -a2a-per-rank), by bench/fit_ring_time_model.py. Only d = 128 was measured.
+const KernelTimeModel kForward[] = {{128, 56.5, 0.0138, 0.00694, 0.0155}};
+const KernelTimeModel kBackward[] = {{128, 74.0, 0.0334, 0.0178, 0.0197}};
 
 }  // namespace
 
