@@ -52,7 +52,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(parallel, cp_a2a, i32_or_auto,
                "all-to-all degree u: divides cp; the ring runs over cp / u (1 = ring only; auto = least predicted time)"),
       RT_FIELD(parallel, tp, i32, "tensor-parallel ranks"),
-      RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped"),
+      RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped | balanced (documents)"),
       RT_FIELD(parallel, comm, string, "auto | mpi | nccl"),
       RT_FIELD(parallel, dkv_wire, string, "ring dK/dV accumulator on the wire: fp32 | bf16"),
       RT_FIELD(parallel, zero, i32, "ZeRO stage over dp x cp: 0 | 1 (optimizer) | 2 (+ gradients) | 3 (+ weights)"),

@@ -27,6 +27,7 @@
 #include "framework/model/optimizer.h"
 #include "framework/plan/trainer_setup.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/unit/test_shards.h"
 
 using namespace rt;
 namespace fs = std::filesystem;
@@ -54,19 +55,9 @@ struct A2aCase {
 
 // Packed documents: an llm.c shard of documents of 1..23 tokens, each starting with token 0 (per rank).
 std::string documents_shard() {
-  const std::string path =
-      (fs::temp_directory_path() / ("rt_a2a_grid_docs_" + std::to_string(world_rank()) + ".bin")).string();
-  std::vector<uint16_t> tokens;
-  for (int d = 0; tokens.size() < 6000; ++d) {
-    tokens.push_back(0);
-    for (int t = 0; t < 1 + (d * 7) % 23; ++t) tokens.push_back(uint16_t(1 + (d * 5 + t * 3) % 23));
-  }
-  std::vector<int32_t> header(256, 0);
-  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header.data()), 1024);
-  out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
-  return path;
+  return rt::test::write_llmc_shard_u16(
+      (fs::temp_directory_path() / ("rt_a2a_grid_docs_" + std::to_string(world_rank()) + ".bin")).string(),
+      rt::test::packed_document_tokens(6000));
 }
 
 Config make_config(const A2aCase& c, int dp, int cp, int u, int tp, int zero) {

@@ -33,6 +33,7 @@
 #include "framework/plan/trainer_setup.h"
 #include "parallel/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/unit/test_shards.h"
 
 using namespace rt;
 namespace fs = std::filesystem;
@@ -62,19 +63,10 @@ struct ModelVariant {
 // Packed documents (data.documents: eot): an llm.c shard of documents of 1..23 tokens, each starting with token 0
 // (this rank's own copy of the file, so ranks never race on it); returns its path.
 std::string documents_shard() {
-  const std::string path = (fs::temp_directory_path() / ("rt_model_grid_docs_" + std::to_string(world_rank()) +
-                                                         ".bin")).string();
-  std::vector<uint16_t> tokens;
-  for (int d = 0; tokens.size() < 6000; ++d) {
-    tokens.push_back(0);
-    for (int t = 0; t < 1 + (d * 7) % 23; ++t) tokens.push_back(uint16_t(1 + (d * 5 + t * 3) % 23));
-  }
-  std::vector<int32_t> header(256, 0);
-  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header.data()), 1024);
-  out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
-  return path;
+  return rt::test::write_llmc_shard_u16(
+      (fs::temp_directory_path() / ("rt_model_grid_docs_" + std::to_string(world_rank()) +
+                                                         ".bin")).string(),
+      rt::test::packed_document_tokens(6000));
 }
 
 // documents: "" (the copy task), "document" (packed documents, RoPE positions per document) or "default" (packed

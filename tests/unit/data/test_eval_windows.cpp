@@ -17,6 +17,7 @@
 #include "framework/base/data_files.h"
 #include "framework/run/train_step.h"
 #include "parallel/layout.h"
+#include "tests/unit/test_shards.h"
 #include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;
@@ -33,11 +34,7 @@ class EvalWindowsTest : public ::testing::Test {
     tokens_.clear();
     for (int i = 0; i < total; ++i) tokens_.push_back(uint16_t((i * 7 + i / 13) % 251));
     const std::string path = (dir_ / "stream_000.bin").string();
-    std::vector<int32_t> header(256, 0);
-    header[0] = 20240520, header[1] = 1, header[2] = total;
-    std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
-    bytes.append(reinterpret_cast<const char*>(tokens_.data()), tokens_.size() * 2);
-    std::ofstream(path, std::ios::binary) << bytes;
+    rt::test::write_llmc_shard_u16(path, tokens_);
     rt::Config c;
     c.model.vocab_size = 256;
     c.data.source = "shards";

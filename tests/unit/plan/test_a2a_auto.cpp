@@ -13,6 +13,7 @@
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan_docs.h"
 #include "kernels/tensor.h"
+#include "tests/unit/test_shards.h"
 
 namespace rt {
 namespace {
@@ -76,14 +77,8 @@ TEST(A2aAuto, ReadsTheFirstTrainingSamplesDocuments) {
     tokens.push_back(0);
     for (int t = 0; t < d % 12; ++t) tokens.push_back(uint16_t(1 + (d + t) % 15));
   }
-  std::vector<int32_t> header(256, 0);
-  header[0] = 20240520, header[1] = 1, header[2] = int32_t(tokens.size());
   const fs::path shard = dir / "docs_000.bin";
-  {
-    std::ofstream out(shard, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header.data()), 1024);
-    out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * 2));
-  }
+  rt::test::write_llmc_shard_u16(shard.string(), tokens);
   Config c = parse_config_text(kYaml, {"data.source=shards", "data.path=" + shard.string(), "data.documents=eot",
                                        "data.eot_token=0"}, 0);
   const std::vector<std::vector<int64_t>> starts = first_samples_doc_starts(c, kA2aAutoSamples);
