@@ -1,0 +1,188 @@
+// The gather scheme's plan, tiles and predicted time (parallel/kv_gather.h).
+#include "parallel/kv_gather.h"
+
+#include <algorithm>
+
+#include "kernels/tensor.h"
+
+namespace rt {
+
+int64_t KvGatherPlan::max_recv_rows() const {
+  return recv_rows.empty() ? 0 : *std::max_element(recv_rows.begin(), recv_rows.end());
+}
+
+int64_t KvGatherPlan::total_rows() const {
+  int64_t t = 0;
+  for (int64_t r : recv_rows) t += r;
+  return t;
+}
+
+double KvGatherPlan::bytes_per_layer(double kv_row_bytes, double dkv_row_bytes) const {
+  return double(total_rows()) * (2 * kv_row_bytes + dkv_row_bytes);
+}
+
+KvGatherPlan kv_gather_plan_for_spans(const std::vector<int64_t>& begins, const std::vector<RingSpan>& spans, int cp) {
+  RT_CHECK(cp >= 1 && begins.size() >= 2, "kv_gather_plan: needs cp >= 1 and the sample's document begins");
+  const int64_t T = begins.back();
+  RT_CHECK(T % cp == 0, "kv_gather_plan: T = " << T << " is not a multiple of cp = " << cp);
+  KvGatherPlan plan;
+  plan.cp = cp;
+  plan.n = T / cp;
+  plan.pieces.assign(size_t(cp), {});
+  plan.recv_rows.assign(size_t(cp), 0);
+  plan.send_rows.assign(size_t(cp), 0);
+  plan.rows.assign(size_t(cp) * size_t(cp), 0);
+  // Each span's first local row on its rank (spans in position order, each rank's positions increasing).
+  std::vector<int64_t> span_row(spans.size());  // (spans)
+  {
+    std::vector<int64_t> held(size_t(cp), 0);  // (cp) rows so far
+    int64_t p = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const RingSpan& s = spans[i];
+      RT_CHECK(s.begin == p && s.len > 0 && s.rank >= 0 && s.rank < cp,
+               "kv_gather_plan: span at " << s.begin << " (length " << s.len << ", rank " << s.rank
+                                          << ") does not continue position " << p);
+      span_row[i] = held[size_t(s.rank)];
+      held[size_t(s.rank)] += s.len;
+      p += s.len;
+    }
+    RT_CHECK(p == T, "kv_gather_plan: the spans cover " << p << " of " << T << " positions");
+    for (int r = 0; r < cp; ++r)
+      RT_CHECK(held[size_t(r)] == plan.n, "kv_gather_plan: rank " << r << " holds " << held[size_t(r)]
+                                                                  << " positions, not " << plan.n);
+  }
+  // Per rank, the key positions its queries see, as intervals in position order: for each piece of one of its
+  // spans within one document, [document begin, the piece's last position].
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> need(static_cast<size_t>(cp));  // [r] half-open intervals
+  size_t doc = 0;
+  for (const RingSpan& s : spans) {
+    for (int64_t p = s.begin, end = s.begin + s.len; p < end;) {
+      while (begins[doc + 1] <= p) ++doc;
+      const int64_t piece_end = std::min(end, begins[doc + 1]);
+      auto& iv = need[size_t(s.rank)];
+      if (!iv.empty() && iv.back().second >= begins[doc]) iv.back().second = std::max(iv.back().second, piece_end);
+      else iv.push_back({begins[doc], piece_end});
+      p = piece_end;
+    }
+  }
+  // Intersect each rank's intervals with the other ranks' spans: the pieces, in position order.
+  for (int r = 0; r < cp; ++r) {
+    std::vector<KvGatherPiece>& out = plan.pieces[size_t(r)];
+    size_t k = 0;  // first span that may overlap the current interval
+    for (const auto& [lo, hi] : need[size_t(r)]) {
+      k = size_t(std::upper_bound(spans.begin(), spans.end(), lo,
+                                  [](int64_t v, const RingSpan& s) { return v < s.begin; }) -
+                 spans.begin());
+      if (k > 0) --k;
+      for (; k < spans.size() && spans[k].begin < hi; ++k) {
+        const RingSpan& s = spans[k];
+        if (s.rank == r) continue;
+        const int64_t a = std::max(lo, s.begin), b = std::min(hi, s.begin + s.len);
+        if (a >= b) continue;
+        KvGatherPiece piece;
+        piece.source = s.rank;
+        piece.src_row = span_row[k] + (a - s.begin);
+        piece.pos = a;
+        piece.len = b - a;
+        piece.dst_row = plan.recv_rows[size_t(r)];
+        plan.recv_rows[size_t(r)] += piece.len;
+        plan.send_rows[size_t(s.rank)] += piece.len;
+        plan.rows[size_t(r * cp + s.rank)] += piece.len;
+        out.push_back(piece);
+      }
+    }
+  }
+  return plan;
+}
+
+KvGatherPlan kv_gather_plan_for_order(const std::vector<int64_t>& doc_start, const std::vector<int64_t>& order, int cp) {
+  return kv_gather_plan_for_spans(document_begins(doc_start), ring_spans_from_order(order, cp), cp);
+}
+
+std::vector<int64_t> kv_gather_positions(const KvGatherPlan& plan, int r) {
+  RT_CHECK(r >= 0 && r < plan.cp, "kv_gather_positions: rank " << r << " of " << plan.cp);
+  std::vector<int64_t> pos;  // (recv_rows[r])
+  pos.reserve(size_t(plan.recv_rows[size_t(r)]));
+  for (const KvGatherPiece& p : plan.pieces[size_t(r)])
+    for (int64_t i = 0; i < p.len; ++i) pos.push_back(p.pos + i);
+  return pos;
+}
+
+namespace {
+
+// The first and last position of each 128-row key tile of rank r's gathered buffer (its pieces, positions increasing).
+std::vector<int64_t> gathered_key_tiles(const KvGatherPlan& plan, int r) {
+  std::vector<int64_t> out;  // (2 * tiles)
+  const int64_t rows = plan.recv_rows[size_t(r)];
+  const std::vector<KvGatherPiece>& pieces = plan.pieces[size_t(r)];
+  size_t k = 0;
+  auto position_of = [&](int64_t row) {  // rows asked in increasing order
+    while (pieces[k].dst_row + pieces[k].len <= row) ++k;
+    return pieces[k].pos + (row - pieces[k].dst_row);
+  };
+  for (int64_t t0 = 0; t0 < rows; t0 += kCostKeyTileRows) {
+    out.push_back(position_of(t0));
+    out.push_back(position_of(std::min(rows, t0 + kCostKeyTileRows) - 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::vector<RingSpan>& spans,
+                              const KvGatherPlan& plan, int cp) {
+  const int64_t T = int64_t(doc_start.size());
+  RT_CHECK(plan.cp == cp && plan.n * cp == T, "kv_gather_tiles: a plan of cp = " << plan.cp << ", n = " << plan.n
+                                                                                  << " for T = " << T << ", cp = " << cp);
+  const RingTileRows own = ring_tile_rows(spans, T, cp);
+  RingTileRows gathered = own;
+  std::vector<double> diagonal(size_t(cp) * size_t(cp), 0.0), received(size_t(cp) * size_t(cp), 0.0);
+  for (int r = 0; r < cp; ++r) {
+    gathered.key[size_t(r)] = gathered_key_tiles(plan, r);
+    diagonal[size_t(r * cp + r)] = 1;
+    received[size_t(r * cp + r)] = plan.recv_rows[size_t(r)] > 0 ? 1 : 0;
+  }
+  KvGatherTiles tiles;
+  tiles.own = ring_tile_cost_for_rows(doc_start, own, cp, diagonal);
+  tiles.gathered = ring_tile_cost_for_rows(doc_start, gathered, cp, received);
+  return tiles;
+}
+
+RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
+                                       const RingShape& shape, const LinkModel& link) {
+  const int cp = plan.cp;
+  RT_CHECK(tiles.own.runs.size() == size_t(cp) * size_t(cp) && tiles.gathered.runs.size() == tiles.own.runs.size() &&
+               whole.runs.size() == 1,
+           "predict_gather_time: tiles must be kv_gather_tiles of " << cp << " ranks and whole of one rank");
+  const KernelTimeModel fwd = kernel_time_model(false, shape.head_dim), bwd = kernel_time_model(true, shape.head_dim);
+  auto call = [&](const RingTileCost& c, const KernelTimeModel& m, int r) {
+    const size_t i = size_t(r * cp + r);
+    return c.runs[i] ? call_time_us(m, c.full_tiles[i], c.partial_tiles[i], c.active[i], shape.heads) : 0.0;
+  };
+  const double kv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dtype_bytes);
+  const double dkv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dkv_wire_bytes);
+  int64_t busiest = 0;  // rows the busiest rank moves one way
+  for (int r = 0; r < cp; ++r)
+    busiest = std::max({busiest, plan.recv_rows[size_t(r)], plan.send_rows[size_t(r)]});
+  const double c_kv = busiest > 0 ? link.hop_latency_us + double(busiest) * kv_row / link.bytes_per_us : 0.0;
+  const double c_dkv = busiest > 0 ? link.hop_latency_us + double(busiest) * dkv_row / link.bytes_per_us : 0.0;
+  RingTimePrediction p;
+  for (int r = 0; r < cp; ++r) {
+    const double own_f = call(tiles.own, fwd, r), got_f = call(tiles.gathered, fwd, r);
+    const double own_b = call(tiles.own, bwd, r), got_b = call(tiles.gathered, bwd, r);
+    p.fwd_compute_us = std::max(p.fwd_compute_us, own_f + got_f);
+    p.bwd_compute_us = std::max(p.bwd_compute_us, own_b + got_b);
+    const bool receives = plan.recv_rows[size_t(r)] > 0;  // else its own call needs no one
+    p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
+    p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_b, c_kv) : own_b) + got_b + c_dkv);
+  }
+  p.ideal_fwd_us =
+      call_time_us(fwd, whole.full_tiles[0], whole.partial_tiles[0], whole.active[0], shape.heads) / double(cp);
+  p.ideal_bwd_us =
+      call_time_us(bwd, whole.full_tiles[0], whole.partial_tiles[0], whole.active[0], shape.heads) / double(cp);
+  p.bytes_per_layer = plan.bytes_per_layer(kv_row, dkv_row);
+  p.ring_bytes_per_layer = ring_hop_plan_full(cp).bytes_per_layer(kv_row * double(plan.n), dkv_row * double(plan.n));
+  return p;
+}
+
+}  // namespace rt

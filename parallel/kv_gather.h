@@ -1,0 +1,78 @@
+// The gather scheme for packed documents (DESIGN.md "Document masks"), after MagiAttention's group-cast: instead of
+// passing K/V blocks around the ring step by step, every rank receives from every other rank exactly the key rows
+// that some query of its own sees (one all-to-all-v), in position order, and runs two attention calls: its queries
+// against its own keys (while the exchange is in flight) and against the received rows. The backward runs the same
+// two calls and returns each received row's dK/dV to the rank that holds it (the reverse exchange, summed there).
+// No ring step waits for another rank's call: a rank's time is its own two calls, so what the layout must balance is
+// each rank's total mask area, not each step's (parallel/doc_dispatch.h's greedy does that).
+//
+// Every rank computes the same plan from the sample's positions, as the ring's hop plan (parallel/ring_hops.h).
+// Host only: RingAttention runs it, the chooser (parallel/doc_balance.h) prices it, bench_doc_ring_steps measures it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "parallel/ring_spans.h"
+#include "parallel/ring_tile_cost.h"
+#include "parallel/ring_time_model.h"
+
+namespace rt {
+
+// A run of key rows one rank receives: `len` rows of rank `source`, its local rows [src_row, src_row + len), which
+// hold the consecutive positions [pos, pos + len); they land in the receiver's gathered buffer at rows
+// [dst_row, dst_row + len).
+struct KvGatherPiece {
+  int source = 0;
+  int64_t src_row = 0, dst_row = 0, len = 0, pos = 0;
+  bool operator==(const KvGatherPiece& o) const {
+    return source == o.source && src_row == o.src_row && dst_row == o.dst_row && len == o.len && pos == o.pos;
+  }
+};
+
+struct KvGatherPlan {
+  int cp = 1;
+  int64_t n = 0;  // tokens per rank
+  // (cp) per receiving rank, its pieces in position order: its gathered buffer, rows [0, recv_rows[r]), holds the
+  // keys of other ranks that some of its queries see, with increasing positions. Its own keys are not in it.
+  std::vector<std::vector<KvGatherPiece>> pieces;
+  std::vector<int64_t> recv_rows;  // (cp) rows rank r receives
+  std::vector<int64_t> send_rows;  // (cp) rows rank s sends, summed over its receivers
+  // (cp*cp) rows[r*cp + s]: rows rank r receives from rank s (0 on the diagonal).
+  std::vector<int64_t> rows;
+
+  int64_t max_recv_rows() const;
+  int64_t total_rows() const;  // summed over the ranks
+  // Bytes per layer, forward + backward, summed over the ranks: the forward's gather, the backward's gather again
+  // and the dK/dV return; kv_row_bytes and dkv_row_bytes are the K+V bytes of one row and their gradients' on the wire.
+  double bytes_per_layer(double kv_row_bytes, double dkv_row_bytes) const;
+};
+
+// From a sample's document_begins (parallel/ring_spans.h) and an assignment as spans in position order (each rank's
+// positions increase along its local rows, as every layout of balanced gives). A query at position p of document
+// [b, e) sees the keys [b, p], so a rank needs, per document it holds, the keys from the document's first position
+// to its last query in it. O(#spans log #spans + #pieces).
+KvGatherPlan kv_gather_plan_for_spans(const std::vector<int64_t>& begins, const std::vector<RingSpan>& spans, int cp);
+
+// One sample given by position: doc_start (T) by position, order (T) a ring order whose ranks' positions increase.
+KvGatherPlan kv_gather_plan_for_order(const std::vector<int64_t>& doc_start, const std::vector<int64_t>& order, int cp);
+
+// The positions of rank r's gathered rows, in buffer order (recv_rows[r]): what the receiving call's k_pos holds.
+std::vector<int64_t> kv_gather_positions(const KvGatherPlan& plan, int r);
+
+// The tile counts of the scheme's calls (the same classification as parallel/ring_tile_cost.h): own[r] is rank r's
+// queries against its own keys (the ring's step 0), gathered[r] its queries against its gathered rows.
+struct KvGatherTiles {
+  RingTileCost own, gathered;  // each (cp*cp) with only the diagonal (r, r) filled: rank r's call
+};
+KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::vector<RingSpan>& spans,
+                              const KvGatherPlan& plan, int cp);
+
+// Predicted time of the gather scheme (the terms of parallel/ring_time_model.h, the same NVLink model):
+//   exchange C = hop_latency + max over ranks of max(rows received, rows sent) x row bytes / bytes_per_us
+//   forward  = max over r of max(own_r, C_kv) + gathered_r          (the exchange runs during the own call)
+//   backward = max over r of max(own'_r, C_kv) + gathered'_r + C_dkv (the gradients' return is exposed)
+// A rank with nothing to receive runs its own call alone. ideal_* are whole / cp, as the ring's.
+RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
+                                       const RingShape& shape, const LinkModel& link = {});
+
+}  // namespace rt
