@@ -8,6 +8,8 @@
 
 #include "kernels/tensor.h"
 #include "parallel/doc_dispatch.h"
+#include "parallel/doc_gather_pack.h"
+#include "parallel/kv_gather.h"
 #include "parallel/doc_pack.h"
 
 namespace rt {
@@ -98,12 +100,12 @@ std::vector<RingSpan> layout_spans(Layout layout, int64_t T, int cp) {
 }  // namespace
 
 std::string RingCandidate::label() const {
-  if (name != "docpack") return name;
-  return name + "(" + std::to_string(split_min) + (run_max ? "/runs)" : ")");
+  const std::string layout = name != "docpack" ? name : name + "(" + std::to_string(split_min) + (run_max ? "/runs)" : ")");
+  return gather ? "gather:" + layout : layout;
 }
 
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape,
-                                           bool with_orders) {
+                                           bool with_orders, bool with_gather) {
   const int64_t T = int64_t(doc_start.size());
   RT_CHECK(cp >= 1 && T > 0 && T % cp == 0, "layout balanced: seq_len " << T << " is not divisible by cp = " << cp
                                                                         << "; use a multiple of " << cp);
@@ -144,6 +146,27 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
   for (int64_t split_min : docpack_split_thresholds(T, cp))
     for (int64_t run_max : {int64_t(0), T / cp / 4})
       add("docpack", split_min, docpack_ring_spans(begins, cp, split_min, run_max), run_max);
+  if (!with_gather || cp == 1) return out;
+  // The gather scheme (parallel/kv_gather.h) over each distinct assignment but the striped ones (which gather
+  // nearly every row), and over its own layout, gatherpack.
+  const size_t ring_count = out.size();
+  auto add_gather = [&](const RingCandidate* from, const std::string& name, std::vector<RingSpan> spans) {
+    RingCandidate c;
+    c.gather = true;
+    c.name = from ? from->name : name;
+    c.split_min = from ? from->split_min : 0;
+    c.run_max = from ? from->run_max : 0;
+    c.spans = from ? from->spans : std::move(spans);
+    for (size_t o = ring_count; o < out.size(); ++o)
+      if (out[o].spans == c.spans) return;  // priced already
+    const KvGatherPlan plan = kv_gather_plan_for_spans(begins, c.spans, cp);
+    c.time = predict_gather_time(kv_gather_tiles(doc_start, c.spans, plan, cp), plan, whole, shape);
+    if (with_orders) c.order = ring_order_from_spans(c.spans, T, cp);
+    out.push_back(std::move(c));
+  };
+  for (size_t i = 0; i < ring_count; ++i)
+    if (out[i].name != "striped" && out[i].name != "doc-striped") add_gather(&out[i], "", {});
+  add_gather(nullptr, "gatherpack", gather_pack_spans(begins, cp));
   return out;
 }
 
@@ -153,6 +176,19 @@ size_t pick_balanced(const std::vector<RingCandidate>& candidates) {
   for (size_t c = 1; c < candidates.size(); ++c)
     if (candidates[c].time.total_us() < candidates[best].time.total_us() * (1 - 1e-12)) best = c;
   return best;
+}
+
+RingChoice balanced_ring_choice(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape,
+                                bool with_gather) {
+  const std::vector<RingCandidate> candidates =
+      ring_candidates(doc_start, cp, shape, /*with_orders=*/false, with_gather);
+  const RingCandidate& best = candidates[pick_balanced(candidates)];
+  RingChoice choice;
+  choice.order = ring_order_from_spans(best.spans, int64_t(doc_start.size()), cp);
+  choice.label = best.label();
+  choice.gather = best.gather;
+  choice.time = best.time;
+  return choice;
 }
 
 std::vector<int64_t> balanced_ring_order(const std::vector<int64_t>& doc_start, int cp, std::string* chosen,

@@ -34,15 +34,16 @@ double ring_imbalance(const std::vector<double>& work, int cp);
 // One candidate scheme of balanced and what it is predicted to cost. A ring layout has an order; the chooser
 // needs only `time`, so other schemes (an all-to-all, a hybrid) can join with their own prediction and no order.
 struct RingCandidate {
-  std::string name;                // contiguous, zigzag, striped, doc-striped, docpack, dispatch
+  std::string name;                // contiguous, zigzag, striped, doc-striped, docpack, dispatch, gatherpack
+  bool gather = false;             // priced for the gather scheme (parallel/kv_gather.h) instead of the ring
   int64_t split_min = 0;           // docpack: documents at least this long are split over the ring
   int64_t run_max = 0;             // docpack: runs of adjacent short documents up to this many tokens kept together
   std::vector<RingSpan> spans;     // the assignment (parallel/ring_spans.h), what the prediction is made from
   std::vector<int64_t> order;      // (T) ring order, from spans (empty where ring_candidates was told not to)
-  RingTileCost tiles;              // ring_tile_cost (parallel/ring_tile_cost.h)
-  RingHopPlan hops;                // the hops it needs (parallel/ring_hops.h)
+  RingTileCost tiles;              // ring_tile_cost (parallel/ring_tile_cost.h); empty for gather
+  RingHopPlan hops;                // the hops it needs (parallel/ring_hops.h); empty for gather
   RingTimePrediction time;         // predicted critical path, fwd and bwd, with communication
-  std::string label() const;       // name, with docpack's split_min[/runs]
+  std::string label() const;       // name, with docpack's split_min[/runs], "gather:" before a gather candidate
 };
 
 // The candidates of balanced for one sample, each with its predicted time for `shape`: contiguous, zigzag (where
@@ -51,12 +52,24 @@ struct RingCandidate {
 // and docpack at each docpack_split_thresholds (parallel/doc_pack.h), with single documents and with runs of up to
 // T/(4cp) tokens. Each is priced from its spans once (a candidate with the same spans as an earlier one shares its
 // prediction); with_orders = false leaves `order` empty (balanced_ring_order expands only the pick).
+// with_gather adds the gather scheme (parallel/kv_gather.h) priced on every distinct assignment but the striped
+// ones, and on its own layout gatherpack (parallel/doc_gather_pack.h).
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
-                                           bool with_orders = true);
+                                           bool with_orders = true, bool with_gather = false);
 
 // balanced's rule: the least predicted time, forward + backward (time.total_us()); ties go to the first. No pair
 // bound: the kernels' time, not the pair count, decides (bench/NOTES.md "Ring time model").
 size_t pick_balanced(const std::vector<RingCandidate>& candidates);
+
+// The pick among ring_candidates (with the gather scheme's when with_gather): its order, label, scheme and time.
+struct RingChoice {
+  std::vector<int64_t> order;  // (T) ring order
+  std::string label;
+  bool gather = false;
+  RingTimePrediction time;
+};
+RingChoice balanced_ring_choice(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
+                                bool with_gather = false);
 
 // parallel.layout: balanced: the ring order pick_balanced takes from ring_candidates. Searched once per sample
 // (the loader's job); bench_doc_imbalance prints the time it takes.

@@ -10,6 +10,7 @@
 
 #include "parallel/doc_balance.h"
 #include "parallel/doc_dispatch.h"
+#include "parallel/doc_gather_pack.h"
 #include "parallel/kv_gather.h"
 
 namespace rt {
@@ -156,6 +157,62 @@ TEST(KvGather, GatheredTilesMatchTheVisiblePairs) {
     EXPECT_EQ(bool(g.gathered.runs[size_t(r * cp + r)]), plan.recv_rows[size_t(r)] > 0) << "rank " << r;
   }
   EXPECT_GT(gathered_full, 0) << "documents up to 1500 long over 1024-token ranks must give full remote tiles";
+}
+
+}  // namespace
+}  // namespace rt
+
+namespace rt {
+namespace {
+
+// gatherpack (parallel/doc_gather_pack.h): a valid assignment (T/cp increasing positions per rank), short documents
+// kept whole but for the few poured last, and the mask area balanced where one document must be spread.
+TEST(GatherPack, ValidAndBalancedAndKeepsShortDocumentsWhole) {
+  std::mt19937_64 rng(5);
+  for (int cp : {2, 4, 8}) {
+    const int64_t T = int64_t(cp) * 1024;
+    const std::vector<int64_t> lengths = random_lengths(rng, T, 200, true);
+    const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, T);
+    const std::vector<int64_t> begins = document_begins(starts);
+    const std::vector<RingSpan> spans = gather_pack_spans(begins, cp);
+    const std::vector<int64_t> order = ring_order_from_spans(spans, T, cp);  // throws unless T/cp per rank
+    expect_exact(starts, order, cp, "gatherpack cp " + std::to_string(cp));
+    size_t split = 0;  // documents on more than one rank
+    for (size_t d = 0; d + 1 < begins.size(); ++d) {
+      std::set<int> ranks;
+      for (const RingSpan& s : spans)
+        if (s.begin < begins[d + 1] && s.begin + s.len > begins[d]) ranks.insert(s.rank);
+      split += ranks.size() > 1;
+    }
+    EXPECT_LE(split, size_t(cp)) << "cp " << cp << ": more documents split than ranks";
+  }
+  for (int cp : {4, 8}) {  // one document: each rank's area within 10% of the mean
+    const int64_t T = int64_t(cp) * 2048;
+    const std::vector<RingSpan> spans = gather_pack_spans({0, T}, cp);
+    std::vector<double> area(size_t(cp), 0.0);
+    for (const RingSpan& s : spans)
+      area[size_t(s.rank)] += double(s.len) * double(s.begin) + double(s.len) * double(s.len + 1) / 2;
+    const double mean = double(T) * double(T + 1) / 2 / cp;
+    for (int r = 0; r < cp; ++r) EXPECT_NEAR(area[size_t(r)] / mean, 1.0, 0.1) << "cp " << cp << " rank " << r;
+  }
+}
+
+TEST(GatherPack, TheChoiceIsTheLeastPredictedTimeAndGatherOnlyWhenAllowed) {
+  std::mt19937_64 rng(9);
+  const int cp = 8;
+  const int64_t T = 16384;
+  const std::vector<int64_t> starts = doc_starts_from_lengths(random_lengths(rng, T, 3000, false), T);
+  const RingChoice ring_only = balanced_ring_choice(starts, cp, RingShape{}, false);
+  EXPECT_FALSE(ring_only.gather);
+  const std::vector<RingCandidate> all = ring_candidates(starts, cp, RingShape{}, false, true);
+  bool any_gather = false;
+  double least = 1e300;
+  for (const RingCandidate& c : all) any_gather |= c.gather, least = std::min(least, c.time.total_us());
+  EXPECT_TRUE(any_gather);
+  const RingChoice both = balanced_ring_choice(starts, cp, RingShape{}, true);
+  EXPECT_DOUBLE_EQ(both.time.total_us(), least) << both.label;
+  EXPECT_LE(both.time.total_us(), ring_only.time.total_us());
+  EXPECT_EQ(both.gather, both.label.rfind("gather:", 0) == 0) << both.label;
 }
 
 }  // namespace
