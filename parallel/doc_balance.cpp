@@ -3,6 +3,7 @@
 #include "parallel/doc_balance.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <numeric>
 
@@ -100,7 +101,13 @@ std::vector<RingSpan> layout_spans(Layout layout, int64_t T, int cp) {
 }  // namespace
 
 std::string RingCandidate::label() const {
-  const std::string layout = name != "docpack" ? name : name + "(" + std::to_string(split_min) + (run_max ? "/runs)" : ")");
+  std::string layout = name;
+  if (name == "docpack") layout += "(" + std::to_string(split_min) + (run_max ? "/runs)" : ")");
+  if (name == "gatherpack") {
+    char share[32];
+    std::snprintf(share, sizeof share, "(%g)", piece_share);
+    layout += share;
+  }
   return gather ? "gather:" + layout : layout;
 }
 
@@ -150,9 +157,11 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
   // The gather scheme (parallel/kv_gather.h) over each distinct assignment but the striped ones (which gather
   // nearly every row), and over its own layout, gatherpack.
   const size_t ring_count = out.size();
-  auto add_gather = [&](const RingCandidate* from, const std::string& name, std::vector<RingSpan> spans) {
+  auto add_gather = [&](const RingCandidate* from, const std::string& name, std::vector<RingSpan> spans,
+                        double piece_share = 0) {
     RingCandidate c;
     c.gather = true;
+    c.piece_share = piece_share;
     c.name = from ? from->name : name;
     c.split_min = from ? from->split_min : 0;
     c.run_max = from ? from->run_max : 0;
@@ -166,7 +175,8 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
   };
   for (size_t i = 0; i < ring_count; ++i)
     if (out[i].name != "striped" && out[i].name != "doc-striped") add_gather(&out[i], "", {});
-  add_gather(nullptr, "gatherpack", gather_pack_spans(begins, cp));
+  for (double share : kGatherPackShares)
+    add_gather(nullptr, "gatherpack", gather_pack_spans(begins, cp, share), share);
   return out;
 }
 

@@ -38,12 +38,14 @@ struct RingCandidate {
   bool gather = false;             // priced for the gather scheme (parallel/kv_gather.h) instead of the ring
   int64_t split_min = 0;           // docpack: documents at least this long are split over the ring
   int64_t run_max = 0;             // docpack: runs of adjacent short documents up to this many tokens kept together
+  double piece_share = 0;          // gatherpack: its piece_share (parallel/doc_gather_pack.h)
   std::vector<RingSpan> spans;     // the assignment (parallel/ring_spans.h), what the prediction is made from
   std::vector<int64_t> order;      // (T) ring order, from spans (empty where ring_candidates was told not to)
   RingTileCost tiles;              // ring_tile_cost (parallel/ring_tile_cost.h); empty for gather
   RingHopPlan hops;                // the hops it needs (parallel/ring_hops.h); empty for gather
   RingTimePrediction time;         // predicted critical path, fwd and bwd, with communication
-  std::string label() const;       // name, with docpack's split_min[/runs], "gather:" before a gather candidate
+  std::string label() const;       // name, with docpack's split_min[/runs] or gatherpack's piece_share, and
+                                   // "gather:" before a gather candidate
 };
 
 // The candidates of balanced for one sample, each with its predicted time for `shape`: contiguous, zigzag (where
@@ -53,7 +55,7 @@ struct RingCandidate {
 // T/(4cp) tokens. Each is priced from its spans once (a candidate with the same spans as an earlier one shares its
 // prediction); with_orders = false leaves `order` empty (balanced_ring_order expands only the pick).
 // with_gather adds the gather scheme (parallel/kv_gather.h) priced on every distinct assignment but the striped
-// ones, and on its own layout gatherpack (parallel/doc_gather_pack.h).
+// ones, and on its own layout gatherpack at each kGatherPackShares (parallel/doc_gather_pack.h).
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
                                            bool with_orders = true, bool with_gather = false);
 

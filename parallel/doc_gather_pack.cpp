@@ -27,14 +27,15 @@ struct Piece {
 
 }  // namespace
 
-std::vector<RingSpan> gather_pack_spans(const std::vector<int64_t>& begins, int cp) {
+std::vector<RingSpan> gather_pack_spans(const std::vector<int64_t>& begins, int cp, double piece_share) {
   RT_CHECK(cp >= 1 && begins.size() >= 2, "gather_pack: needs cp >= 1 and the sample's document begins");
   const int64_t T = begins.back();
   RT_CHECK(T % cp == 0, "gather_pack: T = " << T << " is not a multiple of cp = " << cp);
+  RT_CHECK(piece_share > 0, "gather_pack: piece_share " << piece_share << " must be positive");
   const int64_t n = T / cp;
   double total = 0;
   for (size_t d = 0; d + 1 < begins.size(); ++d) total += run_area({begins[d], begins[d + 1] - begins[d], 0});
-  const double bound = std::max(1.0, 0.5 * total / cp);  // a piece's most area: half a rank's share
+  const double bound = std::max(1.0, piece_share * total / cp);  // a piece's most area
   // 1. The pieces.
   std::vector<Piece> pieces;
   for (size_t d = 0; d + 1 < begins.size(); ++d) {
