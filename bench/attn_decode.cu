@@ -1,10 +1,13 @@
-// bench_attn_decode: bandwidth of the split-KV decode kernel (attn_decode: out bf16 + lse, both of its kernels),
+// bench_attn_decode: bandwidth of the split-KV decode kernel (attn_decode: out bf16 + lse, one launch),
 // plus the device-to-device copy ceiling measured in the same process.
 //   shapes (the issue's decode anchor): 32 query heads, 8 K/V heads, d 128, bf16; B 1 at KV lengths 32K, 64K, 128K,
 //          512K, 1M, and B 8 at 128K. --only B:L[,B:L...] picks some of them (any B and L).
 //   TB/s = bytes of K and V read per call (B x L x Hkv x D x 2 bytes x 2) / time, as the SDPA anchor counts them.
 //   Timing: CUDA events, median of --reps (20) after --warmup (5); --sustain-ms runs the call back to back that long
 //   first (the clock of sustained load). Each shape has its own cache, filled with random bf16 values.
+//   --back-to-back N also times N calls queued back to back between two events (median of --reps, per call): the
+//   host's launch latency is then hidden behind the previous call, so "ms" minus "b2b ms" is the part of a lone
+//   call's time spent before its kernel starts.
 // Output: a table on stdout and, with --json FILE, one JSON object per measurement (read by
 // bench/decode_side_by_side.py).
 #include <cuda_bf16.h>
@@ -56,7 +59,7 @@ std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& spec) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int warmup = 5, reps = 20;
+  int warmup = 5, reps = 20, back_to_back = 0;
   std::string json_path;
   bool ceilings = true;
   double sustain_ms = 0;
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_path = next();
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--sustain-ms") sustain_ms = std::stod(next());
+    else if (a == "--back-to-back") back_to_back = std::stoi(next());
     else if (a == "--only") {
       const std::string spec = next();
       shapes = parse_shapes(spec);
@@ -79,12 +83,12 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: bench_attn_decode [--warmup 5] [--reps 20] [--json FILE] [--only B:L,...] "
-                           "[--no-ceilings] [--sustain-ms 0]\n");
+                           "[--no-ceilings] [--sustain-ms 0] [--back-to-back N]\n");
       return 2;
     }
   }
-  if (reps < 1 || warmup < 0) {
-    std::fprintf(stderr, "bench_attn_decode: --reps must be >= 1 and --warmup >= 0\n");
+  if (reps < 1 || warmup < 0 || back_to_back < 0) {
+    std::fprintf(stderr, "bench_attn_decode: --reps must be >= 1, --warmup and --back-to-back >= 0\n");
     return 2;
   }
   if (!rt::cuda_available()) {
@@ -113,7 +117,8 @@ int main(int argc, char** argv) {
       std::printf("ceiling: d2d copy %.2f TB/s (2 GiB, read+write)\n", tbps);
       if (json) std::fprintf(json, "{\"kind\":\"ceiling\",\"copy_tbps\":%.3f}\n", tbps);
     }
-    std::printf("\n  B        L   H Hkv   d      ms   TB/s (K+V bytes / time)\n");
+    std::printf("\n  B        L   H Hkv   d      ms   TB/s (K+V bytes / time)%s\n",
+                back_to_back > 0 ? "  b2b ms  b2b TB/s" : "");
     for (const auto& [B, L] : shapes) {
       const size_t kv_bytes = size_t(B * L * kHkv * kD) * 2;  // one of K, V
       DeviceBuffer q(size_t(B * kH * kD) * 2), k(kv_bytes), v(kv_bytes), out(size_t(B * kH * kD) * 2);
@@ -125,20 +130,34 @@ int main(int argc, char** argv) {
       const Tensor tv(v.p, DType::bf16, gpu, {B, L, kHkv, kD});  // (B,L,Hkv,D)
       const Tensor tout(out.p, DType::bf16, gpu, {B, 1, kH, kD});
       const Tensor tlse(lse.p, DType::f32, gpu, {B, kH, 1});
-      const Tensor twork(work.p, DType::f32, gpu, {work_elems});
+      const Tensor twork(work.p, DType::f32, gpu, {work_elems});  // zeroed once: its arrival counters start at 0
+      rt::fill(twork, 0.f);
       rt::bench::random_bf16(tq, 21);
       rt::bench::random_bf16(tk, 22);
       rt::bench::random_bf16(tv, 23);
       const double ms =
           rt::bench::time_ms([&] { rt::attn_decode(tq, tk, tv, Tensor{}, twork, tout, tlse); }, warmup, reps, sustain_ms);
       const double tbps = 2.0 * double(kv_bytes) / (ms * 1e-3) / 1e12;
-      std::printf("%3lld %8lld %3lld %3lld %3lld %7.4f %6.2f\n", (long long)B, (long long)L, (long long)kH,
+      double b2b_ms = 0;
+      if (back_to_back > 0)
+        b2b_ms = rt::bench::time_ms(
+                     [&] {
+                       for (int i = 0; i < back_to_back; ++i) rt::attn_decode(tq, tk, tv, Tensor{}, twork, tout, tlse);
+                     },
+                     1, reps) /
+                 back_to_back;
+      std::printf("%3lld %8lld %3lld %3lld %3lld %7.4f %6.2f", (long long)B, (long long)L, (long long)kH,
                   (long long)kHkv, (long long)kD, ms, tbps);
+      if (back_to_back > 0) std::printf("  %7.4f %6.2f", b2b_ms, 2.0 * double(kv_bytes) / (b2b_ms * 1e-3) / 1e12);
+      std::printf("\n");
       std::fflush(stdout);
-      if (json)
+      if (json) {
         std::fprintf(json, "{\"kind\":\"decode\",\"B\":%lld,\"L\":%lld,\"H\":%lld,\"Hkv\":%lld,\"D\":%lld,\"ms\":%.5f,"
-                           "\"tbps\":%.4f}\n",
+                           "\"tbps\":%.4f",
                      (long long)B, (long long)L, (long long)kH, (long long)kHkv, (long long)kD, ms, tbps);
+        if (back_to_back > 0) std::fprintf(json, ",\"b2b_ms\":%.5f", b2b_ms);
+        std::fprintf(json, "}\n");
+      }
     }
     if (json) std::fclose(json);
   } catch (const std::exception& e) {

@@ -38,10 +38,15 @@ struct AttnState {
   Tensor acc, m, l;
 };
 
-// Split-KV decode (attn_decode, attn_decode_partial): the f32 workspace holding the per-split partial states
-// (acc (B,H,S,D), m and l (B,H,S)). Its size is an upper bound that is the same on every device, so a caller sizes it
-// once: S = min(ceil(Nk / kDecodeSplitTokens), ceil(kDecodeMaxCtas / (B * Hkv))), at least 1. The CUDA kernel picks
-// its split count S' <= S from the device (SMs, occupancy); the CPU backend checks the size and does not use it.
+// Split-KV decode (attn_decode, attn_decode_partial): the f32 workspace. It holds, first, attn_decode_counter_elems(B,
+// H) arrival counters (u32 bits: the CUDA kernel's CTAs count the finished chunks of each head group, and the last
+// one merges them), then the per-split partial states (acc (B,H,S,D), m and l (B,H,S)). The counters must be zero
+// before a call and every call leaves them zero (the last CTA of a group resets its counter), so zero the
+// workspace once when you allocate it (fill(work, 0.f)), and again if you hand it to calls of another B or H. The
+// CPU backend refuses a workspace whose counters are not zero (the same contract on every device) and uses nothing
+// else of it. Its size is an upper bound that is the same on every device, so a caller sizes it once:
+// S = min(ceil(Nk / kDecodeSplitTokens), ceil(kDecodeMaxCtas / (B * Hkv))), at least 1. The CUDA kernel picks its
+// split count S' <= S from the device (SMs, occupancy).
 constexpr int64_t kDecodeSplitTokens = 64;  // the smallest split: one K/V tile of the CUDA kernel
 constexpr int64_t kDecodeMaxCtas = 2048;    // splits x (B x Hkv) never needs more CTAs than this
 inline int64_t attn_decode_max_splits(int64_t B, int64_t Hkv, int64_t Nk) {
@@ -51,8 +56,11 @@ inline int64_t attn_decode_max_splits(int64_t B, int64_t Hkv, int64_t Nk) {
   const int64_t s = by_tokens < by_ctas ? by_tokens : by_ctas;
   return s > 1 ? s : 1;
 }
+// The counters at the front of the workspace: one per (sequence, query head), rounded up to 64 (256 bytes) so the
+// partial states after them stay aligned.
+inline int64_t attn_decode_counter_elems(int64_t B, int64_t H) { return (B * H + 63) / 64 * 64; }
 inline int64_t attn_decode_work_elems(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t Nk) {
-  return B * H * attn_decode_max_splits(B, Hkv, Nk) * (D + 2);
+  return attn_decode_counter_elems(B, H) + B * H * attn_decode_max_splits(B, Hkv, Nk) * (D + 2);
 }
 
 // The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_fwd_block_first,

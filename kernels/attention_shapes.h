@@ -60,7 +60,8 @@ inline void check_attn_bwd_shapes(const AttnDims& d, const Tensor& dout, const T
 }
 
 // The decode ops (attn_decode, attn_decode_partial): q (B,1,H,D), k and v (B,Nk,Hkv,D), kv_len (B) i32 on q's
-// device or undefined, work f32 of at least attn_decode_work_elems elements on q's device.
+// device or undefined, work f32 of at least attn_decode_work_elems elements on q's device (its counters zero: the
+// CPU backend checks them, the CUDA one cannot without a host wait).
 inline AttnDims attn_decode_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_len,
                                  const Tensor& work, const char* op) {
   RT_CHECK(q.ndim == 4 && q.shape[1] == 1,
@@ -82,7 +83,7 @@ inline AttnDims attn_decode_dims(const Tensor& q, const Tensor& k, const Tensor&
   const int64_t need = attn_decode_work_elems(d.B, d.H, d.Hkv, d.D, d.Nk);
   RT_CHECK(work.numel() >= need, op << ": work has " << work.numel() << " elements but B=" << d.B << ", H=" << d.H
                                     << ", Hkv=" << d.Hkv << ", D=" << d.D << ", Nk=" << d.Nk << " need " << need
-                                    << "; size it with attn_decode_work_elems (kernels/attention.h)");
+                                    << "; size it with attn_decode_work_elems (kernels/attention.h) and zero it once");
   return d;
 }
 

@@ -168,7 +168,7 @@ struct KvCache {
   Tensor state;                 // (Hl*(D+2)) f32: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1) of this rank's shard
   Tensor gathered;              // (cp, Hl*(D+2)) f32: every cp rank's state, merged into row 0
   Tensor lse;                   // (1, Hl, 1) f32
-  Tensor work;                  // (attn_decode_work_elems(1, Hl, Hkvl, D, capacity)) f32
+  Tensor work;                  // (attn_decode_work_elems(1, Hl, Hkvl, D, capacity)) f32, zeroed once
   Tensor logits;                // (1, V) act: the next token's logits after decode_step
 };
 

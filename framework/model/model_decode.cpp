@@ -61,6 +61,7 @@ KvCache Model::make_kv_cache(Arena& arena, int64_t capacity) const {
   c.lse = arena.alloc(DType::f32, {1, s.Hl, 1}, "decode: lse");                    // (1, Hl, 1)
   c.work = arena.alloc(DType::f32, {attn_decode_work_elems(1, s.Hl, s.Hkvl, s.D, capacity)},
                        "decode: split-KV work");
+  if (!arena.is_measuring()) fill(c.work, 0.f);  // its arrival counters start at zero; each decode call leaves them so
   c.logits = arena.alloc(act, {1, s.V}, "decode: logits");                          // (1, V)
   return c;
 }

@@ -494,6 +494,7 @@ const std::map<std::string, OpCase>& op_cases() {
          Tensor k = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 151));
          Tensor v = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 152));
          Tensor len = r.in_i32({B}, {200, 77}), work = r.out(DType::f32, {attn_decode_work_elems(B, H, Hkv, D, Nk)});
+         fill(work.slice(0, attn_decode_counter_elems(B, H)), 0.f);  // the arrival counters start at zero
          Tensor out = r.out(DType::bf16, {B, 1, H, D}), lse = r.out(DType::f32, {B, H, 1});
          attn_decode(q, k, v, len, work, out, lse);
          return {download(out), download(lse)};
@@ -505,6 +506,7 @@ const std::map<std::string, OpCase>& op_cases() {
          Tensor k = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 161));
          Tensor v = r.in(DType::bf16, {B, Nk, Hkv, D}, rand_vec(B * Nk * Hkv * D, 162));
          Tensor len = r.in_i32({B}, {333, 0}), work = r.out(DType::f32, {attn_decode_work_elems(B, H, Hkv, D, Nk)});
+         fill(work.slice(0, attn_decode_counter_elems(B, H)), 0.f);  // the arrival counters start at zero
          AttnState s{r.out(DType::f32, {B, H, 1, D}), r.out(DType::f32, {B, H, 1}), r.out(DType::f32, {B, H, 1})};
          attn_decode_partial(q, k, v, len, work, s);
          return {download(s.acc), download(s.m), download(s.l)};

@@ -1,9 +1,11 @@
 // The CPU decode ops (kernels/cpu/attention/attn_decode.cpp, attn_state_merge.cpp) against the fp64 reference of
 // tests/unit/attn_decode_reference.h: GQA groups of 1, 4 and 8, B > 1 with ragged lengths (one of them 0), lengths
 // that are not a multiple of any tile, head dims 64 and 128; the partial state of two halves of a cache merged
-// equals the whole; bad inputs are refused with the argument named.
+// equals the whole; bad inputs (a workspace whose arrival counters are not zero among them) are refused with the
+// argument named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
@@ -28,6 +30,12 @@ Tensor view(std::vector<float>& v, std::initializer_list<int64_t> dims) {
   return Tensor(v.data(), DType::f32, Device::cpu(), dims);
 }
 std::vector<float> nans(int64_t n) { return std::vector<float>(size_t(n), std::nanf("")); }
+// A decode workspace as a caller sets it up: the arrival counters at its front zero, the rest NaN (unused here).
+std::vector<float> decode_work(const DecodeShape& s, int64_t Nk) {
+  std::vector<float> work = nans(attn_decode_work_elems(s.B, s.H, s.Hkv, s.D, Nk));
+  std::fill(work.begin(), work.begin() + attn_decode_counter_elems(s.B, s.H), 0.f);
+  return work;
+}
 
 struct Case {
   DecodeShape s;
@@ -59,7 +67,7 @@ TEST(AttnDecodeCpu, MatchesFp64ReferenceFinalAndPartial) {
     const test::DecodeReference ref = test::decode_reference(s, c.q, c.k, c.v);
     std::vector<int32_t> lens = s.lens;
     const Tensor len(lens.data(), DType::i32, Device::cpu(), {s.B});
-    std::vector<float> work = nans(attn_decode_work_elems(s.B, s.H, s.Hkv, s.D, s.Nk));
+    std::vector<float> work = decode_work(s, s.Nk);
     std::vector<float> out = nans(s.B * s.H * s.D), lse = nans(s.B * s.H);
     attn_decode(c.tq(), c.tk(), c.tv(), len, view(work, {int64_t(work.size())}), view(out, {s.B, 1, s.H, s.D}),
                 view(lse, {s.B, s.H, 1}));
@@ -96,7 +104,7 @@ TEST(AttnDecodeCpu, MergedHalvesEqualWhole) {
   for (int64_t b = 0; b < s.B; ++b)
     len1[size_t(b)] = std::min<int32_t>(s.lens[size_t(b)], int32_t(N1)),
     len2[size_t(b)] = s.lens[size_t(b)] - len1[size_t(b)];
-  std::vector<float> work = nans(attn_decode_work_elems(s.B, s.H, s.Hkv, s.D, std::max(N1, N2)));
+  std::vector<float> work = decode_work(s, std::max(N1, N2));
   std::vector<float> acc1 = nans(s.B * s.H * s.D), m1 = nans(s.B * s.H), l1 = nans(s.B * s.H);
   std::vector<float> acc2 = nans(s.B * s.H * s.D), m2 = nans(s.B * s.H), l2 = nans(s.B * s.H);
   AttnState st1{view(acc1, {s.B, s.H, 1, s.D}), view(m1, {s.B, s.H, 1}), view(l1, {s.B, s.H, 1})};
@@ -138,7 +146,7 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 TEST(AttnDecodeCpu, RefusesBadInputNamingIt) {
   Case c(DecodeShape{2, 4, 2, 64, 100, {100, 50}});
   const DecodeShape& s = c.s;
-  std::vector<float> work = nans(attn_decode_work_elems(s.B, s.H, s.Hkv, s.D, s.Nk));
+  std::vector<float> work = decode_work(s, s.Nk);
   std::vector<float> out = nans(s.B * s.H * s.D), lse = nans(s.B * s.H);
   const Tensor tw = view(work, {int64_t(work.size())}), to = view(out, {s.B, 1, s.H, s.D}), tlse = view(lse, {s.B, s.H, 1});
   std::vector<int32_t> too_long = {100, 101};
@@ -148,7 +156,16 @@ TEST(AttnDecodeCpu, RefusesBadInputNamingIt) {
                "attn_decode_work_elems");
   expect_error([&] { attn_decode(view(c.q, {s.B, 2, s.H / 2, s.D}), c.tk(), c.tv(), Tensor{}, tw, to, tlse); },
                "expected (B,1,H,D)");
+  std::vector<float> stale = work;  // a counter left non-zero (a workspace never zeroed, or used for another B or H)
+  stale[size_t(attn_decode_counter_elems(s.B, s.H) - 1)] = 1.f;
+  expect_error([&] { attn_decode(c.tq(), c.tk(), c.tv(), Tensor{}, view(stale, {int64_t(stale.size())}), to, tlse); },
+               "arrival counters");
+  std::vector<float> acc = nans(s.B * s.H * s.D), m = nans(s.B * s.H), l = nans(s.B * s.H);
+  AttnState st{view(acc, {s.B, s.H, 1, s.D}), view(m, {s.B, s.H, 1}), view(l, {s.B, s.H, 1})};
+  expect_error([&] { attn_decode_partial(c.tq(), c.tk(), c.tv(), Tensor{}, view(stale, {int64_t(stale.size())}), st); },
+               "fill(work, 0.f)");
   EXPECT_TRUE(std::isnan(out[0])) << "a refused call wrote its output";
+  EXPECT_TRUE(std::isnan(acc[0])) << "a refused call wrote its state";
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //   s (G, tile) = q_group k_tile^T * scale*log2(e);  per head: m' = max(m, rowmax s), p = exp2(s - m'),
 //   l = l 2^(m - m') + rowsum p,  acc = acc 2^(m - m') + p v_tile.
 // attn_decode finishes each row as attn_fwd_finalize does (out = acc / l, lse = (m + log2 l) ln 2).
-// The workspace is checked (the contract is the same on every device) but not used.
+// The workspace is checked (the contract is the same on every device: big enough, its arrival counters zero) but
+// not used.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -82,7 +83,16 @@ AttnDims decode_checks(const Tensor& q, const Tensor& k, const Tensor& v, const 
   require_cpu_f32(k, op, "k");
   require_cpu_f32(v, op, "v");
   if (kv_len.defined()) require_cpu_i32(kv_len, op, "kv_len");
-  return attn_decode_dims(q, k, v, kv_len, work, op);
+  const AttnDims d = attn_decode_dims(q, k, v, kv_len, work, op);
+  // The CUDA kernel's arrival counters (kernels/attention.h) must be zero: refused here too, so a caller that forgot
+  // to zero its workspace fails on the CPU as well, not only with a NaN result on the GPU.
+  const int64_t counters = attn_decode_counter_elems(d.B, d.H);
+  const uint32_t* bits = static_cast<const uint32_t*>(work.data);  // (counters) u32
+  for (int64_t i = 0; i < counters; ++i)
+    RT_CHECK(bits[i] == 0, op << ": work[" << i << "] is not zero, but the first " << counters
+                              << " elements of work (the split kernel's arrival counters) must be; zero the "
+                                 "workspace once when you allocate it (fill(work, 0.f)), and again for another B or H");
+  return d;
 }
 
 }  // namespace
