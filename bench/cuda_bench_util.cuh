@@ -77,21 +77,26 @@ struct DeviceBuffer {  // one device allocation on GPU 0, freed on scope exit
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-// Every buffer of a ring-step benchmark over one sample of N tokens (B = 1), with q, k, v and dout drawn at random
-// (seeds 11-14), and tensor views of token rows [first, first + rows) of them.
+// Every buffer of a ring-step benchmark over one sample of N tokens (B = 1), H query heads and Hkv K/V heads (GQA
+// when Hkv < H; Hkv divides H), with q, k, v and dout drawn at random (seeds 11-14), and tensor views of token rows
+// [first, first + rows) of them.
 struct RingStepBuffers {
-  const int64_t N, H, D;
-  DeviceBuffer q, k, v, dout, out;  // (1, N, H, D) bf16 each
-  DeviceBuffer acc, dq, dk, dv;     // (1, N, H, D) f32 each (acc: the forward's resumable state, (1, H, N, D))
-  DeviceBuffer m, l, lse, delta;    // (1, H, N) f32 each
-  RingStepBuffers(int64_t n, int64_t h, int64_t d)
-      : N(n), H(h), D(d),
-        q(bytes(2)), k(bytes(2)), v(bytes(2)), dout(bytes(2)), out(bytes(2)),
-        acc(bytes(4)), dq(bytes(4)), dk(bytes(4)), dv(bytes(4)),
+  const int64_t N, H, D, Hkv;
+  DeviceBuffer q, dout, out;     // (1, N, H, D) bf16 each
+  DeviceBuffer k, v;             // (1, N, Hkv, D) bf16 each
+  DeviceBuffer acc, dq;          // (1, N, H, D) f32 each (acc: the forward's resumable state, (1, H, N, D))
+  DeviceBuffer dk, dv;           // (1, N, Hkv, D) f32 each
+  DeviceBuffer m, l, lse, delta;  // (1, H, N) f32 each
+  RingStepBuffers(int64_t n, int64_t h, int64_t d, int64_t hkv = 0)
+      : N(n), H(h), D(d), Hkv(hkv > 0 ? hkv : h),
+        q(bytes(H, 2)), dout(bytes(H, 2)), out(bytes(H, 2)), k(bytes(Hkv, 2)), v(bytes(Hkv, 2)),
+        acc(bytes(H, 4)), dq(bytes(H, 4)), dk(bytes(Hkv, 4)), dv(bytes(Hkv, 4)),
         m(size_t(N * H) * 4), l(size_t(N * H) * 4), lse(size_t(N * H) * 4), delta(size_t(N * H) * 4) {
+    RT_CHECK(Hkv >= 1 && H % Hkv == 0, "RingStepBuffers: " << Hkv << " K/V heads must divide " << H
+                                                           << " query heads (GQA)");
     random_bf16(bf(q, N, 0), 11);
-    random_bf16(bf(k, N, 0), 12);
-    random_bf16(bf(v, N, 0), 13);
+    random_bf16(kv(k, N, 0), 12);
+    random_bf16(kv(v, N, 0), 13);
     random_bf16(bf(dout, N, 0), 14);
   }
   Tensor bf(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, H, D) bf16
@@ -99,6 +104,14 @@ struct RingStepBuffers {
   }
   Tensor f32(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, H, D) f32
     return Tensor(static_cast<char*>(d.p) + size_t(first * H * D) * 4, DType::f32, Device::cuda(0), {1, rows, H, D});
+  }
+  Tensor kv(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, Hkv, D) bf16: k, v
+    return Tensor(static_cast<char*>(d.p) + size_t(first * Hkv * D) * 2, DType::bf16, Device::cuda(0),
+                  {1, rows, Hkv, D});
+  }
+  Tensor dkv(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, rows, Hkv, D) f32: dk, dv
+    return Tensor(static_cast<char*>(d.p) + size_t(first * Hkv * D) * 4, DType::f32, Device::cuda(0),
+                  {1, rows, Hkv, D});
   }
   Tensor rows(const DeviceBuffer& d, int64_t rows, int64_t first) const {  // (1, H, rows) f32: rank blocks of H*n
     return Tensor(static_cast<char*>(d.p) + size_t(first * H) * 4, DType::f32, Device::cuda(0), {1, H, rows});
@@ -111,24 +124,24 @@ struct RingStepBuffers {
   // attn_bwd_block_fresh, which stores dK / dV).
   void whole_fwd(const AttnMask& mask) {
     AttnState whole{acc_rows(N, 0), rows(m, N, 0), rows(l, N, 0)};
-    attn_fwd_whole(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), whole, mask, bf(out, N, 0), rows(lse, N, 0));
+    attn_fwd_whole(bf(q, N, 0), kv(k, N, 0), kv(v, N, 0), whole, mask, bf(out, N, 0), rows(lse, N, 0));
   }
   void whole_bwd(const AttnMask& mask) {
     attn_bwd_delta(bf(out, N, 0), bf(dout, N, 0), rows(delta, N, 0));
     fill(f32(dq, N, 0), 0.f);
-    attn_bwd_block_fresh(bf(q, N, 0), bf(k, N, 0), bf(v, N, 0), bf(dout, N, 0), rows(lse, N, 0), rows(delta, N, 0),
-                         f32(dq, N, 0), f32(dk, N, 0), f32(dv, N, 0), mask);
+    attn_bwd_block_fresh(bf(q, N, 0), kv(k, N, 0), kv(v, N, 0), bf(dout, N, 0), rows(lse, N, 0), rows(delta, N, 0),
+                         f32(dq, N, 0), dkv(dk, N, 0), dkv(dv, N, 0), mask);
   }
 
   // The ring's block calls: rank r's tokens are rows [r*n, (r+1)*n) of every buffer. One call of rank r with the
   // K/V block of source s, forward into the rank's state, backward into its dQ and the source's dK / dV.
   AttnState rank_state(int r, int64_t n) const { return AttnState{acc_rows(n, r * n), rows(m, n, r * n), rows(l, n, r * n)}; }
   void fwd_step(int r, int s, int64_t n, AttnState& st, const AttnMask& mask) {
-    attn_fwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), st, mask);
+    attn_fwd_block(bf(q, n, r * n), kv(k, n, s * n), kv(v, n, s * n), st, mask);
   }
   void bwd_step(int r, int s, int64_t n, const AttnMask& mask) {
-    attn_bwd_block(bf(q, n, r * n), bf(k, n, s * n), bf(v, n, s * n), bf(dout, n, r * n), rows(lse, n, r * n),
-                   rows(delta, n, r * n), f32(dq, n, r * n), f32(dk, n, s * n), f32(dv, n, s * n), mask);
+    attn_bwd_block(bf(q, n, r * n), kv(k, n, s * n), kv(v, n, s * n), bf(dout, n, r * n), rows(lse, n, r * n),
+                   rows(delta, n, r * n), f32(dq, n, r * n), dkv(dk, n, s * n), dkv(dv, n, s * n), mask);
   }
   // Every call of a cp-rank ring, rank after rank, in ring order (ring_source); mask_of(r, s, &mask) fills the mask
   // of rank r against source s and returns false where the call is skipped.
@@ -154,7 +167,7 @@ struct RingStepBuffers {
       }
       for (size_t i = 0; i < steps.size(); ++i) {
         const int s = steps[i].first;
-        const Tensor qr = bf(q, n, r * n), ks = bf(k, n, s * n), vs = bf(v, n, s * n);
+        const Tensor qr = bf(q, n, r * n), ks = kv(k, n, s * n), vs = kv(v, n, s * n);
         if (steps.size() == 1) attn_fwd_whole(qr, ks, vs, st, steps[i].second, o, lse_r);
         else if (i == 0) attn_fwd_block_first(qr, ks, vs, st, steps[i].second);
         else if (i + 1 == steps.size()) attn_fwd_block_last(qr, ks, vs, st, steps[i].second, o, lse_r);
@@ -163,8 +176,8 @@ struct RingStepBuffers {
     }
   }
   void ring_bwd(int cp, int64_t n, const StepMask& mask_of) {
-    fill(f32(dk, N, 0), 0.f);
-    fill(f32(dv, N, 0), 0.f);
+    fill(dkv(dk, N, 0), 0.f);
+    fill(dkv(dv, N, 0), 0.f);
     for (int r = 0; r < cp; ++r) {
       attn_bwd_delta(bf(out, n, r * n), bf(dout, n, r * n), rows(delta, n, r * n));
       fill(f32(dq, n, r * n), 0.f);
@@ -177,7 +190,7 @@ struct RingStepBuffers {
   }
 
  private:
-  size_t bytes(int elem_bytes) const { return size_t(N * H * D) * size_t(elem_bytes); }
+  size_t bytes(int64_t heads, int elem_bytes) const { return size_t(N * heads * D) * size_t(elem_bytes); }
 };
 
 }  // namespace rt::bench

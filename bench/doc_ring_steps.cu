@@ -8,8 +8,12 @@
 //           attn_bwd_block per visible step into dQ and the source block's dK / dV. No communication.
 //   ring critical path: each visible call timed alone; the sum over steps of the slowest rank's call (a ring step
 //           waits for its slowest rank), the time a real compute-bound ring would take.
+//   gather (--scheme gather): the gather scheme of parallel/kv_gather.h over the same order, instead of the ring:
+//           per rank its queries against its own keys and against exactly the key rows they see, gathered into one
+//           buffer in position order; bench/doc_gather_steps.cuh says what is timed, the paths and the check.
 // Sample: B = 1, N = the sum of the document lengths read from --lengths FILE (one per line, '#' comments;
-// bench/doc_attention_side_by_side.py writes them), H = --h (16) heads of d = --d (128), bf16, GQA off.
+// bench/doc_attention_side_by_side.py writes them), H = --h (16) query heads of d = --d (128), --kv-heads K / V
+// heads (default H; fewer is GQA, e.g. --h 32 --kv-heads 8 for Llama-3-8B), bf16.
 // TFLOP/s on visible pairs for every row: 4 d FLOPs per pair forward, 10 d backward (per head).
 // Timing: CUDA events, median of --reps (10) after --warmup (3).
 // Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
@@ -18,9 +22,11 @@
 // best of balanced's docpack candidates). The model line gives the time model's critical path and bytes for the
 // order (parallel/ring_time_model.h) and balanced's pick; the ring rows add MagiAttention's figure of merit.
 // The plan line also gives the tile model's prediction (parallel/ring_tile_cost.h) of whole / ring-in-sequence.
-//   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] [--h 16] [--warmup 3] [--reps 10]
-//                        [--no-ring] [--plan-only] [--json FILE]
-// --plan-only: the sample's pairs, the ring's skipped calls and imbalance, computed on the host; no GPU needed.
+// The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
+//   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather] [--d 128] [--h 16]
+//                        [--kv-heads H] [--warmup 3] [--reps 10] [--no-ring] [--plan-only] [--json FILE]
+// --plan-only: the sample's pairs, the ring's skipped calls and imbalance, and with --scheme gather the gather plan
+// (rows per rank, bytes, the model's path), computed on the host; no GPU needed. --no-ring: the whole call only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +35,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "bench/doc_gather_steps.cuh"
 #include "kernels/attention.h"
 #include "kernels/cuda_api.h"
 #include "kernels/ops.h"
@@ -51,9 +58,9 @@ struct Timed {
 
 int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
-  int64_t D = 128, H = 16;
+  int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
   bool ring = true, plan_only = false;
-  std::string lengths_path, layout_str = "balanced", json_path;
+  std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -62,14 +69,17 @@ int main(int argc, char** argv) {
     else if (a == "--layout") layout_str = next();
     else if (a == "--d") D = std::stoll(next());
     else if (a == "--h") H = std::stoll(next());
+    else if (a == "--kv-heads") Hkv = std::stoll(next());
+    else if (a == "--scheme") scheme = next();
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--no-ring") ring = false;
     else if (a == "--plan-only") plan_only = true;
     else if (a == "--json") json_path = next();
     else {
-      std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--d 128] "
-                           "[--h 16] [--warmup 3] [--reps 10] [--no-ring] [--plan-only] [--json FILE]\n");
+      std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
+                           "[--scheme ring|gather] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
+                           "[--no-ring] [--plan-only] [--json FILE]\n");
       return 2;
     }
   }
@@ -77,6 +87,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_doc_ring_steps: --lengths FILE is required (one document length per line)\n");
     return 2;
   }
+  if (Hkv == 0) Hkv = H;
+  if (scheme != "ring" && scheme != "gather") {
+    std::fprintf(stderr, "bench_doc_ring_steps: --scheme %s: valid schemes are ring and gather\n", scheme.c_str());
+    return 2;
+  }
+  if (cp < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) {
+    std::fprintf(stderr, "bench_doc_ring_steps: needs cp >= 1 and --kv-heads dividing --h (got cp %d, h %ld, "
+                         "kv-heads %ld)\n", cp, long(H), long(Hkv));
+    return 2;
+  }
+  const bool gather = scheme == "gather";
   try {
     const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
     int64_t N = 0;
@@ -88,26 +109,29 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> starts = doc_starts_from_lengths(lengths, N);  // (N) by position
     std::string chosen = layout_str;
     std::vector<int64_t> order;  // (N) ring order: rank 0's positions, rank 1's, ...
-    std::vector<RingCandidate> cands = ring_candidates(starts, cp);  // balanced's candidates, predicted
+    RingShape shape;  // the time model's shape: this run's heads, K/V heads and head dim
+    shape.heads = H, shape.kv_heads = Hkv, shape.head_dim = D;
+    std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape);  // balanced's candidates, predicted
     const size_t pick = pick_balanced(cands);
     if (layout_str == "dispatch" || layout_str == "doc-striped") {  // one candidate by name
       for (RingCandidate& c : cands)
         if (c.name == layout_str) order = c.order;
     } else if (layout_str == "docpack") {  // balanced's docpack candidates only (the best of them by balanced's rule)
       std::vector<RingCandidate> packs;
-      for (RingCandidate& c : ring_candidates(starts, cp))
+      for (RingCandidate& c : ring_candidates(starts, cp, shape))
         if (c.name == "docpack") packs.push_back(std::move(c));
+      RT_CHECK(!packs.empty(), "bench_doc_ring_steps: balanced has no docpack candidate for this sample");
       RingCandidate& best = packs[pick_balanced(packs)];
       chosen = "docpack(" + std::to_string(best.split_min) + (best.run_max ? "/runs)" : ")");
       order = std::move(best.order);
     } else {
       const Layout layout = parse_layout(layout_str);
-      order = layout == Layout::balanced ? balanced_ring_order(starts, cp, &chosen) : layout_ring_order(layout, N, cp);
+      order = layout == Layout::balanced ? balanced_ring_order(starts, cp, &chosen, shape)
+                                         : layout_ring_order(layout, N, cp);
     }
+    RT_CHECK(order.size() == size_t(N), "bench_doc_ring_steps: no " << layout_str << " candidate for this sample");
     const std::vector<double> work = ring_pair_counts(starts, order, cp);  // (cp*cp) pairs per (rank, source)
     // The time model (parallel/ring_time_model.h) for this order at this shape, and the chooser's pick.
-    RingShape shape;
-    shape.heads = H, shape.kv_heads = H, shape.head_dim = D;
     std::vector<int64_t> natural(static_cast<size_t>(N));  // (N) position order
     for (int64_t c = 0; c < N; ++c) natural[size_t(c)] = c;
     const RingHopPlan hops = ring_hop_plan_for_order(starts, order, cp);
@@ -139,6 +163,11 @@ int main(int argc, char** argv) {
                 "skipped, imbalance %.3f; tile model: whole / ring work %.3f, whole / (cp x critical path) %.3f\n",
                 long(N), lengths.size(), pairs, pairs / (double(N) * double(N + 1) / 2), cp, layout_str.c_str(),
                 chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp), model_work_eff, model_ring_eff);
+    bench::GatherBench gather_plan;  // --scheme gather: the plan of this order
+    if (gather) {
+      gather_plan = bench::gather_bench(starts, order, cp, shape);
+      bench::print_gather_plan(gather_plan);
+    }
     std::fflush(stdout);
     if (plan_only) return 0;
     if (!cuda_available()) {
@@ -146,7 +175,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     cuda::init(0);
-    bench::RingStepBuffers buf(N, H, D);  // inputs drawn at random
+    bench::RingStepBuffers buf(N, H, D, Hkv);  // inputs drawn at random
     Dev d_nat_pos(size_t(N) * 8), d_nat_start(size_t(N) * 8), d_ring_pos(size_t(N) * 8),
         d_ring_start(size_t(N) * 8);  // (1, N) int64 each: the document mask on the device of q
     CUDA_CHECK(cudaMemcpy(d_nat_pos.p, nat_pos.data(), size_t(N) * 8, cudaMemcpyHostToDevice));
@@ -188,7 +217,10 @@ int main(int argc, char** argv) {
     auto ring_fwd = [&] { buf.ring_fwd(cp, n, mask_of); };
     auto ring_bwd = [&] { buf.ring_bwd(cp, n, mask_of); };
     Timed t_ring, t_path;
-    if (ring) {
+    bench::GatherMeasured gathered;  // --scheme gather
+    if (ring && gather)
+      gathered = bench::measure_gather(buf, gather_plan, order, rp, rs, mask_of, shape, warmup, reps);
+    if (ring && !gather) {
       t_ring.fwd_ms = time_ms(ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads
       t_ring.bwd_ms = time_ms(ring_bwd, warmup, reps);
@@ -215,7 +247,15 @@ int main(int argc, char** argv) {
                 long(N), lengths.size(), long(D), long(H), pairs, pairs / (double(N) * double(N + 1) / 2));
     std::printf("  whole call            fwd %9.3f ms %7.1f TF/s | bwd %9.3f ms %7.1f TF/s\n", t_whole.fwd_ms,
                 tf(4, t_whole.fwd_ms), t_whole.bwd_ms, tf(10, t_whole.bwd_ms));
-    if (ring) {
+    const double flops_fwd = 4.0 * D * H * pairs, flops_bwd = 10.0 * D * H * pairs;  // mask FLOPs, all heads
+    // With the modelled comm added per ring step as max(compute, comm) where the measured path is the compute.
+    const double comm_fwd_ms = (predicted.fwd_us - predicted.fwd_compute_us) * 1e-3;
+    const double comm_bwd_ms = (predicted.bwd_us - predicted.bwd_compute_us) * 1e-3;
+    if (ring && gather) {
+      std::printf("  cp=%d %s (%s) gather, %ld K/V heads:\n", cp, layout_str.c_str(), chosen.c_str(), long(Hkv));
+      bench::print_gather_result(gather_plan, gathered, t_whole.fwd_ms, t_whole.bwd_ms, flops_fwd, flops_bwd);
+    }
+    if (ring && !gather) {
       std::printf("  cp=%d %s (%s) ring: %d of %d calls skipped (no visible pair), imbalance %.3f\n", cp,
                   layout_str.c_str(), chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp));
       std::printf("  ring calls in sequence fwd %9.3f ms %7.1f TF/s | bwd %9.3f ms %7.1f TF/s | whole / ring: fwd "
@@ -224,10 +264,7 @@ int main(int argc, char** argv) {
                   t_whole.fwd_ms / t_ring.fwd_ms, t_whole.bwd_ms / t_ring.bwd_ms);
       std::printf("  ring critical path    fwd %9.3f ms (x%d = %.3f ms of GPU time) | bwd %9.3f ms\n", t_path.fwd_ms,
                   cp, cp * t_path.fwd_ms, t_path.bwd_ms);
-      // MagiAttention's figure of merit: mask FLOPs / (critical path x cp), per GPU; with the modelled comm added
-      // per step as max(compute, comm) where the measured path is the compute.
-      const double comm_fwd_ms = (predicted.fwd_us - predicted.fwd_compute_us) * 1e-3;
-      const double comm_bwd_ms = (predicted.bwd_us - predicted.bwd_compute_us) * 1e-3;
+      // MagiAttention's figure of merit: mask FLOPs / (critical path x cp), per GPU.
       std::printf("  efficiency (whole / (cp x path)) fwd %.3f bwd %.3f | with the comm model fwd %.3f bwd %.3f | "
                   "TFLOP/s per GPU (mask FLOPs / (path x cp)) fwd %.1f bwd %.1f\n",
                   t_whole.fwd_ms / (cp * t_path.fwd_ms), t_whole.bwd_ms / (cp * t_path.bwd_ms),
@@ -240,12 +277,22 @@ int main(int argc, char** argv) {
       FILE* json = std::fopen(json_path.c_str(), "w");
       RT_CHECK(json != nullptr, "bench_doc_ring_steps: cannot write --json " << json_path);
       std::fprintf(json,
-                   "{\"kind\":\"doc_ring_steps\",\"N\":%ld,\"docs\":%zu,\"d\":%ld,\"H\":%ld,\"visible_pairs\":%.0f,"
-                   "\"whole_fwd_ms\":%.4f,\"whole_bwd_ms\":%.4f,\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,"
-                   "\"deterministic\":%s",
-                   long(N), lengths.size(), long(D), long(H), pairs, t_whole.fwd_ms, t_whole.bwd_ms,
-                   tf(4, t_whole.fwd_ms), tf(10, t_whole.bwd_ms), deterministic_attention() ? "true" : "false");
-      if (ring)
+                   "{\"kind\":\"doc_ring_steps\",\"N\":%ld,\"docs\":%zu,\"d\":%ld,\"H\":%ld,\"kv_heads\":%ld,"
+                   "\"scheme\":\"%s\",\"visible_pairs\":%.0f,\"whole_fwd_ms\":%.4f,\"whole_bwd_ms\":%.4f,"
+                   "\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,\"deterministic\":%s",
+                   long(N), lengths.size(), long(D), long(H), long(Hkv), scheme.c_str(), pairs, t_whole.fwd_ms,
+                   t_whole.bwd_ms, tf(4, t_whole.fwd_ms), tf(10, t_whole.bwd_ms),
+                   deterministic_attention() ? "true" : "false");
+      if (ring && gather) {
+        std::fprintf(json,
+                     ",\"cp\":%d,\"layout\":\"%s\",\"chosen\":\"%s\",\"pick\":\"%s\",\"ring_model_path_fwd_ms\":%.4f,"
+                     "\"ring_model_path_bwd_ms\":%.4f",
+                     cp, layout_str.c_str(), chosen.c_str(), cands[pick].label().c_str(), predicted.fwd_us * 1e-3,
+                     predicted.bwd_us * 1e-3);
+        bench::json_gather(json, gather_plan, &gathered, t_whole.fwd_ms, t_whole.bwd_ms, flops_fwd, flops_bwd);
+      }
+      if (!ring && gather) bench::json_gather(json, gather_plan, nullptr, 0, 0, 0, 0);  // the plan only
+      if (ring && !gather)
         std::fprintf(json,
                      ",\"cp\":%d,\"layout\":\"%s\",\"chosen\":\"%s\",\"skipped_calls\":%d,\"imbalance\":%.4f,"
                      "\"ring_fwd_ms\":%.4f,\"ring_bwd_ms\":%.4f,\"ring_fwd_tflops\":%.2f,\"ring_bwd_tflops\":%.2f,"
@@ -253,12 +300,14 @@ int main(int argc, char** argv) {
                      cp, layout_str.c_str(), chosen.c_str(), skipped, ring_imbalance(work, cp), t_ring.fwd_ms,
                      t_ring.bwd_ms, tf(4, t_ring.fwd_ms), tf(10, t_ring.bwd_ms), t_path.fwd_ms, t_path.bwd_ms,
                      model_work_eff, model_ring_eff);
-      if (ring)
+      if (ring && !gather)
         std::fprintf(json,
-                     ",\"pick\":\"%s\",\"model_path_fwd_ms\":%.4f,\"model_path_bwd_ms\":%.4f,\"model_comm_share\":%.4f,"
+                     ",\"path_comm_fwd_ms\":%.4f,\"path_comm_bwd_ms\":%.4f,\"pick\":\"%s\",\"model_path_fwd_ms\":%.4f,"
+                     "\"model_path_bwd_ms\":%.4f,\"model_comm_share\":%.4f,"
                      "\"model_bytes_per_layer\":%.0f,\"ring_bytes_per_layer\":%.0f,\"fom_fwd_tflops_per_gpu\":%.2f,"
                      "\"fom_bwd_tflops_per_gpu\":%.2f",
-                     cands[pick].label().c_str(), predicted.fwd_us * 1e-3, predicted.bwd_us * 1e-3,
+                     t_path.fwd_ms + comm_fwd_ms, t_path.bwd_ms + comm_bwd_ms, cands[pick].label().c_str(),
+                     predicted.fwd_us * 1e-3, predicted.bwd_us * 1e-3,
                      predicted.comm_share(), predicted.bytes_per_layer, predicted.ring_bytes_per_layer,
                      tf(4, t_path.fwd_ms) / cp, tf(10, t_path.bwd_ms) / cp);
       std::fprintf(json, "}\n");

@@ -163,6 +163,7 @@ def main():
     stdlib = read_lengths(STDLIB_LENGTHS)
     cache = {}
     ring_rows = [json.loads(line) for line in open(args.cp8) if line.strip()]
+    ring_rows = [row for row in ring_rows if row.get("scheme", "ring") == "ring"]  # gather rows are no ring's calls
     whole_rows = [json.loads(line) for line in open(args.whole) if line.strip()]
     data = {"fwd": [], "bwd": []}  # (N, kind, features, measured_us)
     for row in whole_rows:

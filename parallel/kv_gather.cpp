@@ -148,6 +148,40 @@ KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::
   return tiles;
 }
 
+double gather_exchange_us(const KvGatherPlan& plan, const RingShape& shape, bool gradients, const LinkModel& link) {
+  const double row_bytes =
+      2.0 * double(shape.kv_heads * shape.head_dim * (gradients ? shape.dkv_wire_bytes : shape.dtype_bytes));
+  int64_t busiest = 0;  // rows the busiest rank moves one way
+  for (int r = 0; r < plan.cp; ++r)
+    busiest = std::max({busiest, plan.recv_rows[size_t(r)], plan.send_rows[size_t(r)]});
+  return busiest > 0 ? link.hop_latency_us + double(busiest) * row_bytes / link.bytes_per_us : 0.0;
+}
+
+RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const KvGatherPlan& plan,
+                                          const RingShape& shape, const LinkModel& link) {
+  const size_t cp = size_t(plan.cp);
+  RT_CHECK(calls.own_fwd.size() == cp && calls.gathered_fwd.size() == cp && calls.own_bwd.size() == cp &&
+               calls.gathered_bwd.size() == cp && plan.recv_rows.size() == cp,
+           "gather_time_from_calls: needs one time per rank (" << cp << ") for each of the four calls");
+  const double c_kv = gather_exchange_us(plan, shape, false, link), c_dkv = gather_exchange_us(plan, shape, true, link);
+  RingTimePrediction p;
+  for (size_t r = 0; r < cp; ++r) {
+    const double own_f = calls.own_fwd[r], got_f = calls.gathered_fwd[r];
+    const double own_b = calls.own_bwd[r], got_b = calls.gathered_bwd[r];
+    p.fwd_compute_us = std::max(p.fwd_compute_us, own_f + got_f);
+    p.bwd_compute_us = std::max(p.bwd_compute_us, own_b + got_b);
+    const bool receives = plan.recv_rows[r] > 0;  // else its own call needs no one
+    p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
+    p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_b, c_kv) : own_b) + got_b + c_dkv);
+  }
+  const double kv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dtype_bytes);
+  const double dkv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dkv_wire_bytes);
+  p.bytes_per_layer = plan.bytes_per_layer(kv_row, dkv_row);
+  p.ring_bytes_per_layer =
+      ring_hop_plan_full(plan.cp).bytes_per_layer(kv_row * double(plan.n), dkv_row * double(plan.n));
+  return p;
+}
+
 RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
                                        const RingShape& shape, const LinkModel& link) {
   const int cp = plan.cp;
@@ -159,29 +193,18 @@ RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGathe
     const size_t i = size_t(r * cp + r);
     return c.runs[i] ? call_time_us(m, c.full_tiles[i], c.partial_tiles[i], c.active[i], shape.heads) : 0.0;
   };
-  const double kv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dtype_bytes);
-  const double dkv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dkv_wire_bytes);
-  int64_t busiest = 0;  // rows the busiest rank moves one way
-  for (int r = 0; r < cp; ++r)
-    busiest = std::max({busiest, plan.recv_rows[size_t(r)], plan.send_rows[size_t(r)]});
-  const double c_kv = busiest > 0 ? link.hop_latency_us + double(busiest) * kv_row / link.bytes_per_us : 0.0;
-  const double c_dkv = busiest > 0 ? link.hop_latency_us + double(busiest) * dkv_row / link.bytes_per_us : 0.0;
-  RingTimePrediction p;
+  GatherCallTimes calls;
   for (int r = 0; r < cp; ++r) {
-    const double own_f = call(tiles.own, fwd, r), got_f = call(tiles.gathered, fwd, r);
-    const double own_b = call(tiles.own, bwd, r), got_b = call(tiles.gathered, bwd, r);
-    p.fwd_compute_us = std::max(p.fwd_compute_us, own_f + got_f);
-    p.bwd_compute_us = std::max(p.bwd_compute_us, own_b + got_b);
-    const bool receives = plan.recv_rows[size_t(r)] > 0;  // else its own call needs no one
-    p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
-    p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_b, c_kv) : own_b) + got_b + c_dkv);
+    calls.own_fwd.push_back(call(tiles.own, fwd, r));
+    calls.gathered_fwd.push_back(call(tiles.gathered, fwd, r));
+    calls.own_bwd.push_back(call(tiles.own, bwd, r));
+    calls.gathered_bwd.push_back(call(tiles.gathered, bwd, r));
   }
+  RingTimePrediction p = gather_time_from_calls(calls, plan, shape, link);
   p.ideal_fwd_us =
       call_time_us(fwd, whole.full_tiles[0], whole.partial_tiles[0], whole.active[0], shape.heads) / double(cp);
   p.ideal_bwd_us =
       call_time_us(bwd, whole.full_tiles[0], whole.partial_tiles[0], whole.active[0], shape.heads) / double(cp);
-  p.bytes_per_layer = plan.bytes_per_layer(kv_row, dkv_row);
-  p.ring_bytes_per_layer = ring_hop_plan_full(cp).bytes_per_layer(kv_row * double(plan.n), dkv_row * double(plan.n));
   return p;
 }
 

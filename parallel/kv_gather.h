@@ -75,4 +75,20 @@ KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::
 RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
                                        const RingShape& shape, const LinkModel& link = {});
 
+// The exchange term C of the formula above: one all-to-all-v of the plan's rows, K and V (gradients false) or their
+// dK / dV (true), bounded by the busiest rank's rows one way; 0 when no rank receives anything. Microseconds.
+double gather_exchange_us(const KvGatherPlan& plan, const RingShape& shape, bool gradients, const LinkModel& link = {});
+
+// Per-rank call times of the gather scheme in microseconds, (cp) each; 0 where a call does not run (a rank that
+// receives nothing runs no gathered call).
+struct GatherCallTimes {
+  std::vector<double> own_fwd, gathered_fwd, own_bwd, gathered_bwd;
+};
+
+// The formula of predict_gather_time applied to any call times (the kernel model's there, measured ones in
+// bench_doc_ring_steps): fwd_us / bwd_us with the exchanges, fwd_compute_us / bwd_compute_us without them (max over
+// ranks of own + gathered), and the bytes; ideal_fwd_us / ideal_bwd_us are left 0 for the caller.
+RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const KvGatherPlan& plan,
+                                          const RingShape& shape, const LinkModel& link = {});
+
 }  // namespace rt

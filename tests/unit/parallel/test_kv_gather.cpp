@@ -159,6 +159,56 @@ TEST(KvGather, GatheredTilesMatchTheVisiblePairs) {
   EXPECT_GT(gathered_full, 0) << "documents up to 1500 long over 1024-token ranks must give full remote tiles";
 }
 
+TEST(KvGather, MeasuredCallsHideTheExchangeOnlyBehindLongerOwnCalls) {
+  // gather_time_from_calls (what bench_doc_ring_steps applies to measured calls): the exchange C_kv overlaps each
+  // receiving rank's own call, the gradients' return C_dkv is exposed; a rank that receives nothing never waits.
+  const int cp = 4;
+  const int64_t T = 4 * 256;
+  std::mt19937_64 rng(5);
+  const std::vector<int64_t> starts = doc_starts_from_lengths(random_lengths(rng, T, 400, false), T);
+  const KvGatherPlan plan = kv_gather_plan_for_order(starts, layout_ring_order(Layout::contiguous, T, cp), cp);
+  ASSERT_EQ(plan.recv_rows[0], 0);  // contiguous: rank 0 holds the first positions
+  RingShape shape;
+  shape.heads = 32, shape.kv_heads = 8;
+  const double c_kv = gather_exchange_us(plan, shape, false), c_dkv = gather_exchange_us(plan, shape, true);
+  ASSERT_GT(c_kv, 0);
+  EXPECT_GT(c_dkv, c_kv) << "f32 gradients on the wire weigh more than bf16 K/V";
+  std::uniform_real_distribution<double> u(0.1, 1.0);
+  for (bool long_own : {true, false}) {
+    GatherCallTimes calls;
+    double compute_f = 0, compute_b = 0;
+    for (int r = 0; r < cp; ++r) {
+      const double scale = long_own ? 2 * c_dkv : 0.1 * c_kv;  // own calls longer than both exchanges, or shorter
+      calls.own_fwd.push_back(scale * (1 + u(rng)));
+      calls.own_bwd.push_back(scale * (1 + u(rng)));
+      calls.gathered_fwd.push_back(plan.recv_rows[size_t(r)] > 0 ? c_kv * u(rng) : 0.0);
+      calls.gathered_bwd.push_back(plan.recv_rows[size_t(r)] > 0 ? c_kv * u(rng) : 0.0);
+      compute_f = std::max(compute_f, calls.own_fwd.back() + calls.gathered_fwd.back());
+      compute_b = std::max(compute_b, calls.own_bwd.back() + calls.gathered_bwd.back());
+    }
+    const RingTimePrediction p = gather_time_from_calls(calls, plan, shape);
+    SCOPED_TRACE(long_own ? "own calls hide the exchange" : "the exchange is exposed");
+    EXPECT_DOUBLE_EQ(p.fwd_compute_us, compute_f);
+    EXPECT_DOUBLE_EQ(p.bwd_compute_us, compute_b);
+    EXPECT_GE(p.bwd_us, compute_b + c_dkv - 1e-9);
+    if (long_own) {
+      EXPECT_DOUBLE_EQ(p.fwd_us, compute_f);
+      EXPECT_DOUBLE_EQ(p.bwd_us, compute_b + c_dkv);
+    } else {
+      double want = calls.own_fwd[0];  // rank 0 receives nothing: its own call alone
+      for (int r = 1; r < cp; ++r)
+        want = std::max(want, (plan.recv_rows[size_t(r)] > 0 ? c_kv : calls.own_fwd[size_t(r)]) +
+                                  calls.gathered_fwd[size_t(r)]);
+      EXPECT_DOUBLE_EQ(p.fwd_us, want);
+      EXPECT_GT(p.fwd_us, compute_f);
+    }
+    EXPECT_EQ(p.bytes_per_layer, plan.bytes_per_layer(2.0 * 8 * 128 * 2, 2.0 * 8 * 128 * 4));
+    EXPECT_EQ(p.ring_bytes_per_layer,
+              double(cp) * (cp - 1) * double(plan.n) * (2.0 * 8 * 128 * 2 * 2 + 2.0 * 8 * 128 * 4))
+        << "the plain ring: every block to every other rank, fwd + bwd K/V and the dK/dV home";
+  }
+}
+
 }  // namespace
 }  // namespace rt
 

@@ -1,0 +1,346 @@
+// bench_doc_ring_steps --scheme gather (included by bench/doc_ring_steps.cu): the gather scheme of
+// parallel/kv_gather.h measured on one GPU. Every rank receives exactly the key rows its queries see (one
+// all-to-all-v, not run here) and makes two calls each way:
+//   own:      its queries against its own keys (the ring's step-0 call), while the exchange is in flight;
+//             forward attn_fwd_block_first (attn_fwd_whole where the rank receives nothing), backward
+//             attn_bwd_block_fresh into its own dK / dV;
+//   gathered: its queries against its gathered rows, in position order, with the document mask (k_pos = their
+//             positions); forward attn_fwd_block_last, backward attn_bwd_block_fresh into the gathered dK / dV
+//             (which go home in the reverse exchange), dQ accumulating over both calls.
+// Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
+// K / V into one device buffer, their k_pos on the device. Each call is timed alone (CUDA events, median of reps
+// after warmup; the gathered forward after an untimed own forward that starts its state).
+// Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
+// (predict_gather_time's formula, parallel/kv_gather.h) on the measured calls with the stated NVLink model.
+// Check: one pass of the scheme against one pass of the ring's calls over the same rows (out, lse, dQ, and dK / dV
+// with the gathered rows' gradients added home); a mismatch fails the run, the timings would be of a wrong scheme.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_bench_util.cuh"
+#include "parallel/kv_gather.h"
+
+namespace rt::bench {
+
+// The host side of the scheme for one ring order: the plan and the kernel time model's prediction.
+struct GatherBench {
+  KvGatherPlan plan;
+  RingTimePrediction predicted;  // predict_gather_time
+  double c_kv_us = 0, c_dkv_us = 0;  // the exchanges of the NVLink model (gather_exchange_us)
+};
+
+inline GatherBench gather_bench(const std::vector<int64_t>& starts, const std::vector<int64_t>& order, int cp,
+                                const RingShape& shape) {
+  GatherBench g;
+  const std::vector<RingSpan> spans = ring_spans_from_order(order, cp);
+  g.plan = kv_gather_plan_for_spans(document_begins(starts), spans, cp);
+  std::vector<int64_t> natural(starts.size());  // (T) position order
+  std::iota(natural.begin(), natural.end(), int64_t(0));
+  g.predicted = predict_gather_time(kv_gather_tiles(starts, spans, g.plan, cp), g.plan,
+                                    ring_tile_cost(starts, natural, 1), shape);
+  g.c_kv_us = gather_exchange_us(g.plan, shape, false);
+  g.c_dkv_us = gather_exchange_us(g.plan, shape, true);
+  return g;
+}
+
+inline std::string gather_join(const std::vector<int64_t>& xs) {  // "a,b,c"
+  std::string s;
+  for (size_t i = 0; i < xs.size(); ++i) s += (i ? "," : "") + std::to_string(xs[i]);
+  return s;
+}
+
+// The plan line (also with --plan-only): rows received and sent per rank, bytes, the exchanges, the model's path.
+inline void print_gather_plan(const GatherBench& g) {
+  const RingTimePrediction& p = g.predicted;
+  std::printf("gather plan: rows received per rank %s (max %ld, total %ld); rows sent per rank %s; bytes per layer "
+              "%.0f of the ring's %.0f (%.2f%%); exchange %.1f us K/V, %.1f us dK/dV (NVLink model %.0f GB/s, %.0f us "
+              "latency); model: path fwd %.3f ms bwd %.3f ms (efficiency %.3f / %.3f), compute only fwd %.3f ms bwd "
+              "%.3f ms\n",
+              gather_join(g.plan.recv_rows).c_str(), long(g.plan.max_recv_rows()), long(g.plan.total_rows()),
+              gather_join(g.plan.send_rows).c_str(), p.bytes_per_layer, p.ring_bytes_per_layer,
+              p.ring_bytes_per_layer > 0 ? 100 * p.bytes_per_layer / p.ring_bytes_per_layer : 0.0, g.c_kv_us,
+              g.c_dkv_us, LinkModel{}.bytes_per_us * 1e-3, LinkModel{}.hop_latency_us, p.fwd_us * 1e-3,
+              p.bwd_us * 1e-3, p.efficiency_fwd(), p.efficiency_bwd(), p.fwd_compute_us * 1e-3,
+              p.bwd_compute_us * 1e-3);
+}
+
+__global__ void gather_rows_kernel(__nv_bfloat16* dst, const __nv_bfloat16* src, const int64_t* src_row,
+                                   int64_t rows, int64_t width) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * width;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[src_row[i / width] * width + i % width];
+}
+
+// dst row (dst_row ? dst_row[i] : first + i) += src row i, for rows rows of width floats (distinct target rows).
+__global__ void add_rows_kernel(float* dst, const float* src, const int64_t* dst_row, int64_t first, int64_t rows,
+                                int64_t width) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * width;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / width;
+    dst[(dst_row ? dst_row[r] : first + r) * width + i % width] += src[i];
+  }
+}
+
+__device__ inline float gather_as_float(float x) { return x; }
+__device__ inline float gather_as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// out[0] = max |a - b|, out[1] = max |b| as float bits (non-negative floats order as their bits); out[2] = 1 on NaN.
+template <typename T>
+__global__ void max_abs_diff_kernel(const T* a, const T* b, int64_t n, unsigned* out) {
+  float diff = 0, ref = 0;
+  bool nan = false;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = gather_as_float(a[i]), y = gather_as_float(b[i]);
+    nan |= isnan(x) || isnan(y);
+    diff = fmaxf(diff, fabsf(x - y));
+    ref = fmaxf(ref, fabsf(y));
+  }
+  atomicMax(&out[0], __float_as_uint(diff));
+  atomicMax(&out[1], __float_as_uint(ref));
+  if (nan) out[2] = 1;
+}
+
+// {max |a - b|, max |b|} of two device arrays of n elements; NaN when either holds a NaN.
+template <typename T>
+std::pair<float, float> gather_max_abs_diff(const void* a, const void* b, int64_t n) {
+  DeviceBuffer flags(3 * sizeof(unsigned));  // (3) u32
+  cudaStream_t st = cuda::current_stream();
+  CUDA_CHECK(cudaMemsetAsync(flags.p, 0, 3 * sizeof(unsigned), st));
+  max_abs_diff_kernel<T><<<1024, 256, 0, st>>>(static_cast<const T*>(a), static_cast<const T*>(b), n,
+                                               static_cast<unsigned*>(flags.p));
+  CUDA_CHECK_LAUNCH();
+  unsigned host[3];
+  CUDA_CHECK(cudaMemcpyAsync(host, flags.p, sizeof(host), cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  if (host[2]) return {NAN, NAN};
+  float d, r;
+  std::memcpy(&d, &host[0], 4);
+  std::memcpy(&r, &host[1], 4);
+  return {d, r};
+}
+
+// Median ms of fn over reps, each run after an untimed setup() on the same stream (warmup pairs first).
+inline double time_after_ms(const std::function<void()>& setup, const std::function<void()>& fn, int warmup,
+                            int reps) {
+  for (int i = 0; i < warmup; ++i) setup(), fn();
+  cudaStream_t st = cuda::current_stream();
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    setup();
+    CUDA_CHECK(cudaEventRecord(a, st));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, st));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+struct GatherMeasured {
+  std::vector<double> own_fwd_ms, got_fwd_ms, own_bwd_ms, got_bwd_ms;  // (cp) each; 0 where a call does not run
+  RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
+  // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
+  double check_lse = 0, check_out = 0, check_dq = 0, check_dk = 0, check_dv = 0;
+};
+
+// buf: the sample in ring order (rank r's rows [r n, (r + 1) n)); rp / rs: (N) device positions and document starts
+// of those rows; ring_mask: the ring's calls (the check's reference). Throws rt::Error when the check fails.
+inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
+                                     const int64_t* rp, const int64_t* rs,
+                                     const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
+                                     int reps) {
+  const KvGatherPlan& plan = g.plan;
+  const int cp = plan.cp;
+  const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
+  cudaStream_t stream = cuda::current_stream();
+  // The reference: one pass of the ring's calls (forward, then backward into dQ and the sources' dK / dV).
+  buf.ring_fwd(cp, n, ring_mask);
+  buf.ring_bwd(cp, n, ring_mask);
+  DeviceBuffer ref_out(size_t(N * H * D) * 2), ref_lse(size_t(N * H) * 4);  // (1, N, H, D) bf16; (1, H, N) f32
+  DeviceBuffer ref_dq(size_t(N * H * D) * 4), ref_dk(size_t(N * kv_width) * 4), ref_dv(size_t(N * kv_width) * 4);
+  CUDA_CHECK(cudaMemcpyAsync(ref_out.p, buf.out.p, size_t(N * H * D) * 2, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ref_lse.p, buf.lse.p, size_t(N * H) * 4, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ref_dq.p, buf.dq.p, size_t(N * H * D) * 4, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ref_dk.p, buf.dk.p, size_t(N * kv_width) * 4, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ref_dv.p, buf.dv.p, size_t(N * kv_width) * 4, cudaMemcpyDeviceToDevice, stream));
+  DeviceBuffer home_dk(size_t(N * kv_width) * 4), home_dv(size_t(N * kv_width) * 4);  // (1, N, Hkv, D) f32: the check's
+  fill(buf.dkv(home_dk, N, 0), 0.f);                                                  // dK / dV summed at home
+  fill(buf.dkv(home_dv, N, 0), 0.f);
+
+  const int64_t max_rows = std::max<int64_t>(1, plan.max_recv_rows());
+  DeviceBuffer gk(size_t(max_rows * kv_width) * 2), gv(size_t(max_rows * kv_width) * 2);    // (1, R, Hkv, D) bf16
+  DeviceBuffer gdk(size_t(max_rows * kv_width) * 4), gdv(size_t(max_rows * kv_width) * 4);  // (1, R, Hkv, D) f32
+  DeviceBuffer gpos(size_t(max_rows) * 8), gsrc(size_t(max_rows) * 8);  // (R) int64: positions, rows in buf
+  std::vector<int64_t> row_of(static_cast<size_t>(N));  // (N) by position: its row in buf
+  for (int64_t i = 0; i < N; ++i) row_of[size_t(order[size_t(i)])] = i;
+
+  GatherMeasured m;
+  GatherCallTimes us;
+  for (int r = 0; r < cp; ++r) {
+    const std::vector<int64_t> pos = kv_gather_positions(plan, r);  // (R) in buffer order, increasing
+    const int64_t R = int64_t(pos.size());
+    std::vector<int64_t> src(pos.size());  // (R)
+    for (size_t i = 0; i < pos.size(); ++i) src[i] = row_of[size_t(pos[i])];
+    if (R > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(gpos.p, pos.data(), size_t(R) * 8, cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaMemcpyAsync(gsrc.p, src.data(), size_t(R) * 8, cudaMemcpyHostToDevice, stream));
+      const int64_t* s = static_cast<const int64_t*>(gsrc.p);
+      gather_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(gk.p),
+                                                   static_cast<const __nv_bfloat16*>(buf.k.p), s, R, kv_width);
+      CUDA_CHECK_LAUNCH();
+      gather_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(gv.p),
+                                                   static_cast<const __nv_bfloat16*>(buf.v.p), s, R, kv_width);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // pos and src are freed at the end of this iteration
+    }
+    AttnMask own, got;
+    own.docs.q_pos = got.docs.q_pos = rp + r * n;
+    own.docs.q_doc_start = got.docs.q_doc_start = rs + r * n;
+    own.docs.q_stride = got.docs.q_stride = own.docs.k_stride = N;
+    own.docs.k_pos = rp + r * n;
+    got.docs.k_pos = static_cast<const int64_t*>(gpos.p);
+    got.docs.k_stride = max_rows;
+    const Tensor q = buf.bf(buf.q, n, r * n), dout = buf.bf(buf.dout, n, r * n), out = buf.bf(buf.out, n, r * n);
+    const Tensor k = buf.kv(buf.k, n, r * n), v = buf.kv(buf.v, n, r * n);
+    const Tensor lse = buf.rows(buf.lse, n, r * n), delta = buf.rows(buf.delta, n, r * n);
+    const Tensor dq = buf.f32(buf.dq, n, r * n);
+    const Tensor dk = buf.dkv(buf.dk, n, r * n), dv = buf.dkv(buf.dv, n, r * n);
+    const Tensor gkt = buf.kv(gk, R, 0), gvt = buf.kv(gv, R, 0), gdkt = buf.dkv(gdk, R, 0), gdvt = buf.dkv(gdv, R, 0);
+    AttnState st = buf.rank_state(r, n);
+    auto own_fwd = [&] {
+      if (R > 0) attn_fwd_block_first(q, k, v, st, own);
+      else attn_fwd_whole(q, k, v, st, own, out, lse);
+    };
+    auto got_fwd = [&] { attn_fwd_block_last(q, gkt, gvt, st, got, out, lse); };
+    auto own_bwd = [&] { attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, own); };
+    auto got_bwd = [&] { attn_bwd_block_fresh(q, gkt, gvt, dout, lse, delta, dq, gdkt, gdvt, got); };
+    m.own_fwd_ms.push_back(time_ms(own_fwd, warmup, reps));
+    m.got_fwd_ms.push_back(R > 0 ? time_after_ms(own_fwd, got_fwd, warmup, reps) : 0.0);
+    own_fwd();  // the rank's out and lse, what its backward reads
+    if (R > 0) got_fwd();
+    attn_bwd_delta(out, dout, delta);
+    m.own_bwd_ms.push_back(time_ms(own_bwd, warmup, reps));
+    m.got_bwd_ms.push_back(R > 0 ? time_ms(got_bwd, warmup, reps) : 0.0);
+    // The check's pass: dQ from zero over both calls; dK / dV added home (own rows, then the gathered rows').
+    fill(dq, 0.f);
+    own_bwd();
+    add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dk.p), static_cast<const float*>(buf.dk.p) +
+                                              r * n * kv_width, nullptr, r * n, n, kv_width);
+    CUDA_CHECK_LAUNCH();
+    add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dv.p), static_cast<const float*>(buf.dv.p) +
+                                              r * n * kv_width, nullptr, r * n, n, kv_width);
+    CUDA_CHECK_LAUNCH();
+    if (R > 0) {
+      got_bwd();
+      const int64_t* s = static_cast<const int64_t*>(gsrc.p);
+      add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dk.p), static_cast<const float*>(gdk.p), s,
+                                                0, R, kv_width);
+      CUDA_CHECK_LAUNCH();
+      add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dv.p), static_cast<const float*>(gdv.p), s,
+                                                0, R, kv_width);
+      CUDA_CHECK_LAUNCH();
+    }
+    us.own_fwd.push_back(1e3 * m.own_fwd_ms.back());
+    us.gathered_fwd.push_back(1e3 * m.got_fwd_ms.back());
+    us.own_bwd.push_back(1e3 * m.own_bwd_ms.back());
+    us.gathered_bwd.push_back(1e3 * m.got_bwd_ms.back());
+  }
+  m.path = gather_time_from_calls(us, plan, shape);
+
+  auto rel = [](std::pair<float, float> d) { return d.second > 0 ? double(d.first) / d.second : double(d.first); };
+  m.check_lse = gather_max_abs_diff<float>(buf.lse.p, ref_lse.p, N * H).first;
+  m.check_out = rel(gather_max_abs_diff<__nv_bfloat16>(buf.out.p, ref_out.p, N * H * D));
+  m.check_dq = rel(gather_max_abs_diff<float>(buf.dq.p, ref_dq.p, N * H * D));
+  m.check_dk = rel(gather_max_abs_diff<float>(home_dk.p, ref_dk.p, N * kv_width));
+  m.check_dv = rel(gather_max_abs_diff<float>(home_dv.p, ref_dv.p, N * kv_width));
+  std::printf("  gather check against the ring's calls: max |diff| lse %.2e; relative to max |ring|: out %.2e, dQ "
+              "%.2e, dK %.2e, dV %.2e\n",
+              m.check_lse, m.check_out, m.check_dq, m.check_dk, m.check_dv);
+  const bool ok = m.check_lse <= 1e-2 && m.check_out <= 5e-2 && m.check_dq <= 5e-2 && m.check_dk <= 5e-2 &&
+                  m.check_dv <= 5e-2;  // false on NaN too
+  RT_CHECK(ok, "bench_doc_ring_steps --scheme gather: the scheme's results differ from the ring's on the same rows "
+               "(tolerance: lse 1e-2, the rest 5e-2 relative); the gathered rows or their positions are wrong, so its "
+               "timings would be of another computation");
+  return m;
+}
+
+// The measured rows on stdout: per rank, the paths, the efficiencies against whole / cp and MagiAttention's figure
+// of merit (mask FLOPs / (path x cp), TFLOP/s per GPU); flops_* are the mask FLOPs of each direction.
+inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, double whole_fwd_ms,
+                                double whole_bwd_ms, double flops_fwd, double flops_bwd) {
+  const int cp = g.plan.cp;
+  for (int r = 0; r < cp; ++r)
+    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms | bwd own %8.3f ms + gathered "
+                "%8.3f ms\n",
+                r, long(g.plan.recv_rows[size_t(r)]), m.own_fwd_ms[size_t(r)], m.got_fwd_ms[size_t(r)],
+                m.own_bwd_ms[size_t(r)], m.got_bwd_ms[size_t(r)]);
+  const RingTimePrediction& p = m.path;
+  const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
+  auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
+  std::printf("  gather compute path   fwd %9.3f ms | bwd %9.3f ms (max over ranks of own + gathered)\n", pf, pb);
+  std::printf("  gather path with comm fwd %9.3f ms | bwd %9.3f ms (exchange %.1f us K/V, %.1f us dK/dV; model "
+              "predicted fwd %.3f ms bwd %.3f ms)\n",
+              cf, cb, g.c_kv_us, g.c_dkv_us, g.predicted.fwd_us * 1e-3, g.predicted.bwd_us * 1e-3);
+  const double share = p.ring_bytes_per_layer > 0 ? 100 * p.bytes_per_layer / p.ring_bytes_per_layer : 0.0;
+  std::printf("  bytes per layer %.0f of the ring's %.0f (%.2f%%), %ld rows received in all\n", p.bytes_per_layer,
+              p.ring_bytes_per_layer, share, long(g.plan.total_rows()));
+  std::printf("  efficiency (whole / (cp x path)) fwd %.3f bwd %.3f | with the comm model fwd %.3f bwd %.3f | TFLOP/s "
+              "per GPU (mask FLOPs / (path x cp)) fwd %.1f bwd %.1f, with comm fwd %.1f bwd %.1f\n",
+              whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb), whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb),
+              per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb), per_gpu(flops_fwd, cf), per_gpu(flops_bwd, cb));
+}
+
+// The same as JSON members (after a leading comma), for bench_doc_ring_steps --json.
+inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* m, double whole_fwd_ms,
+                        double whole_bwd_ms, double flops_fwd, double flops_bwd) {
+  auto list = [](const std::vector<double>& xs) {
+    std::string s = "[";
+    char cell[32];
+    for (size_t i = 0; i < xs.size(); ++i) std::snprintf(cell, sizeof(cell), "%s%.4f", i ? "," : "", xs[i]), s += cell;
+    return s + "]";
+  };
+  const RingTimePrediction& e = g.predicted;
+  std::fprintf(json,
+               ",\"recv_rows\":[%s],\"send_rows\":[%s],\"bytes_per_layer\":%.0f,\"ring_bytes_per_layer\":%.0f,"
+               "\"exchange_kv_us\":%.2f,\"exchange_dkv_us\":%.2f,\"model_path_fwd_ms\":%.4f,"
+               "\"model_path_bwd_ms\":%.4f,\"model_compute_fwd_ms\":%.4f,\"model_compute_bwd_ms\":%.4f,"
+               "\"model_eff_fwd\":%.4f,\"model_eff_bwd\":%.4f",
+               gather_join(g.plan.recv_rows).c_str(), gather_join(g.plan.send_rows).c_str(), e.bytes_per_layer,
+               e.ring_bytes_per_layer, g.c_kv_us, g.c_dkv_us, e.fwd_us * 1e-3, e.bwd_us * 1e-3,
+               e.fwd_compute_us * 1e-3, e.bwd_compute_us * 1e-3, e.efficiency_fwd(), e.efficiency_bwd());
+  if (m == nullptr) return;
+  const int cp = g.plan.cp;
+  const RingTimePrediction& p = m->path;
+  const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
+  auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
+  std::fprintf(json,
+               ",\"own_fwd_ms\":%s,\"gathered_fwd_ms\":%s,\"own_bwd_ms\":%s,\"gathered_bwd_ms\":%s,"
+               "\"path_fwd_ms\":%.4f,\"path_bwd_ms\":%.4f,\"path_comm_fwd_ms\":%.4f,\"path_comm_bwd_ms\":%.4f,"
+               "\"eff_fwd\":%.4f,\"eff_bwd\":%.4f,\"eff_comm_fwd\":%.4f,\"eff_comm_bwd\":%.4f,"
+               "\"fom_fwd_tflops_per_gpu\":%.2f,\"fom_bwd_tflops_per_gpu\":%.2f,"
+               "\"fom_comm_fwd_tflops_per_gpu\":%.2f,\"fom_comm_bwd_tflops_per_gpu\":%.2f,"
+               "\"check_lse\":%.3e,\"check_out\":%.3e,\"check_dq\":%.3e,\"check_dk\":%.3e,\"check_dv\":%.3e",
+               list(m->own_fwd_ms).c_str(), list(m->got_fwd_ms).c_str(), list(m->own_bwd_ms).c_str(),
+               list(m->got_bwd_ms).c_str(), pf, pb, cf, cb, whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb),
+               whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb), per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb),
+               per_gpu(flops_fwd, cf), per_gpu(flops_bwd, cb), m->check_lse, m->check_out, m->check_dq, m->check_dk,
+               m->check_dv);
+}
+
+}  // namespace rt::bench
