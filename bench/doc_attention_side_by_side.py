@@ -407,7 +407,7 @@ def main():
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--cp", type=int, default=8)
     ap.add_argument("--layout", default="balanced")
-    ap.add_argument("--scheme", default="ring", choices=("ring", "gather"),
+    ap.add_argument("--scheme", default="ring", choices=("ring", "gather", "auto"),
                     help="ours: the ring's calls, or the gather scheme's (parallel/kv_gather.h)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)

@@ -18,12 +18,14 @@
 // Timing: CUDA events, median of --reps (10) after --warmup (3).
 // Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
 //
-// --layout: contiguous, zigzag, striped, balanced, dispatch (the mask-area dispatch), doc-striped, or docpack (the
-// best of balanced's docpack candidates). The model line gives the time model's critical path and bytes for the
+// --layout: contiguous, zigzag, striped, balanced, dispatch (the mask-area dispatch), doc-striped, docpack (the
+// best of balanced's docpack candidates) or gatherpack (the best of its gatherpack candidates, priced for gather).
+// --scheme auto: the chooser's pick among the ring and gather candidates (balanced_ring_choice), layout and scheme
+// both; --layout is ignored. The model line gives the time model's critical path and bytes for the
 // order (parallel/ring_time_model.h) and balanced's pick; the ring rows add MagiAttention's figure of merit.
 // The plan line also gives the tile model's prediction (parallel/ring_tile_cost.h) of whole / ring-in-sequence.
 // The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
-//   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather] [--d 128] [--h 16]
+//   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
 //                        [--kv-heads H] [--warmup 3] [--reps 10] [--no-ring] [--plan-only] [--json FILE]
 // --plan-only: the sample's pairs, the ring's skipped calls and imbalance, and with --scheme gather the gather plan
 // (rows per rank, bytes, the model's path), computed on the host; no GPU needed. --no-ring: the whole call only.
@@ -88,8 +90,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (Hkv == 0) Hkv = H;
-  if (scheme != "ring" && scheme != "gather") {
-    std::fprintf(stderr, "bench_doc_ring_steps: --scheme %s: valid schemes are ring and gather\n", scheme.c_str());
+  if (scheme != "ring" && scheme != "gather" && scheme != "auto") {
+    std::fprintf(stderr, "bench_doc_ring_steps: --scheme %s: valid schemes are ring, gather and auto\n", scheme.c_str());
     return 2;
   }
   if (cp < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) {
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
                          "kv-heads %ld)\n", cp, long(H), long(Hkv));
     return 2;
   }
-  const bool gather = scheme == "gather";
+  bool gather = scheme == "gather";
   try {
     const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
     int64_t N = 0;
@@ -113,7 +115,21 @@ int main(int argc, char** argv) {
     shape.heads = H, shape.kv_heads = Hkv, shape.head_dim = D;
     std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape);  // balanced's candidates, predicted
     const size_t pick = pick_balanced(cands);
-    if (layout_str == "dispatch" || layout_str == "doc-striped") {  // one candidate by name
+    if (scheme == "auto") {  // the chooser's pick among ring and gather candidates: layout and scheme
+      const RingChoice choice = balanced_ring_choice(starts, cp, shape, /*with_gather=*/true);
+      order = choice.order;
+      gather = choice.gather;
+      scheme = gather ? "gather" : "ring";
+      chosen = "auto:" + choice.label;
+    } else if (layout_str == "gatherpack") {  // the best gatherpack candidate by the gather scheme's predicted time
+      std::vector<RingCandidate> packs;
+      for (RingCandidate& c : ring_candidates(starts, cp, shape, true, true))
+        if (c.name == "gatherpack") packs.push_back(std::move(c));
+      RT_CHECK(!packs.empty(), "bench_doc_ring_steps: no gatherpack candidate (cp = 1?)");
+      RingCandidate& best = packs[pick_balanced(packs)];
+      chosen = best.label();
+      order = std::move(best.order);
+    } else if (layout_str == "dispatch" || layout_str == "doc-striped") {  // one candidate by name
       for (RingCandidate& c : cands)
         if (c.name == layout_str) order = c.order;
     } else if (layout_str == "docpack") {  // balanced's docpack candidates only (the best of them by balanced's rule)
