@@ -5,7 +5,8 @@
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
 //                   [--task loss|loss-by-position|needle] [--by window|document] [--cases DIR] [--out FILE.jsonl]
 //   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
-//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--out FILE]
+//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--prefill-chunk N]
+//                   [--device-memory-gib G] [--dump-logits FILE.npy] [--out FILE]
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
@@ -137,6 +138,9 @@ int main(int argc, char** argv) {
                    "rank on this grid");
   plan->add_option("--max-new-tokens", args.plan.generate_new_tokens,
                    "with --generate-context: the new tokens the cache holds too (default 64, as generate)");
+  plan->add_option("--prefill-chunk", args.plan.generate_prefill_chunk,
+                   "with --generate-context: generate's prefill chunk in tokens (default 0 = auto: one pass when it "
+                   "fits the plan's memory, else the largest chunk that fits)");
   CLI::App* eval = app.add_subcommand("eval", "mean held-out loss of a checkpoint (any grid)");
   add_config_args(eval, args);
   eval->add_option("--checkpoint", args.checkpoint,
@@ -173,6 +177,12 @@ int main(int argc, char** argv) {
                        "the GPU's memory; CPU ranks: the host's over the ranks)")
       ->check(plan_check("--device-memory-gib", [](const std::string& v) {
         return rt::check_plan_memory_gib("--device-memory-gib", v); }));
+  generate->add_option("--prefill-chunk", g.prefill_chunk,
+                       "prefill the prompt in chunks of this many tokens (every cp rank runs each chunk against its "
+                       "cache shard); 0 = auto (default): one pass on the grid when it fits, else the largest chunk "
+                       "that fits");
+  generate->add_option("--dump-logits", g.dump_logits, "write the logits each new token was chosen from here "
+                                                       "(.npy, float32, new tokens x vocabulary)");
   generate->add_option("--out", g.out, "write the JSON result here (default: stdout)");
   HfArgs hf;
   CLI::App* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama/Mistral directory -> ringtrain checkpoint");
@@ -214,7 +224,7 @@ int main(int argc, char** argv) {
   }
   args.generate.eos_given = generate->count("--eos-id") > 0;
   args.plan.generate = plan->count("--generate-context") > 0;
-  args.plan.generate_new_given = plan->count("--max-new-tokens") > 0;
+  args.plan.generate_new_given = plan->count("--max-new-tokens") > 0 || plan->count("--prefill-chunk") > 0;
   args.generate.prompt_given = generate->count("--prompt") > 0;
   const std::string command = train->parsed() ? "train" : plan->parsed() ? "plan" : generate->parsed() ? "generate"
                                                                                                       : "eval";

@@ -3,6 +3,7 @@
 
   launch/generate.py CONFIG --checkpoint DIR --text "Once upon a time" [--tokenizer tokenizer.json] [--np N]
                      [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E]
+                     [--prefill-chunk N] [--device-memory-gib G]
 
 The tokenizer is a Hugging Face tokenizer.json read with the `tokenizers` package (launch/install-deps.sh
 --prepare-data installs it); by default the one in the directory the checkpoint's weights came from (its
@@ -50,7 +51,8 @@ def main():
     ap.add_argument("--ringtrain", default=os.path.join(HERE, "..", "build", "ringtrain"))
     ap.add_argument("--json", action="store_true", help="print the JSON result with the decoded text")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    for opt in ("--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--eos-id"):
+    for opt in ("--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--eos-id", "--prefill-chunk",
+                "--device-memory-gib"):
         ap.add_argument(opt)
     args = ap.parse_args()
     try:
@@ -77,7 +79,8 @@ def main():
             json.dump(ids, f)
         cmd = [args.ringtrain, "generate", args.config, "--checkpoint", args.checkpoint, "--prompt-ids", ids_file,
                "--out", out_file]
-        for opt in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "eos_id"):
+        for opt in ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "eos_id", "prefill_chunk",
+                    "device_memory_gib"):
             if getattr(args, opt) is not None:
                 cmd += ["--" + opt.replace("_", "-"), getattr(args, opt)]
         for s in args.set:

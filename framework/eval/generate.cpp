@@ -16,9 +16,11 @@
 #include "framework/plan/plan_generate.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
+#include "framework/eval/dump_logits.h"
 #include "framework/eval/generate.h"
 #include "framework/eval/eval.h"
 #include "kernels/ops.h"
+#include "parallel/comm.h"
 #include "parallel/doc_balance.h"
 
 namespace fs = std::filesystem;
@@ -38,22 +40,80 @@ std::string read_text_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
-// Atomic: written beside `path` under a hidden name, then renamed.
-void write_result(const std::string& path, const std::string& text) {
+// Atomic: `write` fills a hidden name beside `path`, then it is renamed. `option` names the flag in errors.
+template <class Write>
+void write_atomically(const std::string& path, const char* option, Write&& write) {
   const fs::path p(path);
   const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
   try {
-    DurableFileWriter w(tmp);
-    w.write(text.data(), text.size());
-    w.commit();
+    write(tmp);
     std::error_code ec;
     fs::rename(tmp, path, ec);
     if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
   } catch (const std::exception& e) {
     std::error_code ec;
     fs::remove(tmp, ec);
-    throw RunError(kExitUsage, std::string("generate --out: ") + e.what() + "; nothing was written to '" + path + "'");
+    throw RunError(kExitUsage, std::string("generate ") + option + ": " + e.what() + "; nothing was written to '" +
+                                   path + "'");
   }
+}
+
+void write_result(const std::string& path, const std::string& text) {
+  write_atomically(path, "--out", [&](const std::string& tmp) {
+    DurableFileWriter w(tmp);
+    w.write(text.data(), text.size());
+    w.commit();
+  });
+}
+
+void check_output_path(const std::string& path, const char* option) {
+  if (path.empty()) return;
+  const fs::path parent = fs::absolute(path).parent_path();
+  RT_CHECK(fs::is_directory(parent) && !fs::is_directory(path),
+           "generate: " << option << " " << path << " must be a file in an existing directory; create "
+                        << parent.string() << " or choose another path");
+}
+
+// The prompt but its last token into this rank's cache shard: one pass through the training forward on the grid
+// (each rank's rows of the layout's ring order, the K / V of prompt rows captured), or chunk by chunk
+// (Model::prefill_chunk, this rank's slot of each chunk). `me`: this rank's cp rank.
+void prefill(Model& model, KvCache& cache, const GenerateLayout& layout, const std::vector<int32_t>& prompt, int me,
+             int cp) {
+  const int64_t n = layout.rows_per_rank, Pp = int64_t(prompt.size()) - 1;
+  if (layout.chunk > 0) {
+    std::vector<int32_t> tokens(static_cast<size_t>(n));  // (n) this rank's rows of the chunk, padded at the end
+    for (int64_t c = 0; c < layout.chunks; ++c) {
+      const int64_t start = c * layout.chunk, valid = std::min(layout.chunk, Pp - start);
+      const int64_t slot = prefill_chunk_slot(me, c, cp);  // this rank's rows of the chunk: [slot n, (slot + 1) n)
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = slot * n + j;  // the row's place in the chunk
+        tokens[size_t(j)] = i < valid ? prompt[size_t(start + i)] : 0;
+      }
+      model.prefill_chunk(cache, tokens, c, start, valid);
+    }
+    return;
+  }
+  // Which global position each cp rank's local row holds (the loader's layout over the ring).
+  const std::vector<int64_t>& order = layout.order;  // (T) ring order
+  Batch batch;
+  batch.batch = 1;
+  batch.tokens_per_rank = n;
+  batch.tokens.resize(size_t(n));       // (1, n)
+  batch.targets.assign(size_t(n), -1);  // (1, n): no loss
+  batch.positions.resize(size_t(n));    // (1, n)
+  batch.groups.assign(size_t(n), 0);    // (1, n)
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = order[size_t(me * n + j)];
+    batch.positions[size_t(j)] = int32_t(pos);
+    batch.tokens[size_t(j)] = pos < Pp ? prompt[size_t(pos)] : 0;
+    if (pos < Pp) cache.capture.push_back(j);
+  }
+  if (Pp > 0) {
+    model.set_kv_capture(&cache);
+    model.step(batch, 0, /*want_grad=*/false);  // downloads the losses: the prefill has finished
+    model.set_kv_capture(nullptr);
+  }
+  cache.rows = int64_t(cache.capture.size());
 }
 
 }  // namespace
@@ -99,13 +159,11 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     const std::string refused = check_prompt_length(int64_t(prompt.size()), trained_len, config.model.rope_scaling,
                                                     &length_warning);
     RT_CHECK(refused.empty(), "generate: " << refused);
+    RT_CHECK(args.prefill_chunk >= 0, "generate: --prefill-chunk " << args.prefill_chunk << " must be 0 (auto: "
+             "chunks only when the prompt's prefill does not fit) or a number of tokens per chunk");
     eos = resolve_eos_id(args, config, hf_source);
-    if (!args.out.empty()) {
-      const fs::path parent = fs::absolute(args.out).parent_path();
-      RT_CHECK(fs::is_directory(parent) && !fs::is_directory(args.out),
-               "generate: --out " << args.out << " must be a file in an existing directory; create "
-                                  << parent.string() << " or choose another path");
-    }
+    check_output_path(args.out, "--out");
+    check_output_path(args.dump_logits, "--dump-logits");
   }, kExitUsage);
 
   const int64_t P = int64_t(prompt.size());
@@ -113,22 +171,22 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   Device device;
   agree_on([&] { device = resolve_device(config); }, kExitUsage);
   // What this rank will allocate (framework/plan/plan_generate.h, as `ringtrain plan --generate-context` counts
-  // it), refused up front when the arenas alone exceed the device (a GPU's memory; a CPU rank's share of the host).
+  // it), with the prefill chunked when one pass would not fit (or --prefill-chunk asks); refused up front when the
+  // arenas alone exceed the device (a GPU's memory; a CPU rank's share of the host).
   GeneratePlan plan;
   agree_on([&] {
-    plan = plan_generate(config, device, P, args.max_new_tokens);
     const double limit = args.device_memory_gib > 0 ? args.device_memory_gib * 1024.0 * 1024 * 1024
                          : device.is_cuda()         ? double(device_total_bytes(device))
                                                     : double(host_physical_bytes()) / std::max(1, world_size);
     const std::string where = args.device_memory_gib > 0 ? "--device-memory-gib"
                               : device.is_cuda()         ? "the GPU"
                                                          : "this CPU rank's share of the host memory";
+    plan = plan_generate(config, device, P, args.max_new_tokens, PrefillChunking{args.prefill_chunk, limit, where});
     const std::string problem = generate_memory_problem(plan, limit, where);
     RT_CHECK(problem.empty(), "generate: " << problem);
   }, kExitUsage);
   const GenerateLayout& layout = plan.layout;
-  const int64_t T = layout.prefill_len, n = layout.rows_per_rank, Pp = P - 1;
-  config.data.seq_len = int(T);
+  const int64_t n = layout.rows_per_rank, Pp = P - 1;
   ProcessGrid grid = make_process_grid(config);
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {
@@ -140,8 +198,16 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     std::fprintf(stderr, "generate: KV cache %.0f bytes per rank (%lld rows; K and V %.0f bytes), prefill arena %.0f "
                  "bytes (%lld tokens per rank), %.0f bytes per rank with the allowance\n", plan.cache_bytes,
                  (long long)layout.capacity, plan.kv_bytes, plan.prefill_bytes, (long long)n, plan.device_bytes());
+    if (layout.chunk > 0)
+      std::fprintf(stderr, "generate: prefill of %lld tokens in %lld chunks of %lld (%lld per cp rank; each chunk's "
+                   "queries meet every rank's cache shard, %.0f bytes of queries and states per rank): %s\n",
+                   (long long)Pp, (long long)layout.chunks, (long long)layout.chunk, (long long)n, plan.chunk_bytes,
+                   plan.chunk_note.c_str());
   }
-  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
+  LocalComm one;  // chunked: the model's ring and all-to-all (its attention reads the cache instead)
+  ModelSession session = build_session(generate_model_config(config, layout),
+                                       generate_model_comms(ModelComms::from(grid), layout, one), device,
+                                       /*with_optimizer=*/false);
   Model& model = *session.model;
   agree_on([&] {
     model.scatter_full(model.master(), weights, "");
@@ -149,37 +215,20 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   }, kExitUsage);
   weights.clear();
 
-  // Which global position each cp rank's local row holds (the loader's layout over the ring), and so how many
-  // prompt rows each rank caches.
-  const std::vector<int64_t>& order = layout.order;  // (T) ring order
+  // How many prompt rows each cp rank caches (the loader's layout over the ring, or the chunks' pieces).
   std::vector<int64_t> shard_rows = layout.shard_rows;  // (cp) cached rows per cp rank
   const int me = grid.cp_rank();
+  const bool chunked = layout.chunk > 0;  // the cache also holds the chunks' queries and states
   Arena measuring = Arena::measuring(device);
-  model.make_kv_cache(measuring, layout.capacity);
+  model.make_kv_cache(measuring, layout.capacity, chunked);
   Arena cache_arena(device, measuring.peak() + 4096);
-  KvCache cache = model.make_kv_cache(cache_arena, layout.capacity);
+  KvCache cache = model.make_kv_cache(cache_arena, layout.capacity, chunked);
 
   // Prefill.
-  Batch batch;
-  batch.batch = 1;
-  batch.tokens_per_rank = n;
-  batch.tokens.resize(size_t(n));     // (1, n)
-  batch.targets.assign(size_t(n), -1);  // (1, n): no loss
-  batch.positions.resize(size_t(n));  // (1, n)
-  batch.groups.assign(size_t(n), 0);  // (1, n)
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t pos = order[size_t(me * n + j)];
-    batch.positions[size_t(j)] = int32_t(pos);
-    batch.tokens[size_t(j)] = pos < Pp ? prompt[size_t(pos)] : 0;
-    if (pos < Pp) cache.capture.push_back(j);
-  }
   const auto t_prefill = std::chrono::steady_clock::now();
-  if (Pp > 0) {
-    model.set_kv_capture(&cache);
-    model.step(batch, 0, /*want_grad=*/false);  // downloads the losses: the prefill has finished
-    model.set_kv_capture(nullptr);
-  }
-  cache.rows = int64_t(cache.capture.size());
+  prefill(model, cache, layout, prompt, me, cp);
+  RT_CHECK(cache.rows == shard_rows[size_t(me)], "generate: the prefill cached " << cache.rows << " rows on cp rank "
+               << me << ", the layout " << shard_rows[size_t(me)]);
   grid.world().barrier();
   const double prefill_s = seconds_since(t_prefill);
 
@@ -191,6 +240,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   const Tensor host_token(&token_host, DType::i32, Device::cpu(), {1});
   SampleRng rng(args.sampling.seed);
   std::vector<int32_t> generated;
+  std::vector<float> step_logits;  // (steps, V) rank 0, --dump-logits
   std::string stop = "max_new_tokens";
   const auto t_decode = std::chrono::steady_clock::now();
   for (int64_t pos = P - 1; int64_t(generated.size()) < args.max_new_tokens; ++pos) {
@@ -201,6 +251,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     ++shard_rows[size_t(owner)];
     if (rank0) {  // rank 0 chooses; every rank takes its choice
       copy_cast(host_logits, cache.logits);
+      if (!args.dump_logits.empty()) step_logits.insert(step_logits.end(), logits.begin(), logits.end());
       token_host = choose_token(logits.data(), V, args.sampling, rng);
       copy_cast(cache.token, host_token);
     }
@@ -225,11 +276,21 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     j["decode_s"] = decode_s;
     j["decode_tokens_per_s"] = tokens_per_s;
     j["grid"] = {{"cp", cp}, {"cp_a2a", config.parallel.cp_a2a}, {"tp", config.parallel.tp}};
+    j["prefill_chunks"] = layout.chunks;
+    j["prefill_chunk"] = layout.chunk;
     j["device"] = device.is_cpu() ? "cpu" : "cuda";
     j["hf_source"] = hf_source;
     std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
                  "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)Pp, prefill_s, cp, config.parallel.cp_a2a,
                  config.parallel.tp, generated.size(), decode_s, tokens_per_s, stop.c_str());
+    if (!args.dump_logits.empty()) {
+      const int64_t steps = int64_t(generated.size());
+      write_atomically(args.dump_logits, "--dump-logits", [&](const std::string& tmp) {
+        write_npy(tmp, "<f4", {steps, V}, step_logits.data(), step_logits.size() * sizeof(float));
+      });
+      std::fprintf(stderr, "generate: wrote %s (%lld x %lld float32 logits)\n", args.dump_logits.c_str(),
+                   (long long)steps, (long long)V);
+    }
     const std::string text = j.dump() + "\n";
     if (args.out.empty()) {
       std::fputs(text.c_str(), stdout);

@@ -1,6 +1,8 @@
 // `ringtrain generate` (DESIGN.md "Generate"): token ids in, token ids out (JSON), on the configured grid.
 //   prefill: the prompt but its last token, through the training forward on the cp x tp grid (ring, all-to-all or
-//            hybrid); each rank keeps its own rows of every layer's K (after RoPE) and V as its shard of the cache;
+//            hybrid); each rank keeps its own rows of every layer's K (after RoPE) and V as its shard of the cache.
+//            When that pass does not fit the rank's memory (or --prefill-chunk N asks), in chunks: every cp rank
+//            runs each chunk against the cache (Model::prefill_chunk) and caches its piece of it;
 //   decode:  every rank runs the new token (tp splits heads), attends over its shard (attn_decode_partial), the
 //            fp32 states are merged over the cp group, and the token's K / V are appended to the rank with the
 //            fewest rows (round-robin once the shards are even). The last prompt token is the first decode step.
@@ -26,6 +28,8 @@ struct GenerateArgs {
   bool eos_given = false;       // --eos-id (a negative id: never stop at EOS)
   int64_t eos_id = -1;
   double device_memory_gib = 0;  // per rank; 0: the GPU's memory (CPU: the host's over the ranks)
+  int64_t prefill_chunk = 0;     // prefill tokens per chunk; 0: auto (one pass when it fits, else chunks that fit)
+  std::string dump_logits;       // .npy (steps, V) f32: the logits each new token was chosen from ("" = none)
 };
 
 // Ids from text: a JSON array of integers, or integers separated by commas and / or white space. Throws rt::Error

@@ -170,7 +170,17 @@ struct KvCache {
   Tensor lse;                   // (1, Hl, 1) f32
   Tensor work;                  // (attn_decode_work_elems(1, Hl, Hkvl, D, capacity)) f32, zeroed once
   Tensor logits;                // (1, V) act: the next token's logits after decode_step
+  // Chunked prefill only (make_kv_cache with chunked_prefill; n = the model's tokens per rank, a chunk's rows here):
+  Tensor chunk_state;           // cp = 1: (Hl*n*(D+2)) f32, attn_fwd_whole's scratch;
+                                // cp > 1: (cp, Hl*n*(D+2)) f32, row s = the state of cp rank s's queries over this
+                                // rank's rows, each acc (1,Hl,n,D) | m (1,Hl,n) | l (1,Hl,n) (sent to rank s)
+  Tensor chunk_states;          // cp > 1: (cp, Hl*n*(D+2)) f32, row s = rank s's state of this rank's queries
+  Tensor chunk_q;               // cp > 1: (cp*n, Hl*D) act, the chunk's queries gathered over cp (rank s's at s*n)
 };
+
+// Which n rows of a prefill chunk cp rank `rank` holds: [slot n, (slot + 1) n) for slot = (rank + chunk) % cp. The
+// slots go round the ranks from chunk to chunk, so that short chunks do not put every row on the first ranks.
+inline int64_t prefill_chunk_slot(int64_t rank, int64_t chunk, int64_t cp) { return (rank + chunk) % cp; }
 
 class Model {
  public:
@@ -256,13 +266,23 @@ class Model {
   Tensor final_hidden() const { return final_out_; }
 
   // Generation (model_decode.cpp). make_kv_cache: the cache and step buffers for `capacity` rows from `arena`
-  // (measure on Arena::measuring first). set_kv_capture: the following forwards copy rows cache->capture of every
-  // layer's K (after RoPE) and V into the cache (null: stop). decode_step: cache->token at global `position`;
-  // when append_here, its K / V become this rank's row cache.rows (the caller then counts it); attention over this
-  // rank's rows, the fp32 states merged over the cp group; writes cache.logits. Collective over cp and tp.
-  KvCache make_kv_cache(Arena& arena, int64_t capacity) const;
+  // (measure on Arena::measuring first), with chunked_prefill also prefill_chunk's states. set_kv_capture: the
+  // following forwards copy rows cache->capture of every layer's K (after RoPE) and V into the cache (null: stop).
+  // decode_step: cache->token at global `position`; when append_here, its K / V become this rank's row cache.rows
+  // (the caller then counts it); attention over this rank's rows, the fp32 states merged over the cp group; writes
+  // cache.logits. Collective over cp and tp.
+  KvCache make_kv_cache(Arena& arena, int64_t capacity, bool chunked_prefill = false) const;
   void set_kv_capture(KvCache* cache) { kv_capture_ = cache; }
   void decode_step(KvCache& cache, int64_t position, bool append_here);
+  // Chunked prefill (model_prefill.cpp, DESIGN.md "Generate"): chunk number `chunk` of the prompt, at global
+  // positions [start, start + valid), sharded over the cp group: `tokens` (n, this model's tokens per rank) are the
+  // chunk's rows [slot n, (slot + 1) n) with slot = prefill_chunk_slot(cp rank, chunk, cp) (those at or past `valid`:
+  // padding, not cached). Each layer appends this rank's prompt rows' K / V to its shard (at cache.rows); every
+  // rank's queries attend over every rank's shard (the queries all-gathered over cp, the fp32 states sent back
+  // all-to-all and merged in cp-rank order). Adds the rows to cache.rows. Needs make_kv_cache(.., chunked_prefill =
+  // true); the model's own ring attention is not used (build it on a ring of one: generate_model_comms). Collective
+  // over cp and tp.
+  void prefill_chunk(KvCache& cache, const std::vector<int32_t>& tokens, int64_t chunk, int64_t start, int64_t valid);
 
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();
@@ -385,6 +405,14 @@ class Model {
   Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
   KvCache* kv_capture_ = nullptr;  // set_kv_capture
   void capture_kv(int layer, const Tensor& k, const Tensor& v);  // (N, Hkvl*D) each
+  struct PrefillChunk {             // the chunk prefill_chunk is running (cache null: none)
+    KvCache* cache = nullptr;
+    int64_t index = 0, start = 0, valid = 0;
+  };
+  PrefillChunk chunk_;
+  // The chunk's attention against the cache shards (model_prefill.cpp): q4 (1, n, Hl, D), k and v (n, Hkvl*D) after
+  // RoPE, out4 (1, n, Hl, D) and lse (1, Hl, n) written.
+  void chunk_attention(int layer, const Tensor& q4, const Tensor& k, const Tensor& v, Tensor out4, Tensor lse);
   LocalComm no_a2a_;  // the a2a group when comms.a2a is null
   std::unique_ptr<ContextAttention> attention_;
 };

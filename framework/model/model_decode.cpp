@@ -16,20 +16,26 @@
 #include "kernels/rope_table.h"
 
 namespace rt {
-namespace {
 
-// Views of a packed (Hl*(D+2)) f32 state: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1).
-AttnState state_views(const Tensor& packed, int64_t Hl, int64_t D) {
+AttnState packed_state_views(const Tensor& packed, int64_t H, int64_t rows, int64_t D) {
+  const int64_t acc = H * rows * D, ml = H * rows;
+  RT_CHECK(packed.numel() == acc + 2 * ml, "a packed attention state of " << packed.numel() << " elements, expected "
+                                               << H << " heads x " << rows << " rows x (" << D << " + 2)");
   AttnState s;
-  s.acc = packed.slice(0, Hl * D).view({1, Hl, 1, D});
-  s.m = packed.slice(Hl * D, Hl * D + Hl).view({1, Hl, 1});
-  s.l = packed.slice(Hl * D + Hl, Hl * (D + 2)).view({1, Hl, 1});
+  s.acc = packed.slice(0, acc).view({1, H, rows, D});
+  s.m = packed.slice(acc, acc + ml).view({1, H, rows});
+  s.l = packed.slice(acc + ml, acc + 2 * ml).view({1, H, rows});
   return s;
 }
 
+namespace {
+
+// Views of a packed (Hl*(D+2)) f32 state: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1).
+AttnState state_views(const Tensor& packed, int64_t Hl, int64_t D) { return packed_state_views(packed, Hl, 1, D); }
+
 }  // namespace
 
-KvCache Model::make_kv_cache(Arena& arena, int64_t capacity) const {
+KvCache Model::make_kv_cache(Arena& arena, int64_t capacity, bool chunked_prefill) const {
   const ModelShape& s = shape_;
   const DType act = options_.act_dtype;
   RT_CHECK(capacity >= 1, "generate: a KV cache needs at least one row per rank, got " << capacity);
@@ -63,6 +69,14 @@ KvCache Model::make_kv_cache(Arena& arena, int64_t capacity) const {
                        "decode: split-KV work");
   if (!arena.is_measuring()) fill(c.work, 0.f);  // its arrival counters start at zero; each decode call leaves them so
   c.logits = arena.alloc(act, {1, s.V}, "decode: logits");                          // (1, V)
+  if (chunked_prefill) {
+    const int64_t w = s.Hl * s.n * (s.D + 2);
+    c.chunk_state = arena.alloc(DType::f32, {cp, w}, "prefill chunk: attention states out");  // (cp, Hl*n*(D+2))
+    if (cp > 1) {
+      c.chunk_states = arena.alloc(DType::f32, {cp, w}, "prefill chunk: attention states in");  // (cp, Hl*n*(D+2))
+      c.chunk_q = arena.alloc(act, {cp * s.n, s.Hl * s.D}, "prefill chunk: gathered queries");   // (cp*n, Hl*D)
+    }
+  }
   return c;
 }
 

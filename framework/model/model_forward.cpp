@@ -28,7 +28,9 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
   rope_rows(q4, false);
   rope_rows(k4, false);
   if (kv_capture_ && pass == BlockPass::forward) capture_kv(layer, a.k, a.v);  // generate's prefill
-  if (pass != BlockPass::recompute_keep_attention)
+  if (chunk_.cache && pass == BlockPass::forward)  // generate's chunked prefill: against the KV cache
+    chunk_attention(layer, q4, a.k, a.v, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
+  else if (pass != BlockPass::recompute_keep_attention)
     attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);

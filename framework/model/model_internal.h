@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "framework/model/model.h"
+#include "kernels/attention.h"
 #include "kernels/host_copy.h"
 
 namespace rt {
@@ -61,6 +62,10 @@ void Model::for_each_owned_piece(Fn&& fn) const {
     if (lo < hi) fn(e, r.local_begin + (lo - r.flat_begin), lo - e.offset, hi - e.offset);
   }
 }
+
+// Views of a packed (H*rows*(D+2)) f32 attention state: acc (1,H,rows,D) | m (1,H,rows) | l (1,H,rows)
+// (model_decode.cpp; the decode step's and the prefill chunk's states, all-gathered over cp as one tensor).
+AttnState packed_state_views(const Tensor& packed, int64_t H, int64_t rows, int64_t D);
 
 // Copies nbytes of host memory into dst (any device) and back. dst/src give dtype and size.
 void copy_host_to_tensor(Tensor dst, const void* host);

@@ -225,15 +225,19 @@ void print_memory(const PlanPoint& pt, const PlanLimits& limits, Device device, 
 }
 
 // --generate-context: `ringtrain generate` on this config's grid (its cp, cp_a2a and tp; dp 1, no optimizer).
-GeneratePlan plan_for_generate(const Config& config, Device device, const PlanArgs& args) {
-  RT_CHECK(args.generate || !args.generate_new_given, "--max-new-tokens is for planning generate; give the "
-           "prompt length too, e.g. --generate-context 131072 --max-new-tokens " << args.generate_new_tokens);
+// The prefill is chunked as generate would chunk it under the plan's memory limit (or --prefill-chunk).
+GeneratePlan plan_for_generate(const Config& config, Device device, const PlanArgs& args, const PlanLimits& limits,
+                               const std::string& limits_from) {
+  RT_CHECK(args.generate || !args.generate_new_given, "--max-new-tokens and --prefill-chunk are for planning "
+           "generate; give the prompt length too, e.g. --generate-context 131072 --max-new-tokens "
+           << args.generate_new_tokens);
   RT_CHECK(args.generate_context >= 1, "--generate-context " << args.generate_context
            << " must be a prompt of at least 1 token, e.g. --generate-context 131072");
   RT_CHECK(args.generate_new_tokens >= 0, "--max-new-tokens " << args.generate_new_tokens << " must be >= 0");
   Config c = config;
   prepare_generate_config(c);
-  return plan_generate(c, device, args.generate_context, args.generate_new_tokens);
+  return plan_generate(c, device, args.generate_context, args.generate_new_tokens,
+                       PrefillChunking{args.generate_prefill_chunk, limits.device_bytes, limits_from});
 }
 
 nlohmann::json generate_json(const GeneratePlan& g, const PlanLimits& limits) {
@@ -244,6 +248,10 @@ nlohmann::json generate_json(const GeneratePlan& g, const PlanLimits& limits) {
           {"kv_bytes_per_rank", g.kv_bytes},
           {"cache_bytes_per_rank", g.cache_bytes},
           {"prefill_bytes_per_rank", g.prefill_bytes},
+          {"prefill_chunk", g.layout.chunk},
+          {"prefill_chunks", g.layout.chunks},
+          {"prefill_chunk_reason", g.chunk_note},
+          {"prefill_chunk_bytes_per_rank", g.chunk_bytes},
           {"total_bytes_per_rank", g.device_bytes()},
           {"fits", limits.device_bytes <= 0 || g.device_bytes() <= limits.device_bytes}};
 }
@@ -259,6 +267,11 @@ void print_generate(const GeneratePlan& g, const PlanLimits& limits, Device devi
     std::printf("  [of %s: %s]", human_bytes(limits.device_bytes).c_str(),
                 g.device_bytes() <= limits.device_bytes ? "fits" : "DOES NOT FIT");
   std::printf("\n");
+  if (g.layout.chunk > 0)
+    std::printf("  generate     prefill in %lld chunks of %lld tokens (%lld per cp rank; each chunk's queries meet "
+                "every rank's cache shard, %s of queries and states in the cache's arena): %s\n",
+                (long long)g.layout.chunks, (long long)g.layout.chunk, (long long)g.layout.rows_per_rank,
+                human_bytes(g.chunk_bytes).c_str(), g.chunk_note.c_str());
 }
 
 }  // namespace
@@ -316,7 +329,7 @@ int plan_main(const Config& given, const PlanArgs& args) {
                           : config.train.checkpointing == "selective" ? model_flops + selective_extra
                                                                       : model_flops;
   GeneratePlan gen;
-  if (args.generate || args.generate_new_given) gen = plan_for_generate(config, device, args);
+  if (args.generate || args.generate_new_given) gen = plan_for_generate(config, device, args, limits, limits_from);
   if (args.json) {
     print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits, device_note(config, device),
                     limits_from, args.generate ? generate_json(gen, limits) : nlohmann::json());

@@ -16,8 +16,9 @@ struct PlanArgs {
   std::string doc_lengths;        // a document-length file: visible-pair attention FLOPs and imbalance per layout
   bool generate = false;             // --generate-context given: also plan `ringtrain generate`
   int64_t generate_context = 0;      // ... with a prompt of this many tokens
-  bool generate_new_given = false;   // --max-new-tokens given
+  bool generate_new_given = false;   // --max-new-tokens or --prefill-chunk given (they need --generate-context)
   int64_t generate_new_tokens = 64;  // ... and this many new tokens (generate's --max-new-tokens)
+  int64_t generate_prefill_chunk = 0;  // ... prefilled in chunks of this many tokens (0: auto, as generate)
 };
 // The largest --device-memory-gib / --host-memory-gib taken (1 PiB): anything above is a typo.
 constexpr double kMaxPlanMemoryGiB = 1024.0 * 1024;

@@ -18,6 +18,13 @@ CASE:
                 equal generate's start-up line on cp 1 and cp 2 (and cp 2 x tp 2), the K / V part equals 2 L rows
                 (Hkv / tp) D x 4 bytes (f32 on CPU) with the rows cp shards; generate refuses up front, naming the
                 numbers, when --device-memory-gib is below them
+  chunks        the prefill in chunks (--prefill-chunk N, and auto under a memory limit) against the one-pass
+                prefill on the same grid (and the NumPy reference on cp 1): greedy ids equal and every step's logits
+                (--dump-logits) within 1e-5 relative, fp32 CPU, for chunks that do not divide the prompt, chunks of
+                one token and two chunks, on cp 1, cp 2, cp 4 (ranks holding no prompt row of a chunk), cp 4 with
+                cp_a2a 2, tp 2 and cp 2 x tp 2 (mpirun); auto picks the fewest chunks that fit --device-memory-gib
+                (one chunk fewer does not fit), says so at start-up, and `ringtrain plan` plans the same chunks and
+                cache; with --cuda, also bf16 on the GPU against the one pass (chunks_cuda)
   transformers  (only where torch and transformers import; else exit 77 = skipped) transformers' greedy `generate`
                 on the exported model: fp32 CPU ids equal for 40 new tokens; with --cuda, also a bf16 export on the
                 GPU against transformers' bf16 for 16 tokens (equal, or diverging only where transformers' own
@@ -187,6 +194,147 @@ def case_refusals(tmp):
           f"{p.stderr.strip()[:200]}")
 
 
+def logits_match(a, b):
+    """-> (relative max difference of two (steps, V) logits arrays, whether within 1e-5 and NaN-free)."""
+    if a.shape != b.shape or not np.isfinite(a).all() or not np.isfinite(b).all():
+        return float("inf"), False
+    rel = float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+    return rel, rel <= 1e-5
+
+
+def plan_generate_json(cfg, ckpt, prompt_len, new, extra=()):
+    p = run([args.ringtrain, "plan", cfg, "--json", "--generate-context", str(prompt_len), "--max-new-tokens",
+             str(new), "--set", "train.init_from=" + ckpt] + list(extra))
+    return json.loads(p.stdout.strip().splitlines()[0])["generate"]
+
+
+def case_chunks(tmp):
+    cfg = write_config(os.path.join(tmp, "gen.yaml"), tmp)
+    ckpt, _, weights = fixture(tmp, "gqa_llama3")
+    new = 24
+    ref, _ = fx.greedy_generate("gqa_llama3", weights, PROMPT, new, eos=2)
+    prefill = len(PROMPT) - 1  # 36 tokens: 5, 7 and 13 do not divide it; 35 makes two chunks, the second of one
+    grids = [(1, [], (1, 5, 13, 35)), (2, ["parallel.cp=2"], (1, 7, 35)), (4, ["parallel.cp=4"], (3, 13)),
+             (4, ["parallel.cp=4", "parallel.cp_a2a=2"], (5,)), (2, ["parallel.tp=2"], (1, 7)),
+             (4, ["parallel.cp=2", "parallel.tp=2"], (5,))]
+    for np_, sets, chunks in grids:
+        where = " ".join(sets) or "cp=1"
+        base_npy = os.path.join(tmp, "base.npy")
+        base, _ = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
+                           extra=["--eos-id", "-1", "--dump-logits", base_npy])
+        check(base["prefill_chunks"] == 1 and len(ref) > 0 and base["new_ids"][:len(ref)] == ref,
+              f"chunks {where}: the one-pass prefill's {new} ids equal the NumPy reference")
+        for chunk in chunks:
+            npy = os.path.join(tmp, f"chunk{chunk}.npy")
+            out, err = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
+                                extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--dump-logits", npy])
+            want_chunks = -(-prefill // chunk)
+            rel, close = logits_match(np.load(npy), np.load(base_npy))
+            check(out["prefill_chunks"] == want_chunks and out["prefill_chunk"] == chunk and
+                  f"in {want_chunks} chunks of {chunk}" in err and f"--prefill-chunk {chunk}" in err,
+                  f"chunks {where} --prefill-chunk {chunk}: {out['prefill_chunks']} chunks, said at start-up")
+            check(out["new_ids"] == base["new_ids"] and close,
+                  f"chunks {where} --prefill-chunk {chunk}: {new} ids equal the one pass's, logits within "
+                  f"{rel:.2e} relative")
+    # A longer prompt, so that chunks and the cache cross the CPU kernel's 128-row tiles.
+    long_prompt = [int(t) for t in np.random.default_rng(4).integers(3, fx.VOCAB, 250)]
+    for np_, sets in ((1, []), (2, ["parallel.cp=2"])):
+        where = " ".join(sets) or "cp=1"
+        base_npy = os.path.join(tmp, "base.npy")
+        base, _ = generate(cfg, ckpt, long_prompt, new=8, np_=np_, sets=sets,
+                           extra=["--eos-id", "-1", "--dump-logits", base_npy])
+        for chunk in (100, 67):
+            npy = os.path.join(tmp, f"long{chunk}.npy")
+            out, _ = generate(cfg, ckpt, long_prompt, new=8, np_=np_, sets=sets,
+                              extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--dump-logits", npy])
+            rel, close = logits_match(np.load(npy), np.load(base_npy))
+            check(out["prefill_chunks"] == -(-249 // chunk) and out["new_ids"] == base["new_ids"] and close,
+                  f"chunks {where}: a 250-token prompt in chunks of {chunk}: ids equal, logits within {rel:.2e}")
+    # A chunk as long as the prefill is one pass.
+    out, err = generate(cfg, ckpt, PROMPT, new=4, extra=["--prefill-chunk", str(prefill)])
+    check(out["prefill_chunks"] == 1 and "chunks of" not in err, "chunks: --prefill-chunk 36 (the whole prefill) "
+                                                                  "runs one pass")
+    p = run([args.ringtrain, "generate", cfg, "--checkpoint", ckpt, "--prompt", "1,2,3", "--prefill-chunk", "-2"],
+            expect_ok=False)
+    check(p.returncode == 2 and "--prefill-chunk -2" in p.stderr, f"chunks: --prefill-chunk -2 refused, exit "
+                                                                  f"{p.returncode}")
+
+    # Auto: a limit between the one-token chunks' bytes and the one pass's chunks the prefill, with the fewest
+    # chunks that fit; `ringtrain plan` under the same limit plans the same.
+    for np_, sets in ((1, []), (2, ["parallel.cp=2"])):
+        where = " ".join(sets) or "cp=1"
+        sets_args = sum((["--set", x] for x in sets), [])
+        whole = plan_generate_json(cfg, ckpt, len(PROMPT), new, sets_args)
+        smallest = plan_generate_json(cfg, ckpt, len(PROMPT), new, sets_args + ["--prefill-chunk", "1"])
+        check(whole["prefill_chunks"] == 1 and smallest["prefill_chunks"] == prefill and
+              smallest["total_bytes_per_rank"] < whole["total_bytes_per_rank"],
+              f"auto {where}: the plan's one pass needs {whole['total_bytes_per_rank']} bytes, one-token chunks "
+              f"{smallest['total_bytes_per_rank']}")
+        limit = (whole["total_bytes_per_rank"] + 3 * smallest["total_bytes_per_rank"]) / 4
+        gib = limit / 2 ** 30
+        npy = os.path.join(tmp, "auto.npy")
+        base, _ = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
+                           extra=["--eos-id", "-1", "--dump-logits", os.path.join(tmp, "base.npy")])
+        out, err = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
+                            extra=["--eos-id", "-1", "--device-memory-gib", repr(gib), "--dump-logits", npy])
+        k, chunk = out["prefill_chunks"], out["prefill_chunk"]
+        rel, close = logits_match(np.load(npy), np.load(os.path.join(tmp, "base.npy")))
+        check(1 < k < prefill and f"in {k} chunks of {chunk}" in err and "more than the" in err and
+              "--device-memory-gib" in err, f"auto {where}: under {limit:.0f} bytes the prefill runs in {k} chunks "
+                                            f"of {chunk}, said at start-up")
+        check(out["new_ids"] == base["new_ids"] and close, f"auto {where}: ids equal the one pass's, logits within "
+                                                            f"{rel:.2e} relative")
+        fit = plan_generate_json(cfg, ckpt, len(PROMPT), new, sets_args + ["--prefill-chunk", str(chunk)])
+        fewer = plan_generate_json(cfg, ckpt, len(PROMPT), new, sets_args + ["--prefill-chunk",
+                                                                               str(-(-prefill // (k - 1)))])
+        even = -(-(-(-prefill // k)) // np_) * np_  # ceil(36 / k), rounded up to a multiple of cp (= np_ here)
+        check(fit["total_bytes_per_rank"] <= limit < fewer["total_bytes_per_rank"] and chunk == even,
+              f"auto {where}: {k} even chunks of {chunk} fit ({fit['total_bytes_per_rank']} bytes), {k - 1} chunks "
+              f"do not ({fewer['total_bytes_per_rank']})")
+        cache, rows, _ = startup_bytes(err)
+        planned = plan_generate_json(cfg, ckpt, len(PROMPT), new, sets_args + [
+            "--host-memory-gib", repr(gib * np_), "--ranks-per-node", str(np_)])
+        check(planned["prefill_chunks"] == k and planned["prefill_chunk"] == chunk and
+              planned["cache_bytes_per_rank"] == cache and planned["cache_rows_per_rank"] == rows,
+              f"auto {where}: `ringtrain plan` under the same limit plans {planned['prefill_chunks']} chunks of "
+              f"{planned['prefill_chunk']} and the cache generate allocates ({planned['cache_bytes_per_rank']} = "
+              f"{cache} bytes)")
+    if args.cuda:
+        chunks_cuda(tmp)
+
+
+def chunks_cuda(tmp):
+    """The chunked prefill on the GPU (bf16): against the one pass on the same grid (one GPU; cp 2 on two ranks sharing
+    it), the first step's logits (all the prefill feeds) within 2e-2 relative, and the greedy ids equal up to a bf16
+    near-tie of the one pass's own top-2 logits (within 2^-6 of the top logit's magnitude)."""
+    fx.HIDDEN, fx.FF = 256, 384  # head dim 64, which the CUDA kernels take
+    gpu_dir = os.path.join(tmp, "gpu")
+    os.makedirs(gpu_dir)
+    ckpt, _, _ = fixture(gpu_dir, "gqa_llama3")
+    cfg = write_config(os.path.join(gpu_dir, "gen_gpu.yaml"), gpu_dir, device="cuda")
+    prompt = [int(t) for t in np.random.default_rng(5).integers(3, fx.VOCAB, 250)]
+    for np_, sets in ((1, []), (2, ["parallel.cp=2", "parallel.comm=mpi"])):
+        where = "cuda " + (" ".join(sets) or "cp=1")
+        base_npy = os.path.join(gpu_dir, "base.npy")
+        base, _ = generate(cfg, ckpt, prompt, new=16, np_=np_, sets=sets,
+                           extra=["--eos-id", "-1", "--dump-logits", base_npy])
+        ref = np.load(base_npy)
+        for chunk in (1, 64, 100):
+            npy = os.path.join(gpu_dir, f"chunk{chunk}.npy")
+            out, _ = generate(cfg, ckpt, prompt, new=16, np_=np_, sets=sets,
+                              extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--dump-logits", npy])
+            got = np.load(npy)
+            rel, _ = logits_match(got[:1], ref[:1])
+            first = next((i for i in range(16) if out["new_ids"][i] != base["new_ids"][i]), None)
+            tie = True
+            if first is not None:
+                top = np.sort(ref[first])[::-1]
+                tie = (top[0] - top[1]) <= abs(top[0]) * 2.0 ** -6
+            check(out["prefill_chunks"] == -(-249 // chunk) and rel <= 2e-2 and tie,
+                  f"{where} --prefill-chunk {chunk}: first logits within {rel:.2e} relative, ids "
+                  + ("equal" if first is None else f"diverge at step {first} ({'a near-tie' if tie else 'NOT a tie'})"))
+
+
 def startup_bytes(stderr):
     """generate's start-up line -> (cache bytes, rows, K/V bytes)."""
     import re
@@ -297,9 +445,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--ringtrain", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--cuda", action="store_true", help="transformers case: also the bf16 check on the GPU")
+    ap.add_argument("--cuda", action="store_true", help="transformers and chunks cases: also the bf16 checks on "
+                                                         "the GPU")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("case", choices=["reference", "grids", "consistency", "refusals", "plan", "transformers"])
+    ap.add_argument("case", choices=["reference", "grids", "consistency", "refusals", "plan", "chunks",
+                                     "transformers"])
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="rt_generate_")
     try:

@@ -42,16 +42,17 @@ add_test(NAME hf_prepare_data_errors
 set_tests_properties(hf_prepare_data_errors PROPERTIES LABELS "unit;hf" TIMEOUT 300)
 
 # ringtrain generate (tests/hf/test_generate.py): greedy ids against a NumPy full re-forward of the exported fixture,
-# every grid against cp 1 (mpirun), prompt-extension consistency and seeded sampling, bad prompts. The transformers
-# case runs where torch and transformers import (exit 77 = skipped otherwise).
-foreach(case reference grids consistency refusals plan transformers)
+# every grid against cp 1 (mpirun), prompt-extension consistency and seeded sampling, bad prompts, the chunked
+# prefill against the one-pass prefill on every grid. The transformers case runs where torch and transformers import
+# (exit 77 = skipped otherwise).
+foreach(case reference grids consistency refusals plan chunks transformers)
   add_test(NAME hf_generate_${case}
            COMMAND ${RT_HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_generate.py --ringtrain $<TARGET_FILE:ringtrain>
                    --mpirun ${MPIEXEC_EXECUTABLE} ${case})
   set_tests_properties(hf_generate_${case} PROPERTIES LABELS "integration;hf" ENVIRONMENT "${RT_MPI_ENV}"
                        SKIP_RETURN_CODE 77 TIMEOUT 900)
 endforeach()
-set_tests_properties(hf_generate_grids hf_generate_plan PROPERTIES PROCESSORS 2)
+set_tests_properties(hf_generate_grids hf_generate_plan hf_generate_chunks PROPERTIES PROCESSORS 2)
 
 # bench/generate_side_by_side.py --self-test: the end-to-end generate benchmark's tiny CPU run (the synthetic model
 # through import-hf / export-hf, `ringtrain generate` rows, the table and JSONL) and its refusal without torch.
