@@ -5,7 +5,8 @@
 #   topo.txt                  nvidia-smi topology (NVLink / PCIe between the GPUs)
 #   tests-nccl.log            the multi-rank GPU suites with RINGTRAIN_TEST_COMM=nccl on -np <GPUs>:
 #                             ring attention vs one GPU and fp64 (cp = 1, 2, 4, 8 up to the GPU count),
-#                             the whole model on dp/cp/tp grids vs one GPU
+#                             the whole model on dp/cp/tp grids vs one GPU, packed documents on both schemes of
+#                             parallel.cp_scheme (ring, gather) vs the CPU and one GPU
 #   ring-attention.{log,jsonl} bench_ring_attention: weak scaling, 8K/16K/32K tokens per GPU, cp = 1..GPUs,
 #                             zigzag vs contiguous, exposed communication per ring step
 #   e2e-cp<N>.log, e2e-cp<N>/metrics.jsonl  the 1.41B model (configs/gpt-1b-64k.yaml) at 64K tokens per GPU:
@@ -40,6 +41,7 @@ part() {  # part <name> <timeout_s> <command...>: runs, logs to <out>/<name>.log
 export RINGTRAIN_TEST_COMM=nccl
 part tests-nccl-ring 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_attention"
 part tests-nccl-model-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_model_grid"
+part tests-nccl-ring-gather 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather"  # packed documents, both schemes
 unset RINGTRAIN_TEST_COMM
 
 part ring-attention 300 mpirun -np "$gpus" "$build/bench/bench_ring_attention" \

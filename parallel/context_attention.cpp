@@ -71,7 +71,7 @@ HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u, in
 }
 
 ContextAttention::ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool causal, const RingAttentionShape& shape,
-                                   Arena& arena, DType dkv_wire, int head_groups)
+                                   Arena& arena, DType dkv_wire, int head_groups, bool gather)
     : a2a_(a2a), shape_(shape) {
   const int u = a2a.size();
   x_ = head_exchange_shape(shape, u, head_groups);
@@ -82,7 +82,7 @@ ContextAttention::ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool ca
     ring_shape.heads = x_.q_heads / G;
     ring_shape.kv_heads = x_.kv_heads / G;
   }
-  ring_ = std::make_unique<RingAttention>(ring, layout, causal, ring_shape, arena, dkv_wire);
+  ring_ = std::make_unique<RingAttention>(ring, layout, causal, ring_shape, arena, dkv_wire, gather);
   timer_ = make_ring_timer(arena.device());
   if (u == 1) return;
   const int64_t B = shape.batch, n = shape.local_tokens, nh = u * n, D = shape.head_dim, hqg = x_.q_heads / G,

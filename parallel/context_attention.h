@@ -51,8 +51,10 @@ class ContextAttention {
   // ring: the cp/u ring (the whole cp group when u = 1); a2a: the all-to-all group of u ranks (size 1: none).
   // shape: this rank's tokens (n = seq_len / cp) and local heads, as the model holds them.
   // head_groups: 0 = pipeline_head_groups (the model's); 1 forces the blocking exchange (tests compare the two).
+  // gather: the ring may run the gather scheme of packed documents (RingAttention's gather buffers;
+  // parallel/cp_scheme.h).
   ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
-                   DType dkv_wire = DType::f32, int head_groups = 0);
+                   DType dkv_wire = DType::f32, int head_groups = 0, bool gather = false);
 
   // q (B,n,H,D), k and v (B,n,Hkv,D): this rank's tokens. out (B,n,H,D) written. lse: B*H*n f32 written; with
   // u > 1 it holds the head-sharded LSE (G, B, H/u/G, u*n) that backward() reads back (no other reader).
@@ -62,10 +64,11 @@ class ContextAttention {
                 const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
 
   // The whole sample's document mask, (B, cp*n) in cp-rank order (RingAttention::set_documents): a ring shard of
-  // the cp/u ring is the u consecutive cp ranks of one group, so the ring reads the same arrays.
+  // the cp/u ring is the u consecutive cp ranks of one group, so the ring reads the same arrays, and the scheme
+  // (ring or gather) applies to the ring over the head-sharded tokens.
   void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
-                     const int64_t* host_doc_start = nullptr) {
-    ring_->set_documents(pos, doc_start, host_pos, host_doc_start);
+                     const int64_t* host_doc_start = nullptr, CpScheme scheme = CpScheme::ring) {
+    ring_->set_documents(pos, doc_start, host_pos, host_doc_start, scheme);
   }
   int64_t skipped_steps() const { return ring_->skipped_steps(); }
 

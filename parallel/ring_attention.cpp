@@ -18,13 +18,15 @@
 // Packed documents (set_documents) skip the hops nobody needs (parallel/ring_hops.h): a K/V hop runs only while a
 // rank downstream sees the block, and the dK/dV accumulator of a block goes along its users only, then from the
 // farthest one straight home (into grad_home_, added at the last step). Every rank posts one (possibly empty)
-// peer exchange where the plain ring posts a ring exchange, so the exchanges stay paired.
+// peer exchange where the plain ring posts a ring exchange, so the exchanges stay paired. The other scheme of
+// packed documents, the gather, is the private part in parallel/ring_gather.cpp.
 #include "parallel/ring_attention.h"
 
 #include <algorithm>
 
 #include "kernels/ops.h"
 #include "parallel/fault.h"
+#include "parallel/ring_gather.h"
 #include "parallel/ring_schedule.h"
 
 namespace rt {
@@ -36,7 +38,7 @@ using Phase = RingTimer::Phase;
 }  // namespace
 
 RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
-                             DType dkv_wire)
+                             DType dkv_wire, bool gather)
     : cp_(cp), layout_(layout), causal_(causal), shape_(shape) {
   const int64_t B = shape.batch, n = shape.local_tokens, H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
   RT_CHECK(B > 0 && n > 0 && H > 0 && Hkv > 0 && D > 0,
@@ -73,24 +75,39 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
   if (ring && cp.size() > 2)  // a dK/dV accumulator that comes home before the last step waits here
     grad_home_ = arena.alloc(dkv_wire, {2, B, n, Hkv, D}, "ring_attn.dkv_home");  // (2, B, n, Hkv, D)
   delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
+  if (ring && gather) gather_ = make_ring_gather(shape, cp.size(), dkv_wire, arena);
   hops_ = ring_hop_plan_full(cp.size());
   timer_ = make_ring_timer(arena.device());
 }
 
+RingAttention::~RingAttention() = default;
+
 void RingAttention::set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos,
-                                  const int64_t* host_doc_start) {
+                                  const int64_t* host_doc_start, CpScheme scheme) {
   doc_pos_ = pos;
   doc_start_ = doc_start;
   hops_ = ring_hop_plan_full(cp_.size());
+  scheme_ = CpScheme::ring;
   if (pos == nullptr) return;
   RT_CHECK(doc_start != nullptr, "ring attention: set_documents needs both positions and document starts");
   const int64_t* hp = host_pos ? host_pos : pos;
   const int64_t* hs = host_doc_start ? host_doc_start : doc_start;
   hops_ = ring_hop_plan(hp, hs, shape_.batch, shape_.local_tokens * cp_.size(), cp_.size());
+  if (scheme != CpScheme::gather || cp_.size() == 1) return;  // one rank: nothing to gather
+  RT_CHECK(gather_, "ring attention: set_documents asks for the gather scheme, but this RingAttention was built "
+                    "without its buffers; construct it with gather = true (the model does for parallel.cp_scheme: "
+                    "gather or auto)");
+  plan_gather(hp, hs);
+  scheme_ = CpScheme::gather;
 }
 
 double RingAttention::planned_bytes_per_layer() const {
   const double dkv = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
+  if (scheme_ == CpScheme::gather) {  // rows received over the ranks: K|V forward and backward, dK|dV back
+    const double W = double(shape_.kv_heads * shape_.head_dim);
+    return gather_->total_rows * 2.0 * W *
+           (2.0 * double(dtype_size(shape_.dtype)) + double(dtype_size(gather_->wire)));
+  }
   return hops_.bytes_per_layer(double(kv_buf_[0].nbytes()), dkv);
 }
 
@@ -209,6 +226,11 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   check_shape(lse, {shape_.batch, shape_.heads, shape_.local_tokens}, "ring_attention.forward", "lse");
   const int cp = cp_.size(), r = cp_.rank();
   maybe_inject_fault("ring_attention.forward");
+  if (scheme_ == CpScheme::gather) {
+    gather_forward(q, k, v, out, lse);
+    finish_call();
+    return;
+  }
   if (cp == 1) {  // one block: the fused whole forward (no state reset / finalize passes where it applies)
     {
       RingTimerScope t(*timer_, Phase::compute);
@@ -295,6 +317,11 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
 
   const int cp = cp_.size(), r = cp_.rank();
   maybe_inject_fault("ring_attention.backward");
+  if (scheme_ == CpScheme::gather) {
+    gather_backward(q, k, v, out, dout, lse, dq, dk, dv);
+    finish_call();
+    return;
+  }
   ExchangeHandle kv_hop, grad_hop;
   {
     RingTimerScope t(*timer_, Phase::compute);

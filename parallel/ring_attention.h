@@ -1,10 +1,14 @@
 // Ring attention over the cp communicator (DESIGN.md "Sequence layouts and the ring schedule").
 // With cp = 1 it is plain flash attention on the local tokens. Kernels know nothing of ranks; this
-// class owns the schedule, the double-buffered K/V hops and the fp32 state.
+// class owns the schedule, the double-buffered K/V hops and the fp32 state. With packed documents it runs either
+// scheme of parallel/cp_scheme.h: the ring (here) or the gather (parallel/ring_gather.cpp).
 #pragma once
+#include <memory>
+
 #include "kernels/arena.h"
 #include "kernels/attention.h"
 #include "parallel/comm.h"
+#include "parallel/cp_scheme.h"
 #include "parallel/layout.h"
 #include "parallel/ring_hops.h"
 #include "parallel/ring_schedule.h"
@@ -21,13 +25,20 @@ struct RingAttentionShape {
   DType dtype = DType::f32; // of q, k, v, out (bf16 on CUDA)
 };
 
+struct RingGather;  // the gather scheme's buffers and plan (parallel/ring_gather.h)
+
 class RingAttention {
  public:
   // Allocates the packed K/V double buffers, the fp32 state, dQ and the travelling dK/dV from `arena`.
   // dkv_wire: dtype of the travelling dK/dV accumulator on the wire (f32, or bf16 to halve those bytes; it
-  // is accumulated in fp32 on every rank either way and rounded to bf16 once per hop).
+  // is accumulated in fp32 on every rank either way and rounded to bf16 once per hop); the gather scheme's returned
+  // dK/dV rows travel in it too (rounded once).
+  // gather: also allocate the gather scheme's buffers (parallel/ring_gather.h: about (cp-1) x the K/V block in the
+  // activation dtype, twice that in f32 for dK/dV, and two exchange buffers of the widest), so that set_documents
+  // may choose CpScheme::gather; without them it refuses to.
   RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
-                DType dkv_wire = DType::f32);
+                DType dkv_wire = DType::f32, bool gather = false);
+  ~RingAttention();
 
   // q (B,n,H,D), k and v (B,n,Hkv,D): this rank's tokens in layout order.
   // out (B,n,H,D) written; lse (B,H,n) f32 written.
@@ -43,13 +54,21 @@ class RingAttention {
   // Any layout works, since the mask is exact in positions. A step whose every pair is masked skips its compute,
   // and K/V hops that no rank downstream needs are skipped with dK/dV sent straight home from the block's farthest
   // user (parallel/ring_hops.h; every rank derives the same plan, host_pos being a permutation per sample).
-  // nullptr turns the document mask off. The arrays must outlive the calls.
+  // scheme = gather (needs the constructor's gather = true; a ring of one rank ignores it) runs the calls of
+  // parallel/ring_gather.cpp instead: every rank receives exactly the key rows its queries see from every other
+  // rank in one exchange (parallel/kv_gather.h), and returns their dK/dV in one. Every rank of the ring must pass
+  // the same scheme. nullptr turns the document mask off (and the scheme back to the ring). The arrays must outlive
+  // the calls.
   void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
-                     const int64_t* host_doc_start = nullptr);
-  // Ring steps (forward and backward) skipped since construction because no pair of them was visible.
+                     const int64_t* host_doc_start = nullptr, CpScheme scheme = CpScheme::ring);
+  // The scheme of the following calls: gather only with documents set with it on a ring of more than one rank.
+  CpScheme scheme() const { return scheme_; }
+  // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
+  // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).
   int64_t skipped_steps() const { return skipped_steps_; }
   // The hops the current documents need (every hop without documents), and the bytes per layer (forward +
-  // backward, summed over the ranks) they move against the plain ring's.
+  // backward, summed over the ranks) they move against the plain ring's (gather: the gathered rows' K/V twice,
+  // forward and backward, and their dK/dV once).
   const RingHopPlan& hop_plan() const { return hops_; }
   double planned_bytes_per_layer() const;
   double ring_bytes_per_layer() const;
@@ -84,6 +103,8 @@ class RingAttention {
   const int64_t* doc_pos_ = nullptr;        // (B, cp*n) see set_documents
   const int64_t* doc_start_ = nullptr;      // (B, cp*n)
   RingHopPlan hops_;                        // which blocks travel how far (every hop without documents)
+  CpScheme scheme_ = CpScheme::ring;        // of the current documents
+  std::unique_ptr<RingGather> gather_;      // the gather scheme's buffers and plan (constructed with gather = true)
   Tensor grad_home_;     // (2, B, n, Hkv, D) dkv_wire dtype: this rank's dK|dV accumulator when it comes home early
   double sent_bytes_ = 0, ring_bytes_ = 0;  // since reset_timings(): this rank's bytes sent, the plain ring's
   double call_sent_bytes_ = 0, call_ring_bytes_ = 0;  // of the latest call
@@ -97,6 +118,13 @@ class RingAttention {
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
   void finish_call();            // marks the end of a call on the timer (no wait)
+  // The gather scheme (parallel/ring_gather.cpp): its plan for the current documents, and its two passes.
+  void plan_gather(const int64_t* host_pos, const int64_t* host_doc_start);
+  void gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
+  void gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                       const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
+  AttnMask own_mask() const;       // this rank's queries against its own keys (the document mask)
+  AttnMask gathered_mask() const;  // ... against its gathered rows
   void collect_timings() const;  // resolves the pending calls into last_call_ and timings_
 };
 

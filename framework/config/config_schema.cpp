@@ -55,6 +55,8 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped | balanced (documents)"),
       RT_FIELD(parallel, comm, string, "auto | mpi | nccl"),
       RT_FIELD(parallel, dkv_wire, string, "ring dK/dV accumulator on the wire: fp32 | bf16"),
+      RT_FIELD(parallel, cp_scheme, string,
+               "packed documents over the ring: ring | gather (only the key rows queries see) | auto (per batch)"),
       RT_FIELD(parallel, zero, i32, "ZeRO stage over dp x cp: 0 | 1 (optimizer) | 2 (+ gradients) | 3 (+ weights)"),
       RT_FIELD(parallel, timeout_s, f64, "watchdog: seconds a rank may wait in a collective (exit 4)"),
       RT_FIELD(parallel, save_timeout_s, f64, "watchdog while a checkpoint is written"),

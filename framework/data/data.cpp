@@ -5,18 +5,21 @@
 // p, -1 at the end) and loss groups are permuted the same way. With data.documents: eot the loader derives each
 // position's document start, drops the targets that cross a document boundary, and (layout balanced) chooses
 // the assignment of positions to ranks per sample; the batch carries the whole sample's positions and document
-// starts in ring order for the ring's document mask.
+// starts in ring order for the ring's document mask, and the scheme the ring runs them with (parallel.cp_scheme:
+// auto compares the two predictions per batch, parallel/cp_scheme.h).
 #include "framework/data/data.h"
 
 #include <algorithm>
 
 #include "framework/data/data_source.h"
 #include "kernels/tensor.h"
+#include "parallel/context_attention.h"
 #include "parallel/doc_balance.h"
 #include "parallel/layout.h"
 
 namespace rt {
 namespace {
+
 
 class Loader final : public DataLoader {
  public:
@@ -43,6 +46,14 @@ class Loader final : public DataLoader {
              "parallel.layout=balanced needs data.documents: eot; use layout: zigzag");
     RT_CHECK(seq_len_ % rank.cp == 0, "data.seq_len=" << seq_len_ << " is not divisible by cp=" << rank.cp);
     if (layout_ != Layout::balanced) ring_order_ = layout_ring_order(layout_, seq_len_, ring_);
+    const std::string& scheme = config.parallel.cp_scheme;
+    RT_CHECK(scheme == "ring" || scheme == "gather" || scheme == "auto",
+             "parallel.cp_scheme='" << scheme << "' is not valid; use ring, gather or auto");
+    if (documents_ && ring_ > 1 && scheme != "ring") {
+      scheme_auto_ = scheme == "auto";
+      scheme_ = CpScheme::gather;
+      if (scheme_auto_) ring_shape_ = cp_scheme_ring_shape(config, ring_);
+    }
     local_batch_ = global_batch_ / rank.dp;
     tokens_.resize(size_t(seq_len_));
     targets_.resize(size_t(seq_len_));
@@ -66,6 +77,8 @@ class Loader final : public DataLoader {
     }
     b.group_names = source_->loss_groups();
     std::vector<int64_t> starts;  // (T) document start of each position (documents only)
+    std::vector<CpSchemePrediction> schemes;  // parallel.cp_scheme: auto, per sample
+    b.cp_scheme = scheme_;
     for (int64_t i = 0; i < local_batch_; ++i) {
       const uint64_t index = cursor_ * uint64_t(global_batch_) + uint64_t(rank_.dp_rank * local_batch_ + i);
       const bool padding = limit_ > 0 && index >= limit_;  // fills the last eval batch: a real window, no targets
@@ -87,6 +100,7 @@ class Loader final : public DataLoader {
           order = &sample_order;
         }
         if (i == 0) b.ring_layout = chosen;
+        if (scheme_auto_) schemes.push_back(predict_cp_schemes(starts, *order, ring_, ring_shape_));
         for (int64_t c = 0; c < T; ++c) {
           b.doc_pos[size_t(i * T + c)] = (*order)[size_t(c)];
           b.doc_start[size_t(i * T + c)] = starts[size_t((*order)[size_t(c)])];
@@ -108,6 +122,10 @@ class Loader final : public DataLoader {
         }
       }
     }
+    if (scheme_auto_) {
+      b.cp_scheme = pick_cp_scheme(schemes);
+      for (const CpSchemePrediction& p : schemes) b.cp_ring_us += p.ring.total_us(), b.cp_gather_us += p.gather.total_us();
+    }
     ++cursor_;
     return b;
   }
@@ -125,6 +143,9 @@ class Loader final : public DataLoader {
   int ring_ = 1;  // ranks the layout is over (cp / cp_a2a)
   Layout layout_ = Layout::contiguous;
   bool documents_ = false, doc_positions_ = false;
+  CpScheme scheme_ = CpScheme::ring;  // parallel.cp_scheme with documents on a ring (gather also for auto's ...)
+  bool scheme_auto_ = false;          // ... which picks per batch from the predictions for ring_shape_
+  RingShape ring_shape_;
   int32_t eot_ = -1;
   int64_t local_batch_ = 0;
   std::vector<uint8_t> dropped_;        // (T) documents: 1 where the sample's target crossed a boundary
@@ -137,6 +158,23 @@ class Loader final : public DataLoader {
 };
 
 }  // namespace
+
+RingShape cp_scheme_ring_shape(const Config& config, int ring) {
+  const ParallelConfig& p = config.parallel;
+  const int tp = std::max(1, p.tp), u = std::max(1, p.cp / std::max(1, ring));
+  RingAttentionShape rs;
+  rs.local_tokens = 1;
+  rs.heads = config.model.n_head / tp;
+  rs.kv_heads = std::max(1, config.model.n_kv_head / tp);
+  rs.head_dim = config.model.head_dim();
+  const HeadExchangeShape x = head_exchange_shape(rs, u);
+  RingShape shape;
+  shape.heads = x.q_heads / x.head_groups;
+  shape.kv_heads = x.kv_heads / x.head_groups;
+  shape.head_dim = rs.head_dim;
+  shape.dkv_wire_bytes = p.dkv_wire == "bf16" ? 2 : 4;
+  return shape;  // bf16 K/V: the time model is the H200's
+}
 
 std::unique_ptr<DataLoader> make_loader(const Config& config, const LoaderRank& rank, const std::string& split) {
   RT_CHECK(split == "train" || split == "eval", "make_loader: split '" << split << "' must be train or eval");

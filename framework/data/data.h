@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "framework/config/config.h"
+#include "parallel/cp_scheme.h"
 
 namespace rt {
 
@@ -36,6 +37,12 @@ struct Batch {
   // data.documents: eot only: the ring order of this rank's first sample, as `ringtrain plan --doc-lengths` names
   // it (layout balanced: the chooser's pick, e.g. docpack(2048/runs); else the layout's name).
   std::string ring_layout;
+  // data.documents: eot on a ring of more than one rank: how the ring moves K/V for this batch (parallel.cp_scheme;
+  // auto: the scheme of least predicted time over the batch's samples, parallel/cp_scheme.h). Every rank of a ring
+  // reads the same samples, so every rank picks alike. cp_ring_us / cp_gather_us: with auto, the two predictions
+  // (forward + backward per layer, microseconds, summed over the samples); 0 otherwise.
+  CpScheme cp_scheme = CpScheme::ring;
+  double cp_ring_us = 0, cp_gather_us = 0;
   // data.documents: eot only (else 0), over this rank's tokens (so a sum over the dp x cp ranks is the global
   // batch's): targets dropped because they cross into the next document (the EOT predicted from the previous
   // document), and the visible (query, key) pairs of these query rows (doc_start(i) <= j <= i: pos - start + 1).
@@ -83,6 +90,11 @@ struct Window {
 };
 std::unique_ptr<DataLoader> make_windows_loader(const Config& config, const LoaderRank& rank,
                                                 std::vector<Window> windows);
+
+// The ring's shape per rank that parallel.cp_scheme: auto prices the schemes with (parallel/cp_scheme.h): the query
+// and KV heads of a tp rank after the all-to-all's split over u = cp / ring, per head group; bf16 K/V (the time model
+// is the H200's) and parallel.dkv_wire.
+RingShape cp_scheme_ring_shape(const Config& config, int ring);
 
 // data.documents: eot: a warning naming data.eot_token when it occurs in none of the first `samples` training
 // samples (every sample would train as one document); "" when it occurs, or without documents.

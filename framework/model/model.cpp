@@ -141,7 +141,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
   ring.dtype = act;
   attention_ = std::make_unique<ContextAttention>(comms.ring ? *comms.ring : *comms.cp, comms.a2a ? *comms.a2a : no_a2a_,
-                                                  options.layout, /*causal=*/true, ring, arena, options.dkv_wire);
+                                                  options.layout, /*causal=*/true, ring, arena, options.dkv_wire,
+                                                  /*head_groups=*/0, options.cp_gather);
 }
 
 
@@ -210,7 +211,7 @@ void Model::upload_batch(const Batch& batch) {
     doc_pos_ = batch.doc_pos;
     doc_start_ = batch.doc_start;
     if (tokens_.device.is_cpu()) {
-      attention_->set_documents(doc_pos_.data(), doc_start_.data());
+      attention_->set_documents(doc_pos_.data(), doc_start_.data(), nullptr, nullptr, batch.cp_scheme);
     } else {
       RT_CHECK(doc_mask_dev_.numel() == 4 * int64_t(doc_pos_.size()),
                "model: a batch with documents, but the model was built without ModelOptions::documents "
@@ -219,7 +220,7 @@ void Model::upload_batch(const Batch& batch) {
       copy_host_to_tensor(pos, doc_pos_.data());
       copy_host_to_tensor(start, doc_start_.data());
       attention_->set_documents(static_cast<const int64_t*>(pos.data), static_cast<const int64_t*>(start.data),
-                                doc_pos_.data(), doc_start_.data());
+                                doc_pos_.data(), doc_start_.data(), batch.cp_scheme);
     }
   } else {
     attention_->set_documents(nullptr, nullptr);

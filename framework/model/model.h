@@ -103,6 +103,9 @@ struct ModelOptions {
   bool per_sample_positions = false;
   // Packed documents (data.documents: eot): on CUDA the batch's document mask is uploaded to the device.
   bool documents = false;
+  // parallel.cp_scheme gather or auto with documents on a ring of more than one rank: the ring attention holds the
+  // gather scheme's buffers, so a batch may run it (Batch::cp_scheme).
+  bool cp_gather = false;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:

@@ -10,6 +10,7 @@
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan_docs.h"
 #include "parallel/doc_balance.h"
+#include "parallel/kv_gather.h"
 
 namespace rt {
 
@@ -69,6 +70,14 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
           it->comm_share += t.comm_share() / windows;
           it->bytes += t.bytes_per_layer / windows, it->ring_bytes += t.ring_bytes_per_layer / windows;
           it->picked += c == best ? 1 : 0;
+          const KvGatherPlan gplan = kv_gather_plan_for_spans(document_begins(starts), cands[c].spans, cp);
+          const RingTimePrediction g =
+              predict_gather_time(kv_gather_tiles(starts, cands[c].spans, gplan, cp), gplan,
+                                  ring_tile_cost_for_spans(starts, {RingSpan{0, T, 0}}, 1), shape);
+          it->gather_eff_fwd += g.efficiency_fwd() / windows, it->gather_eff_bwd += g.efficiency_bwd() / windows;
+          it->gather_comm_share += g.comm_share() / windows;
+          it->gather_bytes += g.bytes_per_layer / windows;
+          it->gather_wins += g.total_us() < t.total_us() * (1 - 1e-12) ? 1 : 0;
         }
         order = std::move(cands[best].order);
       }

@@ -24,10 +24,14 @@ struct DocLengthPlan {
   // Each candidate of balanced (parallel/doc_balance.h) with the time model's prediction (parallel/ring_time_model.h),
   // mean over the windows: efficiency = ideal (one whole call / cp) / predicted critical path, communication
   // included; bytes per layer (all ranks, fwd + bwd) against the plain ring's; windows it was picked in.
+  // gather_*: the same assignment run by the gather scheme (parallel.cp_scheme, parallel/cp_scheme.h); gather_wins:
+  // windows where it is predicted faster than the ring (what cp_scheme: auto would run).
   struct Candidate {
     std::string name;
     double eff_fwd = 0, eff_bwd = 0, comm_share = 0, bytes = 0, ring_bytes = 0;
     int picked = 0;
+    double gather_eff_fwd = 0, gather_eff_bwd = 0, gather_comm_share = 0, gather_bytes = 0;
+    int gather_wins = 0;
   };
   std::vector<Candidate> candidates;
   // parallel.cp_a2a: each u's prediction over the same windows and the pick (framework/plan/a2a_auto.h).

@@ -77,12 +77,13 @@ struct SaveTarget {
 // Saves model + optimizer + state: every rank writes its own byte ranges of the unsharded files (no rank
 // assembles the full state; framework/checkpoint/checkpoint_sharded.h). Collective over the world, under
 // parallel.save_timeout_s. Returns the directory.
-// Packed documents, once at the first step: the first sample's ring order (balanced: the chooser's pick) and the
-// bytes its batch's hop plan moves per layer (all ranks, forward + backward) against the plain ring's.
-void print_ring_bytes_line(const RingAttention& ring, const std::string& order) {
+// Packed documents, once at the first step: the first sample's ring order (balanced: the chooser's pick), the scheme
+// the ring runs the batch with (parallel.cp_scheme; auto: with both predictions), and the bytes the batch's plan moves
+// per layer (all ranks, forward + backward) against the plain ring's.
+void print_ring_bytes_line(const RingAttention& ring, const Batch& batch) {
   const double planned = ring.planned_bytes_per_layer(), full = ring.ring_bytes_per_layer();
   if (full <= 0) {
-    std::printf("documents: first sample's ring order %s (one rank: no ring hops)\n", order.c_str());
+    std::printf("documents: first sample's ring order %s (one rank: no ring hops)\n", batch.ring_layout.c_str());
     return;
   }
   auto text = [](double bytes) {
@@ -91,9 +92,17 @@ void print_ring_bytes_line(const RingAttention& ring, const std::string& order) 
     std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024);
     return std::string(buf);
   };
-  std::printf("documents: first sample's ring order %s; its batch moves %s of K/V and dK/dV per layer (all ranks, "
-              "fwd + bwd), %.0f%% of the full ring's %s (metrics: ring_sent_bytes_per_layer, rank 0)\n",
-              order.c_str(), text(planned).c_str(), 100 * planned / full, text(full).c_str());
+  std::string scheme = cp_scheme_name(ring.scheme());
+  if (batch.cp_ring_us > 0 || batch.cp_gather_us > 0) {  // parallel.cp_scheme: auto
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " (auto: predicted ring %.0f us, gather %.0f us per layer, fwd + bwd)",
+                  batch.cp_ring_us, batch.cp_gather_us);
+    scheme += buf;
+  }
+  std::printf("documents: first sample's ring order %s, scheme %s; its batch moves %s of K/V and dK/dV per layer "
+              "(all ranks, fwd + bwd), %.0f%% of the full ring's %s (metrics: ring_sent_bytes_per_layer, rank 0)\n",
+              batch.ring_layout.c_str(), scheme.c_str(), text(planned).c_str(), 100 * planned / full,
+              text(full).c_str());
 }
 
 std::string save(const Config& config, const SaveTarget& target, ModelSession& session, DataLoader& loader,
@@ -185,8 +194,11 @@ int train_main(const Config& loaded) {
     const std::string hybrid = config.parallel.cp_a2a > 1 ? " (ring " + std::to_string(config.parallel.ring()) +
                                                                " x a2a " + std::to_string(config.parallel.cp_a2a) + ")"
                                                          : "";
-    std::printf("cp=%d%s layout=%s tp=%d dp=%d device=%s\n", config.parallel.cp, hybrid.c_str(), layout.c_str(),
-                config.parallel.tp, config.parallel.dp, device_name(device).c_str());
+    const std::string scheme = config.data.documents == "eot" && config.parallel.ring() > 1
+                                   ? " cp_scheme=" + config.parallel.cp_scheme
+                                   : "";
+    std::printf("cp=%d%s layout=%s%s tp=%d dp=%d device=%s\n", config.parallel.cp, hybrid.c_str(), layout.c_str(),
+                scheme.c_str(), config.parallel.tp, config.parallel.dp, device_name(device).c_str());
     if (!zero_note(config).empty()) std::printf("%s\n", zero_note(config).c_str());
     std::printf("%s\n", plan.why.c_str());
     for (const std::string& c : changes) std::printf("resume: changed (allowed) %s\n", c.c_str());
@@ -316,7 +328,7 @@ int train_main(const Config& loaded) {
       warned_no_targets = true;
     }
     if (documents && !said_ring_bytes) {
-      if (rank0) print_ring_bytes_line(model.attention().ring(), batch.ring_layout);
+      if (rank0) print_ring_bytes_line(model.attention().ring(), batch);
       said_ring_bytes = true;
     }
     ++interval_steps;
@@ -361,6 +373,8 @@ int train_main(const Config& loaded) {
           sm.extra["targets"] = tally.count[0];
           sm.extra["boundary_targets_dropped"] = tally.boundary_dropped;
           sm.extra["visible_pairs_per_step"] = pairs_per_step;
+          if (config.parallel.ring() > 1)  // the scheme rank 0's ring ran the logged step with (parallel.cp_scheme)
+            sm.extra["cp_scheme_gather"] = model.attention().ring().scheme() == CpScheme::gather ? 1.0 : 0.0;
         }
         // Rank 0's time inside ring attention, and the part of it blocked waiting for the ring (exposed comm).
         const RingTimings& ring = model.attention().timings();

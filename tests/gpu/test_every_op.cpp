@@ -391,6 +391,26 @@ const std::map<std::string, OpCase>& op_cases() {
          copy_rows(dst_b, src, g, /*accumulate=*/false);
          return {download(dst), download(dst_b)};
        }}},
+      {"gather_rows", {1e-6, [](OpRun& r) -> Outputs {
+         // src (9, 64) bf16 (16-byte rows: the vector path on CUDA) and (9, 5) f32 (the element path); index with
+         // -1 entries (zero rows) and repeats (a row read twice).
+         const std::vector<int32_t> idx = {4, -1, 0, 8, 4, 2, -1};
+         Tensor src = r.in(DType::bf16, {9, 64}, rand_vec(9 * 64, 120));
+         Tensor dst = r.out(DType::bf16, {7, 64});
+         Tensor src_f = r.in(DType::f32, {9, 5}, rand_vec(45, 121));
+         Tensor dst_b = r.out(DType::bf16, {7, 5});  // f32 -> bf16: one rounding
+         gather_rows(dst, src, r.in_i32({7}, idx));
+         gather_rows(dst_b, src_f, r.in_i32({7}, idx));
+         return {download(dst), download(dst_b)};
+       }}},
+      {"scatter_add_rows", {1e-6, [](OpRun& r) -> Outputs {
+         // dst (10, 12) f32 accumulated into at distinct rows; src bf16 and f32; -1 adds nothing.
+         const std::vector<int32_t> idx = {7, -1, 0, 3, 9, 1};
+         Tensor dst = r.in(DType::f32, {10, 12}, rand_vec(120, 122));
+         scatter_add_rows(dst, r.in(DType::bf16, {6, 12}, rand_vec(72, 123)), r.in_i32({6}, idx));
+         scatter_add_rows(dst, r.in(DType::f32, {6, 12}, rand_vec(72, 124)), r.in_i32({6}, idx));
+         return {download(dst)};
+       }}},
       {"sum_squares", {1e-5, [](OpRun& r) -> Outputs {
          Tensor x = r.in(DType::bf16, {4097}, rand_vec(4097, 95));
          return {{float(sum_squares(x))}};

@@ -103,6 +103,45 @@ inline AttentionReference attention_reference(const AttentionProblem& p, bool ca
   return r;
 }
 
+// The whole sample on one CPU rank (the f32 kernels) under the document mask, positions in natural order:
+// doc_start[b] (T) is the first position of the document of each position of sample b. What a ring with documents is
+// held to; the CPU kernels with documents are themselves checked against fp64 (tests/unit/kernels/
+// test_attention_docs_cpu.cpp).
+inline AttentionReference document_attention_reference(const AttentionProblem& p,
+                                                       const std::vector<std::vector<int64_t>>& doc_start) {
+  const int64_t B = p.B, T = p.T, H = p.H, Hkv = p.Hkv, D = p.D;
+  std::vector<int64_t> pos(size_t(B * T)), start(size_t(B * T));  // (B, T)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      pos[size_t(b * T + t)] = t;
+      start[size_t(b * T + t)] = doc_start[size_t(b)][size_t(t)];
+    }
+  std::vector<float> q = p.q, k = p.k, v = p.v, dout = p.dout;
+  std::vector<float> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());   // like q, k, v
+  std::vector<float> lse(size_t(B * H * T)), delta(lse.size()), m(lse.size()), l(lse.size());  // (B, H, T)
+  std::vector<float> acc(q.size());                                                              // (B, H, T, D)
+  AttnState state{host_view(acc, {B, H, T, D}), host_view(m, {B, H, T}), host_view(l, {B, H, T})};
+  AttnMask mask;
+  mask.docs.q_pos = pos.data();
+  mask.docs.q_doc_start = start.data();
+  mask.docs.k_pos = pos.data();
+  mask.docs.q_stride = mask.docs.k_stride = T;
+  const Tensor tq = host_view(q, {B, T, H, D}), tk = host_view(k, {B, T, Hkv, D}), tv = host_view(v, {B, T, Hkv, D});
+  const Tensor tout = host_view(out, {B, T, H, D}), tdout = host_view(dout, {B, T, H, D});
+  attn_fwd_whole(tq, tk, tv, state, mask, tout, host_view(lse, {B, H, T}));
+  attn_bwd_delta(tout, tdout, host_view(delta, {B, H, T}));
+  attn_bwd_block_fresh(tq, tk, tv, tdout, host_view(lse, {B, H, T}), host_view(delta, {B, H, T}),
+                       host_view(dq, {B, T, H, D}), host_view(dk, {B, T, Hkv, D}), host_view(dv, {B, T, Hkv, D}),
+                       mask);  // dq starts at 0 (value-initialised) and accumulates
+  AttentionReference r;
+  r.out.assign(out.begin(), out.end());
+  r.lse.assign(lse.begin(), lse.end());
+  r.dq.assign(dq.begin(), dq.end());
+  r.dk.assign(dk.begin(), dk.end());
+  r.dv.assign(dv.begin(), dv.end());
+  return r;
+}
+
 // Rows of a (B, T, row) array at the given global positions: (B, n, row).
 inline std::vector<float> gather_tokens(const std::vector<float>& x, int64_t B, int64_t T, int64_t row,
                                         const std::vector<int64_t>& pos) {

@@ -3,7 +3,8 @@
 //   - step-1 loss within 1e-6 (relative), every full gradient within 1e-5 (||g - ref|| / ||ref||), the 20-step loss
 //     curve within 1e-5 per step;
 //   - grids: cp 4 with u 4 and u 2; cp 2, u 2 with tp 2; dp 2 x (cp 2, u 2); packed documents with global and per
-//     document positions; GQA with u above the local KV heads (replicated K/V); ZeRO 3 with u > 1; and, with 8 ranks,
+//     document positions, on the ring and on the gather scheme (parallel.cp_scheme: gather on the ring of cp / u);
+//     GQA with u above the local KV heads (replicated K/V); ZeRO 3 with u > 1; and, with 8 ranks,
 //     cp 8 with u 2 and u 8;
 //   - eval (forward only) equals one rank;
 //   - resume across u: 4 steps on u 4, the saved checkpoint loaded on u 1 for 4 more, then on u 2 for 4 more, against
@@ -51,6 +52,7 @@ struct A2aCase {
   const char* documents = "none";  // none | global | document (positions)
   int zero = 0;
   int seq_len = 32;
+  const char* cp_scheme = "ring";  // parallel.cp_scheme (documents only): the ring part runs it
 };
 
 // Packed documents: an llm.c shard of documents of 1..23 tokens, each starting with token 0 (per rank).
@@ -70,7 +72,7 @@ Config make_config(const A2aCase& c, int dp, int cp, int u, int tp, int zero) {
                        : std::string("data:\n  source: copy\n"))
     << "  seq_len: " << c.seq_len << "\n  seed: 7\n"
     << "parallel:\n  dp: " << dp << "\n  cp: " << cp << "\n  cp_a2a: " << u << "\n  tp: " << tp
-    << "\n  zero: " << zero << "\n"
+    << "\n  zero: " << zero << "\n  cp_scheme: " << c.cp_scheme << "\n"
     // Global positions must be the same for every sample of a batch: a fixed layout (balanced picks per sample).
     << (docs == "global" ? "  layout: zigzag\n" : "")
     << "train:\n  batch_size: 4\n  steps: " << kCurveSteps << "\n  eval_every: 0\n  seed: 11\n"
@@ -128,6 +130,9 @@ RunResult train(const Config& config, ProcessGrid& grid, int first, int steps, c
     const double count = model.global_target_count(batch);
     const std::vector<float> losses = model.step(batch, count, /*want_grad=*/true);
     r.losses.push_back(global_mean_loss(batch, losses, count, grid.dp_cp()));
+    if (config.parallel.cp_scheme == "gather" && config.parallel.ring() > 1) {  // it ran, not the ring in its place
+      EXPECT_EQ(model.attention().ring().scheme(), CpScheme::gather) << "step " << step;
+    }
     model.reduce_gradients();
     model.reduce_shared_kv_grads();
     if (step == first) r.first_grads = model.gather_full(model.grads(), "");
@@ -200,6 +205,8 @@ INSTANTIATE_TEST_SUITE_P(
         A2aCase{"cp4_u2_docs_global", 1, 4, 2, 1, 4, 2, "global"},      // zigzag over the ring of 2
         A2aCase{"cp4_u4_docs_per_document", 1, 4, 4, 1, 4, 4, "document"},
         A2aCase{"cp4_u2_docs_per_document", 1, 4, 2, 1, 4, 4, "document"},
+        A2aCase{"cp4_u2_docs_gather", 1, 4, 2, 1, 4, 4, "document", 0, 32, "gather"},  // gather over the ring of 2
+        A2aCase{"cp4_u2_docs_global_gather", 1, 4, 2, 1, 4, 2, "global", 0, 32, "gather"},
         A2aCase{"cp4_u4_gqa_replicated", 1, 4, 4, 1, 4, 1},     // MQA: one KV head on all four ranks
         A2aCase{"cp4_u4_gqa_uneven", 1, 4, 4, 1, 8, 2},         // 2 query heads per rank, 1 KV head each, shared
         A2aCase{"cp4_u2_zero3", 1, 4, 2, 1, 4, 2, "none", 3},

@@ -72,8 +72,9 @@ std::string documents_shard() {
 // documents: "" (the copy task), "document" (packed documents, RoPE positions per document) or "default" (packed
 // documents with data.positions left at its default, global: issue 31 row 1, where balanced lays out each sample
 // differently, so the samples of a rank have different positions).
+// cp_scheme: parallel.cp_scheme (ring | gather | auto), with documents.
 Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::string& layout,
-                   const std::string& documents = "") {
+                   const std::string& documents = "", const std::string& cp_scheme = "ring") {
   std::ostringstream y;
   y << "model:\n  n_layer: 2\n  d_model: 32\n  n_head: 4\n  n_kv_head: " << v.n_kv_head << "\n  vocab_size: 24\n"
     << "  mlp: " << v.mlp << "\n  d_ff: 48\n  tied_embeddings: " << (v.tied ? "true" : "false") << "\n"
@@ -82,7 +83,8 @@ Config make_config(const ModelVariant& v, int dp, int cp, int tp, const std::str
                                  (documents == "document" ? "  positions: document\n" : "") +
                                  "  seq_len: 32\n  seed: 7\n"
                            : std::string("data:\n  source: copy\n  seq_len: 32\n  seed: 7\n"))
-    << "parallel:\n  dp: " << dp << "\n  cp: " << cp << "\n  tp: " << tp << "\n  layout: " << layout << "\n"
+    << "parallel:\n  dp: " << dp << "\n  cp: " << cp << "\n  tp: " << tp << "\n  layout: " << layout
+    << "\n  cp_scheme: " << cp_scheme << "\n"
     << "train:\n  batch_size: 4\n  steps: " << kCurveSteps << "\n  eval_every: 0\n  lm_head_chunk: 40\n  seed: 11\n"
     << "optim:\n  lr: 0.01\n  min_lr: 0.001\n  warmup_steps: 5\n  grad_clip: 1.0\n"
     << "device: cpu\n";
@@ -118,6 +120,9 @@ RunResult train(const Config& config, ProcessGrid& grid, int steps) {
     const double count = model.global_target_count(batch);
     const std::vector<float> losses = model.step(batch, count, /*want_grad=*/true);
     r.losses.push_back(global_mean_loss(batch, losses, count, grid.dp_cp()));
+    if (config.parallel.cp_scheme == "gather" && config.parallel.ring() > 1) {  // it ran, not the ring in its place
+      EXPECT_EQ(model.attention().ring().scheme(), CpScheme::gather) << "step " << step;
+    }
     if (grid.dp_cp().size() > 1) grid.dp_cp().all_reduce_sum(model.grads());
     model.reduce_shared_kv_grads();
     if (step == 1) r.first_grads = model.gather_full(model.grads(), "");
@@ -133,6 +138,7 @@ struct GridCase {
   const char* layout;  // auto resolves to zigzag when cp > 1 (balanced with documents)
   ModelVariant model;
   const char* documents = "";  // packed documents (data.documents: eot): make_config's "document" or "default"
+  const char* cp_scheme = "ring";  // parallel.cp_scheme (documents only)
 };
 
 // MQA (1 KV head): replicated KV heads under tp = 2. GQA with 2 KV heads: split over tp = 2.
@@ -142,7 +148,8 @@ const ModelVariant kGqaGeluTied{"gqa_gelu_tied", 2, "gelu", true};
 std::string case_name(const GridCase& c) {
   return "dp" + std::to_string(c.dp) + "_cp" + std::to_string(c.cp) + "_tp" + std::to_string(c.tp) + "_" +
          c.layout + "_" + c.model.name +
-         (std::string(c.documents).empty() ? "" : std::string("_documents_") + c.documents + "_positions");
+         (std::string(c.documents).empty() ? "" : std::string("_documents_") + c.documents + "_positions") +
+         (std::string(c.cp_scheme) == "ring" ? "" : std::string("_") + c.cp_scheme);
 }
 
 class ModelGrid : public ::testing::TestWithParam<GridCase> {};
@@ -151,7 +158,7 @@ TEST_P(ModelGrid, MatchesOneRankLossGradientsAndCurve) {
   const GridCase c = GetParam();
   const int size = c.dp * c.cp * c.tp;
   ASSERT_LE(size, world_size()) << "run this suite with at least " << size << " ranks";
-  const Config config = make_config(c.model, c.dp, c.cp, c.tp, c.layout, c.documents);
+  const Config config = make_config(c.model, c.dp, c.cp, c.tp, c.layout, c.documents, c.cp_scheme);
   const Config ref_config = make_config(c.model, 1, 1, 1, "auto", c.documents);
 
   std::shared_ptr<Comm> sub = sub_world(size);
@@ -232,7 +239,13 @@ INSTANTIATE_TEST_SUITE_P(
                       GridCase{1, 2, 2, "striped", kGqaGeluTied, "document"},
                       // Packed documents with every data and layout default (global positions, auto = balanced):
                       // 4 samples per rank of mixed document lengths, each sample laid out by its own documents.
-                      GridCase{1, 2, 1, "auto", kMqaSwiglu, "default"}, GridCase{1, 4, 1, "auto", kGqaGeluTied, "default"}),
+                      GridCase{1, 2, 1, "auto", kMqaSwiglu, "default"}, GridCase{1, 4, 1, "auto", kGqaGeluTied, "default"},
+                      // The gather scheme of packed documents (parallel.cp_scheme: gather; auto picks per batch).
+                      GridCase{1, 2, 1, "auto", kMqaSwiglu, "document", "gather"},
+                      GridCase{1, 4, 1, "auto", kGqaGeluTied, "default", "gather"},
+                      GridCase{2, 2, 1, "zigzag", kMqaSwiglu, "document", "gather"},
+                      GridCase{1, 2, 2, "striped", kGqaGeluTied, "document", "gather"},
+                      GridCase{1, 4, 1, "contiguous", kGqaGeluTied, "document", "auto"}),
     [](const ::testing::TestParamInfo<GridCase>& info) { return case_name(info.param); });
 
 // ---- Checkpoints are the same bytes whatever grid wrote them ----

@@ -1,10 +1,12 @@
 // Ring attention with a document mask (RingAttention::set_documents) on real ranks, against the whole sample on
-// one rank (the CPU kernels with the same document mask, themselves checked against fp64 in
-// tests/unit/kernels/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for contiguous, zigzag,
-// striped, balanced (each sample's order from its documents) and docpack, and for a random per-sample assignment of
-// positions to ranks (any assignment works); GQA; a document spanning every rank; length-1 documents; a ring whose
-// off-diagonal steps are all masked skips them without changing the result; and the hop skipping (parallel/ring_hops.h):
-// a block travels as far as its farthest user, and short documents move a fraction of the plain ring's bytes.
+// one rank (test::document_attention_reference: the CPU kernels with the same document mask, themselves checked
+// against fp64 in tests/unit/kernels/test_attention_docs_cpu.cpp): O, LSE, dQ, dK, dV for cp in {1, 2, 3, 4}, for
+// contiguous, zigzag, striped, balanced (each sample's order from its documents) and docpack, and for a random
+// per-sample assignment of positions to ranks (any assignment works); GQA; a document spanning every rank; length-1
+// documents; a ring whose off-diagonal steps are all masked skips them without changing the result; and the hop
+// skipping (parallel/ring_hops.h): a block travels as far as its farthest user, and short documents move a fraction
+// of the plain ring's bytes. The gather scheme (RingGatherDocs, parallel.cp_scheme: gather) on the same cases, the
+// mask-area dispatch and positions in random local order added: the same results, and exactly its plan's bytes.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -18,7 +20,9 @@
 #include "kernels/arena.h"
 #include "kernels/ops.h"
 #include "parallel/doc_balance.h"
+#include "parallel/doc_dispatch.h"
 #include "parallel/doc_pack.h"
+#include "parallel/kv_gather.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/ring_attention.h"
 #include "tests/mpi/ring_attention_harness.h"
@@ -56,41 +60,18 @@ std::vector<float> gather(const std::vector<float>& x, int64_t T, int64_t row, c
   return out;
 }
 
-struct OneRank {
-  std::vector<float> out, lse, dq, dk, dv;  // natural order: (B,T,H,D), (B,H,T), (B,T,H,D), (B,T,Hkv,D) x2
-};
-
-// The whole sample on this rank with the CPU kernels and the document mask in natural order.
-OneRank one_rank(const test::AttentionProblem& p, const std::vector<int64_t>& pos, const std::vector<int64_t>& st) {
-  const int64_t T = p.T;
-  Arena arena(Device::cpu(), size_t(8) << 20);
-  Tensor q = arena.alloc(DType::f32, {kB, T, kH, kD}, "q"), k = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "k");
-  Tensor v = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "v"), dout = arena.alloc(DType::f32, {kB, T, kH, kD}, "do");
-  Tensor out = arena.alloc(DType::f32, {kB, T, kH, kD}, "o"), lse = arena.alloc(DType::f32, {kB, kH, T}, "lse");
-  Tensor dq = arena.alloc(DType::f32, {kB, T, kH, kD}, "dq"), dk = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "dk");
-  Tensor dv = arena.alloc(DType::f32, {kB, T, kHkv, kD}, "dv"), delta = arena.alloc(DType::f32, {kB, kH, T}, "d");
-  AttnState st_{arena.alloc(DType::f32, {kB, kH, T, kD}, "acc"), arena.alloc(DType::f32, {kB, kH, T}, "m"),
-                arena.alloc(DType::f32, {kB, kH, T}, "l")};
-  test::upload(q, p.q);
-  test::upload(k, p.k);
-  test::upload(v, p.v);
-  test::upload(dout, p.dout);
-  AttnMask m;
-  m.docs.q_pos = pos.data();
-  m.docs.q_doc_start = st.data();
-  m.docs.k_pos = pos.data();
-  m.docs.q_stride = m.docs.k_stride = T;
-  attn_fwd_whole(q, k, v, st_, m, out, lse);
-  attn_bwd_delta(out, dout, delta);
-  fill(dq, 0.f);
-  attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, m);
-  return {test::download(out), test::download(lse), test::download(dq), test::download(dk), test::download(dv)};
-}
-
-// What a ring moved, summed over its ranks (MPI_Allreduce), and its hop plan.
+// What a ring moved, summed over its ranks (MPI_Allreduce), its hop plan and the scheme it ran.
 struct RingStats {
   double sent_bytes = 0, ring_bytes = 0, planned_bytes = 0;
   std::vector<int> kv_hops;  // (cp) RingHopPlan::kv_hops
+  CpScheme scheme = CpScheme::ring;
+};
+
+// How run_docs_ring runs the ring: the scheme set_documents gets (gather: the ring is built with its buffers) and
+// the dK/dV dtype on the wire.
+struct RingRun {
+  CpScheme scheme = CpScheme::ring;
+  DType dkv_wire = DType::f32;
 };
 
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
@@ -98,15 +79,14 @@ struct RingStats {
 // this rank's skipped steps.
 test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector<int64_t>& order,
                               const std::vector<std::vector<int64_t>>& lengths, int cp, Layout layout,
-                              double* bad, int64_t* skipped, RingStats* stats = nullptr) {
+                              double* bad, int64_t* skipped, RingStats* stats = nullptr, RingRun run = {}) {
   const int64_t T = p.T, n = T / cp;
-  std::vector<int64_t> nat_pos(size_t(kB * T)), nat_start(size_t(kB * T));  // (B, T) natural order
+  std::vector<std::vector<int64_t>> nat_start;  // [b] (T) natural order
   std::vector<int64_t> ring_pos(size_t(kB * T)), ring_start(size_t(kB * T));  // (B, T) ring order
   for (int64_t b = 0; b < kB; ++b) {
-    const std::vector<int64_t> s = starts_of(T, lengths[size_t(b) % lengths.size()]);
+    nat_start.push_back(starts_of(T, lengths[size_t(b) % lengths.size()]));
+    const std::vector<int64_t>& s = nat_start.back();
     for (int64_t t = 0; t < T; ++t) {
-      nat_pos[size_t(b * T + t)] = t;
-      nat_start[size_t(b * T + t)] = s[size_t(t)];
       ring_pos[size_t(b * T + t)] = order[size_t(b * T + t)];
       ring_start[size_t(b * T + t)] = s[size_t(order[size_t(b * T + t)])];
     }
@@ -117,10 +97,8 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
   test::ErrSum err[test::kNumQuantities];
   *skipped = 0;
   if (member) {
-    const OneRank ref1 = one_rank(p, nat_pos, nat_start);
-    const std::vector<double> ref[test::kNumQuantities] = {
-        {ref1.out.begin(), ref1.out.end()}, {ref1.lse.begin(), ref1.lse.end()}, {ref1.dq.begin(), ref1.dq.end()},
-        {ref1.dk.begin(), ref1.dk.end()}, {ref1.dv.begin(), ref1.dv.end()}};
+    const test::AttentionReference ref1 = test::document_attention_reference(p, nat_start);
+    const std::vector<double>* ref[test::kNumQuantities] = {&ref1.out, &ref1.lse, &ref1.dq, &ref1.dk, &ref1.dv};
     MpiComm ring(sub, /*owned=*/true);
     const int r = ring.rank();
     Arena arena(Device::cpu(), size_t(4) << 20);
@@ -134,15 +112,16 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
     test::upload(v, gather(p.v, T, kHkv * kD, order, n, T, r * n));
     test::upload(dout, gather(p.dout, T, kH * kD, order, n, T, r * n));
     for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
-    RingAttention attn(ring, layout, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena);
-    attn.set_documents(ring_pos.data(), ring_start.data());
+    RingAttention attn(ring, layout, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena, run.dkv_wire,
+                       /*gather=*/run.scheme == CpScheme::gather);
+    attn.set_documents(ring_pos.data(), ring_start.data(), nullptr, nullptr, run.scheme);
     attn.forward(q, k, v, out, lse);
     attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
     *skipped = attn.skipped_steps();
     if (stats) {
       double bytes[2] = {attn.timings().sent_bytes, attn.timings().ring_bytes};
       ring.all_reduce_sum(bytes, 2);
-      *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops};
+      *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops, attn.scheme()};
     }
     // Un-permute: this rank's rows are at the positions of its columns (the same for every sample here only if
     // the order is; compare per sample).
@@ -158,8 +137,8 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
             const bool token_major = qn != test::kLse;
             const double g = token_major ? got[qn][size_t((b * n + t) * rows[qn] + c)]
                                          : got[qn][size_t((b * kH + c) * n + t)];
-            const double w = token_major ? ref[qn][size_t((b * T + gp) * rows[qn] + c)]
-                                         : ref[qn][size_t((b * kH + c) * T + gp)];
+            const double w = token_major ? (*ref[qn])[size_t((b * T + gp) * rows[qn] + c)]
+                                         : (*ref[qn])[size_t((b * kH + c) * T + gp)];
             if (!std::isfinite(g)) err[qn].bad += 1;
             err[qn].diff2 += (g - w) * (g - w);
             err[qn].ref2 += w * w;
@@ -179,15 +158,16 @@ std::vector<int64_t> layout_order(Layout layout, int64_t T, int cp) {
   return order;
 }
 
-// A random assignment of positions to ranks, different per sample, each rank's positions sorted.
-std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed) {
+// A random assignment of positions to ranks, different per sample, each rank's positions sorted (sorted = false:
+// in random local order).
+std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed, bool sorted = true) {
   std::vector<int64_t> order;
   std::mt19937_64 rng(seed);
   for (int64_t b = 0; b < kB; ++b) {
     std::vector<int64_t> perm(static_cast<size_t>(T));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    for (int s = 0; s < cp; ++s) std::sort(perm.begin() + s * (T / cp), perm.begin() + (s + 1) * (T / cp));
+    for (int s = 0; s < cp && sorted; ++s) std::sort(perm.begin() + s * (T / cp), perm.begin() + (s + 1) * (T / cp));
     order.insert(order.end(), perm.begin(), perm.end());
   }
   return order;
@@ -203,6 +183,16 @@ std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::ve
     const std::vector<int64_t> o = balanced_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, &name);
     order.insert(order.end(), o.begin(), o.end());
     chosen->push_back(name);
+  }
+  return order;
+}
+
+// The mask-area dispatch's order of each sample (dispatch_ring_order, chunks of 5 tokens).
+std::vector<int64_t> dispatch_order(int64_t T, int cp, const std::vector<std::vector<int64_t>>& lengths) {
+  std::vector<int64_t> order;
+  for (int64_t b = 0; b < kB; ++b) {
+    const std::vector<int64_t> o = dispatch_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, 5);
+    order.insert(order.end(), o.begin(), o.end());
   }
   return order;
 }
@@ -341,5 +331,120 @@ TEST(RingAttentionDocs, ShortDocumentsMoveFewBytes) {
     if (world_rank() == 0)
       std::printf("  short documents, contiguous cp=%d: %.0f bytes sent of the ring's %.0f (%.1f%%)\n", cp,
                   stats.sent_bytes, stats.ring_bytes, 100 * stats.sent_bytes / stats.ring_bytes);
+  }
+}
+
+// ---- The gather scheme (parallel.cp_scheme: gather; parallel/ring_gather.cpp) ----
+
+// Every rank receives exactly the key rows its queries see and runs its own and the gathered call: O, LSE, dQ, dK, dV
+// equal one rank's (and so the ring's, held to the same reference above) on every layout, on any assignment (also
+// with each rank's positions in random local order), for cp = 2..4, two samples with different documents (length-1
+// documents, one document over every rank, odd lengths whose edges fall inside chunks). The ring really ran the
+// gather, and what it sent is what its plan says.
+TEST(RingGatherDocs, EveryLayoutAndAnyAssignmentMatchOneRank) {
+  const int64_t T = 120;
+  const test::AttentionProblem p = test::make_attention_problem(9753, kB, T, kH, kHkv, kD, false);
+  const RingRun gather{CpScheme::gather, DType::f32};
+  for (int cp = 2; cp <= std::min(4, world_size()); ++cp)
+    for (const auto& mix : {kMix, std::vector<std::vector<int64_t>>{{13, 29, 3}, {60, 1, 59}}}) {
+      const std::string m = mix == kMix ? " (short + one spanning)" : " (odd lengths)";
+      std::vector<std::pair<std::string, std::vector<int64_t>>> orders;
+      for (Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+        orders.push_back({layout_name(layout), layout_order(layout, T, cp)});
+      std::vector<std::string> chosen;
+      orders.push_back({"balanced", balanced_order(T, cp, mix, &chosen)});
+      orders.push_back({"dispatch", dispatch_order(T, cp, mix)});
+      orders.push_back({"docpack", docpack_order(T, cp, mix, 8)});
+      orders.push_back({"random sorted", random_order(T, cp, 7 + uint64_t(cp))});
+      orders.push_back({"random unsorted", random_order(T, cp, 17 + uint64_t(cp), /*sorted=*/false)});
+      for (const auto& [name, order] : orders) {
+        double bad = 0;
+        int64_t skipped = 0;
+        RingStats stats;
+        const test::RelErrors rel = run_docs_ring(p, order, mix, cp, Layout::balanced, &bad, &skipped, &stats, gather);
+        expect_close(rel, bad, "gather " + name + m + " cp=" + std::to_string(cp));
+        if (world_rank() < cp) {
+          EXPECT_EQ(stats.scheme, CpScheme::gather) << name << m << " cp=" << cp;
+          EXPECT_NEAR(stats.sent_bytes, stats.planned_bytes, 1e-9 * stats.ring_bytes) << name << m << " cp=" << cp;
+        }
+      }
+    }
+}
+
+// The bytes: short documents in the contiguous layout only need the rows of the documents across a rank's edge. The
+// ring sends exactly its plan's rows (kv_gather_plan_for_order, checked against every (query, key) pair in
+// tests/unit/parallel/test_kv_gather.cpp): K|V forward and backward and dK|dV back, summed over samples and ranks.
+// Documents that are exactly the ranks' chunks need no row at all: nothing is sent, and each rank skips its gathered
+// call in both passes.
+TEST(RingGatherDocs, SendsExactlyThePlannedRows) {
+  const int cp = std::min(4, world_size());
+  if (cp < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int64_t T = 120, n = T / cp;
+  const test::AttentionProblem p = test::make_attention_problem(3141, kB, T, kH, kHkv, kD, false);
+  const std::vector<std::vector<int64_t>> mix = {{1, 7, 1, 3, 2, 5, 5, 1}, {4, 1, 2, 3}};
+  const std::vector<int64_t> order = layout_order(Layout::contiguous, T, cp);
+  double rows = 0;  // rows received over the ranks and samples, from the plan
+  for (int64_t b = 0; b < kB; ++b)
+    rows += double(kv_gather_plan_for_order(starts_of(T, mix[size_t(b)]),
+                                            std::vector<int64_t>(order.begin() + b * T, order.begin() + (b + 1) * T), cp)
+                       .total_rows());
+  ASSERT_GT(rows, 0) << "documents cross the ranks' edges: some row is needed";
+  const double row_bytes = double(kHkv * kD * 4);  // one f32 row of K (or V, dK, dV)
+  double bad = 0;
+  int64_t skipped = 0;
+  RingStats stats;
+  const RingRun gather{CpScheme::gather, DType::f32};
+  const test::RelErrors rel =
+      run_docs_ring(p, order, mix, cp, Layout::contiguous, &bad, &skipped, &stats, gather);
+  expect_close(rel, bad, "gather, short documents, contiguous cp=" + std::to_string(cp));
+  if (world_rank() < cp) {
+    EXPECT_DOUBLE_EQ(stats.sent_bytes, rows * row_bytes * 6) << "K, V twice and dK, dV once per received row";
+    EXPECT_DOUBLE_EQ(stats.planned_bytes, stats.sent_bytes);
+    EXPECT_LT(stats.sent_bytes, 0.2 * stats.ring_bytes);
+    if (world_rank() == 0)
+      std::printf("  gather, short documents, contiguous cp=%d: %.0f bytes sent of the ring's %.0f (%.1f%%)\n", cp,
+                  stats.sent_bytes, stats.ring_bytes, 100 * stats.sent_bytes / stats.ring_bytes);
+  }
+  const test::RelErrors rel0 =
+      run_docs_ring(p, order, {{n}}, cp, Layout::contiguous, &bad, &skipped, &stats, gather);
+  expect_close(rel0, bad, "gather, documents = chunks, cp=" + std::to_string(cp));
+  if (world_rank() < cp) {
+    EXPECT_EQ(stats.sent_bytes, 0);
+    EXPECT_EQ(skipped, 2) << "rank " << world_rank() << ": the gathered call, forward and backward";
+  }
+}
+
+// parallel.dkv_wire: bf16 rounds the returned dK/dV rows once; the forward and dQ are untouched by it.
+TEST(RingGatherDocs, Bf16WireRoundsOnlyTheReturnedGradients) {
+  const int cp = std::min(4, world_size());
+  if (cp < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int64_t T = 120;
+  const test::AttentionProblem p = test::make_attention_problem(2718, kB, T, kH, kHkv, kD, false);
+  double bad = 0;
+  int64_t skipped = 0;
+  const test::RelErrors rel = run_docs_ring(p, layout_order(Layout::zigzag, T, cp), kMix, cp, Layout::zigzag, &bad,
+                                            &skipped, nullptr, RingRun{CpScheme::gather, DType::bf16});
+  EXPECT_EQ(bad, 0);
+  for (int i : {test::kOut, test::kLse, test::kDq}) EXPECT_LT(rel[size_t(i)], kTolerance) << test::kQuantityNames[i];
+  for (int i : {test::kDk, test::kDv}) {
+    EXPECT_LT(rel[size_t(i)], 4e-3) << test::kQuantityNames[i] << ": more than a bf16 rounding of the returned rows";
+    EXPECT_GT(rel[size_t(i)], 1e-6) << test::kQuantityNames[i] << ": no rounding seen: did the rows travel in bf16?";
+  }
+}
+
+// A ring built without the gather's buffers refuses the scheme with a message that names the fix.
+TEST(RingGatherDocs, RefusedWithoutItsBuffers) {
+  MpiComm world(MPI_COMM_WORLD, /*owned=*/false);
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int64_t n = 8, T = n * world.size();
+  Arena arena(Device::cpu(), size_t(1) << 20);
+  RingAttention attn(world, Layout::contiguous, /*causal=*/true, {1, n, kH, kHkv, kD, DType::f32}, arena);
+  std::vector<int64_t> pos(static_cast<size_t>(T)), start(static_cast<size_t>(T), 0);
+  std::iota(pos.begin(), pos.end(), 0);
+  try {
+    attn.set_documents(pos.data(), start.data(), nullptr, nullptr, CpScheme::gather);
+    ADD_FAILURE() << "set_documents accepted the gather scheme without its buffers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gather = true"), std::string::npos) << e.what();
   }
 }

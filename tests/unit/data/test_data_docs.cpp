@@ -1,6 +1,7 @@
 // Packed documents in the loader (data.documents: eot): document starts, the dropped EOT-crossing target,
 // positions per sample (global or per document) with more than one sample per rank, the ring-order document
-// arrays for every cp rank (fixed layouts and balanced), eot_token from meta.json, and the refusals.
+// arrays for every cp rank (fixed layouts and balanced), the scheme of the ring (parallel.cp_scheme), eot_token from
+// meta.json, and the refusals.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "framework/config/config.h"
 #include "framework/data/data.h"
+#include "parallel/cp_scheme.h"
 #include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;
@@ -139,6 +141,50 @@ TEST_F(DataDocsTest, RingOrderArraysAgreeAcrossRanks) {
   }
 }
 
+// parallel.cp_scheme: ring and gather as asked on a ring of more than one rank, the ring on one rank and without
+// documents; auto takes the scheme of least predicted time summed over the batch's samples, recomputed here from the
+// batch's own arrays (parallel/cp_scheme.h), the same on every rank.
+TEST_F(DataDocsTest, CpSchemeAsAskedAndAutoByPrediction) {
+  const int T = 96, B = 3, cp = 4;
+  for (const std::string layout : {"contiguous", "balanced"})
+    for (const std::string scheme : {"ring", "gather", "auto"}) {
+      SCOPED_TRACE(layout + " " + scheme);
+      rt::Config c = config(T, B, "document");
+      c.parallel.cp_scheme = scheme;
+      std::vector<rt::Batch> ranks;
+      for (int r = 0; r < cp; ++r) {
+        rt::LoaderRank rank;
+        rank.cp = cp, rank.cp_rank = r, rank.layout = layout;
+        ranks.push_back(rt::make_loader(c, rank, "train")->next());
+        EXPECT_EQ(ranks.back().cp_scheme, ranks[0].cp_scheme) << "rank " << r << " picked otherwise";
+      }
+      const rt::Batch& b = ranks[0];
+      if (scheme != "auto") {
+        EXPECT_EQ(b.cp_scheme, scheme == "gather" ? rt::CpScheme::gather : rt::CpScheme::ring);
+        EXPECT_EQ(b.cp_ring_us, 0);
+        continue;
+      }
+      std::vector<rt::CpSchemePrediction> samples;
+      double ring_us = 0, gather_us = 0;
+      for (int s = 0; s < B; ++s) {
+        std::vector<int64_t> order(b.doc_pos.begin() + s * T, b.doc_pos.begin() + (s + 1) * T);  // (T)
+        std::vector<int64_t> start(static_cast<size_t>(T));                                     // (T) by position
+        for (int col = 0; col < T; ++col) start[size_t(order[size_t(col)])] = b.doc_start[size_t(s * T + col)];
+        samples.push_back(rt::predict_cp_schemes(start, order, cp, rt::cp_scheme_ring_shape(c, cp)));
+        ring_us += samples.back().ring.total_us(), gather_us += samples.back().gather.total_us();
+      }
+      EXPECT_GT(ring_us, 0);
+      EXPECT_GT(gather_us, 0);
+      EXPECT_DOUBLE_EQ(b.cp_ring_us, ring_us);
+      EXPECT_DOUBLE_EQ(b.cp_gather_us, gather_us);
+      EXPECT_EQ(b.cp_scheme, rt::pick_cp_scheme(samples));
+      EXPECT_EQ(b.cp_scheme, gather_us < ring_us ? rt::CpScheme::gather : rt::CpScheme::ring);
+    }
+  rt::Config c = config(T, B, "document");
+  c.parallel.cp_scheme = "gather";
+  EXPECT_EQ(rt::make_loader(c, rt::LoaderRank{}, "train")->next().cp_scheme, rt::CpScheme::ring) << "one rank";
+}
+
 TEST_F(DataDocsTest, EotTokenDefaultsFromMetaJson) {
   rt::Config c = config(32, 1, "global");
   c.data.eot_token = -1;
@@ -185,6 +231,17 @@ TEST_F(DataDocsTest, RefusesBadDocumentConfigsWithTheFix) {
   bal.data.documents = "none";
   bal.parallel.layout = "balanced";
   EXPECT_NE(rt::test::error_of([&] { rt::validate_config(bal, 0); }).find("layout=balanced"), std::string::npos);
+  rt::Config scheme = config(32, 1, "document");
+  scheme.parallel.cp_scheme = "allgather";
+  EXPECT_NE(rt::test::error_of([&] { rt::validate_config(scheme, 0); }).find("parallel.cp_scheme"), std::string::npos);
+  scheme.parallel.cp_scheme = "gather";
+  scheme.data.documents = "none";
+  scheme.data.positions = "global";
+  const std::string no_docs = rt::test::error_of([&] { rt::validate_config(scheme, 0); });
+  EXPECT_NE(no_docs.find("parallel.cp_scheme=gather"), std::string::npos) << no_docs;
+  EXPECT_NE(no_docs.find("set data.documents: eot, or use cp_scheme: ring"), std::string::npos) << no_docs;
+  scheme.parallel.cp_scheme = "auto";  // auto without documents: the ring, no error
+  EXPECT_EQ(rt::test::error_of([&] { rt::validate_config(scheme, 0); }).find("cp_scheme"), std::string::npos);
   rt::Config ok = config(32, 1, "document");
   ok.parallel.cp = 2;
   EXPECT_EQ(rt::resolved_layout(ok), "balanced");  // auto picks balanced with documents

@@ -160,7 +160,8 @@ TEST(DocBalance, PickBalancedTakesTheFastestPredicted) {
 }
 
 // `ringtrain plan --doc-lengths`: balanced's pair imbalance within the bound, its picks named, and the tile
-// efficiencies in (0, 1] with striped's below zigzag's (every striped tile has document edges).
+// efficiencies in (0, 1] with striped's below zigzag's (every striped tile has document edges); each candidate's
+// gather prediction in (0, 1] moving at most the ring's bytes.
 TEST(DocBalance, DocLengthPlanReportsTheChoiceAndTheTileCost) {
   Config config;
   config.data.seq_len = 16384;
@@ -172,6 +173,11 @@ TEST(DocBalance, DocLengthPlanReportsTheChoiceAndTheTileCost) {
     EXPECT_GT(c.eff_fwd, 0.0) << c.name;
     EXPECT_LE(c.eff_fwd, 1.0 + 1e-9) << c.name;
     EXPECT_LE(c.bytes, c.ring_bytes * (1 + 1e-12)) << c.name;
+    // The gather scheme on the same assignment: at most the ring's bytes (a rank receives each row at most once).
+    EXPECT_GT(c.gather_eff_fwd, 0.0) << c.name;
+    EXPECT_LE(c.gather_eff_fwd, 1.0 + 1e-9) << c.name;
+    EXPECT_LE(c.gather_bytes, c.ring_bytes * (1 + 1e-12)) << c.name;
+    EXPECT_LE(c.gather_wins, plan.windows) << c.name;
     picked += c.picked;
   }
   EXPECT_EQ(picked, plan.windows);

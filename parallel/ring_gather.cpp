@@ -1,0 +1,312 @@
+// The gather scheme of RingAttention (parallel/cp_scheme.h, DESIGN.md "Document masks"), a private part of the class:
+// the plan of a batch's documents and the forward and backward passes. Only rt ops and the Comm touch tensor memory,
+// so the same code runs on CPU ranks (MpiComm) and GPUs (NcclComm, or MpiComm staging through pinned host memory).
+//
+// Forward on rank r:
+//   pack own K|V; gather the rows each peer needs into its chunk (send_index); post one exchange (a send and a
+//   receive per peer with rows); own call: queries x own keys (attn_fwd_block_first) while it is in flight; wait;
+//   unpack the received chunks into the gathered buffer in position order, padding zeroed (unpack_index); gathered
+//   call: queries x gathered rows (attn_fwd_block_last, document mask with the rows' positions).
+// Backward (recompute style: nothing is kept from the forward but O and LSE):
+//   the same exchange again; own call backward into this rank's f32 dK|dV while it is in flight; wait; unpack;
+//   gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their owners (return_index,
+//   rounded to parallel.dkv_wire); post the reverse exchange; wait; add each peer's chunk to this rank's dK|dV in
+//   peer order (scatter_add_rows with the chunk's send_index: each own row at most once per chunk).
+#include "parallel/ring_gather.h"
+
+#include <algorithm>
+
+#include "kernels/ops.h"
+#include "parallel/fault.h"
+#include "parallel/kv_gather.h"
+
+namespace rt {
+
+namespace {
+
+using Phase = RingTimer::Phase;
+
+// Rows [first, first + count) of width W and dtype `dtype`, viewed over raw storage (a wire buffer).
+Tensor rows_of(const Tensor& storage, DType dtype, int64_t first, int64_t count, int64_t W) {
+  const size_t bytes = size_t(W) * dtype_size(dtype);
+  RT_CHECK(size_t(first + count) * bytes <= storage.nbytes(),
+           "ring gather: rows [" << first << ", " << first + count << ") of " << W << " " << dtype_name(dtype)
+                                 << " elements overrun a wire buffer of " << storage.nbytes() << " bytes");
+  Tensor t = storage;
+  t.data = storage.data ? static_cast<char*>(storage.data) + size_t(first) * bytes : nullptr;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.shape = {count, W, 0, 0, 0};
+  return t;
+}
+
+// Host i32 values into the first values.size() elements of a (possibly device) i32 tensor.
+void upload_i32(const Tensor& dst, const int32_t* values, int64_t count) {
+  RT_CHECK(count <= dst.numel(), "ring gather: " << count << " index entries for a buffer of " << dst.numel());
+  if (count == 0) return;
+  Tensor host(const_cast<int32_t*>(values), DType::i32, Device::cpu(), {count});
+  copy_cast(dst.view({dst.numel()}).slice(0, count), host);
+}
+
+}  // namespace
+
+std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, int cp, DType dkv_wire, Arena& arena) {
+  RT_CHECK(cp > 1, "ring gather: a ring of one rank gathers nothing");
+  const int64_t B = shape.batch, n = shape.local_tokens, Hkv = shape.kv_heads, D = shape.head_dim;
+  auto g = std::make_unique<RingGather>();
+  g->act = shape.dtype;
+  g->wire = dkv_wire;
+  g->rows_max = (cp - 1) * n;  // every row of every other rank
+  const int64_t R = g->rows_max, W = Hkv * D, wire_rows = 2 * B * R;
+  RT_CHECK(wire_rows <= (int64_t(1) << 31) - 1 && 2 * B * n <= (int64_t(1) << 31) - 1,
+           "ring gather: " << wire_rows << " rows per exchange do not fit the i32 row indices; lower the batch or "
+                           << "seq_len per ring, or use parallel.cp_scheme: ring");
+  g->kv = arena.alloc(shape.dtype, {2, B, R, Hkv, D}, "ring_gather.kv");     // (2, B, Rmax, Hkv, D) K|V
+  g->dkv = arena.alloc(DType::f32, {2, B, R, Hkv, D}, "ring_gather.dkv");    // (2, B, Rmax, Hkv, D) f32 dK|dV
+  const int64_t widest = int64_t(std::max(dtype_size(shape.dtype), dtype_size(dkv_wire)));
+  const int64_t words = (wire_rows * W * widest + 3) / 4;
+  g->wire_send = arena.alloc(DType::f32, {words}, "ring_gather.wire_send");  // (2, B*Rmax, W) widest, as f32 words
+  g->wire_recv = arena.alloc(DType::f32, {words}, "ring_gather.wire_recv");  // (2, B*Rmax, W) widest, as f32 words
+  g->send_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.send_index");      // (2*B*Rmax)
+  g->unpack_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.unpack_index");  // (2*B*Rmax)
+  g->return_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.return_index");  // (2*B*Rmax)
+  g->k_pos = arena.alloc(DType::i32, {B, R, 2}, "ring_gather.k_pos");                  // (B, Rmax) int64
+  return g;
+}
+
+void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc_start) {
+  RingGather& g = *gather_;
+  const int P = cp_.size(), r = cp_.rank();
+  const int64_t B = shape_.batch, n = shape_.local_tokens, T = n * P;
+  std::vector<KvGatherPlan> plans(static_cast<size_t>(B));
+  std::vector<std::vector<int64_t>> local_row(static_cast<size_t>(B));  // [b] (T) by position: its row on its rank
+  std::vector<int64_t> start(static_cast<size_t>(T)), order(static_cast<size_t>(T));  // (T) by position; ring order
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t>& row = local_row[size_t(b)];
+    row.assign(size_t(T), -1);
+    for (int64_t c = 0; c < T; ++c) {  // positions are a permutation (ring_hop_plan checked it)
+      const int64_t p = host_pos[b * T + c];
+      start[size_t(p)] = host_doc_start[b * T + c];
+      row[size_t(p)] = c % n;
+      order[size_t(c)] = p;
+    }
+    // The plan takes each rank's positions increasing (every layout gives that); any other order is sorted per rank
+    // here, and the pieces find their rows through local_row.
+    for (int s = 0; s < P; ++s)
+      if (!std::is_sorted(order.begin() + s * n, order.begin() + (s + 1) * n))
+        std::sort(order.begin() + s * n, order.begin() + (s + 1) * n);
+    plans[size_t(b)] = kv_gather_plan_for_order(start, order, P);
+  }
+  g.send_rows.assign(size_t(P), 0);
+  g.recv_rows.assign(size_t(P), 0);
+  g.rows = 0;
+  g.total_rows = 0;
+  for (const KvGatherPlan& plan : plans) {
+    for (int s = 0; s < P; ++s) {
+      g.send_rows[size_t(s)] += plan.rows[size_t(s * P + r)];
+      g.recv_rows[size_t(s)] += plan.rows[size_t(r * P + s)];
+    }
+    g.rows = std::max(g.rows, plan.recv_rows[size_t(r)]);
+    g.total_rows += double(plan.total_rows());
+  }
+  g.send_at.assign(size_t(P), 0);
+  g.recv_at.assign(size_t(P), 0);
+  g.sent_total = g.received_total = 0;
+  for (int s = 0; s < P; ++s) {
+    g.send_at[size_t(s)] = 2 * g.sent_total;
+    g.recv_at[size_t(s)] = 2 * g.received_total;
+    g.sent_total += g.send_rows[size_t(s)];
+    g.received_total += g.recv_rows[size_t(s)];
+  }
+  const int64_t R = g.rows;
+  RT_CHECK(R <= g.rows_max && g.sent_total <= B * g.rows_max && g.received_total <= B * g.rows_max,
+           "ring gather: the plan moves more rows than the buffers hold (a bug: every plan fits (cp-1)*n per sample)");
+  // Sent chunks: per peer p, K rows then V rows, each by sample, then p's pieces from this rank in order.
+  std::vector<int32_t> send_index(size_t(2 * g.sent_total));  // (2 * sent_total)
+  for (int p = 0; p < P; ++p)
+    for (int64_t h = 0, k = 0; h < 2; ++h, k = 0)
+      for (int64_t b = 0; b < B; ++b)
+        for (const KvGatherPiece& piece : plans[size_t(b)].pieces[size_t(p)])
+          if (piece.source == r)
+            for (int64_t i = 0; i < piece.len; ++i)
+              send_index[size_t(g.send_at[size_t(p)] + h * g.send_rows[size_t(p)] + k++)] =
+                  int32_t(h * B * n + b * n + local_row[size_t(b)][size_t(piece.pos + i)]);
+  // Received chunks in the same order, unpacked into (2, B, R) in position order; the padding is -1 (zeroed) and T.
+  std::vector<int32_t> unpack_index(size_t(2 * B * R), -1);        // (2, B, R)
+  std::vector<int32_t> return_index(size_t(2 * g.received_total));  // (2 * received_total)
+  std::vector<int64_t> k_pos(size_t(B * R), T);                      // (B, R)
+  std::vector<int64_t> cursor(static_cast<size_t>(P), 0);            // (P) rows taken from each source's chunk half
+  for (int64_t b = 0; b < B; ++b)
+    for (const KvGatherPiece& piece : plans[size_t(b)].pieces[size_t(r)])
+      for (int64_t i = 0; i < piece.len; ++i) {
+        const int s = piece.source;
+        const int64_t k = cursor[size_t(s)]++, row = b * R + piece.dst_row + i;
+        k_pos[size_t(row)] = piece.pos + i;
+        for (int64_t h = 0; h < 2; ++h) {
+          const int64_t wire_row = g.recv_at[size_t(s)] + h * g.recv_rows[size_t(s)] + k;
+          unpack_index[size_t(h * B * R + row)] = int32_t(wire_row);
+          return_index[size_t(wire_row)] = int32_t(h * B * R + row);
+        }
+      }
+  upload_i32(g.send_index, send_index.data(), int64_t(send_index.size()));
+  upload_i32(g.unpack_index, unpack_index.data(), int64_t(unpack_index.size()));
+  upload_i32(g.return_index, return_index.data(), int64_t(return_index.size()));
+  upload_i32(g.k_pos, reinterpret_cast<const int32_t*>(k_pos.data()), 2 * int64_t(k_pos.size()));
+}
+
+AttnMask RingAttention::own_mask() const {
+  const int64_t n = shape_.local_tokens, T = n * cp_.size();
+  AttnMask m;
+  m.docs.q_pos = doc_pos_ + cp_.rank() * n;
+  m.docs.q_doc_start = doc_start_ + cp_.rank() * n;
+  m.docs.k_pos = m.docs.q_pos;
+  m.docs.q_stride = m.docs.k_stride = T;
+  return m;
+}
+
+AttnMask RingAttention::gathered_mask() const {
+  AttnMask m = own_mask();
+  m.docs.k_pos = static_cast<const int64_t*>(gather_->k_pos.data);
+  m.docs.k_stride = gather_->rows;
+  return m;
+}
+
+namespace {
+
+// The transfers of one exchange: per peer with rows, rows [at, at + 2 * rows) of a wire buffer.
+std::vector<PeerTransfer> chunk_transfers(const Tensor& wire, DType dtype, int64_t W, const std::vector<int64_t>& at,
+                                          const std::vector<int64_t>& rows, int self) {
+  std::vector<PeerTransfer> out;
+  for (int p = 0; p < int(rows.size()); ++p)
+    if (p != self && rows[size_t(p)] > 0)
+      out.push_back({rows_of(wire, dtype, at[size_t(p)], 2 * rows[size_t(p)], W), p});
+  return out;
+}
+
+}  // namespace
+
+void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse) {
+  RingGather& g = *gather_;
+  const int r = cp_.rank();
+  const int64_t B = shape_.batch, n = shape_.local_tokens, W = shape_.kv_heads * shape_.head_dim, R = g.rows;
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    copy_cast(half(kv_buf_[0], 0), k);  // (2, B, n, Hkv, D): the rows the chunks are gathered from
+    copy_cast(half(kv_buf_[0], 1), v);
+    gather_rows(rows_of(g.wire_send, g.act, 0, 2 * g.sent_total, W), kv_buf_[0].view({2 * B * n, W}),
+                g.send_index.slice(0, 2 * g.sent_total));
+  }
+  ExchangeHandle x;
+  {
+    RingTimerScope t(*timer_, Phase::comm);
+    x = cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.act, W, g.send_at, g.send_rows, r),
+                                chunk_transfers(g.wire_recv, g.act, W, g.recv_at, g.recv_rows, r));
+    call_sent_bytes_ += double(g.sent_total) * 2.0 * double(W * int64_t(dtype_size(g.act)));
+    call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
+  }
+  maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
+  const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    if (!own_runs) ++skipped_steps_;
+    if (R == 0) ++skipped_steps_;
+    if (R == 0 && own_runs) {
+      attn_fwd_whole(q, k, v, state_, own_mask(), out, lse);
+    } else if (own_runs) {
+      attn_fwd_block_first(q, k, v, state_, own_mask());
+    } else {
+      attn_state_reset(state_);
+      if (R == 0) attn_fwd_finalize(state_, out, lse);
+    }
+  }
+  {
+    RingTimerScope t(*timer_, Phase::comm);
+    cp_.wait(x);
+  }
+  if (R == 0) return;
+  RingTimerScope t(*timer_, Phase::compute);
+  const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D)
+  gather_rows(kv.view({2 * B * R, W}), rows_of(g.wire_recv, g.act, 0, 2 * g.received_total, W),
+              g.unpack_index.slice(0, 2 * B * R));
+  const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
+  const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
+  attn_fwd_block_last(q, gk, gv, state_, gathered_mask(), out, lse);
+}
+
+void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& dout, const Tensor& lse, Tensor dq, Tensor dk, Tensor dv) {
+  RingGather& g = *gather_;
+  const int r = cp_.rank();
+  const int64_t B = shape_.batch, n = shape_.local_tokens, Hkv = shape_.kv_heads, D = shape_.head_dim, W = Hkv * D,
+                R = g.rows;
+  const double kv_row = 2.0 * double(W * int64_t(dtype_size(g.act)));     // K and V of one row
+  const double dkv_row = 2.0 * double(W * int64_t(dtype_size(g.wire)));  // dK and dV of one row on the wire
+  Tensor own = grad_buf_[0];  // (2, B, n, Hkv, D) f32: this rank's dK|dV, the returned rows added in
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    fill(dq_acc_, 0.f);
+    attn_bwd_delta(out, dout, delta_);  // once per layer
+    copy_cast(half(kv_buf_[0], 0), k);
+    copy_cast(half(kv_buf_[0], 1), v);
+    gather_rows(rows_of(g.wire_send, g.act, 0, 2 * g.sent_total, W), kv_buf_[0].view({2 * B * n, W}),
+                g.send_index.slice(0, 2 * g.sent_total));
+  }
+  ExchangeHandle x;
+  {
+    RingTimerScope t(*timer_, Phase::comm);
+    x = cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.act, W, g.send_at, g.send_rows, r),
+                                chunk_transfers(g.wire_recv, g.act, W, g.recv_at, g.recv_rows, r));
+    call_sent_bytes_ += double(g.sent_total) * kv_row;
+    const double dkv_block = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
+    call_ring_bytes_ += double(cp_.size() - 1) * (double(kv_buf_[0].nbytes()) + dkv_block);
+  }
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    if (hops_.visible[size_t(r * cp_.size() + r)]) {
+      attn_bwd_block_fresh(q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
+    } else {
+      ++skipped_steps_;
+      fill(own, 0.f);
+    }
+  }
+  {
+    RingTimerScope t(*timer_, Phase::comm);
+    cp_.wait(x);
+  }
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    if (R == 0) {
+      ++skipped_steps_;
+    } else {
+      const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);     // (2, B, R, Hkv, D)
+      const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
+      gather_rows(kv.view({2 * B * R, W}), rows_of(g.wire_recv, g.act, 0, 2 * g.received_total, W),
+                  g.unpack_index.slice(0, 2 * B * R));
+      auto part = [&](const Tensor& t, int64_t h) {  // K (0) or V (1) of a (2, B, R, Hkv, D) view: (B, R, Hkv, D)
+        return t.slice(h * B * R * W, (h + 1) * B * R * W).view({B, R, Hkv, D});
+      };
+      attn_bwd_block_fresh(q, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, part(dkv, 0), part(dkv, 1),
+                           gathered_mask());
+      gather_rows(rows_of(g.wire_send, g.wire, 0, 2 * g.received_total, W), dkv.view({2 * B * R, W}),
+                  g.return_index.slice(0, 2 * g.received_total));  // the owners' chunks, in dkv_wire
+    }
+  }
+  {
+    RingTimerScope t(*timer_, Phase::comm);
+    x = cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.wire, W, g.recv_at, g.recv_rows, r),
+                                chunk_transfers(g.wire_recv, g.wire, W, g.send_at, g.send_rows, r));
+    call_sent_bytes_ += double(g.received_total) * dkv_row;
+    cp_.wait(x);
+  }
+  RingTimerScope t(*timer_, Phase::compute);
+  const Tensor own_rows = own.view({2 * B * n, W});  // (2*B*n, W) f32
+  for (int p = 0; p < cp_.size(); ++p)  // in peer order: each chunk names an own row at most once
+    if (p != r && g.send_rows[size_t(p)] > 0)
+      scatter_add_rows(own_rows, rows_of(g.wire_recv, g.wire, g.send_at[size_t(p)], 2 * g.send_rows[size_t(p)], W),
+                       g.send_index.slice(g.send_at[size_t(p)], g.send_at[size_t(p)] + 2 * g.send_rows[size_t(p)]));
+  copy_cast(dq, dq_acc_);
+  copy_cast(dk, half(own, 0));
+  copy_cast(dv, half(own, 1));
+}
+
+}  // namespace rt

@@ -1,0 +1,46 @@
+// The gather scheme's state on one rank (DESIGN.md "Document masks"; RingAttention runs it, parallel/ring_gather.cpp):
+// its buffers, allocated with RingAttention for the most rows a plan can move, and the current batch's plan.
+//
+// Wire layout: one chunk per peer, peers in rank order, in rows of W = Hkv*D elements. The chunk between a sender s
+// and a receiver r holds the rows r receives from s over the batch: the K rows, then the V rows (2 x rows), each
+// half ordered by sample, then by r's pieces from s in position order (parallel/kv_gather.h). The backward returns
+// the rows' dK|dV in the same chunk layout, so the receiver's chunk is the sender's reverse chunk.
+// Gathered rows: (2, B, R, Hkv, D), sample b's rows [0, received_b) in position order, the rest padding: zero K/V and
+// position T (after every query, so no query sees it and the kernels skip or mask it like any invisible key).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/arena.h"
+#include "parallel/ring_attention.h"
+
+namespace rt {
+
+struct RingGather {
+  // Buffers (P ranks, n tokens per rank, Rmax = (P - 1) * n rows per sample at most, W = Hkv * D):
+  Tensor kv;            // (2, B, Rmax, Hkv, D) act dtype: the gathered K|V, viewed (2, B, R, Hkv, D)
+  Tensor dkv;           // (2, B, Rmax, Hkv, D) f32: the gathered call's dK|dV, viewed (2, B, R, Hkv, D)
+  Tensor wire_send;     // (words) f32 storage of (2, B * Rmax, W) rows of the widest of act / dkv_wire: the chunks
+                        // sent (K|V out; the backward's dK|dV back)
+  Tensor wire_recv;     // (words) the same, received
+  Tensor send_index;    // (2 * B * Rmax) i32: per sent chunk row, the row of this rank's packed (2 * B * n, W) K|V
+  Tensor unpack_index;  // (2 * B * Rmax) i32: per gathered row (2, B, R), the received chunk row, -1 for padding
+  Tensor return_index;  // (2 * B * Rmax) i32: per returned chunk row, the gathered dK|dV row (2, B, R)
+  Tensor k_pos;         // (B, Rmax, 2) i32 holding (B, R) int64: the gathered rows' positions, padding T
+  DType act = DType::f32, wire = DType::f32;  // of K/V and of the returned dK/dV rows
+  int64_t rows_max = 0;                       // Rmax
+
+  // The plan of the current documents (RingAttention::plan_gather):
+  int64_t rows = 0;                 // R: the most rows a sample of this rank receives
+  std::vector<int64_t> send_rows;   // (P) rows this rank sends to each peer, summed over the samples
+  std::vector<int64_t> recv_rows;   // (P) rows it receives from each peer
+  std::vector<int64_t> send_at;     // (P) first wire row of each peer's sent chunk (a chunk is 2 x rows)
+  std::vector<int64_t> recv_at;     // (P) the same for the received chunks
+  int64_t sent_total = 0, received_total = 0;  // sums of send_rows / recv_rows
+  double total_rows = 0;            // rows received over all ranks and samples (the plan's bytes)
+};
+
+// The buffers for a ring of `cp` ranks (cp > 1) and RingAttention's shape, from `arena`.
+std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, int cp, DType dkv_wire, Arena& arena);
+
+}  // namespace rt
