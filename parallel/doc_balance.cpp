@@ -189,9 +189,12 @@ size_t pick_balanced(const std::vector<RingCandidate>& candidates) {
 }
 
 RingChoice balanced_ring_choice(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape,
-                                bool with_gather) {
-  const std::vector<RingCandidate> candidates =
-      ring_candidates(doc_start, cp, shape, /*with_orders=*/false, with_gather);
+                                bool with_gather, bool gather_only) {
+  std::vector<RingCandidate> candidates =
+      ring_candidates(doc_start, cp, shape, /*with_orders=*/false, with_gather || gather_only);
+  if (gather_only && cp > 1)
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(), [](const RingCandidate& c) { return !c.gather; }),
+                     candidates.end());
   const RingCandidate& best = candidates[pick_balanced(candidates)];
   RingChoice choice;
   choice.order = ring_order_from_spans(best.spans, int64_t(doc_start.size()), cp);

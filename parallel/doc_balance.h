@@ -70,8 +70,9 @@ struct RingChoice {
   bool gather = false;
   RingTimePrediction time;
 };
+// gather_only: the pick among the gather candidates alone (parallel.cp_scheme: gather).
 RingChoice balanced_ring_choice(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
-                                bool with_gather = false);
+                                bool with_gather = false, bool gather_only = false);
 
 // parallel.layout: balanced: the ring order pick_balanced takes from ring_candidates. Searched once per sample
 // (the loader's job); bench_doc_imbalance prints the time it takes.

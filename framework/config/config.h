@@ -66,7 +66,7 @@ struct ParallelConfig {
   // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/cp_scheme.h): ring (K/V blocks
   // hop around the ring, skipping the hops nobody needs) | gather (each rank receives exactly the key rows its
   // queries see in one exchange) | auto (per batch, the least predicted time). Without documents: the ring.
-  std::string cp_scheme = "ring";
+  std::string cp_scheme = "auto";
   // ZeRO over the dp x cp group (ranks with the same tp coordinate): 0 replicated; 1 fp32 masters and Adam
   // moments sharded; 2 gradients too (reduce-scattered per layer during the backward); 3 compute weights too
   // (all-gathered per layer before use, the next layer prefetched).

@@ -52,7 +52,7 @@ class Loader final : public DataLoader {
     if (documents_ && ring_ > 1 && scheme != "ring") {
       scheme_auto_ = scheme == "auto";
       scheme_ = CpScheme::gather;
-      if (scheme_auto_) ring_shape_ = cp_scheme_ring_shape(config, ring_);
+      ring_shape_ = cp_scheme_ring_shape(config, ring_);
     }
     local_batch_ = global_batch_ / rank.dp;
     tokens_.resize(size_t(seq_len_));
@@ -96,7 +96,14 @@ class Loader final : public DataLoader {
           if (starts[size_t(p + 1)] == p + 1 && targets_[size_t(p)] >= 0) targets_[size_t(p)] = -1, dropped_[size_t(p)] = 1;
         std::string chosen = layout_name(layout_);
         if (layout_ == Layout::balanced) {
-          sample_order = balanced_ring_order(starts, ring_, &chosen);
+          if (scheme_ == CpScheme::gather) {  // cp_scheme gather or auto: layout and scheme chosen together
+            RingChoice choice = balanced_ring_choice(starts, ring_, ring_shape_, /*with_gather=*/true,
+                                                     /*gather_only=*/!scheme_auto_);
+            sample_order = std::move(choice.order);
+            chosen = choice.label;
+          } else {
+            sample_order = balanced_ring_order(starts, ring_, &chosen);
+          }
           order = &sample_order;
         }
         if (i == 0) b.ring_layout = chosen;
