@@ -2,14 +2,15 @@
 // parallel/kv_gather.h measured on one GPU. Every rank receives exactly the key rows its queries see (one
 // all-to-all-v, not run here) and makes two calls each way:
 //   own:      its queries against its own keys (the ring's step-0 call), while the exchange is in flight;
-//             forward attn_fwd_block_first (attn_fwd_whole where the rank receives nothing), backward
-//             attn_bwd_block_fresh into its own dK / dV;
+//             forward attn_fwd_whole (out and lse of every row), backward attn_bwd_block_fresh into its own dK / dV;
 //   gathered: its queries against its gathered rows, in position order, with the document mask (k_pos = their
-//             positions); forward attn_fwd_block_last, backward attn_bwd_block_fresh into the gathered dK / dV
-//             (which go home in the reverse exchange), dQ accumulating over both calls.
+//             positions); forward gathered_fwd_merge (parallel/gather_forward.h: the call on the query rows
+//             [lo, hi) that see a gathered key, then attn_fwd_merge into out / lse; timed together), backward
+//             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
+//             over both calls.
 // Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
 // K / V into one device buffer, their k_pos on the device. Each call is timed alone (CUDA events, median of reps
-// after warmup; the gathered forward after an untimed own forward that starts its state).
+// after warmup; the gathered forward after an untimed own forward that writes the out / lse it merges into).
 // Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
 // (predict_gather_time's formula, parallel/kv_gather.h) on the measured calls with the stated NVLink model.
 // Check: one pass of the scheme against one pass of the ring's calls over the same rows (out, lse, dQ, and dK / dV
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "parallel/gather_forward.h"
 #include "parallel/kv_gather.h"
 
 namespace rt::bench {
@@ -160,9 +162,9 @@ struct GatherMeasured {
 };
 
 // buf: the sample in ring order (rank r's rows [r n, (r + 1) n)); rp / rs: (N) device positions and document starts
-// of those rows; ring_mask: the ring's calls (the check's reference). Throws rt::Error when the check fails.
+// of those rows, ring_start (N) the same document starts on the host (order holds the positions); ring_mask: the ring's calls (the check's reference). Throws rt::Error when the check fails.
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
-                                     const int64_t* rp, const int64_t* rs,
+                                     const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
                                      int reps) {
   const KvGatherPlan& plan = g.plan;
@@ -183,10 +185,14 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
   fill(buf.dkv(home_dk, N, 0), 0.f);                                                  // dK / dV summed at home
   fill(buf.dkv(home_dv, N, 0), 0.f);
 
-  const int64_t max_rows = std::max<int64_t>(1, plan.max_recv_rows());
+  // Padded as RingAttention pads (gather_call_key_rows): zero K/V at position N past the received rows.
+  const int64_t max_rows = std::max<int64_t>(1, gather_call_key_rows(plan.max_recv_rows(), (cp - 1) * n));
   DeviceBuffer gk(size_t(max_rows * kv_width) * 2), gv(size_t(max_rows * kv_width) * 2);    // (1, R, Hkv, D) bf16
   DeviceBuffer gdk(size_t(max_rows * kv_width) * 4), gdv(size_t(max_rows * kv_width) * 4);  // (1, R, Hkv, D) f32
   DeviceBuffer gpos(size_t(max_rows) * 8), gsrc(size_t(max_rows) * 8);  // (R) int64: positions, rows in buf
+  CUDA_CHECK(cudaMemsetAsync(gk.p, 0, size_t(max_rows * kv_width) * 2, stream));  // padding rows stay zero
+  CUDA_CHECK(cudaMemsetAsync(gv.p, 0, size_t(max_rows * kv_width) * 2, stream));
+  DeviceBuffer out2(size_t(n * H * D) * 2), lse2(size_t(n * H) * 4);  // (1, n, H, D) bf16, (1, H, n) f32: scratch
   std::vector<int64_t> row_of(static_cast<size_t>(N));  // (N) by position: its row in buf
   for (int64_t i = 0; i < N; ++i) row_of[size_t(order[size_t(i)])] = i;
 
@@ -194,11 +200,13 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
   GatherCallTimes us;
   for (int r = 0; r < cp; ++r) {
     const std::vector<int64_t> pos = kv_gather_positions(plan, r);  // (R) in buffer order, increasing
-    const int64_t R = int64_t(pos.size());
+    const int64_t R = int64_t(pos.size()), Rc = gather_call_key_rows(R, (cp - 1) * n);  // received; the call's
     std::vector<int64_t> src(pos.size());  // (R)
     for (size_t i = 0; i < pos.size(); ++i) src[i] = row_of[size_t(pos[i])];
     if (R > 0) {
-      CUDA_CHECK(cudaMemcpyAsync(gpos.p, pos.data(), size_t(R) * 8, cudaMemcpyHostToDevice, stream));
+      std::vector<int64_t> call_pos = pos;  // (Rc): the padding rows at position N, after every query
+      call_pos.resize(size_t(Rc), N);
+      CUDA_CHECK(cudaMemcpyAsync(gpos.p, call_pos.data(), size_t(Rc) * 8, cudaMemcpyHostToDevice, stream));
       CUDA_CHECK(cudaMemcpyAsync(gsrc.p, src.data(), size_t(R) * 8, cudaMemcpyHostToDevice, stream));
       const int64_t* s = static_cast<const int64_t*>(gsrc.p);
       gather_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(gk.p),
@@ -209,6 +217,9 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       CUDA_CHECK_LAUNCH();
       CUDA_CHECK(cudaStreamSynchronize(stream));  // pos and src are freed at the end of this iteration
     }
+    const QueryRowRange q_rows = gathered_query_rows(order.data() + r * n, ring_start.data() + r * n, n, pos);
+    RT_CHECK(R == 0 || !q_rows.empty(), "bench gather: rank " << r << " receives " << R
+                                                              << " rows that no query sees (a plan bug)");
     AttnMask own, got;
     own.docs.q_pos = got.docs.q_pos = rp + r * n;
     own.docs.q_doc_start = got.docs.q_doc_start = rs + r * n;
@@ -221,13 +232,12 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     const Tensor lse = buf.rows(buf.lse, n, r * n), delta = buf.rows(buf.delta, n, r * n);
     const Tensor dq = buf.f32(buf.dq, n, r * n);
     const Tensor dk = buf.dkv(buf.dk, n, r * n), dv = buf.dkv(buf.dv, n, r * n);
-    const Tensor gkt = buf.kv(gk, R, 0), gvt = buf.kv(gv, R, 0), gdkt = buf.dkv(gdk, R, 0), gdvt = buf.dkv(gdv, R, 0);
+    const Tensor gkt = buf.kv(gk, Rc, 0), gvt = buf.kv(gv, Rc, 0);        // (1, Rc, Hkv, D)
+    const Tensor gdkt = buf.dkv(gdk, Rc, 0), gdvt = buf.dkv(gdv, Rc, 0);  // (1, Rc, Hkv, D) f32
     AttnState st = buf.rank_state(r, n);
-    auto own_fwd = [&] {
-      if (R > 0) attn_fwd_block_first(q, k, v, st, own);
-      else attn_fwd_whole(q, k, v, st, own, out, lse);
-    };
-    auto got_fwd = [&] { attn_fwd_block_last(q, gkt, gvt, st, got, out, lse); };
+    const Tensor out2t = buf.bf(out2, n, 0), lse2t = buf.rows(lse2, n, 0);  // (1, n, H, D), (1, H, n)
+    auto own_fwd = [&] { attn_fwd_whole(q, k, v, st, own, out, lse); };
+    auto got_fwd = [&] { gathered_fwd_merge(q, gkt, gvt, got, q_rows, out2t, lse2t, st, out, lse); };
     auto own_bwd = [&] { attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, own); };
     auto got_bwd = [&] { attn_bwd_block_fresh(q, gkt, gvt, dout, lse, delta, dq, gdkt, gdvt, got); };
     m.own_fwd_ms.push_back(time_ms(own_fwd, warmup, reps));

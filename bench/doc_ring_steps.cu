@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     Timed t_ring, t_path;
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
-      gathered = bench::measure_gather(buf, gather_plan, order, rp, rs, mask_of, shape, warmup, reps);
+      gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps);
     if (ring && !gather) {
       t_ring.fwd_ms = time_ms(ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads

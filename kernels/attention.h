@@ -64,8 +64,8 @@ inline int64_t attn_decode_work_elems(int64_t B, int64_t H, int64_t Hkv, int64_t
 }
 
 // The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_fwd_block_first,
-// attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh, attn_state_merge, attn_decode,
-// attn_decode_partial) and their contracts are listed in kernels/op_list.inc.
+// attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh, attn_state_merge, attn_fwd_merge,
+// attn_decode, attn_decode_partial) and their contracts are listed in kernels/op_list.inc.
 #define RT_ATTN_OP(ret, name, params, args, first, dispatch) ret name params;
 #include "kernels/op_list.inc"
 

@@ -129,6 +129,28 @@ std::vector<int64_t> gathered_key_tiles(const KvGatherPlan& plan, int r) {
 
 }  // namespace
 
+QueryRowRange gathered_query_rows(const int64_t* q_pos, const int64_t* q_doc_start, int64_t n,
+                                  const std::vector<int64_t>& gathered_pos) {
+  RT_CHECK(std::is_sorted(gathered_pos.begin(), gathered_pos.end()),
+           "gathered_query_rows: the gathered positions must increase (the plan's buffer order)");
+  QueryRowRange range;
+  bool any = false;
+  for (int64_t i = 0; i < n; ++i) {
+    auto first = std::lower_bound(gathered_pos.begin(), gathered_pos.end(), q_doc_start[i]);
+    if (first == gathered_pos.end() || *first > q_pos[i]) continue;  // no gathered key in [start, pos]
+    if (!any) range.lo = i;
+    range.hi = i + 1;
+    any = true;
+  }
+  return range;
+}
+
+QueryRowRange row_range_union(const QueryRowRange& a, const QueryRowRange& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+}
+
 KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::vector<RingSpan>& spans,
                               const KvGatherPlan& plan, int cp) {
   const int64_t T = int64_t(doc_start.size());

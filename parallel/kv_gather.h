@@ -9,6 +9,7 @@
 // Every rank computes the same plan from the sample's positions, as the ring's hop plan (parallel/ring_hops.h).
 // Host only: RingAttention runs it, the chooser (parallel/doc_balance.h) prices it, bench_doc_ring_steps measures it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -59,6 +60,28 @@ KvGatherPlan kv_gather_plan_for_order(const std::vector<int64_t>& doc_start, con
 // The positions of rank r's gathered rows, in buffer order (recv_rows[r]): what the receiving call's k_pos holds.
 std::vector<int64_t> kv_gather_positions(const KvGatherPlan& plan, int r);
 
+// The fewest key rows a gathered call gets: a rank receiving fewer pads its buffer to this many with invisible rows
+// (zero K/V at position T) when it can, so the call takes the fused one-kernel form on an H100/H200, which needs 128
+// key rows (kernels/cuda/attention/attn_fwd_fused.cu); otherwise the call falls back to reset + block + finalize
+// over the state of all its query rows. Padded rows cost nothing: their tiles are skipped like any invisible key.
+constexpr int64_t kGatherMinCallKeyRows = 128;
+inline int64_t gather_call_key_rows(int64_t received, int64_t capacity) {
+  return received > 0 ? std::min(capacity, std::max(received, kGatherMinCallKeyRows)) : 0;
+}
+
+// The rows of one rank that see a gathered key: [lo, hi), the tightest range of its local rows i (positions
+// q_pos[i], document starts q_doc_start[i], n rows) with some gathered position g (gathered_pos, increasing) in
+// [q_doc_start[i], q_pos[i]]; {0, 0} when none does. The gathered call runs on these rows only (parallel/
+// gather_forward.h). O(n log R).
+struct QueryRowRange {
+  int64_t lo = 0, hi = 0;
+  bool empty() const { return hi <= lo; }
+};
+QueryRowRange gathered_query_rows(const int64_t* q_pos, const int64_t* q_doc_start, int64_t n,
+                                  const std::vector<int64_t>& gathered_pos);
+// The union of two ranges (the hull: the samples of a batch share one range).
+QueryRowRange row_range_union(const QueryRowRange& a, const QueryRowRange& b);
+
 // The tile counts of the scheme's calls (the same classification as parallel/ring_tile_cost.h): own[r] is rank r's
 // queries against its own keys (the ring's step 0), gathered[r] its queries against its gathered rows.
 struct KvGatherTiles {
@@ -72,6 +95,12 @@ KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::
 //   forward  = max over r of max(own_r, C_kv) + gathered_r          (the exchange runs during the own call)
 //   backward = max over r of max(own'_r, C_kv) + gathered'_r + C_dkv (the gradients' return is exposed)
 // A rank with nothing to receive runs its own call alone. ideal_* are whole / cp, as the ring's.
+// The calls (parallel/gather_forward.h): forward own_r = attn_fwd_whole over the own keys, finalize of every row
+// included (the kernel model prices a whole call as its tiles; the fused kernel finalizes in its epilogue);
+// gathered_r = the gathered call on the query rows it reaches, then attn_fwd_merge of those rows: the kernel model
+// counts its key tiles and the query tiles that visit one, which is that call (no pass over the other rows' state
+// any more); the merge, one read of those rows' two outputs and a write of one, is left out of the model and
+// measured with the gathered call in bench_doc_ring_steps. Backward: the own and gathered attn_bwd_block_fresh.
 RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
                                        const RingShape& shape, const LinkModel& link = {});
 

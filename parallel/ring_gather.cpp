@@ -4,9 +4,11 @@
 //
 // Forward on rank r:
 //   pack own K|V; gather the rows each peer needs into its chunk (send_index); post one exchange (a send and a
-//   receive per peer with rows); own call: queries x own keys (attn_fwd_block_first) while it is in flight; wait;
-//   unpack the received chunks into the gathered buffer in position order, padding zeroed (unpack_index); gathered
-//   call: queries x gathered rows (attn_fwd_block_last, document mask with the rows' positions).
+//   receive per peer with rows); own call: queries x own keys (attn_fwd_whole: out and lse of every row) while it
+//   is in flight; wait; unpack the received chunks into the gathered buffer in position order, padding zeroed
+//   (unpack_index); gathered call: the query rows [lo, hi) that see a gathered key (q_rows, from the plan) x the
+//   gathered rows (document mask with the rows' positions) into out2 / lse2, merged into out / lse
+//   (parallel/gather_forward.h: no pass over the fp32 state of all rows).
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
 //   the same exchange again; own call backward into this rank's f32 dK|dV while it is in flight; wait; unpack;
 //   gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their owners (return_index,
@@ -18,6 +20,7 @@
 
 #include "kernels/ops.h"
 #include "parallel/fault.h"
+#include "parallel/gather_forward.h"
 #include "parallel/kv_gather.h"
 
 namespace rt {
@@ -71,6 +74,9 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   g->unpack_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.unpack_index");  // (2*B*Rmax)
   g->return_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.return_index");  // (2*B*Rmax)
   g->k_pos = arena.alloc(DType::i32, {B, R, 2}, "ring_gather.k_pos");                  // (B, Rmax) int64
+  const int64_t H = shape.heads;
+  g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
+  g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
   return g;
 }
 
@@ -109,6 +115,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     g.rows = std::max(g.rows, plan.recv_rows[size_t(r)]);
     g.total_rows += double(plan.total_rows());
   }
+  g.rows = gather_call_key_rows(g.rows, g.rows_max);  // padded for the fused call form (kv_gather.h)
   g.send_at.assign(size_t(P), 0);
   g.recv_at.assign(size_t(P), 0);
   g.sent_total = g.received_total = 0;
@@ -148,6 +155,18 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
           return_index[size_t(wire_row)] = int32_t(h * B * R + row);
         }
       }
+  // The query rows the gathered call runs on: per sample, those that see one of its gathered positions.
+  g.q_rows = {};
+  for (int64_t b = 0; b < B && R > 0; ++b) {
+    std::vector<int64_t> gathered(k_pos.begin() + b * R, k_pos.begin() + (b + 1) * R);  // (R) increasing, padding T
+    while (!gathered.empty() && gathered.back() == T) gathered.pop_back();
+    std::vector<int64_t> q_pos(static_cast<size_t>(n)), q_start(static_cast<size_t>(n));  // (n) rows of sample b
+    for (int64_t i = 0; i < n; ++i) {
+      q_pos[size_t(i)] = host_pos[b * T + r * n + i];
+      q_start[size_t(i)] = host_doc_start[b * T + r * n + i];
+    }
+    g.q_rows = row_range_union(g.q_rows, gathered_query_rows(q_pos.data(), q_start.data(), n, gathered));
+  }
   upload_i32(g.send_index, send_index.data(), int64_t(send_index.size()));
   upload_i32(g.unpack_index, unpack_index.data(), int64_t(unpack_index.size()));
   upload_i32(g.return_index, return_index.data(), int64_t(return_index.size()));
@@ -208,29 +227,27 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
   {
     RingTimerScope t(*timer_, Phase::compute);
-    if (!own_runs) ++skipped_steps_;
-    if (R == 0) ++skipped_steps_;
-    if (R == 0 && own_runs) {
-      attn_fwd_whole(q, k, v, state_, own_mask(), out, lse);
-    } else if (own_runs) {
-      attn_fwd_block_first(q, k, v, state_, own_mask());
-    } else {
+    if (own_runs) {
+      attn_fwd_whole(q, k, v, state_, own_mask(), out, lse);  // out / lse of every row, no fp32 state kept
+    } else {  // no own key visible: out = 0, lse = -inf, what the gathered call merges into
+      ++skipped_steps_;
       attn_state_reset(state_);
-      if (R == 0) attn_fwd_finalize(state_, out, lse);
+      attn_fwd_finalize(state_, out, lse);
     }
+    if (R == 0) ++skipped_steps_;
   }
   {
     RingTimerScope t(*timer_, Phase::comm);
     cp_.wait(x);
   }
-  if (R == 0) return;
+  if (R == 0 || g.q_rows.empty()) return;
   RingTimerScope t(*timer_, Phase::compute);
   const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D)
   gather_rows(kv.view({2 * B * R, W}), rows_of(g.wire_recv, g.act, 0, 2 * g.received_total, W),
               g.unpack_index.slice(0, 2 * B * R));
   const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
   const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
-  attn_fwd_block_last(q, gk, gv, state_, gathered_mask(), out, lse);
+  gathered_fwd_merge(q, gk, gv, gathered_mask(), g.q_rows, g.out2, g.lse2, state_, out, lse);
 }
 
 void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

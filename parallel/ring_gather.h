@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/arena.h"
+#include "parallel/kv_gather.h"
 #include "parallel/ring_attention.h"
 
 namespace rt {
@@ -27,11 +28,15 @@ struct RingGather {
   Tensor unpack_index;  // (2 * B * Rmax) i32: per gathered row (2, B, R), the received chunk row, -1 for padding
   Tensor return_index;  // (2 * B * Rmax) i32: per returned chunk row, the gathered dK|dV row (2, B, R)
   Tensor k_pos;         // (B, Rmax, 2) i32 holding (B, R) int64: the gathered rows' positions, padding T
+  Tensor out2;          // (B, n, H, D) act dtype: the gathered call's out, viewed (B, M, H, D), M = q_rows' length
+  Tensor lse2;          // (B, H, n) f32: its lse, viewed (B, H, M); both merged into out / lse (attn_fwd_merge)
   DType act = DType::f32, wire = DType::f32;  // of K/V and of the returned dK/dV rows
   int64_t rows_max = 0;                       // Rmax
 
   // The plan of the current documents (RingAttention::plan_gather):
-  int64_t rows = 0;                 // R: the most rows a sample of this rank receives
+  int64_t rows = 0;                 // R: the most rows a sample of this rank receives, padded to
+                                    // gather_call_key_rows (parallel/kv_gather.h)
+  QueryRowRange q_rows;             // [lo, hi): the local query rows that see a gathered key, union over the samples
   std::vector<int64_t> send_rows;   // (P) rows this rank sends to each peer, summed over the samples
   std::vector<int64_t> recv_rows;   // (P) rows it receives from each peer
   std::vector<int64_t> send_at;     // (P) first wire row of each peer's sent chunk (a chunk is 2 x rows)

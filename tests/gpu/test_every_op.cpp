@@ -507,6 +507,23 @@ const std::map<std::string, OpCase>& op_cases() {
          attn_state_merge(s, other);
          return {download(s.acc), download(s.m), download(s.l)};
        }}},
+      {"attn_fwd_merge", {1e-2, [](OpRun& r) -> Outputs {
+         // Result 2 covers rows [5, kN - 4); rows with lse = -inf on one side (out 0 there), or on both, among
+         // ordinary rows; out is bf16 on CUDA, so the tolerance is bf16's.
+         const int64_t q0 = 5, M = kN - 9, n = kB * kH * kN, n2 = kB * kH * M;
+         std::vector<float> out = rand_vec(n * kD, 160), lse = rand_vec(n, 161, 4.f);
+         std::vector<float> out2 = rand_vec(kB * M * kH * kD, 162), lse2 = rand_vec(n2, 163, 4.f);
+         for (int64_t i = 0; i < n; i += 5) lse[size_t(i)] = -INFINITY;
+         for (int64_t i = 0; i < n2; i += 7) lse2[size_t(i)] = -INFINITY;
+         for (int64_t row = 0; row < kB * kN * kH; ++row) {  // out 0 where lse is -inf: row (b, i, h)
+           const int64_t h = row % kH, i = (row / kH) % kN, b = row / (kH * kN);
+           if (lse[size_t((b * kH + h) * kN + i)] == -INFINITY)
+             for (int64_t e = 0; e < kD; ++e) out[size_t(row * kD + e)] = 0.f;
+         }
+         Tensor o = r.in(DType::bf16, {kB, kN, kH, kD}, out), l = r.in(DType::f32, {kB, kH, kN}, lse);
+         attn_fwd_merge(o, l, r.in(DType::bf16, {kB, M, kH, kD}, out2), r.in(DType::f32, {kB, kH, M}, lse2), q0);
+         return {download(o), download(l)};
+       }}},
       {"attn_decode", {2e-2, [](OpRun& r) -> Outputs {
          // B 2 of lengths 200 (the whole cache) and 77, a group of 4 query heads per K/V head, d 64.
          const int64_t B = 2, H = 4, Hkv = 1, D = 64, Nk = 200;

@@ -1,7 +1,8 @@
 // parallel/kv_gather.h: the gather scheme's plan against a brute force over every (query, key) pair: each rank
 // receives every key of another rank that one of its queries sees (a needed row never left out), and nothing else
 // (no unneeded row), each piece naming the right rows of its source; plus the bytes it saves on a short-document mix
-// and the time model's limits.
+// and the time model's limits; the query rows the gathered call runs on (gathered_query_rows) against the same
+// brute force.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -49,6 +50,20 @@ void expect_exact(const std::vector<int64_t>& doc_start, const std::vector<int64
     EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << "rank " << r << ": gathered rows not in position order";
     EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), want) << "rank " << r;
     EXPECT_EQ(got.size(), want.size()) << "rank " << r << ": a row received twice";
+    // The query rows the gathered call runs on: exactly from the first to the last row that sees another rank's key.
+    std::vector<int64_t> q_pos(static_cast<size_t>(n)), q_start(static_cast<size_t>(n));  // (n) rank r's rows
+    QueryRowRange brute;
+    for (int64_t i = 0; i < n; ++i) {
+      q_pos[size_t(i)] = order[size_t(r * n + i)];
+      q_start[size_t(i)] = doc_start[size_t(q_pos[size_t(i)])];
+      bool sees = false;
+      for (int64_t k = q_start[size_t(i)]; k <= q_pos[size_t(i)] && !sees; ++k) sees = want.count(k) > 0;
+      if (sees) brute = row_range_union(brute, {i, i + 1});
+    }
+    const QueryRowRange range = gathered_query_rows(q_pos.data(), q_start.data(), n, got);
+    EXPECT_EQ(range.empty(), got.empty()) << "rank " << r;
+    EXPECT_EQ(range.lo, brute.lo) << "rank " << r;
+    EXPECT_EQ(range.hi, brute.hi) << "rank " << r;
     int64_t dst = 0;
     for (const KvGatherPiece& p : plan.pieces[size_t(r)]) {
       ASSERT_NE(p.source, r);
