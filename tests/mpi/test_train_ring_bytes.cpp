@@ -62,7 +62,8 @@ TEST_F(TrainRingBytes, ShortDocumentsMoveFewerBytesThanTheRing) {
   const std::string cfg = config("c.yaml", docs.string());
   const std::string opts = " --set train.steps=3 --set checkpoint.every=0 --set checkpoint.save_final=false";
   ProcessResult r = bash("$TRAIN " + cfg + opts + " --set data.source=shards --set data.path=" + shard +
-                         " --set data.documents=eot --set data.eot_token=0 --set parallel.layout=contiguous");
+                         " --set data.documents=eot --set data.eot_token=0 --set parallel.layout=contiguous"
+                         " --set parallel.cp_scheme=ring");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(rt::test::count_of(r.output, "documents: first sample's ring order contiguous, scheme ring; its batch moves "), 1u)
       << r.output;
@@ -91,7 +92,7 @@ TEST_F(TrainRingBytes, GatherSendsOnlyTheRowsQueriesSee) {
                            " --set data.source=shards --set data.path=" + shard +
                            " --set data.documents=eot --set data.eot_token=0 --set parallel.layout=contiguous";
   const fs::path ring = dir_ / "ring", gather = dir_ / "gather", automatic = dir_ / "auto";
-  ProcessResult r = bash("$TRAIN " + config("r.yaml", ring.string()) + opts);
+  ProcessResult r = bash("$TRAIN " + config("r.yaml", ring.string()) + opts + " --set parallel.cp_scheme=ring");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = bash("$TRAIN " + config("g.yaml", gather.string()) + opts + " --set parallel.cp_scheme=gather");
   ASSERT_EQ(r.exit_code, 0) << r.output;
