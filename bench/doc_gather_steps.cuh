@@ -236,8 +236,15 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     const Tensor gdkt = buf.dkv(gdk, Rc, 0), gdvt = buf.dkv(gdv, Rc, 0);  // (1, Rc, Hkv, D) f32
     AttnState st = buf.rank_state(r, n);
     const Tensor out2t = buf.bf(out2, n, 0), lse2t = buf.rows(lse2, n, 0);  // (1, n, H, D), (1, H, n)
-    auto own_fwd = [&] { attn_fwd_whole(q, k, v, st, own, out, lse); };
-    auto got_fwd = [&] { gathered_fwd_merge(q, gkt, gvt, got, q_rows, out2t, lse2t, st, out, lse); };
+    const bool merge_form = R == 0 || gather_merge_form(q_rows, n);  // as RingAttention picks its form
+    auto own_fwd = [&] {
+      if (merge_form) attn_fwd_whole(q, k, v, st, own, out, lse);
+      else attn_fwd_block_first(q, k, v, st, own);
+    };
+    auto got_fwd = [&] {
+      if (merge_form) gathered_fwd_merge(q, gkt, gvt, got, q_rows, out2t, lse2t, st, out, lse);
+      else attn_fwd_block_last(q, gkt, gvt, st, got, out, lse);
+    };
     auto own_bwd = [&] { attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, own); };
     auto got_bwd = [&] { attn_bwd_block_fresh(q, gkt, gvt, dout, lse, delta, dq, gdkt, gdvt, got); };
     m.own_fwd_ms.push_back(time_ms(own_fwd, warmup, reps));

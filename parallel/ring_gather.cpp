@@ -225,14 +225,17 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   }
   maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
+  // parallel/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
+  const bool merge_form = R == 0 || gather_merge_form(g.q_rows, shape_.local_tokens);
   {
     RingTimerScope t(*timer_, Phase::compute);
     if (own_runs) {
-      attn_fwd_whole(q, k, v, state_, own_mask(), out, lse);  // out / lse of every row, no fp32 state kept
-    } else {  // no own key visible: out = 0, lse = -inf, what the gathered call merges into
+      if (merge_form) attn_fwd_whole(q, k, v, state_, own_mask(), out, lse);  // out / lse of every row
+      else attn_fwd_block_first(q, k, v, state_, own_mask());                 // every row's fp32 state
+    } else {  // no own key visible: out = 0, lse = -inf (merge form), or the reset state (state form)
       ++skipped_steps_;
       attn_state_reset(state_);
-      attn_fwd_finalize(state_, out, lse);
+      if (merge_form) attn_fwd_finalize(state_, out, lse);
     }
     if (R == 0) ++skipped_steps_;
   }
@@ -247,7 +250,8 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
               g.unpack_index.slice(0, 2 * B * R));
   const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
   const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
-  gathered_fwd_merge(q, gk, gv, gathered_mask(), g.q_rows, g.out2, g.lse2, state_, out, lse);
+  if (merge_form) gathered_fwd_merge(q, gk, gv, gathered_mask(), g.q_rows, g.out2, g.lse2, state_, out, lse);
+  else attn_fwd_block_last(q, gk, gv, state_, gathered_mask(), out, lse);
 }
 
 void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
