@@ -236,7 +236,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     const Tensor gdkt = buf.dkv(gdk, Rc, 0), gdvt = buf.dkv(gdv, Rc, 0);  // (1, Rc, Hkv, D) f32
     AttnState st = buf.rank_state(r, n);
     const Tensor out2t = buf.bf(out2, n, 0), lse2t = buf.rows(lse2, n, 0);  // (1, n, H, D), (1, H, n)
-    const bool merge_form = R == 0 || gather_merge_form(q_rows, n);  // as RingAttention picks its form
+    const bool merge_form = gather_merge_form(R, n);  // as RingAttention picks its form
     auto own_fwd = [&] {
       if (merge_form) attn_fwd_whole(q, k, v, st, own, out, lse);
       else attn_fwd_block_first(q, k, v, st, own);

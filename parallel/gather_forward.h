@@ -20,15 +20,13 @@ void gathered_fwd_merge(const Tensor& q, const Tensor& gk, const Tensor& gv, con
                         const QueryRowRange& rows, const Tensor& out2, const Tensor& lse2, const AttnState& scratch,
                         Tensor out, Tensor lse);
 
-// Which form the gather forward takes for a rank of n rows whose gathered keys reach the query rows `rows`:
-//   merge form (true): own call attn_fwd_whole, then gathered_fwd_merge on the rows [lo, hi);
+// Which form the gather forward takes for a rank of n rows that receives R key rows:
+//   merge form (true): own call attn_fwd_whole, then gathered_fwd_merge on the query rows [lo, hi) they reach;
 //   state form (false): own call attn_fwd_block_first (every row's fp32 state), gathered call attn_fwd_block_last.
-// Measured on the H200 (bench/results/2026-12-02-h200-doc-cp8-gather.md, cp 8, 16 heads, d128): the merge form cuts
-// a light gathered call (a few hundred rows reaching a few documents) from 0.12-0.14 ms to 0.05-0.09 ms, but a heavy
-// one (long documents cut over the ranks, the range covering most rows) ran 1.3-1.7x slower than the state form.
-// So: the merge form when the range holds at most half the rows (or nothing is gathered), else the state form.
-inline bool gather_merge_form(const QueryRowRange& rows, int64_t n) {
-  return rows.empty() || 2 * (rows.hi - rows.lo) <= n;
-}
+// Measured on the H200 (cp 8, 16 heads, d128; bench/results/2026-12-02-h200-doc-cp8-gather.md): the merge form cuts
+// a light gathered call (a few hundred to ~1800 rows) from 0.10-0.14 ms to 0.05-0.09 ms, but a heavy one (thousands
+// of rows of long documents cut over the ranks) ran up to 1.8x slower than the state form, whatever its row range.
+// So: the merge form when nothing is gathered or R <= n / 8, else the state form.
+inline bool gather_merge_form(int64_t received_rows, int64_t n) { return 8 * received_rows <= n; }
 
 }  // namespace rt

@@ -226,7 +226,7 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
   // parallel/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
-  const bool merge_form = R == 0 || gather_merge_form(g.q_rows, shape_.local_tokens);
+  const bool merge_form = gather_merge_form(R, shape_.local_tokens);
   {
     RingTimerScope t(*timer_, Phase::compute);
     if (own_runs) {
