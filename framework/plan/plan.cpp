@@ -448,10 +448,11 @@ int plan_main(const Config& given, const PlanArgs& args) {
                   c.eff_fwd, c.eff_bwd, 100 * c.comm_share, human_bytes(c.bytes).c_str(),
                   human_bytes(c.ring_bytes).c_str(), c.ring_bytes > 0 ? 100 * c.bytes / c.ring_bytes : 0.0,
                   c.picked ? ("  <- picked " + std::to_string(c.picked) + "/" + std::to_string(d.windows)).c_str() : "");
-    std::printf("  cp_scheme    each candidate's assignment run by the gather scheme (one exchange of the rows queries "
-                "see; parallel.cp_scheme), same model; auto runs it where it is faster:\n");
+    std::printf("  cp_scheme    each ring candidate's assignment run by the gather scheme (one exchange of the rows "
+                "queries see; parallel.cp_scheme), same model (the gather: rows above are the chooser's own):\n");
     for (const DocLengthPlan::Candidate& c : d.candidates)
-      std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s (%.0f%% of the ring's)  faster than the ring "
+      if (c.name.rfind("gather:", 0) != 0)
+        std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s (%.0f%% of the ring's)  faster than the ring "
                   "in %d/%d\n",
                   c.name.c_str(), c.gather_eff_fwd, c.gather_eff_bwd, 100 * c.gather_comm_share,
                   human_bytes(c.gather_bytes).c_str(), c.ring_bytes > 0 ? 100 * c.gather_bytes / c.ring_bytes : 0.0,

@@ -54,8 +54,15 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
         order = layout_ring_order(layouts[l], T, cp);
       } else {
         const auto t0 = std::chrono::steady_clock::now();
-        std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape);
-        const size_t best = pick_balanced(cands);
+        // As the loader chooses (framework/data/data.cpp): with cp_scheme gather or auto, the gather candidates
+        // (parallel/doc_balance.h, gatherpack included) join, and the pick is over both (gather: over them alone).
+        const std::string& scheme = config.parallel.cp_scheme;
+        std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape, true, scheme != "ring");
+        size_t best = pick_balanced(cands);
+        if (scheme == "gather")
+          for (size_t c = 0; c < cands.size(); ++c)
+            if (cands[c].gather && (!cands[best].gather || cands[c].time.total_us() < cands[best].time.total_us()))
+              best = c;
         plan.balanced_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / windows;
         picks[cands[best].label()] += 1;
         for (size_t c = 0; c < cands.size(); ++c) {
@@ -70,6 +77,7 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
           it->comm_share += t.comm_share() / windows;
           it->bytes += t.bytes_per_layer / windows, it->ring_bytes += t.ring_bytes_per_layer / windows;
           it->picked += c == best ? 1 : 0;
+          if (cands[c].gather) continue;  // its own row is the gather's prediction
           const KvGatherPlan gplan = kv_gather_plan_for_spans(document_begins(starts), cands[c].spans, cp);
           const RingTimePrediction g =
               predict_gather_time(kv_gather_tiles(starts, cands[c].spans, gplan, cp), gplan,

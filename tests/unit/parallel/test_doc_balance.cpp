@@ -168,19 +168,28 @@ TEST(DocBalance, DocLengthPlanReportsTheChoiceAndTheTileCost) {
   config.parallel.cp = 4;
   const DocLengthPlan plan = doc_length_plan(config, RT_TEST_DATA_DIR "/python_stdlib_doc_lengths.txt", 4);
   ASSERT_FALSE(plan.candidates.empty());
-  int picked = 0;
+  int picked = 0, gather_rows = 0;
   for (const DocLengthPlan::Candidate& c : plan.candidates) {
     EXPECT_GT(c.eff_fwd, 0.0) << c.name;
     EXPECT_LE(c.eff_fwd, 1.0 + 1e-9) << c.name;
     EXPECT_LE(c.bytes, c.ring_bytes * (1 + 1e-12)) << c.name;
+    picked += c.picked;
+    if (c.name.rfind("gather:", 0) == 0) {  // a gather candidate of the joint choice (cp_scheme auto)
+      ++gather_rows;
+      continue;
+    }
     // The gather scheme on the same assignment: at most the ring's bytes (a rank receives each row at most once).
     EXPECT_GT(c.gather_eff_fwd, 0.0) << c.name;
     EXPECT_LE(c.gather_eff_fwd, 1.0 + 1e-9) << c.name;
     EXPECT_LE(c.gather_bytes, c.ring_bytes * (1 + 1e-12)) << c.name;
     EXPECT_LE(c.gather_wins, plan.windows) << c.name;
-    picked += c.picked;
   }
   EXPECT_EQ(picked, plan.windows);
+  EXPECT_GT(gather_rows, 0) << "cp_scheme auto (the default) prices the gather candidates";
+  config.parallel.cp_scheme = "ring";  // the ring alone: no gather candidate, the pick a ring layout
+  const DocLengthPlan ring_only = doc_length_plan(config, RT_TEST_DATA_DIR "/python_stdlib_doc_lengths.txt", 2);
+  for (const DocLengthPlan::Candidate& c : ring_only.candidates) EXPECT_NE(c.name.rfind("gather:", 0), 0u) << c.name;
+  EXPECT_EQ(ring_only.balanced_picks.find("gather:"), std::string::npos) << ring_only.balanced_picks;
   for (int l = 0; l < 4; ++l) {
     EXPECT_GT(plan.work_efficiency[l], 0.0) << l;
     EXPECT_LE(plan.work_efficiency[l], 1.0 + 1e-12) << l;
