@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/data/prefetch_loader.h"
 #include "framework/checkpoint/checkpoint_internal.h"
 #include "framework/checkpoint/checkpoint_sharded.h"
 #include "framework/hf/init_from.h"
@@ -220,7 +221,7 @@ int train_main(const Config& loaded) {
   std::string hf_source;  // carried into every checkpoint's metadata
   agree_on([&] {
     const LoaderRank lrank = loader_rank(config, grid);
-    loader = make_loader(config, lrank, "train");
+    loader = std::make_unique<PrefetchLoader>(make_loader(config, lrank, "train"));  // one batch ahead
     if (tc.eval_every > 0) {
       eval_loader = make_loader(config, lrank, "eval");
       eval_plan = plan_eval(config, *eval_loader);
