@@ -243,12 +243,21 @@ def cross_check_gather(binary, stdlib):
                         moved, ring = float(words[at + 1]), float(words[at + 5])
                         assert moved == sum(want) * (2 * kv_row + dkv_row), (what, moved)
                         assert ring == cp * (cp - 1) * (n // cp) * (2 * kv_row + dkv_row), (what, ring)
+        # --scheme auto: the chooser's joint pick of layout and scheme, named in the sample line; a gather pick
+        # comes with its plan, a ring pick without.
+        path = os.path.join(tmp, "short_65536.txt")
+        run = subprocess.run([binary, "--lengths", path, "--cp", "8", "--scheme", "auto", "--plan-only"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert run.returncode == 0, run.stdout
+        sample = next(x for x in run.stdout.splitlines() if x.startswith("sample:"))
+        assert "(auto:" in sample, sample
+        assert ("(auto:gather:" in sample) == ("gather plan:" in run.stdout), run.stdout
     bad = subprocess.run([binary, "--lengths", STDLIB_LENGTHS, "--h", "8", "--kv-heads", "3", "--plan-only"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert bad.returncode == 2 and "kv-heads" in bad.stdout, bad.stdout
     bad = subprocess.run([binary, "--lengths", STDLIB_LENGTHS, "--scheme", "allgather", "--plan-only"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert bad.returncode == 2 and "ring and gather" in bad.stdout, bad.stdout
+    assert bad.returncode == 2 and "ring, gather and auto" in bad.stdout, bad.stdout
     print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --scheme gather --plan-only receives "
           "the rows a brute force finds, at cp 4 and 8")
 
