@@ -123,6 +123,10 @@ class RingAttention {
   void gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
   void gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                        const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
+  // Both passes: pack the K|V rows each peer needs and post the exchange; after its wait, unpack the received rows
+  // into the gathered buffer in position order, (2, B, R, Hkv, D).
+  ExchangeHandle gather_kv_exchange_start(const Tensor& k, const Tensor& v);
+  Tensor gathered_kv();
   AttnMask own_mask() const;       // this rank's queries against its own keys (the document mask)
   AttnMask gathered_mask() const;  // ... against its gathered rows
   void collect_timings() const;  // resolves the pending calls into last_call_ and timings_

@@ -204,10 +204,10 @@ std::vector<PeerTransfer> chunk_transfers(const Tensor& wire, DType dtype, int64
 
 }  // namespace
 
-void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse) {
+ExchangeHandle RingAttention::gather_kv_exchange_start(const Tensor& k, const Tensor& v) {
   RingGather& g = *gather_;
   const int r = cp_.rank();
-  const int64_t B = shape_.batch, n = shape_.local_tokens, W = shape_.kv_heads * shape_.head_dim, R = g.rows;
+  const int64_t B = shape_.batch, n = shape_.local_tokens, W = shape_.kv_heads * shape_.head_dim;
   {
     RingTimerScope t(*timer_, Phase::compute);
     copy_cast(half(kv_buf_[0], 0), k);  // (2, B, n, Hkv, D): the rows the chunks are gathered from
@@ -215,14 +215,27 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
     gather_rows(rows_of(g.wire_send, g.act, 0, 2 * g.sent_total, W), kv_buf_[0].view({2 * B * n, W}),
                 g.send_index.slice(0, 2 * g.sent_total));
   }
-  ExchangeHandle x;
-  {
-    RingTimerScope t(*timer_, Phase::comm);
-    x = cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.act, W, g.send_at, g.send_rows, r),
-                                chunk_transfers(g.wire_recv, g.act, W, g.recv_at, g.recv_rows, r));
-    call_sent_bytes_ += double(g.sent_total) * 2.0 * double(W * int64_t(dtype_size(g.act)));
-    call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
-  }
+  RingTimerScope t(*timer_, Phase::comm);
+  call_sent_bytes_ += double(g.sent_total) * 2.0 * double(W * int64_t(dtype_size(g.act)));
+  return cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.act, W, g.send_at, g.send_rows, r),
+                                 chunk_transfers(g.wire_recv, g.act, W, g.recv_at, g.recv_rows, r));
+}
+
+Tensor RingAttention::gathered_kv() {
+  RingGather& g = *gather_;
+  const int64_t B = shape_.batch, R = g.rows, W = shape_.kv_heads * shape_.head_dim;
+  const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D)
+  gather_rows(kv.view({2 * B * R, W}), rows_of(g.wire_recv, g.act, 0, 2 * g.received_total, W),
+              g.unpack_index.slice(0, 2 * B * R));
+  return kv;
+}
+
+void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse) {
+  RingGather& g = *gather_;
+  const int r = cp_.rank();
+  const int64_t B = shape_.batch, R = g.rows;
+  const ExchangeHandle x = gather_kv_exchange_start(k, v);
+  call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
   maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
   // parallel/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
@@ -245,9 +258,8 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   }
   if (R == 0 || g.q_rows.empty()) return;
   RingTimerScope t(*timer_, Phase::compute);
-  const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D)
-  gather_rows(kv.view({2 * B * R, W}), rows_of(g.wire_recv, g.act, 0, 2 * g.received_total, W),
-              g.unpack_index.slice(0, 2 * B * R));
+  const int64_t W = shape_.kv_heads * shape_.head_dim;
+  const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
   const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
   const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
   if (merge_form) gathered_fwd_merge(q, gk, gv, gathered_mask(), g.q_rows, g.out2, g.lse2, state_, out, lse);
@@ -260,24 +272,15 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
   const int r = cp_.rank();
   const int64_t B = shape_.batch, n = shape_.local_tokens, Hkv = shape_.kv_heads, D = shape_.head_dim, W = Hkv * D,
                 R = g.rows;
-  const double kv_row = 2.0 * double(W * int64_t(dtype_size(g.act)));     // K and V of one row
   const double dkv_row = 2.0 * double(W * int64_t(dtype_size(g.wire)));  // dK and dV of one row on the wire
   Tensor own = grad_buf_[0];  // (2, B, n, Hkv, D) f32: this rank's dK|dV, the returned rows added in
   {
     RingTimerScope t(*timer_, Phase::compute);
     fill(dq_acc_, 0.f);
     attn_bwd_delta(out, dout, delta_);  // once per layer
-    copy_cast(half(kv_buf_[0], 0), k);
-    copy_cast(half(kv_buf_[0], 1), v);
-    gather_rows(rows_of(g.wire_send, g.act, 0, 2 * g.sent_total, W), kv_buf_[0].view({2 * B * n, W}),
-                g.send_index.slice(0, 2 * g.sent_total));
   }
-  ExchangeHandle x;
+  ExchangeHandle x = gather_kv_exchange_start(k, v);
   {
-    RingTimerScope t(*timer_, Phase::comm);
-    x = cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.act, W, g.send_at, g.send_rows, r),
-                                chunk_transfers(g.wire_recv, g.act, W, g.recv_at, g.recv_rows, r));
-    call_sent_bytes_ += double(g.sent_total) * kv_row;
     const double dkv_block = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
     call_ring_bytes_ += double(cp_.size() - 1) * (double(kv_buf_[0].nbytes()) + dkv_block);
   }
@@ -299,10 +302,8 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     if (R == 0) {
       ++skipped_steps_;
     } else {
-      const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);     // (2, B, R, Hkv, D)
+      const Tensor kv = gathered_kv();                                        // (2, B, R, Hkv, D)
       const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
-      gather_rows(kv.view({2 * B * R, W}), rows_of(g.wire_recv, g.act, 0, 2 * g.received_total, W),
-                  g.unpack_index.slice(0, 2 * B * R));
       auto part = [&](const Tensor& t, int64_t h) {  // K (0) or V (1) of a (2, B, R, Hkv, D) view: (B, R, Hkv, D)
         return t.slice(h * B * R * W, (h + 1) * B * R * W).view({B, R, Hkv, D});
       };
