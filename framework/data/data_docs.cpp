@@ -35,9 +35,13 @@ int resolved_eot_token(const Config& config) {
   return 50256;
 }
 
-std::string eot_absence_warning(const Config& config, int samples) {
-  if (config.data.documents != "eot" || config.data.source == "copy" || samples <= 0) return "";
-  const int32_t eot = resolved_eot_token(config);
+namespace {
+
+// Calls visit(tokens (T)) on the first `samples` training samples of a document source, in order, until it returns
+// false. Not called without documents or with the copy task.
+template <class Visit>
+void visit_first_samples(const Config& config, int samples, Visit visit) {
+  if (config.data.documents != "eot" || config.data.source == "copy" || samples <= 0) return;
   const std::unique_ptr<SampleSource> source =
       config.data.source == "bytes" ? make_bytes_source(config, false) : make_shard_source(config, false);
   const int64_t T = config.data.seq_len;
@@ -45,8 +49,22 @@ std::string eot_absence_warning(const Config& config, int samples) {
   std::vector<uint8_t> groups(static_cast<size_t>(T));                                    // (T)
   for (int i = 0; i < samples; ++i) {
     source->sample(uint64_t(i), T, tokens.data(), targets.data(), groups.data());
-    if (std::find(tokens.begin(), tokens.end(), eot) != tokens.end()) return "";
+    if (!visit(tokens)) return;
   }
+}
+
+}  // namespace
+
+std::string eot_absence_warning(const Config& config, int samples) {
+  if (config.data.documents != "eot" || config.data.source == "copy" || samples <= 0) return "";
+  const int32_t eot = resolved_eot_token(config);
+  const int64_t T = config.data.seq_len;
+  bool found = false;
+  visit_first_samples(config, samples, [&](const std::vector<int32_t>& tokens) {
+    found = std::find(tokens.begin(), tokens.end(), eot) != tokens.end();
+    return !found;
+  });
+  if (found) return "";
   return "warning: data.eot_token=" + std::to_string(eot) + " does not occur in the first " + std::to_string(samples) +
          " training samples (" + std::to_string(int64_t(samples) * T) + " tokens), so data.documents: eot finds no "
          "document boundary there and each sample trains as one document; set data.eot_token to the token that "
@@ -57,17 +75,13 @@ std::vector<std::vector<int64_t>> first_samples_doc_starts(const Config& config,
   std::vector<std::vector<int64_t>> out;
   if (config.data.documents != "eot" || config.data.source == "copy" || samples <= 0) return out;
   const int32_t eot = resolved_eot_token(config);
-  const std::unique_ptr<SampleSource> source =
-      config.data.source == "bytes" ? make_bytes_source(config, false) : make_shard_source(config, false);
   const int64_t T = config.data.seq_len;
-  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));  // (T) each
-  std::vector<uint8_t> groups(static_cast<size_t>(T));                                    // (T)
-  for (int i = 0; i < samples; ++i) {
-    source->sample(uint64_t(i), T, tokens.data(), targets.data(), groups.data());
+  visit_first_samples(config, samples, [&](const std::vector<int32_t>& tokens) {
     std::vector<int64_t> starts(static_cast<size_t>(T), 0);  // (T)
     for (int64_t p = 1; p < T; ++p) starts[size_t(p)] = tokens[size_t(p)] == eot ? p : starts[size_t(p - 1)];
     out.push_back(std::move(starts));
-  }
+    return true;
+  });
   return out;
 }
 
