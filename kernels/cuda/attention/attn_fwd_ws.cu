@@ -65,8 +65,11 @@ struct WsSmem {
   static constexpr uint32_t kQBytes = kRows * D * 2;            // (kRows, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
-  static constexpr size_t kBytes = 1024 + kBarBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
+  static constexpr uint32_t kKeyPosBytes = 1024;                // (kStages, 128) u32: documents, the keys' positions
+  static constexpr size_t kBytes =
+      1024 + kBarBytes + kKeyPosBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
   static_assert(8 + 32 * kStages <= kBarBytes, "mbarriers do not fit");
+  static_assert(kStages * kWgKeysPerTile * 4 <= kKeyPosBytes, "key positions do not fit");
 };
 
 template <int kStages>
@@ -170,6 +173,31 @@ __device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_
   }
 }
 
+// Documents: warp 1 of the producer warpgroup (idle otherwise) writes, per key tile j of the CTA, the low 32 bits of
+// its 128 keys' positions into stage j % kStages of key_pos ((kStages, 128) u32 in shared memory; keys past k_end
+// repeat the last key, the softmax masks them by index), then each lane arrives on the stage's K-full barrier, so
+// a consumer's wait for K_j also covers them. Tile j overwrites tile j - kStages's positions only once that tile's
+// V is released (after its P V, so after its softmax read them). The element mask then reads shared memory, not
+// 32 dependent global loads per thread on the softmax's critical path (bench/NOTES.md "key positions in shared
+// memory").
+template <int kStages>
+__device__ __forceinline__ void key_positions_warp(const AttnFwdParams& p, int64_t b, int64_t k_lo, int n_tiles,
+                                                   const WsBars<kStages>& bars, uint32_t* key_pos, int lane) {
+  const int64_t* k_pos = p.docs.k_pos + b * p.docs.k_stride;
+#pragma unroll 1
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    if (j >= kStages) mbar_wait(bars.v_empty(s), uint32_t((j / kStages - 1) & 1));
+    const int64_t k0 = k_lo + int64_t(j) * kWgKeysPerTile;
+    uint32_t w[kWgKeysPerTile / 32];
+#pragma unroll
+    for (int i = 0; i < kWgKeysPerTile / 32; ++i) w[i] = uint32_t(k_pos[min(k0 + lane + 32 * i, p.k_end - 1)]);
+#pragma unroll
+    for (int i = 0; i < kWgKeysPerTile / 32; ++i) key_pos[s * kWgKeysPerTile + lane + 32 * i] = w[i];
+    mbar_arrive(bars.k_full(s));
+  }
+}
+
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
 template <int D, bool kDocs, int kCons>
 __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
@@ -183,7 +211,9 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const WsBars<kStages> bars{base};
-  const uint32_t q_tile = base + Smem::kBarBytes;          // (kRows, D) bf16 sw128
+  // Documents: (kStages, 128) u32, the low word of each key's position of the stage's tile (key_positions_warp).
+  uint32_t* key_pos = reinterpret_cast<uint32_t*>(smem_raw + (base - smem_addr(smem_raw)) + Smem::kBarBytes);
+  const uint32_t q_tile = base + Smem::kBarBytes + Smem::kKeyPosBytes;  // (kRows, D) bf16 sw128
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
@@ -221,7 +251,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   if (threadIdx.x == 0) {
     mbar_init(bars.q_full(), 1);
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(bars.k_full(s), 1);
+      mbar_init(bars.k_full(s), kDocs ? 1 + 32 : 1);  // documents: + the key-position warp's lanes
       mbar_init(bars.v_full(s), 1);
       mbar_init(bars.k_empty(s), 128 * kCons);
       mbar_init(bars.v_empty(s), 128 * kCons);
@@ -259,6 +289,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
         mbar_arrive_expect_tx(bars.v_full(s), Smem::kKVBytes);
         tma_tile<D>(v_tiles + uint32_t(s) * Smem::kKVBytes, &tm_v, bars.v_full(s), hk, k0 + j * kBc, bb);
       }
+    } else if (kDocs && threadIdx.x / 32 == 1) {
+      key_positions_warp<kStages>(p, b, k_lo, n_tiles, bars, key_pos, int(threadIdx.x) % 32);
     }
     return;
   }
@@ -296,7 +328,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   wgmma_wait<0>();
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
-  softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, drows, dkeys, b);
+  softmax_tile<kDocs, true>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, drows, dkeys, b,
+                            key_pos);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
@@ -320,8 +353,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       wgmma_fence_regs(s);
       mbar_arrive(bars.k_empty(s1));
       uint32_t pn[32];
-      softmax_tile<kDocs>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
-                          drows, dkeys, b);
+      softmax_tile<kDocs, true>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64,
+                                lrow0, t, drows, dkeys, b, key_pos + s1 * kBc);
       wgmma_wait<0>();
       wgmma_fence_regs(o);
       fence_regs_u32(pf);
@@ -338,8 +371,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       fence_regs_u32(pf);
       mbar_arrive(bars.k_empty(s1));
       mbar_arrive(bars.v_empty(s0));
-      softmax_tile<kDocs>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64, lrow0, t,
-                          drows, dkeys, b);
+      softmax_tile<kDocs, true>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64,
+                                lrow0, t, drows, dkeys, b, key_pos + s1 * kBc);
       rescale_o<D>(o, alpha);
     }
   }

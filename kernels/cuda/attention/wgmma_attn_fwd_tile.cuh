@@ -91,12 +91,14 @@ __device__ __forceinline__ FwdDocKeys fwd_doc_keys(const AttnFwdParams& p, int64
 // partial sums), returns alpha (the factor O must be rescaled by) and P as bf16 A fragments:
 // pf[4kk + {0,1,2,3}] = keys 16kk + {2t, 2t+1} of rows {0, 1}, then keys 16kk + 8 + {2t, 2t+1} of rows {0, 1}.
 // kDocs: a tile not wholly visible to the warpgroup's rows (dr.wg against the tile's summary dk) takes the
-// element mask. Without kDocs, dr, dk and b are unused and no code is added.
-template <bool kDocs>
+// element mask, reading the keys' position words from key_pos (kKeysInSmem: the stage's (128) u32 in shared
+// memory, fwd v5's key_positions_warp) or else from p.docs.k_pos in global memory (fwd v4). Without kDocs, dr, dk,
+// b and key_pos are unused and no code is added.
+template <bool kDocs, bool kKeysInSmem = false>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32], float (&alpha)[2], float (&m_run)[2],
                                              float (&l_run)[2], const AttnFwdParams& p, int64_t kt0, int64_t k_hi,
                                              int64_t q0, int wg_row0, int lrow0, int t, const FwdDocRows& dr,
-                                             const FwdDocKeys& dk, int64_t b) {
+                                             const FwdDocKeys& dk, int64_t b, const uint32_t* key_pos = nullptr) {
   bool doc_mask = false;  // warpgroup-uniform
   if constexpr (kDocs) {
     const DocRange keys{min(dk.lo0, dk.lo1), max(dk.hi0, dk.hi1), 0, 0};
@@ -116,7 +118,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32],
     // (C7513), and the 64-bit position loads cost two registers per key.
     int lo[2] = {-(1 << 30), -(1 << 30)}, hi[2] = {1 << 30, 1 << 30};  // doc(i) - base, pos(i) - base, clamped
     uint32_t base32 = 0;
-    const uint32_t* kpos32 = nullptr;
     if constexpr (kDocs) {
       if (doc_mask) {
         const int64_t base = min(dk.lo0, dk.lo1);
@@ -126,23 +127,33 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], uint32_t (&pf)[32],
           lo[r] = int(max(min(dr.doc[r] - base, int64_t(1) << 30), -(int64_t(1) << 30)));
           hi[r] = int(max(min(dr.pos[r] - base, int64_t(1) << 30), -(int64_t(1) << 30)));
         }
-        kpos32 = reinterpret_cast<const uint32_t*>(p.docs.k_pos + b * p.docs.k_stride + kt0);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt)
+    for (int nt = 0; nt < kWgKeysPerTile / 8; ++nt) {
+      uint2 kw = make_uint2(0u, 0u);  // documents: the low position words of keys nt*8 + 2t and + 1
+      if constexpr (kDocs) {
+        if (doc_mask) {
+          if constexpr (kKeysInSmem) {  // fwd v5: the stage's positions in shared memory (key_positions_warp)
+            kw = *reinterpret_cast<const uint2*>(key_pos + nt * 8 + 2 * t);
+          } else {  // the low words of k_pos[kt0 + jj] in global memory (little-endian)
+            const uint32_t* kpos32 = reinterpret_cast<const uint32_t*>(p.docs.k_pos + b * p.docs.k_stride + kt0);
+            kw = make_uint2(kpos32[2 * min(nt * 8 + 2 * t, kmax - 1)], kpos32[2 * min(nt * 8 + 2 * t + 1, kmax - 1)]);
+          }
+        }
+      }
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const int jj = nt * 8 + 2 * t + e2;
         int off = 0;
-        if constexpr (kDocs)  // the low word of k_pos[kt0 + jj] (little-endian)
-          off = kpos32 != nullptr ? int(kpos32[2 * min(jj, kmax - 1)] - base32) : 0;
+        if constexpr (kDocs) off = doc_mask ? int((e2 ? kw.y : kw.x) - base32) : 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int lr = lrow0 + r * 8;
           if (!(jj < kmax && jj - lr <= cd && off >= lo[r] && off <= hi[r])) s[nt * 4 + 2 * r + e2] = -INFINITY;
         }
       }
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
