@@ -70,6 +70,84 @@ __global__ void doc_k128_span_kernel(DocMaskDev d, int64_t B) {
   if (lane == 0) d.k128_span[w] = make_int2(lo, hi);
 }
 
+// One warp per (sample, 128-row query tile): the first and last key summary tile some row of it sees.
+__global__ void doc_q128_span_kernel(DocMaskDev d, int64_t B) {
+  const int64_t nq2 = (d.nq_tiles + 1) / 2;
+  const int64_t w = int64_t(blockIdx.x) * kSummaryWarps + threadIdx.x / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (w >= B * nq2) return;
+  const int64_t b = w / nq2;
+  const DocRange q = doc_q_range(d, b, int(w % nq2) * 2, 2);
+  int lo = INT_MAX, hi = -1;
+  for (int t = lane; t < d.nk_tiles; t += 32) {
+    const int64_t* s = d.k_sum + (b * d.nk_tiles + t) * 2;
+    if (!(s[1] < q.doc_lo || s[0] > q.pos_hi)) {
+      lo = min(lo, t);
+      hi = max(hi, t);
+    }
+  }
+  warp_min_max(lo, hi);
+  if (lane == 0) d.q128_span[w] = make_int2(lo, hi);
+}
+
+// One CTA per sample: q128_order[b] <- the sample's 128-row query tiles by span length (key summary tiles),
+// longest first (a counting sort over kOrderBuckets lengths; longer spans share the last bucket, ties in any order).
+constexpr int kOrderThreads = 1024;
+constexpr int kOrderBuckets = 2048;
+static_assert(kOrderThreads == 32 * 32 && kOrderBuckets % kOrderThreads == 0, "the order kernel's scan layout");
+__global__ void __launch_bounds__(kOrderThreads) doc_q128_order_kernel(DocMaskDev d) {
+  __shared__ int count[kOrderBuckets];  // tiles per length bucket, then each bucket's next slot
+  const int64_t b = blockIdx.x;
+  const int nq2 = (d.nq_tiles + 1) / 2;
+  const int2* span = d.q128_span + b * nq2;
+  int* order = d.q128_order + b * nq2;
+  auto bucket = [&](int t) {  // kOrderBuckets - 1 - length: the longest spans first
+    const int2 s = span[t];
+    const int len = s.x > s.y ? 0 : s.y - s.x + 1;
+    return kOrderBuckets - 1 - min(len, kOrderBuckets - 1);
+  };
+  for (int i = int(threadIdx.x); i < kOrderBuckets; i += kOrderThreads) count[i] = 0;
+  __syncthreads();
+  for (int t = int(threadIdx.x); t < nq2; t += kOrderThreads) atomicAdd(&count[bucket(t)], 1);
+  __syncthreads();
+  {  // exclusive prefix sum over the buckets: each thread owns kPer consecutive ones, a warp scan of the owners'
+     // sums, then one of the warps' totals
+    constexpr int kPer = kOrderBuckets / kOrderThreads;
+    __shared__ int warp_total[kOrderThreads / 32];
+    const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+    int own[kPer], sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) sum += own[i] = count[threadIdx.x * kPer + i];
+    int incl = sum;  // inclusive scan of the owners' sums within the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int x = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += x;
+    }
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      const int w = warp_total[lane];  // kOrderThreads / 32 == 32 warps
+      int wi = w;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, wi, o);
+        if (lane >= o) wi += x;
+      }
+      warp_total[lane] = wi - w;  // exclusive: the warps before
+    }
+    __syncthreads();
+    int run = warp_total[warp] + incl - sum;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      count[threadIdx.x * kPer + i] = run;
+      run += own[i];
+    }
+  }
+  __syncthreads();
+  for (int t = int(threadIdx.x); t < nq2; t += kOrderThreads) order[atomicAdd(&count[bucket(t)], 1)] = t;
+}
+
 // The summaries' scratch buffer of one stream, grown on demand and kept for the process. Per stream, so calls
 // on different streams never share one; a later call on the same stream is ordered after the kernels reading it.
 int64_t* summary_buffer(cudaStream_t stream, size_t count) {
@@ -123,11 +201,15 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
   d.nk_tiles = int(nk);
   const int64_t tiles = B * (nq + nk);
   if (tiles == 0) return d;
-  // q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2, one int64 each
-  int64_t* buf = summary_buffer(stream, size_t(B * (nq * 4 + nk * 2 + (nk + 1) / 2)));
+  // q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2, one int64 each, then fwd v5's
+  // 128-row query spans (B, ceil(nq/2)) int2 and their order (B, ceil(nq/2)) int (half an int64 each, rounded up)
+  const int64_t nk2 = (nk + 1) / 2, nq2 = (nq + 1) / 2;
+  int64_t* buf = summary_buffer(stream, size_t(B * (nq * 4 + nk * 2 + nk2 + nq2) + (B * nq2 + 1) / 2));
   d.q_sum = buf;
   d.k_sum = buf + B * nq * 4;
   d.k128_span = reinterpret_cast<int2*>(buf + B * (nq * 4 + nk * 2));
+  d.q128_span = reinterpret_cast<int2*>(buf + B * (nq * 4 + nk * 2 + nk2));
+  d.q128_order = reinterpret_cast<int*>(buf + B * (nq * 4 + nk * 2 + nk2 + nq2));
   const int64_t blocks = (tiles + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, op << ": too many document-mask summary tiles (" << tiles << ")");
   doc_summary_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, r.q_begin, r.q_end, r.k_begin, r.k_end,
@@ -143,6 +225,19 @@ void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
   const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, "attn_bwd_block (v5): too many key tiles for the document spans (" << warps << ")");
   doc_k128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attn_doc_q128_order(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
+  RT_CHECK(d.on && d.q128_span != nullptr, "attn_doc_q128_order: the document mask is off");
+  const int64_t warps = B * ((d.nq_tiles + 1) / 2);
+  if (warps == 0) return;
+  const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
+  RT_CHECK(blocks <= INT_MAX && B <= INT_MAX,
+           "attn_fwd_block (v5): too many query tiles for the document spans (" << warps << ")");
+  doc_q128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
+  CUDA_CHECK_LAUNCH();
+  doc_q128_order_kernel<<<unsigned(B), kOrderThreads, 0, stream>>>(d);
   CUDA_CHECK_LAUNCH();
 }
 

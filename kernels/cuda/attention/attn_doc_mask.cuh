@@ -35,6 +35,11 @@ struct DocMaskDev {
   // bwd v5 only, written by attn_doc_k128_spans: (B, ceil(nk_tiles / 2)) {first, last} query summary tile with a
   // pair visible to the 128 keys k_begin + 128t.. (first > last: none).
   int2* k128_span = nullptr;
+  // fwd v5 only, written by attn_doc_q128_order: per 128-row query tile of each sample (B, ceil(nq_tiles / 2)),
+  // the {first, last} key summary tile some row of it sees (first > last: none), and the tiles' launch order,
+  // most key summary tiles first.
+  int2* q128_span = nullptr;
+  int* q128_order = nullptr;
 };
 
 // Min / max of positions over a set of rows: query tiles use all four, key tiles pos_lo / pos_hi.
@@ -52,6 +57,12 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
 // bwd v5 (attn_bwd_ws.cu): launches on `stream`, after the summaries, the kernel that writes d.k128_span (per
 // 128-key tile of each sample, the span of query summary tiles it must visit). d must be on.
 void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream);
+
+// fwd v5 (attn_fwd_ws.cu): launches on `stream`, after the summaries, the kernels that write d.q128_span (one warp
+// per 128-row query tile: the scan doc_key_span does, once per call) and d.q128_order (one CTA per sample: a counting
+// sort of the tiles by span length, longest first, so the longest CTAs start first and the last wave is short
+// ones). d must be on.
+void attn_doc_q128_order(const DocMaskDev& d, int64_t B, cudaStream_t stream);
 
 #ifdef __CUDACC__
 // Query summary tiles [t0, t0 + n) of sample b (clipped to the call's tiles).

@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
-  const int64_t h = blockIdx.y, b = blockIdx.z;
+  const int64_t b = blockIdx.z;
+  int64_t h = blockIdx.y;
   grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
   allow_dependent_launch();
   // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
@@ -229,19 +230,28 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     no_key_rows<D>(p, b, h, r0, r1);
     return;
   }
-  const int tile = num_q_tiles - 1 - (int(blockIdx.x) - outside);  // heaviest (causal) tiles first
+  int tile = num_q_tiles - 1 - (int(blockIdx.x) - outside);  // heaviest (causal) tiles first
+  int64_t k_lo = p.k_begin;  // keys this CTA visits: [k_lo, k_hi)
+  int64_t k_hi = p.k_end;
+  if constexpr (kDocs) {
+    // Documents: the call's tiles in the order of attn_doc_q128_order (most key tiles first), slot-major over the
+    // heads so that every head's heaviest tile is dispatched before any head's next; the tile's key span was
+    // found once per call (not by a scan of every key summary in each CTA).
+    const int64_t lin = int64_t(blockIdx.y) * num_q_tiles + (int(blockIdx.x) - outside);
+    const int slot = int(lin / p.H);
+    h = lin % p.H;
+    tile = p.docs.q128_order[b * num_q_tiles + slot];
+    const int2 span = p.docs.q128_span[b * num_q_tiles + tile];
+    if (span.x > span.y) {
+      k_hi = k_lo;
+    } else {
+      k_lo = p.k_begin + int64_t(span.x) * kDocTileRows;
+      k_hi = min(p.k_end, p.k_begin + int64_t(span.y + 1) * kDocTileRows);
+    }
+  }
   const int64_t q0 = p.q_begin + int64_t(tile) * kRows;
   const int64_t q_last = min(q0 + kRows, p.q_end) - 1;
-  // Keys this CTA visits: [k_lo, k_hi). Documents: the span of key tiles some row of this tile sees.
-  int64_t k_lo = p.k_begin;
-  int64_t k_hi = p.k_end;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
-  if constexpr (kDocs) {
-    __shared__ int doc_red[2];
-    const int qt = int((q0 - p.q_begin) / kDocTileRows);
-    const DocRange cta = doc_q_range(p.docs, b, qt, kRows / kDocTileRows);
-    if (!doc_key_span(p.docs, b, cta, p.k_begin, p.k_end, kWsThreads<kCons>, doc_red, k_lo, k_hi)) k_hi = k_lo;
-  }
   if (k_hi <= k_lo) {  // no visible key (the whole CTA leaves before any barrier)
     no_key_rows<D>(p, b, h, q0, q_last + 1);
     return;
@@ -418,6 +428,7 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs before the query tiles.
+  if constexpr (kDocs) attn_doc_q128_order(p.docs, B, stream);  // the tiles' key spans and launch order
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
