@@ -217,8 +217,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
-  const int64_t b = blockIdx.z;
-  int64_t h = blockIdx.y;
+  const int64_t h = blockIdx.y, b = blockIdx.z;
   grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
   allow_dependent_launch();
   // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
@@ -234,13 +233,11 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   int64_t k_lo = p.k_begin;  // keys this CTA visits: [k_lo, k_hi)
   int64_t k_hi = p.k_end;
   if constexpr (kDocs) {
-    // Documents: the call's tiles in the order of attn_doc_q128_order (most key tiles first), slot-major over the
-    // heads so that every head's heaviest tile is dispatched before any head's next; the tile's key span was
-    // found once per call (not by a scan of every key summary in each CTA).
-    const int64_t lin = int64_t(blockIdx.y) * num_q_tiles + (int(blockIdx.x) - outside);
-    const int slot = int(lin / p.H);
-    h = lin % p.H;
-    tile = p.docs.q128_order[b * num_q_tiles + slot];
+    // Documents: each head's tiles in the order of attn_doc_q128_order (most key tiles first; the heads one after
+    // another, as the grid dispatches them, so that the SMs at work share a head's K/V in L2: a slot-major order
+    // over the heads measured 15-20% slower on whole calls); the tile's key span was found once per call (not by
+    // a scan of every key summary in each CTA).
+    tile = p.docs.q128_order[b * num_q_tiles + (int(blockIdx.x) - outside)];
     const int2 span = p.docs.q128_span[b * num_q_tiles + tile];
     if (span.x > span.y) {
       k_hi = k_lo;
