@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,55 @@ inline double time_ms(const std::function<void()>& fn, int warmup, int reps, dou
   CUDA_CHECK(cudaEventDestroy(b));
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
+}
+
+__global__ inline void spin_kernel(long long cycles) {  // one thread that keeps the stream busy for `cycles` clocks
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+// Mean milliseconds per call of fn over reps calls issued back to back, after warmup calls, with the host ahead
+// of the GPU: a spin kernel of about 2 ms holds the stream while the host enqueues every timed call, then one pair
+// of CUDA events brackets the reps calls. This is the GPU's time per call as a training step sees it (its host
+// enqueues the next calls while the GPU runs). time_ms times each call alone on an idle GPU, which also counts
+// the host's time to enqueue the call's launches (argument checks, the document summaries' set-up, tensor maps:
+// tens of microseconds), a gap that a GPU kept busy never sees; on calls of 20-300 us that gap is 5-50% of the
+// time (bench/NOTES.md "Host gaps in the per-call timings").
+inline double time_queued_ms(const std::function<void()>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  int khz = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  cudaStream_t st = cuda::current_stream();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  spin_kernel<<<1, 1, 0, st>>>(2LL * khz);  // ~2 ms at the base clock
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaEventRecord(a, st));
+  for (int i = 0; i < reps; ++i) fn();
+  CUDA_CHECK(cudaEventRecord(b, st));
+  CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return double(ms) / reps;
+}
+
+// How the multi-rank benchmarks time each call (their --timing): queued (time_queued_ms, the default) or lone
+// (time_ms: each call alone on an idle GPU, host enqueue included, the method before 2026-12-02's third session).
+enum class CallTiming { queued, lone };
+inline bool parse_call_timing(const std::string& s, CallTiming& t) {
+  if (s == "queued") t = CallTiming::queued;
+  else if (s == "lone") t = CallTiming::lone;
+  else return false;
+  return true;
+}
+inline const char* call_timing_name(CallTiming t) { return t == CallTiming::queued ? "queued" : "lone"; }
+inline double call_ms(CallTiming t, const std::function<void()>& fn, int warmup, int reps) {
+  return t == CallTiming::queued ? time_queued_ms(fn, warmup, reps) : time_ms(fn, warmup, reps);
 }
 
 struct DeviceBuffer {  // one device allocation on GPU 0, freed on scope exit

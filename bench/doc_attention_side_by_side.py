@@ -270,7 +270,7 @@ def measure_ours(binary, lengths, args):
             f.write("\n".join(str(length) for length in lengths) + "\n")
         cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--layout", args.layout, "--scheme",
                args.scheme, "--d", str(args.d), "--h", str(args.heads), "--kv-heads", str(args.kv_heads), "--warmup",
-               str(args.warmup), "--reps", str(args.reps), "--json", json_path]
+               str(args.warmup), "--reps", str(args.reps), "--timing", args.timing, "--json", json_path]
         print("+ " + " ".join(cmd), flush=True)
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sys.stdout.write(run.stdout)
@@ -420,6 +420,9 @@ def main():
                     help="ours: the ring's calls, or the gather scheme's (parallel/kv_gather.h)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--timing", default="queued", choices=("queued", "lone"),
+                    help="bench_doc_ring_steps' per-call timing: queued (calls back to back, the host ahead: what a "
+                         "training step's GPU sees) or lone (each call alone on an idle GPU, host enqueue included)")
     ap.add_argument("--skip", default="", help="comma list of contenders to leave out: fa4, flex, dense, ours")
     ap.add_argument("--jsonl", help="one JSON object per (N, mix)")
     ap.add_argument("--out", help="the markdown table")

@@ -15,7 +15,9 @@
 // bench/doc_attention_side_by_side.py writes them), H = --h (16) query heads of d = --d (128), --kv-heads K / V
 // heads (default H; fewer is GQA, e.g. --h 32 --kv-heads 8 for Llama-3-8B), bf16.
 // TFLOP/s on visible pairs for every row: 4 d FLOPs per pair forward, 10 d backward (per head).
-// Timing: CUDA events, median of --reps (10) after --warmup (3).
+// Timing (--timing, bench/cuda_bench_util.cuh): queued (default), the mean of --reps (10) calls issued back to back
+// with the host ahead of the GPU, after --warmup (3); lone, the median of --reps calls each timed alone on an idle
+// GPU (the host's enqueue time included).
 // Output: a table on stdout and, with --json FILE, one JSON object (kind "doc_ring_steps").
 //
 // --layout: contiguous, zigzag, striped, balanced, dispatch (the mask-area dispatch), doc-striped, docpack (the
@@ -26,7 +28,8 @@
 // The plan line also gives the tile model's prediction (parallel/ring_tile_cost.h) of whole / ring-in-sequence.
 // The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
-//                        [--kv-heads H] [--warmup 3] [--reps 10] [--no-ring] [--plan-only] [--json FILE]
+//                        [--kv-heads H] [--warmup 3] [--reps 10] [--timing queued|lone] [--no-ring] [--plan-only]
+//                        [--json FILE]
 // --plan-only: the sample's pairs, the ring's skipped calls and imbalance, and with --scheme gather the gather plan
 // (rows per rank, bytes, the model's path), computed on the host; no GPU needed. --no-ring: the whole call only.
 #include <cuda_runtime.h>
@@ -49,7 +52,7 @@ using namespace rt;
 
 namespace {
 
-using bench::time_ms;
+using bench::call_ms;
 using Dev = bench::DeviceBuffer;
 
 struct Timed {
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
   bool ring = true, plan_only = false;
   std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring";
+  bench::CallTiming timing = bench::CallTiming::queued;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -75,13 +79,19 @@ int main(int argc, char** argv) {
     else if (a == "--scheme") scheme = next();
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--no-ring") ring = false;
+    else if (a == "--timing") {
+      const std::string t = next();
+      if (!bench::parse_call_timing(t, timing)) {
+        std::fprintf(stderr, "bench_doc_ring_steps: --timing %s: valid timings are queued and lone\n", t.c_str());
+        return 2;
+      }
+    } else if (a == "--no-ring") ring = false;
     else if (a == "--plan-only") plan_only = true;
     else if (a == "--json") json_path = next();
     else {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
-                           "[--scheme ring|gather] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
-                           "[--no-ring] [--plan-only] [--json FILE]\n");
+                           "[--scheme ring|gather|auto] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
+                           "[--timing queued|lone] [--no-ring] [--plan-only] [--json FILE]\n");
       return 2;
     }
   }
@@ -211,9 +221,9 @@ int main(int argc, char** argv) {
     auto whole_fwd = [&] { buf.whole_fwd(whole_mask); };
     auto whole_bwd = [&] { buf.whole_bwd(whole_mask); };
     Timed t_whole;
-    t_whole.fwd_ms = time_ms(whole_fwd, warmup, reps);
+    t_whole.fwd_ms = call_ms(timing, whole_fwd, warmup, reps);
     whole_fwd();
-    t_whole.bwd_ms = time_ms(whole_bwd, warmup, reps);
+    t_whole.bwd_ms = call_ms(timing, whole_bwd, warmup, reps);
 
     // The ring's calls: rank r's rows are [r*n, (r+1)*n) of every buffer, in ring order (the inputs are random, so
     // only the mask arrays need the order); the mask of rank r against source s as RingAttention::step_plan.
@@ -235,12 +245,13 @@ int main(int argc, char** argv) {
     Timed t_ring, t_path;
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
-      gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps);
+      gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps,
+                                      timing);
     if (ring && !gather) {
-      t_ring.fwd_ms = time_ms(ring_fwd, warmup, reps);
+      t_ring.fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads
-      t_ring.bwd_ms = time_ms(ring_bwd, warmup, reps);
-      // Critical path: per step t, the slowest rank's call (each timed alone, median of reps).
+      t_ring.bwd_ms = call_ms(timing, ring_bwd, warmup, reps);
+      // Critical path: per step t, the slowest rank's call (each timed as --timing says).
       for (int t = 0; t < cp; ++t) {
         double fwd_max = 0, bwd_max = 0;
         for (int r = 0; r < cp; ++r) {
@@ -249,8 +260,8 @@ int main(int argc, char** argv) {
           AttnState st = buf.rank_state(r, n);
           attn_state_reset(st);
           const AttnMask mask = step_mask(r, s);
-          fwd_max = std::max(fwd_max, time_ms([&] { buf.fwd_step(r, s, n, st, mask); }, 1, reps));
-          bwd_max = std::max(bwd_max, time_ms([&] { buf.bwd_step(r, s, n, mask); }, 1, reps));
+          fwd_max = std::max(fwd_max, call_ms(timing, [&] { buf.fwd_step(r, s, n, st, mask); }, 1, reps));
+          bwd_max = std::max(bwd_max, call_ms(timing, [&] { buf.bwd_step(r, s, n, mask); }, 1, reps));
         }
         t_path.fwd_ms += fwd_max;
         t_path.bwd_ms += bwd_max;
@@ -259,8 +270,9 @@ int main(int argc, char** argv) {
 
     auto tf = [&](double per_pair, double ms) { return ms > 0 ? per_pair * D * H * pairs / (ms * 1e-3) / 1e12 : 0.0; };
     std::printf("document-masked attention, one GPU: N %ld, %zu documents, d %ld, H %ld, bf16, %.0f visible pairs "
-                "(%.3f of causal)\n",
-                long(N), lengths.size(), long(D), long(H), pairs, pairs / (double(N) * double(N + 1) / 2));
+                "(%.3f of causal); calls timed %s\n",
+                long(N), lengths.size(), long(D), long(H), pairs, pairs / (double(N) * double(N + 1) / 2),
+                bench::call_timing_name(timing));
     std::printf("  whole call            fwd %9.3f ms %7.1f TF/s | bwd %9.3f ms %7.1f TF/s\n", t_whole.fwd_ms,
                 tf(4, t_whole.fwd_ms), t_whole.bwd_ms, tf(10, t_whole.bwd_ms));
     const double flops_fwd = 4.0 * D * H * pairs, flops_bwd = 10.0 * D * H * pairs;  // mask FLOPs, all heads
@@ -295,10 +307,10 @@ int main(int argc, char** argv) {
       std::fprintf(json,
                    "{\"kind\":\"doc_ring_steps\",\"N\":%ld,\"docs\":%zu,\"d\":%ld,\"H\":%ld,\"kv_heads\":%ld,"
                    "\"scheme\":\"%s\",\"visible_pairs\":%.0f,\"whole_fwd_ms\":%.4f,\"whole_bwd_ms\":%.4f,"
-                   "\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,\"deterministic\":%s",
+                   "\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,\"deterministic\":%s,\"timing\":\"%s\"",
                    long(N), lengths.size(), long(D), long(H), long(Hkv), scheme.c_str(), pairs, t_whole.fwd_ms,
                    t_whole.bwd_ms, tf(4, t_whole.fwd_ms), tf(10, t_whole.bwd_ms),
-                   deterministic_attention() ? "true" : "false");
+                   deterministic_attention() ? "true" : "false", bench::call_timing_name(timing));
       if (ring && gather) {
         std::fprintf(json,
                      ",\"cp\":%d,\"layout\":\"%s\",\"chosen\":\"%s\",\"pick\":\"%s\",\"ring_model_path_fwd_ms\":%.4f,"

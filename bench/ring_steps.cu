@@ -9,7 +9,10 @@
 // shapes cost the kernels (resume, half blocks, offsets, cp x more launches), not the network.
 //
 //   bench_ring_steps [--cp 8] [--layout zigzag] [--seq 16384,65536] [--d 64,128] [--warmup 2] [--reps 5]
-//                    [--json FILE]
+//                    [--timing queued|lone] [--json FILE]
+// --timing (bench/cuda_bench_util.cuh): queued (default) times each call as the mean of --reps calls back to back
+// with the host ahead of the GPU, as a training step's GPU runs them; lone, each call alone on an idle GPU (the
+// host's enqueue time included: the method before 2026-12-02's third session).
 //
 // Model dim 2048 (H = 2048 / d), B = 1, causal, bf16. TFLOP/s by the standard count: 2*H*S^2*d forward
 // (causal half of 4*H*S^2*d), backward 2.5x. Per-step TFLOP/s: each step kind timed on its own with events
@@ -35,7 +38,7 @@ using namespace rt;
 
 namespace {
 
-using bench::time_ms;
+using bench::call_ms;
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> out;
@@ -66,6 +69,7 @@ const char* step_kind(const RingBlockPlan& plan) {
 int main(int argc, char** argv) {
   int cp = 8, warmup = 2, reps = 5;
   std::string layout_name_str = "zigzag", json_path;
+  bench::CallTiming timing = bench::CallTiming::queued;
   std::vector<int64_t> seqs{16384, 65536}, dims{64, 128};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -77,9 +81,10 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--json") json_path = next();
+    else if (a == "--timing" && bench::parse_call_timing(next(), timing)) continue;
     else {
       std::fprintf(stderr, "usage: bench_ring_steps [--cp 8] [--layout zigzag] [--seq 16384,65536] [--d 64,128] "
-                           "[--warmup 2] [--reps 5] [--json FILE]\n");
+                           "[--warmup 2] [--reps 5] [--timing queued|lone] [--json FILE]\n");
       return 2;
     }
   }
@@ -91,8 +96,8 @@ int main(int argc, char** argv) {
     const Layout layout = parse_layout(layout_name_str);
     cuda::init(0);
     FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
-    std::printf("ring-step sequence: cp=%d %s, causal, B=1, model dim 2048, one GPU, no communication\n", cp,
-                layout_name(layout));
+    std::printf("ring-step sequence: cp=%d %s, causal, B=1, model dim 2048, one GPU, no communication; calls timed "
+                "%s\n", cp, layout_name(layout), bench::call_timing_name(timing));
     const int64_t model_dim = 2048;
     for (int64_t D : dims) {
       const int64_t H = model_dim / D;
@@ -116,14 +121,15 @@ int main(int argc, char** argv) {
         auto ring_fwd = [&] { buf.ring_fwd(cp, n, mask_of); };
         auto ring_bwd = [&] { buf.ring_bwd(cp, n, mask_of); };
         const double flops = 2.0 * double(H) * double(S) * double(S) * double(D);  // causal forward
-        const double whole_fwd_ms = time_ms(whole_fwd, warmup, reps);
+        const double whole_fwd_ms = call_ms(timing, whole_fwd, warmup, reps);
         whole_fwd();
-        const double whole_bwd_ms = time_ms(whole_bwd, warmup, reps);
-        const double ring_fwd_ms = time_ms(ring_fwd, warmup, reps);
+        const double whole_bwd_ms = call_ms(timing, whole_bwd, warmup, reps);
+        const double ring_fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
         // The same steps with the state reset and finalize as passes of their own (before the fused ends).
-        const double ring_fwd_passes_ms = time_ms([&] { buf.ring_fwd(cp, n, mask_of, false); }, warmup, reps);
+        const double ring_fwd_passes_ms =
+            call_ms(timing, [&] { buf.ring_fwd(cp, n, mask_of, false); }, warmup, reps);
         ring_fwd();
-        const double ring_bwd_ms = time_ms(ring_bwd, warmup, reps);
+        const double ring_bwd_ms = call_ms(timing, ring_bwd, warmup, reps);
         auto tf = [](double fl, double ms) { return fl / (ms * 1e-3) / 1e12; };
         std::printf("\nd=%ld H=%ld S=%ld (n=%ld per rank)\n", long(D), long(H), long(S), long(n));
         std::printf("  whole call      fwd %8.3f ms %6.1f TF/s | bwd %8.3f ms %6.1f TF/s\n", whole_fwd_ms,
@@ -147,8 +153,8 @@ int main(int argc, char** argv) {
             if (r == 0 && plan.mask.causal) continue;  // the diagonal is counted once (rank cp-1)
             AttnState st = buf.rank_state(r, n);
             attn_state_reset(st);
-            const double ms_f = time_ms([&] { buf.fwd_step(r, s, n, st, plan.mask); }, 1, reps);
-            const double ms_b = time_ms([&] { buf.bwd_step(r, s, n, plan.mask); }, 1, reps);
+            const double ms_f = call_ms(timing, [&] { buf.fwd_step(r, s, n, st, plan.mask); }, 1, reps);
+            const double ms_b = call_ms(timing, [&] { buf.bwd_step(r, s, n, plan.mask); }, 1, reps);
             const double fl = 4.0 * double(H) * double(D) * visible_pairs(plan.mask, n);
             const std::string kind = step_kind(plan);
             kind_ms_flops[kind + " fwd"].first += ms_f;
@@ -179,14 +185,16 @@ int main(int argc, char** argv) {
             const int s = ring_source(r, t, cp);
             const RingBlockPlan plan = ring_block_plan(layout, true, r, s, n);
             if (plan.skip) continue;
-            fwd_calls_ms += time_ms([&] { buf.fwd_step(r, s, n, st, plan.mask); }, 1, 3);
-            bwd_calls_ms += time_ms([&] { buf.bwd_step(r, s, n, plan.mask); }, 1, 3);
+            fwd_calls_ms += call_ms(timing, [&] { buf.fwd_step(r, s, n, st, plan.mask); }, 1, 3);
+            bwd_calls_ms += call_ms(timing, [&] { buf.bwd_step(r, s, n, plan.mask); }, 1, 3);
           }
         }
         AttnState st0 = buf.rank_state(0, n);
-        const double reset_ms = time_ms([&] { attn_state_reset(st0); }, 1, reps);
-        const double finalize_ms = time_ms([&] { attn_fwd_finalize(st0, buf.bf(buf.out, n, 0), buf.rows(buf.lse, n, 0)); }, 1, reps);
-        const double bwd_pre_ms = time_ms(
+        const double reset_ms = call_ms(timing, [&] { attn_state_reset(st0); }, 1, reps);
+        const double finalize_ms =
+            call_ms(timing, [&] { attn_fwd_finalize(st0, buf.bf(buf.out, n, 0), buf.rows(buf.lse, n, 0)); }, 1, reps);
+        const double bwd_pre_ms = call_ms(
+            timing,
             [&] {
               attn_bwd_delta(buf.bf(buf.out, n, 0), buf.bf(buf.dout, n, 0), buf.rows(buf.delta, n, 0));
               fill(buf.f32(buf.dq, n, 0), 0.f);
@@ -204,10 +212,11 @@ int main(int argc, char** argv) {
                        "{\"kind\":\"ring_sequence\",\"cp\":%d,\"layout\":\"%s\",\"d\":%ld,\"S\":%ld,\"whole_fwd_ms\":%.4f,"
                        "\"whole_bwd_ms\":%.4f,\"ring_fwd_ms\":%.4f,\"ring_bwd_ms\":%.4f,\"whole_fwd_tflops\":%.2f,"
                        "\"whole_bwd_tflops\":%.2f,\"ring_fwd_tflops\":%.2f,\"ring_bwd_tflops\":%.2f,"
-                       "\"fwd_ratio\":%.4f,\"bwd_ratio\":%.4f}\n",
+                       "\"fwd_ratio\":%.4f,\"bwd_ratio\":%.4f,\"timing\":\"%s\"}\n",
                        cp, layout_name(layout), long(D), long(S), whole_fwd_ms, whole_bwd_ms, ring_fwd_ms, ring_bwd_ms,
                        tf(flops, whole_fwd_ms), tf(2.5 * flops, whole_bwd_ms), tf(flops, ring_fwd_ms),
-                       tf(2.5 * flops, ring_bwd_ms), whole_fwd_ms / ring_fwd_ms, whole_bwd_ms / ring_bwd_ms);
+                       tf(2.5 * flops, ring_bwd_ms), whole_fwd_ms / ring_fwd_ms, whole_bwd_ms / ring_bwd_ms,
+                       bench::call_timing_name(timing));
       }
     }
     if (json) std::fclose(json);
