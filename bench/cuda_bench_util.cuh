@@ -119,6 +119,37 @@ inline double call_ms(CallTiming t, const std::function<void()>& fn, int warmup,
   return t == CallTiming::queued ? time_queued_ms(fn, warmup, reps) : time_ms(fn, warmup, reps);
 }
 
+// The time of fn run right after setup(): queued, the queued time of (setup, fn) pairs less that of setup alone;
+// lone, the median of reps runs of fn each timed alone after an untimed setup() (warmup pairs first).
+inline double call_after_ms(CallTiming t, const std::function<void()>& setup, const std::function<void()>& fn,
+                            int warmup, int reps) {
+  if (t == CallTiming::queued) {
+    const double both = time_queued_ms([&] { setup(), fn(); }, warmup, reps);
+    return std::max(0.0, both - time_queued_ms(setup, warmup, reps));
+  }
+  for (int i = 0; i < warmup; ++i) setup(), fn();
+  cudaStream_t st = cuda::current_stream();
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    setup();
+    CUDA_CHECK(cudaEventRecord(a, st));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, st));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
 struct DeviceBuffer {  // one device allocation on GPU 0, freed on scope exit
   void* p = nullptr;
   explicit DeviceBuffer(size_t bytes) { p = device_alloc(Device::cuda(0), bytes); }

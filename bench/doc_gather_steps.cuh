@@ -9,8 +9,9 @@
 //             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
 //             over both calls.
 // Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
-// K / V into one device buffer, their k_pos on the device. Each call is timed alone (CUDA events, median of reps
-// after warmup; the gathered forward after an untimed own forward that writes the out / lse it merges into).
+// K / V into one device buffer, their k_pos on the device. Each call is timed as --timing says (call_ms,
+// bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
+// call_after_ms).
 // Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
 // (predict_gather_time's formula, parallel/kv_gather.h) on the measured calls with the stated NVLink model.
 // Check: one pass of the scheme against one pass of the ring's calls over the same rows (out, lse, dQ, and dK / dV
@@ -128,32 +129,6 @@ std::pair<float, float> gather_max_abs_diff(const void* a, const void* b, int64_
   return {d, r};
 }
 
-// Median ms of fn over reps, each run after an untimed setup() on the same stream (warmup pairs first).
-inline double time_after_ms(const std::function<void()>& setup, const std::function<void()>& fn, int warmup,
-                            int reps) {
-  for (int i = 0; i < warmup; ++i) setup(), fn();
-  cudaStream_t st = cuda::current_stream();
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ts;
-  for (int i = 0; i < reps; ++i) {
-    setup();
-    CUDA_CHECK(cudaEventRecord(a, st));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, st));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
 struct GatherMeasured {
   std::vector<double> own_fwd_ms, got_fwd_ms, own_bwd_ms, got_bwd_ms;  // (cp) each; 0 where a call does not run
   RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
@@ -166,7 +141,7 @@ struct GatherMeasured {
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
-                                     int reps) {
+                                     int reps, CallTiming timing = CallTiming::queued) {
   const KvGatherPlan& plan = g.plan;
   const int cp = plan.cp;
   const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
@@ -247,13 +222,13 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     };
     auto own_bwd = [&] { attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, own); };
     auto got_bwd = [&] { attn_bwd_block_fresh(q, gkt, gvt, dout, lse, delta, dq, gdkt, gdvt, got); };
-    m.own_fwd_ms.push_back(time_ms(own_fwd, warmup, reps));
-    m.got_fwd_ms.push_back(R > 0 ? time_after_ms(own_fwd, got_fwd, warmup, reps) : 0.0);
+    m.own_fwd_ms.push_back(call_ms(timing, own_fwd, warmup, reps));
+    m.got_fwd_ms.push_back(R > 0 ? call_after_ms(timing, own_fwd, got_fwd, warmup, reps) : 0.0);
     own_fwd();  // the rank's out and lse, what its backward reads
     if (R > 0) got_fwd();
     attn_bwd_delta(out, dout, delta);
-    m.own_bwd_ms.push_back(time_ms(own_bwd, warmup, reps));
-    m.got_bwd_ms.push_back(R > 0 ? time_ms(got_bwd, warmup, reps) : 0.0);
+    m.own_bwd_ms.push_back(call_ms(timing, own_bwd, warmup, reps));
+    m.got_bwd_ms.push_back(R > 0 ? call_ms(timing, got_bwd, warmup, reps) : 0.0);
     // The check's pass: dQ from zero over both calls; dK / dV added home (own rows, then the gathered rows').
     fill(dq, 0.f);
     own_bwd();

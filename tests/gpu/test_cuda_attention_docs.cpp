@@ -11,7 +11,8 @@
 // spanning every rank of a cp = 4 zigzag ring (the ring's steps as resumed calls on key sub-ranges), query
 // sub-ranges, GQA, a call whose every pair is masked (state untouched bit for bit, gradients unchanged), the
 // fused whole forward / fresh backward, the deterministic backward (bitwise repeatable), and key tiles whose keys
-// are more than 32766 positions apart (bwd v5's 16-bit offsets do not hold them: its global-memory mask runs).
+// are more than 32766 positions apart (bwd v5's 16-bit offsets do not hold them: its global-memory mask runs),
+// and query tiles of documents far apart in position (fwd v5 skips the key tiles between them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -341,6 +342,35 @@ TEST_P(CudaAttentionDocs, KeyTilesWiderThanSixteenBitOffsets) {
   const DocCase c{"wide_key_tiles", 1, 2, 1, {{100, 39900, 30000}}, cat(iota_rows(0, 128), iota_rows(39950, 40078)),
                   keys, {{0, 256, 0, 256}}};
   run_all(c, 800);
+}
+
+// Query tiles that hold rows of documents far apart in position (as a rank's pieces are) against keys in position
+// order: the keys between their documents are seen by no row, and fwd v5 skips those tiles inside the span
+// (doc_live_key_tiles). The first 128-row tile holds three runs of rows; the second six, out of position order,
+// more runs than the kernel keeps apart (the last ones share a hull). Keys in position order, then interleaved.
+TEST_P(CudaAttentionDocs, QueryTilesOfDistantDocumentsSkipTheKeysBetween) {
+  RT_REQUIRE_CUDA();
+  auto cat = [](std::vector<std::vector<int64_t>> parts) {
+    std::vector<int64_t> x;
+    for (const auto& part : parts) x.insert(x.end(), part.begin(), part.end());
+    return x;
+  };
+  // Documents [0, 300), [300, 1000), [1000, 1500), [1500, 2400), [2400, 3000).
+  const std::vector<int64_t> queries =
+      cat({iota_rows(280, 300), iota_rows(1600, 1700), iota_rows(2400, 2408),                        // tile 0
+           iota_rows(310, 320), iota_rows(1010, 1020), iota_rows(1520, 1530), iota_rows(2410, 2420),  // tile 1
+           iota_rows(100, 110), iota_rows(2500, 2600)});
+  const int64_t Nq = int64_t(queries.size());
+  std::vector<int64_t> interleaved;  // even positions, then odd ones
+  for (int64_t i = 0; i < 3000; i += 2) interleaved.push_back(i);
+  for (int64_t i = 1; i < 3000; i += 2) interleaved.push_back(i);
+  const DocCase sorted{"distant_docs_sorted_keys", 1, 2, 1, {{300, 700, 500, 900, 600}}, queries, iota_rows(0, 3000),
+                       {{0, Nq, 0, 3000}}};
+  run_all(sorted, 900, /*whole=*/true);
+  run_all(sorted, 905);
+  const DocCase mixed{"distant_docs_interleaved_keys", 1, 2, 1, {{300, 700, 500, 900, 600}}, queries, interleaved,
+                      {{0, Nq, 0, 3000}}};
+  run_all(mixed, 910, /*whole=*/true);
 }
 
 TEST_P(CudaAttentionDocs, QuerySubRanges) {

@@ -159,6 +159,79 @@ __device__ __forceinline__ bool doc_query_span(const DocMaskDev& d, int64_t b, c
   q_hi = min(q_end, q_begin + int64_t(last + 1) * kDocTileRows);
   return true;
 }
+
+// fwd v5 with documents: the 128-key tiles of a CTA's key span that one of its query rows may see, so that the
+// kernel visits only those (a span's first and last tiles are live, but between them a query tile that holds rows
+// of two documents far apart in position, as a rank's pieces are, spans every key in between).
+// The rows [q0, q1) of sample b are taken as runs of consecutive rows with one document start: a run's rows see
+// keys in [its document start, its largest position]. The first kDocRuns - 1 runs keep their own range; the rows
+// after them share the last one (the hull), so the test only ever keeps too many tiles, never drops a seen one.
+// A tile (its two 64-key summaries, from k_lo, which lies a whole number of summaries after k_begin) is live when
+// its key range meets one run's range. Writes the live tiles' offsets from k_lo (in tiles, increasing) to list and
+// returns their count. Every thread of the block (kThreads >= q1 - q0) calls it; it synchronises the block.
+constexpr int kDocRuns = 4;
+constexpr int kDocLiveMax = 2048;  // list capacity: a span of more tiles is visited whole
+
+struct DocLiveScratch {  // shared memory
+  unsigned short list[kDocLiveMax];
+  long long run_lo[kDocRuns], run_hi[kDocRuns];
+  int warp_count[32];
+};
+
+template <int kThreads>
+__device__ __forceinline__ int doc_live_key_tiles(const DocMaskDev& d, int64_t b, int64_t q0, int64_t q1,
+                                                  int64_t k_begin, int64_t k_lo, int n_span, DocLiveScratch& sh) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "doc_live_key_tiles: whole warps");
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  if (tid < kDocRuns) {
+    sh.run_lo[tid] = LLONG_MAX;
+    sh.run_hi[tid] = LLONG_MIN;
+  }
+  // The runs: a row starts one when its document start differs from the previous row's.
+  const int64_t row = q0 + tid;
+  const bool valid = row < q1;
+  const int64_t* q_doc = d.q_doc + b * d.q_stride;
+  const int64_t doc = valid ? q_doc[row] : 0;
+  const bool start = valid && (tid == 0 || q_doc[row - 1] != doc);
+  const unsigned starts = __ballot_sync(0xffffffffu, start);
+  sh.warp_count[warp] = __popc(starts);  // every lane writes the same value
+  __syncthreads();
+  if (valid) {
+    int run = __popc(starts & (0xffffffffu >> (31 - lane))) - 1;  // starts at or before this row, less one
+    for (int w = 0; w < warp; ++w) run += sh.warp_count[w];
+    run = min(run, kDocRuns - 1);
+    atomicMin(&sh.run_lo[run], static_cast<long long>(doc));
+    atomicMax(&sh.run_hi[run], static_cast<long long>(d.q_pos[b * d.q_stride + row]));
+  }
+  __syncthreads();
+  long long lo[kDocRuns], hi[kDocRuns];
+#pragma unroll
+  for (int i = 0; i < kDocRuns; ++i) lo[i] = sh.run_lo[i], hi[i] = sh.run_hi[i];
+  const int st0 = int((k_lo - k_begin) / kDocTileRows);
+  int total = 0;
+  for (int t0 = 0; t0 < n_span; t0 += kThreads) {
+    const int t = t0 + tid;
+    bool live = false;
+    if (t < n_span) {
+      const DocRange k = doc_k_range(d, b, st0 + 2 * t, 2);
+#pragma unroll
+      for (int i = 0; i < kDocRuns; ++i) live = live || (k.pos_hi >= lo[i] && k.pos_lo <= hi[i]);
+    }
+    const unsigned m = __ballot_sync(0xffffffffu, live);
+    __syncthreads();  // the previous chunk's (or the runs') counts are read
+    sh.warp_count[warp] = __popc(m);
+    __syncthreads();
+    int before = total;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      const int c = sh.warp_count[w];
+      if (w < warp) before += c;
+      total += c;
+    }
+    if (live) sh.list[before + __popc(m & ((1u << lane) - 1u))] = static_cast<unsigned short>(t);
+  }
+  __syncthreads();
+  return total;
+}
 #endif
 
 }  // namespace cuda

@@ -181,14 +181,15 @@ __device__ void no_key_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_
 // 32 dependent global loads per thread on the softmax's critical path (bench/NOTES.md "key positions in shared
 // memory").
 template <int kStages>
-__device__ __forceinline__ void key_positions_warp(const AttnFwdParams& p, int64_t b, int64_t k_lo, int n_tiles,
+__device__ __forceinline__ void key_positions_warp(const AttnFwdParams& p, int64_t b, int64_t k_lo,
+                                                   const unsigned short* live, int n_tiles,
                                                    const WsBars<kStages>& bars, uint32_t* key_pos, int lane) {
   const int64_t* k_pos = p.docs.k_pos + b * p.docs.k_stride;
 #pragma unroll 1
   for (int j = 0; j < n_tiles; ++j) {
     const int s = j % kStages;
     if (j >= kStages) mbar_wait(bars.v_empty(s), uint32_t((j / kStages - 1) & 1));
-    const int64_t k0 = k_lo + int64_t(j) * kWgKeysPerTile;
+    const int64_t k0 = k_lo + int64_t(live != nullptr ? live[j] : j) * kWgKeysPerTile;  // the CTA's j-th tile
     uint32_t w[kWgKeysPerTile / 32];
 #pragma unroll
     for (int i = 0; i < kWgKeysPerTile / 32; ++i) w[i] = uint32_t(k_pos[min(k0 + lane + 32 * i, p.k_end - 1)]);
@@ -249,11 +250,22 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   const int64_t q0 = p.q_begin + int64_t(tile) * kRows;
   const int64_t q_last = min(q0 + kRows, p.q_end) - 1;
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
-  if (k_hi <= k_lo) {  // no visible key (the whole CTA leaves before any barrier)
+  int n_tiles = k_hi > k_lo ? int((k_hi - k_lo + kBc - 1) / kBc) : 0;
+  const unsigned short* live = nullptr;  // documents: the span's tiles some row may see (doc_live_key_tiles)
+  if constexpr (kDocs) {
+    __shared__ DocLiveScratch live_scratch;
+    if (n_tiles > 0 && n_tiles <= kDocLiveMax) {
+      n_tiles = doc_live_key_tiles<kWsThreads<kCons>>(p.docs, b, q0, q_last + 1, p.k_begin, k_lo, n_tiles,
+                                                        live_scratch);
+      live = live_scratch.list;
+    }
+  }
+  if (n_tiles == 0) {  // no visible key (the whole CTA leaves before any barrier)
     no_key_rows<D>(p, b, h, q0, q_last + 1);
     return;
   }
-  const int n_tiles = int((k_hi - k_lo + kBc - 1) / kBc);
+  // The key row of the CTA's j-th tile: the span's j-th, or with documents its j-th live one.
+  auto key_tile = [&](int j) { return k_lo + int64_t(live != nullptr ? live[j] : j) * kBc; };
 
   if (threadIdx.x == 0) {
     mbar_init(bars.q_full(), 1);
@@ -274,14 +286,14 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     // ---- producer ----
     setmaxnreg_dec<kWsProducerRegs>();
     if (threadIdx.x == 0) {
-      const int hq = int(h), hk = int(h / p.group), bb = int(b), k0 = int(k_lo);
+      const int hq = int(h), hk = int(h / p.group), bb = int(b);
       tma_prefetch_desc(&tm_q);
       tma_prefetch_desc(&tm_k);
       tma_prefetch_desc(&tm_v);
       mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);
       tma_tile<D, kRows>(q_tile, &tm_q, bars.q_full(), hq, int(q0), bb);
       mbar_arrive_expect_tx(bars.k_full(0), Smem::kKVBytes);
-      tma_tile<D>(k_tiles, &tm_k, bars.k_full(0), hk, k0, bb);
+      tma_tile<D>(k_tiles, &tm_k, bars.k_full(0), hk, int(key_tile(0)), bb);
       // K_{j+1} ahead of V_j: S_{j+1} and P_j V_j are issued together.
       for (int j = 0; j < n_tiles; ++j) {
         const int j1 = j + 1;
@@ -289,15 +301,15 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
           const int s = j1 % kStages;
           if (j1 >= kStages) mbar_wait(bars.k_empty(s), uint32_t((j1 / kStages - 1) & 1));
           mbar_arrive_expect_tx(bars.k_full(s), Smem::kKVBytes);
-          tma_tile<D>(k_tiles + uint32_t(s) * Smem::kKVBytes, &tm_k, bars.k_full(s), hk, k0 + j1 * kBc, bb);
+          tma_tile<D>(k_tiles + uint32_t(s) * Smem::kKVBytes, &tm_k, bars.k_full(s), hk, int(key_tile(j1)), bb);
         }
         const int s = j % kStages;
         if (j >= kStages) mbar_wait(bars.v_empty(s), uint32_t((j / kStages - 1) & 1));
         mbar_arrive_expect_tx(bars.v_full(s), Smem::kKVBytes);
-        tma_tile<D>(v_tiles + uint32_t(s) * Smem::kKVBytes, &tm_v, bars.v_full(s), hk, k0 + j * kBc, bb);
+        tma_tile<D>(v_tiles + uint32_t(s) * Smem::kKVBytes, &tm_v, bars.v_full(s), hk, int(key_tile(j)), bb);
       }
     } else if (kDocs && threadIdx.x / 32 == 1) {
-      key_positions_warp<kStages>(p, b, k_lo, n_tiles, bars, key_pos, int(threadIdx.x) % 32);
+      key_positions_warp<kStages>(p, b, k_lo, live, n_tiles, bars, key_pos, int(threadIdx.x) % 32);
     }
     return;
   }
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
 
   // Documents: this thread's rows, and the key summary of the tile after the one in flight (loaded a tile ahead).
   const FwdDocRows drows = fwd_doc_rows<kDocs>(p, b, q0, cw * 64, lrow0);
-  FwdDocKeys dkeys = fwd_doc_keys<kDocs>(p, b, k_lo);
+  FwdDocKeys dkeys = fwd_doc_keys<kDocs>(p, b, key_tile(0));
 
   // S_0 and its softmax.
   mbar_wait(bars.q_full(), 0);
@@ -335,13 +347,14 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   wgmma_wait<0>();
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
-  softmax_tile<kDocs, true>(s, pf, alpha, m_run, l_run, p, k_lo, k_hi, q0, cw * 64, lrow0, t, drows, dkeys, b,
+  softmax_tile<kDocs, true>(s, pf, alpha, m_run, l_run, p, key_tile(0), k_hi, q0, cw * 64, lrow0, t, drows, dkeys, b,
                             key_pos);
   rescale_o<D>(o, alpha);
 
   for (int j = 0; j + 1 < n_tiles; ++j) {
     const int s1 = (j + 1) % kStages, s0 = j % kStages;
-    dkeys = fwd_doc_keys<kDocs>(p, b, k_lo + int64_t(j + 1) * kBc);
+    const int64_t kt1 = key_tile(j + 1);
+    dkeys = fwd_doc_keys<kDocs>(p, b, kt1);
     mbar_wait(bars.k_full(s1), uint32_t(((j + 1) / kStages) & 1));
     mbar_wait(bars.v_full(s0), uint32_t((j / kStages) & 1));
     wgmma_fence_regs(s);
@@ -360,7 +373,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       wgmma_fence_regs(s);
       mbar_arrive(bars.k_empty(s1));
       uint32_t pn[32];
-      softmax_tile<kDocs, true>(s, pn, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64,
+      softmax_tile<kDocs, true>(s, pn, alpha, m_run, l_run, p, kt1, k_hi, q0, cw * 64,
                                 lrow0, t, drows, dkeys, b, key_pos + s1 * kBc);
       wgmma_wait<0>();
       wgmma_fence_regs(o);
@@ -378,7 +391,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       fence_regs_u32(pf);
       mbar_arrive(bars.k_empty(s1));
       mbar_arrive(bars.v_empty(s0));
-      softmax_tile<kDocs, true>(s, pf, alpha, m_run, l_run, p, k_lo + int64_t(j + 1) * kBc, k_hi, q0, cw * 64,
+      softmax_tile<kDocs, true>(s, pf, alpha, m_run, l_run, p, kt1, k_hi, q0, cw * 64,
                                 lrow0, t, drows, dkeys, b, key_pos + s1 * kBc);
       rescale_o<D>(o, alpha);
     }
