@@ -70,8 +70,9 @@ __global__ void doc_k128_span_kernel(DocMaskDev d, int64_t B) {
   if (lane == 0) d.k128_span[w] = make_int2(lo, hi);
 }
 
-// One warp per (sample, 128-row query tile): the first and last key summary tile some row of it sees.
-__global__ void doc_q128_span_kernel(DocMaskDev d, int64_t B) {
+// One warp per (sample, 128-row query tile of rows [q_begin, q_end)): the first and last key summary tile some row
+// of it sees, and its rows' runs of one document start (doc_live_key_tiles, attn_doc_mask.cuh).
+__global__ void doc_q128_span_kernel(DocMaskDev d, int64_t B, int64_t q_begin, int64_t q_end) {
   const int64_t nq2 = (d.nq_tiles + 1) / 2;
   const int64_t w = int64_t(blockIdx.x) * kSummaryWarps + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
@@ -88,6 +89,34 @@ __global__ void doc_q128_span_kernel(DocMaskDev d, int64_t B) {
   }
   warp_min_max(lo, hi);
   if (lane == 0) d.q128_span[w] = make_int2(lo, hi);
+  // The runs, 32 rows at a time: a row starts one when its document start differs from the previous row's.
+  const int64_t* q_doc = d.q_doc + b * d.q_stride;
+  const int64_t* q_pos = d.q_pos + b * d.q_stride;
+  const int64_t row0 = q_begin + (w % nq2) * 128, row1 = min(row0 + 128, q_end);
+  long long run_lo[kDocRuns], run_hi[kDocRuns];
+#pragma unroll
+  for (int i = 0; i < kDocRuns; ++i) run_lo[i] = LLONG_MAX, run_hi[i] = LLONG_MIN;
+  int runs = 0;  // runs started before this pass
+  for (int64_t r0 = row0; r0 < row1; r0 += 32) {
+    const int64_t row = r0 + lane;
+    const bool valid = row < row1;
+    const int64_t doc = valid ? q_doc[row] : 0, pos = valid ? q_pos[row] : 0;
+    const bool start = valid && (row == row0 || q_doc[row - 1] != doc);
+    const unsigned starts = __ballot_sync(0xffffffffu, start);
+    const int run = min(runs + __popc(starts & (0xffffffffu >> (31 - lane))) - 1, kDocRuns - 1);
+#pragma unroll
+    for (int i = 0; i < kDocRuns; ++i) {
+      long long l = valid && run == i ? doc : LLONG_MAX, h = valid && run == i ? pos : LLONG_MIN;
+      warp_min_max(l, h);
+      run_lo[i] = min(run_lo[i], l);
+      run_hi[i] = max(run_hi[i], h);
+    }
+    runs += __popc(starts);
+  }
+  if (lane == 0) {
+    d.q128_nruns[w] = runs;
+    for (int i = 0; i < kDocRuns; ++i) d.q128_runs[w * kDocRuns + i] = make_longlong2(run_lo[i], run_hi[i]);
+  }
 }
 
 // One CTA per sample: q128_order[b] <- the sample's 128-row query tiles by span length (key summary tiles),
@@ -201,15 +230,22 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
   d.nk_tiles = int(nk);
   const int64_t tiles = B * (nq + nk);
   if (tiles == 0) return d;
-  // q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2, one int64 each, then fwd v5's
-  // 128-row query spans (B, ceil(nq/2)) int2 and their order (B, ceil(nq/2)) int (half an int64 each, rounded up)
+  // In int64 words: q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2 (one word
+  // each), then fwd v5's per 128-row query tile (B, ceil(nq/2)): runs (kDocRuns longlong2: 2 * kDocRuns words),
+  // span (int2: one word), order and run count (int each: half a word, rounded up).
   const int64_t nk2 = (nk + 1) / 2, nq2 = (nq + 1) / 2;
-  int64_t* buf = summary_buffer(stream, size_t(B * (nq * 4 + nk * 2 + nk2 + nq2) + (B * nq2 + 1) / 2));
+  const int64_t at_k128 = B * (nq * 4 + nk * 2), at_runs = (at_k128 + B * nk2 + 1) / 2 * 2,  // even: 16-byte aligned
+                at_span = at_runs + 2 * kDocRuns * B * nq2,
+                at_order = at_span + B * nq2, at_nruns = at_order + (B * nq2 + 1) / 2,
+                words = at_nruns + (B * nq2 + 1) / 2;
+  int64_t* buf = summary_buffer(stream, size_t(words));
   d.q_sum = buf;
   d.k_sum = buf + B * nq * 4;
-  d.k128_span = reinterpret_cast<int2*>(buf + B * (nq * 4 + nk * 2));
-  d.q128_span = reinterpret_cast<int2*>(buf + B * (nq * 4 + nk * 2 + nk2));
-  d.q128_order = reinterpret_cast<int*>(buf + B * (nq * 4 + nk * 2 + nk2 + nq2));
+  d.k128_span = reinterpret_cast<int2*>(buf + at_k128);
+  d.q128_runs = reinterpret_cast<longlong2*>(buf + at_runs);
+  d.q128_span = reinterpret_cast<int2*>(buf + at_span);
+  d.q128_order = reinterpret_cast<int*>(buf + at_order);
+  d.q128_nruns = reinterpret_cast<int*>(buf + at_nruns);
   const int64_t blocks = (tiles + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, op << ": too many document-mask summary tiles (" << tiles << ")");
   doc_summary_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, r.q_begin, r.q_end, r.k_begin, r.k_end,
@@ -228,14 +264,14 @@ void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-void attn_doc_q128_order(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
+void attn_doc_q128_order(const DocMaskDev& d, int64_t B, int64_t q_begin, int64_t q_end, cudaStream_t stream) {
   RT_CHECK(d.on && d.q128_span != nullptr, "attn_doc_q128_order: the document mask is off");
   const int64_t warps = B * ((d.nq_tiles + 1) / 2);
   if (warps == 0) return;
   const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX && B <= INT_MAX,
            "attn_fwd_block (v5): too many query tiles for the document spans (" << warps << ")");
-  doc_q128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
+  doc_q128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, q_begin, q_end);
   CUDA_CHECK_LAUNCH();
   doc_q128_order_kernel<<<unsigned(B), kOrderThreads, 0, stream>>>(d);
   CUDA_CHECK_LAUNCH();

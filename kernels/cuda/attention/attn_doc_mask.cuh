@@ -23,6 +23,9 @@ namespace cuda {
 
 constexpr int kDocTileRows = 64;  // rows per summary tile
 
+constexpr int kDocRuns = 4;        // runs of one document start kept apart per 128-row query tile
+constexpr int kDocLiveMax = 2048;  // fwd v5's live-tile list capacity: a longer span is visited whole
+
 struct DocMaskDev {
   bool on = false;
   const int64_t* q_pos = nullptr;  // (B, q_stride) position of each query row
@@ -40,6 +43,10 @@ struct DocMaskDev {
   // most key summary tiles first.
   int2* q128_span = nullptr;
   int* q128_order = nullptr;
+  // and per tile (B, ceil(nq_tiles / 2)) its rows' runs of one document start (doc_live_key_tiles): the number of
+  // runs, and (B, ceil(nq_tiles / 2), kDocRuns) {document start, largest position} of each (empty: {max, min}).
+  int* q128_nruns = nullptr;
+  longlong2* q128_runs = nullptr;
 };
 
 // Min / max of positions over a set of rows: query tiles use all four, key tiles pos_lo / pos_hi.
@@ -58,11 +65,12 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
 // 128-key tile of each sample, the span of query summary tiles it must visit). d must be on.
 void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream);
 
-// fwd v5 (attn_fwd_ws.cu): launches on `stream`, after the summaries, the kernels that write d.q128_span (one warp
-// per 128-row query tile: the scan doc_key_span does, once per call) and d.q128_order (one CTA per sample: a counting
+// fwd v5 (attn_fwd_ws.cu): launches on `stream`, after the summaries, the kernels that write d.q128_span and the
+// runs (one warp per 128-row query tile of the call's rows [q_begin, q_end): the scan doc_key_span does, once per
+// call) and d.q128_order (one CTA per sample: a counting
 // sort of the tiles by span length, longest first, so the longest CTAs start first and the last wave is short
 // ones). d must be on.
-void attn_doc_q128_order(const DocMaskDev& d, int64_t B, cudaStream_t stream);
+void attn_doc_q128_order(const DocMaskDev& d, int64_t B, int64_t q_begin, int64_t q_end, cudaStream_t stream);
 
 #ifdef __CUDACC__
 // Query summary tiles [t0, t0 + n) of sample b (clipped to the call's tiles).
@@ -163,50 +171,30 @@ __device__ __forceinline__ bool doc_query_span(const DocMaskDev& d, int64_t b, c
 // fwd v5 with documents: the 128-key tiles of a CTA's key span that one of its query rows may see, so that the
 // kernel visits only those (a span's first and last tiles are live, but between them a query tile that holds rows
 // of two documents far apart in position, as a rank's pieces are, spans every key in between).
-// The rows [q0, q1) of sample b are taken as runs of consecutive rows with one document start: a run's rows see
-// keys in [its document start, its largest position]. The first kDocRuns - 1 runs keep their own range; the rows
-// after them share the last one (the hull), so the test only ever keeps too many tiles, never drops a seen one.
-// A tile (its two 64-key summaries, from k_lo, which lies a whole number of summaries after k_begin) is live when
-// its key range meets one run's range. Writes the live tiles' offsets from k_lo (in tiles, increasing) to list and
-// returns their count. Every thread of the block (kThreads >= q1 - q0) calls it; it synchronises the block.
-constexpr int kDocRuns = 4;
-constexpr int kDocLiveMax = 2048;  // list capacity: a span of more tiles is visited whole
-
+// attn_doc_q128_order takes each 128-row query tile's rows as runs of consecutive rows with one document start: a
+// run's rows see keys in [its document start, its largest position]. The first kDocRuns - 1 runs keep their own
+// range; the rows after them share the last one (the hull), so the test only ever keeps too many tiles, never drops
+// a seen one. A tile of one run needs no list (its span is the run's range); a tile of several runs lists the span's
+// key tiles (two 64-key summaries each, from k_lo, which lies a whole number of summaries after k_begin) whose key
+// range meets one run's range: their offsets from k_lo (in tiles, increasing) into sh.list, returning the count.
+// Every thread of the block calls it; it synchronises the block.
 struct DocLiveScratch {  // shared memory
   unsigned short list[kDocLiveMax];
-  long long run_lo[kDocRuns], run_hi[kDocRuns];
   int warp_count[32];
 };
 
 template <int kThreads>
-__device__ __forceinline__ int doc_live_key_tiles(const DocMaskDev& d, int64_t b, int64_t q0, int64_t q1,
-                                                  int64_t k_begin, int64_t k_lo, int n_span, DocLiveScratch& sh) {
+__device__ __forceinline__ int doc_live_key_tiles(const DocMaskDev& d, int64_t b, int q_tile, int64_t k_begin,
+                                                  int64_t k_lo, int n_span, DocLiveScratch& sh) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "doc_live_key_tiles: whole warps");
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  if (tid < kDocRuns) {
-    sh.run_lo[tid] = LLONG_MAX;
-    sh.run_hi[tid] = LLONG_MIN;
-  }
-  // The runs: a row starts one when its document start differs from the previous row's.
-  const int64_t row = q0 + tid;
-  const bool valid = row < q1;
-  const int64_t* q_doc = d.q_doc + b * d.q_stride;
-  const int64_t doc = valid ? q_doc[row] : 0;
-  const bool start = valid && (tid == 0 || q_doc[row - 1] != doc);
-  const unsigned starts = __ballot_sync(0xffffffffu, start);
-  sh.warp_count[warp] = __popc(starts);  // every lane writes the same value
-  __syncthreads();
-  if (valid) {
-    int run = __popc(starts & (0xffffffffu >> (31 - lane))) - 1;  // starts at or before this row, less one
-    for (int w = 0; w < warp; ++w) run += sh.warp_count[w];
-    run = min(run, kDocRuns - 1);
-    atomicMin(&sh.run_lo[run], static_cast<long long>(doc));
-    atomicMax(&sh.run_hi[run], static_cast<long long>(d.q_pos[b * d.q_stride + row]));
-  }
-  __syncthreads();
+  const longlong2* runs = d.q128_runs + (b * ((d.nq_tiles + 1) / 2) + q_tile) * kDocRuns;
   long long lo[kDocRuns], hi[kDocRuns];
 #pragma unroll
-  for (int i = 0; i < kDocRuns; ++i) lo[i] = sh.run_lo[i], hi[i] = sh.run_hi[i];
+  for (int i = 0; i < kDocRuns; ++i) {
+    const longlong2 r = runs[i];
+    lo[i] = r.x, hi[i] = r.y;
+  }
   const int st0 = int((k_lo - k_begin) / kDocTileRows);
   int total = 0;
   for (int t0 = 0; t0 < n_span; t0 += kThreads) {
@@ -218,7 +206,7 @@ __device__ __forceinline__ int doc_live_key_tiles(const DocMaskDev& d, int64_t b
       for (int i = 0; i < kDocRuns; ++i) live = live || (k.pos_hi >= lo[i] && k.pos_lo <= hi[i]);
     }
     const unsigned m = __ballot_sync(0xffffffffu, live);
-    __syncthreads();  // the previous chunk's (or the runs') counts are read
+    if (t0 > 0) __syncthreads();  // the previous chunk's counts are read
     sh.warp_count[warp] = __popc(m);
     __syncthreads();
     int before = total;

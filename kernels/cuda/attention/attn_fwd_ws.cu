@@ -253,10 +253,10 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   int n_tiles = k_hi > k_lo ? int((k_hi - k_lo + kBc - 1) / kBc) : 0;
   const unsigned short* live = nullptr;  // documents: the span's tiles some row may see (doc_live_key_tiles)
   if constexpr (kDocs) {
+    // A tile of several runs of rows (documents) lists the span's tiles they may see; one run needs no list.
     __shared__ DocLiveScratch live_scratch;
-    if (n_tiles > 0 && n_tiles <= kDocLiveMax) {
-      n_tiles = doc_live_key_tiles<kWsThreads<kCons>>(p.docs, b, q0, q_last + 1, p.k_begin, k_lo, n_tiles,
-                                                        live_scratch);
+    if (n_tiles > 1 && n_tiles <= kDocLiveMax && p.docs.q128_nruns[b * num_q_tiles + tile] > 1) {
+      n_tiles = doc_live_key_tiles<kWsThreads<kCons>>(p.docs, b, tile, p.k_begin, k_lo, n_tiles, live_scratch);
       live = live_scratch.list;
     }
   }
@@ -438,7 +438,7 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
   // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs before the query tiles.
-  if constexpr (kDocs) attn_doc_q128_order(p.docs, B, stream);  // the tiles' key spans and launch order
+  if constexpr (kDocs) attn_doc_q128_order(p.docs, B, p.q_begin, p.q_end, stream);  // spans, runs, launch order
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
