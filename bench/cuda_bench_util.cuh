@@ -70,30 +70,28 @@ inline double time_ms(const std::function<void()>& fn, int warmup, int reps, dou
   return ts[ts.size() / 2];
 }
 
-__global__ inline void spin_kernel(long long cycles) {  // one thread that keeps the stream busy for `cycles` clocks
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-// Mean milliseconds per call of fn over reps calls issued back to back, after warmup calls, with the host ahead
-// of the GPU: a spin kernel of about 2 ms holds the stream while the host enqueues every timed call, then one pair
-// of CUDA events brackets the reps calls. This is the GPU's time per call as a training step sees it (its host
-// enqueues the next calls while the GPU runs). time_ms times each call alone on an idle GPU, which also counts
-// the host's time to enqueue the call's launches (argument checks, the document summaries' set-up, tensor maps:
-// tens of microseconds), a gap that a GPU kept busy never sees; on calls of 20-300 us that gap is 5-50% of the
-// time (bench/NOTES.md "Host gaps in the per-call timings").
+// Mean milliseconds per call of fn over reps calls issued back to back, with the host ahead of the GPU and the GPU
+// under sustained load: after one untimed call (its time d), about 10 ms of calls (at least warmup) are queued
+// without waiting, then one pair of CUDA events brackets the reps timed calls, which the host enqueues while the
+// GPU still runs the queued ones. This is the GPU's time per call as a training step sees it: its host enqueues the
+// next calls while the GPU runs, at the clock of a GPU kept busy. time_ms times each call alone on an idle GPU,
+// which also counts the host's time to enqueue the call's launches (argument checks, the document summaries'
+// set-up, tensor maps: tens of microseconds) and runs at the clock of a short burst (bench/NOTES.md "Host gaps in
+// the per-call timings").
 inline double time_queued_ms(const std::function<void()>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  int khz = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
   cudaStream_t st = cuda::current_stream();
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
-  spin_kernel<<<1, 1, 0, st>>>(2LL * khz);  // ~2 ms at the base clock
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaEventRecord(a, st));
+  fn();
+  CUDA_CHECK(cudaEventRecord(b, st));
+  CUDA_CHECK(cudaEventSynchronize(b));
+  float once = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&once, a, b));
+  const int ahead = std::max(warmup, std::min(2000, int(10.0 / std::max(double(once), 1e-3)) + 1));
+  for (int i = 0; i < ahead; ++i) fn();
   CUDA_CHECK(cudaEventRecord(a, st));
   for (int i = 0; i < reps; ++i) fn();
   CUDA_CHECK(cudaEventRecord(b, st));
