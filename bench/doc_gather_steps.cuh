@@ -2,7 +2,10 @@
 // parallel/kv_gather.h measured on one GPU. Every rank receives exactly the key rows its queries see (one
 // all-to-all-v, not run here) and makes two calls each way:
 //   own:      its queries against its own keys (the ring's step-0 call), while the exchange is in flight;
-//             forward attn_fwd_whole (out and lse of every row), backward attn_bwd_block_fresh into its own dK / dV;
+//             forward attn_fwd_whole (out and lse of every row); backward in two parts as RingAttention runs it
+//             (parallel/gather_backward.h): part A, own keys [0, m), before the gathered call, and part B, keys
+//             [m, n), under the dK/dV return, m from predict_own_bwd_split (parallel/kv_gather.h: the runtime's rule
+//             for one sample; m = 0: one call, part A); each part timed on its own, and the one call too for comparison;
 //   gathered: its queries against its gathered rows, in position order, with the document mask (k_pos = their
 //             positions); forward gathered_fwd_merge (parallel/gather_forward.h: the call on the query rows
 //             [lo, hi) that see a gathered key, then attn_fwd_merge into out / lse; timed together), backward
@@ -13,9 +16,11 @@
 // bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
 // call_after_ms).
 // Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
-// (predict_gather_time's formula, parallel/kv_gather.h) on the measured calls with the stated NVLink model.
-// Check: one pass of the scheme against one pass of the ring's calls over the same rows (out, lse, dQ, and dK / dV
-// with the gathered rows' gradients added home); a mismatch fails the run, the timings would be of a wrong scheme.
+// (predict_gather_time's formula, parallel/kv_gather.h) on the measured calls with the stated NVLink model:
+// backward max over r of max(A, C_kv) + gathered + max(B, C_dkv); and the same with the one own call (B = 0).
+// Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
+// same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
+// timings would be of a wrong scheme.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "parallel/gather_backward.h"
 #include "parallel/gather_forward.h"
 #include "parallel/kv_gather.h"
 
@@ -35,7 +41,9 @@ namespace rt::bench {
 // The host side of the scheme for one ring order: the plan and the kernel time model's prediction.
 struct GatherBench {
   KvGatherPlan plan;
-  RingTimePrediction predicted;  // predict_gather_time
+  KvGatherTiles tiles;               // kv_gather_tiles
+  std::vector<OwnBwdSplit> splits;   // (cp) each rank's own backward split (predict_own_bwd_split)
+  RingTimePrediction predicted;      // predict_gather_time
   double c_kv_us = 0, c_dkv_us = 0;  // the exchanges of the NVLink model (gather_exchange_us)
 };
 
@@ -46,8 +54,9 @@ inline GatherBench gather_bench(const std::vector<int64_t>& starts, const std::v
   g.plan = kv_gather_plan_for_spans(document_begins(starts), spans, cp);
   std::vector<int64_t> natural(starts.size());  // (T) position order
   std::iota(natural.begin(), natural.end(), int64_t(0));
-  g.predicted = predict_gather_time(kv_gather_tiles(starts, spans, g.plan, cp), g.plan,
-                                    ring_tile_cost(starts, natural, 1), shape);
+  g.tiles = kv_gather_tiles(starts, spans, g.plan, cp);
+  for (int r = 0; r < cp; ++r) g.splits.push_back(predict_own_bwd_split(g.tiles, g.plan, r, shape));
+  g.predicted = predict_gather_time(g.tiles, g.plan, ring_tile_cost(starts, natural, 1), shape);
   g.c_kv_us = gather_exchange_us(g.plan, shape, false);
   g.c_dkv_us = gather_exchange_us(g.plan, shape, true);
   return g;
@@ -72,6 +81,16 @@ inline void print_gather_plan(const GatherBench& g) {
               g.c_dkv_us, LinkModel{}.bytes_per_us * 1e-3, LinkModel{}.hop_latency_us, p.fwd_us * 1e-3,
               p.bwd_us * 1e-3, p.efficiency_fwd(), p.efficiency_bwd(), p.fwd_compute_us * 1e-3,
               p.bwd_compute_us * 1e-3);
+  std::vector<int64_t> m;  // (cp)
+  std::string parts;
+  char cell[48];
+  for (size_t r = 0; r < g.splits.size(); ++r) {
+    m.push_back(g.splits[r].m);
+    std::snprintf(cell, sizeof(cell), "%s%.0f/%.0f", r ? "," : "", g.splits[r].a_us, g.splits[r].b_us);
+    parts += cell;
+  }
+  std::printf("gather own backward split (model): key row m per rank %s (0: one call); parts A/B us per rank %s\n",
+              gather_join(m).c_str(), parts.c_str());
 }
 
 __global__ void gather_rows_kernel(__nv_bfloat16* dst, const __nv_bfloat16* src, const int64_t* src_row,
@@ -131,7 +150,10 @@ std::pair<float, float> gather_max_abs_diff(const void* a, const void* b, int64_
 
 struct GatherMeasured {
   std::vector<double> own_fwd_ms, got_fwd_ms, own_bwd_ms, got_bwd_ms;  // (cp) each; 0 where a call does not run
+  std::vector<double> own_bwd_a_ms, own_bwd_b_ms;  // (cp) the own backward's parts (own_bwd_ms = A + B; B 0 unsplit)
+  std::vector<double> own_bwd_one_ms;              // (cp) the own backward as one call (= A where unsplit)
   RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
+  RingTimePrediction path_one;  // the same with the one own backward call
   // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
   double check_lse = 0, check_out = 0, check_dq = 0, check_dk = 0, check_dv = 0;
 };
@@ -172,7 +194,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
   for (int64_t i = 0; i < N; ++i) row_of[size_t(order[size_t(i)])] = i;
 
   GatherMeasured m;
-  GatherCallTimes us;
+  GatherCallTimes us, us_one;  // the measured calls: the own backward in its parts, and as one call
   for (int r = 0; r < cp; ++r) {
     const std::vector<int64_t> pos = kv_gather_positions(plan, r);  // (R) in buffer order, increasing
     const int64_t R = int64_t(pos.size()), Rc = gather_call_key_rows(R, (cp - 1) * n);  // received; the call's
@@ -220,18 +242,27 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       if (merge_form) gathered_fwd_merge(q, gkt, gvt, got, q_rows, out2t, lse2t, st, out, lse);
       else attn_fwd_block_last(q, gkt, gvt, st, got, out, lse);
     };
-    auto own_bwd = [&] { attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, own); };
+    const int64_t split = g.splits[size_t(r)].m;  // the runtime's rule (RingAttention::plan_gather) for this sample
+    auto own_bwd_a = [&] { own_bwd_part(OwnBwdPart::a, split, q, k, v, dout, lse, delta, dq, dk, dv, own); };
+    auto own_bwd_b = [&] { own_bwd_part(OwnBwdPart::b, split, q, k, v, dout, lse, delta, dq, dk, dv, own); };
+    auto own_bwd_one = [&] { attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, own); };
     auto got_bwd = [&] { attn_bwd_block_fresh(q, gkt, gvt, dout, lse, delta, dq, gdkt, gdvt, got); };
     m.own_fwd_ms.push_back(call_ms(timing, own_fwd, warmup, reps));
     m.got_fwd_ms.push_back(R > 0 ? call_after_ms(timing, own_fwd, got_fwd, warmup, reps) : 0.0);
     own_fwd();  // the rank's out and lse, what its backward reads
     if (R > 0) got_fwd();
     attn_bwd_delta(out, dout, delta);
-    m.own_bwd_ms.push_back(call_ms(timing, own_bwd, warmup, reps));
+    m.own_bwd_a_ms.push_back(call_ms(timing, own_bwd_a, warmup, reps));
+    m.own_bwd_b_ms.push_back(split > 0 ? call_ms(timing, own_bwd_b, warmup, reps) : 0.0);
+    m.own_bwd_ms.push_back(m.own_bwd_a_ms.back() + m.own_bwd_b_ms.back());
+    m.own_bwd_one_ms.push_back(split > 0 ? call_ms(timing, own_bwd_one, warmup, reps) : m.own_bwd_a_ms.back());
     m.got_bwd_ms.push_back(R > 0 ? call_ms(timing, got_bwd, warmup, reps) : 0.0);
-    // The check's pass: dQ from zero over both calls; dK / dV added home (own rows, then the gathered rows').
+    // The check's pass, in the runtime's order: dQ from zero over the three calls (part A, gathered, part B); dK / dV
+    // added home (own rows, then the gathered rows').
     fill(dq, 0.f);
-    own_bwd();
+    own_bwd_a();
+    if (R > 0) got_bwd();
+    own_bwd_b();
     add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dk.p), static_cast<const float*>(buf.dk.p) +
                                               r * n * kv_width, nullptr, r * n, n, kv_width);
     CUDA_CHECK_LAUNCH();
@@ -239,7 +270,6 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
                                               r * n * kv_width, nullptr, r * n, n, kv_width);
     CUDA_CHECK_LAUNCH();
     if (R > 0) {
-      got_bwd();
       const int64_t* s = static_cast<const int64_t*>(gsrc.p);
       add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dk.p), static_cast<const float*>(gdk.p), s,
                                                 0, R, kv_width);
@@ -250,10 +280,17 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     }
     us.own_fwd.push_back(1e3 * m.own_fwd_ms.back());
     us.gathered_fwd.push_back(1e3 * m.got_fwd_ms.back());
-    us.own_bwd.push_back(1e3 * m.own_bwd_ms.back());
+    us.own_bwd_a.push_back(1e3 * m.own_bwd_a_ms.back());
+    us.own_bwd_b.push_back(1e3 * m.own_bwd_b_ms.back());
     us.gathered_bwd.push_back(1e3 * m.got_bwd_ms.back());
   }
+  us_one = us;
+  for (int r = 0; r < cp; ++r) {
+    us_one.own_bwd_a[size_t(r)] = 1e3 * m.own_bwd_one_ms[size_t(r)];
+    us_one.own_bwd_b[size_t(r)] = 0;
+  }
   m.path = gather_time_from_calls(us, plan, shape);
+  m.path_one = gather_time_from_calls(us_one, plan, shape);
 
   auto rel = [](std::pair<float, float> d) { return d.second > 0 ? double(d.first) / d.second : double(d.first); };
   m.check_lse = gather_max_abs_diff<float>(buf.lse.p, ref_lse.p, N * H).first;
@@ -278,10 +315,11 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
                                 double whole_bwd_ms, double flops_fwd, double flops_bwd) {
   const int cp = g.plan.cp;
   for (int r = 0; r < cp; ++r)
-    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms | bwd own %8.3f ms + gathered "
-                "%8.3f ms\n",
+    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms | bwd own %8.3f ms (A %.3f + B "
+                "%.3f, split at %ld; one call %.3f) + gathered %8.3f ms\n",
                 r, long(g.plan.recv_rows[size_t(r)]), m.own_fwd_ms[size_t(r)], m.got_fwd_ms[size_t(r)],
-                m.own_bwd_ms[size_t(r)], m.got_bwd_ms[size_t(r)]);
+                m.own_bwd_ms[size_t(r)], m.own_bwd_a_ms[size_t(r)], m.own_bwd_b_ms[size_t(r)],
+                long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)]);
   const RingTimePrediction& p = m.path;
   const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
   auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
@@ -289,6 +327,10 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
   std::printf("  gather path with comm fwd %9.3f ms | bwd %9.3f ms (exchange %.1f us K/V, %.1f us dK/dV; model "
               "predicted fwd %.3f ms bwd %.3f ms)\n",
               cf, cb, g.c_kv_us, g.c_dkv_us, g.predicted.fwd_us * 1e-3, g.predicted.bwd_us * 1e-3);
+  std::printf("  own backward as one call: bwd compute path %9.3f ms, with comm %9.3f ms (efficiency with comm "
+              "%.3f; split: %.3f)\n",
+              m.path_one.bwd_compute_us * 1e-3, m.path_one.bwd_us * 1e-3,
+              whole_bwd_ms / (cp * m.path_one.bwd_us * 1e-3), whole_bwd_ms / (cp * cb));
   const double share = p.ring_bytes_per_layer > 0 ? 100 * p.bytes_per_layer / p.ring_bytes_per_layer : 0.0;
   std::printf("  bytes per layer %.0f of the ring's %.0f (%.2f%%), %ld rows received in all\n", p.bytes_per_layer,
               p.ring_bytes_per_layer, share, long(g.plan.total_rows()));
@@ -308,14 +350,17 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
     return s + "]";
   };
   const RingTimePrediction& e = g.predicted;
+  std::vector<int64_t> split_m;  // (cp) each rank's own backward split
+  for (const OwnBwdSplit& s : g.splits) split_m.push_back(s.m);
   std::fprintf(json,
                ",\"recv_rows\":[%s],\"send_rows\":[%s],\"bytes_per_layer\":%.0f,\"ring_bytes_per_layer\":%.0f,"
                "\"exchange_kv_us\":%.2f,\"exchange_dkv_us\":%.2f,\"model_path_fwd_ms\":%.4f,"
                "\"model_path_bwd_ms\":%.4f,\"model_compute_fwd_ms\":%.4f,\"model_compute_bwd_ms\":%.4f,"
-               "\"model_eff_fwd\":%.4f,\"model_eff_bwd\":%.4f",
+               "\"model_eff_fwd\":%.4f,\"model_eff_bwd\":%.4f,\"own_split_m\":[%s]",
                gather_join(g.plan.recv_rows).c_str(), gather_join(g.plan.send_rows).c_str(), e.bytes_per_layer,
                e.ring_bytes_per_layer, g.c_kv_us, g.c_dkv_us, e.fwd_us * 1e-3, e.bwd_us * 1e-3,
-               e.fwd_compute_us * 1e-3, e.bwd_compute_us * 1e-3, e.efficiency_fwd(), e.efficiency_bwd());
+               e.fwd_compute_us * 1e-3, e.bwd_compute_us * 1e-3, e.efficiency_fwd(), e.efficiency_bwd(),
+               gather_join(split_m).c_str());
   if (m == nullptr) return;
   const int cp = g.plan.cp;
   const RingTimePrediction& p = m->path;
@@ -327,12 +372,16 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                "\"eff_fwd\":%.4f,\"eff_bwd\":%.4f,\"eff_comm_fwd\":%.4f,\"eff_comm_bwd\":%.4f,"
                "\"fom_fwd_tflops_per_gpu\":%.2f,\"fom_bwd_tflops_per_gpu\":%.2f,"
                "\"fom_comm_fwd_tflops_per_gpu\":%.2f,\"fom_comm_bwd_tflops_per_gpu\":%.2f,"
-               "\"check_lse\":%.3e,\"check_out\":%.3e,\"check_dq\":%.3e,\"check_dk\":%.3e,\"check_dv\":%.3e",
+               "\"check_lse\":%.3e,\"check_out\":%.3e,\"check_dq\":%.3e,\"check_dk\":%.3e,\"check_dv\":%.3e,"
+               "\"own_bwd_a_ms\":%s,\"own_bwd_b_ms\":%s,\"own_bwd_one_call_ms\":%s,"
+               "\"path_bwd_one_call_ms\":%.4f,\"path_comm_bwd_one_call_ms\":%.4f,\"eff_comm_bwd_one_call\":%.4f",
                list(m->own_fwd_ms).c_str(), list(m->got_fwd_ms).c_str(), list(m->own_bwd_ms).c_str(),
                list(m->got_bwd_ms).c_str(), pf, pb, cf, cb, whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb),
                whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb), per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb),
                per_gpu(flops_fwd, cf), per_gpu(flops_bwd, cb), m->check_lse, m->check_out, m->check_dq, m->check_dk,
-               m->check_dv);
+               m->check_dv, list(m->own_bwd_a_ms).c_str(), list(m->own_bwd_b_ms).c_str(),
+               list(m->own_bwd_one_ms).c_str(), m->path_one.bwd_compute_us * 1e-3, m->path_one.bwd_us * 1e-3,
+               whole_bwd_ms / (cp * m->path_one.bwd_us * 1e-3));
 }
 
 }  // namespace rt::bench

@@ -2,6 +2,7 @@
 #include "parallel/kv_gather.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "kernels/tensor.h"
 
@@ -167,34 +168,166 @@ KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::
   KvGatherTiles tiles;
   tiles.own = ring_tile_cost_for_rows(doc_start, own, cp, diagonal);
   tiles.gathered = ring_tile_cost_for_rows(doc_start, gathered, cp, received);
+  // The own call's pairs per key tile: each rank's rows in position order are runs of one document each (a group,
+  // rows [g0, g1)), and row i of a group is seen by its rows i..g1-1; a group adds sum over i of (g1 - i) to each tile
+  // it covers. The spans come in position order; a piece is a span's run within one document.
+  const int64_t tile_rows = kOwnSplitKeyRows, n = plan.n;
+  tiles.own_key_tile_pairs.assign(size_t(cp), std::vector<int64_t>(size_t((n + tile_rows - 1) / tile_rows), 0));
+  std::vector<int64_t> row(size_t(cp), 0), group_start(size_t(cp), 0), group_doc(size_t(cp), -1);  // (cp)
+  auto close_group = [&](int r) {  // rows [group_start, row) of rank r, one document
+    const int64_t g0 = group_start[size_t(r)], g1 = row[size_t(r)];
+    std::vector<int64_t>& out = tiles.own_key_tile_pairs[size_t(r)];
+    for (int64_t t = g0 / tile_rows; t * tile_rows < g1; ++t) {
+      const int64_t x = std::max(g0, t * tile_rows), y = std::min(g1, (t + 1) * tile_rows);
+      out[size_t(t)] += (y - x) * g1 - (x + y - 1) * (y - x) / 2;  // sum over i in [x, y) of (g1 - i)
+    }
+  };
+  for (const RingSpan& s : spans)
+    for (int64_t p = s.begin, end = s.begin + s.len; p < end;) {
+      const int64_t doc = doc_start[size_t(p)];  // positions of one document are consecutive, its start constant
+      const int64_t piece_end =
+          std::upper_bound(doc_start.begin() + p, doc_start.begin() + end, doc) - doc_start.begin();
+      if (group_doc[size_t(s.rank)] != doc) {
+        if (group_doc[size_t(s.rank)] >= 0) close_group(s.rank);
+        group_doc[size_t(s.rank)] = doc, group_start[size_t(s.rank)] = row[size_t(s.rank)];
+      }
+      row[size_t(s.rank)] += piece_end - p;
+      p = piece_end;
+    }
+  for (int r = 0; r < cp; ++r)
+    if (group_doc[size_t(r)] >= 0) close_group(r);
   return tiles;
 }
 
-double gather_exchange_us(const KvGatherPlan& plan, const RingShape& shape, bool gradients, const LinkModel& link) {
+void add_own_key_pairs(const int64_t* pos, const int64_t* doc_start, int64_t n, std::vector<int64_t>& pairs) {
+  RT_CHECK(int64_t(pairs.size()) == n, "add_own_key_pairs: " << pairs.size() << " counts for " << n << " rows");
+  bool increasing = true;
+  for (int64_t i = 1; i < n && increasing; ++i) increasing = pos[i] > pos[i - 1];
+  if (increasing) {  // a document's rows are consecutive: row i is seen by rows i..last of its document
+    for (int64_t i = n - 1, last = n - 1; i >= 0; --i) {
+      if (i + 1 < n && doc_start[i] != doc_start[i + 1]) last = i;
+      pairs[size_t(i)] += last - i + 1;
+    }
+    return;
+  }
+  std::vector<int64_t> rows(static_cast<size_t>(n));  // (n) local rows by (document, position)
+  std::iota(rows.begin(), rows.end(), int64_t(0));
+  std::sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
+    return doc_start[a] != doc_start[b] ? doc_start[a] < doc_start[b] : pos[a] < pos[b];
+  });
+  for (int64_t k = n - 1, end = n; k >= 0; --k) {  // end: one past the last row of k's document in `rows`
+    if (k + 1 < n && doc_start[rows[size_t(k)]] != doc_start[rows[size_t(k + 1)]]) end = k + 1;
+    pairs[size_t(rows[size_t(k)])] += end - k;
+  }
+}
+
+std::vector<int64_t> key_tile_sums(const std::vector<int64_t>& key_pairs) {
+  std::vector<int64_t> out((key_pairs.size() + size_t(kOwnSplitKeyRows) - 1) / size_t(kOwnSplitKeyRows), 0);
+  for (size_t i = 0; i < key_pairs.size(); ++i) out[i / size_t(kOwnSplitKeyRows)] += key_pairs[i];
+  return out;
+}
+
+OwnBwdSplit choose_own_bwd_split(const std::vector<int64_t>& tile_pairs, int64_t n, double own_us, double call_us,
+                                 double c_kv_us, double c_dkv_us) {
+  const int64_t tiles = (n + kOwnSplitKeyRows - 1) / kOwnSplitKeyRows;
+  RT_CHECK(n >= 0 && int64_t(tile_pairs.size()) == tiles,
+           "choose_own_bwd_split: " << tile_pairs.size() << " key tiles for " << n << " rows (want " << tiles << ")");
+  OwnBwdSplit one;  // no split: part A is the whole call
+  one.a_us = own_us;
+  int64_t total = 0;
+  for (int64_t p : tile_pairs) total += p;
+  if (c_dkv_us <= 0 || total <= 0 || n < 2 * kOwnSplitKeyRows || own_us <= call_us) return one;
+  const double work = own_us - call_us;  // the part proportional to the pairs
+  auto part_us = [&](int64_t pairs) { return call_us + work * double(pairs) / double(total); };
+  // Candidates m = t * kOwnSplitKeyRows in [kOwnSplitKeyRows, n - kOwnSplitKeyRows], from the largest down: the
+  // first whose part B covers the return, else the smallest.
+  int64_t m = 0, b_pairs = 0, suffix = 0;  // suffix: pairs of key tiles [t, tiles)
+  for (int64_t t = tiles - 1; t >= 1; --t) {
+    suffix += tile_pairs[size_t(t)];
+    if (n - t * kOwnSplitKeyRows < kOwnSplitKeyRows) continue;  // part B under one tile (n's partial last tile)
+    m = t * kOwnSplitKeyRows, b_pairs = suffix;
+    if (part_us(b_pairs) >= c_dkv_us) break;
+  }
+  OwnBwdSplit split;
+  split.m = m;
+  split.a_us = part_us(total - b_pairs);
+  split.b_us = part_us(b_pairs);
+  const double with = std::max(split.a_us, c_kv_us) + std::max(split.b_us, c_dkv_us);
+  const double without = std::max(own_us, c_kv_us) + c_dkv_us;
+  return with < without ? split : one;
+}
+
+OwnBwdSplit own_bwd_split_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
+                                    const std::vector<int64_t>& tile_pairs, const RingShape& shape,
+                                    const LinkModel& link) {
+  RT_CHECK(samples > 0 && r >= 0 && r < plans[0].cp, "own_bwd_split_for_batch: rank " << r << " of a batch of "
+                                                                                       << samples << " samples");
+  const int cp = plans[0].cp;
+  const KernelTimeModel bwd = kernel_time_model(true, shape.head_dim);
+  const size_t i = size_t(r * cp + r);
+  double tile_us = 0;  // the own call's tile terms over the samples (one call runs them all)
+  bool runs = false, receives = false, returns = false;
+  for (size_t b = 0; b < samples; ++b) {
+    const RingTileCost& own = tiles[b].own;
+    RT_CHECK(plans[b].cp == cp && own.runs.size() == size_t(cp) * size_t(cp),
+             "own_bwd_split_for_batch: sample " << b << " is not a plan and tiles of " << cp << " ranks");
+    if (own.runs[i]) {
+      runs = true;
+      tile_us += call_time_us(bwd, own.full_tiles[i], own.partial_tiles[i], own.active[i], shape.heads) - bwd.call_us;
+    }
+    receives |= plans[b].recv_rows[size_t(r)] > 0;
+    returns |= plans[b].recv_rows[size_t(r)] > 0 || plans[b].send_rows[size_t(r)] > 0;
+  }
+  if (!runs) return {};  // no own call: nothing to split, nothing to time
+  const double c_kv = receives ? gather_exchange_us(plans, samples, shape, false, link) : 0.0;
+  const double c_dkv = returns ? gather_exchange_us(plans, samples, shape, true, link) : 0.0;
+  return choose_own_bwd_split(tile_pairs, plans[0].n, bwd.call_us + tile_us, bwd.call_us, c_kv, c_dkv);
+}
+
+OwnBwdSplit predict_own_bwd_split(const KvGatherTiles& tiles, const KvGatherPlan& plan, int r, const RingShape& shape,
+                                  const LinkModel& link) {
+  RT_CHECK(r >= 0 && size_t(r) < tiles.own_key_tile_pairs.size(),
+           "predict_own_bwd_split: rank " << r << " of " << tiles.own_key_tile_pairs.size());
+  return own_bwd_split_for_batch(&tiles, &plan, 1, r, tiles.own_key_tile_pairs[size_t(r)], shape, link);
+}
+
+double gather_exchange_us(const KvGatherPlan* plans, size_t samples, const RingShape& shape, bool gradients,
+                          const LinkModel& link) {
   const double row_bytes =
       2.0 * double(shape.kv_heads * shape.head_dim * (gradients ? shape.dkv_wire_bytes : shape.dtype_bytes));
-  int64_t busiest = 0;  // rows the busiest rank moves one way
-  for (int r = 0; r < plan.cp; ++r)
-    busiest = std::max({busiest, plan.recv_rows[size_t(r)], plan.send_rows[size_t(r)]});
+  int64_t busiest = 0;  // rows the busiest rank moves one way, over the samples
+  for (int r = 0; samples > 0 && r < plans[0].cp; ++r) {
+    int64_t received = 0, sent = 0;
+    for (size_t b = 0; b < samples; ++b)
+      received += plans[b].recv_rows[size_t(r)], sent += plans[b].send_rows[size_t(r)];
+    busiest = std::max({busiest, received, sent});
+  }
   return busiest > 0 ? link.hop_latency_us + double(busiest) * row_bytes / link.bytes_per_us : 0.0;
+}
+
+double gather_exchange_us(const KvGatherPlan& plan, const RingShape& shape, bool gradients, const LinkModel& link) {
+  return gather_exchange_us(&plan, 1, shape, gradients, link);
 }
 
 RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const KvGatherPlan& plan,
                                           const RingShape& shape, const LinkModel& link) {
   const size_t cp = size_t(plan.cp);
-  RT_CHECK(calls.own_fwd.size() == cp && calls.gathered_fwd.size() == cp && calls.own_bwd.size() == cp &&
-               calls.gathered_bwd.size() == cp && plan.recv_rows.size() == cp,
-           "gather_time_from_calls: needs one time per rank (" << cp << ") for each of the four calls");
+  RT_CHECK(calls.own_fwd.size() == cp && calls.gathered_fwd.size() == cp && calls.own_bwd_a.size() == cp &&
+               calls.own_bwd_b.size() == cp && calls.gathered_bwd.size() == cp && plan.recv_rows.size() == cp &&
+               plan.send_rows.size() == cp,
+           "gather_time_from_calls: needs one time per rank (" << cp << ") for each of the five calls");
   const double c_kv = gather_exchange_us(plan, shape, false, link), c_dkv = gather_exchange_us(plan, shape, true, link);
   RingTimePrediction p;
   for (size_t r = 0; r < cp; ++r) {
     const double own_f = calls.own_fwd[r], got_f = calls.gathered_fwd[r];
-    const double own_b = calls.own_bwd[r], got_b = calls.gathered_bwd[r];
+    const double own_a = calls.own_bwd_a[r], own_b = calls.own_bwd_b[r], got_b = calls.gathered_bwd[r];
     p.fwd_compute_us = std::max(p.fwd_compute_us, own_f + got_f);
-    p.bwd_compute_us = std::max(p.bwd_compute_us, own_b + got_b);
-    const bool receives = plan.recv_rows[r] > 0;  // else its own call needs no one
+    p.bwd_compute_us = std::max(p.bwd_compute_us, own_a + own_b + got_b);
+    const bool receives = plan.recv_rows[r] > 0;             // else its own call needs no one
+    const bool returns = receives || plan.send_rows[r] > 0;  // else no dK/dV row comes or goes
     p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
-    p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_b, c_kv) : own_b) + got_b + c_dkv);
+    p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_a, c_kv) : own_a) + got_b +
+                                      (returns ? std::max(own_b, c_dkv) : own_b));
   }
   const double kv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dtype_bytes);
   const double dkv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dkv_wire_bytes);
@@ -219,7 +352,9 @@ RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGathe
   for (int r = 0; r < cp; ++r) {
     calls.own_fwd.push_back(call(tiles.own, fwd, r));
     calls.gathered_fwd.push_back(call(tiles.gathered, fwd, r));
-    calls.own_bwd.push_back(call(tiles.own, bwd, r));
+    const OwnBwdSplit split = predict_own_bwd_split(tiles, plan, r, shape, link);  // A = the whole call unsplit
+    calls.own_bwd_a.push_back(split.a_us);
+    calls.own_bwd_b.push_back(split.b_us);
     calls.gathered_bwd.push_back(call(tiles.gathered, bwd, r));
   }
   RingTimePrediction p = gather_time_from_calls(calls, plan, shape, link);

@@ -5,6 +5,9 @@
 // two calls and returns each received row's dK/dV to the rank that holds it (the reverse exchange, summed there).
 // No ring step waits for another rank's call: a rank's time is its own two calls, so what the layout must balance is
 // each rank's total mask area, not each step's (parallel/doc_dispatch.h's greedy does that).
+// The backward hides the return too: the own call is split in two ranges of the rank's own keys, part A before the
+// gathered call (under the K/V exchange) and part B after the return is posted (under the return); where to split is
+// chosen per rank and batch on the host (choose_own_bwd_split below, parallel/gather_backward.h runs the parts).
 //
 // Every rank computes the same plan from the sample's positions, as the ring's hop plan (parallel/ring_hops.h).
 // Host only: RingAttention runs it, the chooser (parallel/doc_balance.h) prices it, bench_doc_ring_steps measures it.
@@ -84,39 +87,100 @@ QueryRowRange row_range_union(const QueryRowRange& a, const QueryRowRange& b);
 
 // The tile counts of the scheme's calls (the same classification as parallel/ring_tile_cost.h): own[r] is rank r's
 // queries against its own keys (the ring's step 0), gathered[r] its queries against its gathered rows.
+// own_key_tile_pairs[r]: the own call's visible pairs per 128-row key tile of rank r, its rows in position order
+// (the sums of add_own_key_pairs over each tile, computed per document piece), what the backward's split is chosen
+// from.
 struct KvGatherTiles {
   RingTileCost own, gathered;  // each (cp*cp) with only the diagonal (r, r) filled: rank r's call
+  std::vector<std::vector<int64_t>> own_key_tile_pairs;  // (cp) of (ceil(n / kOwnSplitKeyRows))
 };
 KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::vector<RingSpan>& spans,
                               const KvGatherPlan& plan, int cp);
 
+// ---- The own backward call in two parts: the dK/dV return hidden ----
+// Backward on rank r: K/V exchange posted -> own part A -> wait -> gathered call -> dK/dV return posted -> own part B
+// -> wait -> the returned rows added. Part A is the own call on the rank's own key rows [0, m), part B on [m, n)
+// (parallel/gather_backward.h), so A runs under the K/V exchange and B under the return, which one call before the
+// gathered call left exposed. m is a multiple of kOwnSplitKeyRows (the kernels' key tile) with both parts at least
+// that long; m = 0 is no split (one call, where part A runs).
+constexpr int64_t kOwnSplitKeyRows = 128;
+
+// Adds the own call's visible pairs per key row to pairs (n): with the document mask, own key row i is seen by the
+// own query rows j of its document with pos[j] >= pos[i]. pos and doc_start (n): the rank's local rows of one sample,
+// in any order; O(n) when the positions increase (a document's rows are then consecutive and row i's count is the
+// last row of its document - i + 1), else O(n log n).
+void add_own_key_pairs(const int64_t* pos, const int64_t* doc_start, int64_t n, std::vector<int64_t>& pairs);
+// Per-row counts (n) summed over each kOwnSplitKeyRows-row key tile: (ceil(n / kOwnSplitKeyRows)).
+std::vector<int64_t> key_tile_sums(const std::vector<int64_t>& key_pairs);
+
+struct OwnBwdSplit {
+  int64_t m = 0;              // part A = own key rows [0, m), part B = [m, n); 0: no split, one call (part A)
+  double a_us = 0, b_us = 0;  // the parts' predicted times; b_us = 0 without a split (a_us is the whole call)
+  bool split() const { return m > 0; }
+};
+
+// Where a rank splits its own backward call of n key rows. tile_pairs (ceil(n / kOwnSplitKeyRows)): its own call's
+// visible pairs per key tile (key_tile_sums; summed over the batch's samples); own_us: the whole call's predicted
+// time, call_us of it the per-call cost (the kernel model's call_us, parallel/ring_time_model.h), the rest
+// proportional to the pairs, so a part of p of the P pairs costs
+//   call_us + (own_us - call_us) p / P      (a split pays call_us once more).
+// c_kv_us: the K/V exchange the rank waits on before its gathered call (0 when it receives nothing); c_dkv_us: the
+// return it waits on at the end (0 when it neither sends nor receives a row).
+// Rule: part B just covers the return: the largest m whose B >= c_dkv_us (the smallest m when no B does), A takes the
+// rest; kept only where the model's time around the gathered call is shorter with it:
+//   split  max(A, c_kv) + max(B, c_dkv)   <   one call  max(own, c_kv) + c_dkv.
+// So no split when nothing returns (c_dkv_us = 0), when the own call is too short for a split to pay its extra call,
+// when n < 2 kOwnSplitKeyRows or when no pair is visible. Pure and host-only; O(n / kOwnSplitKeyRows).
+OwnBwdSplit choose_own_bwd_split(const std::vector<int64_t>& tile_pairs, int64_t n, double own_us, double call_us,
+                                 double c_kv_us, double c_dkv_us);
+
+// choose_own_bwd_split's inputs from the kernel model for rank r of a batch of `samples` samples that share one own
+// call (RingAttention::plan_gather): tiles[b] and plans[b] of each sample, tile_pairs the pairs per key tile of the
+// rank's local rows as they lie (add_own_key_pairs, key_tile_sums) summed over the samples; the exchanges are the
+// batch's (its rows summed over the samples). own_us = call_us + the own call's tile terms over the samples.
+OwnBwdSplit own_bwd_split_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
+                                    const std::vector<int64_t>& tile_pairs, const RingShape& shape,
+                                    const LinkModel& link = {});
+// The same for one sample whose ranks hold increasing positions (tile_pairs = tiles.own_key_tile_pairs[r]): what
+// predict_gather_time prices and bench_doc_ring_steps runs.
+OwnBwdSplit predict_own_bwd_split(const KvGatherTiles& tiles, const KvGatherPlan& plan, int r, const RingShape& shape,
+                                  const LinkModel& link = {});
+
 // Predicted time of the gather scheme (the terms of parallel/ring_time_model.h, the same NVLink model):
 //   exchange C = hop_latency + max over ranks of max(rows received, rows sent) x row bytes / bytes_per_us
-//   forward  = max over r of max(own_r, C_kv) + gathered_r          (the exchange runs during the own call)
-//   backward = max over r of max(own'_r, C_kv) + gathered'_r + C_dkv (the gradients' return is exposed)
-// A rank with nothing to receive runs its own call alone. ideal_* are whole / cp, as the ring's.
+//   forward  = max over r of max(own_r, C_kv) + gathered_r                        (the exchange runs during own)
+//   backward = max over r of max(A_r, C_kv) + gathered'_r + max(B_r, C_dkv)       (A, B: the own call's two parts)
+// A rank with nothing to receive runs its own call (or part A) alone, and one that neither receives nor sends waits
+// for no return (its B term is B alone). A_r and B_r are predict_own_bwd_split's (B_r = 0 and A_r the whole own call
+// where it does not split; a split adds one call_us). ideal_* are whole / cp, as the ring's.
 // The calls (parallel/gather_forward.h): forward own_r = attn_fwd_whole over the own keys, finalize of every row
 // included (the kernel model prices a whole call as its tiles; the fused kernel finalizes in its epilogue);
 // gathered_r = the gathered call on the query rows it reaches, then attn_fwd_merge of those rows: the kernel model
 // counts its key tiles and the query tiles that visit one, which is that call (no pass over the other rows' state
 // any more); the merge, one read of those rows' two outputs and a write of one, is left out of the model and
-// measured with the gathered call in bench_doc_ring_steps. Backward: the own and gathered attn_bwd_block_fresh.
+// measured with the gathered call in bench_doc_ring_steps. Backward: the own parts and the gathered
+// attn_bwd_block_fresh.
 RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
                                        const RingShape& shape, const LinkModel& link = {});
 
 // The exchange term C of the formula above: one all-to-all-v of the plan's rows, K and V (gradients false) or their
 // dK / dV (true), bounded by the busiest rank's rows one way; 0 when no rank receives anything. Microseconds.
 double gather_exchange_us(const KvGatherPlan& plan, const RingShape& shape, bool gradients, const LinkModel& link = {});
+// The same for a batch of `samples` plans exchanged at once (each rank's rows summed over the samples).
+double gather_exchange_us(const KvGatherPlan* plans, size_t samples, const RingShape& shape, bool gradients,
+                          const LinkModel& link = {});
 
 // Per-rank call times of the gather scheme in microseconds, (cp) each; 0 where a call does not run (a rank that
-// receives nothing runs no gathered call).
+// receives nothing runs no gathered call). The own backward in its two parts: own_bwd_a before the gathered call,
+// own_bwd_b after the return is posted (0 where the rank does not split).
 struct GatherCallTimes {
-  std::vector<double> own_fwd, gathered_fwd, own_bwd, gathered_bwd;
+  std::vector<double> own_fwd, gathered_fwd, own_bwd_a, own_bwd_b, gathered_bwd;
 };
 
 // The formula of predict_gather_time applied to any call times (the kernel model's there, measured ones in
 // bench_doc_ring_steps): fwd_us / bwd_us with the exchanges, fwd_compute_us / bwd_compute_us without them (max over
-// ranks of own + gathered), and the bytes; ideal_fwd_us / ideal_bwd_us are left 0 for the caller.
+// ranks of own + gathered, own = A + B backward), and the bytes; ideal_fwd_us / ideal_bwd_us are left 0 for the
+// caller.
 RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const KvGatherPlan& plan,
                                           const RingShape& shape, const LinkModel& link = {});
 

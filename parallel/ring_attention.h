@@ -63,6 +63,13 @@ class RingAttention {
                      const int64_t* host_doc_start = nullptr, CpScheme scheme = CpScheme::ring);
   // The scheme of the following calls: gather only with documents set with it on a ring of more than one rank.
   CpScheme scheme() const { return scheme_; }
+  // The gather scheme's backward splits this rank's own call at own key row m (parallel/gather_backward.h): part A,
+  // keys [0, m), before the gathered call, part B, keys [m, n), while the dK/dV return is in flight. Each
+  // set_documents with the gather scheme chooses m for the batch (parallel/kv_gather.h choose_own_bwd_split; 0 = one
+  // call); set_gather_own_split(m) forces m (0 <= m <= n) for the following set_documents calls, -1 restores the
+  // choice (tests and benchmarks). Needs the constructor's gather = true.
+  void set_gather_own_split(int64_t m);
+  int64_t gather_own_split() const;  // the current plan's m (0 without the gather scheme)
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
   // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).
   int64_t skipped_steps() const { return skipped_steps_; }

@@ -10,16 +10,22 @@
 //   gathered rows (document mask with the rows' positions) into out2 / lse2, merged into out / lse
 //   (parallel/gather_forward.h: no pass over the fp32 state of all rows).
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
-//   the same exchange again; own call backward into this rank's f32 dK|dV while it is in flight; wait; unpack;
-//   gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their owners (return_index,
-//   rounded to parallel.dkv_wire); post the reverse exchange; wait; add each peer's chunk to this rank's dK|dV in
-//   peer order (scatter_add_rows with the chunk's send_index: each own row at most once per chunk).
+//   the same exchange again; own call part A (own keys [0, m)) backward into this rank's f32 dK|dV while it is in
+//   flight; wait; unpack; gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their
+//   owners (return_index, rounded to parallel.dkv_wire); post the reverse exchange; own call part B (own keys [m, n))
+//   while it is in flight; wait; add each peer's chunk to this rank's dK|dV in peer order (scatter_add_rows with the
+//   chunk's send_index: each own row at most once per chunk). dQ adds over the three calls (dq_acc_).
+//   m (RingGather::own_split) is chosen in plan_gather, per rank and batch, from the kernel time model and the
+//   exchanges (parallel/kv_gather.h own_bwd_split_for_batch): part B sized to cover the return, part A the rest;
+//   m = 0 runs the own call whole before the gathered call (no split: nothing returns, or too short an own call).
+//   The parts' calls: parallel/gather_backward.h.
 #include "parallel/ring_gather.h"
 
 #include <algorithm>
 
 #include "kernels/ops.h"
 #include "parallel/fault.h"
+#include "parallel/gather_backward.h"
 #include "parallel/gather_forward.h"
 #include "parallel/kv_gather.h"
 
@@ -85,6 +91,8 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
   const int P = cp_.size(), r = cp_.rank();
   const int64_t B = shape_.batch, n = shape_.local_tokens, T = n * P;
   std::vector<KvGatherPlan> plans(static_cast<size_t>(B));
+  std::vector<KvGatherTiles> tiles(static_cast<size_t>(B));  // [b] the calls' tiles, for the own backward's split
+  const bool choose_split = g.own_split_forced < 0;
   std::vector<std::vector<int64_t>> local_row(static_cast<size_t>(B));  // [b] (T) by position: its row on its rank
   std::vector<int64_t> start(static_cast<size_t>(T)), order(static_cast<size_t>(T));  // (T) by position; ring order
   for (int64_t b = 0; b < B; ++b) {
@@ -101,7 +109,9 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     for (int s = 0; s < P; ++s)
       if (!std::is_sorted(order.begin() + s * n, order.begin() + (s + 1) * n))
         std::sort(order.begin() + s * n, order.begin() + (s + 1) * n);
-    plans[size_t(b)] = kv_gather_plan_for_order(start, order, P);
+    const std::vector<RingSpan> spans = ring_spans_from_order(order, P);
+    plans[size_t(b)] = kv_gather_plan_for_spans(document_begins(start), spans, P);
+    if (choose_split) tiles[size_t(b)] = kv_gather_tiles(start, spans, plans[size_t(b)], P);
   }
   g.send_rows.assign(size_t(P), 0);
   g.recv_rows.assign(size_t(P), 0);
@@ -167,10 +177,37 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     }
     g.q_rows = row_range_union(g.q_rows, gathered_query_rows(q_pos.data(), q_start.data(), n, gathered));
   }
+  // The own backward's split: from the kernel model, this rank's own key rows as they lie, the batch's exchanges.
+  if (choose_split) {
+    std::vector<int64_t> key_pairs(static_cast<size_t>(n), 0);  // (n) visible pairs per own key row, over samples
+    for (int64_t b = 0; b < B; ++b)
+      add_own_key_pairs(host_pos + b * T + r * n, host_doc_start + b * T + r * n, n, key_pairs);
+    RingShape model_shape;  // per rank, as the calls run
+    model_shape.heads = shape_.heads, model_shape.kv_heads = shape_.kv_heads, model_shape.head_dim = shape_.head_dim;
+    model_shape.dtype_bytes = int64_t(dtype_size(g.act)), model_shape.dkv_wire_bytes = int64_t(dtype_size(g.wire));
+    g.own_split =
+        own_bwd_split_for_batch(tiles.data(), plans.data(), size_t(B), r, key_tile_sums(key_pairs), model_shape).m;
+  } else {
+    RT_CHECK(g.own_split_forced <= n, "ring gather: a forced own backward split at key row " << g.own_split_forced
+                                                                                            << " of " << n);
+    g.own_split = g.own_split_forced;
+  }
   upload_i32(g.send_index, send_index.data(), int64_t(send_index.size()));
   upload_i32(g.unpack_index, unpack_index.data(), int64_t(unpack_index.size()));
   upload_i32(g.return_index, return_index.data(), int64_t(return_index.size()));
   upload_i32(g.k_pos, reinterpret_cast<const int32_t*>(k_pos.data()), 2 * int64_t(k_pos.size()));
+}
+
+void RingAttention::set_gather_own_split(int64_t m) {
+  RT_CHECK(gather_, "ring attention: set_gather_own_split needs the gather scheme's buffers (construct with "
+                    "gather = true)");
+  RT_CHECK(m >= -1 && m <= shape_.local_tokens, "ring attention: own backward split at key row " << m << " of "
+                                                                                             << shape_.local_tokens);
+  gather_->own_split_forced = m;
+}
+
+int64_t RingAttention::gather_own_split() const {
+  return scheme_ == CpScheme::gather ? gather_->own_split : 0;
 }
 
 AttnMask RingAttention::own_mask() const {
@@ -284,10 +321,14 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     const double dkv_block = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
     call_ring_bytes_ += double(cp_.size() - 1) * (double(kv_buf_[0].nbytes()) + dkv_block);
   }
+  // The own call in two parts (parallel/gather_backward.h): A = own keys [0, m) now, under the K/V exchange; B =
+  // keys [m, n) after the dK/dV return is posted, under it. m = 0 (or n): A is the whole call and B nothing.
+  const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
+  const int64_t m = own_runs ? g.own_split : 0;
   {
     RingTimerScope t(*timer_, Phase::compute);
-    if (hops_.visible[size_t(r * cp_.size() + r)]) {
-      attn_bwd_block_fresh(q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
+    if (own_runs) {
+      own_bwd_part(OwnBwdPart::a, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
     } else {
       ++skipped_steps_;
       fill(own, 0.f);
@@ -318,6 +359,13 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     x = cp_.peer_exchange_start(chunk_transfers(g.wire_send, g.wire, W, g.recv_at, g.recv_rows, r),
                                 chunk_transfers(g.wire_recv, g.wire, W, g.send_at, g.send_rows, r));
     call_sent_bytes_ += double(g.received_total) * dkv_row;
+  }
+  if (m > 0 && m < n) {
+    RingTimerScope t(*timer_, Phase::compute);
+    own_bwd_part(OwnBwdPart::b, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
+  }
+  {
+    RingTimerScope t(*timer_, Phase::comm);
     cp_.wait(x);
   }
   RingTimerScope t(*timer_, Phase::compute);

@@ -43,6 +43,12 @@ struct RingGather {
   std::vector<int64_t> recv_at;     // (P) the same for the received chunks
   int64_t sent_total = 0, received_total = 0;  // sums of send_rows / recv_rows
   double total_rows = 0;            // rows received over all ranks and samples (the plan's bytes)
+  // The own backward call's split (parallel/gather_backward.h): part A = own key rows [0, own_split) before the
+  // gathered call, part B = [own_split, n) under the dK/dV return; 0 = one call. Chosen per batch by
+  // own_bwd_split_for_batch (parallel/kv_gather.h), or own_split_forced when >= 0
+  // (RingAttention::set_gather_own_split).
+  int64_t own_split = 0;
+  int64_t own_split_forced = -1;
 };
 
 // The buffers for a ring of `cp` ranks (cp > 1) and RingAttention's shape, from `arena`.

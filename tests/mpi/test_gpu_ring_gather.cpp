@@ -10,7 +10,9 @@
 // Tolerances as tests/mpi/test_gpu_ring_attention.cpp: O, dQ, dK, dV come back in bf16, state and LSE are f32;
 //   every quantity, every cp and scheme:  ||got - ref|| / ||ref|| <= 1.5e-2
 //   the ring adds no error:               err <= 1.5 * err(one GPU rank) + 2e-3
-// The gather also checks its bytes: what the ranks sent is what its plan says, and less than the ring's.
+// The gather also checks its bytes: what the ranks sent is what its plan says, and less than the ring's; and runs
+// once more with its backward's own call split in two at a forced key row (parallel/gather_backward.h: n / 2, two
+// samples, so the parts run as key ranges on bwd v5 / v4), held to the same bounds.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -69,8 +71,10 @@ struct GpuRun {
 
 // One ring of cp GPU ranks (world ranks [0, cp)) on bf16 tensors with the document mask on the device (and its host
 // copies), running `scheme`; outputs poisoned, compared with `ref` per sample's order. Collective over the world.
+// own_split >= 0: the gather's own backward split forced there (RingAttention::set_gather_own_split).
 GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionReference& ref,
-                    const std::vector<int64_t>& order, int cp, CpScheme scheme, const test::GpuRankPlacement& place) {
+                    const std::vector<int64_t>& order, int cp, CpScheme scheme, const test::GpuRankPlacement& place,
+                    int64_t own_split = -1) {
   const int64_t T = kT, n = T / cp, D = p.D;
   std::vector<int64_t> pos(size_t(kB * T)), start(size_t(kB * T));  // (B, T) ring order
   for (int64_t b = 0; b < kB; ++b) {
@@ -117,6 +121,7 @@ GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionRefere
     for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
     RingAttention attn(*comm, Layout::contiguous, /*causal=*/true, {kB, n, kH, kHkv, D, bf}, arena, DType::f32,
                        /*gather=*/scheme == CpScheme::gather);
+    if (own_split >= 0) attn.set_gather_own_split(own_split);
     attn.set_documents(static_cast<const int64_t*>(dpos.data), static_cast<const int64_t*>(dstart.data), pos.data(),
                        start.data(), scheme);
     attn.forward(q, k, v, out, lse);
@@ -124,7 +129,8 @@ GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionRefere
     bytes[0] = attn.timings().sent_bytes;
     bytes[1] = r == 0 ? attn.planned_bytes_per_layer() : 0;  // the plan's total over the ranks, once
     bytes[2] = attn.timings().ring_bytes;
-    bytes[3] = cp > 1 && attn.scheme() != scheme ? 1 : 0;
+    const bool split_ran = own_split < 0 || attn.gather_own_split() == own_split;
+    bytes[3] = (cp > 1 && attn.scheme() != scheme) || !split_ran ? 1 : 0;
     const std::vector<float> got[test::kNumQuantities] = {test::download(out), test::download(lse),
                                                           test::download(dq), test::download(dk), test::download(dv)};
     const std::vector<double>* want[test::kNumQuantities] = {&ref.out, &ref.lse, &ref.dq, &ref.dk, &ref.dv};
@@ -171,9 +177,12 @@ TEST_P(GpuRingGather, BothSchemesMatchTheCpuAndOneGpu) {
   for (int cp : {2, 4, 8}) {
     if (cp > world) break;
     for (const std::string layout : {"contiguous", "zigzag", "balanced"})
-      for (CpScheme scheme : {CpScheme::ring, CpScheme::gather}) {
-        const std::string what = layout + " " + cp_scheme_name(scheme) + " cp=" + std::to_string(cp);
-        const GpuRun run = run_gpu_docs(p, ref, ring_order(layout, cp), cp, scheme, placement);
+      for (int variant = 0; variant < 3; ++variant) {  // ring, gather, gather with its own backward split forced
+        const CpScheme scheme = variant == 0 ? CpScheme::ring : CpScheme::gather;
+        const int64_t own_split = variant == 2 ? kT / cp / 2 : -1;
+        const std::string what = layout + " " + cp_scheme_name(scheme) + (variant == 2 ? " split" : "") +
+                                 " cp=" + std::to_string(cp);
+        const GpuRun run = run_gpu_docs(p, ref, ring_order(layout, cp), cp, scheme, placement, own_split);
         EXPECT_EQ(run.bad, 0) << "non-finite outputs: " << what;
         EXPECT_TRUE(run.scheme_ran) << what;
         for (int i = 0; i < test::kNumQuantities; ++i) {

@@ -6,7 +6,8 @@
 // documents; a ring whose off-diagonal steps are all masked skips them without changing the result; and the hop
 // skipping (parallel/ring_hops.h): a block travels as far as its farthest user, and short documents move a fraction
 // of the plain ring's bytes. The gather scheme (RingGatherDocs, parallel.cp_scheme: gather) on the same cases, the
-// mask-area dispatch and positions in random local order added: the same results, and exactly its plan's bytes.
+// mask-area dispatch and positions in random local order added: the same results, and exactly its plan's bytes; and
+// with the backward's own call split in two at forced key rows (middle, inside a document, edges).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -65,6 +66,7 @@ struct RingStats {
   double sent_bytes = 0, ring_bytes = 0, planned_bytes = 0;
   std::vector<int> kv_hops;  // (cp) RingHopPlan::kv_hops
   CpScheme scheme = CpScheme::ring;
+  int64_t own_split = 0;     // this rank's gather own backward split (RingAttention::gather_own_split)
 };
 
 // How run_docs_ring runs the ring: the scheme set_documents gets (gather: the ring is built with its buffers) and
@@ -72,6 +74,7 @@ struct RingStats {
 struct RingRun {
   CpScheme scheme = CpScheme::ring;
   DType dkv_wire = DType::f32;
+  int64_t own_split = -1;  // gather: the own backward call's split forced at this key row (-1: the plan's choice)
 };
 
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
@@ -114,6 +117,7 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
     for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
     RingAttention attn(ring, layout, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena, run.dkv_wire,
                        /*gather=*/run.scheme == CpScheme::gather);
+    if (run.own_split >= 0) attn.set_gather_own_split(run.own_split);
     attn.set_documents(ring_pos.data(), ring_start.data(), nullptr, nullptr, run.scheme);
     attn.forward(q, k, v, out, lse);
     attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
@@ -121,7 +125,8 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
     if (stats) {
       double bytes[2] = {attn.timings().sent_bytes, attn.timings().ring_bytes};
       ring.all_reduce_sum(bytes, 2);
-      *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops, attn.scheme()};
+      *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops, attn.scheme(),
+                attn.gather_own_split()};
     }
     // Un-permute: this rank's rows are at the positions of its columns (the same for every sample here only if
     // the order is; compare per sample).
@@ -411,6 +416,68 @@ TEST(RingGatherDocs, SendsExactlyThePlannedRows) {
   if (world_rank() < cp) {
     EXPECT_EQ(stats.sent_bytes, 0);
     EXPECT_EQ(skipped, 2) << "rank " << world_rank() << ": the gathered call, forward and backward";
+  }
+}
+
+// The backward's own call split in two (parallel/gather_backward.h: part A before the gathered call, part B under
+// the dK/dV return), forced at a key row (the chooser never splits calls of under 256 rows): in the middle, inside a
+// document (sample 1 is one document over every rank; for sample 0 a row whose predecessor on rank 0 shares its
+// document), at a document's edge, at the first and the last row; two samples, so the parts run as key ranges. The
+// same results as one rank, on layouts where ranks receive rows and on one with random local order.
+TEST(RingGatherDocs, ForcedOwnSplitMatchesOneRank) {
+  const int64_t T = 120;
+  const test::AttentionProblem p = test::make_attention_problem(8642, kB, T, kH, kHkv, kD, false);
+  for (int cp = 2; cp <= std::min(4, world_size()); ++cp) {
+    const int64_t n = T / cp;
+    const std::vector<int64_t> sample0 = starts_of(T, kMix[0]);  // by position
+    std::vector<std::pair<std::string, std::vector<int64_t>>> orders;
+    for (Layout layout : {Layout::contiguous, Layout::zigzag})
+      orders.push_back({layout_name(layout), layout_order(layout, T, cp)});
+    orders.push_back({"dispatch", dispatch_order(T, cp, kMix)});
+    orders.push_back({"random unsorted", random_order(T, cp, 29 + uint64_t(cp), /*sorted=*/false)});
+    for (const auto& [name, order] : orders) {
+      int64_t inside = -1, edge = -1;  // on rank 0's rows of sample 0: rows m - 1 and m in one document, or not
+      for (int64_t m = n / 3; m < n && (inside < 0 || edge < 0); ++m) {
+        const bool same = sample0[size_t(order[size_t(m - 1)])] == sample0[size_t(order[size_t(m)])];
+        if (same && inside < 0) inside = m;
+        if (!same && edge < 0) edge = m;
+      }
+      ASSERT_GT(inside, 0) << name << " cp=" << cp;
+      std::vector<int64_t> splits = {n / 2, inside, 1, n - 1};
+      if (edge > 0) splits.push_back(edge);
+      std::sort(splits.begin(), splits.end());
+      splits.erase(std::unique(splits.begin(), splits.end()), splits.end());
+      for (int64_t m : splits) {
+        double bad = 0;
+        int64_t skipped = 0;
+        RingStats stats;
+        const std::string what = "gather, own split at " + std::to_string(m) + " of " + std::to_string(n) + ", " +
+                                 name + " cp=" + std::to_string(cp);
+        const test::RelErrors rel = run_docs_ring(p, order, kMix, cp, Layout::balanced, &bad, &skipped, &stats,
+                                                  RingRun{CpScheme::gather, DType::f32, m});
+        expect_close(rel, bad, what);
+        if (world_rank() < cp) {
+          EXPECT_EQ(stats.own_split, m) << what;
+        }
+      }
+    }
+  }
+}
+
+// The chooser's split on the CPU's small calls: none (a part under 128 key rows is never chosen).
+TEST(RingGatherDocs, ChosenOwnSplitIsNoneForSmallCalls) {
+  const int cp = std::min(4, world_size());
+  if (cp < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int64_t T = 120;
+  const test::AttentionProblem p = test::make_attention_problem(1357, kB, T, kH, kHkv, kD, false);
+  double bad = 0;
+  int64_t skipped = 0;
+  RingStats stats;
+  const test::RelErrors rel = run_docs_ring(p, layout_order(Layout::contiguous, T, cp), kMix, cp, Layout::contiguous,
+                                            &bad, &skipped, &stats, RingRun{CpScheme::gather, DType::f32});
+  expect_close(rel, bad, "gather, the chooser's split, cp=" + std::to_string(cp));
+  if (world_rank() < cp) {
+    EXPECT_EQ(stats.own_split, 0);
   }
 }
 

@@ -195,11 +195,12 @@ TEST(KvGather, MeasuredCallsHideTheExchangeOnlyBehindLongerOwnCalls) {
     for (int r = 0; r < cp; ++r) {
       const double scale = long_own ? 2 * c_dkv : 0.1 * c_kv;  // own calls longer than both exchanges, or shorter
       calls.own_fwd.push_back(scale * (1 + u(rng)));
-      calls.own_bwd.push_back(scale * (1 + u(rng)));
+      calls.own_bwd_a.push_back(scale * (1 + u(rng)));  // one own call (no split): part B 0
+      calls.own_bwd_b.push_back(0.0);
       calls.gathered_fwd.push_back(plan.recv_rows[size_t(r)] > 0 ? c_kv * u(rng) : 0.0);
       calls.gathered_bwd.push_back(plan.recv_rows[size_t(r)] > 0 ? c_kv * u(rng) : 0.0);
       compute_f = std::max(compute_f, calls.own_fwd.back() + calls.gathered_fwd.back());
-      compute_b = std::max(compute_b, calls.own_bwd.back() + calls.gathered_bwd.back());
+      compute_b = std::max(compute_b, calls.own_bwd_a.back() + calls.gathered_bwd.back());
     }
     const RingTimePrediction p = gather_time_from_calls(calls, plan, shape);
     SCOPED_TRACE(long_own ? "own calls hide the exchange" : "the exchange is exposed");
