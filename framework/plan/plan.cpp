@@ -12,6 +12,7 @@
 
 #include "framework/base/run_errors.h"
 #include "framework/plan/a2a_auto.h"
+#include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/mfu.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
@@ -27,8 +28,6 @@
 
 namespace rt {
 
-namespace {
-
 std::string human_bytes(double b) {
   char buf[32];
   if (b >= 1024.0 * 1024 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f TiB", b / (1024.0 * 1024 * 1024 * 1024));
@@ -37,6 +36,8 @@ std::string human_bytes(double b) {
   else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
 }
+
+namespace {
 
 std::string human_count(double x) {
   char buf[32];
@@ -187,6 +188,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"zero", pt.zero},
                       {"offload_layers", pt.offload_layers},
                       {"layout", resolved_layout(config)},
+                      {"cp_scheme", p.cp_scheme},
                       {"seq_len", pt.seq_len},
                       {"batch_size", config.train.batch_size},
                       {"tokens_per_step", double(config.train.batch_size) * pt.seq_len},
@@ -302,6 +304,8 @@ int plan_main(const Config& given, const PlanArgs& args) {
   const Device device = plan_device(config);
   std::string limits_from;
   const PlanLimits limits = plan_limits(config, device, args, &limits_from);
+  // parallel.cp_scheme: auto planned as the trainer runs it: the ring alone when only the ring fits.
+  const std::string scheme_line = args.max_seq_len ? "" : resolve_cp_scheme_memory(config, device, limits);
   const int world = p.dp * p.cp * p.tp;
   Config planned = config;
   PlanPoint pt;
@@ -357,6 +361,7 @@ int plan_main(const Config& given, const PlanArgs& args) {
               config.source_path.c_str(), device.str().c_str(), world, p.dp, p.cp, p.ring(), p.cp_a2a, p.tp, resolved_layout(config).c_str(), pt.zero,
               config.train.offload == "activations" ? ", offload activations" : "");
   if (!a2a_line.empty()) std::printf("  %s\n", a2a_line.c_str());
+  if (!scheme_line.empty()) std::printf("  %s\n", scheme_line.c_str());
   std::printf("  device       %s\n", device_note(config, device).c_str());
   std::printf("  memory       judged against %s\n", limits_from.c_str());
   if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());

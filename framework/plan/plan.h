@@ -31,6 +31,8 @@ std::string check_ranks_per_node(const std::string& text);
 // json: print one JSON object instead (params, flops_per_step, peak_bytes_per_rank, fits, device_bytes, ...),
 // read by launch/sweep.sh.
 int plan_main(const Config& config, const PlanArgs& args);
+// A byte count for people: "85.60 MiB", "1.50 GiB", "2.00 TiB" (KiB below a MiB).
+std::string human_bytes(double bytes);
 // Device memory a rank uses outside the arena, added to `ringtrain plan`'s total: 2 GiB on CUDA (CUDA context,
 // cuBLASLt workspace, allocator rounding; measured 0.55-2 GiB on an H200), 0 on CPU.
 double non_arena_allowance_bytes(Device device);

@@ -1,5 +1,6 @@
 #include "framework/plan/trainer_setup.h"
 
+#include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/plan_fit.h"
 
 #include <mpi.h>
@@ -153,24 +154,14 @@ ModelSession measure_session(const Config& config, const ModelComms& comms, Devi
   return s;
 }
 
-namespace {
-int env_int(const char* a, const char* b, int fallback) {
-  for (const char* key : {a, b})
-    if (const char* v = std::getenv(key)) return std::max(1, std::atoi(v));
-  return fallback;
-}
-}  // namespace
-
 Config resolve_offload(const Config& config, Device device) {
   if (config.train.offload != "activations") return config;
   RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
                              "run is on the CPU, where every activation is in host memory already; use "
                              "train.offload: none (or device: cuda)");
   Config c = config;
-  const int local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", 1);
-  PlanLimits limits;
-  limits.ranks_per_node = local_ranks;
-  limits.device_bytes = double(device_total_bytes(device)) / std::max(1, local_ranks / std::max(1, cuda_device_count()));
+  const PlanLimits limits = trainer_device_limits(device);
+  const int local_ranks = limits.ranks_per_node;
   const double host = double(host_physical_bytes());
   const PlanPoint pt = plan_point(c, device, limits);
   c.train.offload_layers = std::to_string(pt.offload_layers);

@@ -27,6 +27,7 @@
 #include "framework/hf/init_from.h"
 #include "framework/run/metrics.h"
 #include "framework/plan/a2a_auto.h"
+#include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/mfu.h"
 #include "framework/config/rope_scaling.h"
 #include "framework/run/divergence_guard.h"
@@ -157,6 +158,9 @@ int train_main(const Config& loaded) {
   agree_on([&] { device = resolve_device(config); }, kExitUsage);
   std::string a2a_auto_line;  // parallel.cp_a2a: auto -> u, before the grid (every rank computes the same u)
   agree_on([&] { a2a_auto_line = resolve_cp_a2a_auto(config); }, kExitUsage);
+  std::string scheme_memory_line;  // parallel.cp_scheme: auto -> ring when only the ring fits the device
+  agree_on([&] { scheme_memory_line = resolve_cp_scheme_memory(config, device, trainer_device_limits(device)); },
+           kExitUsage);
   ProcessGrid grid = make_process_grid(config);
   const bool rank0 = grid.world().rank() == 0;
   const int world_size = grid.dims().world();
@@ -192,6 +196,7 @@ int train_main(const Config& loaded) {
     std::printf("%s", config_table(config).c_str());
     for (const std::string& note : config.notes) std::printf("%s\n", note.c_str());
     if (!a2a_auto_line.empty()) std::printf("%s\n", a2a_auto_line.c_str());
+    if (!scheme_memory_line.empty()) std::printf("%s\n", scheme_memory_line.c_str());
     const std::string hybrid = config.parallel.cp_a2a > 1 ? " (ring " + std::to_string(config.parallel.ring()) +
                                                                " x a2a " + std::to_string(config.parallel.cp_a2a) + ")"
                                                          : "";

@@ -4,7 +4,9 @@
 //   - --host-memory-gib and --ranks-per-node are obeyed on the CPU (they were ignored);
 //   - the plan says which device it is for and how to plan the other; --device-memory-gib on a CPU plan is refused
 //     with that fix, and a GPU plan takes it;
-//   - a large memory figure is printed in TiB, not as a 31-digit number of GiB.
+//   - a large memory figure is printed in TiB, not as a 31-digit number of GiB;
+//   - parallel.cp_scheme: auto with documents takes the ring where only the ring fits (framework/plan/
+//     cp_scheme_memory.h).
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -21,7 +23,11 @@ class PlanLimits : public rt::test::RunJobTest {
  protected:
   // `ringtrain plan configs/tiny.yaml --json <args>` (device: cpu, so that a GPU machine plans the same).
   nlohmann::json plan_json(const std::string& args) {
-    const ProcessResult r = bash("$BIN plan configs/tiny.yaml --json --set device=cpu " + args);
+    return plan_json_of("$BIN plan configs/tiny.yaml --set device=cpu " + args);
+  }
+  // The JSON object of a whole `ringtrain plan` command line (--json added).
+  nlohmann::json plan_json_of(const std::string& command) {
+    const ProcessResult r = bash(command + " --json");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const size_t open = r.output.find('{');
     if (open == std::string::npos) {
@@ -91,3 +97,35 @@ TEST_F(PlanLimits, LargeMemoryIsPrintedInTiBAndAbsurdValuesAreRefused) {
 }
 
 }  // namespace
+
+// parallel.cp_scheme: auto with documents allocates the gather scheme's buffers; where only the ring fits the
+// limit, the plan (as the trainer) takes the ring and says so; an explicit scheme is never changed, and where
+// nothing fits the plan says DOES NOT FIT as before. README.md's lines are the documents (byte-level, eot 10).
+TEST_F(PlanLimits, AutoSchemeTakesTheRingWhereOnlyTheRingFits) {
+  const std::string docs =
+      "$BIN plan configs/tiny.yaml --set device=cpu --set data.source=bytes --set data.path=README.md "
+      "--set data.documents=eot --set data.eot_token=10 --set model.vocab_size=256 --set data.seq_len=1024 "
+      "--set parallel.cp=4 --ranks-per-node 4 ";
+  nlohmann::json roomy = plan_json_of(docs + "--host-memory-gib 8");
+  ASSERT_EQ(roomy["cp_scheme"], "auto") << roomy.dump();
+  nlohmann::json ring = plan_json_of(docs + "--host-memory-gib 8 --set parallel.cp_scheme=ring");
+  const double with_gather = roomy["total_bytes_per_rank"].get<double>();
+  const double ring_bytes = ring["total_bytes_per_rank"].get<double>();
+  ASSERT_GT(with_gather, ring_bytes * 1.05) << "the gather's buffers must show\n" << roomy.dump() << ring.dump();
+  // 4 ranks per node: a host of 4 x the midpoint leaves each rank between the two needs.
+  const std::string between = std::to_string(4 * (with_gather + ring_bytes) / 2 / kGiB);
+  nlohmann::json tight = plan_json_of(docs + "--host-memory-gib " + between);
+  EXPECT_EQ(tight["cp_scheme"], "ring") << tight.dump();
+  EXPECT_TRUE(tight["fits"].get<bool>()) << tight.dump();
+  ProcessResult r = bash(docs + "--host-memory-gib " + between);
+  EXPECT_NE(r.output.find("parallel.cp_scheme: auto runs the ring only"), std::string::npos) << r.output;
+  // Explicit gather: kept, and it does not fit.
+  nlohmann::json gather = plan_json_of(docs + "--host-memory-gib " + between + " --set parallel.cp_scheme=gather");
+  EXPECT_EQ(gather["cp_scheme"], "gather") << gather.dump();
+  EXPECT_FALSE(gather["fits"].get<bool>()) << gather.dump();
+  // Nothing fits: auto stays, and the plan says so.
+  const std::string small = std::to_string(4 * ring_bytes / 2 / kGiB);
+  nlohmann::json none = plan_json_of(docs + "--host-memory-gib " + small);
+  EXPECT_EQ(none["cp_scheme"], "auto") << none.dump();
+  EXPECT_FALSE(none["fits"].get<bool>()) << none.dump();
+}
