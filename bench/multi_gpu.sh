@@ -13,6 +13,11 @@
 #                             cp = 1 on one GPU and cp = <GPUs> on all, same job, tok/s per GPU and MFU
 #   e2e-cp<N>-u<u>.log, ...   the same on all GPUs with parallel.cp_a2a = 2, 4, <GPUs> (the hybrid ring x all-to-all;
 #                             the step line's a2a_exposed_ms beside comm_exposed_ms)
+#   doc-cp-e2e.log, doc-cp<GPUs>/summary.md
+#                             bench/doc_cp_e2e.sh: the 1.41B model on packed documents (the Python standard library's
+#                             .py files, byte-level, ~8 MB) at 64K tokens per GPU on all GPUs, once per
+#                             parallel.cp_scheme (ring, gather, auto): ms/step, attn_ms, comm_exposed_ms, the share
+#                             of steps that ran the gather and the first step's loss per scheme (runs in doc-cp<GPUs>/)
 #   plan-llama3-8b.log        the Llama-3-8B shape at ZeRO 3: the longest seq_len the plan allows on this node
 # Each part runs under `timeout`; a failed part is logged and the script goes on (exit status: the number of
 # failed parts).
@@ -62,8 +67,12 @@ for u in 2 4 "$gpus"; do
     --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
     --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$gpus-u$u"
 done
-# Packed documents over NCCL are in tests-nccl-model-grid (GpuModelGridDocuments: zigzag, striped, balanced with the
-# chooser and hop skipping; GpuModelGridA2a: the all-to-all and hybrid grids with documents).
+# Packed documents end to end per parallel.cp_scheme: real documents, all GPUs, 64K tokens per GPU, the same steps
+# (each of its three runs has its own 420 s limit; the part fails when any run does).
+part doc-cp-e2e 1400 env BUILD_DIR="$build" "$root/bench/doc_cp_e2e.sh" "$out/doc-cp$gpus" \
+  "$root/configs/gpt-1b-64k.yaml" "$gpus" "$steps" -- --set data.seq_len=$((65536 * gpus)) --set parallel.comm=nccl
+# Packed documents over NCCL are also in tests-nccl-model-grid (GpuModelGridDocuments: zigzag, striped, balanced with
+# the chooser and hop skipping; GpuModelGridA2a: the all-to-all and hybrid grids with documents).
 # The Llama-3-8B shape at ZeRO 3: the longest data.seq_len the plan allows on these GPUs (compare the run's measured
 # memory with it).
 part plan-llama3-8b 120 "$build/ringtrain" plan "$root/configs/llama3-8b-2m-8gpu.yaml" --max-seq-len \
