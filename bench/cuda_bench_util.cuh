@@ -40,9 +40,14 @@ inline void random_bf16(const Tensor& t, uint64_t seed) {
 
 // Median milliseconds of fn over reps timed runs after warmup runs (CUDA events on the compute stream). With
 // sustain_ms > 0, fn first runs back to back (synchronized each time) for that long, so that the timed runs see
-// the clock of sustained load: an H200 at its 700 W cap runs below the clock of a short burst.
-inline double time_ms(const std::function<void()>& fn, int warmup, int reps, double sustain_ms = 0.0) {
-  for (int i = 0; i < warmup; ++i) fn();
+// the clock of sustained load: an H200 at its 700 W cap runs below the clock of a short burst. With a setup, each
+// run (warmup ones too) follows an untimed setup() on the same stream.
+inline double time_ms(const std::function<void()>& fn, int warmup, int reps, double sustain_ms = 0.0,
+                      const std::function<void()>& setup = {}) {
+  for (int i = 0; i < warmup; ++i) {
+    if (setup) setup();
+    fn();
+  }
   if (sustain_ms > 0) {
     const auto start = std::chrono::steady_clock::now();
     while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < sustain_ms) {
@@ -56,6 +61,7 @@ inline double time_ms(const std::function<void()>& fn, int warmup, int reps, dou
   CUDA_CHECK(cudaEventCreate(&b));
   std::vector<double> ts;
   for (int i = 0; i < reps; ++i) {
+    if (setup) setup();
     CUDA_CHECK(cudaEventRecord(a, cuda::current_stream()));
     fn();
     CUDA_CHECK(cudaEventRecord(b, cuda::current_stream()));
@@ -125,27 +131,7 @@ inline double call_after_ms(CallTiming t, const std::function<void()>& setup, co
     const double both = time_queued_ms([&] { setup(), fn(); }, warmup, reps);
     return std::max(0.0, both - time_queued_ms(setup, warmup, reps));
   }
-  for (int i = 0; i < warmup; ++i) setup(), fn();
-  cudaStream_t st = cuda::current_stream();
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ts;
-  for (int i = 0; i < reps; ++i) {
-    setup();
-    CUDA_CHECK(cudaEventRecord(a, st));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, st));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return time_ms(fn, warmup, reps, 0.0, setup);
 }
 
 struct DeviceBuffer {  // one device allocation on GPU 0, freed on scope exit

@@ -71,6 +71,12 @@ def read_lengths(path):
     return out
 
 
+def write_lengths(path, lengths):
+    """The lengths, one per line: the file read_lengths and bench_doc_ring_steps --lengths read."""
+    with open(path, "w") as f:
+        f.write("\n".join(str(length) for length in lengths) + "\n")
+
+
 def make_mix(name, n, seed, stdlib):
     """Document lengths of one n-token sample for mix `name`, seeded; the last document is cut at n."""
     rng = random.Random(f"{name}:{n}:{seed}")
@@ -163,8 +169,7 @@ def cross_check_ours(binary, stdlib, cp=8):
             for name in MIXES:
                 lengths = make_mix(name, n, 1, stdlib)
                 path = os.path.join(tmp, f"{name}_{n}.txt")
-                with open(path, "w") as f:
-                    f.write("\n".join(str(length) for length in lengths) + "\n")
+                write_lengths(path, lengths)
                 run = subprocess.run([binary, "--lengths", path, "--cp", str(cp), "--plan-only"],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 assert run.returncode == 0, run.stdout
@@ -223,8 +228,7 @@ def cross_check_gather(binary, stdlib):
             for name in MIXES:
                 lengths = make_mix(name, n, 1, stdlib)
                 path = os.path.join(tmp, f"{name}_{n}.txt")
-                with open(path, "w") as f:
-                    f.write("\n".join(str(length) for length in lengths) + "\n")
+                write_lengths(path, lengths)
                 for cp in (4, 8):
                     for layout in ("contiguous", "zigzag"):
                         cmd = [binary, "--lengths", path, "--cp", str(cp), "--layout", layout, "--scheme", "gather",
@@ -266,8 +270,7 @@ def measure_ours(binary, lengths, args):
     with tempfile.TemporaryDirectory() as tmp:
         lengths_path = os.path.join(tmp, "lengths.txt")
         json_path = os.path.join(tmp, "ours.json")
-        with open(lengths_path, "w") as f:
-            f.write("\n".join(str(length) for length in lengths) + "\n")
+        write_lengths(lengths_path, lengths)
         cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--layout", args.layout, "--scheme",
                args.scheme, "--d", str(args.d), "--h", str(args.heads), "--kv-heads", str(args.kv_heads), "--warmup",
                str(args.warmup), "--reps", str(args.reps), "--timing", args.timing, "--json", json_path]
