@@ -80,10 +80,14 @@ TEST_F(RunDirs, TwoRunsIntoOneRunDirTheSecondIsRefused) {
   const fs::path run = dir_ / "run";
   const std::string cfg = config("c.yaml", run.string());
   const std::string metrics = (run / "metrics.jsonl").string();
+  // One rank each: the first run trains flat out for the whole test, and with its two ranks (and their loaders'
+  // threads) on CI's two cores the second job's mpirun could starve before it started a rank (seen as a hang
+  // past the script's limit in about one run in four under load). The lock does not depend on the rank count.
   const ProcessResult r = bash(
-      "$TRAIN " + cfg + " --set train.steps=1000000 --set checkpoint.every=0 > $D/first.log 2>&1 &\np=$!\n"
+      "$TRAIN " + cfg + " --set parallel.cp=1 --set train.steps=1000000 --set checkpoint.every=0 > $D/first.log 2>&1 "
+      "&\np=$!\n"
       "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done\n"
-      "$TRAIN " + cfg + " --set train.overwrite=true; echo second_rc=$?\n"
+      "$TRAIN " + cfg + " --set parallel.cp=1 --set train.overwrite=true; echo second_rc=$?\n"
       "kill -TERM $p; wait $p; echo first_rc=$?\ncat " + (run / ".lock").string());
   EXPECT_NE(r.output.find("second_rc=2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("is in use by another run (pid "), std::string::npos) << r.output;
