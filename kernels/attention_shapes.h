@@ -40,6 +40,26 @@ inline AttnRanges attn_ranges(const AttnMask& mask, int64_t Nq, int64_t Nk, cons
   return r;
 }
 
+// attn_fwd_whole_two_kv's arguments: the first source's dims (Nk its rows) and, in `list_rows`, the key list's
+// length attn_second_kv_row(Nk) + Nk2. The mask must be the document mask over every row (no causal, no ranges),
+// with k_stride covering the list.
+inline AttnDims attn_two_kv_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2,
+                                 const Tensor& v2, const AttnMask& mask, int64_t& list_rows, const char* op) {
+  const AttnDims d = attn_shape_dims(q, k, v, op);
+  RT_CHECK(k2.ndim == 4, op << ": k2 has shape " << k2.shape_str() << ", expected (B,Nk2,Hkv,D)");
+  const int64_t Nk2 = k2.shape[1];
+  check_shape(k2, {d.B, Nk2, d.Hkv, d.D}, op, "k2 (B,Nk2,Hkv,D)");
+  check_shape(v2, {d.B, Nk2, d.Hkv, d.D}, op, "v2 (B,Nk2,Hkv,D)");
+  RT_CHECK(mask.docs.on() && !mask.causal && mask.q_begin == 0 && mask.q_end == -1 && mask.k_begin == 0 &&
+               mask.k_end == -1,
+           op << ": takes the document mask over every query and key row (no causal mask, no row ranges)");
+  list_rows = attn_second_kv_row(d.Nk) + Nk2;
+  RT_CHECK(mask.docs.k_stride >= list_rows,
+           op << ": docs.k_stride = " << mask.docs.k_stride << " is shorter than the key list ("
+              << attn_second_kv_row(d.Nk) << " rows of k and its gap, then " << Nk2 << " of k2)");
+  return d;
+}
+
 // The state of attn_fwd_block: acc (B,H,Nq,D), m and l (B,H,Nq).
 inline void check_attn_state_shapes(const AttnDims& d, const AttnState& state, const char* op) {
   check_shape(state.acc, {d.B, d.H, d.Nq, d.D}, op, "state.acc (B,H,Nq,D)");

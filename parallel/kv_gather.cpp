@@ -318,14 +318,18 @@ RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const Kv
            "gather_time_from_calls: needs one time per rank (" << cp << ") for each of the five calls");
   const double c_kv = gather_exchange_us(plan, shape, false, link), c_dkv = gather_exchange_us(plan, shape, true, link);
   RingTimePrediction p;
+  RT_CHECK(calls.one_fwd.empty() || calls.one_fwd.size() == cp,
+           "gather_time_from_calls: one_fwd needs one time per rank (" << cp << ") or none");
   for (size_t r = 0; r < cp; ++r) {
     const double own_f = calls.own_fwd[r], got_f = calls.gathered_fwd[r];
+    const double one_f = calls.one_fwd.empty() ? 0.0 : calls.one_fwd[r];
     const double own_a = calls.own_bwd_a[r], own_b = calls.own_bwd_b[r], got_b = calls.gathered_bwd[r];
-    p.fwd_compute_us = std::max(p.fwd_compute_us, own_f + got_f);
+    p.fwd_compute_us = std::max(p.fwd_compute_us, one_f > 0 ? one_f : own_f + got_f);
     p.bwd_compute_us = std::max(p.bwd_compute_us, own_a + own_b + got_b);
     const bool receives = plan.recv_rows[r] > 0;             // else its own call needs no one
     const bool returns = receives || plan.send_rows[r] > 0;  // else no dK/dV row comes or goes
-    p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
+    if (one_f > 0) p.fwd_us = std::max(p.fwd_us, (receives ? c_kv : 0.0) + one_f);  // the launch waits for it
+    else p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
     p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_a, c_kv) : own_a) + got_b +
                                       (returns ? std::max(own_b, c_dkv) : own_b));
   }
@@ -349,9 +353,13 @@ RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGathe
     return c.runs[i] ? call_time_us(m, c.full_tiles[i], c.partial_tiles[i], c.active[i], shape.heads) : 0.0;
   };
   GatherCallTimes calls;
+  const double c_kv = gather_exchange_us(plan, shape, false, link);
   for (int r = 0; r < cp; ++r) {
     calls.own_fwd.push_back(call(tiles.own, fwd, r));
     calls.gathered_fwd.push_back(call(tiles.gathered, fwd, r));
+    const bool one = plan.recv_rows[size_t(r)] > 0 &&
+                     gather_fwd_one_launch(calls.own_fwd.back(), calls.gathered_fwd.back(), fwd.call_us, c_kv);
+    calls.one_fwd.push_back(one ? calls.own_fwd.back() + calls.gathered_fwd.back() - fwd.call_us : 0.0);
     const OwnBwdSplit split = predict_own_bwd_split(tiles, plan, r, shape, link);  // A = the whole call unsplit
     calls.own_bwd_a.push_back(split.a_us);
     calls.own_bwd_b.push_back(split.b_us);

@@ -146,9 +146,26 @@ OwnBwdSplit own_bwd_split_for_batch(const KvGatherTiles* tiles, const KvGatherPl
 OwnBwdSplit predict_own_bwd_split(const KvGatherTiles& tiles, const KvGatherPlan& plan, int r, const RingShape& shape,
                                   const LinkModel& link = {});
 
+// ---- The forward in one launch ----
+// A rank may run its forward as one call over its own keys and its gathered rows as one key list
+// (attn_fwd_whole_two_kv, parallel/gather_forward.h) once the exchange is done, instead of the own call under the
+// exchange and then the gathered call (+ merge): one launch saves a call's fixed cost (launch, set-up kernels,
+// ramp and last wave, the merge) but leaves the exchange exposed. The kernel model prices the launch as both calls'
+// tile terms with one call_us, so with own_us and gathered_us the two calls' predicted times and c_kv_us the
+// exchange:
+//   one launch  c_kv + own + gathered - call_us   <   two calls  max(own, c_kv) + gathered
+// i.e. the exchange is shorter than one call's fixed cost (or the own call is). False where either call does not
+// run (own_us or gathered_us 0).
+inline bool gather_fwd_one_launch(double own_us, double gathered_us, double call_us, double c_kv_us) {
+  if (own_us <= 0 || gathered_us <= 0) return false;
+  return c_kv_us + own_us + gathered_us - call_us < std::max(own_us, c_kv_us) + gathered_us;
+}
+
 // Predicted time of the gather scheme (the terms of parallel/ring_time_model.h, the same NVLink model):
 //   exchange C = hop_latency + max over ranks of max(rows received, rows sent) x row bytes / bytes_per_us
 //   forward  = max over r of max(own_r, C_kv) + gathered_r                        (the exchange runs during own)
+//              or C_kv + one_r where the rank runs one launch (gather_fwd_one_launch; one_r = own_r + gathered_r -
+//              call_us)
 //   backward = max over r of max(A_r, C_kv) + gathered'_r + max(B_r, C_dkv)       (A, B: the own call's two parts)
 // A rank with nothing to receive runs its own call (or part A) alone, and one that neither receives nor sends waits
 // for no return (its B term is B alone). A_r and B_r are predict_own_bwd_split's (B_r = 0 and A_r the whole own call
@@ -173,8 +190,11 @@ double gather_exchange_us(const KvGatherPlan* plans, size_t samples, const RingS
 // Per-rank call times of the gather scheme in microseconds, (cp) each; 0 where a call does not run (a rank that
 // receives nothing runs no gathered call). The own backward in its two parts: own_bwd_a before the gathered call,
 // own_bwd_b after the return is posted (0 where the rank does not split).
+// one_fwd (cp, or empty): where > 0, the rank's forward is one launch of that time after the exchange
+// (gather_fwd_one_launch), in place of own_fwd + gathered_fwd.
 struct GatherCallTimes {
   std::vector<double> own_fwd, gathered_fwd, own_bwd_a, own_bwd_b, gathered_bwd;
+  std::vector<double> one_fwd;
 };
 
 // The formula of predict_gather_time applied to any call times (the kernel model's there, measured ones in

@@ -70,6 +70,13 @@ class RingAttention {
   // choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_own_split(int64_t m);
   int64_t gather_own_split() const;  // the current plan's m (0 without the gather scheme)
+  // The gather scheme's forward as one launch over the own keys and the gathered rows after the exchange
+  // (parallel/gather_forward.h), instead of the own call under the exchange then the gathered call: each
+  // set_documents with the gather scheme chooses it for the batch (parallel/kv_gather.h gather_fwd_one_launch);
+  // set_gather_fwd_one_launch(0 or 1) forces it off or on (where the rank receives rows) for the following
+  // set_documents calls, -1 restores the choice (tests and benchmarks). Needs the constructor's gather = true.
+  void set_gather_fwd_one_launch(int mode);
+  bool gather_fwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
   // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).
   int64_t skipped_steps() const { return skipped_steps_; }
@@ -136,6 +143,7 @@ class RingAttention {
   Tensor gathered_kv();
   AttnMask own_mask() const;       // this rank's queries against its own keys (the document mask)
   AttnMask gathered_mask() const;  // ... against its gathered rows
+  AttnMask key_list_mask() const;  // ... against its own keys and gathered rows as one list (one-launch forward)
   void collect_timings() const;  // resolves the pending calls into last_call_ and timings_
 };
 

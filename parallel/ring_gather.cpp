@@ -80,6 +80,7 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   g->unpack_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.unpack_index");  // (2*B*Rmax)
   g->return_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.return_index");  // (2*B*Rmax)
   g->k_pos = arena.alloc(DType::i32, {B, R, 2}, "ring_gather.k_pos");                  // (B, Rmax) int64
+  g->k_list_pos = arena.alloc(DType::i32, {B, attn_second_kv_row(n) + R, 2}, "ring_gather.k_list_pos");  // int64
   const int64_t H = shape.heads;
   g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
   g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
@@ -111,7 +112,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
         std::sort(order.begin() + s * n, order.begin() + (s + 1) * n);
     const std::vector<RingSpan> spans = ring_spans_from_order(order, P);
     plans[size_t(b)] = kv_gather_plan_for_spans(document_begins(start), spans, P);
-    if (choose_split) tiles[size_t(b)] = kv_gather_tiles(start, spans, plans[size_t(b)], P);
+    if (choose_split || g.fwd_one_launch_forced < 0) tiles[size_t(b)] = kv_gather_tiles(start, spans, plans[size_t(b)], P);
   }
   g.send_rows.assign(size_t(P), 0);
   g.recv_rows.assign(size_t(P), 0);
@@ -177,14 +178,43 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     }
     g.q_rows = row_range_union(g.q_rows, gathered_query_rows(q_pos.data(), q_start.data(), n, gathered));
   }
+  // The forward's form (kv_gather.h gather_fwd_one_launch): the model's own and gathered calls over the batch.
+  RingShape model_shape;  // per rank, as the calls run
+  model_shape.heads = shape_.heads, model_shape.kv_heads = shape_.kv_heads, model_shape.head_dim = shape_.head_dim;
+  model_shape.dtype_bytes = int64_t(dtype_size(g.act)), model_shape.dkv_wire_bytes = int64_t(dtype_size(g.wire));
+  if (g.fwd_one_launch_forced >= 0) {
+    g.fwd_one_launch = g.fwd_one_launch_forced == 1 && R > 0;
+  } else {
+    const KernelTimeModel fwd = kernel_time_model(false, shape_.head_dim);
+    const size_t i = size_t(r * P + r);
+    double own_us = 0, gathered_us = 0;  // tile terms over the samples, plus one call_us per launch that runs
+    for (int64_t b = 0; b < B; ++b) {
+      const KvGatherTiles& t = tiles[size_t(b)];
+      if (t.own.runs[i]) own_us += call_time_us(fwd, t.own.full_tiles[i], t.own.partial_tiles[i], t.own.active[i],
+                                                 shape_.heads) - fwd.call_us;
+      if (t.gathered.runs[i])
+        gathered_us += call_time_us(fwd, t.gathered.full_tiles[i], t.gathered.partial_tiles[i], t.gathered.active[i],
+                                    shape_.heads) - fwd.call_us;
+    }
+    own_us = own_us > 0 ? own_us + fwd.call_us : 0.0;
+    gathered_us = gathered_us > 0 ? gathered_us + fwd.call_us : 0.0;
+    const double c_kv = gather_exchange_us(plans.data(), size_t(B), model_shape, false);
+    g.fwd_one_launch = R > 0 && rt::gather_fwd_one_launch(own_us, gathered_us, fwd.call_us, c_kv);
+  }
+  if (g.fwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows' positions
+    const int64_t S = attn_second_kv_row(n), L = S + R;
+    std::vector<int64_t> list(size_t(B * L), T);  // (B, S + R)
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < n; ++i) list[size_t(b * L + i)] = host_pos[b * T + r * n + i];
+      std::copy(k_pos.begin() + b * R, k_pos.begin() + (b + 1) * R, list.begin() + b * L + S);
+    }
+    upload_i32(g.k_list_pos, reinterpret_cast<const int32_t*>(list.data()), 2 * int64_t(list.size()));
+  }
   // The own backward's split: from the kernel model, this rank's own key rows as they lie, the batch's exchanges.
   if (choose_split) {
     std::vector<int64_t> key_pairs(static_cast<size_t>(n), 0);  // (n) visible pairs per own key row, over samples
     for (int64_t b = 0; b < B; ++b)
       add_own_key_pairs(host_pos + b * T + r * n, host_doc_start + b * T + r * n, n, key_pairs);
-    RingShape model_shape;  // per rank, as the calls run
-    model_shape.heads = shape_.heads, model_shape.kv_heads = shape_.kv_heads, model_shape.head_dim = shape_.head_dim;
-    model_shape.dtype_bytes = int64_t(dtype_size(g.act)), model_shape.dkv_wire_bytes = int64_t(dtype_size(g.wire));
     g.own_split =
         own_bwd_split_for_batch(tiles.data(), plans.data(), size_t(B), r, key_tile_sums(key_pairs), model_shape).m;
   } else {
@@ -206,6 +236,17 @@ void RingAttention::set_gather_own_split(int64_t m) {
   gather_->own_split_forced = m;
 }
 
+void RingAttention::set_gather_fwd_one_launch(int mode) {
+  RT_CHECK(gather_, "ring attention: set_gather_fwd_one_launch needs the gather scheme's buffers (construct with "
+                    "gather = true)");
+  RT_CHECK(mode >= -1 && mode <= 1, "ring attention: set_gather_fwd_one_launch(" << mode << "): -1 (choose), 0 or 1");
+  gather_->fwd_one_launch_forced = mode;
+}
+
+bool RingAttention::gather_fwd_one_launch() const {
+  return scheme_ == CpScheme::gather && gather_->fwd_one_launch;
+}
+
 int64_t RingAttention::gather_own_split() const {
   return scheme_ == CpScheme::gather ? gather_->own_split : 0;
 }
@@ -217,6 +258,13 @@ AttnMask RingAttention::own_mask() const {
   m.docs.q_doc_start = doc_start_ + cp_.rank() * n;
   m.docs.k_pos = m.docs.q_pos;
   m.docs.q_stride = m.docs.k_stride = T;
+  return m;
+}
+
+AttnMask RingAttention::key_list_mask() const {
+  AttnMask m = own_mask();
+  m.docs.k_pos = static_cast<const int64_t*>(gather_->k_list_pos.data);
+  m.docs.k_stride = attn_second_kv_row(shape_.local_tokens) + gather_->rows;
   return m;
 }
 
@@ -275,6 +323,19 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
   maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
+  if (g.fwd_one_launch && own_runs) {  // one launch over own and gathered keys once they are here
+    {
+      RingTimerScope t(*timer_, Phase::comm);
+      cp_.wait(x);
+    }
+    RingTimerScope t(*timer_, Phase::compute);
+    const int64_t W = shape_.kv_heads * shape_.head_dim;
+    const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
+    const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
+    const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
+    attn_fwd_whole_two_kv(q, k, v, gk, gv, state_, key_list_mask(), out, lse);
+    return;
+  }
   // parallel/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
   const bool merge_form = gather_merge_form(R, shape_.local_tokens);
   {

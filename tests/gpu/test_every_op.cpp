@@ -460,6 +460,33 @@ const std::map<std::string, OpCase>& op_cases() {
          attn_fwd_whole(in.q, in.k, in.v, scratch, causal_mask(), out, lse);
          return {download(out), download(lse)};
        }}},
+      {"attn_fwd_whole_two_kv", {2e-2, [](OpRun& r) -> Outputs {
+         // Queries at positions 256..511; source 1: 200 keys at 256..455 (the queries' first rows), then a gap of
+         // 56 rows (position 512: no query sees it); source 2: 256 keys at 0..255. Documents start at 0, 100 and
+         // 400, so rows 256..399 see source 2's keys from 100 and rows 400.. only source 1's.
+         const AttnInputs& a = attn_inputs();
+         const int64_t n1 = 200, list = attn_second_kv_row(n1) + kN;
+         std::vector<float> k1(a.k.begin(), a.k.begin() + n1 * kHkv * kD), v1(a.v.begin(), a.v.begin() + n1 * kHkv * kD);
+         std::vector<int32_t> q_pos, q_doc, k_pos;  // int64 as (low, high) words
+         auto push = [](std::vector<int32_t>& w, int64_t x) { w.push_back(int32_t(x)), w.push_back(int32_t(x >> 32)); };
+         for (int64_t i = 0; i < kN; ++i) push(q_pos, 256 + i), push(q_doc, 256 + i < 400 ? 100 : 400);
+         for (int64_t j = 0; j < list; ++j) {
+           const int64_t s2 = j - attn_second_kv_row(n1);
+           push(k_pos, j < n1 ? 256 + j : s2 < 0 ? 512 : s2);
+         }
+         Tensor qp = r.in_i32({kB, kN, 2}, q_pos), qd = r.in_i32({kB, kN, 2}, q_doc), kp = r.in_i32({kB, list, 2}, k_pos);
+         AttnMask mask;
+         mask.docs.q_pos = static_cast<const int64_t*>(qp.data);
+         mask.docs.q_doc_start = static_cast<const int64_t*>(qd.data);
+         mask.docs.k_pos = static_cast<const int64_t*>(kp.data);
+         mask.docs.q_stride = kN, mask.docs.k_stride = list;
+         AttnState scratch = attn_state(r);
+         Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
+         attn_fwd_whole_two_kv(r.in(DType::bf16, {kB, kN, kH, kD}, a.q), r.in(DType::bf16, {kB, n1, kHkv, kD}, k1),
+                               r.in(DType::bf16, {kB, n1, kHkv, kD}, v1), r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2),
+                               r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2), scratch, mask, out, lse);
+         return {download(out), download(lse)};
+       }}},
       {"attn_fwd_block_first", {2e-2, [](OpRun& r) -> Outputs {
          const FwdOpInputs in = fwd_op_inputs(r);
          AttnState s = attn_state(r);  // poisoned: the op must not read it

@@ -1,8 +1,9 @@
 // The forward's fused forms on the host: the op sequences they stand for (no fused kernel here).
 //   attn_fwd_whole = attn_state_reset + attn_fwd_block + attn_fwd_finalize;
 //   attn_fwd_block_first = attn_state_reset + attn_fwd_block; attn_fwd_block_last = attn_fwd_block +
-//   attn_fwd_finalize.
+//   attn_fwd_finalize; attn_fwd_whole_two_kv = attn_fwd_block_first over k / v + attn_fwd_block_last over k2 / v2.
 #include "kernels/attention.h"
+#include "kernels/attention_shapes.h"
 
 namespace rt {
 namespace cpu {
@@ -28,6 +29,16 @@ void attn_fwd_block_last(const Tensor& q, const Tensor& k, const Tensor& v, Attn
                          const AttnMask& mask, Tensor out, Tensor lse) {
   cpu::attn_fwd_block(q, k, v, state, mask);
   cpu::attn_fwd_finalize(state, out, lse);
+}
+
+void attn_fwd_whole_two_kv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                           AttnState& scratch, const AttnMask& mask, Tensor out, Tensor lse) {
+  int64_t list_rows = 0;
+  const AttnDims d = attn_two_kv_dims(q, k, v, k2, v2, mask, list_rows, "attn_fwd_whole_two_kv");
+  AttnMask second = mask;  // source 2's keys: the list's rows from attn_second_kv_row(Nk)
+  second.docs.k_pos = mask.docs.k_pos + attn_second_kv_row(d.Nk);
+  cpu::attn_fwd_block_first(q, k, v, scratch, mask);
+  cpu::attn_fwd_block_last(q, k2, v2, scratch, second, out, lse);
 }
 
 }  // namespace cpu

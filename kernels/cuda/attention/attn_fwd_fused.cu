@@ -1,7 +1,9 @@
 // The forward's fused forms on CUDA (kernels/op_list.inc has their contracts):
 //   attn_fwd_whole       = attn_state_reset + attn_fwd_block + attn_fwd_finalize (one K/V block, cp = 1);
 //   attn_fwd_block_first = attn_state_reset + attn_fwd_block (a ring rank's first step);
-//   attn_fwd_block_last  = attn_fwd_block + attn_fwd_finalize (a ring rank's last step).
+//   attn_fwd_block_last  = attn_fwd_block + attn_fwd_finalize (a ring rank's last step);
+//   attn_fwd_whole_two_kv = attn_fwd_block_first over k / v + attn_fwd_block_last over k2 / v2 (the gather
+//                          scheme's own and gathered keys; the kernel reads the two sources as one key list).
 // Where fwd v5 runs (and the output is bf16, both ranges hold at least one TMA box) each is one launch of
 // the fwd v5 kernel: `fresh` (no state read) and / or `out` / `lse` set (finalized by the kernel, no state
 // written). The rows outside the mask's query range get extra CTAs that write what the sequence would leave there
@@ -89,6 +91,39 @@ void attn_fwd_block_last(const Tensor& q, const Tensor& k, const Tensor& v, Attn
   check_attn_fwd_state(d, q, state, op);
   check_finalized_outputs(d, q, out, lse, op);
   AttnFwdParams p = attn_fwd_params(q, k, v, state, mask, d, r);  // the state is read, not written
+  p.out = out.ptr<__nv_bfloat16>();
+  p.lse = lse.ptr<float>();
+  launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);
+}
+
+void attn_fwd_whole_two_kv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                           AttnState& scratch, const AttnMask& mask, Tensor out, Tensor lse) {
+  const char* op = "attn_fwd_whole_two_kv";
+  cudaStream_t stream = stream_for(q, op);
+  int64_t list_rows = 0;
+  const AttnDims d = attn_two_kv_dims(q, k, v, k2, v2, mask, list_rows, op);
+  const int64_t Nk2 = k2.shape[1], k2_row = attn_second_kv_row(d.Nk);
+  AttnDims dl = d;  // the key list
+  dl.Nk = list_rows;
+  const AttnRanges r = attn_ranges(mask, d.Nq, list_rows, op);
+  if (!fused_form_runs(q, dl, r, &out) || d.Nk < 128 || Nk2 < 128) {
+    AttnMask second = mask;  // source 2's keys: the list's rows from k2_row
+    second.docs.k_pos = mask.docs.k_pos + k2_row;
+    cuda::attn_fwd_block_first(q, k, v, scratch, mask);
+    cuda::attn_fwd_block_last(q, k2, v2, scratch, second, out, lse);
+    return;
+  }
+  attn_dims(q, k, v, op);  // dtypes and devices
+  require_attn_tensor(k2, DType::bf16, q.device, op, "k2");
+  require_attn_tensor(v2, DType::bf16, q.device, op, "v2");
+  check_finalized_outputs(d, q, out, lse, op);
+  AttnFwdParams p = attn_fwd_params(q, k, v, scratch, mask, dl, r);  // summaries over the list's rows
+  p.Nk = d.Nk;  // the first source's rows (its tensor map); k_end is the list's end
+  p.k2_row = k2_row;
+  p.k2 = k2.ptr<__nv_bfloat16>();
+  p.v2 = v2.ptr<__nv_bfloat16>();
+  p.acc = p.m = p.l = nullptr;
+  p.fresh = true;
   p.out = out.ptr<__nv_bfloat16>();
   p.lse = lse.ptr<float>();
   launch_attn_fwd_ws(p, d.D, d.B, q.device.index, stream);

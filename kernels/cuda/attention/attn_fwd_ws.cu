@@ -203,7 +203,8 @@ __device__ __forceinline__ void key_positions_warp(const AttnFwdParams& p, int64
 template <int D, bool kDocs, int kCons>
 __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                       const __grid_constant__ CUtensorMap tm_v, const AttnFwdParams p, int num_q_tiles) {
+                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k2,
+                       const __grid_constant__ CUtensorMap tm_v2, const AttnFwdParams p, int num_q_tiles) {
 #if RT_WGMMA_AVAILABLE
   constexpr int kRows = 64 * kCons;  // query rows per CTA
   constexpr int kStages = kWsStages<D, kCons>;
@@ -290,10 +291,21 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
       tma_prefetch_desc(&tm_q);
       tma_prefetch_desc(&tm_k);
       tma_prefetch_desc(&tm_v);
+      // Two key sources (documents only, attn_fwd_whole_two_kv): a tile at or past k2_row is the second's.
+      const bool two = kDocs && p.k2_row > 0;
+      if (two) {
+        tma_prefetch_desc(&tm_k2);
+        tma_prefetch_desc(&tm_v2);
+      }
+      auto load_kv = [&](uint32_t dst, bool is_v, uint32_t bar, int64_t row) {
+        const bool second = two && row >= p.k2_row;
+        const CUtensorMap* map = second ? (is_v ? &tm_v2 : &tm_k2) : (is_v ? &tm_v : &tm_k);
+        tma_tile<D>(dst, map, bar, hk, int(second ? row - p.k2_row : row), bb);
+      };
       mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);
       tma_tile<D, kRows>(q_tile, &tm_q, bars.q_full(), hq, int(q0), bb);
       mbar_arrive_expect_tx(bars.k_full(0), Smem::kKVBytes);
-      tma_tile<D>(k_tiles, &tm_k, bars.k_full(0), hk, int(key_tile(0)), bb);
+      load_kv(k_tiles, false, bars.k_full(0), key_tile(0));
       // K_{j+1} ahead of V_j: S_{j+1} and P_j V_j are issued together.
       for (int j = 0; j < n_tiles; ++j) {
         const int j1 = j + 1;
@@ -301,12 +313,12 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
           const int s = j1 % kStages;
           if (j1 >= kStages) mbar_wait(bars.k_empty(s), uint32_t((j1 / kStages - 1) & 1));
           mbar_arrive_expect_tx(bars.k_full(s), Smem::kKVBytes);
-          tma_tile<D>(k_tiles + uint32_t(s) * Smem::kKVBytes, &tm_k, bars.k_full(s), hk, int(key_tile(j1)), bb);
+          load_kv(k_tiles + uint32_t(s) * Smem::kKVBytes, false, bars.k_full(s), key_tile(j1));
         }
         const int s = j % kStages;
         if (j >= kStages) mbar_wait(bars.v_empty(s), uint32_t((j / kStages - 1) & 1));
         mbar_arrive_expect_tx(bars.v_full(s), Smem::kKVBytes);
-        tma_tile<D>(v_tiles + uint32_t(s) * Smem::kKVBytes, &tm_v, bars.v_full(s), hk, int(key_tile(j)), bb);
+        load_kv(v_tiles + uint32_t(s) * Smem::kKVBytes, true, bars.v_full(s), key_tile(j));
       }
     } else if (kDocs && threadIdx.x / 32 == 1) {
       key_positions_warp<kStages>(p, b, k_lo, live, n_tiles, bars, key_pos, int(threadIdx.x) % 32);
@@ -435,15 +447,25 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
            "attn_fwd_block (ws): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk);
   const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kRows);
-  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
-  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kWgKeysPerTile);
+  // Two key sources (p.k2_row > 0, documents only): the first map ends at its own rows, the second holds the rest.
+  const bool two = kDocs && p.k2_row > 0;
+  const int64_t k1_end = two ? p.Nk : p.k_end, n2 = p.k_end - p.k2_row;
+  RT_CHECK(!two || (p.k2_row % kWgKeysPerTile == 0 && p.k2_row >= p.Nk && p.Nk >= kWgKeysPerTile &&
+                    n2 >= kWgKeysPerTile && p.k2 != nullptr && p.v2 != nullptr),
+           "attn_fwd_ws: two key sources need k2_row a multiple of " << kWgKeysPerTile << " at or past Nk = " << p.Nk
+                                                                   << " and both sources >= " << kWgKeysPerTile
+                                                                   << " rows (k2_row = " << p.k2_row << ")");
+  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, k1_end, p.Hkv, D, kWgKeysPerTile);
+  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, k1_end, p.Hkv, D, kWgKeysPerTile);
+  const CUtensorMap tk2 = two ? make_rows_heads_tma_map(p.k2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tk;
+  const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tv;
   // The fresh and finalized forms also own the rows outside [q_begin, q_end): extra CTAs before the query tiles.
   if constexpr (kDocs) attn_doc_q128_order(p.docs, B, p.q_begin, p.q_end, stream);  // spans, runs, launch order
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
   launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs, kCons>, grid, dim3(kWsThreads<kCons>), smem, stream, tq, tk,
-                          tv, p, int(tiles));
+                          tv, tk2, tv2, p, int(tiles));
 }
 
 }  // namespace
@@ -494,7 +516,9 @@ void launch_attn_fwd_ws(const AttnFwdParams& p, int64_t D, int64_t B, int device
   // A TMA box (the CTA's query rows, 128 keys) must not be longer than the tensor map's row extent (q_end,
   // k_end): such tiny blocks run fwd v4 (cp.async with zero-fill), which has the same contract and the same
   // requirements.
+  RT_CHECK(p.k2_row == 0 || p.docs.on, "attn_fwd_block (ws): two key sources only with the document mask");
   if (p.q_end < kWgRowsPerCta || p.k_end < kWgKeysPerTile) {
+    RT_CHECK(p.k2_row == 0, "attn_fwd_block (ws): two key sources need q_end and k_end >= 128");
     RT_CHECK(!p.fresh && p.out == nullptr, "attn_fwd_block (ws): a fused call (fresh state or finalized output) "
                                            "needs q_end and k_end >= 128; fwd v4 has no fused form");
     launch_attn_fwd_wgmma(p, D, B, device, stream);

@@ -33,6 +33,13 @@ struct AttnFwdParams {
   bool fresh = false;
   __nv_bfloat16* out = nullptr;
   float* lse = nullptr;
+  // fwd v5 with documents only, set by attn_fwd_whole_two_kv: keys from two sources as one list. k2_row > 0: the
+  // call's key rows [0, Nk) are k / v's (Nk = the first source's rows), rows [k2_row, k_end) are k2 / v2's rows
+  // [0, k_end - k2_row) ((B, k_end - k2_row, Hkv, D)); k2_row is Nk rounded up to the 128-key tile, and the rows
+  // between are read as zero and masked by their positions (docs.k_pos holds k_end rows of that list).
+  int64_t k2_row = 0;
+  const __nv_bfloat16* k2 = nullptr;  // (B, k_end - k2_row, Hkv, D)
+  const __nv_bfloat16* v2 = nullptr;  // (B, k_end - k2_row, Hkv, D)
 };
 
 struct AttnBwdParams {

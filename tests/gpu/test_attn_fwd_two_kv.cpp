@@ -1,0 +1,120 @@
+// attn_fwd_whole_two_kv on CUDA (kernels/cuda/attention/attn_fwd_fused.cu; fwd v5 reads the two sources as one key
+// list): against the fp64 attention over the list (tests/unit/kernels/two_kv_case.h: the gather scheme's own and
+// gathered keys, the gap between them masked by position), at d 128 and d 64, GQA, two samples with different
+// documents (some of length 1), rows that see keys of one source or of both (the CPU test covers rows that see
+// none); and against the op sequence
+// it replaces (attn_fwd_block_first over source 1, attn_fwd_block_last over source 2), and with a second source
+// under the kernel's 128 rows (the op then runs that sequence). Positions are 64-bit, past 2^32. Inputs fresh random
+// bf16 values; out and lse NaN-poisoned first. Bounds: out 1e-2 relative (P is bf16 in the MMA), lse 1e-4 absolute,
+// -inf exactly where the reference has it, no NaN. Skips without a CUDA device.
+#include <cmath>
+#include <memory>
+
+#include "tests/gpu/attention_test_util.h"
+#include "tests/unit/kernels/two_kv_case.h"
+#include "tests/unit/test_reference.h"
+
+namespace rt::test {
+namespace {
+
+constexpr int64_t kBase = (int64_t(1) << 32) + 7;  // added to every position: 64-bit positions
+
+float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+struct DeviceCase {
+  Buffer q, k1, v1, k2, v2, qp, qd, kp;  // (B,n,H,D) bf16, sources bf16, positions int64 as i32 pairs
+  AttnMask mask;
+};
+
+std::vector<int32_t> words(const std::vector<int64_t>& x) {  // int64 as (low, high) i32 words
+  std::vector<int32_t> w;
+  for (int64_t e : x) w.push_back(int32_t(uint32_t(e + kBase))), w.push_back(int32_t((e + kBase) >> 32));
+  return w;
+}
+
+std::unique_ptr<DeviceCase> to_device(const TwoKvCase& c) {
+  auto d = std::unique_ptr<DeviceCase>(new DeviceCase{
+      Buffer(gpu(), DType::bf16, {c.B, c.n, c.H, c.D}), Buffer(gpu(), DType::bf16, {c.B, c.n, c.Hkv, c.D}),
+      Buffer(gpu(), DType::bf16, {c.B, c.n, c.Hkv, c.D}), Buffer(gpu(), DType::bf16, {c.B, c.R, c.Hkv, c.D}),
+      Buffer(gpu(), DType::bf16, {c.B, c.R, c.Hkv, c.D}), Buffer(gpu(), DType::i32, {c.B * c.n * 2}),
+      Buffer(gpu(), DType::i32, {c.B * c.n * 2}), Buffer(gpu(), DType::i32, {c.B * c.list * 2}), AttnMask{}});
+  upload(d->q.t(), c.q);
+  upload(d->k1.t(), c.k1);
+  upload(d->v1.t(), c.v1);
+  upload(d->k2.t(), c.k2);
+  upload(d->v2.t(), c.v2);
+  upload_i32(d->qp.t(), words(c.q_pos));
+  upload_i32(d->qd.t(), words(c.q_doc));
+  upload_i32(d->kp.t(), words(c.k_pos));
+  d->mask = c.mask();
+  d->mask.docs.q_pos = static_cast<const int64_t*>(d->qp.t().data);
+  d->mask.docs.q_doc_start = static_cast<const int64_t*>(d->qd.t().data);
+  d->mask.docs.k_pos = static_cast<const int64_t*>(d->kp.t().data);
+  return d;
+}
+
+struct Got {
+  std::vector<float> out, lse;
+};
+
+// fused: attn_fwd_whole_two_kv; else the sequence it replaces.
+Got run(const TwoKvCase& c, const DeviceCase& d, bool fused) {
+  Buffer acc(gpu(), DType::f32, {c.B, c.H, c.n, c.D}), m(gpu(), DType::f32, {c.B, c.H, c.n}),
+      l(gpu(), DType::f32, {c.B, c.H, c.n}), out(gpu(), DType::bf16, {c.B, c.n, c.H, c.D}),
+      lse(gpu(), DType::f32, {c.B, c.H, c.n});
+  poison(acc.t());
+  poison(out.t());
+  poison(lse.t());
+  AttnState st{acc.t(), m.t(), l.t()};
+  if (fused) {
+    attn_fwd_whole_two_kv(d.q.t(), d.k1.t(), d.v1.t(), d.k2.t(), d.v2.t(), st, d.mask, out.t(), lse.t());
+  } else {
+    AttnMask second = d.mask;
+    second.docs.k_pos += attn_second_kv_row(c.n);
+    attn_fwd_block_first(d.q.t(), d.k1.t(), d.v1.t(), st, d.mask);
+    attn_fwd_block_last(d.q.t(), d.k2.t(), d.v2.t(), st, second, out.t(), lse.t());
+  }
+  return Got{download(out.t()), download(lse.t())};
+}
+
+void check_against_fp64(const TwoKvCase& c, const Got& got, const char* what) {
+  std::vector<double> ref_out, ref_lse;
+  attention_forward_ref({c.B, c.n, c.list, c.H, c.Hkv, c.D}, c.q.data(), c.k_list.data(), c.v_list.data(), c.mask(),
+                        ref_out, ref_lse);
+  std::vector<float> out_f(ref_out.begin(), ref_out.end()), lse_f(ref_lse.begin(), ref_lse.end());
+  EXPECT_LT(rel_error(got.out, out_f), 1e-2) << what;
+  EXPECT_LT(lse_max_abs_error(got.lse, lse_f), 1e-4) << what;
+}
+
+void check_case(const TwoKvCase& c) {
+  ASSERT_GT(c.list - c.R, c.n) << "the case must have gap rows";
+  const auto d = to_device(c);
+  const Got fused = run(c, *d, true), sequence = run(c, *d, false);
+  check_against_fp64(c, fused, "attn_fwd_whole_two_kv");
+  check_against_fp64(c, sequence, "block_first + block_last");
+  EXPECT_LT(rel_error(fused.out, sequence.out), 1e-2);
+  EXPECT_LT(lse_max_abs_error(fused.lse, sequence.lse), 1e-4);
+}
+
+TEST(AttnFwdTwoKv, D128GqaTwoSamplesMatchFp64AndTheTwoCalls) {
+  RT_REQUIRE_CUDA();
+  // Own rows [300, 700) and [1200, 1500): n = 700, the gap is 768 - 700 = 68 rows.
+  check_case(make_two_kv_case(2, 4, 2, 128, 2100, 300, 700, 1200, 1500, 17, round_bf16));
+}
+
+TEST(AttnFwdTwoKv, D64MatchesFp64AndTheTwoCalls) {
+  RT_REQUIRE_CUDA();
+  check_case(make_two_kv_case(2, 2, 1, 64, 1600, 150, 410, 900, 1090, 29, round_bf16));
+}
+
+TEST(AttnFwdTwoKv, ASecondSourceUnderOneKeyTileRunsTheSequence) {
+  RT_REQUIRE_CUDA();
+  // Own rows cover most of the sample, so few rows come from elsewhere (fewer than the kernel's 128-key tile).
+  const TwoKvCase c = make_two_kv_case(1, 2, 2, 128, 700, 0, 300, 320, 690, 41, round_bf16);
+  ASSERT_TRUE(c.R > 0 && c.R < 128) << c.R;
+  const auto d = to_device(c);
+  check_against_fp64(c, run(c, *d, true), "attn_fwd_whole_two_kv, short second source");
+}
+
+}  // namespace
+}  // namespace rt::test

@@ -1,0 +1,103 @@
+// A case of attn_fwd_whole_two_kv (kernels/op_list.inc), shared by its CPU test (tests/unit/kernels/
+// test_attn_fwd_two_kv_cpu.cpp) and its GPU test (tests/gpu/test_attn_fwd_two_kv.cpp): the gather scheme's forward
+// on one rank. Per sample, T positions cut into documents of random lengths (seeded, some of length 1); the rank
+// holds two chunks of positions (its queries and its own keys, source 1, n rows); source 2 holds the positions of
+// other chunks that one of its queries sees (in position order), then a few that none sees, padded with position T
+// to R rows (the same R for every sample). The key list: source 1's n rows, the gap up to attn_second_kv_row(n)
+// (position T: no query sees it), then source 2. Values are fresh random bf16-rounded numbers; the reference is the
+// fp64 attention over the list with zero K / V in the gap (test_reference.h).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace rt::test {
+
+struct TwoKvCase {
+  int64_t B, H, Hkv, D, T, n, R, list;  // list = attn_second_kv_row(n) + R
+  std::vector<int64_t> q_pos, q_doc;     // (B, n) the queries' positions and document starts
+  std::vector<int64_t> k_pos;            // (B, list) the key list's positions
+  std::vector<float> q;                  // (B, n, H, D)
+  std::vector<float> k1, v1;             // (B, n, Hkv, D) source 1: the queries' own keys
+  std::vector<float> k2, v2;             // (B, R, Hkv, D) source 2
+  std::vector<float> k_list, v_list;     // (B, list, Hkv, D) both sources in list order, zero in the gap
+  AttnMask mask() const {  // over host arrays; a GPU caller swaps the pointers for device copies
+    AttnMask m;
+    m.docs.q_pos = q_pos.data();
+    m.docs.q_doc_start = q_doc.data();
+    m.docs.k_pos = k_pos.data();
+    m.docs.q_stride = n;
+    m.docs.k_stride = list;
+    return m;
+  }
+};
+
+// round: the bf16 rounding of the caller's test utilities (values must be representable in bf16 on both sides).
+template <class Round>
+TwoKvCase make_two_kv_case(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t T, int64_t a0, int64_t a1,
+                           int64_t b0, int64_t b1, uint64_t seed, Round round) {
+  TwoKvCase c;
+  c.B = B, c.H = H, c.Hkv = Hkv, c.D = D, c.T = T, c.n = (a1 - a0) + (b1 - b0), c.R = 0, c.list = 0;
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int64_t>> seen(static_cast<size_t>(B)), unseen(static_cast<size_t>(B));  // source 2's positions per sample
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> start(static_cast<size_t>(T));  // document start by position
+    for (int64_t p = 0; p < T;) {
+      const int64_t len = rng() % 7 == 0 ? 1 : 1 + int64_t(rng() % 400);
+      for (int64_t t = p; t < std::min(T, p + len); ++t) start[size_t(t)] = p;
+      p += len;
+    }
+    std::vector<int64_t> own;
+    for (int64_t p = a0; p < a1; ++p) own.push_back(p);
+    for (int64_t p = b0; p < b1; ++p) own.push_back(p);
+    std::vector<int64_t> last_own(static_cast<size_t>(T), -1);  // per document start, the last own position in it
+    for (int64_t p : own) {
+      c.q_pos.push_back(p);
+      c.q_doc.push_back(start[size_t(p)]);
+      last_own[size_t(start[size_t(p)])] = std::max(last_own[size_t(start[size_t(p)])], p);
+    }
+    for (int64_t p = 0; p < T; ++p) {
+      if ((p >= a0 && p < a1) || (p >= b0 && p < b1)) continue;
+      if (p < last_own[size_t(start[size_t(p)])]) seen[size_t(b)].push_back(p);
+      else if (rng() % 16 == 0) unseen[size_t(b)].push_back(p);  // after every own query of its document
+    }
+    c.R = std::max<int64_t>(c.R, int64_t(seen[size_t(b)].size() + unseen[size_t(b)].size()));
+  }
+  const int64_t s2 = attn_second_kv_row(c.n);
+  c.list = s2 + c.R;
+  const int64_t W = Hkv * D;
+  auto random = [&](int64_t count) {
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<float> x(static_cast<size_t>(count));
+    for (float& e : x) e = round(dist(rng));
+    return x;
+  };
+  c.q = random(B * c.n * H * D);
+  c.k1 = random(B * c.n * W);
+  c.v1 = random(B * c.n * W);
+  c.k2 = random(B * c.R * W);
+  c.v2 = random(B * c.R * W);
+  c.k_list.assign(size_t(B * c.list * W), 0.f);
+  c.v_list.assign(size_t(B * c.list * W), 0.f);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> second = seen[size_t(b)];
+    second.insert(second.end(), unseen[size_t(b)].begin(), unseen[size_t(b)].end());
+    std::sort(second.begin(), second.end());
+    second.resize(size_t(c.R), T);  // padding: no query sees position T
+    for (int64_t j = 0; j < c.list; ++j) {
+      const bool first = j < c.n, gap = !first && j < s2;
+      c.k_pos.push_back(first ? c.q_pos[size_t(b * c.n + j)] : gap ? T : second[size_t(j - s2)]);
+      if (gap) continue;
+      const float* ks = first ? &c.k1[size_t((b * c.n + j) * W)] : &c.k2[size_t((b * c.R + j - s2) * W)];
+      const float* vs = first ? &c.v1[size_t((b * c.n + j) * W)] : &c.v2[size_t((b * c.R + j - s2) * W)];
+      std::copy(ks, ks + W, c.k_list.begin() + (b * c.list + j) * W);
+      std::copy(vs, vs + W, c.v_list.begin() + (b * c.list + j) * W);
+    }
+  }
+  return c;
+}
+
+}  // namespace rt::test
