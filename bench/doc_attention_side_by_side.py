@@ -45,7 +45,7 @@ JSONL row with its `candidate` label and `predicted_*`; a markdown table per sam
 bwd critical path with communication and "pick / best measured", flagged above 1.05. No FA4 / Flex / dense there.
   python3 bench/doc_attention_side_by_side.py --ours build-gpu/bench/bench_doc_ring_steps --candidates 4 \
       --n 65536,131072 --mixes stdlib,short,magi,one [--cp 8] [--heads 32 --kv-heads 8] --jsonl study.jsonl
-  python3 bench/doc_attention_side_by_side.py --summarize study.jsonl   # CPU: the tables again from the rows
+  python3 bench/doc_attention_side_by_side.py --summarize study.jsonl [...]  # CPU: the tables again from the rows
 --self-test --lister build-cpu/bench/bench_doc_imbalance also checks the summary on made-up rows and the candidate
 listing (the same code as bench_doc_ring_steps --list-candidates) on the CPU.
 """
@@ -190,6 +190,8 @@ def cross_check_ours(binary, stdlib, cp=8):
                 assert f"N {n}," in run.stdout and f"{len(lengths)} documents" in run.stdout, run.stdout
     print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --plan-only counts the same pairs")
     cross_check_gather(binary, stdlib)
+    import doc_candidates_study  # imports this module: here, not at the top
+    doc_candidates_study.check_ours_candidates(binary)
 
 
 def layout_owner(layout, n, cp):
@@ -445,7 +447,7 @@ def main():
     ap.add_argument("--candidates", type=int, default=0, metavar="K",
                     help="per (N, mix): the chooser's pick and its K best-predicted other candidates, measured "
                          "(bench/doc_candidates_study.py); no FA4 / Flex / dense")
-    ap.add_argument("--summarize", metavar="FILE", help="the --candidates tables from a JSONL file; no GPU")
+    ap.add_argument("--summarize", metavar="FILE", nargs="+", help="the --candidates tables from JSONL files; no GPU")
     ap.add_argument("--lister", help="with --self-test: bench_doc_imbalance, whose --list-candidates is checked")
     args = ap.parse_args()
     args.kv_heads = args.kv_heads or args.heads

@@ -12,7 +12,7 @@ critical path with the NVLink model's communication, fwd + bwd: path_comm_fwd_ms
 the gather scheme's JSON both carry them). Per sample a markdown table; "pick / best" = the pick's measure over the
 least measured, flagged when above 1.05 (the issue's bound).
 
-  --summarize FILE.jsonl rebuilds the tables from saved rows (no GPU).
+  --summarize FILE.jsonl [...] rebuilds the tables from saved rows (no GPU).
   --self-test [--lister bench_doc_imbalance]: the summary on made-up rows against an answer built into them, and with
   the lister its candidate listing (the same code as bench_doc_ring_steps --list-candidates, CPU only).
 """
@@ -204,15 +204,16 @@ def summary_table(samples):
     return "\n".join(lines)
 
 
-def summarize_file(path):
-    """--summarize: the tables again from a JSONL file of study rows (other rows are skipped). Returns the samples."""
+def summarize_file(paths):
+    """--summarize: the tables again from JSONL files of study rows (other rows are skipped). Returns the samples."""
     rows = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                if "candidate" in row and "run" in row:
-                    rows.append(row)
+    for path in [paths] if isinstance(paths, str) else paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    if "candidate" in row and "run" in row:
+                        rows.append(row)
     samples = summarize_rows(rows)
     for s in samples:
         print(sample_table(s))
@@ -225,8 +226,8 @@ def summarize_file(path):
 def made_up_rows(rng):
     """Study rows of a few samples with random measures, and per sample the answer built in: (pick / best, best label).
     The pick's time is the best other candidate's times a random factor (the answer: that factor, or 1 and the pick
-    itself when the factor is below 1); one sample's candidate failed to run; one candidate measured twice (the
-    least counts)."""
+    itself when the factor is below 1); one sample's candidate failed to run; the best other candidate is measured
+    twice, the second time slower (the least counts)."""
     rows, answers = [], {}
     for n, mix in ((65536, "stdlib"), (131072, "magi"), (524288, "short")):
         labels = ["contiguous", "zigzag", "docpack(4096)", "gather:gatherpack(1)", "gather:docpack(4096/runs)"]
@@ -247,8 +248,7 @@ def made_up_rows(rng):
         rows.append(row(pick, "pick", times[pick]))
         for x in others:
             rows.append(row(x, "candidate", times[x]))
-        slower = max(others, key=times.get)
-        rows.append(row(slower, "candidate", times[slower] * 1.5))  # a second, slower measurement of one
+        rows.append(row(best_other, "candidate", times[best_other] * 1.5))  # a second, slower measurement
         if mix == "magi":
             rows.append(row("striped", "candidate", 0.0, error="out of memory"))
     return rows, answers
@@ -331,9 +331,49 @@ def check_listing(lister):
           "candidates and its pick")
 
 
+def check_ours_candidates(binary):
+    """bench_doc_ring_steps (CUDA build; host only here): its --list-candidates passes check_listing; --scheme auto
+    --plan-only runs the listing's pick; --candidate LABEL --plan-only runs that candidate, its scheme (the gather plan
+    printed iff gather) and its order (the model line's predicted path is the listing's); a label the chooser has not
+    is an error naming the labels, and --candidate with --scheme is refused."""
+    check_listing(binary)
+    stdlib = read_lengths(STDLIB_LENGTHS)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "stdlib_65536.txt")
+        write_lengths(path, make_mix("stdlib", 65536, 1, stdlib))
+        listing = list_candidates(binary, path, 8, 16, 16, 128)
+
+        def plan(*extra):
+            run = subprocess.run([binary, "--lengths", path, "--cp", "8", "--plan-only"] + list(extra),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            return run.returncode, run.stdout
+        rc, out = plan("--scheme", "auto")
+        assert rc == 0 and f"(auto:{listing['pick']})" in out, (listing["pick"], out)
+        ring = [c for c in listing["candidates"] if c["scheme"] == "ring" and c["same_as"] is None]
+        gather = [c for c in listing["candidates"] if c["scheme"] == "gather"]
+        for c in (max(ring, key=predicted_total), min(ring, key=predicted_total), gather[-1], gather[0]):
+            rc, out = plan("--candidate", c["label"])
+            assert rc == 0 and f"candidate ({c['label']})" in out, (c["label"], out)
+            assert ("gather plan:" in out) == (c["scheme"] == "gather"), (c["label"], out)
+            words = out.split()
+            if c["scheme"] == "gather":  # the gather plan's model path: predict_gather_time of this order
+                at = words.index("model:", words.index("plan:"))
+            else:  # the model line: predict_ring_time of this order
+                at = words.index("model:")
+            fwd, bwd = float(words[words.index("fwd", at) + 1]), float(words[words.index("bwd", at) + 1])
+            want_fwd, want_bwd = c["predicted_fwd_us"] * 1e-3, c["predicted_bwd_us"] * 1e-3
+            assert abs(fwd - want_fwd) <= 1e-3 + 1e-3 * want_fwd and abs(bwd - want_bwd) <= 1e-3 + 1e-3 * want_bwd, (
+                c["label"], fwd, bwd, want_fwd, want_bwd, out)
+        rc, out = plan("--candidate", "docpack(3)")
+        assert rc == 1 and "no candidate 'docpack(3)'" in out and "gather:" in out, out
+        rc, out = plan("--candidate", listing["pick"], "--scheme", "ring")
+        assert rc == 2 and "leave out --scheme" in out, out
+    print(f"doc_candidates_study self-test: {os.path.basename(binary)} --candidate runs the candidate it names")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--summarize", help="a JSONL file of study rows: print the tables")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE", help="JSONL files of study rows: print the tables")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--lister", help="bench_doc_imbalance or bench_doc_ring_steps: also check its listing")
     args = ap.parse_args()
