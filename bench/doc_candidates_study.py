@@ -279,6 +279,7 @@ def self_test(lister=None):
     print("doc_candidates_study self-test: the summary finds the built-in pick / best on made-up rows")
     if lister:
         check_listing(lister)
+        check_study_with_fake_bench(lister)
 
 
 def check_listing(lister):
@@ -329,6 +330,62 @@ def check_listing(lister):
                                                                   for x in free), (what, k, chosen)
     print(f"doc_candidates_study self-test: {os.path.basename(lister)} --list-candidates lists the chooser's "
           "candidates and its pick")
+
+
+FAKE_BENCH = """#!/usr/bin/env python3
+# A stand-in for bench_doc_ring_steps (the study's self-test): lists through bench_doc_imbalance, and a run writes a
+# JSON whose paths are a function of the label it ran (auto: the listing's pick).
+import json, subprocess, sys, tempfile, zlib
+args = sys.argv[1:]
+val = lambda flag: args[args.index(flag) + 1]
+shape = ["--cp", val("--cp"), "--heads", val("--h"), "--kv-heads", val("--kv-heads"), "--d", val("--d")]
+if "--list-candidates" in args:
+    sys.exit(subprocess.call([LISTER, "--list-candidates", val("--lengths"), "--json", val("--json")] + shape))
+if "--candidate" in args:
+    label = val("--candidate")
+else:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.check_call([LISTER, "--list-candidates", val("--lengths"), "--json", f.name] + shape,
+                              stdout=subprocess.DEVNULL)
+        label = json.load(open(f.name))["pick"]
+ms = 1 + zlib.crc32(label.encode()) % 1000 / 250.0
+json.dump({"chosen": ("auto:" if "--candidate" not in args else "") + label, "path_comm_fwd_ms": ms / 3,
+           "path_comm_bwd_ms": ms * 2 / 3}, open(val("--json"), "w"))
+"""
+
+
+def check_study_with_fake_bench(lister):
+    """study_sample end to end on the CPU with FAKE_BENCH: one listing, the pick and the selection run once each,
+    each a row with its label and prediction, and the pick / best of the summary equal to the one computed here from
+    the stand-in's times."""
+    import zlib
+    stdlib = read_lengths(STDLIB_LENGTHS)
+    fake_ms = lambda label: 1 + zlib.crc32(label.encode()) % 1000 / 250.0
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = os.path.join(tmp, "bench_doc_ring_steps")
+        with open(fake, "w") as f:
+            f.write(FAKE_BENCH.replace("LISTER", repr(os.path.abspath(lister))))
+        os.chmod(fake, 0o755)
+        args = argparse.Namespace(cp=4, heads=16, kv_heads=4, d=128, warmup=1, reps=1, timing="queued", seed=3,
+                                  candidates=3)
+        lengths = make_mix("magi", 32768, 3, stdlib)
+        with open(os.path.join(tmp, "rows.jsonl"), "w") as jsonl:
+            rows = study_sample(fake, lengths, 32768, "magi", args, jsonl)
+        with open(os.path.join(tmp, "lengths.txt"), "w") as f:
+            f.write("\n".join(map(str, lengths)) + "\n")
+        listing = list_candidates(lister, os.path.join(tmp, "lengths.txt"), 4, 16, 4, 128)
+        want = [listing["pick"]] + select_candidates(listing, 3)
+        assert [r["candidate"] for r in rows] == want, ([r["candidate"] for r in rows], want)
+        assert [r["run"] for r in rows] == ["pick"] + ["candidate"] * (len(want) - 1), rows
+        by_label = {c["label"]: c for c in listing["candidates"]}
+        for r in rows:
+            assert abs(r["predicted_fwd_ms"] - by_label[r["candidate"]]["predicted_fwd_us"] * 1e-3) < 1e-9, r
+            assert (r["cp"], r["H"], r["kv_heads"], r["N"], r["mix"]) == (4, 16, 4, 32768, "magi"), r
+        (s,) = summarize_file(os.path.join(tmp, "rows.jsonl"))
+        ratio = fake_ms(listing["pick"]) / min(fake_ms(x) for x in want)
+        assert abs(s["ratio"] - ratio) < 1e-3, (s["ratio"], ratio)
+    print("doc_candidates_study self-test: a study of one sample with a stand-in bench runs the pick and the "
+          "selection and finds their pick / best")
 
 
 def check_ours_candidates(binary):
