@@ -77,8 +77,8 @@ inline void print_candidate_listing(const std::vector<int64_t>& starts, int cp, 
                 same_as.c_str(), i == pick ? " <- pick" : "");
     if (json)
       std::fprintf(json, "%s{\"label\":\"%s\",\"name\":\"%s\",\"scheme\":\"%s\",\"predicted_fwd_us\":%.3f,"
-                         "\"predicted_bwd_us\":%.3f,\"predicted_fwd_compute_us\":%.3f,\"predicted_bwd_compute_us\":%.3f,"
-                         "\"same_as\":%s%s%s,\"pick\":%s}",
+                         "\"predicted_bwd_us\":%.3f,\"predicted_fwd_compute_us\":%.3f,"
+                         "\"predicted_bwd_compute_us\":%.3f,\"same_as\":%s%s%s,\"pick\":%s}",
                    i ? "," : "", c.label().c_str(), c.name.c_str(), c.gather ? "gather" : "ring", p.fwd_us, p.bwd_us,
                    p.fwd_compute_us, p.bwd_compute_us, same_as.empty() ? "null" : "\"", same_as.c_str(),
                    same_as.empty() ? "" : "\"", i == pick ? "true" : "false");
