@@ -37,6 +37,17 @@ Usage (on the GPU machine, from a checkout with a CUDA build):
       and with --ours that bench_doc_ring_steps --plan-only counts the same pairs and, with --scheme gather, receives
       the rows a brute force over positions says (ctest)
 Each JSONL row records the scheme, layout, cp, heads and kv_heads it ran with.
+
+The chooser against its candidates (bench/doc_candidates_study.py): per (N, mix), the candidates the chooser priced
+(bench_doc_ring_steps --list-candidates), then one run of its pick (--scheme auto) and one of each of the K
+best-predicted distinct candidates besides it (the best ring and the best gather candidate always among them), each a
+JSONL row with its `candidate` label and `predicted_*`; a markdown table per sample: each candidate's measured fwd /
+bwd critical path with communication and "pick / best measured", flagged above 1.05. No FA4 / Flex / dense there.
+  python3 bench/doc_attention_side_by_side.py --ours build-gpu/bench/bench_doc_ring_steps --candidates 4 \
+      --n 65536,131072 --mixes stdlib,short,magi,one [--cp 8] [--heads 32 --kv-heads 8] --jsonl study.jsonl
+  python3 bench/doc_attention_side_by_side.py --summarize study.jsonl [...]  # CPU: the tables again from the rows
+--self-test --lister build-cpu/bench/bench_doc_imbalance also checks the summary on made-up rows and the candidate
+listing (the same code as bench_doc_ring_steps --list-candidates) on the CPU.
 """
 import argparse
 import json
@@ -179,6 +190,8 @@ def cross_check_ours(binary, stdlib, cp=8):
                 assert f"N {n}," in run.stdout and f"{len(lengths)} documents" in run.stdout, run.stdout
     print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --plan-only counts the same pairs")
     cross_check_gather(binary, stdlib)
+    import doc_candidates_study  # imports this module: here, not at the top
+    doc_candidates_study.check_ours_candidates(binary)
 
 
 def layout_owner(layout, n, cp):
@@ -431,15 +444,26 @@ def main():
     ap.add_argument("--out", help="the markdown table")
     ap.add_argument("--dry-run", action="store_true", help="print the mixes and commands; no GPU")
     ap.add_argument("--self-test", action="store_true", help="check the mixes and pair counts; no GPU")
+    ap.add_argument("--candidates", type=int, default=0, metavar="K",
+                    help="per (N, mix): the chooser's pick and its K best-predicted other candidates, measured "
+                         "(bench/doc_candidates_study.py); no FA4 / Flex / dense")
+    ap.add_argument("--summarize", metavar="FILE", nargs="+", help="the --candidates tables from JSONL files; no GPU")
+    ap.add_argument("--lister", help="with --self-test: bench_doc_imbalance, whose --list-candidates is checked")
     args = ap.parse_args()
     args.kv_heads = args.kv_heads or args.heads
     if args.kv_heads < 1 or args.heads % args.kv_heads:
         ap.error(f"--kv-heads {args.kv_heads} must divide --heads {args.heads}")
     stdlib = read_lengths(args.lengths)
+    if args.self_test or args.summarize or args.candidates:
+        import doc_candidates_study  # imports this module: here, not at the top
     if args.self_test:
         self_test(stdlib)
+        doc_candidates_study.self_test(args.lister)
         if args.ours:  # CPU too: the binary's --plan-only needs no GPU
             cross_check_ours(args.ours, stdlib)
+        return 0
+    if args.summarize:
+        doc_candidates_study.summarize_file(args.summarize)
         return 0
     sizes = [int(x) for x in args.n.split(",")]
     mixes = [m for m in args.mixes.split(",") if m]
@@ -455,6 +479,18 @@ def main():
     if "ours" not in skip and not (args.ours and os.path.exists(args.ours)):
         ap.error("--ours must name bench_doc_ring_steps (build it with a CUDA build: build-gpu/bench/), "
                  "or pass --skip ours")
+    if args.candidates:
+        if "ours" in skip:
+            ap.error("--candidates measures bench_doc_ring_steps: leave ours in")
+        samples = []
+        with open(args.jsonl, "a") if args.jsonl else open(os.devnull, "w") as jsonl:
+            for n in sizes:
+                for name in mixes:
+                    lengths = make_mix(name, n, args.seed, stdlib)
+                    print("\n" + describe(name, n, lengths), flush=True)
+                    samples += doc_candidates_study.study_sample(args.ours, lengths, n, name, args, jsonl)
+        print("\n" + doc_candidates_study.summary_table(doc_candidates_study.summarize_rows(samples)))
+        return 0
 
     header = ("| N | mix | docs | pairs / causal | ours fwd | ours bwd | FA4 fwd | FA4 bwd | Flex fwd | Flex bwd | "
               "dense fwd | dense bwd | ours / FA4 fwd | bwd | cp=%d ring: whole / sequence fwd | bwd | "

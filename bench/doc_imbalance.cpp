@@ -16,6 +16,16 @@
 // model's coefficients (bench/fit_ring_time_model.py) reads these lines. The dispatch's greedy weighs calls by the
 // forward model, so a dispatch measured under other coefficients is rebuilt with them (--dispatch-planned-with: the
 // forward call_us, query_tile_us, full_us, edge_us); its predicted times stay the compiled model's, `pick` too.
+//   bench_doc_imbalance --list-candidates FILE [--cp 8] [--heads 16] [--kv-heads H] [--d 128] [--json OUT]
+// --list-candidates: the chooser's candidates for the sample FILE lists, ring and gather, with their predicted times
+// and the pick (bench/doc_candidates.h; the same listing as bench_doc_ring_steps --list-candidates, without CUDA).
+//   bench_doc_imbalance --gather-features FILE --candidate LABEL [--cp 8] [--heads 16] [--own-split M,M,...]
+// --gather-features: the gather scheme's calls of one candidate of the chooser (its label, e.g.
+// 'gather:gatherpack(1)'), per rank the tiles [full, partial, active query tiles] of the own call, the gathered call
+// and the own backward's parts A (own key rows [0, m)) and B ([m, n)), null where a call does not run, as one JSON
+// line; m per rank from --own-split (what a measured row ran: its own_split_m), else the compiled model's
+// (predict_own_bwd_split). Its rows received per rank too, to check the plan is the one measured.
+// bench/fit_ring_time_model.py --gather fits the per-call model to measured gather rows with these.
 // Mixes: FILE (default tests/data/python_stdlib_doc_lengths.txt), windows at seeded offsets into the stream of
 // its documents; a seeded log-normal (median 2048 tokens, sigma 1.5: a long tail); short (uniform 1K-4K) and
 // short_long (3 in 4 short, else 8K-32K), as bench/doc_attention_side_by_side.py draws them; one document per sample.
@@ -31,8 +41,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/doc_candidates.h"
 #include "parallel/doc_balance.h"
 #include "parallel/doc_dispatch.h"
+#include "parallel/kv_gather.h"
 #include "parallel/ring_schedule.h"
 
 using namespace rt;
@@ -113,12 +125,75 @@ int print_features(const std::string& lengths_path, int cp, int64_t heads, const
   return 0;
 }
 
+// The sample FILE lists: document starts (T) by position; T must be a multiple of cp.
+std::vector<int64_t> sample_from_file(const std::string& path, int cp) {
+  const std::vector<int64_t> lengths = read_doc_lengths(path);
+  int64_t T = 0;
+  for (int64_t L : lengths) T += L;
+  RT_CHECK(cp >= 1 && T % cp == 0, path << " holds " << T << " tokens, not a multiple of --cp " << cp
+                                        << "; give a sample whose length cp divides");
+  return doc_starts_from_lengths(lengths, T);
+}
+
+// "[full, partial, active]" of call (r, r) of c, or null where it does not run.
+std::string call_tiles_json(const RingTileCost& c, int r, int cp) {
+  const size_t i = size_t(r * cp + r);
+  if (!c.runs[i]) return "null";
+  char b[96];
+  std::snprintf(b, sizeof b, "[%.0f, %.0f, %.0f]", c.full_tiles[i], c.partial_tiles[i], c.active[i]);
+  return b;
+}
+
+// --gather-features (see the header). own_split: (cp) key row m per rank, or empty for the model's.
+int print_gather_features(const std::string& path, const std::string& label, int cp, const RingShape& shape,
+                          const std::vector<int64_t>& own_split) {
+  const std::vector<int64_t> starts = sample_from_file(path, cp);  // (T) by position
+  const int64_t T = int64_t(starts.size()), n = T / cp;
+  const std::vector<RingCandidate> cands = bench::chooser_candidates(starts, cp, shape);
+  const RingCandidate& c = cands[bench::find_candidate(cands, label)];
+  RT_CHECK(c.gather, "--gather-features: " << label << " is a ring candidate; give a gather one (gather:...)");
+  RT_CHECK(own_split.empty() || own_split.size() == size_t(cp), "--own-split: " << own_split.size()
+                                                                                 << " values for cp = " << cp);
+  const KvGatherPlan plan = kv_gather_plan_for_spans(document_begins(starts), c.spans, cp);
+  const KvGatherTiles tiles = kv_gather_tiles(starts, c.spans, plan, cp);
+  const RingTileRows own = ring_tile_rows(c.spans, T, cp);
+  std::vector<double> diagonal(size_t(cp) * size_t(cp), 0.0);  // (cp*cp) the own calls (r, r)
+  std::vector<int64_t> m(static_cast<size_t>(cp));              // (cp) each rank's split row
+  RingTileRows part_a = own, part_b = own;  // the own call's key tiles [0, m / 128) and [m / 128, end)
+  for (int r = 0; r < cp; ++r) {
+    diagonal[size_t(r * cp + r)] = 1;
+    m[size_t(r)] = own_split.empty() ? predict_own_bwd_split(tiles, plan, r, shape).m : own_split[size_t(r)];
+    RT_CHECK(m[size_t(r)] >= 0 && m[size_t(r)] < n && m[size_t(r)] % kCostKeyTileRows == 0,
+             "--own-split: rank " << r << "'s m = " << m[size_t(r)] << " is not a multiple of " << kCostKeyTileRows
+                                  << " below n = " << n);
+    const std::vector<int64_t>& key = own.key[size_t(r)];  // (2 * key tiles) first, last position of each
+    const size_t cut = size_t(2 * (m[size_t(r)] / kCostKeyTileRows));
+    part_a.key[size_t(r)].assign(key.begin(), key.begin() + std::ptrdiff_t(m[size_t(r)] ? cut : key.size()));
+    part_b.key[size_t(r)].assign(key.begin() + std::ptrdiff_t(m[size_t(r)] ? cut : key.size()), key.end());
+  }
+  std::vector<double> split_runs = diagonal;  // (cp*cp) part B runs only where the rank splits
+  for (int r = 0; r < cp; ++r) split_runs[size_t(r * cp + r)] = m[size_t(r)] > 0 ? 1 : 0;
+  const RingTileCost a = ring_tile_cost_for_rows(starts, part_a, cp, diagonal);
+  const RingTileCost b = ring_tile_cost_for_rows(starts, part_b, cp, split_runs);
+  std::printf("{\"candidate\": \"%s\", \"T\": %lld, \"cp\": %d, \"heads\": %lld, \"recv_rows\": [%s], "
+              "\"own_split_m\": [%s], \"model_fwd_us\": %.3f, \"model_bwd_us\": %.3f, \"ranks\": [",
+              label.c_str(), (long long)T, cp, (long long)shape.heads, bench::join_ints(plan.recv_rows).c_str(),
+              bench::join_ints(m).c_str(), c.time.fwd_us, c.time.bwd_us);
+  for (int r = 0; r < cp; ++r)
+    std::printf("%s{\"own\": %s, \"gathered\": %s, \"own_a\": %s, \"own_b\": %s}", r ? ", " : "",
+                call_tiles_json(tiles.own, r, cp).c_str(), call_tiles_json(tiles.gathered, r, cp).c_str(),
+                call_tiles_json(a, r, cp).c_str(), call_tiles_json(b, r, cp).c_str());
+  std::printf("]}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string path = RT_SOURCE_DIR "/tests/data/python_stdlib_doc_lengths.txt", features_path, dispatch_planned_with;
+  std::string list_path, gather_path, candidate, json_out, own_split_arg;
   int samples = 8, features_cp = 8;
-  int64_t features_heads = 16;
+  int64_t features_heads = 16, kv_heads = 0, head_dim = 128;  // kv_heads 0: --heads
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--doc-lengths") && i + 1 < argc) path = argv[++i];
     else if (!std::strcmp(argv[i], "--samples") && i + 1 < argc) samples = std::atoi(argv[++i]);
@@ -126,11 +201,50 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) features_cp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--heads") && i + 1 < argc) features_heads = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--dispatch-planned-with") && i + 1 < argc) dispatch_planned_with = argv[++i];
+    else if (!std::strcmp(argv[i], "--list-candidates") && i + 1 < argc) list_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--gather-features") && i + 1 < argc) gather_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--candidate") && i + 1 < argc) candidate = argv[++i];
+    else if (!std::strcmp(argv[i], "--own-split") && i + 1 < argc) own_split_arg = argv[++i];
+    else if (!std::strcmp(argv[i], "--kv-heads") && i + 1 < argc) kv_heads = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--d") && i + 1 < argc) head_dim = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_out = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--doc-lengths FILE] [--samples N] | --features FILE [--cp 8] [--heads 16] "
-                           "[--dispatch-planned-with CALL,QUERY,FULL,EDGE]\n",
+                           "[--dispatch-planned-with CALL,QUERY,FULL,EDGE] | --list-candidates FILE [--cp 8] "
+                           "[--heads 16] [--kv-heads H] [--d 128] [--json OUT] | --gather-features FILE --candidate "
+                           "LABEL [--cp 8] [--heads 16] [--kv-heads H] [--d 128] [--own-split M,M,...]\n",
                    argv[0]);
       return 2;
+    }
+  }
+  if (!list_path.empty() || !gather_path.empty()) {
+    RingShape shape;  // the time model's shape the candidates are priced for
+    shape.heads = features_heads, shape.kv_heads = kv_heads ? kv_heads : features_heads, shape.head_dim = head_dim;
+    if (shape.heads < 1 || shape.kv_heads < 1 || shape.heads % shape.kv_heads != 0 || head_dim < 1) {
+      std::fprintf(stderr, "bench_doc_imbalance: needs --kv-heads dividing --heads and --d >= 1 (got heads %lld, "
+                           "kv-heads %lld, d %lld)\n", (long long)shape.heads, (long long)shape.kv_heads,
+                   (long long)head_dim);
+      return 2;
+    }
+    if (!gather_path.empty() && candidate.empty()) {
+      std::fprintf(stderr, "bench_doc_imbalance --gather-features: give --candidate LABEL (e.g. gather:contiguous)\n");
+      return 2;
+    }
+    try {
+      if (!list_path.empty()) {
+        bench::print_candidate_listing(sample_from_file(list_path, features_cp), features_cp, shape, json_out);
+        return 0;
+      }
+      std::vector<int64_t> own_split;  // (cp) or empty
+      for (size_t at = 0; at < own_split_arg.size();) {
+        const size_t comma = std::min(own_split_arg.find(',', at), own_split_arg.size());
+        own_split.push_back(std::stoll(own_split_arg.substr(at, comma - at)));
+        at = comma + 1;
+      }
+      return print_gather_features(gather_path, candidate, features_cp, shape, own_split);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_doc_imbalance: %s\n", e.what());
+      return 1;
     }
   }
   if (!features_path.empty()) {

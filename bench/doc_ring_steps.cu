@@ -29,9 +29,14 @@
 // The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
 //                        [--kv-heads H] [--warmup 3] [--reps 10] [--timing queued|lone] [--no-ring] [--plan-only]
-//                        [--json FILE]
+//                        [--json FILE] [--candidate LABEL] [--list-candidates]
 // --plan-only: the sample's pairs, the ring's skipped calls and imbalance, and with --scheme gather the gather plan
 // (rows per rank, bytes, the model's path), computed on the host; no GPU needed. --no-ring: the whole call only.
+// --candidate LABEL: any one candidate of the chooser (the ring and gather candidates --scheme auto chooses among),
+// named exactly as RingCandidate::label() writes it, e.g. 'zigzag', 'docpack(4096/runs)', 'gather:gatherpack(0.5)':
+// its layout and its scheme (so no --scheme with it; --layout is ignored).
+// --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
+// predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,6 +45,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "bench/doc_candidates.h"
 #include "bench/doc_gather_steps.cuh"
 #include "kernels/attention.h"
 #include "kernels/cuda_api.h"
@@ -64,8 +70,8 @@ struct Timed {
 int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
   int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
-  bool ring = true, plan_only = false;
-  std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring";
+  bool ring = true, plan_only = false, list_candidates = false, scheme_given = false;
+  std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring", candidate;
   bench::CallTiming timing = bench::CallTiming::queued;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -76,7 +82,9 @@ int main(int argc, char** argv) {
     else if (a == "--d") D = std::stoll(next());
     else if (a == "--h") H = std::stoll(next());
     else if (a == "--kv-heads") Hkv = std::stoll(next());
-    else if (a == "--scheme") scheme = next();
+    else if (a == "--scheme") scheme = next(), scheme_given = true;
+    else if (a == "--candidate") candidate = next();
+    else if (a == "--list-candidates") list_candidates = true;
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--timing") {
@@ -91,7 +99,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
                            "[--scheme ring|gather|auto] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
-                           "[--timing queued|lone] [--no-ring] [--plan-only] [--json FILE]\n");
+                           "[--timing queued|lone] [--no-ring] [--plan-only] [--json FILE] [--candidate LABEL] "
+                           "[--list-candidates]\n");
       return 2;
     }
   }
@@ -109,6 +118,11 @@ int main(int argc, char** argv) {
                          "kv-heads %ld)\n", cp, long(H), long(Hkv));
     return 2;
   }
+  if (!candidate.empty() && (scheme_given || list_candidates)) {
+    std::fprintf(stderr, "bench_doc_ring_steps: --candidate %s names its scheme and layout; leave out --scheme and "
+                         "--list-candidates\n", candidate.c_str());
+    return 2;
+  }
   bool gather = scheme == "gather";
   try {
     const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
@@ -123,9 +137,21 @@ int main(int argc, char** argv) {
     std::vector<int64_t> order;  // (N) ring order: rank 0's positions, rank 1's, ...
     RingShape shape;  // the time model's shape: this run's heads, K/V heads and head dim
     shape.heads = H, shape.kv_heads = Hkv, shape.head_dim = D;
+    if (list_candidates) {  // host only: the chooser's candidates and its pick
+      bench::print_candidate_listing(starts, cp, shape, json_path);
+      return 0;
+    }
     std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape);  // balanced's candidates, predicted
     const size_t pick = pick_balanced(cands);
-    if (scheme == "auto") {  // the chooser's pick among ring and gather candidates: layout and scheme
+    if (!candidate.empty()) {  // one candidate of the chooser by its label: layout and scheme
+      const std::vector<RingCandidate> all = bench::chooser_candidates(starts, cp, shape);
+      const RingCandidate& c = all[bench::find_candidate(all, candidate)];
+      order = ring_order_from_spans(c.spans, N, cp);
+      gather = c.gather;
+      scheme = gather ? "gather" : "ring";
+      layout_str = "candidate";
+      chosen = c.label();
+    } else if (scheme == "auto") {  // the chooser's pick among ring and gather candidates: layout and scheme
       const RingChoice choice = balanced_ring_choice(starts, cp, shape, /*with_gather=*/true);
       order = choice.order;
       gather = choice.gather;

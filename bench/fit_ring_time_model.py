@@ -18,10 +18,22 @@ dispatch rows' assignment is rebuilt with the coefficients they were planned wit
       [--cp8 bench/results/2026-12-01-h200-doc-cp8/cp8.jsonl] \\
       [--whole bench/results/2026-12-01-h200-a2a-per-rank/a2a.jsonl]
 Prints markdown (bench/NOTES.md "Ring time model" keeps it). --self-test checks the solver on made-up data.
+
+--gather FILE...: the per-call fit from the gather scheme's rows instead (bench_doc_ring_steps --scheme gather/auto
+JSON under "ours", e.g. bench/results/2026-12-02-h200-doc-cp8-gather/session3.jsonl): every rank's calls timed one
+by one, own_fwd_ms, gathered_fwd_ms, own_bwd_a_ms / own_bwd_b_ms (the own backward's two parts) and gathered_bwd_ms.
+Each row's sample is make_mix(mix, N, its seed), its plan the candidate it ran (the label in `chosen`), whose per-call
+tiles `bench_doc_imbalance --gather-features` gives (the parts split at the row's own_split_m); a row whose rebuilt
+plan does not receive the rows it measured is left out and named. The fit per head dim and direction over all the
+calls of that direction (the compiled model's form: one set of coefficients for every call), and per call kind alone
+to show where the kinds differ; the relative error of each per call kind, against the compiled coefficients':
+  python3 bench/fit_ring_time_model.py --binary build-cpu/bench/bench_doc_imbalance --gather FILE.jsonl [...]
+  [--check-gather: exit 1 unless every row's plan is rebuilt and the fit's squared error is at most the compiled's]
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -141,6 +153,155 @@ def measured_layout(row):
     return o["chosen"] if row["run_layout"] == "balanced" else row["run_layout"]
 
 
+GATHER_KINDS = (  # (kind, direction, the row's per-rank key, the features' call)
+    ("own fwd", "fwd", "own_fwd_ms", "own"), ("gathered fwd", "fwd", "gathered_fwd_ms", "gathered"),
+    ("own bwd part A", "bwd", "own_bwd_a_ms", "own_a"), ("own bwd part B", "bwd", "own_bwd_b_ms", "own_b"),
+    ("gathered bwd", "bwd", "gathered_bwd_ms", "gathered"))
+ONE_CALL = ("own bwd one call (not fitted)", "bwd", "own_bwd_one_call_ms", "own")
+
+
+def compiled_coefficients():
+    """{(direction, head dim): (call_us, query_tile_us, full_us, edge_us)} as parallel/ring_time_model.cpp has them."""
+    text = open(os.path.join(ROOT, "parallel", "ring_time_model.cpp")).read()
+    out = {}
+    for direction, table in (("fwd", "kForward"), ("bwd", "kBackward")):
+        body = re.search(table + r"\[\]\s*=\s*\{(.*?)\};", text, re.S).group(1)
+        for entry in re.findall(r"\{([^{}]*)\}", body):
+            values = [float(x) for x in entry.split(",")]
+            out[(direction, int(values[0]))] = tuple(values[1:])
+    return out
+
+
+def gather_label(chosen):
+    """The chooser's label of the candidate a gather row ran: --scheme auto's 'auto:gather:X', --candidate's
+    'gather:X', or a --layout run's plain layout name under --scheme gather."""
+    label = chosen[len("auto:"):] if chosen.startswith("auto:") else chosen
+    return label if label.startswith("gather:") else "gather:" + label
+
+
+def gather_features(binary, row, stdlib):
+    """bench_doc_imbalance --gather-features of the row's sample and candidate, split where the row split."""
+    o = row["ours"]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write("\n".join(str(x) for x in make_mix(row["mix"], row["N"], row.get("seed", 1), stdlib)) + "\n")
+    try:
+        cmd = [binary, "--gather-features", f.name, "--candidate", gather_label(o["chosen"]), "--cp", str(o["cp"]),
+               "--heads", str(o["H"]), "--kv-heads", str(o["kv_heads"]), "--d", str(o["d"]), "--own-split",
+               ",".join(str(m) for m in o["own_split_m"])]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if run.returncode != 0:
+        return None, run.stderr.strip()
+    return json.loads(run.stdout), None
+
+
+def gather_calls(binary, paths, stdlib):
+    """(calls, problems): calls are (head dim, kind, direction, N, features (4), measured_us), every rank's calls of
+    every gather row with per-call times whose plan is rebuilt; problems name the rows left out."""
+    calls, problems = [], []
+    for path in paths:
+        for line in open(path):
+            row = json.loads(line) if line.strip() else {}
+            o = row.get("ours", {})
+            if o.get("scheme") != "gather" or "own_bwd_a_ms" not in o:
+                continue
+            what = f"{os.path.basename(path)}: {row.get('config', '')} {row['N']} {row['mix']} {o['chosen']}"
+            feat, error = gather_features(binary, row, stdlib)
+            if feat is None:
+                problems.append(f"{what}: {error}")
+                continue
+            if feat["recv_rows"] != o["recv_rows"]:
+                problems.append(f"{what}: the rebuilt plan receives {feat['recv_rows']}, the row {o['recv_rows']}")
+                continue
+            for r, ranks in enumerate(feat["ranks"]):
+                if ranks["own_b"]:  # the parts split the own call's key tiles: full and partial add up
+                    for i in (0, 1):
+                        if ranks["own_a"][i] + ranks["own_b"][i] != ranks["own"][i]:
+                            problems.append(f"{what}: rank {r}'s parts A + B do not add up to the own call")
+                for kind, direction, key, call in GATHER_KINDS + (ONE_CALL,):
+                    tiles, ms = ranks[call], o.get(key, [0.0] * o["cp"])[r]
+                    if tiles and ms > 0:
+                        full, partial, active = tiles
+                        calls.append((o["d"], kind, direction, row["N"],
+                                      call_features(full, partial, active, o["H"]), ms * 1e3))
+    return calls, problems
+
+
+def relative_errors(coef, calls):
+    return [(dot(coef, f) - y) / y for f, y in calls]
+
+
+def gather_fit(binary, paths, check):
+    """--gather: fit, print and (check) judge; the exit status."""
+    stdlib = read_lengths(STDLIB_LENGTHS)
+    calls, problems = gather_calls(binary, paths, stdlib)
+    for p in problems:
+        print("fit_ring_time_model --gather: left out " + p, file=sys.stderr)
+    compiled = compiled_coefficients()
+    fitted = {}  # (d, direction, kind or "all") -> coefficients
+    for d in sorted({c[0] for c in calls}):
+        for direction in ("fwd", "bwd"):
+            pool = [(f, y) for cd, kind, dr, _, f, y in calls if cd == d and dr == direction and kind != ONE_CALL[0]]
+            if pool:
+                fitted[(d, direction, "all")] = fit(pool)
+            for kind, dr, _, _ in GATHER_KINDS:
+                alone = [(f, y) for cd, k, _, _, f, y in calls if cd == d and k == kind]
+                if dr == direction and len(alone) >= 4:
+                    try:
+                        fitted[(d, direction, kind)] = fit(alone)
+                    except ValueError:  # the kind's calls do not tell the four apart
+                        pass
+    print(f"Gather calls: {len(calls)} from {', '.join(os.path.basename(p) for p in paths)} "
+          f"({len(problems)} rows left out)\n")
+    print("| d | direction | fit on | " + " | ".join(NAMES) + " |\n|---|---|---|---|---|---|---|")
+    for (d, direction, what), coef in sorted(fitted.items(), key=lambda kv: (kv[0][0], kv[0][1] == "bwd",
+                                                                              kv[0][2] != "all", kv[0][2])):
+        if what == "all":
+            near = min((k for k in compiled if k[0] == direction), key=lambda k: abs(k[1] - d))
+            print(f"| {d} | {direction} | compiled (d {near[1]}) | " + " | ".join(f"{v:.4g}" for v in compiled[near])
+                  + " |")
+        print(f"| {d} | {direction} | {'all gather calls' if what == 'all' else what + ' alone'} | "
+              + " | ".join(f"{v:.4g}" for v in coef) + " |")
+    print("\nRelative error (pred - meas) / meas per call kind: mean |e| (max |e|), and the mean signed e:\n")
+    print("| d | call kind | calls | compiled | compiled signed | gather fit | gather fit signed | kind's own fit |")
+    print("|---|---|---|---|---|---|---|---|")
+    sq = {"compiled": 0.0, "fit": 0.0}
+    for d in sorted({c[0] for c in calls}):
+        for kind, direction, _, _ in GATHER_KINDS + (ONE_CALL,):
+            rows = [(f, y) for cd, k, _, _, f, y in calls if cd == d and k == kind]
+            if not rows:
+                continue
+            near = min((k for k in compiled if k[0] == direction), key=lambda k: abs(k[1] - d))
+            scale = d / near[1]  # a head dim without a fit: the tile terms scale by d / d_fit (ring_time_model.h)
+            c = compiled[near]
+            c = (c[0], c[1] * scale, c[2] * scale, c[3] * scale)
+            cells = []
+            for coef, name in ((c, "compiled"), (fitted.get((d, direction, "all")), "fit"),
+                               (fitted.get((d, direction, kind)), None)):
+                if coef is None:
+                    cells.append("-")
+                    continue
+                e = relative_errors(coef, rows)
+                cells.append(f"{sum(map(abs, e)) / len(e):.3f} ({max(map(abs, e)):.3f})")
+                if name:
+                    cells.append(f"{sum(e) / len(e):+.3f}")
+                    if kind != ONE_CALL[0]:
+                        sq[name] += sum(x * x for x in e)
+            print(f"| {d} | {kind} | {len(rows)} | " + " | ".join(cells) + " |")
+    if not check:
+        return 0
+    failures = [f"a row's plan is not rebuilt: {p}" for p in problems]
+    if not calls:
+        failures.append("no gather call with per-call times in " + ", ".join(paths))
+    if sq["fit"] > sq["compiled"] * (1 + 1e-9):
+        failures.append(f"the fit's squared relative error {sq['fit']:.4g} is above the compiled coefficients' "
+                        f"{sq['compiled']:.4g}: the least squares did not solve")
+    for f in failures:
+        print("fit_ring_time_model --check-gather: " + f, file=sys.stderr)
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", help="bench_doc_imbalance (its --features mode)")
@@ -153,6 +314,9 @@ def main():
                     help="exit 1 unless the compiled coefficients are the all-rows fit (its compute paths within "
                          "1%%), the held-out fit beats the hand model, and every pick is within 5%% of the best")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--gather", nargs="+", metavar="FILE", help="fit the per-call model to gather rows (see above)")
+    ap.add_argument("--check-gather", action="store_true",
+                    help="with --gather: exit 1 unless every row's plan is rebuilt and the fit solves")
     args = ap.parse_args()
     if args.self_test:
         self_test()
@@ -160,6 +324,8 @@ def main():
     if not args.binary or not os.access(args.binary, os.X_OK):
         sys.exit(f"fit_ring_time_model: --binary {args.binary!r} is not an executable bench_doc_imbalance; build it "
                  "with `ninja -C build-cpu bench_doc_imbalance` and pass build-cpu/bench/bench_doc_imbalance")
+    if args.gather:
+        return gather_fit(args.binary, args.gather, args.check_gather)
     stdlib = read_lengths(STDLIB_LENGTHS)
     cache = {}
     ring_rows = [json.loads(line) for line in open(args.cp8) if line.strip()]
