@@ -11,6 +11,9 @@
 //             [lo, hi) that see a gathered key, then attn_fwd_merge into out / lse; timed together), backward
 //             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
 //             over both calls.
+// one launch: its forward as one attn_fwd_whole_two_kv over own keys and gathered rows as one key list (after the
+//             exchange), timed for every rank that receives rows; the ranks whose model picks it
+//             (predict_gather_calls, as RingAttention picks per batch) run it in the paths and in the check.
 // Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
 // K / V into one device buffer, their k_pos on the device. Each call is timed as --timing says (call_ms,
 // bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
@@ -43,6 +46,7 @@ struct GatherBench {
   KvGatherPlan plan;
   KvGatherTiles tiles;               // kv_gather_tiles
   std::vector<OwnBwdSplit> splits;   // (cp) each rank's own backward split (predict_own_bwd_split)
+  std::vector<char> one_launch;      // (cp) each rank's forward in one launch (predict_gather_calls' one_fwd > 0)
   RingTimePrediction predicted;      // predict_gather_time
   double c_kv_us = 0, c_dkv_us = 0;  // the exchanges of the NVLink model (gather_exchange_us)
 };
@@ -56,6 +60,7 @@ inline GatherBench gather_bench(const std::vector<int64_t>& starts, const std::v
   std::iota(natural.begin(), natural.end(), int64_t(0));
   g.tiles = kv_gather_tiles(starts, spans, g.plan, cp);
   for (int r = 0; r < cp; ++r) g.splits.push_back(predict_own_bwd_split(g.tiles, g.plan, r, shape));
+  for (double one : predict_gather_calls(g.tiles, g.plan, shape).one_fwd) g.one_launch.push_back(one > 0);
   g.predicted = predict_gather_time(g.tiles, g.plan, ring_tile_cost(starts, natural, 1), shape);
   g.c_kv_us = gather_exchange_us(g.plan, shape, false);
   g.c_dkv_us = gather_exchange_us(g.plan, shape, true);
@@ -152,6 +157,8 @@ struct GatherMeasured {
   std::vector<double> own_fwd_ms, got_fwd_ms, own_bwd_ms, got_bwd_ms;  // (cp) each; 0 where a call does not run
   std::vector<double> own_bwd_a_ms, own_bwd_b_ms;  // (cp) the own backward's parts (own_bwd_ms = A + B; B 0 unsplit)
   std::vector<double> own_bwd_one_ms;              // (cp) the own backward as one call (= A where unsplit)
+  std::vector<double> one_fwd_ms;  // (cp) the forward in one launch over own + gathered keys (0: receives nothing)
+  RingTimePrediction path_two_calls, path_one_launch;  // the forward with every rank's two calls / one launch
   RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
   RingTimePrediction path_one;  // the same with the one own backward call
   // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
@@ -187,6 +194,8 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
   DeviceBuffer gk(size_t(max_rows * kv_width) * 2), gv(size_t(max_rows * kv_width) * 2);    // (1, R, Hkv, D) bf16
   DeviceBuffer gdk(size_t(max_rows * kv_width) * 4), gdv(size_t(max_rows * kv_width) * 4);  // (1, R, Hkv, D) f32
   DeviceBuffer gpos(size_t(max_rows) * 8), gsrc(size_t(max_rows) * 8);  // (R) int64: positions, rows in buf
+  const int64_t list_rows = attn_second_kv_row(n) + max_rows;               // the one-launch forward's key list
+  DeviceBuffer klist(size_t(list_rows) * 8);  // (S + R) int64: own positions, N in the gap, the gathered rows'
   CUDA_CHECK(cudaMemsetAsync(gk.p, 0, size_t(max_rows * kv_width) * 2, stream));  // padding rows stay zero
   CUDA_CHECK(cudaMemsetAsync(gv.p, 0, size_t(max_rows * kv_width) * 2, stream));
   DeviceBuffer out2(size_t(n * H * D) * 2), lse2(size_t(n * H) * 4);  // (1, n, H, D) bf16, (1, H, n) f32: scratch
@@ -205,6 +214,10 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       call_pos.resize(size_t(Rc), N);
       CUDA_CHECK(cudaMemcpyAsync(gpos.p, call_pos.data(), size_t(Rc) * 8, cudaMemcpyHostToDevice, stream));
       CUDA_CHECK(cudaMemcpyAsync(gsrc.p, src.data(), size_t(R) * 8, cudaMemcpyHostToDevice, stream));
+      std::vector<int64_t> list(static_cast<size_t>(attn_second_kv_row(n)), N);  // (S + Rc) the key list
+      std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, list.begin());
+      list.insert(list.end(), call_pos.begin(), call_pos.end());
+      CUDA_CHECK(cudaMemcpyAsync(klist.p, list.data(), list.size() * 8, cudaMemcpyHostToDevice, stream));
       const int64_t* s = static_cast<const int64_t*>(gsrc.p);
       gather_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(gk.p),
                                                    static_cast<const __nv_bfloat16*>(buf.k.p), s, R, kv_width);
@@ -233,6 +246,11 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     const Tensor gdkt = buf.dkv(gdk, Rc, 0), gdvt = buf.dkv(gdv, Rc, 0);  // (1, Rc, Hkv, D) f32
     AttnState st = buf.rank_state(r, n);
     const Tensor out2t = buf.bf(out2, n, 0), lse2t = buf.rows(lse2, n, 0);  // (1, n, H, D), (1, H, n)
+    AttnMask key_list = own;  // the one-launch forward: own keys and the gathered rows as one list
+    key_list.docs.k_pos = static_cast<const int64_t*>(klist.p);
+    key_list.docs.k_stride = attn_second_kv_row(n) + Rc;
+    const bool one_launch = R > 0 && g.one_launch[size_t(r)];  // as RingAttention picks the form
+    auto one_fwd = [&] { attn_fwd_whole_two_kv(q, k, v, gkt, gvt, st, key_list, out, lse); };
     const bool merge_form = gather_merge_form(R, n);  // as RingAttention picks its form
     auto own_fwd = [&] {
       if (merge_form) attn_fwd_whole(q, k, v, st, own, out, lse);
@@ -249,8 +267,14 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     auto got_bwd = [&] { attn_bwd_block_fresh(q, gkt, gvt, dout, lse, delta, dq, gdkt, gdvt, got); };
     m.own_fwd_ms.push_back(call_ms(timing, own_fwd, warmup, reps));
     m.got_fwd_ms.push_back(R > 0 ? call_after_ms(timing, own_fwd, got_fwd, warmup, reps) : 0.0);
-    own_fwd();  // the rank's out and lse, what its backward reads
-    if (R > 0) got_fwd();
+    m.one_fwd_ms.push_back(R > 0 ? call_ms(timing, one_fwd, warmup, reps) : 0.0);
+    // The rank's out and lse, what its backward reads, in its form (so the check covers the one launch too).
+    if (one_launch) {
+      one_fwd();
+    } else {
+      own_fwd();
+      if (R > 0) got_fwd();
+    }
     attn_bwd_delta(out, dout, delta);
     m.own_bwd_a_ms.push_back(call_ms(timing, own_bwd_a, warmup, reps));
     m.own_bwd_b_ms.push_back(split > 0 ? call_ms(timing, own_bwd_b, warmup, reps) : 0.0);
@@ -283,7 +307,13 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     us.own_bwd_a.push_back(1e3 * m.own_bwd_a_ms.back());
     us.own_bwd_b.push_back(1e3 * m.own_bwd_b_ms.back());
     us.gathered_bwd.push_back(1e3 * m.got_bwd_ms.back());
+    us.one_fwd.push_back(one_launch ? 1e3 * m.one_fwd_ms.back() : 0.0);
   }
+  GatherCallTimes two = us, all_one = us;  // every rank's forward as two calls / as one launch where it receives
+  two.one_fwd.clear();
+  for (int r = 0; r < cp; ++r) all_one.one_fwd[size_t(r)] = 1e3 * m.one_fwd_ms[size_t(r)];
+  m.path_two_calls = gather_time_from_calls(two, plan, shape);
+  m.path_one_launch = gather_time_from_calls(all_one, plan, shape);
   us_one = us;
   for (int r = 0; r < cp; ++r) {
     us_one.own_bwd_a[size_t(r)] = 1e3 * m.own_bwd_one_ms[size_t(r)];
@@ -315,9 +345,10 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
                                 double whole_bwd_ms, double flops_fwd, double flops_bwd) {
   const int cp = g.plan.cp;
   for (int r = 0; r < cp; ++r)
-    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms | bwd own %8.3f ms (A %.3f + B "
-                "%.3f, split at %ld; one call %.3f) + gathered %8.3f ms\n",
+    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms, one launch %8.3f ms%s | bwd own "
+                "%8.3f ms (A %.3f + B %.3f, split at %ld; one call %.3f) + gathered %8.3f ms\n",
                 r, long(g.plan.recv_rows[size_t(r)]), m.own_fwd_ms[size_t(r)], m.got_fwd_ms[size_t(r)],
+                m.one_fwd_ms[size_t(r)], g.one_launch[size_t(r)] ? " (runs)" : "",
                 m.own_bwd_ms[size_t(r)], m.own_bwd_a_ms[size_t(r)], m.own_bwd_b_ms[size_t(r)],
                 long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)]);
   const RingTimePrediction& p = m.path;
@@ -327,6 +358,9 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
   std::printf("  gather path with comm fwd %9.3f ms | bwd %9.3f ms (exchange %.1f us K/V, %.1f us dK/dV; model "
               "predicted fwd %.3f ms bwd %.3f ms)\n",
               cf, cb, g.c_kv_us, g.c_dkv_us, g.predicted.fwd_us * 1e-3, g.predicted.bwd_us * 1e-3);
+  std::printf("  forward with comm: every rank two calls %.3f ms, every receiving rank one launch %.3f ms, the "
+              "model's forms %.3f ms\n",
+              m.path_two_calls.fwd_us * 1e-3, m.path_one_launch.fwd_us * 1e-3, cf);
   std::printf("  own backward as one call: bwd compute path %9.3f ms, with comm %9.3f ms (efficiency with comm "
               "%.3f; split: %.3f)\n",
               m.path_one.bwd_compute_us * 1e-3, m.path_one.bwd_us * 1e-3,
@@ -374,14 +408,18 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                "\"fom_comm_fwd_tflops_per_gpu\":%.2f,\"fom_comm_bwd_tflops_per_gpu\":%.2f,"
                "\"check_lse\":%.3e,\"check_out\":%.3e,\"check_dq\":%.3e,\"check_dk\":%.3e,\"check_dv\":%.3e,"
                "\"own_bwd_a_ms\":%s,\"own_bwd_b_ms\":%s,\"own_bwd_one_call_ms\":%s,"
-               "\"path_bwd_one_call_ms\":%.4f,\"path_comm_bwd_one_call_ms\":%.4f,\"eff_comm_bwd_one_call\":%.4f",
+               "\"path_bwd_one_call_ms\":%.4f,\"path_comm_bwd_one_call_ms\":%.4f,\"eff_comm_bwd_one_call\":%.4f,"
+               "\"one_fwd_ms\":%s,\"one_launch\":[%s],\"path_comm_fwd_two_calls_ms\":%.4f,"
+               "\"path_comm_fwd_one_launch_ms\":%.4f",
                list(m->own_fwd_ms).c_str(), list(m->got_fwd_ms).c_str(), list(m->own_bwd_ms).c_str(),
                list(m->got_bwd_ms).c_str(), pf, pb, cf, cb, whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb),
                whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb), per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb),
                per_gpu(flops_fwd, cf), per_gpu(flops_bwd, cb), m->check_lse, m->check_out, m->check_dq, m->check_dk,
                m->check_dv, list(m->own_bwd_a_ms).c_str(), list(m->own_bwd_b_ms).c_str(),
                list(m->own_bwd_one_ms).c_str(), m->path_one.bwd_compute_us * 1e-3, m->path_one.bwd_us * 1e-3,
-               whole_bwd_ms / (cp * m->path_one.bwd_us * 1e-3));
+               whole_bwd_ms / (cp * m->path_one.bwd_us * 1e-3), list(m->one_fwd_ms).c_str(),
+               gather_join(std::vector<int64_t>(g.one_launch.begin(), g.one_launch.end())).c_str(),
+               m->path_two_calls.fwd_us * 1e-3, m->path_one_launch.fwd_us * 1e-3);
 }
 
 }  // namespace rt::bench

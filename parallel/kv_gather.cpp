@@ -341,12 +341,11 @@ RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const Kv
   return p;
 }
 
-RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
-                                       const RingShape& shape, const LinkModel& link) {
+GatherCallTimes predict_gather_calls(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingShape& shape,
+                                     const LinkModel& link) {
   const int cp = plan.cp;
-  RT_CHECK(tiles.own.runs.size() == size_t(cp) * size_t(cp) && tiles.gathered.runs.size() == tiles.own.runs.size() &&
-               whole.runs.size() == 1,
-           "predict_gather_time: tiles must be kv_gather_tiles of " << cp << " ranks and whole of one rank");
+  RT_CHECK(tiles.own.runs.size() == size_t(cp) * size_t(cp) && tiles.gathered.runs.size() == tiles.own.runs.size(),
+           "predict_gather_calls: tiles must be kv_gather_tiles of " << cp << " ranks");
   const KernelTimeModel fwd = kernel_time_model(false, shape.head_dim), bwd = kernel_time_model(true, shape.head_dim);
   auto call = [&](const RingTileCost& c, const KernelTimeModel& m, int r) {
     const size_t i = size_t(r * cp + r);
@@ -365,7 +364,15 @@ RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGathe
     calls.own_bwd_b.push_back(split.b_us);
     calls.gathered_bwd.push_back(call(tiles.gathered, bwd, r));
   }
-  RingTimePrediction p = gather_time_from_calls(calls, plan, shape, link);
+  return calls;
+}
+
+RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingTileCost& whole,
+                                       const RingShape& shape, const LinkModel& link) {
+  RT_CHECK(whole.runs.size() == 1, "predict_gather_time: whole must be the tiles of one rank");
+  const int cp = plan.cp;
+  const KernelTimeModel fwd = kernel_time_model(false, shape.head_dim), bwd = kernel_time_model(true, shape.head_dim);
+  RingTimePrediction p = gather_time_from_calls(predict_gather_calls(tiles, plan, shape, link), plan, shape, link);
   p.ideal_fwd_us =
       call_time_us(fwd, whole.full_tiles[0], whole.partial_tiles[0], whole.active[0], shape.heads) / double(cp);
   p.ideal_bwd_us =

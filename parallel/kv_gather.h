@@ -197,6 +197,10 @@ struct GatherCallTimes {
   std::vector<double> one_fwd;
 };
 
+// The per-rank call times predict_gather_time prices (one_fwd > 0 where a rank runs its forward in one launch).
+GatherCallTimes predict_gather_calls(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingShape& shape,
+                                     const LinkModel& link = {});
+
 // The formula of predict_gather_time applied to any call times (the kernel model's there, measured ones in
 // bench_doc_ring_steps): fwd_us / bwd_us with the exchanges, fwd_compute_us / bwd_compute_us without them (max over
 // ranks of own + gathered, own = A + B backward), and the bytes; ideal_fwd_us / ideal_bwd_us are left 0 for the
