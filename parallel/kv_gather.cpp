@@ -263,7 +263,7 @@ OwnBwdSplit own_bwd_split_for_batch(const KvGatherTiles* tiles, const KvGatherPl
   RT_CHECK(samples > 0 && r >= 0 && r < plans[0].cp, "own_bwd_split_for_batch: rank " << r << " of a batch of "
                                                                                        << samples << " samples");
   const int cp = plans[0].cp;
-  const KernelTimeModel bwd = kernel_time_model(true, shape.head_dim);
+  const KernelTimeModel bwd = gather_kernel_time_model(true, shape.head_dim);
   const size_t i = size_t(r * cp + r);
   double tile_us = 0;  // the own call's tile terms over the samples (one call runs them all)
   bool runs = false, receives = false, returns = false;
@@ -346,7 +346,8 @@ GatherCallTimes predict_gather_calls(const KvGatherTiles& tiles, const KvGatherP
   const int cp = plan.cp;
   RT_CHECK(tiles.own.runs.size() == size_t(cp) * size_t(cp) && tiles.gathered.runs.size() == tiles.own.runs.size(),
            "predict_gather_calls: tiles must be kv_gather_tiles of " << cp << " ranks");
-  const KernelTimeModel fwd = kernel_time_model(false, shape.head_dim), bwd = kernel_time_model(true, shape.head_dim);
+  const KernelTimeModel fwd = gather_kernel_time_model(false, shape.head_dim),
+                        bwd = gather_kernel_time_model(true, shape.head_dim);
   auto call = [&](const RingTileCost& c, const KernelTimeModel& m, int r) {
     const size_t i = size_t(r * cp + r);
     return c.runs[i] ? call_time_us(m, c.full_tiles[i], c.partial_tiles[i], c.active[i], shape.heads) : 0.0;
@@ -371,6 +372,7 @@ RingTimePrediction predict_gather_time(const KvGatherTiles& tiles, const KvGathe
                                        const RingShape& shape, const LinkModel& link) {
   RT_CHECK(whole.runs.size() == 1, "predict_gather_time: whole must be the tiles of one rank");
   const int cp = plan.cp;
+  // The ideal is one whole call / cp in the whole calls' model (kernel_time_model), the same for every scheme.
   const KernelTimeModel fwd = kernel_time_model(false, shape.head_dim), bwd = kernel_time_model(true, shape.head_dim);
   RingTimePrediction p = gather_time_from_calls(predict_gather_calls(tiles, plan, shape, link), plan, shape, link);
   p.ideal_fwd_us =

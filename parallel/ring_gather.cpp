@@ -185,7 +185,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
   if (g.fwd_one_launch_forced >= 0) {
     g.fwd_one_launch = g.fwd_one_launch_forced == 1 && R > 0;
   } else {
-    const KernelTimeModel fwd = kernel_time_model(false, shape_.head_dim);
+    const KernelTimeModel fwd = gather_kernel_time_model(false, shape_.head_dim);
     const size_t i = size_t(r * P + r);
     double own_us = 0, gathered_us = 0;  // tile terms over the samples, plus one call_us per launch that runs
     for (int64_t b = 0; b < B; ++b) {

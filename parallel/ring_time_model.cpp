@@ -16,13 +16,16 @@ namespace {
 // (bench/results/2026-12-01-h200-doc-cp8, -a2a-per-rank), by bench/fit_ring_time_model.py. Only d = 128 was measured.
 const KernelTimeModel kForward[] = {{128, 56.5, 0.0138, 0.00694, 0.0155}};
 const KernelTimeModel kBackward[] = {{128, 74.0, 0.0334, 0.0178, 0.0197}};
+// The gather scheme's calls (own, gathered, the own backward's parts), fitted to 889 of them measured one by one on
+// the H200 (cp 4 and 8, 16 and 32/8 heads, 64K-512K; bench/results/2026-12-02-h200-doc-cp8-gather/session3.jsonl,
+// bench/fit_ring_time_model.py --gather; bench/NOTES.md "Ring time model: the gather calls"): mean |error| of the
+// gathered backward 0.41 -> 0.14, of the own backward's part B 0.16 -> 0.09 against the ring's coefficients.
+const KernelTimeModel kGatherForward[] = {{128, 56.97, 0.03538, 0.007818, 0.00331}};
+const KernelTimeModel kGatherBackward[] = {{128, 21.02, 0.1033, 0.01811, 0.0}};
 
-}  // namespace
-
-KernelTimeModel kernel_time_model(bool backward, int64_t head_dim) {
+// The entry of `table` (count entries) nearest head_dim, its tile terms scaled by head_dim / its head dim.
+KernelTimeModel nearest_model(const KernelTimeModel* table, size_t count, int64_t head_dim) {
   RT_CHECK(head_dim > 0, "kernel_time_model: head_dim " << head_dim << " must be positive");
-  const KernelTimeModel* table = backward ? kBackward : kForward;
-  const size_t count = backward ? std::size(kBackward) : std::size(kForward);
   const KernelTimeModel* best = &table[0];
   for (size_t i = 1; i < count; ++i)
     if (std::llabs(table[i].head_dim - head_dim) < std::llabs(best->head_dim - head_dim)) best = &table[i];
@@ -31,6 +34,18 @@ KernelTimeModel kernel_time_model(bool backward, int64_t head_dim) {
   m.head_dim = head_dim;
   m.query_tile_us *= scale, m.full_us *= scale, m.edge_us *= scale;
   return m;
+}
+
+}  // namespace
+
+KernelTimeModel kernel_time_model(bool backward, int64_t head_dim) {
+  return backward ? nearest_model(kBackward, std::size(kBackward), head_dim)
+                  : nearest_model(kForward, std::size(kForward), head_dim);
+}
+
+KernelTimeModel gather_kernel_time_model(bool backward, int64_t head_dim) {
+  return backward ? nearest_model(kGatherBackward, std::size(kGatherBackward), head_dim)
+                  : nearest_model(kGatherForward, std::size(kGatherForward), head_dim);
 }
 
 double call_time_us(const KernelTimeModel& model, double full, double partial, double active, int64_t heads) {

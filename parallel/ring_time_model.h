@@ -28,6 +28,9 @@ struct KernelTimeModel {
 
 // The fitted model of the forward (backward = false) or backward kernels for head dim d.
 KernelTimeModel kernel_time_model(bool backward, int64_t head_dim);
+// The same fitted to the gather scheme's calls (parallel/kv_gather.h): its own and gathered calls and the own
+// backward's parts, measured one by one; the ring's steps and whole calls keep kernel_time_model's.
+KernelTimeModel gather_kernel_time_model(bool backward, int64_t head_dim);
 
 // NVLink between two GPUs of an H200 node (NVSwitch), per direction, as NCCL send / recv reaches it.
 struct LinkModel {

@@ -86,8 +86,8 @@ void check_against_fp64(const TwoKvCase& c, const Got& got, const char* what) {
   EXPECT_LT(lse_max_abs_error(got.lse, lse_f), 1e-4) << what;
 }
 
-void check_case(const TwoKvCase& c) {
-  ASSERT_GT(c.list - c.R, c.n) << "the case must have gap rows";
+void check_case(const TwoKvCase& c, bool gap = true) {
+  if (gap) ASSERT_GT(c.list - c.R, c.n) << "the case must have gap rows";
   const auto d = to_device(c);
   const Got fused = run(c, *d, true), sequence = run(c, *d, false);
   check_against_fp64(c, fused, "attn_fwd_whole_two_kv");
@@ -105,6 +105,19 @@ TEST(AttnFwdTwoKv, D128GqaTwoSamplesMatchFp64AndTheTwoCalls) {
 TEST(AttnFwdTwoKv, D64MatchesFp64AndTheTwoCalls) {
   RT_REQUIRE_CUDA();
   check_case(make_two_kv_case(2, 2, 1, 64, 1600, 150, 410, 900, 1090, 29, round_bf16));
+}
+
+TEST(AttnFwdTwoKv, ASpanStartingMidTileDoesNotStraddleTheSources) {
+  RT_REQUIRE_CUDA();
+  // No gap (n = 512), and a query tile whose first visible key is in an odd 64-key block: own rows are positions
+  // [1000, 1100) and [1300, 1712); documents [0, 1000), [1000, 1080), [1080, 1800), [1800, 3000). Query tile 1 (rows
+  // 128..255, document [1080, 1800)) sees own keys from row 80 and the other ranks' keys [1100, 1300), which are
+  // source 2's first rows: its tiles must not run from key 64 in steps of 128 across the sources' edge at 512.
+  const TwoKvCase c =
+      make_two_kv_case(1, 4, 2, 128, 3000, 1000, 1100, 1300, 1712, 53, round_bf16, {1000, 80, 720, 1200}, 0);
+  ASSERT_EQ(c.list, c.n + c.R);
+  ASSERT_EQ(c.k_pos[size_t(c.n)], 1100) << "source 2 must start with the document's keys";
+  check_case(c, /*gap=*/false);
 }
 
 TEST(AttnFwdTwoKv, ASecondSourceUnderOneKeyTileRunsTheSequence) {

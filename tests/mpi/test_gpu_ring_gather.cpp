@@ -193,7 +193,8 @@ TEST_P(GpuRingGather, BothSchemesMatchTheCpuAndOneGpu) {
         const std::string what = layout + " " + cp_scheme_name(scheme) + tag[variant] + " cp=" + std::to_string(cp);
         const GpuRun run =
             run_gpu_docs(p, ref, ring_order(layout, cp), cp, scheme, placement, own_split, one_launch);
-        if (variant == 3) EXPECT_GT(run.one_launch_ranks, 0) << what << ": no rank ran its forward in one launch";
+        if (variant == 3 && run.sent > 0)  // a rank that receives rows runs one launch
+          EXPECT_GT(run.one_launch_ranks, 0) << what << ": no rank ran its forward in one launch";
         if (variant == 4) EXPECT_EQ(run.one_launch_ranks, 0) << what;
         EXPECT_EQ(run.bad, 0) << "non-finite outputs: " << what;
         EXPECT_TRUE(run.scheme_ran) << what;

@@ -244,7 +244,10 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     if (span.x > span.y) {
       k_hi = k_lo;
     } else {
-      k_lo = p.k_begin + int64_t(span.x) * kDocTileRows;
+      // Two key sources: the CTA's 128-key tiles start at a multiple of 128 (k2_row is one), so that no tile holds
+      // rows of both sources; the 64 keys this may add before the span are invisible to the tile and masked.
+      const int first = p.k2_row > 0 ? span.x & ~1 : span.x;
+      k_lo = p.k_begin + int64_t(first) * kDocTileRows;
       k_hi = min(p.k_end, p.k_begin + int64_t(span.y + 1) * kDocTileRows);
     }
   }

@@ -36,17 +36,20 @@ struct TwoKvCase {
 };
 
 // round: the bf16 rounding of the caller's test utilities (values must be representable in bf16 on both sides).
+// doc_lengths: the documents of every sample (summing to T), or empty for random ones; unseen_one_in: one in this
+// many positions that no query sees joins source 2 (0: none).
 template <class Round>
 TwoKvCase make_two_kv_case(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t T, int64_t a0, int64_t a1,
-                           int64_t b0, int64_t b1, uint64_t seed, Round round) {
+                           int64_t b0, int64_t b1, uint64_t seed, Round round,
+                           const std::vector<int64_t>& doc_lengths = {}, int unseen_one_in = 16) {
   TwoKvCase c;
   c.B = B, c.H = H, c.Hkv = Hkv, c.D = D, c.T = T, c.n = (a1 - a0) + (b1 - b0), c.R = 0, c.list = 0;
   std::mt19937_64 rng(seed);
   std::vector<std::vector<int64_t>> seen(static_cast<size_t>(B)), unseen(static_cast<size_t>(B));  // source 2's positions per sample
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int64_t> start(static_cast<size_t>(T));  // document start by position
-    for (int64_t p = 0; p < T;) {
-      const int64_t len = rng() % 7 == 0 ? 1 : 1 + int64_t(rng() % 400);
+    for (int64_t p = 0, k = 0; p < T; ++k) {
+      const int64_t len = !doc_lengths.empty() ? doc_lengths[size_t(k)] : rng() % 7 == 0 ? 1 : 1 + int64_t(rng() % 400);
       for (int64_t t = p; t < std::min(T, p + len); ++t) start[size_t(t)] = p;
       p += len;
     }
@@ -62,7 +65,8 @@ TwoKvCase make_two_kv_case(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t
     for (int64_t p = 0; p < T; ++p) {
       if ((p >= a0 && p < a1) || (p >= b0 && p < b1)) continue;
       if (p < last_own[size_t(start[size_t(p)])]) seen[size_t(b)].push_back(p);
-      else if (rng() % 16 == 0) unseen[size_t(b)].push_back(p);  // after every own query of its document
+      else if (unseen_one_in > 0 && rng() % uint64_t(unseen_one_in) == 0)
+        unseen[size_t(b)].push_back(p);  // after every own query of its document
     }
     c.R = std::max<int64_t>(c.R, int64_t(seen[size_t(b)].size() + unseen[size_t(b)].size()));
   }

@@ -76,7 +76,7 @@ TEST(GatherOneLaunch, PredictionTakesItWhereTheRuleSays) {
     RingShape shape;
     shape.heads = 16, shape.kv_heads = trial % 2 ? 16 : 4;
     const GatherCallTimes calls = predict_gather_calls(tiles, plan, shape);
-    const double c_kv = gather_exchange_us(plan, shape, false), call_us = kernel_time_model(false, 128).call_us;
+    const double c_kv = gather_exchange_us(plan, shape, false), call_us = gather_kernel_time_model(false, 128).call_us;
     ASSERT_EQ(calls.one_fwd.size(), size_t(cp));
     for (int r = 0; r < cp; ++r) {
       const double own = calls.own_fwd[size_t(r)], got = calls.gathered_fwd[size_t(r)];

@@ -237,7 +237,7 @@ TEST(GatherOwnSplit, PredictionSplitsWhereTheReturnIsExposed) {
   shape.heads = 32, shape.kv_heads = 4;
   const RingTimePrediction p = predict_gather_time(tiles, plan, ring_tile_cost(starts, natural, 1), shape);
   // The same calls with every own backward as one call: the kernel model's time of the whole own call.
-  const KernelTimeModel fwd = kernel_time_model(false, 128), bwd = kernel_time_model(true, 128);
+  const KernelTimeModel fwd = gather_kernel_time_model(false, 128), bwd = gather_kernel_time_model(true, 128);
   GatherCallTimes one;
   int split = 0;
   for (int r = 0; r < cp; ++r) {
