@@ -257,9 +257,10 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   int n_tiles = k_hi > k_lo ? int((k_hi - k_lo + kBc - 1) / kBc) : 0;
   const unsigned short* live = nullptr;  // documents: the span's tiles some row may see (doc_live_key_tiles)
   if constexpr (kDocs) {
-    // A tile of several runs of rows (documents) lists the span's tiles they may see; one run needs no list.
+    // A tile of several runs of rows (documents) lists the span's tiles they may see; one run needs no list, but
+    // with two key sources its span may reach from its own keys to the second source's past every key between.
     __shared__ DocLiveScratch live_scratch;
-    if (n_tiles > 1 && n_tiles <= kDocLiveMax && p.docs.q128_nruns[b * num_q_tiles + tile] > 1) {
+    if (n_tiles > 1 && n_tiles <= kDocLiveMax && (p.docs.q128_nruns[b * num_q_tiles + tile] > 1 || p.k2_row > 0)) {
       n_tiles = doc_live_key_tiles<kWsThreads<kCons>>(p.docs, b, tile, p.k_begin, k_lo, n_tiles, live_scratch);
       live = live_scratch.list;
     }
