@@ -279,14 +279,14 @@ def cross_check_gather(binary, stdlib):
           "the rows a brute force finds, at cp 4 and 8")
 
 
-def measure_ours(binary, lengths, args):
+def run_ours(binary, lengths_path, args, selection):
+    """One bench_doc_ring_steps run on a length file with args' shape and timing and `selection` (its --layout /
+    --scheme / --candidate arguments): its JSON object, or {"error": last line} when it fails."""
     with tempfile.TemporaryDirectory() as tmp:
-        lengths_path = os.path.join(tmp, "lengths.txt")
         json_path = os.path.join(tmp, "ours.json")
-        write_lengths(lengths_path, lengths)
-        cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--layout", args.layout, "--scheme",
-               args.scheme, "--d", str(args.d), "--h", str(args.heads), "--kv-heads", str(args.kv_heads), "--warmup",
-               str(args.warmup), "--reps", str(args.reps), "--timing", args.timing, "--json", json_path]
+        cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--d", str(args.d), "--h", str(args.heads),
+               "--kv-heads", str(args.kv_heads), "--warmup", str(args.warmup), "--reps", str(args.reps), "--timing",
+               args.timing, "--json", json_path] + list(selection)
         print("+ " + " ".join(cmd), flush=True)
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sys.stdout.write(run.stdout)
@@ -294,6 +294,13 @@ def measure_ours(binary, lengths, args):
             return {"error": run.stdout.strip().splitlines()[-1] if run.stdout.strip() else f"exit {run.returncode}"}
         with open(json_path) as f:
             return json.loads(f.readline())
+
+
+def measure_ours(binary, lengths, args):
+    with tempfile.TemporaryDirectory() as tmp:
+        lengths_path = os.path.join(tmp, "lengths.txt")
+        write_lengths(lengths_path, lengths)
+        return run_ours(binary, lengths_path, args, ["--layout", args.layout, "--scheme", args.scheme])
 
 
 def median_ms(torch, fn, warmup, reps):

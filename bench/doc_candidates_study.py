@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from doc_attention_side_by_side import STDLIB_LENGTHS, make_mix, read_lengths, write_lengths  # noqa: E402
+from doc_attention_side_by_side import STDLIB_LENGTHS, make_mix, read_lengths, run_ours, write_lengths  # noqa: E402
 
 BOUND = 1.05  # the issue's: the pick never more than 5% slower than the best measured candidate
 
@@ -74,19 +74,7 @@ def select_candidates(listing, k):
 
 def run_one(binary, lengths_path, args, candidate):
     """One bench_doc_ring_steps run: the pick (candidate None: --scheme auto) or one candidate; its JSON or error."""
-    with tempfile.TemporaryDirectory() as tmp:
-        json_path = os.path.join(tmp, "ours.json")
-        cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--d", str(args.d), "--h", str(args.heads),
-               "--kv-heads", str(args.kv_heads), "--warmup", str(args.warmup), "--reps", str(args.reps), "--timing",
-               args.timing, "--json", json_path]
-        cmd += ["--scheme", "auto"] if candidate is None else ["--candidate", candidate]
-        print("+ " + " ".join(cmd), flush=True)
-        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        sys.stdout.write(run.stdout)
-        if run.returncode != 0:
-            return {"error": run.stdout.strip().splitlines()[-1] if run.stdout.strip() else f"exit {run.returncode}"}
-        with open(json_path) as f:
-            return json.loads(f.readline())
+    return run_ours(binary, lengths_path, args, ["--scheme", "auto"] if candidate is None else ["--candidate", candidate])
 
 
 def study_sample(binary, lengths, n, mix, args, jsonl):
