@@ -74,7 +74,8 @@ def select_candidates(listing, k):
 
 def run_one(binary, lengths_path, args, candidate):
     """One bench_doc_ring_steps run: the pick (candidate None: --scheme auto) or one candidate; its JSON or error."""
-    return run_ours(binary, lengths_path, args, ["--scheme", "auto"] if candidate is None else ["--candidate", candidate])
+    selection = ["--scheme", "auto"] if candidate is None else ["--candidate", candidate]
+    return run_ours(binary, lengths_path, args, selection)
 
 
 def study_sample(binary, lengths, n, mix, args, jsonl):
