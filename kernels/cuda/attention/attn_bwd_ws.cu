@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
 #include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
 #include "kernels/cuda/attention/attn_bwd_ws_wide.cuh"
+#include "kernels/cuda/attention/attn_variant.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/attention/tma_ops.cuh"
 #include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
@@ -57,7 +58,8 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //     of that ring), and the dQ warp adds them to dk_acc / dv_acc (or stores them, overwrite_dkv:
 //     attn_bwd_block_fresh) with TMA tensor ops, while the producer loads the next unit's K / V and Q / dO;
 //   * the unit list (attn_bwd_ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first; a
-//     last partial wave of equal items split into pieces that add partial dK / dV;
+//     last partial wave of equal items split into pieces that add partial dK / dV (with documents: a list of at
+//     most half the SMs, every item split);
 //   * documents: a separate instantiation (kDocs) narrows each unit to its span of query tiles and adds a fourth
 //     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_ws_docs.cuh).
 
@@ -475,7 +477,7 @@ __global__ void __launch_bounds__(kV5Threads, 1)
 // comments"). Not
 // causal: the remainder of items over the SMs (one CTA per SM) is the last wave; when it is at most half the SMs
 // and the dQ adds need no order (not deterministic), each remaining item is split into up to SMs / remainder
-// pieces (at most its iterations).
+// pieces (at most its iterations); with documents, a list of at most half the SMs is split the same way whole.
 BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t rows, int64_t n_bh, int64_t n_kt, int n_sm) {
   const int64_t items = n_bh * n_kt;
   BwdV5Grid g{n_kt, n_bh, 1, items, 1, items, 0};
@@ -487,6 +489,17 @@ BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t rows, int64_t n_bh,
   } else if (p.causal || p.docs.on) {  // documents: items as unequal as causal ones (one document is causal)
     const int64_t pair_bytes = (p.q_end - p.q_begin) * p.group * D * 8;
     g.window = std::max<int64_t>(1, std::min<int64_t>(n_bh, (int64_t(16) << 20) / std::max<int64_t>(pair_bytes, 1)));
+    // Documents, a list of at most half the SMs (the gathered call of a rank that received a few rows: 16 items
+    // on 132 SMs, each sweeping its documents' query span, took 1.75 ms at cp 4, 128K): every item in up to
+    // SMs / items pieces of its iterations (a piece past an item's span has none and does nothing).
+    const int64_t item_iters = p.group * ((p.q_end - p.q_begin + rows - 1) / rows);  // an upper bound
+    const int64_t pieces = std::min<int64_t>(n_sm / std::max<int64_t>(items, 1), item_iters);
+    if (p.docs.on && p.dq_turn == nullptr && 2 * items <= n_sm && pieces >= 2 &&
+        attn_variant_override().bwd_doc_pieces) {
+      g.full_items = 0;
+      g.pieces = int(pieces);
+      g.units = items * pieces;
+    }
   } else {
     const int64_t rem = items % n_sm;
     const int64_t item_iters = p.group * ((p.q_end - p.q_begin + rows - 1) / rows);
