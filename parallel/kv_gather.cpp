@@ -284,6 +284,31 @@ OwnBwdSplit own_bwd_split_for_batch(const KvGatherTiles* tiles, const KvGatherPl
   return choose_own_bwd_split(tile_pairs, plans[0].n, bwd.call_us + tile_us, bwd.call_us, c_kv, c_dkv);
 }
 
+bool gather_fwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
+                                     const RingShape& shape, const LinkModel& link) {
+  RT_CHECK(samples > 0 && r >= 0 && r < plans[0].cp, "gather_fwd_one_launch_for_batch: rank " << r << " of a batch of "
+                                                                                             << samples << " samples");
+  const int cp = plans[0].cp;
+  const KernelTimeModel fwd = gather_kernel_time_model(false, shape.head_dim);
+  const size_t i = size_t(r * cp + r);
+  double own_us = 0, gathered_us = 0;  // tile terms over the samples
+  bool receives = false;
+  for (size_t b = 0; b < samples; ++b) {
+    const RingTileCost &own = tiles[b].own, &got = tiles[b].gathered;
+    RT_CHECK(plans[b].cp == cp && own.runs.size() == size_t(cp) * size_t(cp) && got.runs.size() == own.runs.size(),
+             "gather_fwd_one_launch_for_batch: sample " << b << " is not a plan and tiles of " << cp << " ranks");
+    if (own.runs[i])
+      own_us += call_time_us(fwd, own.full_tiles[i], own.partial_tiles[i], own.active[i], shape.heads) - fwd.call_us;
+    if (got.runs[i])
+      gathered_us += call_time_us(fwd, got.full_tiles[i], got.partial_tiles[i], got.active[i], shape.heads) -
+                     fwd.call_us;
+    receives |= plans[b].recv_rows[size_t(r)] > 0;
+  }
+  if (!receives || own_us <= 0 || gathered_us <= 0) return false;  // a call that does not run: nothing to fuse
+  return gather_fwd_one_launch(own_us + fwd.call_us, gathered_us + fwd.call_us, fwd.call_us,
+                               gather_exchange_us(plans, samples, shape, false, link));
+}
+
 OwnBwdSplit predict_own_bwd_split(const KvGatherTiles& tiles, const KvGatherPlan& plan, int r, const RingShape& shape,
                                   const LinkModel& link) {
   RT_CHECK(r >= 0 && size_t(r) < tiles.own_key_tile_pairs.size(),
@@ -353,12 +378,10 @@ GatherCallTimes predict_gather_calls(const KvGatherTiles& tiles, const KvGatherP
     return c.runs[i] ? call_time_us(m, c.full_tiles[i], c.partial_tiles[i], c.active[i], shape.heads) : 0.0;
   };
   GatherCallTimes calls;
-  const double c_kv = gather_exchange_us(plan, shape, false, link);
   for (int r = 0; r < cp; ++r) {
     calls.own_fwd.push_back(call(tiles.own, fwd, r));
     calls.gathered_fwd.push_back(call(tiles.gathered, fwd, r));
-    const bool one = plan.recv_rows[size_t(r)] > 0 &&
-                     gather_fwd_one_launch(calls.own_fwd.back(), calls.gathered_fwd.back(), fwd.call_us, c_kv);
+    const bool one = gather_fwd_one_launch_for_batch(&tiles, &plan, 1, r, shape, link);
     calls.one_fwd.push_back(one ? calls.own_fwd.back() + calls.gathered_fwd.back() - fwd.call_us : 0.0);
     const OwnBwdSplit split = predict_own_bwd_split(tiles, plan, r, shape, link);  // A = the whole call unsplit
     calls.own_bwd_a.push_back(split.a_us);

@@ -161,6 +161,12 @@ inline bool gather_fwd_one_launch(double own_us, double gathered_us, double call
   return c_kv_us + own_us + gathered_us - call_us < std::max(own_us, c_kv_us) + gathered_us;
 }
 
+// The rule for rank r of a batch of `samples` samples that share one call each way (RingAttention::plan_gather):
+// own_us and gathered_us the calls' gather_kernel_time_model times, their tile terms summed over the samples (one
+// call_us each), c_kv the batch's exchange; false where the rank receives no row.
+bool gather_fwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
+                                     const RingShape& shape, const LinkModel& link = {});
+
 // Predicted time of the gather scheme (the terms of parallel/ring_time_model.h, the same NVLink model):
 //   exchange C = hop_latency + max over ranks of max(rows received, rows sent) x row bytes / bytes_per_us
 //   forward  = max over r of max(own_r, C_kv) + gathered_r                        (the exchange runs during own)

@@ -112,7 +112,8 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
         std::sort(order.begin() + s * n, order.begin() + (s + 1) * n);
     const std::vector<RingSpan> spans = ring_spans_from_order(order, P);
     plans[size_t(b)] = kv_gather_plan_for_spans(document_begins(start), spans, P);
-    if (choose_split || g.fwd_one_launch_forced < 0) tiles[size_t(b)] = kv_gather_tiles(start, spans, plans[size_t(b)], P);
+    if (choose_split || g.fwd_one_launch_forced < 0)
+      tiles[size_t(b)] = kv_gather_tiles(start, spans, plans[size_t(b)], P);
   }
   g.send_rows.assign(size_t(P), 0);
   g.recv_rows.assign(size_t(P), 0);
@@ -178,29 +179,14 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     }
     g.q_rows = row_range_union(g.q_rows, gathered_query_rows(q_pos.data(), q_start.data(), n, gathered));
   }
-  // The forward's form (kv_gather.h gather_fwd_one_launch): the model's own and gathered calls over the batch.
+  // The forward's form (kv_gather.h gather_fwd_one_launch) and the own backward's split: from the kernel model.
   RingShape model_shape;  // per rank, as the calls run
   model_shape.heads = shape_.heads, model_shape.kv_heads = shape_.kv_heads, model_shape.head_dim = shape_.head_dim;
   model_shape.dtype_bytes = int64_t(dtype_size(g.act)), model_shape.dkv_wire_bytes = int64_t(dtype_size(g.wire));
-  if (g.fwd_one_launch_forced >= 0) {
-    g.fwd_one_launch = g.fwd_one_launch_forced == 1 && R > 0;
-  } else {
-    const KernelTimeModel fwd = gather_kernel_time_model(false, shape_.head_dim);
-    const size_t i = size_t(r * P + r);
-    double own_us = 0, gathered_us = 0;  // tile terms over the samples, plus one call_us per launch that runs
-    for (int64_t b = 0; b < B; ++b) {
-      const KvGatherTiles& t = tiles[size_t(b)];
-      if (t.own.runs[i]) own_us += call_time_us(fwd, t.own.full_tiles[i], t.own.partial_tiles[i], t.own.active[i],
-                                                 shape_.heads) - fwd.call_us;
-      if (t.gathered.runs[i])
-        gathered_us += call_time_us(fwd, t.gathered.full_tiles[i], t.gathered.partial_tiles[i], t.gathered.active[i],
-                                    shape_.heads) - fwd.call_us;
-    }
-    own_us = own_us > 0 ? own_us + fwd.call_us : 0.0;
-    gathered_us = gathered_us > 0 ? gathered_us + fwd.call_us : 0.0;
-    const double c_kv = gather_exchange_us(plans.data(), size_t(B), model_shape, false);
-    g.fwd_one_launch = R > 0 && rt::gather_fwd_one_launch(own_us, gathered_us, fwd.call_us, c_kv);
-  }
+  g.fwd_one_launch = R > 0 && (g.fwd_one_launch_forced >= 0
+                                   ? g.fwd_one_launch_forced == 1
+                                   : gather_fwd_one_launch_for_batch(tiles.data(), plans.data(), size_t(B), r,
+                                                                     model_shape));
   if (g.fwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows' positions
     const int64_t S = attn_second_kv_row(n), L = S + R;
     std::vector<int64_t> list(size_t(B * L), T);  // (B, S + R)
@@ -277,6 +263,11 @@ AttnMask RingAttention::gathered_mask() const {
 
 namespace {
 
+// K (h = 0) or V (h = 1) of a (2, B, R, Hkv, D) view (the gathered rows or their dK|dV): (B, R, Hkv, D).
+Tensor gathered_half(const Tensor& kv, int64_t h, int64_t B, int64_t R, int64_t Hkv, int64_t D) {
+  return kv.slice(h * B * R * Hkv * D, (h + 1) * B * R * Hkv * D).view({B, R, Hkv, D});
+}
+
 // The transfers of one exchange: per peer with rows, rows [at, at + 2 * rows) of a wire buffer.
 std::vector<PeerTransfer> chunk_transfers(const Tensor& wire, DType dtype, int64_t W, const std::vector<int64_t>& at,
                                           const std::vector<int64_t>& rows, int self) {
@@ -318,7 +309,7 @@ Tensor RingAttention::gathered_kv() {
 void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse) {
   RingGather& g = *gather_;
   const int r = cp_.rank();
-  const int64_t B = shape_.batch, R = g.rows;
+  const int64_t B = shape_.batch, R = g.rows, Hkv = shape_.kv_heads, D = shape_.head_dim;
   const ExchangeHandle x = gather_kv_exchange_start(k, v);
   call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
   maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
@@ -329,11 +320,9 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
       cp_.wait(x);
     }
     RingTimerScope t(*timer_, Phase::compute);
-    const int64_t W = shape_.kv_heads * shape_.head_dim;
     const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
-    const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
-    const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
-    attn_fwd_whole_two_kv(q, k, v, gk, gv, state_, key_list_mask(), out, lse);
+    attn_fwd_whole_two_kv(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
+                          key_list_mask(), out, lse);
     return;
   }
   // parallel/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
@@ -356,10 +345,8 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   }
   if (R == 0 || g.q_rows.empty()) return;
   RingTimerScope t(*timer_, Phase::compute);
-  const int64_t W = shape_.kv_heads * shape_.head_dim;
   const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
-  const Tensor gk = kv.slice(0, B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
-  const Tensor gv = kv.slice(B * R * W, 2 * B * R * W).view({B, R, shape_.kv_heads, shape_.head_dim});
+  const Tensor gk = gathered_half(kv, 0, B, R, Hkv, D), gv = gathered_half(kv, 1, B, R, Hkv, D);
   if (merge_form) gathered_fwd_merge(q, gk, gv, gathered_mask(), g.q_rows, g.out2, g.lse2, state_, out, lse);
   else attn_fwd_block_last(q, gk, gv, state_, gathered_mask(), out, lse);
 }
@@ -406,9 +393,7 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     } else {
       const Tensor kv = gathered_kv();                                        // (2, B, R, Hkv, D)
       const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
-      auto part = [&](const Tensor& t, int64_t h) {  // K (0) or V (1) of a (2, B, R, Hkv, D) view: (B, R, Hkv, D)
-        return t.slice(h * B * R * W, (h + 1) * B * R * W).view({B, R, Hkv, D});
-      };
+      auto part = [&](const Tensor& t, int64_t h) { return gathered_half(t, h, B, R, Hkv, D); };
       attn_bwd_block_fresh(q, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, part(dkv, 0), part(dkv, 1),
                            gathered_mask());
       gather_rows(rows_of(g.wire_send, g.wire, 0, 2 * g.received_total, W), dkv.view({2 * B * R, W}),

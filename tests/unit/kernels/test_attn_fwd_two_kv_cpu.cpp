@@ -35,7 +35,8 @@ TwoKvOut run_two_kv(const test::TwoKvCase& c, const AttnMask& mask) {
   const test::HostTensor q = host(c.q, {c.B, c.n, c.H, c.D}), k1 = host(c.k1, {c.B, c.n, c.Hkv, c.D}),
                          v1 = host(c.v1, {c.B, c.n, c.Hkv, c.D}), k2 = host(c.k2, {c.B, c.R, c.Hkv, c.D}),
                          v2 = host(c.v2, {c.B, c.R, c.Hkv, c.D});
-  test::HostTensor acc = test::f32({c.B, c.H, c.n, c.D}), m = test::f32({c.B, c.H, c.n}), l = test::f32({c.B, c.H, c.n});
+  test::HostTensor acc = test::f32({c.B, c.H, c.n, c.D}), m = test::f32({c.B, c.H, c.n}),
+                   l = test::f32({c.B, c.H, c.n});
   AttnState scratch{acc.t, m.t, l.t};
   TwoKvOut r{test::f32({c.B, c.n, c.H, c.D}), test::f32({c.B, c.H, c.n})};
   test::poison(r.out);

@@ -45,7 +45,8 @@ TwoKvCase make_two_kv_case(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t
   TwoKvCase c;
   c.B = B, c.H = H, c.Hkv = Hkv, c.D = D, c.T = T, c.n = (a1 - a0) + (b1 - b0), c.R = 0, c.list = 0;
   std::mt19937_64 rng(seed);
-  std::vector<std::vector<int64_t>> seen(static_cast<size_t>(B)), unseen(static_cast<size_t>(B));  // source 2's positions per sample
+  // Source 2's positions per sample: those an own query sees, and some no query sees.
+  std::vector<std::vector<int64_t>> seen(static_cast<size_t>(B)), unseen(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int64_t> start(static_cast<size_t>(T));  // document start by position
     for (int64_t p = 0, k = 0; p < T; ++k) {

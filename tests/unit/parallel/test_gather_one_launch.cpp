@@ -1,7 +1,7 @@
 // The gather scheme's forward in one launch (parallel/kv_gather.h gather_fwd_one_launch): the rule worked by hand
 // from its formula, gather_time_from_calls' forward with ranks that run one launch (hand-computed), and the
 // prediction on random plans: a rank runs one launch exactly where the rule says, and the predicted forward is never
-// longer than with every rank's two calls.
+// longer than with every rank's two calls; the batch form (gather_fwd_one_launch_for_batch) on one and two samples.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +84,19 @@ TEST(GatherOneLaunch, PredictionTakesItWhereTheRuleSays) {
       EXPECT_EQ(calls.one_fwd[size_t(r)] > 0, rule) << "trial " << trial << " rank " << r;
       if (rule) EXPECT_DOUBLE_EQ(calls.one_fwd[size_t(r)], own + got - call_us);
       (rule ? chosen : kept) += 1;
+    }
+    // The batch form on one sample (RingAttention::plan_gather's) agrees, and on two copies of it: the tile terms
+    // double, the exchange too, the call_us does not.
+    const KvGatherTiles both[2] = {tiles, tiles};
+    const KvGatherPlan plans[2] = {plan, plan};
+    for (int r = 0; r < cp; ++r) {
+      EXPECT_EQ(gather_fwd_one_launch_for_batch(&tiles, &plan, 1, r, shape), calls.one_fwd[size_t(r)] > 0)
+          << "trial " << trial << " rank " << r;
+      const double own = calls.own_fwd[size_t(r)], got = calls.gathered_fwd[size_t(r)];
+      const bool twice = plan.recv_rows[size_t(r)] > 0 && own > 0 && got > 0 &&
+                         gather_fwd_one_launch(2 * own - call_us, 2 * got - call_us, call_us,
+                                               gather_exchange_us(plans, 2, shape, false));
+      EXPECT_EQ(gather_fwd_one_launch_for_batch(both, plans, 2, r, shape), twice) << "trial " << trial << " rank " << r;
     }
     GatherCallTimes two = calls;
     two.one_fwd.clear();
