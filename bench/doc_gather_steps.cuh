@@ -12,8 +12,9 @@
 //             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
 //             over both calls.
 // one launch: its forward as one attn_fwd_whole_two_kv over own keys and gathered rows as one key list (after the
-//             exchange), timed for every rank that receives rows; the ranks whose model picks it
-//             (predict_gather_calls, as RingAttention picks per batch) run it in the paths and in the check.
+//             exchange), and its backward as one attn_bwd_block_fresh_two_kv (the own call whole), each timed for
+//             every rank that receives rows; the ranks whose model picks it (predict_gather_calls' one_fwd /
+//             one_bwd, as RingAttention picks per batch) run it in the paths and in the check.
 // Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
 // K / V into one device buffer, their k_pos on the device. Each call is timed as --timing says (call_ms,
 // bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
@@ -47,6 +48,7 @@ struct GatherBench {
   KvGatherTiles tiles;               // kv_gather_tiles
   std::vector<OwnBwdSplit> splits;   // (cp) each rank's own backward split (predict_own_bwd_split)
   std::vector<char> one_launch;      // (cp) each rank's forward in one launch (predict_gather_calls' one_fwd > 0)
+  std::vector<char> one_launch_bwd;  // (cp) and its backward (one_bwd > 0)
   RingTimePrediction predicted;      // predict_gather_time
   double c_kv_us = 0, c_dkv_us = 0;  // the exchanges of the NVLink model (gather_exchange_us)
 };
@@ -60,7 +62,9 @@ inline GatherBench gather_bench(const std::vector<int64_t>& starts, const std::v
   std::iota(natural.begin(), natural.end(), int64_t(0));
   g.tiles = kv_gather_tiles(starts, spans, g.plan, cp);
   for (int r = 0; r < cp; ++r) g.splits.push_back(predict_own_bwd_split(g.tiles, g.plan, r, shape));
-  for (double one : predict_gather_calls(g.tiles, g.plan, shape).one_fwd) g.one_launch.push_back(one > 0);
+  const GatherCallTimes calls = predict_gather_calls(g.tiles, g.plan, shape);
+  for (double one : calls.one_fwd) g.one_launch.push_back(one > 0);
+  for (double one : calls.one_bwd) g.one_launch_bwd.push_back(one > 0);
   g.predicted = predict_gather_time(g.tiles, g.plan, ring_tile_cost(starts, natural, 1), shape);
   g.c_kv_us = gather_exchange_us(g.plan, shape, false);
   g.c_dkv_us = gather_exchange_us(g.plan, shape, true);
@@ -158,7 +162,9 @@ struct GatherMeasured {
   std::vector<double> own_bwd_a_ms, own_bwd_b_ms;  // (cp) the own backward's parts (own_bwd_ms = A + B; B 0 unsplit)
   std::vector<double> own_bwd_one_ms;              // (cp) the own backward as one call (= A where unsplit)
   std::vector<double> one_fwd_ms;  // (cp) the forward in one launch over own + gathered keys (0: receives nothing)
-  RingTimePrediction path_two_calls, path_one_launch;  // the forward with every rank's two calls / one launch
+  std::vector<double> one_bwd_ms;  // (cp) the backward likewise
+  // Both directions with every rank's separate calls / every receiving rank's one launch.
+  RingTimePrediction path_two_calls, path_one_launch;
   RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
   RingTimePrediction path_one;  // the same with the one own backward call
   // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
@@ -250,7 +256,11 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     key_list.docs.k_pos = static_cast<const int64_t*>(klist.p);
     key_list.docs.k_stride = attn_second_kv_row(n) + Rc;
     const bool one_launch = R > 0 && g.one_launch[size_t(r)];  // as RingAttention picks the form
+    const bool one_launch_bwd = R > 0 && g.one_launch_bwd[size_t(r)];
     auto one_fwd = [&] { attn_fwd_whole_two_kv(q, k, v, gkt, gvt, st, key_list, out, lse); };
+    auto one_bwd = [&] {
+      attn_bwd_block_fresh_two_kv(q, k, v, gkt, gvt, dout, lse, delta, dq, dk, dv, gdkt, gdvt, key_list);
+    };
     const bool merge_form = gather_merge_form(R, n);  // as RingAttention picks its form
     auto own_fwd = [&] {
       if (merge_form) attn_fwd_whole(q, k, v, st, own, out, lse);
@@ -281,12 +291,17 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     m.own_bwd_ms.push_back(m.own_bwd_a_ms.back() + m.own_bwd_b_ms.back());
     m.own_bwd_one_ms.push_back(split > 0 ? call_ms(timing, own_bwd_one, warmup, reps) : m.own_bwd_a_ms.back());
     m.got_bwd_ms.push_back(R > 0 ? call_ms(timing, got_bwd, warmup, reps) : 0.0);
-    // The check's pass, in the runtime's order: dQ from zero over the three calls (part A, gathered, part B); dK / dV
-    // added home (own rows, then the gathered rows').
+    m.one_bwd_ms.push_back(R > 0 ? call_ms(timing, one_bwd, warmup, reps) : 0.0);
+    // The check's pass, in the runtime's order: dQ from zero over the three calls (part A, gathered, part B) or the
+    // one launch; dK / dV added home (own rows, then the gathered rows').
     fill(dq, 0.f);
-    own_bwd_a();
-    if (R > 0) got_bwd();
-    own_bwd_b();
+    if (one_launch_bwd) {
+      one_bwd();
+    } else {
+      own_bwd_a();
+      if (R > 0) got_bwd();
+      own_bwd_b();
+    }
     add_rows_kernel<<<1024, 256, 0, stream>>>(static_cast<float*>(home_dk.p), static_cast<const float*>(buf.dk.p) +
                                               r * n * kv_width, nullptr, r * n, n, kv_width);
     CUDA_CHECK_LAUNCH();
@@ -308,10 +323,15 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     us.own_bwd_b.push_back(1e3 * m.own_bwd_b_ms.back());
     us.gathered_bwd.push_back(1e3 * m.got_bwd_ms.back());
     us.one_fwd.push_back(one_launch ? 1e3 * m.one_fwd_ms.back() : 0.0);
+    us.one_bwd.push_back(one_launch_bwd ? 1e3 * m.one_bwd_ms.back() : 0.0);
   }
-  GatherCallTimes two = us, all_one = us;  // every rank's forward as two calls / as one launch where it receives
+  GatherCallTimes two = us, all_one = us;  // every rank's separate calls / one launch where it receives
   two.one_fwd.clear();
-  for (int r = 0; r < cp; ++r) all_one.one_fwd[size_t(r)] = 1e3 * m.one_fwd_ms[size_t(r)];
+  two.one_bwd.clear();
+  for (int r = 0; r < cp; ++r) {
+    all_one.one_fwd[size_t(r)] = 1e3 * m.one_fwd_ms[size_t(r)];
+    all_one.one_bwd[size_t(r)] = 1e3 * m.one_bwd_ms[size_t(r)];
+  }
   m.path_two_calls = gather_time_from_calls(two, plan, shape);
   m.path_one_launch = gather_time_from_calls(all_one, plan, shape);
   us_one = us;
@@ -346,11 +366,12 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
   const int cp = g.plan.cp;
   for (int r = 0; r < cp; ++r)
     std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms, one launch %8.3f ms%s | bwd own "
-                "%8.3f ms (A %.3f + B %.3f, split at %ld; one call %.3f) + gathered %8.3f ms\n",
+                "%8.3f ms (A %.3f + B %.3f, split at %ld; one call %.3f) + gathered %8.3f ms, one launch %8.3f ms%s\n",
                 r, long(g.plan.recv_rows[size_t(r)]), m.own_fwd_ms[size_t(r)], m.got_fwd_ms[size_t(r)],
                 m.one_fwd_ms[size_t(r)], g.one_launch[size_t(r)] ? " (runs)" : "",
                 m.own_bwd_ms[size_t(r)], m.own_bwd_a_ms[size_t(r)], m.own_bwd_b_ms[size_t(r)],
-                long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)]);
+                long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)],
+                m.one_bwd_ms[size_t(r)], g.one_launch_bwd[size_t(r)] ? " (runs)" : "");
   const RingTimePrediction& p = m.path;
   const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
   auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
@@ -361,6 +382,9 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
   std::printf("  forward with comm: every rank two calls %.3f ms, every receiving rank one launch %.3f ms, the "
               "model's forms %.3f ms\n",
               m.path_two_calls.fwd_us * 1e-3, m.path_one_launch.fwd_us * 1e-3, cf);
+  std::printf("  backward with comm: every rank its calls %.3f ms, every receiving rank one launch %.3f ms, the "
+              "model's forms %.3f ms\n",
+              m.path_two_calls.bwd_us * 1e-3, m.path_one_launch.bwd_us * 1e-3, cb);
   std::printf("  own backward as one call: bwd compute path %9.3f ms, with comm %9.3f ms (efficiency with comm "
               "%.3f; split: %.3f)\n",
               m.path_one.bwd_compute_us * 1e-3, m.path_one.bwd_us * 1e-3,
@@ -410,7 +434,8 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                "\"own_bwd_a_ms\":%s,\"own_bwd_b_ms\":%s,\"own_bwd_one_call_ms\":%s,"
                "\"path_bwd_one_call_ms\":%.4f,\"path_comm_bwd_one_call_ms\":%.4f,\"eff_comm_bwd_one_call\":%.4f,"
                "\"one_fwd_ms\":%s,\"one_launch\":[%s],\"path_comm_fwd_two_calls_ms\":%.4f,"
-               "\"path_comm_fwd_one_launch_ms\":%.4f",
+               "\"path_comm_fwd_one_launch_ms\":%.4f,\"one_bwd_ms\":%s,\"one_launch_bwd\":[%s],"
+               "\"path_comm_bwd_calls_ms\":%.4f,\"path_comm_bwd_one_launch_ms\":%.4f",
                list(m->own_fwd_ms).c_str(), list(m->got_fwd_ms).c_str(), list(m->own_bwd_ms).c_str(),
                list(m->got_bwd_ms).c_str(), pf, pb, cf, cb, whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb),
                whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb), per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb),
@@ -419,7 +444,9 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                list(m->own_bwd_one_ms).c_str(), m->path_one.bwd_compute_us * 1e-3, m->path_one.bwd_us * 1e-3,
                whole_bwd_ms / (cp * m->path_one.bwd_us * 1e-3), list(m->one_fwd_ms).c_str(),
                gather_join(std::vector<int64_t>(g.one_launch.begin(), g.one_launch.end())).c_str(),
-               m->path_two_calls.fwd_us * 1e-3, m->path_one_launch.fwd_us * 1e-3);
+               m->path_two_calls.fwd_us * 1e-3, m->path_one_launch.fwd_us * 1e-3, list(m->one_bwd_ms).c_str(),
+               gather_join(std::vector<int64_t>(g.one_launch_bwd.begin(), g.one_launch_bwd.end())).c_str(),
+               m->path_two_calls.bwd_us * 1e-3, m->path_one_launch.bwd_us * 1e-3);
 }
 
 }  // namespace rt::bench

@@ -63,16 +63,16 @@ inline int64_t attn_decode_work_elems(int64_t B, int64_t H, int64_t Hkv, int64_t
   return attn_decode_counter_elems(B, H) + B * H * attn_decode_max_splits(B, Hkv, Nk) * (D + 2);
 }
 
-// attn_fwd_whole_two_kv's key list: the second source's first row follows the first source's Nk rows at the next
+// attn_fwd_whole_two_kv's and attn_bwd_block_fresh_two_kv's key list: the second source's first row follows the first source's Nk rows at the next
 // multiple of kAttnKeySourceAlign (a key tile of the CUDA kernels), so no tile holds keys of both sources.
 constexpr int64_t kAttnKeySourceAlign = 128;
 inline int64_t attn_second_kv_row(int64_t Nk) {
   return (Nk + kAttnKeySourceAlign - 1) / kAttnKeySourceAlign * kAttnKeySourceAlign;
 }
 
-// The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_fwd_block_first,
-// attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh, attn_state_merge, attn_fwd_merge,
-// attn_decode, attn_decode_partial) and their contracts are listed in kernels/op_list.inc.
+// The attention ops (attn_state_reset, attn_fwd_block, attn_fwd_finalize, attn_fwd_whole, attn_fwd_whole_two_kv,
+// attn_fwd_block_first, attn_fwd_block_last, attn_bwd_delta, attn_bwd_block, attn_bwd_block_fresh,
+// attn_bwd_block_fresh_two_kv, attn_state_merge, attn_fwd_merge, attn_decode, attn_decode_partial) and their contracts are listed in kernels/op_list.inc.
 #define RT_ATTN_OP(ret, name, params, args, first, dispatch) ret name params;
 #include "kernels/op_list.inc"
 

@@ -309,6 +309,30 @@ bool gather_fwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherP
                                gather_exchange_us(plans, samples, shape, false, link));
 }
 
+bool gather_bwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
+                                     const OwnBwdSplit& split, const RingShape& shape, const LinkModel& link) {
+  RT_CHECK(samples > 0 && r >= 0 && r < plans[0].cp, "gather_bwd_one_launch_for_batch: rank " << r << " of a batch of "
+                                                                                             << samples << " samples");
+  const int cp = plans[0].cp;
+  const KernelTimeModel bwd = gather_kernel_time_model(true, shape.head_dim);
+  const size_t i = size_t(r * cp + r);
+  double gathered_us = 0;  // tile terms over the samples
+  bool receives = false;
+  for (size_t b = 0; b < samples; ++b) {
+    const RingTileCost& got = tiles[b].gathered;
+    RT_CHECK(plans[b].cp == cp && got.runs.size() == size_t(cp) * size_t(cp),
+             "gather_bwd_one_launch_for_batch: sample " << b << " is not a plan and tiles of " << cp << " ranks");
+    if (got.runs[i])
+      gathered_us += call_time_us(bwd, got.full_tiles[i], got.partial_tiles[i], got.active[i], shape.heads) -
+                     bwd.call_us;
+    receives |= plans[b].recv_rows[size_t(r)] > 0;
+  }
+  if (!receives || gathered_us <= 0) return false;  // no gathered call: nothing to fuse
+  return gather_bwd_one_launch(split, gathered_us + bwd.call_us, bwd.call_us,
+                               gather_exchange_us(plans, samples, shape, false, link),
+                               gather_exchange_us(plans, samples, shape, true, link));
+}
+
 OwnBwdSplit predict_own_bwd_split(const KvGatherTiles& tiles, const KvGatherPlan& plan, int r, const RingShape& shape,
                                   const LinkModel& link) {
   RT_CHECK(r >= 0 && size_t(r) < tiles.own_key_tile_pairs.size(),
@@ -345,18 +369,22 @@ RingTimePrediction gather_time_from_calls(const GatherCallTimes& calls, const Kv
   RingTimePrediction p;
   RT_CHECK(calls.one_fwd.empty() || calls.one_fwd.size() == cp,
            "gather_time_from_calls: one_fwd needs one time per rank (" << cp << ") or none");
+  RT_CHECK(calls.one_bwd.empty() || calls.one_bwd.size() == cp,
+           "gather_time_from_calls: one_bwd needs one time per rank (" << cp << ") or none");
   for (size_t r = 0; r < cp; ++r) {
     const double own_f = calls.own_fwd[r], got_f = calls.gathered_fwd[r];
     const double one_f = calls.one_fwd.empty() ? 0.0 : calls.one_fwd[r];
     const double own_a = calls.own_bwd_a[r], own_b = calls.own_bwd_b[r], got_b = calls.gathered_bwd[r];
+    const double one_b = calls.one_bwd.empty() ? 0.0 : calls.one_bwd[r];
     p.fwd_compute_us = std::max(p.fwd_compute_us, one_f > 0 ? one_f : own_f + got_f);
-    p.bwd_compute_us = std::max(p.bwd_compute_us, own_a + own_b + got_b);
+    p.bwd_compute_us = std::max(p.bwd_compute_us, one_b > 0 ? one_b : own_a + own_b + got_b);
     const bool receives = plan.recv_rows[r] > 0;             // else its own call needs no one
     const bool returns = receives || plan.send_rows[r] > 0;  // else no dK/dV row comes or goes
     if (one_f > 0) p.fwd_us = std::max(p.fwd_us, (receives ? c_kv : 0.0) + one_f);  // the launch waits for it
     else p.fwd_us = std::max(p.fwd_us, (receives ? std::max(own_f, c_kv) : own_f) + got_f);
-    p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_a, c_kv) : own_a) + got_b +
-                                      (returns ? std::max(own_b, c_dkv) : own_b));
+    if (one_b > 0) p.bwd_us = std::max(p.bwd_us, (receives ? c_kv : 0.0) + one_b + (returns ? c_dkv : 0.0));
+    else p.bwd_us = std::max(p.bwd_us, (receives ? std::max(own_a, c_kv) : own_a) + got_b +
+                                           (returns ? std::max(own_b, c_dkv) : own_b));
   }
   const double kv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dtype_bytes);
   const double dkv_row = 2.0 * double(shape.kv_heads * shape.head_dim * shape.dkv_wire_bytes);
@@ -387,6 +415,10 @@ GatherCallTimes predict_gather_calls(const KvGatherTiles& tiles, const KvGatherP
     calls.own_bwd_a.push_back(split.a_us);
     calls.own_bwd_b.push_back(split.b_us);
     calls.gathered_bwd.push_back(call(tiles.gathered, bwd, r));
+    const bool one_b = gather_bwd_one_launch_for_batch(&tiles, &plan, 1, r, split, shape, link);
+    calls.one_bwd.push_back(one_b ? gather_bwd_own_whole_us(split, bwd.call_us) + calls.gathered_bwd.back() -
+                                        bwd.call_us
+                                  : 0.0);
   }
   return calls;
 }

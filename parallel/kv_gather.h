@@ -167,12 +167,38 @@ inline bool gather_fwd_one_launch(double own_us, double gathered_us, double call
 bool gather_fwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
                                      const RingShape& shape, const LinkModel& link = {});
 
+// ---- The backward in one launch ----
+// The same for the backward: the own call (whole) and the gathered call as one attn_bwd_block_fresh_two_kv once the
+// exchange is done (dK / dV of the own rows and of the gathered rows each to its own buffer). It saves a call's fixed
+// cost (two where the own call is split) but leaves the exchange exposed, and the return: nothing runs under it.
+// With split = the own call's parts (A, B; own = A + B - call_us where split, else A), gathered_us the gathered
+// call's time, c_kv_us / c_dkv_us the exchange and the return:
+//   one launch  c_kv + own + gathered - call_us + c_dkv   <   three calls  max(A, c_kv) + gathered + max(B, c_dkv)
+// False where either call does not run (split.a_us or gathered_us 0).
+inline double gather_bwd_own_whole_us(const OwnBwdSplit& split, double call_us) {
+  return split.split() ? split.a_us + split.b_us - call_us : split.a_us;
+}
+inline bool gather_bwd_one_launch(const OwnBwdSplit& split, double gathered_us, double call_us, double c_kv_us,
+                                  double c_dkv_us) {
+  if (split.a_us <= 0 || gathered_us <= 0) return false;
+  const double own = gather_bwd_own_whole_us(split, call_us);
+  return c_kv_us + own + gathered_us - call_us + c_dkv_us <
+         std::max(split.a_us, c_kv_us) + gathered_us + std::max(split.b_us, c_dkv_us);
+}
+
+// The rule for rank r of a batch (RingAttention::plan_gather), given its own call's split (own_bwd_split_for_batch):
+// gathered_us the gathered call's gather_kernel_time_model time, its tile terms summed over the samples; false where
+// the rank receives no row.
+bool gather_bwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
+                                     const OwnBwdSplit& split, const RingShape& shape, const LinkModel& link = {});
+
 // Predicted time of the gather scheme (the terms of parallel/ring_time_model.h, the same NVLink model):
 //   exchange C = hop_latency + max over ranks of max(rows received, rows sent) x row bytes / bytes_per_us
 //   forward  = max over r of max(own_r, C_kv) + gathered_r                        (the exchange runs during own)
 //              or C_kv + one_r where the rank runs one launch (gather_fwd_one_launch; one_r = own_r + gathered_r -
 //              call_us)
 //   backward = max over r of max(A_r, C_kv) + gathered'_r + max(B_r, C_dkv)       (A, B: the own call's two parts)
+//              or C_kv + one'_r + C_dkv where the rank runs one launch (gather_bwd_one_launch)
 // A rank with nothing to receive runs its own call (or part A) alone, and one that neither receives nor sends waits
 // for no return (its B term is B alone). A_r and B_r are predict_own_bwd_split's (B_r = 0 and A_r the whole own call
 // where it does not split; a split adds one call_us). ideal_* are whole / cp, as the ring's.
@@ -197,13 +223,15 @@ double gather_exchange_us(const KvGatherPlan* plans, size_t samples, const RingS
 // receives nothing runs no gathered call). The own backward in its two parts: own_bwd_a before the gathered call,
 // own_bwd_b after the return is posted (0 where the rank does not split).
 // one_fwd (cp, or empty): where > 0, the rank's forward is one launch of that time after the exchange
-// (gather_fwd_one_launch), in place of own_fwd + gathered_fwd.
+// (gather_fwd_one_launch), in place of own_fwd + gathered_fwd; one_bwd likewise the backward (gather_bwd_one_launch),
+// in place of own_bwd_a + gathered_bwd + own_bwd_b, the return waited for after it.
 struct GatherCallTimes {
   std::vector<double> own_fwd, gathered_fwd, own_bwd_a, own_bwd_b, gathered_bwd;
-  std::vector<double> one_fwd;
+  std::vector<double> one_fwd, one_bwd;
 };
 
-// The per-rank call times predict_gather_time prices (one_fwd > 0 where a rank runs its forward in one launch).
+// The per-rank call times predict_gather_time prices (one_fwd / one_bwd > 0 where a rank runs that direction in one
+// launch).
 GatherCallTimes predict_gather_calls(const KvGatherTiles& tiles, const KvGatherPlan& plan, const RingShape& shape,
                                      const LinkModel& link = {});
 

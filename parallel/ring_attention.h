@@ -77,6 +77,10 @@ class RingAttention {
   // set_documents calls, -1 restores the choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_fwd_one_launch(int mode);
   bool gather_fwd_one_launch() const;  // the current plan's form (false without the gather scheme)
+  // The same for the backward: the own call (whole) and the gathered call as one attn_bwd_block_fresh_two_kv after
+  // the exchange, the return waited for after it (parallel/kv_gather.h gather_bwd_one_launch).
+  void set_gather_bwd_one_launch(int mode);
+  bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
   // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).
   int64_t skipped_steps() const { return skipped_steps_; }

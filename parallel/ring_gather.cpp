@@ -18,7 +18,10 @@
 //   m (RingGather::own_split) is chosen in plan_gather, per rank and batch, from the kernel time model and the
 //   exchanges (parallel/kv_gather.h own_bwd_split_for_batch): part B sized to cover the return, part A the rest;
 //   m = 0 runs the own call whole before the gathered call (no split: nothing returns, or too short an own call).
-//   The parts' calls: parallel/gather_backward.h.
+//   The parts' calls: parallel/gather_backward.h. Backward in one launch (RingGather::bwd_one_launch, chosen in
+//   plan_gather by kv_gather.h gather_bwd_one_launch where the exchange and the return are shorter than the call's
+//   fixed cost it saves): nothing before the wait; one attn_bwd_block_fresh_two_kv over own keys and gathered rows
+//   (the forward's key list) into this rank's dK|dV and the gathered rows'; the return as above, nothing under it.
 #include "parallel/ring_gather.h"
 
 #include <algorithm>
@@ -112,7 +115,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
         std::sort(order.begin() + s * n, order.begin() + (s + 1) * n);
     const std::vector<RingSpan> spans = ring_spans_from_order(order, P);
     plans[size_t(b)] = kv_gather_plan_for_spans(document_begins(start), spans, P);
-    if (choose_split || g.fwd_one_launch_forced < 0)
+    if (choose_split || g.fwd_one_launch_forced < 0 || g.bwd_one_launch_forced < 0)
       tiles[size_t(b)] = kv_gather_tiles(start, spans, plans[size_t(b)], P);
   }
   g.send_rows.assign(size_t(P), 0);
@@ -187,7 +190,24 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
                                    ? g.fwd_one_launch_forced == 1
                                    : gather_fwd_one_launch_for_batch(tiles.data(), plans.data(), size_t(B), r,
                                                                      model_shape));
-  if (g.fwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows' positions
+  // The own backward's split (from the kernel model, this rank's own key rows as they lie, the batch's exchanges),
+  // and the backward's form, which the model's split prices.
+  OwnBwdSplit model_split;
+  if (choose_split || g.bwd_one_launch_forced < 0) {
+    std::vector<int64_t> key_pairs(static_cast<size_t>(n), 0);  // (n) visible pairs per own key row, over samples
+    for (int64_t b = 0; b < B; ++b)
+      add_own_key_pairs(host_pos + b * T + r * n, host_doc_start + b * T + r * n, n, key_pairs);
+    model_split = own_bwd_split_for_batch(tiles.data(), plans.data(), size_t(B), r, key_tile_sums(key_pairs),
+                                          model_shape);
+  }
+  RT_CHECK(choose_split || g.own_split_forced <= n,
+           "ring gather: a forced own backward split at key row " << g.own_split_forced << " of " << n);
+  g.own_split = choose_split ? model_split.m : g.own_split_forced;
+  g.bwd_one_launch = R > 0 && (g.bwd_one_launch_forced >= 0
+                                   ? g.bwd_one_launch_forced == 1
+                                   : gather_bwd_one_launch_for_batch(tiles.data(), plans.data(), size_t(B), r,
+                                                                     model_split, model_shape));
+  if (g.fwd_one_launch || g.bwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows'
     const int64_t S = attn_second_kv_row(n), L = S + R;
     std::vector<int64_t> list(size_t(B * L), T);  // (B, S + R)
     for (int64_t b = 0; b < B; ++b) {
@@ -195,18 +215,6 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
       std::copy(k_pos.begin() + b * R, k_pos.begin() + (b + 1) * R, list.begin() + b * L + S);
     }
     upload_i32(g.k_list_pos, reinterpret_cast<const int32_t*>(list.data()), 2 * int64_t(list.size()));
-  }
-  // The own backward's split: from the kernel model, this rank's own key rows as they lie, the batch's exchanges.
-  if (choose_split) {
-    std::vector<int64_t> key_pairs(static_cast<size_t>(n), 0);  // (n) visible pairs per own key row, over samples
-    for (int64_t b = 0; b < B; ++b)
-      add_own_key_pairs(host_pos + b * T + r * n, host_doc_start + b * T + r * n, n, key_pairs);
-    g.own_split =
-        own_bwd_split_for_batch(tiles.data(), plans.data(), size_t(B), r, key_tile_sums(key_pairs), model_shape).m;
-  } else {
-    RT_CHECK(g.own_split_forced <= n, "ring gather: a forced own backward split at key row " << g.own_split_forced
-                                                                                            << " of " << n);
-    g.own_split = g.own_split_forced;
   }
   upload_i32(g.send_index, send_index.data(), int64_t(send_index.size()));
   upload_i32(g.unpack_index, unpack_index.data(), int64_t(unpack_index.size()));
@@ -231,6 +239,17 @@ void RingAttention::set_gather_fwd_one_launch(int mode) {
 
 bool RingAttention::gather_fwd_one_launch() const {
   return scheme_ == CpScheme::gather && gather_->fwd_one_launch;
+}
+
+void RingAttention::set_gather_bwd_one_launch(int mode) {
+  RT_CHECK(gather_, "ring attention: set_gather_bwd_one_launch needs the gather scheme's buffers (construct with "
+                    "gather = true)");
+  RT_CHECK(mode >= -1 && mode <= 1, "ring attention: set_gather_bwd_one_launch(" << mode << "): -1 (choose), 0 or 1");
+  gather_->bwd_one_launch_forced = mode;
+}
+
+bool RingAttention::gather_bwd_one_launch() const {
+  return scheme_ == CpScheme::gather && gather_->bwd_one_launch;
 }
 
 int64_t RingAttention::gather_own_split() const {
@@ -370,12 +389,16 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     call_ring_bytes_ += double(cp_.size() - 1) * (double(kv_buf_[0].nbytes()) + dkv_block);
   }
   // The own call in two parts (parallel/gather_backward.h): A = own keys [0, m) now, under the K/V exchange; B =
-  // keys [m, n) after the dK/dV return is posted, under it. m = 0 (or n): A is the whole call and B nothing.
+  // keys [m, n) after the dK/dV return is posted, under it. m = 0 (or n): A is the whole call and B nothing. In one
+  // launch (g.bwd_one_launch) the own call runs whole with the gathered call once the exchange is done.
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
-  const int64_t m = own_runs ? g.own_split : 0;
+  const bool one_launch = g.bwd_one_launch && own_runs && R > 0;
+  const int64_t m = own_runs && !one_launch ? g.own_split : 0;
   {
     RingTimerScope t(*timer_, Phase::compute);
-    if (own_runs) {
+    if (one_launch) {
+      // nothing before the exchange: the launch below writes every own row's dK / dV
+    } else if (own_runs) {
       own_bwd_part(OwnBwdPart::a, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
     } else {
       ++skipped_steps_;
@@ -394,8 +417,12 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
       const Tensor kv = gathered_kv();                                        // (2, B, R, Hkv, D)
       const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
       auto part = [&](const Tensor& t, int64_t h) { return gathered_half(t, h, B, R, Hkv, D); };
-      attn_bwd_block_fresh(q, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, part(dkv, 0), part(dkv, 1),
-                           gathered_mask());
+      if (one_launch)
+        attn_bwd_block_fresh_two_kv(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0),
+                                    half(own, 1), part(dkv, 0), part(dkv, 1), key_list_mask());
+      else
+        attn_bwd_block_fresh(q, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, part(dkv, 0), part(dkv, 1),
+                             gathered_mask());
       gather_rows(rows_of(g.wire_send, g.wire, 0, 2 * g.received_total, W), dkv.view({2 * B * R, W}),
                   g.return_index.slice(0, 2 * g.received_total));  // the owners' chunks, in dkv_wire
     }

@@ -29,7 +29,7 @@ struct RingGather {
   Tensor return_index;  // (2 * B * Rmax) i32: per returned chunk row, the gathered dK|dV row (2, B, R)
   Tensor k_pos;         // (B, Rmax, 2) i32 holding (B, R) int64: the gathered rows' positions, padding T
   Tensor k_list_pos;    // (B, S + Rmax, 2) i32 holding (B, S + R) int64, S = attn_second_kv_row(n): the one-launch
-                        // forward's key list (own rows' positions, T in the gap, the gathered rows' positions)
+                        // calls' key list (own rows' positions, T in the gap, the gathered rows' positions)
   Tensor out2;          // (B, n, H, D) act dtype: the gathered call's out, viewed (B, M, H, D), M = q_rows' length
   Tensor lse2;          // (B, H, n) f32: its lse, viewed (B, H, M); both merged into out / lse (attn_fwd_merge)
   DType act = DType::f32, wire = DType::f32;  // of K/V and of the returned dK/dV rows
@@ -56,6 +56,11 @@ struct RingGather {
   // fwd_one_launch_forced >= 0 (RingAttention::set_gather_fwd_one_launch).
   bool fwd_one_launch = false;
   int fwd_one_launch_forced = -1;
+  // The backward in one launch over own and gathered keys after the exchange (attn_bwd_block_fresh_two_kv, the own
+  // call whole), chosen per batch by gather_bwd_one_launch (parallel/kv_gather.h) where the rank receives rows, or
+  // forced by bwd_one_launch_forced >= 0 (RingAttention::set_gather_bwd_one_launch).
+  bool bwd_one_launch = false;
+  int bwd_one_launch_forced = -1;
 };
 
 // The buffers for a ring of `cp` ranks (cp > 1) and RingAttention's shape, from `arena`.

@@ -128,6 +128,28 @@ AttnState attn_state(OpRun& r) {
   return AttnState{r.out(DType::f32, {kB, kH, kN, kD}), r.out(DType::f32, {kB, kH, kN}), r.out(DType::f32, {kB, kH, kN})};
 }
 
+// The two-source ops' case (attn_fwd_whole_two_kv, attn_bwd_block_fresh_two_kv): queries at positions 256..511;
+// source 1: n1 keys at 256.. (the queries' first rows), then the gap to attn_second_kv_row(n1) (position 512: no
+// query sees it); source 2: kN keys at 0..kN-1. Documents start at 0, 100 and 400, so rows 256..399 see source 2's
+// keys from 100 and rows 400.. only source 1's.
+AttnMask two_kv_mask(OpRun& r, int64_t n1) {
+  const int64_t list = attn_second_kv_row(n1) + kN;
+  std::vector<int32_t> q_pos, q_doc, k_pos;  // int64 as (low, high) words
+  auto push = [](std::vector<int32_t>& w, int64_t x) { w.push_back(int32_t(x)), w.push_back(int32_t(x >> 32)); };
+  for (int64_t i = 0; i < kN; ++i) push(q_pos, 256 + i), push(q_doc, 256 + i < 400 ? 100 : 400);
+  for (int64_t j = 0; j < list; ++j) {
+    const int64_t s2 = j - attn_second_kv_row(n1);
+    push(k_pos, j < n1 ? 256 + j : s2 < 0 ? 512 : s2);
+  }
+  Tensor qp = r.in_i32({kB, kN, 2}, q_pos), qd = r.in_i32({kB, kN, 2}, q_doc), kp = r.in_i32({kB, list, 2}, k_pos);
+  AttnMask mask;
+  mask.docs.q_pos = static_cast<const int64_t*>(qp.data);
+  mask.docs.q_doc_start = static_cast<const int64_t*>(qd.data);
+  mask.docs.k_pos = static_cast<const int64_t*>(kp.data);
+  mask.docs.q_stride = kN, mask.docs.k_stride = list;
+  return mask;
+}
+
 // The forward ops' inputs on r's device: q (B,N,H,D); k, v of the causal diagonal block and k2, v2 of an earlier
 // block (B,N,Hkv,D).
 struct FwdOpInputs {
@@ -461,25 +483,11 @@ const std::map<std::string, OpCase>& op_cases() {
          return {download(out), download(lse)};
        }}},
       {"attn_fwd_whole_two_kv", {2e-2, [](OpRun& r) -> Outputs {
-         // Queries at positions 256..511; source 1: 200 keys at 256..455 (the queries' first rows), then a gap of
-         // 56 rows (position 512: no query sees it); source 2: 256 keys at 0..255. Documents start at 0, 100 and
-         // 400, so rows 256..399 see source 2's keys from 100 and rows 400.. only source 1's.
+         // two_kv_mask's case: source 1 of 200 keys, a gap of 56 rows, source 2 of kN keys.
          const AttnInputs& a = attn_inputs();
-         const int64_t n1 = 200, list = attn_second_kv_row(n1) + kN;
+         const int64_t n1 = 200;
          std::vector<float> k1(a.k.begin(), a.k.begin() + n1 * kHkv * kD), v1(a.v.begin(), a.v.begin() + n1 * kHkv * kD);
-         std::vector<int32_t> q_pos, q_doc, k_pos;  // int64 as (low, high) words
-         auto push = [](std::vector<int32_t>& w, int64_t x) { w.push_back(int32_t(x)), w.push_back(int32_t(x >> 32)); };
-         for (int64_t i = 0; i < kN; ++i) push(q_pos, 256 + i), push(q_doc, 256 + i < 400 ? 100 : 400);
-         for (int64_t j = 0; j < list; ++j) {
-           const int64_t s2 = j - attn_second_kv_row(n1);
-           push(k_pos, j < n1 ? 256 + j : s2 < 0 ? 512 : s2);
-         }
-         Tensor qp = r.in_i32({kB, kN, 2}, q_pos), qd = r.in_i32({kB, kN, 2}, q_doc), kp = r.in_i32({kB, list, 2}, k_pos);
-         AttnMask mask;
-         mask.docs.q_pos = static_cast<const int64_t*>(qp.data);
-         mask.docs.q_doc_start = static_cast<const int64_t*>(qd.data);
-         mask.docs.k_pos = static_cast<const int64_t*>(kp.data);
-         mask.docs.q_stride = kN, mask.docs.k_stride = list;
+         const AttnMask mask = two_kv_mask(r, n1);
          AttnState scratch = attn_state(r);
          Tensor out = r.out(DType::bf16, {kB, kN, kH, kD}), lse = r.out(DType::f32, {kB, kH, kN});
          attn_fwd_whole_two_kv(r.in(DType::bf16, {kB, kN, kH, kD}, a.q), r.in(DType::bf16, {kB, n1, kHkv, kD}, k1),
@@ -527,6 +535,22 @@ const std::map<std::string, OpCase>& op_cases() {
          Tensor dk = r.out(DType::f32, {kB, kN, kHkv, kD}), dv = r.out(DType::f32, {kB, kN, kHkv, kD});
          attn_bwd_block_fresh(q, k, v, dout, lse, delta, dq, dk, dv, causal_mask());
          return {download(dq), download(dk), download(dv)};
+       }}},
+      {"attn_bwd_block_fresh_two_kv", {2e-2, [](OpRun& r) -> Outputs {
+         // two_kv_mask's case: source 1 of 200 keys, a gap of 56 rows, source 2 of kN keys.
+         const AttnInputs& a = attn_inputs();
+         const int64_t n1 = 200;
+         std::vector<float> k1(a.k.begin(), a.k.begin() + n1 * kHkv * kD), v1(a.v.begin(), a.v.begin() + n1 * kHkv * kD);
+         const AttnMask mask = two_kv_mask(r, n1);
+         Tensor q = r.in(DType::bf16, {kB, kN, kH, kD}, a.q), dout = r.in(DType::bf16, {kB, kN, kH, kD}, a.dout);
+         Tensor lse = r.in(DType::f32, {kB, kH, kN}, a.lse), delta = r.in(DType::f32, {kB, kH, kN}, a.delta);
+         Tensor dq = r.in(DType::f32, {kB, kN, kH, kD}, rand_vec(kB * kN * kH * kD, 124, 0.1f));
+         Tensor dk = r.out(DType::f32, {kB, n1, kHkv, kD}), dv = r.out(DType::f32, {kB, n1, kHkv, kD});
+         Tensor dk2 = r.out(DType::f32, {kB, kN, kHkv, kD}), dv2 = r.out(DType::f32, {kB, kN, kHkv, kD});
+         attn_bwd_block_fresh_two_kv(q, r.in(DType::bf16, {kB, n1, kHkv, kD}, k1), r.in(DType::bf16, {kB, n1, kHkv, kD}, v1),
+                                     r.in(DType::bf16, {kB, kN, kHkv, kD}, a.k2), r.in(DType::bf16, {kB, kN, kHkv, kD}, a.v2),
+                                     dout, lse, delta, dq, dk, dv, dk2, dv2, mask);
+         return {download(dq), download(dk), download(dv), download(dk2), download(dv2)};
        }}},
       {"attn_state_merge", {1e-4, [](OpRun& r) -> Outputs {
          // Rows where one side or both saw no key (m = -inf, l = 0, acc = 0) next to ordinary rows.

@@ -68,16 +68,18 @@ struct GpuRun {
   double sent = 0, planned = 0, ring = 0;      // bytes over the ranks: sent, the plan's, the plain ring's
   bool scheme_ran = true;                      // every member ran the scheme it was given
   int one_launch_ranks = 0;                    // members whose gather forward ran in one launch
+  int one_launch_bwd_ranks = 0;                // and whose backward did
 };
 
 // One ring of cp GPU ranks (world ranks [0, cp)) on bf16 tensors with the document mask on the device (and its host
 // copies), running `scheme`; outputs poisoned, compared with `ref` per sample's order. Collective over the world.
 // own_split >= 0: the gather's own backward split forced there (RingAttention::set_gather_own_split);
-// fwd_one_launch >= 0: its forward in one launch forced off (0) or on (1) (RingAttention::set_gather_fwd_one_launch).
-// GpuRun::one_launch_ranks counts the ranks that ran it.
+// one_launch >= 0: its forward and backward in one launch forced off (0) or on (1)
+// (RingAttention::set_gather_fwd_one_launch, set_gather_bwd_one_launch). GpuRun::one_launch_ranks and
+// one_launch_bwd_ranks count the ranks that ran them.
 GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionReference& ref,
                     const std::vector<int64_t>& order, int cp, CpScheme scheme, const test::GpuRankPlacement& place,
-                    int64_t own_split = -1, int fwd_one_launch = -1) {
+                    int64_t own_split = -1, int one_launch = -1) {
   const int64_t T = kT, n = T / cp, D = p.D;
   std::vector<int64_t> pos(size_t(kB * T)), start(size_t(kB * T));  // (B, T) ring order
   for (int64_t b = 0; b < kB; ++b) {
@@ -92,7 +94,8 @@ GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionRefere
   MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, world_rank(), &sub);
   test::ErrSum err[test::kNumQuantities];
   GpuRun run;
-  double bytes[5] = {0, 0, 0, 0, 0};  // sent, planned, ring, members that did not run the scheme, one-launch ranks
+  // sent, planned, ring, members that did not run the scheme, one-launch ranks forward, backward
+  double bytes[6] = {0, 0, 0, 0, 0, 0};
   if (member) {
     std::shared_ptr<Comm> comm = test::make_test_comm(sub, place);
     const int r = comm->rank();
@@ -125,7 +128,8 @@ GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionRefere
     RingAttention attn(*comm, Layout::contiguous, /*causal=*/true, {kB, n, kH, kHkv, D, bf}, arena, DType::f32,
                        /*gather=*/scheme == CpScheme::gather);
     if (own_split >= 0) attn.set_gather_own_split(own_split);
-    if (fwd_one_launch >= 0) attn.set_gather_fwd_one_launch(fwd_one_launch);
+    if (one_launch >= 0) attn.set_gather_fwd_one_launch(one_launch);
+    if (one_launch >= 0) attn.set_gather_bwd_one_launch(one_launch);
     attn.set_documents(static_cast<const int64_t*>(dpos.data), static_cast<const int64_t*>(dstart.data), pos.data(),
                        start.data(), scheme);
     attn.forward(q, k, v, out, lse);
@@ -136,6 +140,7 @@ GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionRefere
     const bool split_ran = own_split < 0 || attn.gather_own_split() == own_split;
     bytes[3] = (cp > 1 && attn.scheme() != scheme) || !split_ran ? 1 : 0;
     bytes[4] = attn.gather_fwd_one_launch() ? 1 : 0;
+    bytes[5] = attn.gather_bwd_one_launch() ? 1 : 0;
     const std::vector<float> got[test::kNumQuantities] = {test::download(out), test::download(lse),
                                                           test::download(dq), test::download(dk), test::download(dv)};
     const std::vector<double>* want[test::kNumQuantities] = {&ref.out, &ref.lse, &ref.dq, &ref.dk, &ref.dv};
@@ -155,8 +160,9 @@ GpuRun run_gpu_docs(const test::AttentionProblem& p, const test::AttentionRefere
             err[qn].ref2 += w * w;
           }
   }
-  MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, bytes, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   run.one_launch_ranks = int(bytes[4]);
+  run.one_launch_bwd_ranks = int(bytes[5]);
   run.rel = test::reduce_errors(err, &run.bad);
   run.sent = bytes[0], run.planned = bytes[1], run.ring = bytes[2], run.scheme_ran = bytes[3] == 0;
   return run;
@@ -183,8 +189,8 @@ TEST_P(GpuRingGather, BothSchemesMatchTheCpuAndOneGpu) {
   for (int cp : {2, 4, 8}) {
     if (cp > world) break;
     for (const std::string layout : {"contiguous", "zigzag", "balanced"})
-      // ring; gather; gather with its own backward split forced; gather with its forward in one launch forced on,
-      // then off.
+      // ring; gather; gather with its own backward split forced; gather with its forward and backward in one launch
+      // forced on, then off.
       for (int variant = 0; variant < 5; ++variant) {
         const CpScheme scheme = variant == 0 ? CpScheme::ring : CpScheme::gather;
         const int64_t own_split = variant == 2 ? kT / cp / 2 : -1;
@@ -193,9 +199,11 @@ TEST_P(GpuRingGather, BothSchemesMatchTheCpuAndOneGpu) {
         const std::string what = layout + " " + cp_scheme_name(scheme) + tag[variant] + " cp=" + std::to_string(cp);
         const GpuRun run =
             run_gpu_docs(p, ref, ring_order(layout, cp), cp, scheme, placement, own_split, one_launch);
-        if (variant == 3 && run.sent > 0)  // a rank that receives rows runs one launch
+        if (variant == 3 && run.sent > 0) {  // a rank that receives rows runs one launch
           EXPECT_GT(run.one_launch_ranks, 0) << what << ": no rank ran its forward in one launch";
-        if (variant == 4) EXPECT_EQ(run.one_launch_ranks, 0) << what;
+          EXPECT_GT(run.one_launch_bwd_ranks, 0) << what << ": no rank ran its backward in one launch";
+        }
+        if (variant == 4) EXPECT_EQ(run.one_launch_ranks + run.one_launch_bwd_ranks, 0) << what;
         EXPECT_EQ(run.bad, 0) << "non-finite outputs: " << what;
         EXPECT_TRUE(run.scheme_ran) << what;
         for (int i = 0; i < test::kNumQuantities; ++i) {

@@ -68,6 +68,7 @@ struct RingStats {
   CpScheme scheme = CpScheme::ring;
   int64_t own_split = 0;     // this rank's gather own backward split (RingAttention::gather_own_split)
   bool fwd_one_launch = false;  // this rank's gather forward in one launch (RingAttention::gather_fwd_one_launch)
+  bool bwd_one_launch = false;  // and its backward (RingAttention::gather_bwd_one_launch)
 };
 
 // How run_docs_ring runs the ring: the scheme set_documents gets (gather: the ring is built with its buffers) and
@@ -77,6 +78,7 @@ struct RingRun {
   DType dkv_wire = DType::f32;
   int64_t own_split = -1;  // gather: the own backward call's split forced at this key row (-1: the plan's choice)
   int fwd_one_launch = -1;  // gather: the forward in one launch forced off (0) or on (1) (-1: the plan's choice)
+  int bwd_one_launch = -1;  // gather: the backward likewise
 };
 
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
@@ -121,6 +123,7 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
                        /*gather=*/run.scheme == CpScheme::gather);
     if (run.own_split >= 0) attn.set_gather_own_split(run.own_split);
     if (run.fwd_one_launch >= 0) attn.set_gather_fwd_one_launch(run.fwd_one_launch);
+    if (run.bwd_one_launch >= 0) attn.set_gather_bwd_one_launch(run.bwd_one_launch);
     attn.set_documents(ring_pos.data(), ring_start.data(), nullptr, nullptr, run.scheme);
     attn.forward(q, k, v, out, lse);
     attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
@@ -129,7 +132,7 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
       double bytes[2] = {attn.timings().sent_bytes, attn.timings().ring_bytes};
       ring.all_reduce_sum(bytes, 2);
       *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops, attn.scheme(),
-                attn.gather_own_split(), attn.gather_fwd_one_launch()};
+                attn.gather_own_split(), attn.gather_fwd_one_launch(), attn.gather_bwd_one_launch()};
     }
     // Un-permute: this rank's rows are at the positions of its columns (the same for every sample here only if
     // the order is; compare per sample).
@@ -467,9 +470,11 @@ TEST(RingGatherDocs, ForcedOwnSplitMatchesOneRank) {
   }
 }
 
-// The forward in one launch over own keys and gathered rows (attn_fwd_whole_two_kv after the exchange), forced on:
-// the same results as one rank on layouts where ranks receive rows (contiguous, zigzag, the dispatch, a random
-// assignment in random local order), odd documents (kMix) and two samples; every rank that receives rows reports it.
+// The forward in one launch over own keys and gathered rows (attn_fwd_whole_two_kv after the exchange), forced on
+// (and the backward, attn_bwd_block_fresh_two_kv, forced on or off with it, and with a forced own split that the
+// one launch must ignore): the same results as one rank on layouts where ranks receive rows (contiguous, zigzag, the
+// dispatch, a random assignment in random local order), odd documents (kMix) and two samples; a rank that receives
+// rows reports each form it runs.
 TEST(RingGatherDocs, ForcedOneLaunchForwardMatchesOneRank) {
   const int64_t T = 120;
   const test::AttentionProblem p = test::make_attention_problem(9753, kB, T, kH, kHkv, kD, false);
@@ -479,20 +484,26 @@ TEST(RingGatherDocs, ForcedOneLaunchForwardMatchesOneRank) {
       orders.push_back({layout_name(layout), layout_order(layout, T, cp)});
     orders.push_back({"dispatch", dispatch_order(T, cp, kMix)});
     orders.push_back({"random unsorted", random_order(T, cp, 41 + uint64_t(cp), /*sorted=*/false)});
-    for (const auto& [name, order] : orders) {
-      double bad = 0;
-      int64_t skipped = 0;
-      RingStats stats;
-      const std::string what = "gather, forward in one launch, " + name + " cp=" + std::to_string(cp);
-      RingRun run{CpScheme::gather, DType::f32, -1};
-      run.fwd_one_launch = 1;
-      const test::RelErrors rel = run_docs_ring(p, order, kMix, cp, Layout::balanced, &bad, &skipped, &stats, run);
-      expect_close(rel, bad, what);
-      int on = 0;
-      if (world_rank() < cp) on = stats.fwd_one_launch ? 1 : 0;
-      MPI_Allreduce(MPI_IN_PLACE, &on, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-      EXPECT_GT(on, 0) << what << ": no rank ran its forward in one launch";
-    }
+    for (const auto& [name, order] : orders)
+      for (int bwd_one : {0, 1}) {
+        double bad = 0;
+        int64_t skipped = 0;
+        RingStats stats;
+        const std::string what = "gather, forward in one launch, backward " +
+                                 std::string(bwd_one ? "in one launch" : "in three calls") + ", " + name +
+                                 " cp=" + std::to_string(cp);
+        RingRun run{CpScheme::gather, DType::f32, bwd_one ? T / cp / 2 : -1};
+        run.fwd_one_launch = 1;
+        run.bwd_one_launch = bwd_one;
+        const test::RelErrors rel = run_docs_ring(p, order, kMix, cp, Layout::balanced, &bad, &skipped, &stats, run);
+        expect_close(rel, bad, what);
+        int on[2] = {0, 0};  // ranks running the forward / the backward in one launch
+        if (world_rank() < cp) on[0] = stats.fwd_one_launch ? 1 : 0, on[1] = stats.bwd_one_launch ? 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, on, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        EXPECT_GT(on[0], 0) << what << ": no rank ran its forward in one launch";
+        if (bwd_one) EXPECT_GT(on[1], 0) << what << ": no rank ran its backward in one launch";
+        else EXPECT_EQ(on[1], 0) << what << ": a rank ran its backward in one launch, forced off";
+      }
   }
 }
 

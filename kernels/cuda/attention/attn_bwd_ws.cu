@@ -80,6 +80,7 @@ __global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid g
 template <int D, bool kDocs, int R>
 __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const CUtensorMap& tm_do,
                                                 const CUtensorMap& tm_k, const CUtensorMap& tm_v,
+                                                const CUtensorMap& tm_k2, const CUtensorMap& tm_v2,
                                                 const AttnBwdParams& p, const BwdV5Grid& grid, int* next_unit,
                                                 const BwdV5Shared& sh, const BwdV5DocShared& ds, int lane) {
   using Smem = WgBwdV5Smem<D, R>;
@@ -94,6 +95,10 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
     tma_prefetch_desc(&tm_do);
     tma_prefetch_desc(&tm_k);
     tma_prefetch_desc(&tm_v);
+    if (kDocs && p.k2_row > 0) {
+      tma_prefetch_desc(&tm_k2);
+      tma_prefetch_desc(&tm_v2);
+    }
   }
   uint32_t J = 0;  // stages issued so far
   int kv_loads = 0;
@@ -139,10 +144,15 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
         if (j == 0) {  // K and V (one barrier), once the previous unit's are read no more
           if (kv_loads > 0) mbar_wait(kv_empty_bar, uint32_t(kv_loads - 1) & 1u);
           mbar_arrive_expect_tx(kv_bar, 2 * Smem::kKVBytes);
+          // Two key sources (documents, attn_bwd_fresh_two_kv): a tile at or past k2_row is the second's.
+          const bool second = kDocs && p.k2_row > 0 && w.k0 >= p.k2_row;
+          const CUtensorMap* mk = second ? &tm_k2 : &tm_k;
+          const CUtensorMap* mv = second ? &tm_v2 : &tm_v;
+          const int k_row = int(second ? w.k0 - p.k2_row : w.k0);
 #pragma unroll
           for (int c = 0; c < D / 64; ++c) {
-            tma_load_4d(k_tile + uint32_t(c) * (kBc * 128), &tm_k, kv_bar, c * 64, int(w.hk), int(w.k0), int(w.b));
-            tma_load_4d(v_tile + uint32_t(c) * (kBc * 128), &tm_v, kv_bar, c * 64, int(w.hk), int(w.k0), int(w.b));
+            tma_load_4d(k_tile + uint32_t(c) * (kBc * 128), mk, kv_bar, c * 64, int(w.hk), k_row, int(w.b));
+            tma_load_4d(v_tile + uint32_t(c) * (kBc * 128), mv, kv_bar, c * 64, int(w.hk), k_row, int(w.b));
           }
         }
       } else {
@@ -169,7 +179,8 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 // once per tile and twice at the end.
 template <int D, bool kDocs, int R>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
-                                               const CUtensorMap& tm_dv, const AttnBwdParams& p,
+                                               const CUtensorMap& tm_dv, const CUtensorMap& tm_dk2,
+                                               const CUtensorMap& tm_dv2, const AttnBwdParams& p,
                                                const BwdV5Grid& grid, const BwdV5Shared& sh,
                                                const BwdV5DocShared& ds, int lane) {
   using Smem = WgBwdV5Smem<D, R>;
@@ -181,6 +192,10 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     tma_prefetch_desc(&tm_dq);
     tma_prefetch_desc(&tm_dk);
     tma_prefetch_desc(&tm_dv);
+    if (kDocs && p.k2_row > 0) {
+      tma_prefetch_desc(&tm_dk2);
+      tma_prefetch_desc(&tm_dv2);
+    }
   }
   for (int part = 0; part < kDqParts; ++part) {  // both buffers start empty
     dq_buffer_arrive_empty(0, part);
@@ -245,10 +260,13 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     }
     // Pieces add into rows zeroed before the kernel; rows past k_end are skipped by the tensor maps.
     const bool store_dkv = p.overwrite_dkv && !w.piece;
+    // Two key sources: the second's tiles go to dk2 / dv2, at their rows there.
+    const bool second = kDocs && p.k2_row > 0 && w.k0 >= p.k2_row;
+    const int k_row = int(second ? w.k0 - p.k2_row : w.k0);
 #pragma unroll 1
     for (int e = 0; e < kEpilogueTiles; ++e, ++jq) {
       const int sb = int(jq & 1u);
-      const CUtensorMap* tm = e < D / 64 ? &tm_dk : &tm_dv;
+      const CUtensorMap* tm = e < D / 64 ? (second ? &tm_dk2 : &tm_dk) : (second ? &tm_dv2 : &tm_dv);
       const int col0 = (e % (D / 64)) * 64;
       const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
 #pragma unroll 1
@@ -260,7 +278,7 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
           for (int i = 0; i < kBlocks; ++i) {  // block 2w + c: keys 64w.., columns col0 + 32c..
             const int blk = part * kBlocks + i;
             const uint32_t src = buf + uint32_t(blk) * Smem::kDqBlockBytes;
-            const int col = col0 + (blk % 2) * 32, row = int(w.k0) + (blk / 2) * 64;
+            const int col = col0 + (blk % 2) * 32, row = k_row + (blk / 2) * 64;
             if (store_dkv) tma_store_4d(tm, src, col, int(w.hk), row, int(w.b));
             else tma_reduce_add_4d(tm, src, col, int(w.hk), row, int(w.b));
           }
@@ -404,7 +422,9 @@ __global__ void __launch_bounds__(kV5Threads, 1)
     attn_bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                              const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_dk,
-                             const __grid_constant__ CUtensorMap tm_dv, const AttnBwdParams p,
+                             const __grid_constant__ CUtensorMap tm_dv, const __grid_constant__ CUtensorMap tm_k2,
+                             const __grid_constant__ CUtensorMap tm_v2, const __grid_constant__ CUtensorMap tm_dk2,
+                             const __grid_constant__ CUtensorMap tm_dv2, const AttnBwdParams p,
                              const BwdV5Grid grid, int* next_unit) {
 #if RT_WGMMA_AVAILABLE
   static_assert(D == 64 || D == 128, "wgmma backward: D must be 64 or 128");
@@ -456,8 +476,8 @@ __global__ void __launch_bounds__(kV5Threads, 1)
                        unit_empty_bar};
   if (wg == 2) {  // the producer warp and the dQ warp (and the docs warp); the others only give up registers
     setmaxnreg_dec<kV5ProducerRegs<D>>();
-    if (warp == 0) bwd_v5_producer<D, kDocs, R>(tm_q, tm_do, tm_k, tm_v, p, grid, next_unit, sh, ds, lane);
-    else if (warp == 1) bwd_v5_dq_warp<D, kDocs, R>(tm_dq, tm_dk, tm_dv, p, grid, sh, ds, lane);
+    if (warp == 0) bwd_v5_producer<D, kDocs, R>(tm_q, tm_do, tm_k, tm_v, tm_k2, tm_v2, p, grid, next_unit, sh, ds, lane);
+    else if (warp == 1) bwd_v5_dq_warp<D, kDocs, R>(tm_dq, tm_dk, tm_dv, tm_dk2, tm_dv2, p, grid, sh, ds, lane);
     else if (kDocs && warp == 2) bwd_v5_docs_warp(p, grid, sh, ds, lane);
     return;
   }
@@ -544,11 +564,23 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
                << "; split the call into query / key sub-ranges (AttnMask q_begin / k_begin) under 2^31 rows");
   const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, R);
   const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, R);
-  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, p.k_end, p.Hkv, D, kBc);
-  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, p.k_end, p.Hkv, D, kBc);
+  // Two key sources (p.k2_row > 0, documents and overwrite only): the first maps end at its own rows, the second's
+  // hold the rest.
+  const bool two = kDocs && p.k2_row > 0;
+  const int64_t k1_end = two ? p.Nk : p.k_end, n2 = p.k_end - p.k2_row;
+  RT_CHECK(!two || (p.k2_row % kBc == 0 && p.k2_row >= p.Nk && p.Nk >= kBc && n2 >= kBc && p.overwrite_dkv &&
+                    p.k2 != nullptr && p.v2 != nullptr && p.dk2 != nullptr && p.dv2 != nullptr),
+           "attn_bwd_ws: two key sources need k2_row a multiple of " << kBc << " at or past Nk = " << p.Nk
+               << ", both sources >= " << kBc << " rows and the overwrite form (k2_row = " << p.k2_row << ")");
+  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, k1_end, p.Hkv, D, kBc);
+  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, k1_end, p.Hkv, D, kBc);
   const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
-  const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
-  const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, p.k_end, p.Hkv, D, kBr, 4);
+  const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, k1_end, p.Hkv, D, kBr, 4);
+  const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, k1_end, p.Hkv, D, kBr, 4);
+  const CUtensorMap tk2 = two ? make_rows_heads_tma_map(p.k2, B, n2, n2, p.Hkv, D, kBc) : tk;
+  const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kBc) : tv;
+  const CUtensorMap tdk2 = two ? make_rows_heads_tma_map(p.dk2, B, n2, n2, p.Hkv, D, kBr, 4) : tdk;
+  const CUtensorMap tdv2 = two ? make_rows_heads_tma_map(p.dv2, B, n2, n2, p.Hkv, D, kBr, 4) : tdv;
   const int n_sm = device_props().multiProcessorCount;  // `device` is current (stream_for in the dispatcher)
   const BwdV5Grid g = v5_grid(p, D, R, p.Hkv * B, tiles, n_sm);
   RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units (key tiles x batch x "
@@ -560,7 +592,7 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
   launch_dependent_kernel(attn_bwd_ws_kernel<D, kDocs, R>, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream,
-                          tq, tdo, tk, tv, tdq, tdk, tdv, p, g, next_unit);
+                          tq, tdo, tk, tv, tdq, tdk, tdv, tk2, tv2, tdk2, tdv2, p, g, next_unit);
 }
 
 }  // namespace
@@ -570,6 +602,7 @@ void launch_attn_bwd_ws(const AttnBwdParams& p, int64_t D, int64_t B, int device
            "attn_bwd_block (ws): head dim " << D << " is not 64 or 128; use the mma.sync kernel");
   RT_CHECK(attn_bwd_v5_fits(p.q_end, p.k_end), "attn_bwd_block (ws): q_end = " << p.q_end << ", k_end = " << p.k_end
                                                    << " are under its TMA boxes (64, 128 rows); run bwd v4");
+  RT_CHECK(p.k2_row == 0 || p.docs.on, "attn_bwd_block (ws): two key sources only with the document mask");
   RT_CHECK(!(p.docs.on && p.dq_turn != nullptr),
            "attn_bwd_block (ws): no document mask in deterministic mode (its turn counters need every key tile on "
            "every query tile); run bwd v4");

@@ -61,7 +61,33 @@ struct AttnBwdParams {
   float scale, scale2;  // 1/sqrt(D), log2(e)/sqrt(D)
   bool overwrite_dkv = false;  // store dK / dV rows [k_begin, k_end) instead of adding to them (bwd v5 only)
   DocMaskDev docs;             // the document mask and its tile summaries (off: no documents)
+  // bwd v5 with documents and overwrite_dkv only, set by attn_bwd_fresh_two_kv: keys from two sources as one list
+  // (as AttnFwdParams::k2_row). k2_row > 0: key rows [0, Nk) are k / v's with dK / dV in dk / dv, rows
+  // [k2_row, k_end) are k2 / v2's rows [0, k_end - k2_row) with dK / dV in dk2 / dv2; the rows between are read as
+  // zero, masked by their positions, and written nowhere.
+  int64_t k2_row = 0;
+  const __nv_bfloat16* k2 = nullptr;  // (B, k_end - k2_row, Hkv, D)
+  const __nv_bfloat16* v2 = nullptr;  // (B, k_end - k2_row, Hkv, D)
+  float* dk2 = nullptr;               // (B, k_end - k2_row, Hkv, D)
+  float* dv2 = nullptr;               // (B, k_end - k2_row, Hkv, D)
 };
+
+// The source of the key tile at list row k0 of a backward call (one source unless p.k2_row > 0): its dK / dV, its
+// tensor's rows, the end of the call's rows in it, and k0 as a row of it.
+struct BwdKeySource {
+  float* dk;      // (B, rows, Hkv, D)
+  float* dv;      // (B, rows, Hkv, D)
+  int64_t rows;   // the tensor's rows: Nk, or k_end - k2_row for the second source
+  int64_t end;    // the call's rows end here: k_end (one source), Nk (the first of two), rows (the second)
+  int64_t row;    // k0 in the source
+};
+__host__ __device__ inline BwdKeySource bwd_key_source(const AttnBwdParams& p, int64_t k0) {
+  if (p.k2_row > 0 && k0 >= p.k2_row) {
+    const int64_t n2 = p.k_end - p.k2_row;
+    return {p.dk2, p.dv2, n2, n2, k0 - p.k2_row};
+  }
+  return {p.dk, p.dv, p.Nk, p.k2_row > 0 ? p.Nk : p.k_end, k0};
+}
 
 // The first row of the BR-row query tiles that a K/V-stationary backward CTA with keys from k0 visits:
 // q_begin, or under the causal mask the tile that holds the first query seeing key k0. Tiles stay aligned to

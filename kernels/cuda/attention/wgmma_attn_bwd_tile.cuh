@@ -283,15 +283,17 @@ __device__ __forceinline__ void stage_rows_f32_sw128(uint32_t blocks, const floa
     }
 }
 
-// Overwrite mode, a CTA whose keys no query sees: zeroes its dK / dV rows [k0, min(k0 + 128, k_end)).
+// Overwrite mode, a CTA whose keys no query sees: zeroes its dK / dV rows [k0, min(k0 + 128, k_end)) (two key
+// sources: those of its source, bwd_key_source).
 template <int D>
 __device__ __forceinline__ void zero_dk_dv_rows(const AttnBwdParams& p, int64_t k0, int64_t b, int64_t hk, int tid,
                                                 int threads) {
-  const int64_t rows = (p.k_end - k0 < kBc ? p.k_end - k0 : kBc);
+  const BwdKeySource src = bwd_key_source(p, k0);  // two key sources: the tile's rows in its own
+  const int64_t rows = (src.end - src.row < kBc ? src.end - src.row : kBc);
   for (int64_t i = tid; i < rows * (D / 4); i += threads) {
-    const int64_t off = ((b * p.Nk + k0 + i / (D / 4)) * p.Hkv + hk) * D + (i % (D / 4)) * 4;
-    *reinterpret_cast<float4*>(p.dk + off) = make_float4(0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<float4*>(p.dv + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int64_t off = ((b * src.rows + src.row + i / (D / 4)) * p.Hkv + hk) * D + (i % (D / 4)) * 4;
+    *reinterpret_cast<float4*>(src.dk + off) = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(src.dv + off) = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 

@@ -1,7 +1,7 @@
-// A case of attn_fwd_whole_two_kv (kernels/op_list.inc), shared by its CPU test (tests/unit/kernels/
-// test_attn_fwd_two_kv_cpu.cpp) and its GPU test (tests/gpu/test_attn_fwd_two_kv.cpp): the gather scheme's forward
-// on one rank. Per sample, T positions cut into documents of random lengths (seeded, some of length 1); the rank
-// holds two chunks of positions (its queries and its own keys, source 1, n rows); source 2 holds the positions of
+// A case of attn_fwd_whole_two_kv and attn_bwd_block_fresh_two_kv (kernels/op_list.inc), shared by their CPU tests
+// (tests/unit/kernels/test_attn_{fwd,bwd}_two_kv_cpu.cpp) and GPU tests (tests/gpu/test_attn_{fwd,bwd}_two_kv.cpp):
+// the gather scheme's calls on one rank. Per sample, T positions cut into documents of random lengths (seeded, some
+// of length 1); the rank holds two chunks of positions (its queries and its own keys, source 1, n rows); source 2 holds the positions of
 // other chunks that one of its queries sees (in position order), then a few that none sees, padded with position T
 // to R rows (the same R for every sample). The key list: source 1's n rows, the gap up to attn_second_kv_row(n)
 // (position T: no query sees it), then source 2. Values are fresh random bf16-rounded numbers; the reference is the
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "tests/unit/test_reference.h"
 
 namespace rt::test {
 
@@ -103,6 +104,75 @@ TwoKvCase make_two_kv_case(int64_t B, int64_t H, int64_t Hkv, int64_t D, int64_t
     }
   }
   return c;
+}
+
+// Appends `extra` rows to every sample's source 2 that no query sees (position T), with fresh random K / V: with
+// extra >= 128 source 2 ends in key tiles of which no query sees a key (the backward must write their dK / dV as zero).
+template <class Round>
+void pad_second_source(TwoKvCase& c, int64_t extra, uint64_t seed, Round round) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  const int64_t W = c.Hkv * c.D, R2 = c.R + extra, list2 = c.list + extra;
+  std::vector<float> k2(size_t(c.B * R2 * W)), v2(size_t(c.B * R2 * W));  // (B, R2, Hkv, D)
+  std::vector<float> k_list(size_t(c.B * list2 * W)), v_list(size_t(c.B * list2 * W));  // (B, list2, Hkv, D)
+  std::vector<int64_t> k_pos;                                                           // (B, list2)
+  for (int64_t b = 0; b < c.B; ++b) {
+    std::copy(c.k2.begin() + b * c.R * W, c.k2.begin() + (b + 1) * c.R * W, k2.begin() + b * R2 * W);
+    std::copy(c.v2.begin() + b * c.R * W, c.v2.begin() + (b + 1) * c.R * W, v2.begin() + b * R2 * W);
+    for (int64_t e = c.R * W; e < R2 * W; ++e) {
+      k2[size_t(b * R2 * W + e)] = round(dist(rng));
+      v2[size_t(b * R2 * W + e)] = round(dist(rng));
+    }
+    std::copy(c.k_list.begin() + b * c.list * W, c.k_list.begin() + (b + 1) * c.list * W, k_list.begin() + b * list2 * W);
+    std::copy(c.v_list.begin() + b * c.list * W, c.v_list.begin() + (b + 1) * c.list * W, v_list.begin() + b * list2 * W);
+    std::copy(k2.begin() + (b * R2 + c.R) * W, k2.begin() + (b + 1) * R2 * W, k_list.begin() + (b * list2 + c.list) * W);
+    std::copy(v2.begin() + (b * R2 + c.R) * W, v2.begin() + (b + 1) * R2 * W, v_list.begin() + (b * list2 + c.list) * W);
+    k_pos.insert(k_pos.end(), c.k_pos.begin() + b * c.list, c.k_pos.begin() + (b + 1) * c.list);
+    k_pos.insert(k_pos.end(), size_t(extra), c.T);
+  }
+  c.k2 = std::move(k2), c.v2 = std::move(v2), c.k_list = std::move(k_list), c.v_list = std::move(v_list);
+  c.k_pos = std::move(k_pos);
+  c.R = R2, c.list = list2;
+}
+
+// The fp64 gradients of a case: out and lse over the key list (attention_forward_ref), delta = rowsum(dout * out),
+// then dQ and dK / dV over the list (attention_backward_ref), split into the two sources' rows.
+struct TwoKvGrads {
+  std::vector<double> lse, delta;  // (B, H, n)
+  std::vector<double> dq;          // (B, n, H, D)
+  std::vector<double> dk1, dv1;    // (B, n, Hkv, D)
+  std::vector<double> dk2, dv2;    // (B, R, Hkv, D)
+};
+
+// dout (B, n, H, D).
+inline TwoKvGrads two_kv_grads(const TwoKvCase& c, const std::vector<float>& dout) {
+  TwoKvGrads g;
+  const AttnShape shape{c.B, c.n, c.list, c.H, c.Hkv, c.D};
+  std::vector<double> out;  // (B, n, H, D)
+  attention_forward_ref(shape, c.q.data(), c.k_list.data(), c.v_list.data(), c.mask(), out, g.lse);
+  g.delta.assign(size_t(c.B * c.H * c.n), 0.0);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t i = 0; i < c.n; ++i)
+      for (int64_t h = 0; h < c.H; ++h) {
+        double s = 0;
+        for (int64_t d = 0; d < c.D; ++d) {
+          const size_t e = size_t(((b * c.n + i) * c.H + h) * c.D + d);
+          s += double(dout[e]) * out[e];
+        }
+        g.delta[size_t((b * c.H + h) * c.n + i)] = s;
+      }
+  std::vector<double> dk, dv;  // (B, list, Hkv, D)
+  attention_backward_ref(shape, c.q.data(), c.k_list.data(), c.v_list.data(), dout.data(), g.lse.data(),
+                         g.delta.data(), c.mask(), g.dq, dk, dv);
+  const int64_t W = c.Hkv * c.D, s2 = attn_second_kv_row(c.n);
+  for (int64_t b = 0; b < c.B; ++b) {
+    const auto row = [&](const std::vector<double>& x, int64_t j) { return x.begin() + (b * c.list + j) * W; };
+    g.dk1.insert(g.dk1.end(), row(dk, 0), row(dk, c.n));
+    g.dv1.insert(g.dv1.end(), row(dv, 0), row(dv, c.n));
+    g.dk2.insert(g.dk2.end(), row(dk, s2), row(dk, c.list));
+    g.dv2.insert(g.dv2.end(), row(dv, s2), row(dv, c.list));
+  }
+  return g;
 }
 
 }  // namespace rt::test

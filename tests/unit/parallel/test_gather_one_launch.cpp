@@ -1,7 +1,8 @@
-// The gather scheme's forward in one launch (parallel/kv_gather.h gather_fwd_one_launch): the rule worked by hand
-// from its formula, gather_time_from_calls' forward with ranks that run one launch (hand-computed), and the
-// prediction on random plans: a rank runs one launch exactly where the rule says, and the predicted forward is never
-// longer than with every rank's two calls; the batch form (gather_fwd_one_launch_for_batch) on one and two samples.
+// The gather scheme's forward and backward in one launch (parallel/kv_gather.h gather_fwd_one_launch,
+// gather_bwd_one_launch): the rules worked by hand from their formulas, gather_time_from_calls with ranks that run one
+// launch (hand-computed), and the prediction on random plans: a rank runs one launch exactly where the rule says, and
+// the predicted time is never longer than with every rank's separate calls; the batch forms
+// (gather_{fwd,bwd}_one_launch_for_batch) on one and two samples.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,24 @@ TEST(GatherOneLaunch, RuleFromItsFormula) {
   EXPECT_TRUE(gather_fwd_one_launch(30, 100, 50, 200));
   EXPECT_FALSE(gather_fwd_one_launch(0, 100, 50, 10)) << "no own call: nothing to fuse";
   EXPECT_FALSE(gather_fwd_one_launch(300, 0, 50, 10)) << "no gathered call: nothing to fuse";
+}
+
+TEST(GatherOneLaunch, BackwardRuleFromItsFormula) {
+  // Unsplit own call 300 (A = 300, B = 0), gathered 100, call 50: one launch c_kv + 350 + c_dkv against
+  // max(300, c_kv) + 100 + c_dkv.
+  const OwnBwdSplit whole{0, 300, 0};
+  EXPECT_TRUE(gather_bwd_one_launch(whole, 100, 50, 40, 30));   // 420 < 430
+  EXPECT_FALSE(gather_bwd_one_launch(whole, 100, 50, 60, 30));  // 440 > 430
+  EXPECT_FALSE(gather_bwd_one_launch(whole, 100, 50, 50, 30));  // 430 = 430: ties keep the calls
+  // Split at m: A 200, B 150 (own whole 300): three calls max(200, 40) + 100 + max(150, 120) = 450; one launch
+  // 40 + 350 + 120 = 510.
+  const OwnBwdSplit split{128, 200, 150};
+  EXPECT_DOUBLE_EQ(gather_bwd_own_whole_us(split, 50), 300);
+  EXPECT_FALSE(gather_bwd_one_launch(split, 100, 50, 40, 120));
+  // A short return: 40 + 350 + 10 = 400 < 200 + 100 + 150.
+  EXPECT_TRUE(gather_bwd_one_launch(split, 100, 50, 40, 10));
+  EXPECT_FALSE(gather_bwd_one_launch(OwnBwdSplit{}, 100, 50, 1, 1)) << "no own call: nothing to fuse";
+  EXPECT_FALSE(gather_bwd_one_launch(whole, 0, 50, 1, 1)) << "no gathered call: nothing to fuse";
 }
 
 TEST(GatherOneLaunch, TimeFromCallsWithOneLaunch) {
@@ -53,11 +72,21 @@ TEST(GatherOneLaunch, TimeFromCallsWithOneLaunch) {
   EXPECT_DOUBLE_EQ(gather_time_from_calls(calls, plan, shape, link).fwd_us, 410);
   calls.one_fwd = {0};
   EXPECT_THROW(gather_time_from_calls(calls, plan, shape, link), Error) << "one time per rank or none";
+  // The backward: C_dkv = 10 + 100 x 8 / 2 = 410 us. Rank 1 with its calls: max(400, 210) + 0 + max(0, 410) = 810;
+  // in one launch of 450: 210 + 450 + 410 = 1070 (rank 0, which sends, waits for the return: 400 + 410).
+  calls.one_fwd.clear();
+  EXPECT_DOUBLE_EQ(gather_time_from_calls(calls, plan, shape, link).bwd_us, 810);
+  calls.one_bwd = {0, 450};
+  const RingTimePrediction b = gather_time_from_calls(calls, plan, shape, link);
+  EXPECT_DOUBLE_EQ(b.bwd_us, 1070);
+  EXPECT_DOUBLE_EQ(b.bwd_compute_us, 450);
+  calls.one_bwd = {0, 0, 0};
+  EXPECT_THROW(gather_time_from_calls(calls, plan, shape, link), Error) << "one time per rank or none";
 }
 
 TEST(GatherOneLaunch, PredictionTakesItWhereTheRuleSays) {
   std::mt19937_64 rng(7);
-  int chosen = 0, kept = 0;
+  int chosen = 0, kept = 0, chosen_bwd = 0, kept_bwd = 0;
   for (int trial = 0; trial < 12; ++trial) {
     const int cp = trial % 2 ? 8 : 4;
     const int64_t T = int64_t(cp) * 2048;
@@ -98,13 +127,32 @@ TEST(GatherOneLaunch, PredictionTakesItWhereTheRuleSays) {
                                                gather_exchange_us(plans, 2, shape, false));
       EXPECT_EQ(gather_fwd_one_launch_for_batch(both, plans, 2, r, shape), twice) << "trial " << trial << " rank " << r;
     }
+    // The backward: one launch exactly where gather_bwd_one_launch says with the rank's split, timed as the whole own
+    // call + the gathered call - call_us; the batch form on one sample agrees.
+    const double bwd_call = gather_kernel_time_model(true, 128).call_us, c_dkv = gather_exchange_us(plan, shape, true);
+    ASSERT_EQ(calls.one_bwd.size(), size_t(cp));
+    for (int r = 0; r < cp; ++r) {
+      const OwnBwdSplit split = predict_own_bwd_split(tiles, plan, r, shape);
+      const double got = calls.gathered_bwd[size_t(r)];
+      const bool rule = plan.recv_rows[size_t(r)] > 0 && gather_bwd_one_launch(split, got, bwd_call, c_kv, c_dkv);
+      EXPECT_EQ(calls.one_bwd[size_t(r)] > 0, rule) << "trial " << trial << " rank " << r;
+      if (rule) EXPECT_DOUBLE_EQ(calls.one_bwd[size_t(r)], gather_bwd_own_whole_us(split, bwd_call) + got - bwd_call);
+      EXPECT_EQ(gather_bwd_one_launch_for_batch(&tiles, &plan, 1, r, split, shape), rule)
+          << "trial " << trial << " rank " << r;
+      (rule ? chosen_bwd : kept_bwd) += 1;
+    }
     GatherCallTimes two = calls;
     two.one_fwd.clear();
-    EXPECT_LE(gather_time_from_calls(calls, plan, shape).fwd_us, gather_time_from_calls(two, plan, shape).fwd_us + 1e-9)
-        << "trial " << trial;
+    two.one_bwd.clear();
+    const RingTimePrediction with = gather_time_from_calls(calls, plan, shape), without =
+                                                                                  gather_time_from_calls(two, plan, shape);
+    EXPECT_LE(with.fwd_us, without.fwd_us + 1e-9) << "trial " << trial;
+    EXPECT_LE(with.bwd_us, without.bwd_us + 1e-9) << "trial " << trial;
   }
   EXPECT_GT(chosen, 0) << "no rank took one launch: the trials do not test it";
   EXPECT_GT(kept, 0) << "every rank took one launch: the trials do not test the two calls";
+  EXPECT_GT(chosen_bwd, 0) << "no rank took the backward in one launch: the trials do not test it";
+  EXPECT_GT(kept_bwd, 0) << "every rank took the backward in one launch: the trials do not test the calls";
 }
 
 }  // namespace
