@@ -476,7 +476,8 @@ __global__ void __launch_bounds__(kV5Threads, 1)
                        unit_empty_bar};
   if (wg == 2) {  // the producer warp and the dQ warp (and the docs warp); the others only give up registers
     setmaxnreg_dec<kV5ProducerRegs<D>>();
-    if (warp == 0) bwd_v5_producer<D, kDocs, R>(tm_q, tm_do, tm_k, tm_v, tm_k2, tm_v2, p, grid, next_unit, sh, ds, lane);
+    if (warp == 0)
+      bwd_v5_producer<D, kDocs, R>(tm_q, tm_do, tm_k, tm_v, tm_k2, tm_v2, p, grid, next_unit, sh, ds, lane);
     else if (warp == 1) bwd_v5_dq_warp<D, kDocs, R>(tm_dq, tm_dk, tm_dv, tm_dk2, tm_dv2, p, grid, sh, ds, lane);
     else if (kDocs && warp == 2) bwd_v5_docs_warp(p, grid, sh, ds, lane);
     return;

@@ -13,19 +13,8 @@
 namespace rt {
 namespace {
 
-float bf16_round(float x) {  // round to nearest even at bf16 (the values both backends read)
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
-test::HostTensor host(const std::vector<float>& v, const std::vector<int64_t>& dims) {
-  test::HostTensor h = test::f32(dims);
-  std::memcpy(h.f(), v.data(), v.size() * 4);
-  return h;
-}
+using test::bf16_round;
+using test::host;
 
 struct TwoKvOut {
   test::HostTensor out, lse;

@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -16,6 +17,22 @@
 #include "tests/unit/test_reference.h"
 
 namespace rt::test {
+
+// The CPU tests' helpers: round to nearest even at bf16 (the values both backends read), and a host f32 tensor
+// holding v.
+inline float bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+inline HostTensor host(const std::vector<float>& v, const std::vector<int64_t>& dims) {
+  HostTensor h = f32(dims);
+  std::memcpy(h.f(), v.data(), v.size() * 4);
+  return h;
+}
 
 struct TwoKvCase {
   int64_t B, H, Hkv, D, T, n, R, list;  // list = attn_second_kv_row(n) + R
