@@ -57,10 +57,9 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //   * epilogue: dK * scale and dV go through the same dQ buffers, 64 columns at a time (2 x D / 64 more tiles
 //     of that ring), and the dQ warp adds them to dk_acc / dv_acc (or stores them, overwrite_dkv:
 //     attn_bwd_block_fresh) with TMA tensor ops, while the producer loads the next unit's K / V and Q / dO;
-//   * the unit list (attn_bwd_ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first
-//     (with documents each sample's key tiles by span length, longest first: DocMaskDev::k128_order); a last
-//     partial wave of equal items split into pieces that add partial dK / dV (with documents: a list of at most
-//     half the SMs, every item split);
+//   * the unit list (attn_bwd_ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first; a
+//     last partial wave of equal items split into pieces that add partial dK / dV (with documents: a list of at
+//     most half the SMs, every item split);
 //   * documents: a separate instantiation (kDocs) narrows each unit to its span of query tiles and adds a fourth
 //     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_ws_docs.cuh).
 
@@ -68,7 +67,7 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 // CTA per item, launched on the same stream before the kernel).
 template <int D>
 __global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid grid) {
-  const BwdItem w = bwd_item_docs(p, grid, grid.full_items + blockIdx.x);
+  const BwdItem w = bwd_item(grid, p.Hkv, grid.full_items + blockIdx.x);
   zero_dk_dv_rows<D>(p, p.k_begin + w.kt * kBc, w.b, w.hk, int(threadIdx.x), int(blockDim.x));
 }
 
@@ -587,12 +586,11 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const BwdV5Grid g = v5_grid(p, D, R, p.Hkv * B, tiles, n_sm);
   RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units (key tiles x batch x "
                                             "K/V heads) do not fit 32 bits; split the batch or the key range");
-  // Each unit's query span and the key tiles' order (attn_bwd_ws_docs.cuh), before anything decodes an item.
-  if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);
   if (g.pieces > 1 && p.overwrite_dkv) {
     zero_split_items_kernel<D><<<unsigned((g.units - g.full_items) / g.pieces), 256, 0, stream>>>(p, g);
     CUDA_CHECK_LAUNCH();
   }
+  if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
   launch_dependent_kernel(attn_bwd_ws_kernel<D, kDocs, R>, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream,
                           tq, tdo, tk, tv, tdq, tdk, tdv, tk2, tv2, tdk2, tdv2, p, g, next_unit);

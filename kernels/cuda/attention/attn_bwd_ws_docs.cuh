@@ -43,7 +43,7 @@ struct BwdV5DocShared {
 // The span of unit u's 128 keys (attn_doc_k128_spans): {first, last} query summary tile, first > last for none.
 __device__ __forceinline__ int2 doc_unit_span(const AttnBwdParams& p, const BwdV5Grid& grid, int64_t u) {
   const int64_t item = u >= grid.full_items ? grid.full_items + (u - grid.full_items) / grid.pieces : u;
-  const BwdItem w = bwd_item_docs(p, grid, item);
+  const BwdItem w = bwd_item(grid, p.Hkv, item);
   return p.docs.k128_span[w.b * ((p.docs.nk_tiles + 1) / 2) + w.kt];
 }
 

@@ -37,14 +37,6 @@ __device__ __forceinline__ BwdItem bwd_item(const BwdV5Grid& g, int64_t Hkv, int
   return BwdItem{rem / width, bh % Hkv, bh / Hkv};
 }
 
-// With documents a sample's key tiles run longest span first: the item's key tile rank through DocMaskDev::k128_order
-// (attn_doc_k128_spans).
-__device__ __forceinline__ BwdItem bwd_item_docs(const AttnBwdParams& p, const BwdV5Grid& g, int64_t item) {
-  BwdItem w = bwd_item(g, p.Hkv, item);
-  if (p.docs.on) w.kt = p.docs.k128_order[w.b * ((p.docs.nk_tiles + 1) / 2) + w.kt];
-  return w;
-}
-
 // One unit of bwd v5's work, as every role decodes it from its index: an item (one key tile of one (batch, K/V
 // head) pair), or with pieces > 1 past full_items one piece of an item's iterations.
 struct BwdUnit {  // 32-bit: the launcher checks that k_end, q_end and H fit (TMA coordinates are 32-bit)
@@ -61,7 +53,7 @@ __device__ __forceinline__ BwdUnit bwd_unit(const AttnBwdParams& p, const BwdV5G
   BwdUnit x;
   x.piece = u >= grid.full_items;
   const int64_t item = x.piece ? grid.full_items + (u - grid.full_items) / grid.pieces : u;
-  const BwdItem w = kDocs ? bwd_item_docs(p, grid, item) : bwd_item(grid, p.Hkv, item);
+  const BwdItem w = bwd_item(grid, p.Hkv, item);
   x.kt = int(w.kt);
   x.hk = int(w.hk);
   x.b = int(w.b);

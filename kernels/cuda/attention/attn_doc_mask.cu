@@ -119,17 +119,17 @@ __global__ void doc_q128_span_kernel(DocMaskDev d, int64_t B, int64_t q_begin, i
   }
 }
 
-// One CTA per sample: order[b] <- the sample's n tiles (spans[b], (B, n) {first, last}) by span length, longest
-// first (a counting sort over kOrderBuckets lengths; longer spans share the last bucket, ties in any order): fwd v5's
-// 128-row query tiles by key summary tiles (q128_order), bwd v5's 128-key tiles by query summary tiles (k128_order).
+// One CTA per sample: q128_order[b] <- the sample's 128-row query tiles by span length (key summary tiles),
+// longest first (a counting sort over kOrderBuckets lengths; longer spans share the last bucket, ties in any order).
 constexpr int kOrderThreads = 1024;
 constexpr int kOrderBuckets = 2048;
 static_assert(kOrderThreads == 32 * 32 && kOrderBuckets % kOrderThreads == 0, "the order kernel's scan layout");
-__global__ void __launch_bounds__(kOrderThreads) doc_span_order_kernel(const int2* spans, int* orders, int n) {
+__global__ void __launch_bounds__(kOrderThreads) doc_q128_order_kernel(DocMaskDev d) {
   __shared__ int count[kOrderBuckets];  // tiles per length bucket, then each bucket's next slot
   const int64_t b = blockIdx.x;
-  const int2* span = spans + b * n;
-  int* order = orders + b * n;
+  const int nq2 = (d.nq_tiles + 1) / 2;
+  const int2* span = d.q128_span + b * nq2;
+  int* order = d.q128_order + b * nq2;
   auto bucket = [&](int t) {  // kOrderBuckets - 1 - length: the longest spans first
     const int2 s = span[t];
     const int len = s.x > s.y ? 0 : s.y - s.x + 1;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kOrderThreads) doc_span_order_kernel(const int
   };
   for (int i = int(threadIdx.x); i < kOrderBuckets; i += kOrderThreads) count[i] = 0;
   __syncthreads();
-  for (int t = int(threadIdx.x); t < n; t += kOrderThreads) atomicAdd(&count[bucket(t)], 1);
+  for (int t = int(threadIdx.x); t < nq2; t += kOrderThreads) atomicAdd(&count[bucket(t)], 1);
   __syncthreads();
   {  // exclusive prefix sum over the buckets: each thread owns kPer consecutive ones, a warp scan of the owners'
      // sums, then one of the warps' totals
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kOrderThreads) doc_span_order_kernel(const int
     }
   }
   __syncthreads();
-  for (int t = int(threadIdx.x); t < n; t += kOrderThreads) order[atomicAdd(&count[bucket(t)], 1)] = t;
+  for (int t = int(threadIdx.x); t < nq2; t += kOrderThreads) order[atomicAdd(&count[bucket(t)], 1)] = t;
 }
 
 // The summaries' scratch buffer of one stream, grown on demand and kept for the process. Per stream, so calls
@@ -232,13 +232,12 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
   if (tiles == 0) return d;
   // In int64 words: q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2 (one word
   // each), then fwd v5's per 128-row query tile (B, ceil(nq/2)): runs (kDocRuns longlong2: 2 * kDocRuns words),
-  // span (int2: one word), order and run count (int each: half a word, rounded up); then bwd v5's 128-key tile
-  // order (B, ceil(nk/2)) int.
+  // span (int2: one word), order and run count (int each: half a word, rounded up).
   const int64_t nk2 = (nk + 1) / 2, nq2 = (nq + 1) / 2;
   const int64_t at_k128 = B * (nq * 4 + nk * 2), at_runs = (at_k128 + B * nk2 + 1) / 2 * 2,  // even: 16-byte aligned
                 at_span = at_runs + 2 * kDocRuns * B * nq2,
                 at_order = at_span + B * nq2, at_nruns = at_order + (B * nq2 + 1) / 2,
-                at_korder = at_nruns + (B * nq2 + 1) / 2, words = at_korder + (B * nk2 + 1) / 2;
+                words = at_nruns + (B * nq2 + 1) / 2;
   int64_t* buf = summary_buffer(stream, size_t(words));
   d.q_sum = buf;
   d.k_sum = buf + B * nq * 4;
@@ -247,7 +246,6 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
   d.q128_span = reinterpret_cast<int2*>(buf + at_span);
   d.q128_order = reinterpret_cast<int*>(buf + at_order);
   d.q128_nruns = reinterpret_cast<int*>(buf + at_nruns);
-  d.k128_order = reinterpret_cast<int*>(buf + at_korder);
   const int64_t blocks = (tiles + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, op << ": too many document-mask summary tiles (" << tiles << ")");
   doc_summary_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, r.q_begin, r.q_end, r.k_begin, r.k_end,
@@ -264,9 +262,6 @@ void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
   RT_CHECK(blocks <= INT_MAX, "attn_bwd_block (v5): too many key tiles for the document spans (" << warps << ")");
   doc_k128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
   CUDA_CHECK_LAUNCH();
-  RT_CHECK(B <= INT_MAX, "attn_bwd_block (v5): too many samples for the key tile order (" << B << ")");
-  doc_span_order_kernel<<<unsigned(B), kOrderThreads, 0, stream>>>(d.k128_span, d.k128_order, (d.nk_tiles + 1) / 2);
-  CUDA_CHECK_LAUNCH();
 }
 
 void attn_doc_q128_order(const DocMaskDev& d, int64_t B, int64_t q_begin, int64_t q_end, cudaStream_t stream) {
@@ -278,7 +273,7 @@ void attn_doc_q128_order(const DocMaskDev& d, int64_t B, int64_t q_begin, int64_
            "attn_fwd_block (v5): too many query tiles for the document spans (" << warps << ")");
   doc_q128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, q_begin, q_end);
   CUDA_CHECK_LAUNCH();
-  doc_span_order_kernel<<<unsigned(B), kOrderThreads, 0, stream>>>(d.q128_span, d.q128_order, (d.nq_tiles + 1) / 2);
+  doc_q128_order_kernel<<<unsigned(B), kOrderThreads, 0, stream>>>(d);
   CUDA_CHECK_LAUNCH();
 }
 

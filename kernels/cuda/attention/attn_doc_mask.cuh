@@ -38,9 +38,6 @@ struct DocMaskDev {
   // bwd v5 only, written by attn_doc_k128_spans: (B, ceil(nk_tiles / 2)) {first, last} query summary tile with a
   // pair visible to the 128 keys k_begin + 128t.. (first > last: none).
   int2* k128_span = nullptr;
-  // and (B, ceil(nk_tiles / 2)) the sample's 128-key tiles by span length, longest first: the order bwd v5 runs a
-  // sample's key tiles in (bwd_item_docs), so that long items do not start last.
-  int* k128_order = nullptr;
   // fwd v5 only, written by attn_doc_q128_order: per 128-row query tile of each sample (B, ceil(nq_tiles / 2)),
   // the {first, last} key summary tile some row of it sees (first > last: none), and the tiles' launch order,
   // most key summary tiles first.
@@ -64,8 +61,8 @@ enum DocTileClass : int { kDocSkip = 0, kDocFull = 1, kDocPartial = 2 };
 DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int64_t Nk, const AttnRanges& r,
                                int device, cudaStream_t stream, const char* op);
 
-// bwd v5 (attn_bwd_ws.cu): launches on `stream`, after the summaries, the kernels that write d.k128_span (per
-// 128-key tile of each sample, the span of query summary tiles it must visit) and d.k128_order. d must be on.
+// bwd v5 (attn_bwd_ws.cu): launches on `stream`, after the summaries, the kernel that writes d.k128_span (per
+// 128-key tile of each sample, the span of query summary tiles it must visit). d must be on.
 void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream);
 
 // fwd v5 (attn_fwd_ws.cu): launches on `stream`, after the summaries, the kernels that write d.q128_span and the
