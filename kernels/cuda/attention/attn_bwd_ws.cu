@@ -1,4 +1,4 @@
-// attn_bwd_block on Hopper, warp-specialized and persistent (bwd v5, sm_90a): the kernel, its three roles and the
+// attn_bwd_block on Hopper, warp-specialized and persistent (bwd v5, sm_90a): the kernel, its consumer role and the
 // unit scheduler. The per-tile math is bwd v4's (wgmma_attn_bwd_tile.cuh, attn_bwd_wgmma.cu); attn_bwd_dispatch.cu
 // chooses this kernel and runs v4 for blocks it cannot take (attn_bwd_v5_fits).
 #include <algorithm>
@@ -7,7 +7,9 @@
 
 #include "kernels/cuda/attention/attn_bwd_ws.cuh"
 #include "kernels/cuda/attention/attn_bwd_ws_docs.cuh"
+#include "kernels/cuda/attention/attn_bwd_ws_dq_warp.cuh"
 #include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_ws_producer.cuh"
 #include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
 #include "kernels/cuda/attention/attn_bwd_ws_wide.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
@@ -23,8 +25,10 @@ namespace {
 
 using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_acc, issue_dq, TileMask,
                         // load_query_stats, compute_pt_from_regs, issue_dv_wait_dp, compute_dst_store_stmatrix,
-                        // stage_rows_f32_sw128, zero_dk_dv_rows) and
-                        // the layout (WgBwdV5Smem, BwdV5Shared, barriers, dq_buffer_*: attn_bwd_ws_layout.cuh)
+                        // stage_rows_f32_sw128, zero_dk_dv_rows),
+                        // the layout (WgBwdV5Smem, BwdV5Shared, barriers, dq_buffer_*: attn_bwd_ws_layout.cuh) and
+                        // the loads and stores roles (bwd_v5_producer: attn_bwd_ws_producer.cuh; bwd_v5_dq_warp:
+                        // attn_bwd_ws_dq_warp.cuh)
 
 // Same tiles, math and accumulator layouts as v4 (lse is stored pre-scaled by log2e, and the consumers read the
 // query statistics into registers under the MMAs), with three warpgroups (384 threads, 1 CTA per SM), persistent:
@@ -69,228 +73,6 @@ template <int D>
 __global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid grid) {
   const BwdItem w = bwd_item(grid, p.Hkv, grid.full_items + blockIdx.x);
   zero_dk_dv_rows<D>(p, p.k_begin + w.kt * kBc, w.b, w.hk, int(threadIdx.x), int(blockDim.x));
-}
-
-// The producer warp (warpgroup 2, warp 0): fetches the units (the first is blockIdx.x, then a global counter
-// hands them out in order) and publishes each in the unit ring; per unit with work: Q, dO (TMA, lane 0), lse, delta (all lanes) of each
-// iteration into stage J & 1 of a ring that runs on across units, and K / V (TMA, lane 0, their own
-// barrier) once the first stage is in flight and the consumers are done with the previous unit's K / V.
-// kDocs: the unit's span (attn_bwd_ws_docs.cuh) is loaded here and published with the unit. R: query rows per
-// tile (kV5WideRows).
-template <int D, bool kDocs, int R>
-__device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const CUtensorMap& tm_do,
-                                                const CUtensorMap& tm_k, const CUtensorMap& tm_v,
-                                                const CUtensorMap& tm_k2, const CUtensorMap& tm_v2,
-                                                const AttnBwdParams& p, const BwdV5Grid& grid, int* next_unit,
-                                                const BwdV5Shared& sh, const BwdV5DocShared& ds, int lane) {
-  using Smem = WgBwdV5Smem<D, R>;
-  const uint32_t k_tile = sh.k_tile, v_tile = sh.v_tile, q_tiles = sh.q_tiles, do_tiles = sh.do_tiles;
-  float* const lse_s = sh.lse_s;
-  float* const delta_s = sh.delta_s;
-  int* const unit_slots = sh.unit_slots;
-  const uint32_t full_bar = sh.full_bar, empty_bar = sh.empty_bar, kv_bar = sh.kv_bar, kv_empty_bar = sh.kv_empty_bar;
-  const uint32_t unit_full_bar = sh.unit_full_bar, unit_empty_bar = sh.unit_empty_bar;
-  if (lane == 0) {
-    tma_prefetch_desc(&tm_q);
-    tma_prefetch_desc(&tm_do);
-    tma_prefetch_desc(&tm_k);
-    tma_prefetch_desc(&tm_v);
-    if (kDocs && p.k2_row > 0) {
-      tma_prefetch_desc(&tm_k2);
-      tma_prefetch_desc(&tm_v2);
-    }
-  }
-  uint32_t J = 0;  // stages issued so far
-  int kv_loads = 0;
-  int u = int(blockIdx.x);
-#pragma unroll 1
-  for (int f = 0;; ++f) {
-    int2 span{0, 0};
-    if constexpr (kDocs) span = u < grid.units ? doc_unit_span(p, grid, u) : span;
-    if (lane == 0) {
-      if (f >= 2) mbar_wait(unit_empty_bar + 8 * (f & 1), uint32_t((f >> 1) - 1) & 1u);
-      unit_slots[f & 1] = u < grid.units ? u : -1;
-      if constexpr (kDocs) ds.spans[f & 1] = span;
-      mbar_arrive(unit_full_bar + 8 * (f & 1));
-    }
-    if (u >= grid.units) break;
-    const BwdUnit w = bwd_unit<kDocs, R>(p, grid, u, span);
-#pragma unroll 1
-    for (int j = 0; j < w.n_iter; ++j, ++J) {
-      const int it = w.it_begin + j;
-      const uint32_t st = J & 1u;
-      if (J >= 2) mbar_wait(empty_bar + 8 * st, ((J >> 1) - 1u) & 1u);
-      const int h = w.hk * int(p.group) + it / w.n_qt;
-      const int q0 = w.q_first + (it % w.n_qt) * R;
-      const int64_t stats_row = (int64_t(w.b) * p.H + h) * p.Nq + q0;
-      const float* lse_src = p.lse + stats_row;
-      const float* delta_src = p.delta + stats_row;
-#pragma unroll
-      for (int r = lane; r < R; r += 32) {  // rows past q_end: 0 (they are masked)
-        const bool ok = q0 + r < p.q_end;
-        const float lse = ok ? lse_src[r] : 0.f;
-        lse_s[st * R + r] = lse == -INFINITY ? INFINITY : lse * kLog2e;  // no visible key: P = 0
-        delta_s[st * R + r] = ok ? delta_src[r] : 0.f;
-      }
-      if (lane == 0) {  // the stage's barrier completes with 32 arrivals and the bytes of both tiles
-        const uint32_t bar = full_bar + 8 * st;
-        mbar_arrive_expect_tx(bar, 2 * Smem::kQBytes);
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          tma_load_4d(q_tiles + st * Smem::kQBytes + uint32_t(c) * (R * 128), &tm_q, bar, c * 64, h, q0, int(w.b));
-          tma_load_4d(do_tiles + st * Smem::kQBytes + uint32_t(c) * (R * 128), &tm_do, bar, c * 64, h, q0,
-                      int(w.b));
-        }
-        if (j == 0) {  // K and V (one barrier), once the previous unit's are read no more
-          if (kv_loads > 0) mbar_wait(kv_empty_bar, uint32_t(kv_loads - 1) & 1u);
-          mbar_arrive_expect_tx(kv_bar, 2 * Smem::kKVBytes);
-          // Two key sources (documents, attn_bwd_fresh_two_kv): a tile at or past k2_row is the second's.
-          const bool second = kDocs && p.k2_row > 0 && w.k0 >= p.k2_row;
-          const CUtensorMap* mk = second ? &tm_k2 : &tm_k;
-          const CUtensorMap* mv = second ? &tm_v2 : &tm_v;
-          const int k_row = int(second ? w.k0 - p.k2_row : w.k0);
-#pragma unroll
-          for (int c = 0; c < D / 64; ++c) {
-            tma_load_4d(k_tile + uint32_t(c) * (kBc * 128), mk, kv_bar, c * 64, int(w.hk), k_row, int(w.b));
-            tma_load_4d(v_tile + uint32_t(c) * (kBc * 128), mv, kv_bar, c * 64, int(w.hk), k_row, int(w.b));
-          }
-        }
-      } else {
-        mbar_arrive(full_bar + 8 * st);
-      }
-    }
-    if (w.n_iter > 0) ++kv_loads;
-    int next = 0;
-    if (lane == 0) {
-      // Each launch makes exactly grid.units fetches (one per unit past the first ctas, and one per CTA that
-      // finds the list empty), so the one that reads units - 1 is the last: it sets the counter back to 0 for
-      // the next launch (no memset before each launch).
-      const int taken = atomicAdd(next_unit, 1);
-      if (taken == int(grid.units) - 1) atomicExch(next_unit, 0);
-      next = int(grid.ctas) + taken;
-    }
-    u = __shfl_sync(0xffffffffu, next, 0);
-  }
-}
-
-// The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
-// then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). Each buffer's empty barrier
-// (one per consumer warpgroup, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
-// once per tile and twice at the end.
-template <int D, bool kDocs, int R>
-__device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
-                                               const CUtensorMap& tm_dv, const CUtensorMap& tm_dk2,
-                                               const CUtensorMap& tm_dv2, const AttnBwdParams& p,
-                                               const BwdV5Grid& grid, const BwdV5Shared& sh,
-                                               const BwdV5DocShared& ds, int lane) {
-  using Smem = WgBwdV5Smem<D, R>;
-  constexpr int kEpilogueTiles = 2 * D / 64;  // dK, then dV, 64 columns each
-  const uint32_t dq_bufs = sh.dq_bufs;
-  const int* const unit_slots = sh.unit_slots;
-  const uint32_t unit_full_bar = sh.unit_full_bar, unit_empty_bar = sh.unit_empty_bar;
-  if (lane == 0) {
-    tma_prefetch_desc(&tm_dq);
-    tma_prefetch_desc(&tm_dk);
-    tma_prefetch_desc(&tm_dv);
-    if (kDocs && p.k2_row > 0) {
-      tma_prefetch_desc(&tm_dk2);
-      tma_prefetch_desc(&tm_dv2);
-    }
-  }
-  for (int part = 0; part < kDqParts; ++part) {  // both buffers start empty
-    dq_buffer_arrive_empty(0, part);
-    dq_buffer_arrive_empty(1, part);
-  }
-  uint32_t jq = 0;  // dQ-ring tiles so far
-#pragma unroll 1
-  for (int f = 0;; ++f) {
-    int2 span{0, 0};
-    const int u = kDocs ? read_unit_span(unit_slots, ds.spans, unit_full_bar, unit_empty_bar, f, lane, span)
-                        : read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
-    if (u < 0) break;
-    const BwdUnit w = bwd_unit<kDocs, R>(p, grid, u, span);
-    if (w.n_iter == 0) continue;
-    const int mine = w.kt;  // deterministic mode never splits: the unit is the whole key tile
-#pragma unroll 1
-    for (int j = 0; j < w.n_iter; ++j, ++jq) {
-      const int it = w.it_begin + j, sb = int(jq & 1u);
-      const int h = w.hk * int(p.group) + it / w.n_qt;
-      const int q0 = w.q_first + (it % w.n_qt) * R;
-      // The tile's coordinates (as the producer computes them) and, in deterministic mode, its turn counter.
-      const int64_t q_tiles_per_head = (p.q_end - p.q_begin + kBr - 1) / kBr;
-      int* turn = p.dq_turn == nullptr
-                      ? nullptr
-                      : p.dq_turn + (int64_t(w.b) * p.H + h) * q_tiles_per_head + (q0 - p.q_begin) / kBr;
-      const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
-      // Part w = warpgroup w's blocks 2w, 2w + 1: D = 128 columns [64w, 64w + 64); D = 64 its partial (128-query
-      // tiles: queries [64w, 64w + 64), no turn counters). Part 0 before part 1 on every run.
-#pragma unroll 1
-      for (int part = 0; part < kDqParts; ++part) {
-        dq_buffer_sync_full(sb, part);
-        if (lane == 0) {
-          if (turn != nullptr && part == 0) {
-            int seen;
-            do {
-              asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
-            } while (seen != mine);
-            fence_proxy_async_global();
-          }
-          constexpr int kBlocks = 4 / kDqParts;
-#pragma unroll
-          for (int i = 0; i < kBlocks; ++i) {
-            const int blk = part * kBlocks + i;
-            tma_reduce_add_4d(&tm_dq, buf + uint32_t(blk) * Smem::kDqBlockBytes, (blk * 32) % D, h,
-                              q0 + (R == 128 ? 64 * part : 0), int(w.b));
-          }
-          bulk_commit();
-          if (turn != nullptr) {
-            bulk_wait<0>();
-            if (part + 1 == kDqParts) {
-              fence_proxy_async_global();
-              __threadfence();
-              asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(mine + 1) : "memory");
-            }
-          } else {
-            bulk_wait_read<0>();
-          }
-        }
-        __syncwarp();
-        dq_buffer_arrive_empty(sb, part);
-      }
-    }
-    // Pieces add into rows zeroed before the kernel; rows past k_end are skipped by the tensor maps.
-    const bool store_dkv = p.overwrite_dkv && !w.piece;
-    // Two key sources: the second's tiles go to dk2 / dv2, at their rows there.
-    const bool second = kDocs && p.k2_row > 0 && w.k0 >= p.k2_row;
-    const int k_row = int(second ? w.k0 - p.k2_row : w.k0);
-#pragma unroll 1
-    for (int e = 0; e < kEpilogueTiles; ++e, ++jq) {
-      const int sb = int(jq & 1u);
-      const CUtensorMap* tm = e < D / 64 ? (second ? &tm_dk2 : &tm_dk) : (second ? &tm_dv2 : &tm_dv);
-      const int col0 = (e % (D / 64)) * 64;
-      const uint32_t buf = dq_bufs + uint32_t(sb) * Smem::kDqBufBytes;
-#pragma unroll 1
-      for (int part = 0; part < kDqParts; ++part) {
-        dq_buffer_sync_full(sb, part);
-        if (lane == 0) {
-          constexpr int kBlocks = 4 / kDqParts;
-#pragma unroll
-          for (int i = 0; i < kBlocks; ++i) {  // block 2w + c: keys 64w.., columns col0 + 32c..
-            const int blk = part * kBlocks + i;
-            const uint32_t src = buf + uint32_t(blk) * Smem::kDqBlockBytes;
-            const int col = col0 + (blk % 2) * 32, row = k_row + (blk / 2) * 64;
-            if (store_dkv) tma_store_4d(tm, src, col, int(w.hk), row, int(w.b));
-            else tma_reduce_add_4d(tm, src, col, int(w.hk), row, int(w.b));
-          }
-          bulk_commit();
-          bulk_wait_read<0>();
-        }
-        __syncwarp();
-        dq_buffer_arrive_empty(sb, part);
-      }
-    }
-  }
-  if (lane == 0) bulk_wait<0>();  // every write performed before the CTA ends
 }
 
 // The two consumer warpgroups (0 and 1): per unit, the tile body (wgmma_attn_bwd_tile.cuh) on each Q / dO stage,
