@@ -1,4 +1,4 @@
-// The all-to-all head exchange (parallel.cp_a2a, parallel/context_attention.h) on the mpi communicator, host-staged:
+// The all-to-all head exchange (parallel.cp_a2a, parallel/cp/context_attention.h) on the mpi communicator, host-staged:
 // a FUNCTIONAL check only. On ranks sharing one GPU every exchange is a device -> pinned host copy, MPI's shared
 // memory, and a copy back; its GB/s says nothing about NVLink (bench/NOTES.md "The all-to-all exchange" has the
 // NVLink model).
@@ -26,13 +26,13 @@
 #include "kernels/arena.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
-#include "parallel/context_attention.h"
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/context_attention.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 #endif
 
 using namespace rt;

@@ -18,7 +18,7 @@
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
-#include "parallel/ring_schedule.h"
+#include "parallel/schedule/ring_schedule.h"
 
 namespace rt::bench {
 

@@ -6,7 +6,7 @@ query heads, --kv-heads K/V heads (default H; fewer is GQA), d = 128, bf16), and
   ours        bench_doc_ring_steps (bench/doc_ring_steps.cu): one document-masked call, fwd and bwd, and with
               --scheme ring (default) the cp=8 ring's document-masked kernel calls run in sequence on this GPU (as
               bench_ring_steps does) against that whole call, plus the ring's critical path (per step the slowest
-              rank's call); with --scheme gather the gather scheme's calls (parallel/kv_gather.h: per rank its own
+              rank's call); with --scheme gather the gather scheme's calls (parallel/schedule/gather_plan.h: per rank its own
               keys and exactly the key rows it sees) and their paths, compute only and with the NVLink model;
   fa4         FlashAttention-4's flash_attn_varlen_func with cu_seqlens (when flash_attn.cute imports);
   flex        PyTorch FlexAttention with a document block mask, torch.compile'd (the block mask is built once per
@@ -66,7 +66,7 @@ MAGI_REFERENCE_N = 65536  # the magi mix draws the stdlib file's lengths as they
 
 
 def read_lengths(path):
-    """One positive integer per line; '#' starts a comment (parallel/doc_balance.h's format)."""
+    """One positive integer per line; '#' starts a comment (parallel/schedule/doc_balance.h's format)."""
     out = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
@@ -195,7 +195,7 @@ def cross_check_ours(binary, stdlib, cp=8):
 
 
 def layout_owner(layout, n, cp):
-    """Rank of every position under contiguous or zigzag (parallel/layout.h): a bytearray of n."""
+    """Rank of every position under contiguous or zigzag (parallel/schedule/layout.h): a bytearray of n."""
     owner = bytearray(n)
     if layout == "contiguous":
         for r in range(cp):
@@ -440,7 +440,7 @@ def main():
     ap.add_argument("--cp", type=int, default=8)
     ap.add_argument("--layout", default="balanced")
     ap.add_argument("--scheme", default="ring", choices=("ring", "gather", "auto"),
-                    help="ours: the ring's calls, or the gather scheme's (parallel/kv_gather.h)")
+                    help="ours: the ring's calls, or the gather scheme's (parallel/schedule/gather_plan.h)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--timing", default="queued", choices=("queued", "lone"),

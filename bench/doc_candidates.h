@@ -1,7 +1,7 @@
 // The chooser's candidates by label, for the benchmarks (host only; bench_doc_ring_steps --candidate /
 // --list-candidates, bench_doc_imbalance --list-candidates / --gather-features). The candidates are exactly those
 // `--scheme auto` chooses among: ring_candidates with the gather scheme's, and pick_balanced's pick
-// (balanced_ring_choice, parallel/doc_balance.h); nothing here ranks them again.
+// (balanced_ring_choice, parallel/schedule/doc_balance.h); nothing here ranks them again.
 //   chooser_candidates      ring_candidates(..., with_gather = true), orders left empty (built for the one run)
 //   find_candidate          the candidate whose RingCandidate::label() is the given label, else an error naming them
 //   candidate_same_as       per candidate, the first earlier one of the same scheme and spans (the same calls: a
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/tensor.h"
-#include "parallel/doc_balance.h"
+#include "parallel/schedule/doc_balance.h"
 
 namespace rt::bench {
 

@@ -2,7 +2,7 @@
 """The chooser's pick against the candidates it priced, measured (bench/doc_attention_side_by_side.py --candidates K).
 
 Per (N, mix) sample: the chooser's candidates (bench_doc_ring_steps --list-candidates, host only: every ring and
-gather candidate of parallel/doc_balance.h with its predicted fwd / bwd, the pick marked), then one
+gather candidate of parallel/schedule/doc_balance.h with its predicted fwd / bwd, the pick marked), then one
 bench_doc_ring_steps run of the pick (--scheme auto, what a training run uses) and one per selected candidate
 (--candidate LABEL): the K best-predicted distinct candidates besides the pick, always with the best-predicted ring
 and gather candidates (distinct: a candidate with the same scheme and assignment as an earlier one, e.g. doc-striped

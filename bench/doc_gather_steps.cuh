@@ -1,13 +1,13 @@
 // bench_doc_ring_steps --scheme gather (included by bench/doc_ring_steps.cu): the gather scheme of
-// parallel/kv_gather.h measured on one GPU. Every rank receives exactly the key rows its queries see (one
+// parallel/schedule/gather_plan.h measured on one GPU. Every rank receives exactly the key rows its queries see (one
 // all-to-all-v, not run here) and makes two calls each way:
 //   own:      its queries against its own keys (the ring's step-0 call), while the exchange is in flight;
 //             forward attn_fwd_whole (out and lse of every row); backward in two parts as RingAttention runs it
-//             (parallel/gather_backward.h): part A, own keys [0, m), before the gathered call, and part B, keys
-//             [m, n), under the dK/dV return, m from predict_own_bwd_split (parallel/kv_gather.h: the runtime's rule
+//             (parallel/cp/gather_backward.h): part A, own keys [0, m), before the gathered call, and part B, keys
+//             [m, n), under the dK/dV return, m from predict_own_bwd_split (parallel/schedule/gather_plan.h: the runtime's rule
 //             for one sample; m = 0: one call, part A); each part timed on its own, and the one call too for comparison;
 //   gathered: its queries against its gathered rows, in position order, with the document mask (k_pos = their
-//             positions); forward gathered_fwd_merge (parallel/gather_forward.h: the call on the query rows
+//             positions); forward gathered_fwd_merge (parallel/cp/gather_forward.h: the call on the query rows
 //             [lo, hi) that see a gathered key, then attn_fwd_merge into out / lse; timed together), backward
 //             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
 //             over both calls.
@@ -20,7 +20,7 @@
 // bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
 // call_after_ms).
 // Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
-// (predict_gather_time's formula, parallel/kv_gather.h) on the measured calls with the stated NVLink model:
+// (predict_gather_time's formula, parallel/schedule/gather_plan.h) on the measured calls with the stated NVLink model:
 // backward max over r of max(A, C_kv) + gathered + max(B, C_dkv); and the same with the one own call (B = 0).
 // Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
 // same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
@@ -36,9 +36,9 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
-#include "parallel/gather_backward.h"
-#include "parallel/gather_forward.h"
-#include "parallel/kv_gather.h"
+#include "parallel/cp/gather_backward.h"
+#include "parallel/cp/gather_forward.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt::bench {
 

@@ -8,7 +8,7 @@
 //           attn_bwd_block per visible step into dQ and the source block's dK / dV. No communication.
 //   ring critical path: each visible call timed alone; the sum over steps of the slowest rank's call (a ring step
 //           waits for its slowest rank), the time a real compute-bound ring would take.
-//   gather (--scheme gather): the gather scheme of parallel/kv_gather.h over the same order, instead of the ring:
+//   gather (--scheme gather): the gather scheme of parallel/schedule/gather_plan.h over the same order, instead of the ring:
 //           per rank its queries against its own keys and against exactly the key rows they see, gathered into one
 //           buffer in position order; bench/doc_gather_steps.cuh says what is timed, the paths and the check.
 // Sample: B = 1, N = the sum of the document lengths read from --lengths FILE (one per line, '#' comments;
@@ -24,8 +24,8 @@
 // best of balanced's docpack candidates) or gatherpack (the best of its gatherpack candidates, priced for gather).
 // --scheme auto: the chooser's pick among the ring and gather candidates (balanced_ring_choice), layout and scheme
 // both; --layout is ignored. The model line gives the time model's critical path and bytes for the
-// order (parallel/ring_time_model.h) and balanced's pick; the ring rows add MagiAttention's figure of merit.
-// The plan line also gives the tile model's prediction (parallel/ring_tile_cost.h) of whole / ring-in-sequence.
+// order (parallel/schedule/ring_time_model.h) and balanced's pick; the ring rows add MagiAttention's figure of merit.
+// The plan line also gives the tile model's prediction (parallel/schedule/ring_tile_cost.h) of whole / ring-in-sequence.
 // The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
 //                        [--kv-heads H] [--warmup 3] [--reps 10] [--timing queued|lone] [--no-ring] [--plan-only]
@@ -50,9 +50,9 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_api.h"
 #include "kernels/ops.h"
-#include "parallel/doc_balance.h"
-#include "parallel/layout.h"
-#include "parallel/ring_schedule.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/layout.h"
+#include "parallel/schedule/ring_schedule.h"
 
 using namespace rt;
 
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     }
     RT_CHECK(order.size() == size_t(N), "bench_doc_ring_steps: no " << layout_str << " candidate for this sample");
     const std::vector<double> work = ring_pair_counts(starts, order, cp);  // (cp*cp) pairs per (rank, source)
-    // The time model (parallel/ring_time_model.h) for this order at this shape, and the chooser's pick.
+    // The time model (parallel/schedule/ring_time_model.h) for this order at this shape, and the chooser's pick.
     std::vector<int64_t> natural(static_cast<size_t>(N));  // (N) position order
     for (int64_t c = 0; c < N; ++c) natural[size_t(c)] = c;
     const RingHopPlan hops = ring_hop_plan_for_order(starts, order, cp);
@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
                 100 * predicted.comm_share(), LinkModel{}.bytes_per_us * 1e-3, LinkModel{}.hop_latency_us,
                 predicted.bytes_per_layer / 1048576.0, predicted.ring_bytes_per_layer / 1048576.0,
                 cands[pick].label().c_str());
-    // The kernels' tile cost model (parallel/ring_tile_cost.h): what whole / ring-in-sequence should come to.
+    // The kernels' tile cost model (parallel/schedule/ring_tile_cost.h): what whole / ring-in-sequence should come to.
     const RingTileCost tiles = ring_tile_cost(starts, order, cp, work);
     const double model_work_eff = whole_tile_cost(starts) / tiles.total;
     const double model_ring_eff = whole_tile_cost(starts) / (cp * tiles.critical);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fit the ring time model's kernel coefficients (parallel/ring_time_model.h) to measured H200 calls.
+"""Fit the ring time model's kernel coefficients (parallel/schedule/ring_time_model.h) to measured H200 calls.
 
 Per call that runs, for H query heads, the model's time is
     call_us + query_tile_us * H * active query tiles + full_us * H * full tiles + edge_us * H * partial tiles,
@@ -44,7 +44,7 @@ from doc_attention_side_by_side import STDLIB_LENGTHS, make_mix, read_lengths  #
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 NAMES = ("call_us", "query_tile_us", "full_us", "edge_us")
-# The hand estimates the fit replaces (parallel/ring_time_model.cpp before the fit), d = 128.
+# The hand estimates the fit replaces (parallel/schedule/ring_time_model.cpp before the fit), d = 128.
 OLD = {"fwd": (20.0, 0.0030, 0.0070, 0.0105), "bwd": (30.0, 0.0060, 0.0218, 0.0330)}
 
 
@@ -161,7 +161,7 @@ ONE_CALL = ("own bwd one call (not fitted)", "bwd", "own_bwd_one_call_ms", "own"
 
 
 def compiled_coefficients():
-    """{(direction, head dim): (call_us, query_tile_us, full_us, edge_us)} as parallel/ring_time_model.cpp has them."""
+    """{(direction, head dim): (call_us, query_tile_us, full_us, edge_us)} as parallel/schedule/ring_time_model.cpp has them."""
     text = open(os.path.join(ROOT, "parallel", "ring_time_model.cpp")).read()
     out = {}
     for direction, table in (("fwd", "kForward"), ("bwd", "kBackward")):
@@ -424,7 +424,7 @@ def main():
             if abs(compiled - ours) > 0.01 * ours:
                 problems.append(f"{row['N']} {row['mix']} {cand['name']} {d}: the compiled model's path "
                                 f"{compiled:.1f} us is not the fit's {ours:.1f} us; put the 'all rows' coefficients "
-                                "into parallel/ring_time_model.cpp")
+                                "into parallel/schedule/ring_time_model.cpp")
     for d in ("fwd", "bwd"):
         old, held = err[(d, "old")], err[(d, "held")]
         if not (sum(held) < sum(old) and max(held) < max(old)):

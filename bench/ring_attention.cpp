@@ -28,13 +28,13 @@
 #include "kernels/arena.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
-#include "parallel/mpi_comm.h"
-#include "parallel/ring_attention.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/ring_attention.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 #endif
 
 using namespace rt;

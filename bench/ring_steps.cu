@@ -2,7 +2,7 @@
 // another on one GPU, against one whole-sequence call with the same FLOPs (the forward's whole call is
 // attn_fwd_whole, the fused fresh + finalized kernel; the backward's is attn_bwd_delta, zeroing dQ and
 // attn_bwd_block_fresh, which stores dK / dV instead of adding them). Each rank's queries resume the
-// fp32 state over cp K/V blocks with the masks of parallel/ring_schedule.h (zigzag: the causal diagonal block,
+// fp32 state over cp K/V blocks with the masks of parallel/schedule/ring_schedule.h (zigzag: the causal diagonal block,
 // then half the keys or half the queries per step; the first step starts the state and the last finalizes it, as
 // RingAttention runs them; the sequence with separate reset / finalize passes is timed too); the backward
 // recomputes per block and accumulates dQ per rank and dK/dV per source block. No communication: this measures what the ring's step
@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.cuh"
 #include "kernels/attention.h"
 #include "kernels/cuda_api.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
-#include "parallel/ring_schedule.h"
-#include "bench/cuda_bench_util.cuh"
+#include "parallel/schedule/ring_schedule.h"
 
 using namespace rt;
 

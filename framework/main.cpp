@@ -28,19 +28,19 @@
 #include <string>
 #include <vector>
 
+#include "framework/base/run_errors.h"
+#include "framework/base/version.h"
 #include "framework/config/config.h"
+#include "framework/eval/eval.h"
+#include "framework/eval/generate.h"
 #include "framework/hf/hf_commands.h"
 #include "framework/hf/init_from.h"
-#include "framework/base/run_errors.h"
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan.h"
-#include "framework/eval/generate.h"
-#include "framework/eval/eval.h"
 #include "framework/run/trainer.h"
-#include "framework/base/version.h"
 #include "kernels/tensor.h"
-#include "parallel/fault.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/fault.h"
+#include "parallel/comm/watchdog.h"
 
 namespace {
 

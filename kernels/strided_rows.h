@@ -1,6 +1,6 @@
 // The geometry of a strided row copy (the copy_rows op): `blocks` x `rows` rows of `width` elements each, row
 // (b, r) read at src_offset + b * src_block_stride + r * src_row_stride and written at the same formula of dst.
-// All in elements. The all-to-all head exchange (parallel/context_attention.h) packs and unpacks its buffers with
+// All in elements. The all-to-all head exchange (parallel/cp/context_attention.h) packs and unpacks its buffers with
 // it: (B, n, H, D) heads <-> (peer, B, n, W) chunks. Kept C++17 (nvcc compiles it).
 #pragma once
 #include <cstdint>

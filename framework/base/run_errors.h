@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kernels/tensor.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/watchdog.h"
 
 namespace rt {
 
@@ -24,7 +24,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;       // usage, config, data or checkpoint error
 constexpr int kExitDivergence = 3;  // non-finite loss or grad norm, or a loss spike (train.divergence_factor)
-static_assert(kExitWatchdog == 4, "parallel/watchdog.h owns exit code 4");
+static_assert(kExitWatchdog == 4, "parallel/comm/watchdog.h owns exit code 4");
 
 // An error that ends the run with `code`.
 class RunError : public Error {

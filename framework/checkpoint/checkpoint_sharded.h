@@ -14,7 +14,7 @@
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/model/model.h"
 #include "framework/model/optimizer.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace rt {
 

@@ -54,7 +54,7 @@ struct ParallelConfig {
   int dp = 1, cp = 1, tp = 1;
   // All-to-all degree u (DESIGN.md "All-to-all and the hybrid"): cp = ring x u, the ring runs over cp / u and the
   // u consecutive cp ranks of a group exchange heads for tokens. 1 = the ring alone; cp = all-to-all alone.
-  // auto (kCpA2aAuto): the least predicted time (parallel/a2a_choice.h), resolved to a u at start-up
+  // auto (kCpA2aAuto): the least predicted time (parallel/schedule/a2a_choice.h), resolved to a u at start-up
   // (framework/plan/a2a_auto.h) before anything reads it; the saved config holds the integer.
   int cp_a2a = 1;
   static constexpr int kCpA2aAuto = 0;
@@ -63,7 +63,7 @@ struct ParallelConfig {
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl
   std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
-  // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/cp_scheme.h): ring (K/V blocks
+  // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/schedule/cp_scheme.h): ring (K/V blocks
   // hop around the ring, skipping the hops nobody needs) | gather (each rank receives exactly the key rows its
   // queries see in one exchange) | auto (per batch, the least predicted time). Without documents: the ring.
   std::string cp_scheme = "auto";

@@ -6,16 +6,16 @@
 // position's document start, drops the targets that cross a document boundary, and (layout balanced) chooses
 // the assignment of positions to ranks per sample; the batch carries the whole sample's positions and document
 // starts in ring order for the ring's document mask, and the scheme the ring runs them with (parallel.cp_scheme:
-// auto compares the two predictions per batch, parallel/cp_scheme.h).
+// auto compares the two predictions per batch, parallel/schedule/cp_scheme.h).
 #include "framework/data/data.h"
 
 #include <algorithm>
 
 #include "framework/data/data_source.h"
 #include "kernels/tensor.h"
-#include "parallel/context_attention.h"
-#include "parallel/doc_balance.h"
-#include "parallel/layout.h"
+#include "parallel/cp/context_attention.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/layout.h"
 
 namespace rt {
 namespace {

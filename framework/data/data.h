@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "framework/config/config.h"
-#include "parallel/cp_scheme.h"
+#include "parallel/schedule/cp_scheme.h"
 
 namespace rt {
 
@@ -38,7 +38,7 @@ struct Batch {
   // it (layout balanced: the chooser's pick, e.g. docpack(2048/runs); else the layout's name).
   std::string ring_layout;
   // data.documents: eot on a ring of more than one rank: how the ring moves K/V for this batch (parallel.cp_scheme;
-  // auto: the scheme of least predicted time over the batch's samples, parallel/cp_scheme.h). Every rank of a ring
+  // auto: the scheme of least predicted time over the batch's samples, parallel/schedule/cp_scheme.h). Every rank of a ring
   // reads the same samples, so every rank picks alike. cp_ring_us / cp_gather_us: with auto, the two predictions
   // (forward + backward per layer, microseconds, summed over the samples); 0 otherwise.
   CpScheme cp_scheme = CpScheme::ring;
@@ -91,7 +91,7 @@ struct Window {
 std::unique_ptr<DataLoader> make_windows_loader(const Config& config, const LoaderRank& rank,
                                                 std::vector<Window> windows);
 
-// The ring's shape per rank that parallel.cp_scheme: auto prices the schemes with (parallel/cp_scheme.h): the query
+// The ring's shape per rank that parallel.cp_scheme: auto prices the schemes with (parallel/schedule/cp_scheme.h): the query
 // and KV heads of a tp rank after the all-to-all's split over u = cp / ring, per head group; bf16 K/V (the time model
 // is the H200's) and parallel.dkv_wire.
 RingShape cp_scheme_ring_shape(const Config& config, int ring);

@@ -1,6 +1,6 @@
 // The training loader one batch ahead (DESIGN.md "Data and ring"): while a step runs, the next batch is read and
 // planned (packed documents: the layout and the ring / gather scheme chosen per sample by predicted time,
-// parallel/doc_balance.h) on a background thread, so that host work leaves the step's critical path. Batches come
+// parallel/schedule/doc_balance.h) on a background thread, so that host work leaves the step's critical path. Batches come
 // out in the same order and with the same contents as from the wrapped loader; an error of a batch read ahead is
 // raised by the next() that hands that batch out.
 #pragma once

@@ -13,15 +13,15 @@
 #include "framework/base/run_errors.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/model_source.h"
+#include "framework/eval/dump_logits.h"
+#include "framework/eval/eval.h"
+#include "framework/eval/generate.h"
 #include "framework/plan/plan_generate.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
-#include "framework/eval/dump_logits.h"
-#include "framework/eval/generate.h"
-#include "framework/eval/eval.h"
 #include "kernels/ops.h"
-#include "parallel/comm.h"
-#include "parallel/doc_balance.h"
+#include "parallel/comm/comm.h"
+#include "parallel/schedule/doc_balance.h"
 
 namespace fs = std::filesystem;
 

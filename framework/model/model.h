@@ -30,9 +30,9 @@
 #include "framework/data/data.h"
 #include "kernels/arena.h"
 #include "kernels/rope_freqs.h"
-#include "parallel/layout.h"
-#include "parallel/process_grid.h"
-#include "parallel/context_attention.h"
+#include "parallel/comm/process_grid.h"
+#include "parallel/cp/context_attention.h"
+#include "parallel/schedule/layout.h"
 
 namespace rt {
 

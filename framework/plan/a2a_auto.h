@@ -1,12 +1,12 @@
 // parallel.cp_a2a: auto at start-up (DESIGN.md "All-to-all and the hybrid"): the config and its first training
-// samples' document structure turned into parallel/a2a_choice.h's inputs, and the pick written into the config.
+// samples' document structure turned into parallel/schedule/a2a_choice.h's inputs, and the pick written into the config.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "framework/config/config.h"
-#include "parallel/a2a_choice.h"
+#include "parallel/schedule/a2a_choice.h"
 
 namespace rt {
 

@@ -14,13 +14,13 @@
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/mfu.h"
+#include "framework/plan/plan.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
 #include "framework/plan/plan_generate.h"
-#include "framework/plan/plan.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
-#include "parallel/doc_balance.h"
+#include "parallel/schedule/doc_balance.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // `ringtrain plan --doc-lengths FILE`: the attention work of packed documents with that length mix, at the
 // config's seq_len and cp: expected visible (query, key) pairs per sample (the mean over seeded windows of T
 // tokens into the stream of documents), the attention FLOPs per step they cost, and per layout the ring imbalance
-// (parallel/doc_balance.h) and the kernels' tile efficiency (parallel/ring_tile_cost.h), with balanced's picks.
+// (parallel/schedule/doc_balance.h) and the kernels' tile efficiency (parallel/schedule/ring_tile_cost.h), with balanced's picks.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -9,8 +9,8 @@
 
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan_docs.h"
-#include "parallel/doc_balance.h"
-#include "parallel/kv_gather.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt {
 
@@ -55,7 +55,7 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
       } else {
         const auto t0 = std::chrono::steady_clock::now();
         // As the loader chooses (framework/data/data.cpp): with cp_scheme gather or auto, the gather candidates
-        // (parallel/doc_balance.h, gatherpack included) join, and the pick is over both (gather: over them alone).
+        // (parallel/schedule/doc_balance.h, gatherpack included) join, and the pick is over both (gather: over them alone).
         const std::string& scheme = config.parallel.cp_scheme;
         std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape, true, scheme != "ring");
         size_t best = pick_balanced(cands);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "framework/config/config.h"
-#include "parallel/a2a_choice.h"
+#include "parallel/schedule/a2a_choice.h"
 
 namespace rt {
 
@@ -16,15 +16,15 @@ struct DocLengthPlan {
   double causal_pairs_per_sample = 0;     // T (T + 1) / 2: the same sample as one document
   double attention_flops_per_step = 0;    // 12 * L * d_model * pairs * batch (forward 4 d, backward 8 d per pair)
   double imbalance[4] = {0, 0, 0, 0};     // contiguous, zigzag (0 when seq_len % 2cp != 0), striped, balanced
-  // The kernels' tile cost (parallel/ring_tile_cost.h), mean over the windows, same layout order:
+  // The kernels' tile cost (parallel/schedule/ring_tile_cost.h), mean over the windows, same layout order:
   double work_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / the sum over (rank, step) calls' tiles
   double ring_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / (cp x the critical path's tiles)
   std::string balanced_picks;                // balanced's candidates chosen, with how many windows each
   double balanced_ms = 0;                    // host time balanced takes per sample (the loader pays it), mean
-  // Each candidate of balanced (parallel/doc_balance.h) with the time model's prediction (parallel/ring_time_model.h),
+  // Each candidate of balanced (parallel/schedule/doc_balance.h) with the time model's prediction (parallel/schedule/ring_time_model.h),
   // mean over the windows: efficiency = ideal (one whole call / cp) / predicted critical path, communication
   // included; bytes per layer (all ranks, fwd + bwd) against the plain ring's; windows it was picked in.
-  // gather_*: the same assignment run by the gather scheme (parallel.cp_scheme, parallel/cp_scheme.h); gather_wins:
+  // gather_*: the same assignment run by the gather scheme (parallel.cp_scheme, parallel/schedule/cp_scheme.h); gather_wins:
   // windows where it is predicted faster than the ring (what cp_scheme: auto would run).
   struct Candidate {
     std::string name;

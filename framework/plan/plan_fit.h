@@ -15,8 +15,8 @@
 
 #include "framework/config/config.h"
 #include "kernels/tensor.h"
-#include "parallel/comm.h"
-#include "parallel/context_attention.h"
+#include "parallel/comm/comm.h"
+#include "parallel/schedule/head_exchange.h"
 
 namespace rt {
 
@@ -49,7 +49,7 @@ struct PlanPoint {
   double host_bytes_per_rank = 0, host_bytes_per_node = 0;
   bool fits_device = true, fits_host = true;
   std::vector<std::pair<std::string, double>> largest;  // what -> bytes, largest first (the arena's entries)
-  // parallel.cp_a2a > 1: the head exchange per rank (parallel/context_attention.h); its buffers are in the arena.
+  // parallel.cp_a2a > 1: the head exchange per rank (parallel/cp/context_attention.h); its buffers are in the arena.
   HeadExchangeShape a2a;
   double device_bytes() const { return arena_bytes + allowance_bytes + nccl_bytes; }
   bool fits() const { return fits_device && fits_host; }

@@ -7,8 +7,8 @@
 #include "framework/plan/plan.h"
 #include "framework/plan/plan_fit.h"
 #include "framework/plan/trainer_setup.h"
-#include "parallel/doc_balance.h"
-#include "parallel/layout.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/layout.h"
 
 namespace rt {
 

@@ -10,11 +10,11 @@
 
 #include "kernels/attention.h"
 #include "kernels/device_memory.h"
-#include "parallel/mpi_comm.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/comm/watchdog.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 #endif
 
 namespace rt {
@@ -76,7 +76,7 @@ ProcessGrid make_process_grid(const Config& config) {
   if (size == 1 && dims.world() == 1) return ProcessGrid::local();  // one rank: nothing to communicate
   RT_CHECK(initialized, "parallel: dp*cp*tp = " << dims.world() << " needs that many MPI ranks; launch with "
                                                 << "mpirun -np " << dims.world() << " (or launch/train.sh)");
-  // Collective: hosts, pids and the heartbeat communicator of the MPI watchdog (parallel/watchdog.h); also the
+  // Collective: hosts, pids and the heartbeat communicator of the MPI watchdog (parallel/comm/watchdog.h); also the
   // default limit of the NCCL watchdog.
   watchdog_init(config.parallel.timeout_s, config.parallel.save_timeout_s);
   return ProcessGrid::create(make_world_comm(config), dims);

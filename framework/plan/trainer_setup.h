@@ -8,7 +8,7 @@
 #include "framework/model/model.h"
 #include "framework/model/optimizer.h"
 #include "kernels/arena.h"
-#include "parallel/process_grid.h"
+#include "parallel/comm/process_grid.h"
 
 namespace rt {
 

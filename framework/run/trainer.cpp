@@ -20,27 +20,27 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "framework/base/run_errors.h"
 #include "framework/checkpoint/checkpoint.h"
-#include "framework/data/prefetch_loader.h"
 #include "framework/checkpoint/checkpoint_internal.h"
 #include "framework/checkpoint/checkpoint_sharded.h"
+#include "framework/config/rope_scaling.h"
+#include "framework/data/prefetch_loader.h"
 #include "framework/hf/init_from.h"
-#include "framework/run/metrics.h"
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/mfu.h"
-#include "framework/config/rope_scaling.h"
+#include "framework/plan/trainer_setup.h"
 #include "framework/run/divergence_guard.h"
+#include "framework/run/metrics.h"
 #include "framework/run/resume_plan.h"
 #include "framework/run/run_dir.h"
-#include "framework/base/run_errors.h"
 #include "framework/run/train_step.h"
 #include "framework/run/trainer.h"
-#include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
-#include "parallel/fault.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/fault.h"
+#include "parallel/comm/watchdog.h"
 
 namespace rt {
 

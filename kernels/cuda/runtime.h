@@ -49,7 +49,7 @@ void* device_scratch();
 // Properties of the current device (cached at init).
 const cudaDeviceProp& device_props();
 
-// Every host wait for the GPU in ringtrain goes through these two (kernels/cuda and parallel/cuda), so
+// Every host wait for the GPU in ringtrain goes through these two (kernels/cuda and parallel/comm/cuda), so
 // tests can count them (rt::cuda_host_waits(), kernels/device_memory.h): a training step on CUDA waits
 // only at its logging point. `why` names the caller; with RINGTRAIN_TRACE_HOST_WAITS=1 each wait is
 // printed to stderr with it (to find a stray wait).

@@ -13,7 +13,7 @@ Definitions (also in README.md "Scaling studies"):
 - comm_exposed_share: exposed communication time / step time.
 - comm_exposed_ms_per_ring_step: the trainer's value if it reports one, else comm_exposed_ms / ring_steps
   (the trainer's "ring_steps", else estimated as n_layer x cp x (2, or 3 with full checkpointing: forward,
-  backward, recomputed forward), counting cp steps per ring call as parallel/ring_timing.h does).
+  backward, recomputed forward), counting cp steps per ring call as parallel/cp/ring_timing.h does).
 """
 import csv
 import math

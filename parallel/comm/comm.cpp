@@ -1,4 +1,4 @@
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 #include "kernels/ops.h"
 

@@ -41,7 +41,7 @@ class Comm {
 
   // Non-blocking group of point-to-point transfers, posted together and completed by one wait(): each send goes to
   // its peer, each receive comes from its peer (a ring hop is one send to rank+1 and one receive from rank-1; the
-  // ring of packed documents skips the hops nobody needs and sends dK/dV straight home, parallel/ring_hops.h).
+  // ring of packed documents skips the hops nobody needs and sends dK/dV straight home, parallel/schedule/ring_hops.h).
   // Every rank must post its groups in the same order, possibly empty ones, and a send in a rank's k-th group must
   // meet a receive of the same byte size in its peer's k-th group. At most one send and one receive per peer.
   // The buffers must not be touched until wait() returns (on NCCL: until the compute stream has waited).
@@ -58,7 +58,7 @@ class Comm {
   // Neither buffer may be touched until wait() returns (on NCCL: until the compute stream has waited).
   virtual ExchangeHandle reduce_scatter_sum_start(const Tensor& send, Tensor recv) = 0;
   virtual ExchangeHandle all_gather_start(const Tensor& send, Tensor recv) = 0;
-  // Non-blocking all-to-all of equal chunks (the head exchange of parallel/context_attention.h): send and recv
+  // Non-blocking all-to-all of equal chunks (the head exchange of parallel/cp/context_attention.h): send and recv
   // (size * n) of one dtype; chunk r of send goes to rank r, and chunk r of recv comes from rank r (chunk rank()
   // is copied locally). send and recv must not overlap. Completed by wait() like an exchange, posted in the same
   // order on every rank. The default refuses, naming the communicator.

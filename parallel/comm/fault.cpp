@@ -1,4 +1,4 @@
-#include "parallel/fault.h"
+#include "parallel/comm/fault.h"
 
 #include <mpi.h>
 

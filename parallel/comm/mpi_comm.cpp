@@ -1,14 +1,14 @@
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/mpi_comm.h"
 
 #include <algorithm>
 #include <climits>
 
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/watchdog.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
-#include "parallel/cuda/pinned_host.h"
+#include "parallel/comm/cuda/pinned_host.h"
 #endif
 
 namespace rt {

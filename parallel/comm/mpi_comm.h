@@ -2,7 +2,7 @@
 // CUDA tensors are staged through host buffers (HostStaging below): copied to the host before a send or a
 // collective, received on the host and copied back in wait(). That lets several ranks share one GPU in
 // tests, which NCCL refuses. With CUDA built in, the staging buffers are pinned (cudaHostAlloc, once per
-// buffer at first use; parallel/cuda/pinned_host.h).
+// buffer at first use; parallel/comm/cuda/pinned_host.h).
 #pragma once
 #include <mpi.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace rt {
 

@@ -1,4 +1,4 @@
-#include "parallel/process_grid.h"
+#include "parallel/comm/process_grid.h"
 
 namespace rt {
 

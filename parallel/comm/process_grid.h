@@ -5,7 +5,7 @@
 #pragma once
 #include <memory>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace rt {
 

@@ -1,4 +1,4 @@
-#include "parallel/tensor_parallel.h"
+#include "parallel/comm/tensor_parallel.h"
 
 namespace rt {
 

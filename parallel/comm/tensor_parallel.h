@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/tensor.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace rt {
 

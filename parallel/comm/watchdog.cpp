@@ -1,4 +1,4 @@
-#include "parallel/watchdog.h"
+#include "parallel/comm/watchdog.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "parallel/fault.h"
+#include "parallel/comm/fault.h"
 
 namespace rt {
 namespace {

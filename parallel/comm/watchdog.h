@@ -8,7 +8,7 @@
 // collective not heard from in the last 3 s are the absent ones. The lowest-ranked waiting rank prints the
 // message (the others give it 5 s) and calls MPI_Abort(MPI_COMM_WORLD, 4).
 // Heartbeats go to every rank while waiting: N-1 tiny messages a second per waiting rank.
-// The NCCL path has its own watchdog (parallel/cuda/nccl_watchdog.h), whose default limit is the same
+// The NCCL path has its own watchdog (parallel/comm/cuda/nccl_watchdog.h), whose default limit is the same
 // parallel.timeout_s (RINGTRAIN_NCCL_TIMEOUT_S overrides it).
 #pragma once
 #include <mpi.h>

@@ -16,35 +16,10 @@
 #pragma once
 #include <memory>
 
-#include "parallel/ring_attention.h"
+#include "parallel/cp/ring_attention.h"
+#include "parallel/schedule/head_exchange.h"
 
 namespace rt {
-
-// Heads and bytes of the head exchange for a shape (tokens per rank n, local heads H / Hkv) and degree u.
-struct HeadExchangeShape {
-  int u = 1;
-  int64_t q_heads = 0;     // hq = H / u query heads per rank after the exchange
-  int64_t kv_heads = 0;    // hk KV heads per rank after the exchange
-  int64_t kv_group = 1;    // s: query heads per KV head after the exchange
-  bool replicated = false; // u * hk > Hkv: some KV heads are held by several ranks
-  int head_groups = 1;      // G: the pipeline's head groups (pipeline_head_groups below)
-  // Bytes one rank sends per layer (the chunk it keeps is not counted), at the activation dtype's element size
-  // and 4 bytes for the gradients of replicated K/V.
-  double forward_bytes = 0;   // Q, K, V out and O back
-  double backward_bytes = 0;  // Q, K, V, O, dO out and dQ, dK, dV back
-  double buffer_bytes = 0;    // the head-sharded buffers and the two exchange buffers (every layer shares them)
-  double replica_bytes = 0;   // of buffer_bytes: K/V heads held beyond the rank's share (0 without replication)
-};
-// Throws rt::Error unless u divides H (naming H, u and what would work). Hkv must divide H.
-// head_groups: 0 picks pipeline_head_groups; else it must divide hk (1: the blocking exchange, used by tests).
-HeadExchangeShape head_exchange_shape(const RingAttentionShape& shape, int u, int head_groups = 0);
-// The pipeline's depth, config-free: 2 head groups when the hk KV heads split evenly (hk even) and K/V are not
-// replicated, else 1. Two groups hide all but half of the exchange's way out and half of its way back behind the
-// other half's ring; more groups would hide more but shrink every attention call (fewer heads, one more ring pass
-// of hops and per-call overhead each). Groups must own disjoint KV heads, or the backward would sum a KV head's
-// dK/dV over groups in another order than the kernel; replicated K/V keep one group for the same reason (their
-// f32 sums over ranks must run in one order).
-int pipeline_head_groups(int u, int64_t kv_heads, bool replicated);
 
 class ContextAttention {
  public:
@@ -52,7 +27,7 @@ class ContextAttention {
   // shape: this rank's tokens (n = seq_len / cp) and local heads, as the model holds them.
   // head_groups: 0 = pipeline_head_groups (the model's); 1 forces the blocking exchange (tests compare the two).
   // gather: the ring may run the gather scheme of packed documents (RingAttention's gather buffers;
-  // parallel/cp_scheme.h).
+  // parallel/schedule/cp_scheme.h).
   ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
                    DType dkv_wire = DType::f32, int head_groups = 0, bool gather = false);
 

@@ -1,6 +1,6 @@
-// own_bwd_part (parallel/gather_backward.h): the key rows of one part as views (one sample) or as the mask's key
+// own_bwd_part (parallel/cp/gather_backward.h): the key rows of one part as views (one sample) or as the mask's key
 // range (several samples).
-#include "parallel/gather_backward.h"
+#include "parallel/cp/gather_backward.h"
 
 namespace rt {
 

@@ -1,7 +1,7 @@
-// gathered_fwd_merge (parallel/gather_forward.h): per sample b, the rows [lo, hi) of q are contiguous, so the call
+// gathered_fwd_merge (parallel/cp/gather_forward.h): per sample b, the rows [lo, hi) of q are contiguous, so the call
 // gets them as a (1, M, H, D) view with the mask's query positions moved to row lo; its outputs are sample b of the
 // (B, M, H, D) / (B, H, M) scratch. One attn_fwd_merge folds all samples into out / lse.
-#include "parallel/gather_forward.h"
+#include "parallel/cp/gather_forward.h"
 
 namespace rt {
 

@@ -1,4 +1,4 @@
-// The gather scheme of RingAttention (parallel/cp_scheme.h, DESIGN.md "Document masks"), a private part of the class:
+// The gather scheme of RingAttention (parallel/schedule/cp_scheme.h, DESIGN.md "Document masks"), a private part of the class:
 // the plan of a batch's documents and the forward and backward passes. Only rt ops and the Comm touch tensor memory,
 // so the same code runs on CPU ranks (MpiComm) and GPUs (NcclComm, or MpiComm staging through pinned host memory).
 //
@@ -8,7 +8,7 @@
 //   is in flight; wait; unpack the received chunks into the gathered buffer in position order, padding zeroed
 //   (unpack_index); gathered call: the query rows [lo, hi) that see a gathered key (q_rows, from the plan) x the
 //   gathered rows (document mask with the rows' positions) into out2 / lse2, merged into out / lse
-//   (parallel/gather_forward.h: no pass over the fp32 state of all rows).
+//   (parallel/cp/gather_forward.h: no pass over the fp32 state of all rows).
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
 //   the same exchange again; own call part A (own keys [0, m)) backward into this rank's f32 dK|dV while it is in
 //   flight; wait; unpack; gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their
@@ -16,21 +16,21 @@
 //   while it is in flight; wait; add each peer's chunk to this rank's dK|dV in peer order (scatter_add_rows with the
 //   chunk's send_index: each own row at most once per chunk). dQ adds over the three calls (dq_acc_).
 //   m (RingGather::own_split) is chosen in plan_gather, per rank and batch, from the kernel time model and the
-//   exchanges (parallel/kv_gather.h own_bwd_split_for_batch): part B sized to cover the return, part A the rest;
+//   exchanges (parallel/schedule/gather_plan.h own_bwd_split_for_batch): part B sized to cover the return, part A the rest;
 //   m = 0 runs the own call whole before the gathered call (no split: nothing returns, or too short an own call).
-//   The parts' calls: parallel/gather_backward.h. Backward in one launch (RingGather::bwd_one_launch, chosen in
+//   The parts' calls: parallel/cp/gather_backward.h. Backward in one launch (RingGather::bwd_one_launch, chosen in
 //   plan_gather by kv_gather.h gather_bwd_one_launch where the exchange and the return are shorter than the call's
 //   fixed cost it saves): nothing before the wait; one attn_bwd_block_fresh_two_kv over own keys and gathered rows
 //   (the forward's key list) into this rank's dK|dV and the gathered rows'; the return as above, nothing under it.
-#include "parallel/ring_gather.h"
+#include "parallel/cp/gather_scheme.h"
 
 #include <algorithm>
 
 #include "kernels/ops.h"
-#include "parallel/fault.h"
-#include "parallel/gather_backward.h"
-#include "parallel/gather_forward.h"
-#include "parallel/kv_gather.h"
+#include "parallel/comm/fault.h"
+#include "parallel/cp/gather_backward.h"
+#include "parallel/cp/gather_forward.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt {
 
@@ -344,7 +344,7 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
                           key_list_mask(), out, lse);
     return;
   }
-  // parallel/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
+  // parallel/cp/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.
   const bool merge_form = gather_merge_form(R, shape_.local_tokens);
   {
     RingTimerScope t(*timer_, Phase::compute);
@@ -388,7 +388,7 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     const double dkv_block = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
     call_ring_bytes_ += double(cp_.size() - 1) * (double(kv_buf_[0].nbytes()) + dkv_block);
   }
-  // The own call in two parts (parallel/gather_backward.h): A = own keys [0, m) now, under the K/V exchange; B =
+  // The own call in two parts (parallel/cp/gather_backward.h): A = own keys [0, m) now, under the K/V exchange; B =
   // keys [m, n) after the dK/dV return is posted, under it. m = 0 (or n): A is the whole call and B nothing. In one
   // launch (g.bwd_one_launch) the own call runs whole with the gathered call once the exchange is done.
   const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;

@@ -1,19 +1,20 @@
-// The gather scheme's state on one rank (DESIGN.md "Document masks"; RingAttention runs it, parallel/ring_gather.cpp):
+// The gather scheme's state on one rank (DESIGN.md "Document masks"; RingAttention runs it, parallel/cp/gather_scheme.cpp):
 // its buffers, allocated with RingAttention for the most rows a plan can move, and the current batch's plan.
 //
 // Wire layout: one chunk per peer, peers in rank order, in rows of W = Hkv*D elements. The chunk between a sender s
 // and a receiver r holds the rows r receives from s over the batch: the K rows, then the V rows (2 x rows), each
-// half ordered by sample, then by r's pieces from s in position order (parallel/kv_gather.h). The backward returns
+// half ordered by sample, then by r's pieces from s in position order (parallel/schedule/gather_plan.h). The backward returns
 // the rows' dK|dV in the same chunk layout, so the receiver's chunk is the sender's reverse chunk.
 // Gathered rows: (2, B, R, Hkv, D), sample b's rows [0, received_b) in position order, the rest padding: zero K/V and
 // position T (after every query, so no query sees it and the kernels skip or mask it like any invisible key).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/arena.h"
-#include "parallel/kv_gather.h"
-#include "parallel/ring_attention.h"
+#include "parallel/schedule/attention_shape.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt {
 
@@ -37,7 +38,7 @@ struct RingGather {
 
   // The plan of the current documents (RingAttention::plan_gather):
   int64_t rows = 0;                 // R: the most rows a sample of this rank receives, padded to
-                                    // gather_call_key_rows (parallel/kv_gather.h)
+                                    // gather_call_key_rows (parallel/schedule/gather_plan.h)
   QueryRowRange q_rows;             // [lo, hi): the local query rows that see a gathered key, union over the samples
   std::vector<int64_t> send_rows;   // (P) rows this rank sends to each peer, summed over the samples
   std::vector<int64_t> recv_rows;   // (P) rows it receives from each peer
@@ -45,19 +46,19 @@ struct RingGather {
   std::vector<int64_t> recv_at;     // (P) the same for the received chunks
   int64_t sent_total = 0, received_total = 0;  // sums of send_rows / recv_rows
   double total_rows = 0;            // rows received over all ranks and samples (the plan's bytes)
-  // The own backward call's split (parallel/gather_backward.h): part A = own key rows [0, own_split) before the
+  // The own backward call's split (parallel/cp/gather_backward.h): part A = own key rows [0, own_split) before the
   // gathered call, part B = [own_split, n) under the dK/dV return; 0 = one call. Chosen per batch by
-  // own_bwd_split_for_batch (parallel/kv_gather.h), or own_split_forced when >= 0
+  // own_bwd_split_for_batch (parallel/schedule/gather_plan.h), or own_split_forced when >= 0
   // (RingAttention::set_gather_own_split).
   int64_t own_split = 0;
   int64_t own_split_forced = -1;
-  // The forward in one launch over own and gathered keys after the exchange (parallel/gather_forward.h), chosen per
-  // batch by gather_fwd_one_launch (parallel/kv_gather.h) where the rank receives rows, or forced (0 / 1) by
+  // The forward in one launch over own and gathered keys after the exchange (parallel/cp/gather_forward.h), chosen per
+  // batch by gather_fwd_one_launch (parallel/schedule/gather_plan.h) where the rank receives rows, or forced (0 / 1) by
   // fwd_one_launch_forced >= 0 (RingAttention::set_gather_fwd_one_launch).
   bool fwd_one_launch = false;
   int fwd_one_launch_forced = -1;
   // The backward in one launch over own and gathered keys after the exchange (attn_bwd_block_fresh_two_kv, the own
-  // call whole), chosen per batch by gather_bwd_one_launch (parallel/kv_gather.h) where the rank receives rows, or
+  // call whole), chosen per batch by gather_bwd_one_launch (parallel/schedule/gather_plan.h) where the rank receives rows, or
   // forced by bwd_one_launch_forced >= 0 (RingAttention::set_gather_bwd_one_launch).
   bool bwd_one_launch = false;
   int bwd_one_launch_forced = -1;

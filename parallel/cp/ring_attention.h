@@ -1,31 +1,23 @@
 // Ring attention over the cp communicator (DESIGN.md "Sequence layouts and the ring schedule").
 // With cp = 1 it is plain flash attention on the local tokens. Kernels know nothing of ranks; this
 // class owns the schedule, the double-buffered K/V hops and the fp32 state. With packed documents it runs either
-// scheme of parallel/cp_scheme.h: the ring (here) or the gather (parallel/ring_gather.cpp).
+// scheme of parallel/schedule/cp_scheme.h: the ring (here) or the gather (parallel/cp/gather_scheme.cpp).
 #pragma once
 #include <memory>
 
 #include "kernels/arena.h"
 #include "kernels/attention.h"
-#include "parallel/comm.h"
-#include "parallel/cp_scheme.h"
-#include "parallel/layout.h"
-#include "parallel/ring_hops.h"
-#include "parallel/ring_schedule.h"
-#include "parallel/ring_timing.h"
+#include "parallel/comm/comm.h"
+#include "parallel/cp/ring_timing.h"
+#include "parallel/schedule/attention_shape.h"
+#include "parallel/schedule/cp_scheme.h"
+#include "parallel/schedule/layout.h"
+#include "parallel/schedule/ring_hops.h"
+#include "parallel/schedule/ring_schedule.h"
 
 namespace rt {
 
-struct RingAttentionShape {
-  int64_t batch = 1;        // B
-  int64_t local_tokens = 0; // n = seq_len / cp
-  int64_t heads = 0;        // H local (after tp split)
-  int64_t kv_heads = 0;     // Hkv local
-  int64_t head_dim = 0;     // D
-  DType dtype = DType::f32; // of q, k, v, out (bf16 on CUDA)
-};
-
-struct RingGather;  // the gather scheme's buffers and plan (parallel/ring_gather.h)
+struct RingGather;  // the gather scheme's buffers and plan (parallel/cp/gather_scheme.h)
 
 class RingAttention {
  public:
@@ -33,7 +25,7 @@ class RingAttention {
   // dkv_wire: dtype of the travelling dK/dV accumulator on the wire (f32, or bf16 to halve those bytes; it
   // is accumulated in fp32 on every rank either way and rounded to bf16 once per hop); the gather scheme's returned
   // dK/dV rows travel in it too (rounded once).
-  // gather: also allocate the gather scheme's buffers (parallel/ring_gather.h: about (cp-1) x the K/V block in the
+  // gather: also allocate the gather scheme's buffers (parallel/cp/gather_scheme.h: about (cp-1) x the K/V block in the
   // activation dtype, twice that in f32 for dK/dV, and two exchange buffers of the widest), so that set_documents
   // may choose CpScheme::gather; without them it refuses to.
   RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
@@ -53,32 +45,32 @@ class RingAttention {
   // with host copies in host_pos / host_doc_start (the ring decides on the host which steps see no pair).
   // Any layout works, since the mask is exact in positions. A step whose every pair is masked skips its compute,
   // and K/V hops that no rank downstream needs are skipped with dK/dV sent straight home from the block's farthest
-  // user (parallel/ring_hops.h; every rank derives the same plan, host_pos being a permutation per sample).
+  // user (parallel/schedule/ring_hops.h; every rank derives the same plan, host_pos being a permutation per sample).
   // scheme = gather (needs the constructor's gather = true; a ring of one rank ignores it) runs the calls of
-  // parallel/ring_gather.cpp instead: every rank receives exactly the key rows its queries see from every other
-  // rank in one exchange (parallel/kv_gather.h), and returns their dK/dV in one. Every rank of the ring must pass
+  // parallel/cp/gather_scheme.cpp instead: every rank receives exactly the key rows its queries see from every other
+  // rank in one exchange (parallel/schedule/gather_plan.h), and returns their dK/dV in one. Every rank of the ring must pass
   // the same scheme. nullptr turns the document mask off (and the scheme back to the ring). The arrays must outlive
   // the calls.
   void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
                      const int64_t* host_doc_start = nullptr, CpScheme scheme = CpScheme::ring);
   // The scheme of the following calls: gather only with documents set with it on a ring of more than one rank.
   CpScheme scheme() const { return scheme_; }
-  // The gather scheme's backward splits this rank's own call at own key row m (parallel/gather_backward.h): part A,
+  // The gather scheme's backward splits this rank's own call at own key row m (parallel/cp/gather_backward.h): part A,
   // keys [0, m), before the gathered call, part B, keys [m, n), while the dK/dV return is in flight. Each
-  // set_documents with the gather scheme chooses m for the batch (parallel/kv_gather.h choose_own_bwd_split; 0 = one
+  // set_documents with the gather scheme chooses m for the batch (parallel/schedule/gather_plan.h choose_own_bwd_split; 0 = one
   // call); set_gather_own_split(m) forces m (0 <= m <= n) for the following set_documents calls, -1 restores the
   // choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_own_split(int64_t m);
   int64_t gather_own_split() const;  // the current plan's m (0 without the gather scheme)
   // The gather scheme's forward as one launch over the own keys and the gathered rows after the exchange
-  // (parallel/gather_forward.h), instead of the own call under the exchange then the gathered call: each
-  // set_documents with the gather scheme chooses it for the batch (parallel/kv_gather.h gather_fwd_one_launch);
+  // (parallel/cp/gather_forward.h), instead of the own call under the exchange then the gathered call: each
+  // set_documents with the gather scheme chooses it for the batch (parallel/schedule/gather_plan.h gather_fwd_one_launch);
   // set_gather_fwd_one_launch(0 or 1) forces it off or on (where the rank receives rows) for the following
   // set_documents calls, -1 restores the choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_fwd_one_launch(int mode);
   bool gather_fwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // The same for the backward: the own call (whole) and the gathered call as one attn_bwd_block_fresh_two_kv after
-  // the exchange, the return waited for after it (parallel/kv_gather.h gather_bwd_one_launch).
+  // the exchange, the return waited for after it (parallel/schedule/gather_plan.h gather_bwd_one_launch).
   void set_gather_bwd_one_launch(int mode);
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
@@ -91,7 +83,7 @@ class RingAttention {
   double planned_bytes_per_layer() const;
   double ring_bytes_per_layer() const;
 
-  // Compute vs exposed-communication time (parallel/ring_timing.h): summed over every call since
+  // Compute vs exposed-communication time (parallel/cp/ring_timing.h): summed over every call since
   // construction or reset_timings(), and of the latest call alone. Reading them resolves the calls' timings
   // (on CUDA the host waits once, for the latest call's last event); the calls themselves never wait.
   const RingTimings& timings() const;
@@ -136,7 +128,7 @@ class RingAttention {
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
   void finish_call();            // marks the end of a call on the timer (no wait)
-  // The gather scheme (parallel/ring_gather.cpp): its plan for the current documents, and its two passes.
+  // The gather scheme (parallel/cp/gather_scheme.cpp): its plan for the current documents, and its two passes.
   void plan_gather(const int64_t* host_pos, const int64_t* host_doc_start);
   void gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
   void gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,

@@ -3,7 +3,7 @@
 //   exposed comm:   time blocked in Comm::wait() or posting an exchange, i.e. the part of the hops that the
 //                   compute did not hide.
 //   exposed a2a:    with parallel.cp_a2a > 1, time blocked posting or waiting for the all-to-all head exchange
-//                   (parallel/context_attention.h); its packing counts as compute.
+//                   (parallel/cp/context_attention.h); its packing counts as compute.
 // RingAttention measures every forward and backward call with a RingTimer.
 #pragma once
 #include <cstdint>
@@ -21,7 +21,7 @@ struct RingTimings {
   double exposed_comm_s = 0;  // the ring's hops
   double exposed_a2a_s = 0;   // the all-to-all exchange
   // Bytes this rank sent (K/V and dK/dV hops), and what the plain ring, every hop, would have sent: packed documents
-  // skip the hops nobody needs (parallel/ring_hops.h). Filled by RingAttention, not by the timer.
+  // skip the hops nobody needs (parallel/schedule/ring_hops.h). Filled by RingAttention, not by the timer.
   double sent_bytes = 0, ring_bytes = 0;
   void reset() { *this = RingTimings{}; }
   void accumulate(const RingTimings& other) {
@@ -59,12 +59,7 @@ class RingTimer {
 };
 constexpr size_t kRingTimerMaxPending = 65536;
 
-// Builds the timer for tensors on a CUDA device; nullptr restores the host clock. Called by the CUDA
-// backend at start-up (hook for CUDA events).
-using RingTimerFactory = std::unique_ptr<RingTimer> (*)(Device device);
-void set_ring_timer_factory(RingTimerFactory factory);
-// Host clock on CPU (and on CUDA until a factory is registered).
-std::unique_ptr<RingTimer> make_ring_timer(Device device);
+// make_ring_timer (parallel/cp/ring_timer.h) builds the timer for a device.
 
 // begin() on construction, end() on destruction (also while unwinding).
 class RingTimerScope {

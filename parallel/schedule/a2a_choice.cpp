@@ -1,12 +1,12 @@
-// parallel.cp_a2a: auto, the prediction per u and the pick (parallel/a2a_choice.h).
-#include "parallel/a2a_choice.h"
+// parallel.cp_a2a: auto, the prediction per u and the pick (parallel/schedule/a2a_choice.h).
+#include "parallel/schedule/a2a_choice.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "kernels/tensor.h"
-#include "parallel/context_attention.h"
-#include "parallel/doc_balance.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/head_exchange.h"
 
 namespace rt {
 

@@ -1,10 +1,10 @@
-// The ring / gather choice of packed documents (parallel/cp_scheme.h).
-#include "parallel/cp_scheme.h"
+// The ring / gather choice of packed documents (parallel/schedule/cp_scheme.h).
+#include "parallel/schedule/cp_scheme.h"
 
 #include "kernels/tensor.h"
-#include "parallel/kv_gather.h"
-#include "parallel/ring_spans.h"
-#include "parallel/ring_tile_cost.h"
+#include "parallel/schedule/gather_plan.h"
+#include "parallel/schedule/ring_spans.h"
+#include "parallel/schedule/ring_tile_cost.h"
 
 namespace rt {
 

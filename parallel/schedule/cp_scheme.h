@@ -1,17 +1,17 @@
 // How a ring of packed documents moves K/V (DESIGN.md "Document masks"), chosen per batch:
 //   ring:   K/V blocks pass around the ring step by step, skipping the hops nobody downstream needs
-//           (parallel/ring_hops.h); dK/dV travel back along the block's users.
+//           (parallel/schedule/ring_hops.h); dK/dV travel back along the block's users.
 //   gather: every rank receives from every other rank exactly the key rows its queries see, in one exchange, and runs
 //           two calls (its own keys while the exchange is in flight, then the gathered rows); dK/dV of the gathered
-//           rows go back to their owners in a reverse exchange (parallel/kv_gather.h, parallel/ring_gather.cpp).
+//           rows go back to their owners in a reverse exchange (parallel/schedule/gather_plan.h, parallel/cp/gather_scheme.cpp).
 // parallel.cp_scheme: auto picks per batch the one of least predicted forward + backward time, from the same time
-// model (parallel/ring_time_model.h) that ranks the layouts. Host only; every rank of a ring decides alike.
+// model (parallel/schedule/ring_time_model.h) that ranks the layouts. Host only; every rank of a ring decides alike.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "parallel/ring_time_model.h"
+#include "parallel/schedule/ring_time_model.h"
 
 namespace rt {
 

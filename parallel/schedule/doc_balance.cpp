@@ -1,6 +1,6 @@
 // Ring work per step with packed documents, the imbalance metric and the balanced assignment
-// (parallel/doc_balance.h).
-#include "parallel/doc_balance.h"
+// (parallel/schedule/doc_balance.h).
+#include "parallel/schedule/doc_balance.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,10 +8,10 @@
 #include <numeric>
 
 #include "kernels/tensor.h"
-#include "parallel/doc_dispatch.h"
-#include "parallel/doc_gather_pack.h"
-#include "parallel/kv_gather.h"
-#include "parallel/doc_pack.h"
+#include "parallel/schedule/doc_dispatch.h"
+#include "parallel/schedule/doc_gather_pack.h"
+#include "parallel/schedule/doc_pack.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt {
 
@@ -83,7 +83,7 @@ double ring_imbalance(const std::vector<double>& work, int cp) {
 
 namespace {
 
-// The spans of a fixed layout (parallel/layout.h).
+// The spans of a fixed layout (parallel/schedule/layout.h).
 std::vector<RingSpan> layout_spans(Layout layout, int64_t T, int cp) {
   const int64_t n = T / cp;
   std::vector<RingSpan> spans;
@@ -154,7 +154,7 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
     for (int64_t run_max : {int64_t(0), T / cp / 4})
       add("docpack", split_min, docpack_ring_spans(begins, cp, split_min, run_max), run_max);
   if (!with_gather || cp == 1) return out;
-  // The gather scheme (parallel/kv_gather.h) over each distinct assignment but the striped ones (which gather
+  // The gather scheme (parallel/schedule/gather_plan.h) over each distinct assignment but the striped ones (which gather
   // nearly every row), and over its own layout, gatherpack.
   const size_t ring_count = out.size();
   auto add_gather = [&](const RingCandidate* from, const std::string& name, std::vector<RingSpan> spans,

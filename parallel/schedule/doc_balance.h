@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "parallel/layout.h"
-#include "parallel/ring_hops.h"
-#include "parallel/ring_spans.h"
-#include "parallel/ring_tile_cost.h"
-#include "parallel/ring_time_model.h"
+#include "parallel/schedule/layout.h"
+#include "parallel/schedule/ring_hops.h"
+#include "parallel/schedule/ring_spans.h"
+#include "parallel/schedule/ring_tile_cost.h"
+#include "parallel/schedule/ring_time_model.h"
 
 namespace rt {
 
@@ -35,14 +35,14 @@ double ring_imbalance(const std::vector<double>& work, int cp);
 // needs only `time`, so other schemes (an all-to-all, a hybrid) can join with their own prediction and no order.
 struct RingCandidate {
   std::string name;                // contiguous, zigzag, striped, doc-striped, docpack, dispatch, gatherpack
-  bool gather = false;             // priced for the gather scheme (parallel/kv_gather.h) instead of the ring
+  bool gather = false;             // priced for the gather scheme (parallel/schedule/gather_plan.h) instead of the ring
   int64_t split_min = 0;           // docpack: documents at least this long are split over the ring
   int64_t run_max = 0;             // docpack: runs of adjacent short documents up to this many tokens kept together
-  double piece_share = 0;          // gatherpack: its piece_share (parallel/doc_gather_pack.h)
-  std::vector<RingSpan> spans;     // the assignment (parallel/ring_spans.h), what the prediction is made from
+  double piece_share = 0;          // gatherpack: its piece_share (parallel/schedule/doc_gather_pack.h)
+  std::vector<RingSpan> spans;     // the assignment (parallel/schedule/ring_spans.h), what the prediction is made from
   std::vector<int64_t> order;      // (T) ring order, from spans (empty where ring_candidates was told not to)
-  RingTileCost tiles;              // ring_tile_cost (parallel/ring_tile_cost.h); empty for gather
-  RingHopPlan hops;                // the hops it needs (parallel/ring_hops.h); empty for gather
+  RingTileCost tiles;              // ring_tile_cost (parallel/schedule/ring_tile_cost.h); empty for gather
+  RingHopPlan hops;                // the hops it needs (parallel/schedule/ring_hops.h); empty for gather
   RingTimePrediction time;         // predicted critical path, fwd and bwd, with communication
   std::string label() const;       // name, with docpack's split_min[/runs] or gatherpack's piece_share, and
                                    // "gather:" before a gather candidate
@@ -50,12 +50,12 @@ struct RingCandidate {
 
 // The candidates of balanced for one sample, each with its predicted time for `shape`: contiguous, zigzag (where
 // T % (2*cp) == 0), striped, document-striped (each document dealt round-robin from the rank after the one the
-// previous document ended on, the ranks' token counts kept equal), the mask-area dispatch (parallel/doc_dispatch.h),
-// and docpack at each docpack_split_thresholds (parallel/doc_pack.h), with single documents and with runs of up to
+// previous document ended on, the ranks' token counts kept equal), the mask-area dispatch (parallel/schedule/doc_dispatch.h),
+// and docpack at each docpack_split_thresholds (parallel/schedule/doc_pack.h), with single documents and with runs of up to
 // T/(4cp) tokens. Each is priced from its spans once (a candidate with the same spans as an earlier one shares its
 // prediction); with_orders = false leaves `order` empty (balanced_ring_order expands only the pick).
-// with_gather adds the gather scheme (parallel/kv_gather.h) priced on every distinct assignment but the striped
-// ones, and on its own layout gatherpack at each kGatherPackShares (parallel/doc_gather_pack.h).
+// with_gather adds the gather scheme (parallel/schedule/gather_plan.h) priced on every distinct assignment but the striped
+// ones, and on its own layout gatherpack at each kGatherPackShares (parallel/schedule/doc_gather_pack.h).
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
                                            bool with_orders = true, bool with_gather = false);
 

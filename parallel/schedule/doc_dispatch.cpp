@@ -1,11 +1,11 @@
-// The mask-area dispatch of packed documents over a ring (parallel/doc_dispatch.h).
-#include "parallel/doc_dispatch.h"
+// The mask-area dispatch of packed documents over a ring (parallel/schedule/doc_dispatch.h).
+#include "parallel/schedule/doc_dispatch.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "kernels/tensor.h"
-#include "parallel/ring_time_model.h"
+#include "parallel/schedule/ring_time_model.h"
 
 namespace rt {
 

@@ -1,5 +1,5 @@
-// The gather layout (parallel/doc_gather_pack.h).
-#include "parallel/doc_gather_pack.h"
+// The gather layout (parallel/schedule/doc_gather_pack.h).
+#include "parallel/schedule/doc_gather_pack.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // The gather layout ("gatherpack"), a candidate of parallel.layout: balanced for the gather scheme
-// (parallel/kv_gather.h). Under gather a rank's time is its own two calls, so the layout must balance each rank's
+// (parallel/schedule/gather_plan.h). Under gather a rank's time is its own two calls, so the layout must balance each rank's
 // total mask area while keeping documents whole (a whole document on one rank needs no key from another):
 //   1. A document whose mask area exceeds `piece_share` of a rank's share (total area / cp) is cut into 2k equal
 //      chunks, k the least that brings each pair under that bound (and its tokens under a rank's), and chunk i goes
@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/ring_spans.h"
+#include "parallel/schedule/ring_spans.h"
 
 namespace rt {
 
-// begins: document_begins of a sample (parallel/ring_spans.h); T = begins.back() must be a multiple of cp.
+// begins: document_begins of a sample (parallel/schedule/ring_spans.h); T = begins.back() must be a multiple of cp.
 // Returns the assignment as spans in position order, each rank holding T/cp positions. piece_share > 0: fewer, larger
 // pieces as it grows (fewer partial tiles, coarser balance); the chooser prices kGatherPackShares.
 std::vector<RingSpan> gather_pack_spans(const std::vector<int64_t>& begins, int cp, double piece_share = 0.5);

@@ -1,5 +1,5 @@
-// The document-packed ring order (parallel/doc_pack.h).
-#include "parallel/doc_pack.h"
+// The document-packed ring order (parallel/schedule/doc_pack.h).
+#include "parallel/schedule/doc_pack.h"
 
 #include <algorithm>
 #include <numeric>

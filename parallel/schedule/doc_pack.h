@@ -1,4 +1,4 @@
-// The document-packed ring order ("docpack"), a candidate of parallel.layout: balanced (parallel/doc_balance.h):
+// The document-packed ring order ("docpack"), a candidate of parallel.layout: balanced (parallel/schedule/doc_balance.h):
 // short documents stay whole and contiguous on one rank, so the kernels see them as one causal block each and
 // skip every tile between documents; only long documents are split over the ring.
 //   - A document of length L >= split_min, or longer than a rank's T/cp tokens, is cut into 2cp nearly equal
@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/ring_spans.h"
+#include "parallel/schedule/ring_spans.h"
 
 namespace rt {
 
@@ -25,7 +25,7 @@ namespace rt {
 std::vector<int64_t> docpack_ring_order(const std::vector<int64_t>& doc_start, int cp, int64_t split_min,
                                         int64_t run_max = 0);
 
-// The same as spans (parallel/ring_spans.h), from the sample's document_begins: what balanced prices.
+// The same as spans (parallel/schedule/ring_spans.h), from the sample's document_begins: what balanced prices.
 std::vector<RingSpan> docpack_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t split_min,
                                          int64_t run_max = 0);
 

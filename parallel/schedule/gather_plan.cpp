@@ -1,5 +1,5 @@
-// The gather scheme's plan, tiles and predicted time (parallel/kv_gather.h).
-#include "parallel/kv_gather.h"
+// The gather scheme's plan, tiles and predicted time (parallel/schedule/gather_plan.h).
+#include "parallel/schedule/gather_plan.h"
 
 #include <algorithm>
 #include <numeric>

@@ -4,21 +4,21 @@
 // against its own keys (while the exchange is in flight) and against the received rows. The backward runs the same
 // two calls and returns each received row's dK/dV to the rank that holds it (the reverse exchange, summed there).
 // No ring step waits for another rank's call: a rank's time is its own two calls, so what the layout must balance is
-// each rank's total mask area, not each step's (parallel/doc_dispatch.h's greedy does that).
+// each rank's total mask area, not each step's (parallel/schedule/doc_dispatch.h's greedy does that).
 // The backward hides the return too: the own call is split in two ranges of the rank's own keys, part A before the
 // gathered call (under the K/V exchange) and part B after the return is posted (under the return); where to split is
-// chosen per rank and batch on the host (choose_own_bwd_split below, parallel/gather_backward.h runs the parts).
+// chosen per rank and batch on the host (choose_own_bwd_split below, parallel/cp/gather_backward.h runs the parts).
 //
-// Every rank computes the same plan from the sample's positions, as the ring's hop plan (parallel/ring_hops.h).
-// Host only: RingAttention runs it, the chooser (parallel/doc_balance.h) prices it, bench_doc_ring_steps measures it.
+// Every rank computes the same plan from the sample's positions, as the ring's hop plan (parallel/schedule/ring_hops.h).
+// Host only: RingAttention runs it, the chooser (parallel/schedule/doc_balance.h) prices it, bench_doc_ring_steps measures it.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "parallel/ring_spans.h"
-#include "parallel/ring_tile_cost.h"
-#include "parallel/ring_time_model.h"
+#include "parallel/schedule/ring_spans.h"
+#include "parallel/schedule/ring_tile_cost.h"
+#include "parallel/schedule/ring_time_model.h"
 
 namespace rt {
 
@@ -51,7 +51,7 @@ struct KvGatherPlan {
   double bytes_per_layer(double kv_row_bytes, double dkv_row_bytes) const;
 };
 
-// From a sample's document_begins (parallel/ring_spans.h) and an assignment as spans in position order (each rank's
+// From a sample's document_begins (parallel/schedule/ring_spans.h) and an assignment as spans in position order (each rank's
 // positions increase along its local rows, as every layout of balanced gives). A query at position p of document
 // [b, e) sees the keys [b, p], so a rank needs, per document it holds, the keys from the document's first position
 // to its last query in it. O(#spans log #spans + #pieces).
@@ -85,7 +85,7 @@ QueryRowRange gathered_query_rows(const int64_t* q_pos, const int64_t* q_doc_sta
 // The union of two ranges (the hull: the samples of a batch share one range).
 QueryRowRange row_range_union(const QueryRowRange& a, const QueryRowRange& b);
 
-// The tile counts of the scheme's calls (the same classification as parallel/ring_tile_cost.h): own[r] is rank r's
+// The tile counts of the scheme's calls (the same classification as parallel/schedule/ring_tile_cost.h): own[r] is rank r's
 // queries against its own keys (the ring's step 0), gathered[r] its queries against its gathered rows.
 // own_key_tile_pairs[r]: the own call's visible pairs per 128-row key tile of rank r, its rows in position order
 // (the sums of add_own_key_pairs over each tile, computed per document piece), what the backward's split is chosen
@@ -100,7 +100,7 @@ KvGatherTiles kv_gather_tiles(const std::vector<int64_t>& doc_start, const std::
 // ---- The own backward call in two parts: the dK/dV return hidden ----
 // Backward on rank r: K/V exchange posted -> own part A -> wait -> gathered call -> dK/dV return posted -> own part B
 // -> wait -> the returned rows added. Part A is the own call on the rank's own key rows [0, m), part B on [m, n)
-// (parallel/gather_backward.h), so A runs under the K/V exchange and B under the return, which one call before the
+// (parallel/cp/gather_backward.h), so A runs under the K/V exchange and B under the return, which one call before the
 // gathered call left exposed. m is a multiple of kOwnSplitKeyRows (the kernels' key tile) with both parts at least
 // that long; m = 0 is no split (one call, where part A runs).
 constexpr int64_t kOwnSplitKeyRows = 128;
@@ -121,7 +121,7 @@ struct OwnBwdSplit {
 
 // Where a rank splits its own backward call of n key rows. tile_pairs (ceil(n / kOwnSplitKeyRows)): its own call's
 // visible pairs per key tile (key_tile_sums; summed over the batch's samples); own_us: the whole call's predicted
-// time, call_us of it the per-call cost (the kernel model's call_us, parallel/ring_time_model.h), the rest
+// time, call_us of it the per-call cost (the kernel model's call_us, parallel/schedule/ring_time_model.h), the rest
 // proportional to the pairs, so a part of p of the P pairs costs
 //   call_us + (own_us - call_us) p / P      (a split pays call_us once more).
 // c_kv_us: the K/V exchange the rank waits on before its gathered call (0 when it receives nothing); c_dkv_us: the
@@ -148,7 +148,7 @@ OwnBwdSplit predict_own_bwd_split(const KvGatherTiles& tiles, const KvGatherPlan
 
 // ---- The forward in one launch ----
 // A rank may run its forward as one call over its own keys and its gathered rows as one key list
-// (attn_fwd_whole_two_kv, parallel/gather_forward.h) once the exchange is done, instead of the own call under the
+// (attn_fwd_whole_two_kv, parallel/cp/gather_forward.h) once the exchange is done, instead of the own call under the
 // exchange and then the gathered call (+ merge): one launch saves a call's fixed cost (launch, set-up kernels,
 // ramp and last wave, the merge) but leaves the exchange exposed. The kernel model prices the launch as both calls'
 // tile terms with one call_us, so with own_us and gathered_us the two calls' predicted times and c_kv_us the
@@ -192,7 +192,7 @@ inline bool gather_bwd_one_launch(const OwnBwdSplit& split, double gathered_us, 
 bool gather_bwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherPlan* plans, size_t samples, int r,
                                      const OwnBwdSplit& split, const RingShape& shape, const LinkModel& link = {});
 
-// Predicted time of the gather scheme (the terms of parallel/ring_time_model.h, the same NVLink model):
+// Predicted time of the gather scheme (the terms of parallel/schedule/ring_time_model.h, the same NVLink model):
 //   exchange C = hop_latency + max over ranks of max(rows received, rows sent) x row bytes / bytes_per_us
 //   forward  = max over r of max(own_r, C_kv) + gathered_r                        (the exchange runs during own)
 //              or C_kv + one_r where the rank runs one launch (gather_fwd_one_launch; one_r = own_r + gathered_r -
@@ -202,7 +202,7 @@ bool gather_bwd_one_launch_for_batch(const KvGatherTiles* tiles, const KvGatherP
 // A rank with nothing to receive runs its own call (or part A) alone, and one that neither receives nor sends waits
 // for no return (its B term is B alone). A_r and B_r are predict_own_bwd_split's (B_r = 0 and A_r the whole own call
 // where it does not split; a split adds one call_us). ideal_* are whole / cp, as the ring's.
-// The calls (parallel/gather_forward.h): forward own_r = attn_fwd_whole over the own keys, finalize of every row
+// The calls (parallel/cp/gather_forward.h): forward own_r = attn_fwd_whole over the own keys, finalize of every row
 // included (the kernel model prices a whole call as its tiles; the fused kernel finalizes in its epilogue);
 // gathered_r = the gathered call on the query rows it reaches, then attn_fwd_merge of those rows: the kernel model
 // counts its key tiles and the query tiles that visit one, which is that call (no pass over the other rows' state

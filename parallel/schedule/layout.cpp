@@ -1,4 +1,4 @@
-#include "parallel/layout.h"
+#include "parallel/schedule/layout.h"
 
 #include "kernels/tensor.h"
 
@@ -27,7 +27,7 @@ std::vector<int64_t> layout_positions(Layout layout, int64_t seq_len, int cp, in
   RT_CHECK(0 <= cp_rank && cp_rank < cp, "cp rank " << cp_rank << " is out of range [0, " << cp << ")");
   RT_CHECK(seq_len > 0, "seq_len " << seq_len << " must be positive");
   RT_CHECK(layout != Layout::balanced, "layout balanced is chosen per sample from its documents "
-                                       "(balanced_ring_order, parallel/doc_balance.h), not by rank alone");
+                                       "(balanced_ring_order, parallel/schedule/doc_balance.h), not by rank alone");
   if (layout == Layout::zigzag) {
     RT_CHECK(seq_len % (2 * int64_t(cp)) == 0,
              "seq_len " << seq_len << " is not divisible by 2*cp = " << 2 * cp << " (zigzag); use a multiple of "

@@ -6,7 +6,7 @@
 
 namespace rt {
 
-// balanced: chosen per sample from its documents (parallel/doc_balance.h); the ring then runs on the document
+// balanced: chosen per sample from its documents (parallel/schedule/doc_balance.h); the ring then runs on the document
 // mask (RingAttention::set_documents), so layout_positions and ring_block_plan refuse it.
 enum class Layout { contiguous, zigzag, striped, balanced };
 Layout parse_layout(const std::string& name);  // throws rt::Error listing the valid names

@@ -1,5 +1,5 @@
-// The hops a ring of packed documents needs (parallel/ring_hops.h).
-#include "parallel/ring_hops.h"
+// The hops a ring of packed documents needs (parallel/schedule/ring_hops.h).
+#include "parallel/schedule/ring_hops.h"
 
 #include "kernels/tensor.h"
 

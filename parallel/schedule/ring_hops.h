@@ -2,7 +2,7 @@
 // only as far downstream as the farthest rank with a query that sees one of its keys, and its dK/dV accumulator
 // comes back only from the ranks that used it. Every rank computes the same plan from the sample's positions and
 // document starts, so skipping a hop needs no extra message: the sender does not send and the receiver does not
-// receive. RingAttention runs it; the layout chooser (parallel/doc_balance.h) prices it.
+// receive. RingAttention runs it; the layout chooser (parallel/schedule/doc_balance.h) prices it.
 //
 // The K/V hops (forward and backward): block s's d-th hop (from rank s+d-1 to s+d, d = 1..cp-1) runs iff
 // d <= kv_hops[s]. The dK/dV accumulator of block s (backward): made at rank s+1 (its first user), passed on from

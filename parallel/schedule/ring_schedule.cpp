@@ -1,5 +1,5 @@
-// The per-step masks of the ring schedule (parallel/ring_schedule.h).
-#include "parallel/ring_schedule.h"
+// The per-step masks of the ring schedule (parallel/schedule/ring_schedule.h).
+#include "parallel/schedule/ring_schedule.h"
 
 #include "kernels/tensor.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
-#include "parallel/layout.h"
+#include "parallel/schedule/layout.h"
 
 namespace rt {
 

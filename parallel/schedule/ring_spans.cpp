@@ -1,5 +1,5 @@
-// Ring assignments as spans of positions (parallel/ring_spans.h).
-#include "parallel/ring_spans.h"
+// Ring assignments as spans of positions (parallel/schedule/ring_spans.h).
+#include "parallel/schedule/ring_spans.h"
 
 #include <algorithm>
 

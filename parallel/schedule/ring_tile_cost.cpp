@@ -1,5 +1,5 @@
-// The kernels' tile cost of a ring order of packed documents (parallel/ring_tile_cost.h).
-#include "parallel/ring_tile_cost.h"
+// The kernels' tile cost of a ring order of packed documents (parallel/schedule/ring_tile_cost.h).
+#include "parallel/schedule/ring_tile_cost.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -198,7 +198,7 @@ RingTileRows ring_tile_rows(Layout layout, int64_t T, int cp) {
   RingTileRows rows;
   rows.query.resize(size_t(cp)), rows.key.resize(size_t(cp));
   for (int r = 0; r < cp; ++r) {
-    auto at = [&](int64_t i) {  // layout_positions(layout, T, cp, r)[i] (parallel/layout.h)
+    auto at = [&](int64_t i) {  // layout_positions(layout, T, cp, r)[i] (parallel/schedule/layout.h)
       if (layout == Layout::contiguous) return r * n + i;
       if (layout == Layout::striped) return r + i * int64_t(cp);
       return i < h ? r * h + i : (2 * int64_t(cp) - 1 - r) * h + i - h;  // zigzag

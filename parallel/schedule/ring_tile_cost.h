@@ -9,13 +9,13 @@
 // The kernels narrow each query tile's key loop to the span between its first and last non-skipped key tile;
 // skipped tiles inside that span run with the element mask, so they cost as partial tiles here too (an order whose
 // ranks hold increasing positions has no such tile). A call with no visible pair costs 0 (RingAttention skips it).
-// Host only: the balanced layout's choice (parallel/doc_balance.h) and the benchmarks use it.
+// Host only: the balanced layout's choice (parallel/schedule/doc_balance.h) and the benchmarks use it.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "parallel/layout.h"
-#include "parallel/ring_spans.h"
+#include "parallel/schedule/layout.h"
+#include "parallel/schedule/ring_spans.h"
 
 namespace rt {
 
@@ -43,7 +43,7 @@ struct RingTileCost {
   double full = 0, partial = 0;  // tile counts over all calls: full, and partial (skipped ones in a span included)
   double calls = 0;              // calls that run (a visible pair)
   // (cp*cp) per call: full tiles, and partial ones (skipped ones in a span included); with `active`, what the
-  // time model (parallel/ring_time_model.h) prices. A call that does not run has all three 0 and runs[] 0.
+  // time model (parallel/schedule/ring_time_model.h) prices. A call that does not run has all three 0 and runs[] 0.
   std::vector<double> full_tiles, partial_tiles;
   std::vector<uint8_t> runs;
 };
@@ -54,7 +54,7 @@ struct RingTileCost {
 RingTileCost ring_tile_cost(const std::vector<int64_t>& doc_start, const std::vector<int64_t>& order, int cp,
                             const std::vector<double>& pairs = {});
 
-// The same counts for the order the spans give (parallel/ring_spans.h), doc_start (T) by position: each rank's
+// The same counts for the order the spans give (parallel/schedule/ring_spans.h), doc_start (T) by position: each rank's
 // positions increase, so a tile's extremes are its first and last rows and a query tile's key-tile bounds only
 // move forward: O(#spans + cp T / 64), what balanced prices its candidates with.
 RingTileCost ring_tile_cost_for_spans(const std::vector<int64_t>& doc_start, const std::vector<RingSpan>& spans,

@@ -1,11 +1,11 @@
-// The ring's predicted time (parallel/ring_time_model.h).
-#include "parallel/ring_time_model.h"
+// The ring's predicted time (parallel/schedule/ring_time_model.h).
+#include "parallel/schedule/ring_time_model.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/tensor.h"
-#include "parallel/ring_schedule.h"
+#include "parallel/schedule/ring_schedule.h"
 
 namespace rt {
 

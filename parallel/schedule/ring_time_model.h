@@ -1,20 +1,20 @@
 // Predicted time of a ring of packed documents (DESIGN.md "Document masks"): the kernels' time per call from the
-// tile counts of parallel/ring_tile_cost.h, and the hops' time from a stated NVLink model, per ring step
+// tile counts of parallel/schedule/ring_tile_cost.h, and the hops' time from a stated NVLink model, per ring step
 // max(compute of the slowest rank, communication), summed over the steps: the critical path. The layout chooser
-// (parallel/doc_balance.h) ranks its candidates by it; `ringtrain plan --doc-lengths` and bench_doc_ring_steps print it.
+// (parallel/schedule/doc_balance.h) ranks its candidates by it; `ringtrain plan --doc-lengths` and bench_doc_ring_steps print it.
 //
 // Kernel time of one call (r, s) that runs, in microseconds, for H query heads:
 //   call_us + H * (query_tile_us * active query tiles + full_us * full tiles + edge_us * partial tiles)
 // The coefficients per head dim and direction are fitted to H200 measurements (bench/NOTES.md "Ring time model":
 // the fit, its data and its error); a head dim without a fit scales the nearest one's tile terms by d / d_fit.
 // Communication: a hop moves one block in hop_latency_us + bytes / bytes_per_us; a rank receives at most one K/V
-// block per step, and in the backward also dK/dV accumulators (chain and home, parallel/ring_hops.h).
+// block per step, and in the backward also dK/dV accumulators (chain and home, parallel/schedule/ring_hops.h).
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "parallel/ring_hops.h"
-#include "parallel/ring_tile_cost.h"
+#include "parallel/schedule/ring_hops.h"
+#include "parallel/schedule/ring_tile_cost.h"
 
 namespace rt {
 
@@ -28,7 +28,7 @@ struct KernelTimeModel {
 
 // The fitted model of the forward (backward = false) or backward kernels for head dim d.
 KernelTimeModel kernel_time_model(bool backward, int64_t head_dim);
-// The same fitted to the gather scheme's calls (parallel/kv_gather.h): its own and gathered calls and the own
+// The same fitted to the gather scheme's calls (parallel/schedule/gather_plan.h): its own and gathered calls and the own
 // backward's parts, measured one by one; the ring's steps and whole calls keep kernel_time_model's.
 KernelTimeModel gather_kernel_time_model(bool backward, int64_t head_dim);
 

@@ -1,4 +1,4 @@
-// The gather scheme's own backward call in two parts on CUDA (parallel/gather_backward.h own_bwd_part): part A then
+// The gather scheme's own backward call in two parts on CUDA (parallel/cp/gather_backward.h own_bwd_part): part A then
 // part B against one attn_bwd_block_fresh over every key on the same device, for one sample (each part a fresh call
 // on views of its key rows: bwd v5's overwrite form where a part has >= 128 key rows) and for two (key ranges: part A
 // zeroes every dK / dV row, part B adds into its rows), on each backward kernel the device has (v5, v4, v1 forced).
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "kernels/cuda/check.h"
-#include "parallel/gather_backward.h"
+#include "parallel/cp/gather_backward.h"
 #include "tests/gpu/attention_test_util.h"
 
 namespace rt::test {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "kernels/arena.h"
-#include "parallel/fault.h"
-#include "parallel/mpi_comm.h"
-#include "parallel/ring_attention.h"
+#include "parallel/comm/fault.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/ring_attention.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

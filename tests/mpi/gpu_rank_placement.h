@@ -12,12 +12,12 @@
 #include <string>
 
 #include "kernels/device_memory.h"
-#include "parallel/comm.h"
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/comm.h"
+#include "parallel/comm/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
 
 #ifdef RINGTRAIN_HAVE_CUDA
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 #endif
 
 namespace rt::test {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/device_memory.h"
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/mpi_comm.h"
 
 namespace rt::test {
 

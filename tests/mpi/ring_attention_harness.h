@@ -17,8 +17,8 @@
 
 #include "kernels/arena.h"
 #include "kernels/ops.h"
-#include "parallel/mpi_comm.h"
-#include "parallel/ring_attention.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/ring_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {

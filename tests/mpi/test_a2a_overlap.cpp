@@ -1,4 +1,4 @@
-// The pipelined all-to-all head exchange (parallel/context_attention.h, head groups) against the blocking one
+// The pipelined all-to-all head exchange (parallel/cp/context_attention.h, head groups) against the blocking one
 // (head_groups = 1), on CPU ranks under `mpirun -np 4`:
 //   - forward O and backward dQ, dK, dV equal bit for bit on cp 4 with u 4 and u 2 (a ring of 2), MHA and GQA, the
 //     default depth and a forced deeper one; GQA with replicated K/V keeps one group (the default picks it);
@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/context_attention.h"
-#include "parallel/process_grid.h"
+#include "parallel/comm/process_grid.h"
+#include "parallel/cp/context_attention.h"
 #include "tests/mpi/mpi_world.h"
 
 using namespace rt;

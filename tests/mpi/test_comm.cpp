@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "parallel/mpi_comm.h"
-#include "parallel/process_grid.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/comm/process_grid.h"
 
 using namespace rt;
 
@@ -151,7 +151,7 @@ TEST(MpiComm, ReduceScatterAndAllGatherAsync) {
 }
 
 namespace {
-// The all-to-all of the head exchange (parallel/context_attention.h): chunk s of rank r's send arrives as chunk r of
+// The all-to-all of the head exchange (parallel/cp/context_attention.h): chunk s of rank r's send arrives as chunk r of
 // rank s's recv; two exchanges outstanding at once stay apart. And the ring x a2a groups of a hybrid grid.
 TEST(MpiComm, AllToAllOfEqualChunks) {
   auto world = make_mpi_world_comm();

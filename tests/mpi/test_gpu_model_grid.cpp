@@ -26,7 +26,7 @@
 #include <filesystem>
 
 #include "kernels/device_memory.h"
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/mpi_comm.h"
 #include "tests/gpu/gpu_model_util.h"
 #include "tests/mpi/gpu_rank_placement.h"
 #include "tests/mpi/mpi_world.h"

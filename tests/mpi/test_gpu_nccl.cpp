@@ -17,7 +17,7 @@
 #include "kernels/arena.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/mpi/mpi_world.h"
 

@@ -16,10 +16,10 @@
 #include <string>
 
 #include "kernels/device_memory.h"
-#include "parallel/ring_attention.h"
+#include "parallel/cp/ring_attention.h"
 #include "tests/mpi/gpu_rank_placement.h"
-#include "tests/mpi/ring_attention_harness.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/mpi/ring_attention_harness.h"
 
 using namespace rt;
 

@@ -1,4 +1,4 @@
-// Packed documents on a ring of GPU ranks, both schemes (parallel.cp_scheme: ring and gather; parallel/cp_scheme.h):
+// Packed documents on a ring of GPU ranks, both schemes (parallel.cp_scheme: ring and gather; parallel/schedule/cp_scheme.h):
 // O, LSE, dQ, dK, dV against the whole sample on the CPU (test::document_attention_reference: f32 kernels, the same
 // document mask, bf16-rounded inputs), next to one GPU rank running the whole sample. Two samples with different
 // documents (length-1 documents and odd lengths; one document over half the sample), cp in {2, 4, 8} (up to the world
@@ -11,7 +11,7 @@
 //   every quantity, every cp and scheme:  ||got - ref|| / ||ref|| <= 1.5e-2
 //   the ring adds no error:               err <= 1.5 * err(one GPU rank) + 2e-3
 // The gather also checks its bytes: what the ranks sent is what its plan says, and less than the ring's; and runs
-// once more with its backward's own call split in two at a forced key row (parallel/gather_backward.h: n / 2, two
+// once more with its backward's own call split in two at a forced key row (parallel/cp/gather_backward.h: n / 2, two
 // samples, so the parts run as key ranges on bwd v5 / v4), held to the same bounds.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -20,11 +20,11 @@
 #include <string>
 
 #include "kernels/device_memory.h"
-#include "parallel/doc_balance.h"
-#include "parallel/ring_attention.h"
+#include "parallel/cp/ring_attention.h"
+#include "parallel/schedule/doc_balance.h"
 #include "tests/mpi/gpu_rank_placement.h"
-#include "tests/mpi/ring_attention_harness.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/mpi/ring_attention_harness.h"
 
 using namespace rt;
 

@@ -31,7 +31,7 @@
 #include "framework/model/model.h"
 #include "framework/model/optimizer.h"
 #include "framework/plan/trainer_setup.h"
-#include "parallel/mpi_comm.h"
+#include "parallel/comm/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
 #include "tests/unit/test_shards.h"
 

@@ -14,10 +14,10 @@
 
 #include "kernels/arena.h"
 #include "kernels/ops.h"
-#include "parallel/mpi_comm.h"
-#include "parallel/ring_attention.h"
-#include "tests/mpi/ring_attention_harness.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/ring_attention.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/mpi/ring_attention_harness.h"
 
 using namespace rt;
 

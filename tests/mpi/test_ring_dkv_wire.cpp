@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "parallel/mpi_comm.h"
-#include "parallel/ring_attention.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/ring_attention.h"
 
 using namespace rt;
 

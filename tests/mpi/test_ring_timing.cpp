@@ -1,4 +1,4 @@
-// Per-call timing of ring attention (parallel/ring_timing.h): compute vs time blocked on the ring.
+// Per-call timing of ring attention (parallel/cp/ring_timing.h): compute vs time blocked on the ring.
 // Runs under `mpirun -np 2`. Rank 1 arrives late on purpose, so rank 0's exposed communication must
 // contain that delay while its compute time does not.
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/mpi_comm.h"
-#include "parallel/ring_attention.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/ring_attention.h"
 
 using namespace rt;
 

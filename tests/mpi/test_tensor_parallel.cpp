@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "parallel/mpi_comm.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/comm/tensor_parallel.h"
 
 using namespace rt;
 

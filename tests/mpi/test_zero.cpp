@@ -19,9 +19,9 @@
 #include "framework/data/data.h"
 #include "framework/model/model.h"
 #include "framework/model/optimizer.h"
-#include "framework/run/train_step.h"
 #include "framework/plan/trainer_setup.h"
-#include "parallel/mpi_comm.h"
+#include "framework/run/train_step.h"
+#include "parallel/comm/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
 
 using namespace rt;

@@ -17,9 +17,9 @@
 #include "framework/checkpoint/checkpoint_sharded.h"
 #include "framework/config/config.h"
 #include "framework/data/data.h"
-#include "framework/run/train_step.h"
 #include "framework/plan/trainer_setup.h"
-#include "parallel/mpi_comm.h"
+#include "framework/run/train_step.h"
+#include "parallel/comm/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
 
 using namespace rt;

@@ -10,7 +10,7 @@
 #include "framework/model/model.h"
 #include "framework/model/optimizer.h"
 #include "kernels/arena.h"
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace rt::modeltest {
 

@@ -8,7 +8,7 @@
 
 #include "kernels/cuda_api.h"
 #include "kernels/device_memory.h"
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 
 namespace rt {
 

@@ -1,14 +1,14 @@
 // NcclComm (see nccl_comm.h): bootstrap over MPI, collectives on the compute stream, the ring exchange on a
 // comm stream ordered by events.
-#include "parallel/cuda/nccl_comm.h"
+#include "parallel/comm/cuda/nccl_comm.h"
 
 #include <cstring>
 #include <exception>
 #include <unordered_map>
 
 #include "kernels/cuda_api.h"
-#include "parallel/cuda/nccl_check.h"
-#include "parallel/cuda/nccl_watchdog.h"
+#include "parallel/comm/cuda/nccl_check.h"
+#include "parallel/comm/cuda/nccl_watchdog.h"
 
 namespace rt {
 

@@ -29,7 +29,7 @@
 #include <memory>
 #include <string>
 
-#include "parallel/comm.h"
+#include "parallel/comm/comm.h"
 
 namespace rt {
 

@@ -1,13 +1,13 @@
-#include "parallel/cuda/nccl_watchdog.h"
-#include "parallel/fault.h"
-#include "parallel/watchdog.h"
+#include "parallel/comm/cuda/nccl_watchdog.h"
+#include "parallel/comm/fault.h"
+#include "parallel/comm/watchdog.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 #include "kernels/cuda_api.h"
-#include "parallel/cuda/nccl_check.h"
+#include "parallel/comm/cuda/nccl_check.h"
 
 namespace rt {
 

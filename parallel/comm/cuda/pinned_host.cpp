@@ -1,4 +1,4 @@
-#include "parallel/cuda/pinned_host.h"
+#include "parallel/comm/cuda/pinned_host.h"
 
 #include "kernels/cuda_api.h"
 

@@ -1,4 +1,4 @@
-// Page-locked host memory for MpiComm's staging of CUDA tensors (parallel/mpi_comm.h, HostStaging): copies
+// Page-locked host memory for MpiComm's staging of CUDA tensors (parallel/comm/mpi_comm.h, HostStaging): copies
 // between pinned memory and the GPU run at full PCIe/NVLink-C2C speed and never go through a bounce buffer.
 #pragma once
 #include <cstddef>

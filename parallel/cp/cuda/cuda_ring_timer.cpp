@@ -1,4 +1,4 @@
-#include "parallel/cuda/cuda_ring_timer.h"
+#include "parallel/cp/cuda/cuda_ring_timer.h"
 
 #include <vector>
 

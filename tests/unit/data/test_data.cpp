@@ -16,8 +16,8 @@
 #include "framework/data/data.h"
 #include "framework/run/train_step.h"
 #include "kernels/tensor.h"
+#include "parallel/schedule/layout.h"
 #include "tests/unit/test_util.h"
-#include "parallel/layout.h"
 
 namespace fs = std::filesystem;
 

@@ -12,7 +12,7 @@
 
 #include "framework/config/config.h"
 #include "framework/data/data.h"
-#include "parallel/cp_scheme.h"
+#include "parallel/schedule/cp_scheme.h"
 #include "tests/unit/test_util.h"
 
 namespace fs = std::filesystem;
@@ -143,7 +143,7 @@ TEST_F(DataDocsTest, RingOrderArraysAgreeAcrossRanks) {
 
 // parallel.cp_scheme: ring and gather as asked on a ring of more than one rank, the ring on one rank and without
 // documents; auto takes the scheme of least predicted time summed over the batch's samples, recomputed here from the
-// batch's own arrays (parallel/cp_scheme.h), the same on every rank.
+// batch's own arrays (parallel/schedule/cp_scheme.h), the same on every rank.
 TEST_F(DataDocsTest, CpSchemeAsAskedAndAutoByPrediction) {
   const int T = 96, B = 3, cp = 4;
   for (const std::string layout : {"contiguous", "balanced"})

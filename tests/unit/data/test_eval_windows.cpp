@@ -12,11 +12,11 @@
 #include <tuple>
 #include <vector>
 
+#include "framework/base/data_files.h"
 #include "framework/config/config.h"
 #include "framework/data/data.h"
-#include "framework/base/data_files.h"
 #include "framework/run/train_step.h"
-#include "parallel/layout.h"
+#include "parallel/schedule/layout.h"
 #include "tests/unit/test_shards.h"
 #include "tests/unit/test_util.h"
 

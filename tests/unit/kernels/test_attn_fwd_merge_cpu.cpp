@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "kernels/cpu/attention/attention_common.h"
-#include "parallel/gather_forward.h"
+#include "parallel/cp/gather_forward.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {

@@ -1,13 +1,13 @@
-// parallel/cp_scheme.h: the ring's prediction is the one balanced ranks the same layout by (ring_candidates), the
-// gather's the one parallel/kv_gather.h gives for the same spans, and auto's rule takes the least sum over a batch.
+// parallel/schedule/cp_scheme.h: the ring's prediction is the one balanced ranks the same layout by (ring_candidates), the
+// gather's the one parallel/schedule/gather_plan.h gives for the same spans, and auto's rule takes the least sum over a batch.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "kernels/tensor.h"
-#include "parallel/cp_scheme.h"
-#include "parallel/doc_balance.h"
-#include "parallel/kv_gather.h"
+#include "parallel/schedule/cp_scheme.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt {
 namespace {

@@ -1,4 +1,4 @@
-// parallel/doc_pack.h and parallel/ring_tile_cost.h: the docpack ring order is a permutation with T/cp increasing
+// parallel/schedule/doc_pack.h and parallel/schedule/ring_tile_cost.h: the docpack ring order is a permutation with T/cp increasing
 // positions per rank, keeps short documents whole on one rank, splits long ones evenly over every rank, and
 // balances the ranks' step-0 pairs; the tile cost equals a brute-force classification of every (query tile, key
 // tile) pair from its elements, on rank-increasing and shuffled orders, and a case worked by hand.
@@ -9,9 +9,9 @@
 #include <numeric>
 #include <random>
 
-#include "parallel/doc_balance.h"
-#include "parallel/doc_pack.h"
-#include "parallel/ring_tile_cost.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/doc_pack.h"
+#include "parallel/schedule/ring_tile_cost.h"
 
 namespace rt {
 namespace {

@@ -1,4 +1,4 @@
-// The gather scheme's forward and backward in one launch (parallel/kv_gather.h gather_fwd_one_launch,
+// The gather scheme's forward and backward in one launch (parallel/schedule/gather_plan.h gather_fwd_one_launch,
 // gather_bwd_one_launch): the rules worked by hand from their formulas, gather_time_from_calls with ranks that run one
 // launch (hand-computed), and the prediction on random plans: a rank runs one launch exactly where the rule says, and
 // the predicted time is never longer than with every rank's separate calls; the batch forms
@@ -10,8 +10,8 @@
 #include <random>
 
 #include "kernels/tensor.h"
-#include "parallel/doc_balance.h"
-#include "parallel/kv_gather.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt {
 namespace {

@@ -1,5 +1,5 @@
-// The gather scheme's own backward call in two parts (parallel/kv_gather.h choose_own_bwd_split,
-// parallel/gather_backward.h own_bwd_part):
+// The gather scheme's own backward call in two parts (parallel/schedule/gather_plan.h choose_own_bwd_split,
+// parallel/cp/gather_backward.h own_bwd_part):
 //   - add_own_key_pairs and kv_gather_tiles' own_key_tile_pairs against a brute force over every (query, key) pair of
 //     a rank's own rows (rows in position order and in random order);
 //   - choose_own_bwd_split against its stated rule on fresh random pair counts and times: m a multiple of 128 with
@@ -17,9 +17,9 @@
 #include <numeric>
 #include <random>
 
-#include "parallel/doc_balance.h"
-#include "parallel/gather_backward.h"
-#include "parallel/kv_gather.h"
+#include "parallel/cp/gather_backward.h"
+#include "parallel/schedule/doc_balance.h"
+#include "parallel/schedule/gather_plan.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "kernels/tensor.h"
-#include "parallel/layout.h"
+#include "parallel/schedule/layout.h"
 
 using namespace rt;
 

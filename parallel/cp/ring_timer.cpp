@@ -1,11 +1,11 @@
-// The host-clock RingTimer and the factory hook for device timers (parallel/ring_timing.h).
-#include "parallel/ring_timing.h"
+// The host-clock RingTimer and the choice of a device's timer (parallel/cp/ring_timer.h).
+#include "parallel/cp/ring_timer.h"
 
 #include <atomic>
 #include <chrono>
 
 #ifdef RINGTRAIN_HAVE_CUDA
-#include "parallel/cuda/cuda_ring_timer.h"
+#include "parallel/cp/cuda/cuda_ring_timer.h"
 #endif
 
 namespace rt {
@@ -51,7 +51,7 @@ std::unique_ptr<RingTimer> make_ring_timer(Device device) {
   if (!device.is_cpu()) {
     if (RingTimerFactory f = g_device_factory.load()) return f(device);
 #ifdef RINGTRAIN_HAVE_CUDA
-    return make_cuda_ring_timer(device);  // CUDA events on the compute stream (parallel/cuda/)
+    return make_cuda_ring_timer(device);  // CUDA events on the compute stream (parallel/cp/cuda/)
 #endif
   }
   return std::make_unique<HostRingTimer>();
