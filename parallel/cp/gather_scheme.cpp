@@ -30,6 +30,7 @@
 #include "parallel/comm/fault.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
+#include "parallel/cp/ring_attention.h"
 #include "parallel/schedule/gather_plan.h"
 
 namespace rt {
