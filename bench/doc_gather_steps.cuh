@@ -4,7 +4,8 @@
 //   own:      its queries against its own keys (the ring's step-0 call), while the exchange is in flight;
 //             forward attn_fwd_whole (out and lse of every row); backward in two parts as RingAttention runs it
 //             (parallel/cp/gather_backward.h): part A, own keys [0, m), before the gathered call, and part B, keys
-//             [m, n), under the dK/dV return, m from predict_own_bwd_split (parallel/schedule/gather_plan.h: the runtime's rule
+//             [m, n), under the dK/dV return, m from predict_own_bwd_split (parallel/schedule/gather_plan.h: the
+//             runtime's rule
 //             for one sample; m = 0: one call, part A); each part timed on its own, and the one call too for comparison;
 //   gathered: its queries against its gathered rows, in position order, with the document mask (k_pos = their
 //             positions); forward gathered_fwd_merge (parallel/cp/gather_forward.h: the call on the query rows

@@ -1,4 +1,5 @@
-// The ring balance table of packed documents (parallel/schedule/doc_balance.h, parallel/schedule/ring_tile_cost.h): for each
+// The ring balance table of packed documents (parallel/schedule/doc_balance.h, parallel/schedule/ring_tile_cost.h): for
+// each
 // document-length mix, cp in {2, 4, 8} and T in {16K, 128K}, per layout (contiguous, zigzag, striped, docpack,
 // balanced), as mean and worst over seeded sample windows:
 //   - the pair imbalance: sum over ring steps of the slowest rank's visible pairs over the sum of the mean;
@@ -10,7 +11,8 @@
 //   bench_doc_imbalance [--doc-lengths FILE] [--samples N]
 //   bench_doc_imbalance --features FILE [--cp 8] [--heads 16] [--dispatch-planned-with CALL,QUERY,FULL,EDGE]
 // --features: the time model's inputs for one sample whose document lengths FILE lists (one per line, the sample is
-// their sum): one JSON line per candidate of balanced (parallel/schedule/doc_balance.h) with, per ring step t and rank r, the
+// their sum): one JSON line per candidate of balanced (parallel/schedule/doc_balance.h) with, per ring step t and rank
+// r, the
 // call's tiles (full, partial, active query tiles; none where the call does not run), the whole call's tiles, the
 // model's predicted critical path (with and without communication) and whether balanced picks it. The fit of the
 // model's coefficients (bench/fit_ring_time_model.py) reads these lines. The dispatch's greedy weighs calls by the

@@ -8,7 +8,8 @@
 //           attn_bwd_block per visible step into dQ and the source block's dK / dV. No communication.
 //   ring critical path: each visible call timed alone; the sum over steps of the slowest rank's call (a ring step
 //           waits for its slowest rank), the time a real compute-bound ring would take.
-//   gather (--scheme gather): the gather scheme of parallel/schedule/gather_plan.h over the same order, instead of the ring:
+//   gather (--scheme gather): the gather scheme of parallel/schedule/gather_plan.h over the same order, instead of the
+//   ring:
 //           per rank its queries against its own keys and against exactly the key rows they see, gathered into one
 //           buffer in position order; bench/doc_gather_steps.cuh says what is timed, the paths and the check.
 // Sample: B = 1, N = the sum of the document lengths read from --lengths FILE (one per line, '#' comments;
@@ -25,7 +26,8 @@
 // --scheme auto: the chooser's pick among the ring and gather candidates (balanced_ring_choice), layout and scheme
 // both; --layout is ignored. The model line gives the time model's critical path and bytes for the
 // order (parallel/schedule/ring_time_model.h) and balanced's pick; the ring rows add MagiAttention's figure of merit.
-// The plan line also gives the tile model's prediction (parallel/schedule/ring_tile_cost.h) of whole / ring-in-sequence.
+// The plan line also gives the tile model's prediction (parallel/schedule/ring_tile_cost.h) of whole /
+// ring-in-sequence.
 // The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
 //                        [--kv-heads H] [--warmup 3] [--reps 10] [--timing queued|lone] [--no-ring] [--plan-only]

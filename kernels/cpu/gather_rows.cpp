@@ -1,5 +1,5 @@
 // gather_rows on the host: dst row i = src row index[i] (zeros for a negative index), converted through f32. The
-// reference of the CUDA version and the gather scheme's packing on CPU ranks (parallel/cp/gather_scheme.cpp).
+// reference of the CUDA version and the gather scheme's packing on CPU ranks (parallel/cp/ring_attention_gather.cpp).
 #include <cstring>
 
 #include "kernels/cpu/cpu_util.h"

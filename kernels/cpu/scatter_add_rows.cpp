@@ -1,5 +1,6 @@
 // scatter_add_rows on the host: dst (f32) row index[i] += src row i, summed in f32; a negative index adds nothing.
-// The reference of the CUDA version and the gather scheme's dK/dV return on CPU ranks (parallel/cp/gather_scheme.cpp).
+// The reference of the CUDA version and the gather scheme's dK/dV return on CPU ranks
+// (parallel/cp/ring_attention_gather.cpp).
 // Refuses what the CUDA kernel cannot add correctly (a repeated index) or would skip (an index past dst).
 #include <vector>
 

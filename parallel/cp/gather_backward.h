@@ -1,8 +1,10 @@
 // The gather scheme's own backward call in two parts (DESIGN.md "Document masks"), shared by RingAttention's gather
-// mode (parallel/cp/gather_scheme.cpp) and its one-GPU benchmark (bench/doc_gather_steps.cuh), so both run the same calls.
+// mode (parallel/cp/ring_attention_gather.cpp) and its one-GPU benchmark (bench/doc_gather_steps.cuh), so both run the
+// same calls.
 // Part A is the rank's queries against its own key rows [0, m), run before the gathered call while the K/V exchange
 // is in flight; part B against the key rows [m, n), run after the dK/dV return is posted, so the return is in flight
-// under it (parallel/schedule/gather_plan.h: choose_own_bwd_split picks m). Run in that order, the two give exactly what one
+// under it (parallel/schedule/gather_plan.h: choose_own_bwd_split picks m). Run in that order, the two give exactly
+// what one
 // attn_bwd_block_fresh over every own key gives: dk / dv overwritten with the own call's dK / dV, dq_acc with both
 // parts' dQ added (the gathered call between them adds its own).
 //   B = 1: each part is attn_bwd_block_fresh on views of its key rows [lo, hi) of k, v, dk, dv (the mask's k_pos

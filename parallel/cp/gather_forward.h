@@ -1,7 +1,9 @@
 // The gather scheme's gathered forward call (DESIGN.md "Document masks"), shared by RingAttention's gather mode
-// (parallel/cp/gather_scheme.cpp) and its one-GPU benchmark (bench/doc_gather_steps.cuh), so both run the same calls.
+// (parallel/cp/ring_attention_gather.cpp) and its one-GPU benchmark (bench/doc_gather_steps.cuh), so both run the same
+// calls.
 // The own call (attn_fwd_whole over the rank's own keys) has written out and lse of every row; the gathered keys
-// reach only the query rows [lo, hi) of gathered_query_rows (parallel/schedule/gather_plan.h). This runs the gathered call on
+// reach only the query rows [lo, hi) of gathered_query_rows (parallel/schedule/gather_plan.h). This runs the gathered
+// call on
 // those rows alone, one attn_fwd_whole per sample on the sample's contiguous rows [lo, hi) (no pass over the other
 // rows: no state and no finalize of all n rows), into the scratch out2 / lse2, then attn_fwd_merge into out / lse.
 // Rows of the range that see no gathered key come out of the call with lse2 = -inf and keep the own result.

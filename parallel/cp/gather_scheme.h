@@ -1,9 +1,11 @@
-// The gather scheme's state on one rank (DESIGN.md "Document masks"; RingAttention runs it, parallel/cp/gather_scheme.cpp):
-// its buffers, allocated with RingAttention for the most rows a plan can move, and the current batch's plan.
+// The gather scheme's state on one rank (DESIGN.md "Document masks"; RingAttention runs it in
+// parallel/cp/ring_attention_gather.cpp): its buffers, allocated with RingAttention for the most rows a plan can move,
+// and the current batch's plan.
 //
 // Wire layout: one chunk per peer, peers in rank order, in rows of W = Hkv*D elements. The chunk between a sender s
 // and a receiver r holds the rows r receives from s over the batch: the K rows, then the V rows (2 x rows), each
-// half ordered by sample, then by r's pieces from s in position order (parallel/schedule/gather_plan.h). The backward returns
+// half ordered by sample, then by r's pieces from s in position order (parallel/schedule/gather_plan.h). The backward
+// returns
 // the rows' dK|dV in the same chunk layout, so the receiver's chunk is the sender's reverse chunk.
 // Gathered rows: (2, B, R, Hkv, D), sample b's rows [0, received_b) in position order, the rest padding: zero K/V and
 // position T (after every query, so no query sees it and the kernels skip or mask it like any invisible key).
@@ -58,7 +60,8 @@ struct RingGather {
   bool fwd_one_launch = false;
   int fwd_one_launch_forced = -1;
   // The backward in one launch over own and gathered keys after the exchange (attn_bwd_block_fresh_two_kv, the own
-  // call whole), chosen per batch by gather_bwd_one_launch (parallel/schedule/gather_plan.h) where the rank receives rows, or
+  // call whole), chosen per batch by gather_bwd_one_launch (parallel/schedule/gather_plan.h) where the rank receives
+  // rows, or
   // forced by bwd_one_launch_forced >= 0 (RingAttention::set_gather_bwd_one_launch).
   bool bwd_one_launch = false;
   int bwd_one_launch_forced = -1;

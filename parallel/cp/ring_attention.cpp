@@ -15,11 +15,12 @@
 // holds every rank's contribution. With dkv_wire = bf16 the accumulator is rounded to bf16 for each hop
 // and widened back to fp32 on arrival (cp-1 roundings for the block that travels furthest).
 //
-// Packed documents (set_documents) skip the hops nobody needs (parallel/schedule/ring_hops.h): a K/V hop runs only while a
+// Packed documents (set_documents) skip the hops nobody needs (parallel/schedule/ring_hops.h): a K/V hop runs only
+// while a
 // rank downstream sees the block, and the dK/dV accumulator of a block goes along its users only, then from the
 // farthest one straight home (into grad_home_, added at the last step). Every rank posts one (possibly empty)
 // peer exchange where the plain ring posts a ring exchange, so the exchanges stay paired. The other scheme of
-// packed documents, the gather, is the private part in parallel/cp/gather_scheme.cpp.
+// packed documents, the gather, is the private part in parallel/cp/ring_attention_gather.cpp.
 #include "parallel/cp/ring_attention.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // Ring attention over the cp communicator (DESIGN.md "Sequence layouts and the ring schedule").
 // With cp = 1 it is plain flash attention on the local tokens. Kernels know nothing of ranks; this
 // class owns the schedule, the double-buffered K/V hops and the fp32 state. With packed documents it runs either
-// scheme of parallel/schedule/cp_scheme.h: the ring (here) or the gather (parallel/cp/gather_scheme.cpp).
+// scheme of parallel/schedule/cp_scheme.h: the ring (here) or the gather (parallel/cp/ring_attention_gather.cpp).
 #pragma once
 #include <memory>
 
@@ -47,8 +47,10 @@ class RingAttention {
   // and K/V hops that no rank downstream needs are skipped with dK/dV sent straight home from the block's farthest
   // user (parallel/schedule/ring_hops.h; every rank derives the same plan, host_pos being a permutation per sample).
   // scheme = gather (needs the constructor's gather = true; a ring of one rank ignores it) runs the calls of
-  // parallel/cp/gather_scheme.cpp instead: every rank receives exactly the key rows its queries see from every other
-  // rank in one exchange (parallel/schedule/gather_plan.h), and returns their dK/dV in one. Every rank of the ring must pass
+  // parallel/cp/ring_attention_gather.cpp instead: every rank receives exactly the key rows its queries see from every
+  // other
+  // rank in one exchange (parallel/schedule/gather_plan.h), and returns their dK/dV in one. Every rank of the ring must
+  // pass
   // the same scheme. nullptr turns the document mask off (and the scheme back to the ring). The arrays must outlive
   // the calls.
   void set_documents(const int64_t* pos, const int64_t* doc_start, const int64_t* host_pos = nullptr,
@@ -57,14 +59,16 @@ class RingAttention {
   CpScheme scheme() const { return scheme_; }
   // The gather scheme's backward splits this rank's own call at own key row m (parallel/cp/gather_backward.h): part A,
   // keys [0, m), before the gathered call, part B, keys [m, n), while the dK/dV return is in flight. Each
-  // set_documents with the gather scheme chooses m for the batch (parallel/schedule/gather_plan.h choose_own_bwd_split; 0 = one
+  // set_documents with the gather scheme chooses m for the batch (parallel/schedule/gather_plan.h choose_own_bwd_split;
+  // 0 = one
   // call); set_gather_own_split(m) forces m (0 <= m <= n) for the following set_documents calls, -1 restores the
   // choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_own_split(int64_t m);
   int64_t gather_own_split() const;  // the current plan's m (0 without the gather scheme)
   // The gather scheme's forward as one launch over the own keys and the gathered rows after the exchange
   // (parallel/cp/gather_forward.h), instead of the own call under the exchange then the gathered call: each
-  // set_documents with the gather scheme chooses it for the batch (parallel/schedule/gather_plan.h gather_fwd_one_launch);
+  // set_documents with the gather scheme chooses it for the batch (parallel/schedule/gather_plan.h
+  // gather_fwd_one_launch);
   // set_gather_fwd_one_launch(0 or 1) forces it off or on (where the rank receives rows) for the following
   // set_documents calls, -1 restores the choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_fwd_one_launch(int mode);
@@ -128,7 +132,7 @@ class RingAttention {
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;
   void finish_call();            // marks the end of a call on the timer (no wait)
-  // The gather scheme (parallel/cp/gather_scheme.cpp): its plan for the current documents, and its two passes.
+  // The gather scheme (parallel/cp/ring_attention_gather.cpp): its plan for the current documents, and its two passes.
   void plan_gather(const int64_t* host_pos, const int64_t* host_doc_start);
   void gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
   void gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,

@@ -1,7 +1,8 @@
 // parallel.cp_a2a: auto (DESIGN.md "All-to-all and the hybrid"): the all-to-all degree u chosen by predicted time.
 // For each u dividing cp, one layer's attention at u is priced as
 //   the ring over cp/u ranks on H/(tp*u) query heads (parallel/schedule/ring_time_model.h, its best candidate layout of
-//   parallel/schedule/doc_balance.h, or the given layout), run once per head group (context_attention.h's pipeline), plus
+//   parallel/schedule/doc_balance.h, or the given layout), run once per head group (context_attention.h's pipeline),
+//   plus
 //   the exchange's exposed time: bytes per rank from head_exchange_shape (the plan's byte formula) over an NVLink
 //   all-to-all model (bench/NOTES.md "The all-to-all exchange"); with 1 head group each way is exposed whole, with
 //   G = 2 groups the first group's way out and the last group's way back are exposed, and the other group's only

@@ -3,7 +3,8 @@
 //           (parallel/schedule/ring_hops.h); dK/dV travel back along the block's users.
 //   gather: every rank receives from every other rank exactly the key rows its queries see, in one exchange, and runs
 //           two calls (its own keys while the exchange is in flight, then the gathered rows); dK/dV of the gathered
-//           rows go back to their owners in a reverse exchange (parallel/schedule/gather_plan.h, parallel/cp/gather_scheme.cpp).
+//           rows go back to their owners in a reverse exchange (parallel/schedule/gather_plan.h,
+//           parallel/cp/ring_attention_gather.cpp).
 // parallel.cp_scheme: auto picks per batch the one of least predicted forward + backward time, from the same time
 // model (parallel/schedule/ring_time_model.h) that ranks the layouts. Host only; every rank of a ring decides alike.
 #pragma once

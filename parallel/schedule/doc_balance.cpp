@@ -154,7 +154,8 @@ std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start
     for (int64_t run_max : {int64_t(0), T / cp / 4})
       add("docpack", split_min, docpack_ring_spans(begins, cp, split_min, run_max), run_max);
   if (!with_gather || cp == 1) return out;
-  // The gather scheme (parallel/schedule/gather_plan.h) over each distinct assignment but the striped ones (which gather
+  // The gather scheme (parallel/schedule/gather_plan.h) over each distinct assignment but the striped ones (which
+  // gather
   // nearly every row), and over its own layout, gatherpack.
   const size_t ring_count = out.size();
   auto add_gather = [&](const RingCandidate* from, const std::string& name, std::vector<RingSpan> spans,

@@ -50,11 +50,14 @@ struct RingCandidate {
 
 // The candidates of balanced for one sample, each with its predicted time for `shape`: contiguous, zigzag (where
 // T % (2*cp) == 0), striped, document-striped (each document dealt round-robin from the rank after the one the
-// previous document ended on, the ranks' token counts kept equal), the mask-area dispatch (parallel/schedule/doc_dispatch.h),
-// and docpack at each docpack_split_thresholds (parallel/schedule/doc_pack.h), with single documents and with runs of up to
+// previous document ended on, the ranks' token counts kept equal), the mask-area dispatch
+// (parallel/schedule/doc_dispatch.h),
+// and docpack at each docpack_split_thresholds (parallel/schedule/doc_pack.h), with single documents and with runs of
+// up to
 // T/(4cp) tokens. Each is priced from its spans once (a candidate with the same spans as an earlier one shares its
 // prediction); with_orders = false leaves `order` empty (balanced_ring_order expands only the pick).
-// with_gather adds the gather scheme (parallel/schedule/gather_plan.h) priced on every distinct assignment but the striped
+// with_gather adds the gather scheme (parallel/schedule/gather_plan.h) priced on every distinct assignment but the
+// striped
 // ones, and on its own layout gatherpack at each kGatherPackShares (parallel/schedule/doc_gather_pack.h).
 std::vector<RingCandidate> ring_candidates(const std::vector<int64_t>& doc_start, int cp, const RingShape& shape = {},
                                            bool with_orders = true, bool with_gather = false);

@@ -1,4 +1,5 @@
-// The mask-area dispatch ("dispatch"), a candidate of parallel.layout: balanced (parallel/schedule/doc_balance.h), after
+// The mask-area dispatch ("dispatch"), a candidate of parallel.layout: balanced (parallel/schedule/doc_balance.h),
+// after
 // MagiAttention's dispatch solver: the sample is cut into equal chunks (no padding, no length rule on documents),
 // and the chunks, largest mask area first, go greedily each to the rank (with room) that keeps the ring's critical
 // path least: the sum over ring steps of the slowest rank's predicted time, a call costing a fixed part plus its
@@ -24,7 +25,8 @@ std::vector<int64_t> dispatch_ring_order(const std::vector<int64_t>& doc_start, 
 
 namespace rt {
 
-// The same as spans (parallel/schedule/ring_spans.h), from the sample's document_begins: what balanced prices. `model`: the
+// The same as spans (parallel/schedule/ring_spans.h), from the sample's document_begins: what balanced prices. `model`:
+// the
 // forward kernel model whose call_us and full_us weigh the greedy's calls (null: the greedy's own weights);
 // bench_doc_imbalance --features passes the coefficients a measured dispatch was planned with.
 std::vector<RingSpan> dispatch_ring_spans(const std::vector<int64_t>& begins, int cp, int64_t chunk = 0,

@@ -1,5 +1,6 @@
 // The gather layout ("gatherpack"), a candidate of parallel.layout: balanced for the gather scheme
-// (parallel/schedule/gather_plan.h). Under gather a rank's time is its own two calls, so the layout must balance each rank's
+// (parallel/schedule/gather_plan.h). Under gather a rank's time is its own two calls, so the layout must balance each
+// rank's
 // total mask area while keeping documents whole (a whole document on one rank needs no key from another):
 //   1. A document whose mask area exceeds `piece_share` of a rank's share (total area / cp) is cut into 2k equal
 //      chunks, k the least that brings each pair under that bound (and its tokens under a rank's), and chunk i goes

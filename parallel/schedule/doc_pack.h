@@ -1,4 +1,5 @@
-// The document-packed ring order ("docpack"), a candidate of parallel.layout: balanced (parallel/schedule/doc_balance.h):
+// The document-packed ring order ("docpack"), a candidate of parallel.layout: balanced
+// (parallel/schedule/doc_balance.h):
 // short documents stay whole and contiguous on one rank, so the kernels see them as one causal block each and
 // skip every tile between documents; only long documents are split over the ring.
 //   - A document of length L >= split_min, or longer than a rank's T/cp tokens, is cut into 2cp nearly equal

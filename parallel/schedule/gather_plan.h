@@ -9,8 +9,10 @@
 // gathered call (under the K/V exchange) and part B after the return is posted (under the return); where to split is
 // chosen per rank and batch on the host (choose_own_bwd_split below, parallel/cp/gather_backward.h runs the parts).
 //
-// Every rank computes the same plan from the sample's positions, as the ring's hop plan (parallel/schedule/ring_hops.h).
-// Host only: RingAttention runs it, the chooser (parallel/schedule/doc_balance.h) prices it, bench_doc_ring_steps measures it.
+// Every rank computes the same plan from the sample's positions, as the ring's hop plan
+// (parallel/schedule/ring_hops.h).
+// Host only: RingAttention runs it, the chooser (parallel/schedule/doc_balance.h) prices it, bench_doc_ring_steps
+// measures it.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -51,7 +53,8 @@ struct KvGatherPlan {
   double bytes_per_layer(double kv_row_bytes, double dkv_row_bytes) const;
 };
 
-// From a sample's document_begins (parallel/schedule/ring_spans.h) and an assignment as spans in position order (each rank's
+// From a sample's document_begins (parallel/schedule/ring_spans.h) and an assignment as spans in position order (each
+// rank's
 // positions increase along its local rows, as every layout of balanced gives). A query at position p of document
 // [b, e) sees the keys [b, p], so a rank needs, per document it holds, the keys from the document's first position
 // to its last query in it. O(#spans log #spans + #pieces).
@@ -85,7 +88,8 @@ QueryRowRange gathered_query_rows(const int64_t* q_pos, const int64_t* q_doc_sta
 // The union of two ranges (the hull: the samples of a batch share one range).
 QueryRowRange row_range_union(const QueryRowRange& a, const QueryRowRange& b);
 
-// The tile counts of the scheme's calls (the same classification as parallel/schedule/ring_tile_cost.h): own[r] is rank r's
+// The tile counts of the scheme's calls (the same classification as parallel/schedule/ring_tile_cost.h): own[r] is rank
+// r's
 // queries against its own keys (the ring's step 0), gathered[r] its queries against its gathered rows.
 // own_key_tile_pairs[r]: the own call's visible pairs per 128-row key tile of rank r, its rows in position order
 // (the sums of add_own_key_pairs over each tile, computed per document piece), what the backward's split is chosen

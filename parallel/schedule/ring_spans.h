@@ -1,7 +1,8 @@
 // A ring assignment of a sample's positions as spans (DESIGN.md "Document masks"): runs of consecutive positions
 // held by one rank, in position order. Every layout balanced builds (parallel/schedule/doc_balance.h) gives each rank
 // increasing positions, so the spans say all a ring order says in O(#spans) instead of O(T): the chooser prices
-// its candidates from them (their hops here, their tiles in parallel/schedule/ring_tile_cost.h) and expands only the pick.
+// its candidates from them (their hops here, their tiles in parallel/schedule/ring_tile_cost.h) and expands only the
+// pick.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -22,7 +23,8 @@ struct RingSpan {
 std::vector<int64_t> document_begins(const std::vector<int64_t>& doc_start);
 
 // The spans of a ring order (T): rank r's n = T/cp positions at order[r*n, (r+1)*n), which must increase (every
-// layout of parallel/schedule/layout.h and balanced's candidates do); throws rt::Error naming the rank otherwise. Adjacent
+// layout of parallel/schedule/layout.h and balanced's candidates do); throws rt::Error naming the rank otherwise.
+// Adjacent
 // positions of one rank form one span.
 std::vector<RingSpan> ring_spans_from_order(const std::vector<int64_t>& order, int cp);
 

@@ -1,7 +1,8 @@
 // Predicted time of a ring of packed documents (DESIGN.md "Document masks"): the kernels' time per call from the
 // tile counts of parallel/schedule/ring_tile_cost.h, and the hops' time from a stated NVLink model, per ring step
 // max(compute of the slowest rank, communication), summed over the steps: the critical path. The layout chooser
-// (parallel/schedule/doc_balance.h) ranks its candidates by it; `ringtrain plan --doc-lengths` and bench_doc_ring_steps print it.
+// (parallel/schedule/doc_balance.h) ranks its candidates by it; `ringtrain plan --doc-lengths` and bench_doc_ring_steps
+// print it.
 //
 // Kernel time of one call (r, s) that runs, in microseconds, for H query heads:
 //   call_us + H * (query_tile_us * active query tiles + full_us * full tiles + edge_us * partial tiles)
@@ -28,7 +29,8 @@ struct KernelTimeModel {
 
 // The fitted model of the forward (backward = false) or backward kernels for head dim d.
 KernelTimeModel kernel_time_model(bool backward, int64_t head_dim);
-// The same fitted to the gather scheme's calls (parallel/schedule/gather_plan.h): its own and gathered calls and the own
+// The same fitted to the gather scheme's calls (parallel/schedule/gather_plan.h): its own and gathered calls and the
+// own
 // backward's parts, measured one by one; the ring's steps and whole calls keep kernel_time_model's.
 KernelTimeModel gather_kernel_time_model(bool backward, int64_t head_dim);
 

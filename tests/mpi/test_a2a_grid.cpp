@@ -130,7 +130,7 @@ RunResult train(const Config& config, ProcessGrid& grid, int first, int steps, c
     const double count = model.global_target_count(batch);
     const std::vector<float> losses = model.step(batch, count, /*want_grad=*/true);
     r.losses.push_back(global_mean_loss(batch, losses, count, grid.dp_cp()));
-    if (config.parallel.cp_scheme == "gather" && config.parallel.ring() > 1) {  // it ran, not the ring in its place
+    if (config.parallel.cp_scheme == CpSchemeSetting::gather && config.parallel.ring() > 1) {  // it ran, not the ring in its place
       EXPECT_EQ(model.attention().ring().scheme(), CpScheme::gather) << "step " << step;
     }
     model.reduce_gradients();

@@ -1,4 +1,5 @@
-// Packed documents on a ring of GPU ranks, both schemes (parallel.cp_scheme: ring and gather; parallel/schedule/cp_scheme.h):
+// Packed documents on a ring of GPU ranks, both schemes (parallel.cp_scheme: ring and gather;
+// parallel/schedule/cp_scheme.h):
 // O, LSE, dQ, dK, dV against the whole sample on the CPU (test::document_attention_reference: f32 kernels, the same
 // document mask, bf16-rounded inputs), next to one GPU rank running the whole sample. Two samples with different
 // documents (length-1 documents and odd lengths; one document over half the sample), cp in {2, 4, 8} (up to the world

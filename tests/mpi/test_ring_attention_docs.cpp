@@ -4,7 +4,8 @@
 // contiguous, zigzag, striped, balanced (each sample's order from its documents) and docpack, and for a random
 // per-sample assignment of positions to ranks (any assignment works); GQA; a document spanning every rank; length-1
 // documents; a ring whose off-diagonal steps are all masked skips them without changing the result; and the hop
-// skipping (parallel/schedule/ring_hops.h): a block travels as far as its farthest user, and short documents move a fraction
+// skipping (parallel/schedule/ring_hops.h): a block travels as far as its farthest user, and short documents move a
+// fraction
 // of the plain ring's bytes. The gather scheme (RingGatherDocs, parallel.cp_scheme: gather) on the same cases, the
 // mask-area dispatch and positions in random local order added: the same results, and exactly its plan's bytes; and
 // with the backward's own call split in two at forced key rows (middle, inside a document, edges).
@@ -292,7 +293,8 @@ TEST(RingAttentionDocs, FullyMaskedStepsAreSkipped) {
   }
 }
 
-// The skip logic (parallel/schedule/ring_hops.h) on a case where a far rank needs a block: contiguous, cp = 4, 30 tokens per
+// The skip logic (parallel/schedule/ring_hops.h) on a case where a far rank needs a block: contiguous, cp = 4, 30
+// tokens per
 // rank; the first document spans ranks 0-3, so block 0 must travel 3 hops (and its dK/dV come back from rank 3),
 // while the later blocks hold short documents and travel less. Skipping a needed hop would leave a stale buffer in
 // the step that uses it, so the result against one rank would be far off.
@@ -345,7 +347,7 @@ TEST(RingAttentionDocs, ShortDocumentsMoveFewBytes) {
   }
 }
 
-// ---- The gather scheme (parallel.cp_scheme: gather; parallel/cp/gather_scheme.cpp) ----
+// ---- The gather scheme (parallel.cp_scheme: gather; parallel/cp/ring_attention_gather.cpp) ----
 
 // Every rank receives exactly the key rows its queries see and runs its own and the gathered call: O, LSE, dQ, dK, dV
 // equal one rank's (and so the ring's, held to the same reference above) on every layout, on any assignment (also

@@ -150,7 +150,10 @@ TEST_F(DataDocsTest, CpSchemeAsAskedAndAutoByPrediction) {
     for (const std::string scheme : {"ring", "gather", "auto"}) {
       SCOPED_TRACE(layout + " " + scheme);
       rt::Config c = config(T, B, "document");
-      c.parallel.cp_scheme = scheme;
+      ASSERT_EQ(rt::test::error_of([&] { c = rt::parse_config_text("parallel:\n  cp_scheme: " + scheme + "\n", {}, 0); }), "");
+      c = config(T, B, "document");
+      c.parallel.cp_scheme = scheme == "ring" ? rt::CpSchemeSetting::ring
+                             : scheme == "gather" ? rt::CpSchemeSetting::gather : rt::CpSchemeSetting::automatic;
       std::vector<rt::Batch> ranks;
       for (int r = 0; r < cp; ++r) {
         rt::LoaderRank rank;
@@ -181,7 +184,7 @@ TEST_F(DataDocsTest, CpSchemeAsAskedAndAutoByPrediction) {
       EXPECT_EQ(b.cp_scheme, gather_us < ring_us ? rt::CpScheme::gather : rt::CpScheme::ring);
     }
   rt::Config c = config(T, B, "document");
-  c.parallel.cp_scheme = "gather";
+  c.parallel.cp_scheme = rt::CpSchemeSetting::gather;
   EXPECT_EQ(rt::make_loader(c, rt::LoaderRank{}, "train")->next().cp_scheme, rt::CpScheme::ring) << "one rank";
 }
 
@@ -232,15 +235,20 @@ TEST_F(DataDocsTest, RefusesBadDocumentConfigsWithTheFix) {
   bal.parallel.layout = "balanced";
   EXPECT_NE(rt::test::error_of([&] { rt::validate_config(bal, 0); }).find("layout=balanced"), std::string::npos);
   rt::Config scheme = config(32, 1, "document");
-  scheme.parallel.cp_scheme = "allgather";
-  EXPECT_NE(rt::test::error_of([&] { rt::validate_config(scheme, 0); }).find("parallel.cp_scheme"), std::string::npos);
-  scheme.parallel.cp_scheme = "gather";
+  // The scheme is read into an enum with the config: a misspelling is refused there, with the choice's message.
+  const std::string misspelt =
+      rt::test::error_of([&] { rt::parse_config_text("parallel:\n  cp_scheme: allgather\n", {}, 0); });
+  EXPECT_NE(misspelt.find("parallel.cp_scheme='allgather' is not a valid choice; use one of: ring, gather, auto"),
+            std::string::npos) << misspelt;
+  const std::string set = rt::test::error_of([&] { rt::parse_config_text("", {"parallel.cp_scheme=Ring"}, 0); });
+  EXPECT_NE(set.find("parallel.cp_scheme='Ring' is not a valid choice"), std::string::npos) << set;
+  scheme.parallel.cp_scheme = rt::CpSchemeSetting::gather;
   scheme.data.documents = "none";
   scheme.data.positions = "global";
   const std::string no_docs = rt::test::error_of([&] { rt::validate_config(scheme, 0); });
   EXPECT_NE(no_docs.find("parallel.cp_scheme=gather"), std::string::npos) << no_docs;
   EXPECT_NE(no_docs.find("set data.documents: eot, or use cp_scheme: ring"), std::string::npos) << no_docs;
-  scheme.parallel.cp_scheme = "auto";  // auto without documents: the ring, no error
+  scheme.parallel.cp_scheme = rt::CpSchemeSetting::automatic;  // auto without documents: the ring, no error
   EXPECT_EQ(rt::test::error_of([&] { rt::validate_config(scheme, 0); }).find("cp_scheme"), std::string::npos);
   rt::Config ok = config(32, 1, "document");
   ok.parallel.cp = 2;

@@ -1,4 +1,5 @@
-// parallel/schedule/a2a_choice.h (parallel.cp_a2a: auto): the pick is the least of the printed predictions on every mix; what
+// parallel/schedule/a2a_choice.h (parallel.cp_a2a: auto): the pick is the least of the printed predictions on every
+// mix; what
 // the model implies at cp = 8 with 16 heads (few tokens per rank, where the ring's per-step calls dominate: u > 1;
 // short documents, where the ring skips its hops but the exchange still moves every head: the ring; one long
 // document with 8K tokens per rank: what the H200 measured); the exposed exchange from the byte

@@ -1,5 +1,7 @@
-// parallel/schedule/cp_scheme.h: the ring's prediction is the one balanced ranks the same layout by (ring_candidates), the
-// gather's the one parallel/schedule/gather_plan.h gives for the same spans, and auto's rule takes the least sum over a batch.
+// parallel/schedule/cp_scheme.h: the ring's prediction is the one balanced ranks the same layout by (ring_candidates),
+// the
+// gather's the one parallel/schedule/gather_plan.h gives for the same spans, and auto's rule takes the least sum over a
+// batch.
 #include <gtest/gtest.h>
 
 #include <random>

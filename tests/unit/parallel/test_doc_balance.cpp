@@ -1,4 +1,5 @@
-// parallel/schedule/doc_balance.h: the visible-pair counts per (query rank, key rank) against brute force, the imbalance
+// parallel/schedule/doc_balance.h: the visible-pair counts per (query rank, key rank) against brute force, the
+// imbalance
 // metric on cases worked by hand; balanced on the committed length file, a seeded long-tail log-normal and one
 // document per sample, at cp in {2, 4, 8} and T in {16K, 128K}: every candidate a valid order, the pick the
 // fastest predicted; its choice on packed short documents and on one; the dispatch candidate; the rule. The docpack order and the tile cost:

@@ -1,4 +1,5 @@
-// parallel/schedule/doc_pack.h and parallel/schedule/ring_tile_cost.h: the docpack ring order is a permutation with T/cp increasing
+// parallel/schedule/doc_pack.h and parallel/schedule/ring_tile_cost.h: the docpack ring order is a permutation with
+// T/cp increasing
 // positions per rank, keeps short documents whole on one rank, splits long ones evenly over every rank, and
 // balances the ranks' step-0 pairs; the tile cost equals a brute-force classification of every (query tile, key
 // tile) pair from its elements, on rank-increasing and shuffled orders, and a case worked by hand.

@@ -1,4 +1,5 @@
-// parallel/schedule/gather_plan.h: the gather scheme's plan against a brute force over every (query, key) pair: each rank
+// parallel/schedule/gather_plan.h: the gather scheme's plan against a brute force over every (query, key) pair: each
+// rank
 // receives every key of another rank that one of its queries sees (a needed row never left out), and nothing else
 // (no unneeded row), each piece naming the right rows of its source; plus the bytes it saves on a short-document mix
 // and the time model's limits; the query rows the gathered call runs on (gathered_query_rows) against the same
@@ -236,7 +237,8 @@ TEST(KvGather, MeasuredCallsHideTheExchangeOnlyBehindLongerOwnCalls) {
 namespace rt {
 namespace {
 
-// gatherpack (parallel/schedule/doc_gather_pack.h): a valid assignment (T/cp increasing positions per rank), short documents
+// gatherpack (parallel/schedule/doc_gather_pack.h): a valid assignment (T/cp increasing positions per rank), short
+// documents
 // kept whole but for the few poured last, and the mask area balanced where one document must be spread.
 TEST(GatherPack, ValidAndBalancedAndKeepsShortDocumentsWhole) {
   std::mt19937_64 rng(5);

@@ -1,4 +1,5 @@
-// parallel/schedule/ring_spans.h and the chooser's fast path: balanced prices its candidates from spans (their hops, their
+// parallel/schedule/ring_spans.h and the chooser's fast path: balanced prices its candidates from spans (their hops,
+// their
 // tiles in one sweep per call, fixed layouts' tiles in closed form, shared document begins, duplicates priced once).
 // Here a straightforward reference -- every candidate's full ring order built, its hops from ring_hop_plan_for_order
 // and its tiles from ring_tile_cost (both O(T) per candidate and general) -- must give every candidate the very same

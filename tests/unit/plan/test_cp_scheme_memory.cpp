@@ -64,38 +64,38 @@ TEST(CpSchemeMemory, TheDecision) {
 TEST(CpSchemeMemory, AutoTakesTheRingOnlyWhenOnlyTheRingFits) {
   const Config base = parse_config_text(yaml(), {}, 0);
   Config ring_cfg = base;
-  ring_cfg.parallel.cp_scheme = "ring";
+  ring_cfg.parallel.cp_scheme = CpSchemeSetting::ring;
   const double with_gather = need(base), ring_only = need(ring_cfg);
   ASSERT_GT(with_gather, ring_only * 1.05) << "the gather's buffers must show in the arena";
 
   Config roomy = base;  // everything fits
   EXPECT_EQ(resolve_cp_scheme_memory(roomy, Device::cpu(), limit_of(with_gather * 2)), "");
-  EXPECT_EQ(roomy.parallel.cp_scheme, "auto");
+  EXPECT_EQ(roomy.parallel.cp_scheme, CpSchemeSetting::automatic);
 
   Config tight = base;  // only the ring fits
   const std::string note = resolve_cp_scheme_memory(tight, Device::cpu(), limit_of((with_gather + ring_only) / 2));
-  EXPECT_EQ(tight.parallel.cp_scheme, "ring");
+  EXPECT_EQ(tight.parallel.cp_scheme, CpSchemeSetting::ring);
   EXPECT_NE(note.find("auto runs the ring only"), std::string::npos) << note;
 
   Config none = base;  // nothing fits: left to the out-of-memory error
   EXPECT_EQ(resolve_cp_scheme_memory(none, Device::cpu(), limit_of(ring_only / 2)), "");
-  EXPECT_EQ(none.parallel.cp_scheme, "auto");
+  EXPECT_EQ(none.parallel.cp_scheme, CpSchemeSetting::automatic);
 
   Config unknown = base;  // no limit known (the trainer on CPU ranks)
   EXPECT_EQ(resolve_cp_scheme_memory(unknown, Device::cpu(), PlanLimits{}), "");
-  EXPECT_EQ(unknown.parallel.cp_scheme, "auto");
+  EXPECT_EQ(unknown.parallel.cp_scheme, CpSchemeSetting::automatic);
 }
 
 TEST(CpSchemeMemory, ExplicitSchemesAndConfigsWithoutTheGatherAreLeftAlone) {
   const Config base = parse_config_text(yaml(), {}, 0);
   Config ring_cfg = base;
-  ring_cfg.parallel.cp_scheme = "ring";
+  ring_cfg.parallel.cp_scheme = CpSchemeSetting::ring;
   const PlanLimits between = limit_of((need(base) + need(ring_cfg)) / 2);
   for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
            {"parallel.cp_scheme=gather"}, {"parallel.cp_scheme=ring"}, {"data.documents=none"},
            {"parallel.cp=1"}}) {
     Config c = parse_config_text(yaml(), sets, 0);
-    const std::string before = c.parallel.cp_scheme;
+    const CpSchemeSetting before = c.parallel.cp_scheme;
     EXPECT_EQ(resolve_cp_scheme_memory(c, Device::cpu(), between), "") << sets[0];
     EXPECT_EQ(c.parallel.cp_scheme, before) << sets[0];
   }

@@ -1,0 +1,38 @@
+// The gather scheme's buffers (parallel/cp/gather_scheme.h), sized for the most rows a plan can move.
+#include "parallel/cp/gather_scheme.h"
+
+#include <algorithm>
+
+#include "kernels/attention.h"
+
+namespace rt {
+
+std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, int cp, DType dkv_wire, Arena& arena) {
+  RT_CHECK(cp > 1, "ring gather: a ring of one rank gathers nothing");
+  const int64_t B = shape.batch, n = shape.local_tokens, Hkv = shape.kv_heads, D = shape.head_dim;
+  auto g = std::make_unique<RingGather>();
+  g->act = shape.dtype;
+  g->wire = dkv_wire;
+  g->rows_max = (cp - 1) * n;  // every row of every other rank
+  const int64_t R = g->rows_max, W = Hkv * D, wire_rows = 2 * B * R;
+  RT_CHECK(wire_rows <= (int64_t(1) << 31) - 1 && 2 * B * n <= (int64_t(1) << 31) - 1,
+           "ring gather: " << wire_rows << " rows per exchange do not fit the i32 row indices; lower the batch or "
+                           << "seq_len per ring, or use parallel.cp_scheme: ring");
+  g->kv = arena.alloc(shape.dtype, {2, B, R, Hkv, D}, "ring_gather.kv");     // (2, B, Rmax, Hkv, D) K|V
+  g->dkv = arena.alloc(DType::f32, {2, B, R, Hkv, D}, "ring_gather.dkv");    // (2, B, Rmax, Hkv, D) f32 dK|dV
+  const int64_t widest = int64_t(std::max(dtype_size(shape.dtype), dtype_size(dkv_wire)));
+  const int64_t words = (wire_rows * W * widest + 3) / 4;
+  g->wire_send = arena.alloc(DType::f32, {words}, "ring_gather.wire_send");  // (2, B*Rmax, W) widest, as f32 words
+  g->wire_recv = arena.alloc(DType::f32, {words}, "ring_gather.wire_recv");  // (2, B*Rmax, W) widest, as f32 words
+  g->send_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.send_index");      // (2*B*Rmax)
+  g->unpack_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.unpack_index");  // (2*B*Rmax)
+  g->return_index = arena.alloc(DType::i32, {wire_rows}, "ring_gather.return_index");  // (2*B*Rmax)
+  g->k_pos = arena.alloc(DType::i32, {B, R, 2}, "ring_gather.k_pos");                  // (B, Rmax) int64
+  g->k_list_pos = arena.alloc(DType::i32, {B, attn_second_kv_row(n) + R, 2}, "ring_gather.k_list_pos");  // int64
+  const int64_t H = shape.heads;
+  g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
+  g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
+  return g;
+}
+
+}  // namespace rt
