@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds ringtrain into build/ (override with BUILD_DIR). Extra args go to cmake.
+#   launch/build.sh [--target NAME]... [cmake configure args]
+# Without --target it builds everything (the trainer, the tests, the benchmarks); with --target only those targets
+# and what they link (launch/quickstart.sh builds the trainer alone: --target ringtrain).
 # An existing build is re-configured when an option given here (-DKEY=VALUE) differs from its cache, and says so:
 # launch/test.sh's -DRINGTRAIN_DEV_KERNELS=ON after launch/quickstart.sh's plain build turns the kernel lab on.
 set -euo pipefail
@@ -8,6 +11,17 @@ build="${BUILD_DIR:-$root/build}"
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 cache="$build/CMakeCache.txt"
+targets=()   # --target NAME: what `cmake --build` builds (none: all)
+args=()      # the rest: cmake configure arguments
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --target)
+      [ $# -ge 2 ] || { echo "build.sh: --target needs a target name (e.g. --target ringtrain)" >&2; exit 2; }
+      targets+=(--target "$2"); shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+set -- ${args[@]+"${args[@]}"}
 configure=0
 if [ ! -f "$cache" ]; then
   configure=1
@@ -33,4 +47,4 @@ if [ "$configure" = 1 ]; then
     cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
   fi
 fi
-cmake --build "$build" -j "$(nproc)"
+cmake --build "$build" -j "$(nproc)" ${targets[@]+"${targets[@]}"}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test (unit, mpi, gpu, integration).
+# Installs what is missing, builds everything (the tests and benchmarks that launch/quickstart.sh leaves out), and
+# runs every test (unit, mpi, gpu, integration).
 # GPU tests skip with a message when no CUDA device is present.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

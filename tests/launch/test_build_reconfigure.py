@@ -50,6 +50,10 @@ def main():
         r, calls = run_build(build, bin_dir, log, "-DRINGTRAIN_DEV_KERNELS=OFF")
         if r.returncode != 0 or configured(calls):
             failures.append(f"an option equal to the cache: expected no configure, got {calls}")
+        r, calls = run_build(build, bin_dir, log, "--target", "ringtrain")
+        if r.returncode != 0 or configured(calls) or ["--target", "ringtrain"] != [
+                a for c in calls if "--build" in c for a in c[c.index("--target"):] if "--target" in c]:
+            failures.append(f"--target ringtrain: expected a build of that target alone, no configure, got {calls}")
         r, calls = run_build(os.path.join(tmp, "fresh"), bin_dir, log)
         if r.returncode != 0 or not configured(calls):
             failures.append(f"no cache: expected a configure, got {calls}")

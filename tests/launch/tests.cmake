@@ -6,3 +6,6 @@ set_tests_properties(launch_train_signals PROPERTIES LABELS unit SKIP_RETURN_COD
 # launch/build.sh re-configures when an option differs from the cache (issue 30): a stand-in cmake records calls.
 add_test(NAME launch_build_reconfigure COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_build_reconfigure.py)
 set_tests_properties(launch_build_reconfigure PROPERTIES LABELS unit TIMEOUT 120)
+# README command 1 (launch/quickstart.sh) builds only the trainer, command 2 (launch/test.sh) everything (issue 45).
+add_test(NAME launch_quickstart_build COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_quickstart_build.py)
+set_tests_properties(launch_quickstart_build PROPERTIES LABELS unit TIMEOUT 120)
