@@ -31,13 +31,14 @@ Writes into --out (through <out>.partial, renamed when complete; --out must not 
 Errors in the options or inputs exit with 2.
 """
 import argparse
-import hashlib
 import json
 import os
 import random
 import shutil
 import struct
 import sys
+
+from case_tokens import Bytes, CaseError, HfTokenizer
 
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
 INSTRUCTION = ("There is an important piece of information hidden inside a lot of irrelevant text. "
@@ -50,34 +51,6 @@ NEEDLE = ("The best thing to do in San Francisco is eat a sandwich and sit in Do
 def fail(msg):
     print(f"make_needles.py: error: {msg}", file=sys.stderr)
     sys.exit(2)
-
-
-class Bytes:
-    identity, vocab_size = "bytes", 256
-
-    def encode(self, text):
-        return list(text.encode("utf-8"))
-
-
-class HfTokenizer:
-    def __init__(self, path):
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            fail("the `tokenizers` package is missing; run launch/install-deps.sh --prepare-data")
-        try:
-            self.tok = Tokenizer.from_file(path)
-        except Exception as e:  # noqa: BLE001 - the library raises plain Exceptions
-            fail(f"cannot read tokenizer '{path}': {e}")
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        self.identity = "sha256:" + h.hexdigest()
-        self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
-
-    def encode(self, text):
-        return self.tok.encode(text, add_special_tokens=False).ids
 
 
 def haystack_text(path):
@@ -185,7 +158,10 @@ def main():
         identity, vocab = "copy", args.vocab_size
         tok = None
     else:
-        tok = Bytes() if args.bytes else HfTokenizer(args.tokenizer)
+        try:
+            tok = Bytes() if args.bytes else HfTokenizer(args.tokenizer)
+        except CaseError as e:
+            fail(str(e))
         identity, vocab = tok.identity, tok.vocab_size
         hay_tokens = tok.encode(haystack_text(args.haystack))
 
