@@ -4,6 +4,7 @@
 //   CPU path: every float tensor is f32. CUDA path: activations and compute weights bf16, accumulators
 //   (gradients of weights, optimizer state, norms' rstd) f32.
 #pragma once
+#include "kernels/fp8.h"
 #include "kernels/rope_freqs.h"
 #include "kernels/strided_rows.h"
 #include "kernels/tensor.h"

@@ -28,7 +28,9 @@ class Error : public std::runtime_error {
     }                                                                    \
   } while (0)
 
-enum class DType : uint8_t { f32, bf16, i32 };
+// e4m3: FP8 E4M3 (OCP e4m3fn, 1 byte), the FP8 operands of kernels/fp8.h; only the fp8 ops and same-dtype copies
+// take it.
+enum class DType : uint8_t { f32, bf16, i32, e4m3 };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
