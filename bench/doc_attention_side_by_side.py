@@ -18,7 +18,7 @@ backward, per head (pairs = sum of L (L + 1) / 2). Median of --reps CUDA-event t
 first runs of each shape (FA4's and torch.compile's compilation) are warm-ups and never timed. PyTorch
 contenders' backward = median(fwd + bwd) - median(fwd), as bench/sdpa_side_by_side.py does.
 
-Mixes (seeded by --seed, the same for every contender; the last document is cut at N):
+Mixes (bench/doc_mixes.py, seeded by --seed, the same for every contender; the last document is cut at N):
   stdlib      the committed length file tests/data/python_stdlib_doc_lengths.txt, shuffled;
   short       uniform 1K..4K tokens;
   short_long  3 in 4 short (1K..4K), else long (8K..32K);
@@ -52,77 +52,14 @@ listing (the same code as bench_doc_ring_steps --list-candidates) on the CPU.
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 
+import doc_candidates_study
+from doc_mixes import (MIXES, STDLIB_LENGTHS, magi_length, make_mix, read_lengths, run_ours, visible_pairs,
+                       write_lengths)
 from torch_timing import median_cuda_ms
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STDLIB_LENGTHS = os.path.join(ROOT, "tests", "data", "python_stdlib_doc_lengths.txt")
-MIXES = ("stdlib", "short", "short_long", "magi", "one")
-MAGI_REFERENCE_N = 65536  # the magi mix draws the stdlib file's lengths as they are at this N, scaled with N
-
-
-def read_lengths(path):
-    """One positive integer per line; '#' starts a comment (parallel/schedule/doc_balance.h's format)."""
-    out = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            value = int(text)
-            if value <= 0:
-                raise ValueError(f"{path}:{number}: document length {value} is not positive")
-            out.append(value)
-    if not out:
-        raise ValueError(f"{path}: no document lengths")
-    return out
-
-
-def write_lengths(path, lengths):
-    """The lengths, one per line: the file read_lengths and bench_doc_ring_steps --lengths read."""
-    with open(path, "w") as f:
-        f.write("\n".join(str(length) for length in lengths) + "\n")
-
-
-def make_mix(name, n, seed, stdlib):
-    """Document lengths of one n-token sample for mix `name`, seeded; the last document is cut at n."""
-    rng = random.Random(f"{name}:{n}:{seed}")
-    if name == "one":
-        return [n]
-    if name == "stdlib":
-        pool = list(stdlib)
-        rng.shuffle(pool)
-        draw = iter(pool[i % len(pool)] for i in range(10**9))
-        next_length = lambda: next(draw)
-    elif name == "short":
-        next_length = lambda: rng.randint(1024, 4096)
-    elif name == "short_long":
-        next_length = lambda: rng.randint(8192, 32768) if rng.randrange(4) == 0 else rng.randint(1024, 4096)
-    elif name == "magi":
-        next_length = lambda: magi_length(rng.choice(stdlib), n)
-    else:
-        raise ValueError(f"unknown mix '{name}'; valid mixes: {', '.join(MIXES)}")
-    lengths, total = [], 0
-    while total < n:
-        length = min(next_length(), n - total)
-        lengths.append(length)
-        total += length
-    return lengths
-
-
-def magi_length(stdlib_length, n):
-    """One stdlib length scaled to an n-token sample and clipped to n/4 (the magi mix)."""
-    return min(max(1, round(stdlib_length * n / MAGI_REFERENCE_N)), n // 4)
-
-
-def visible_pairs(lengths):
-    """(query, key) pairs under the document mask: query i sees keys doc_start(i)..i."""
-    return sum(length * (length + 1) // 2 for length in lengths)
-
 
 def tflops(per_pair, d, heads, pairs, ms):
     return per_pair * d * heads * pairs / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
@@ -190,7 +127,6 @@ def cross_check_ours(binary, stdlib, cp=8):
                 assert f"N {n}," in run.stdout and f"{len(lengths)} documents" in run.stdout, run.stdout
     print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --plan-only counts the same pairs")
     cross_check_gather(binary, stdlib)
-    import doc_candidates_study  # imports this module: here, not at the top
     doc_candidates_study.check_ours_candidates(binary)
 
 
@@ -277,23 +213,6 @@ def cross_check_gather(binary, stdlib):
     assert bad.returncode == 2 and "ring, gather and auto" in bad.stdout, bad.stdout
     print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --scheme gather --plan-only receives "
           "the rows a brute force finds, at cp 4 and 8")
-
-
-def run_ours(binary, lengths_path, args, selection):
-    """One bench_doc_ring_steps run on a length file with args' shape and timing and `selection` (its --layout /
-    --scheme / --candidate arguments): its JSON object, or {"error": last line} when it fails."""
-    with tempfile.TemporaryDirectory() as tmp:
-        json_path = os.path.join(tmp, "ours.json")
-        cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--d", str(args.d), "--h", str(args.heads),
-               "--kv-heads", str(args.kv_heads), "--warmup", str(args.warmup), "--reps", str(args.reps), "--timing",
-               args.timing, "--json", json_path] + list(selection)
-        print("+ " + " ".join(cmd), flush=True)
-        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        sys.stdout.write(run.stdout)
-        if run.returncode != 0:
-            return {"error": run.stdout.strip().splitlines()[-1] if run.stdout.strip() else f"exit {run.returncode}"}
-        with open(json_path) as f:
-            return json.loads(f.readline())
 
 
 def measure_ours(binary, lengths, args):
@@ -461,8 +380,6 @@ def main():
     if args.kv_heads < 1 or args.heads % args.kv_heads:
         ap.error(f"--kv-heads {args.kv_heads} must divide --heads {args.heads}")
     stdlib = read_lengths(args.lengths)
-    if args.self_test or args.summarize or args.candidates:
-        import doc_candidates_study  # imports this module: here, not at the top
     if args.self_test:
         self_test(stdlib)
         doc_candidates_study.self_test(args.lister)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from doc_attention_side_by_side import STDLIB_LENGTHS, make_mix, read_lengths, run_ours, write_lengths  # noqa: E402
+from doc_mixes import STDLIB_LENGTHS, make_mix, read_lengths, run_ours, write_lengths  # noqa: E402
 
 BOUND = 1.05  # the issue's: the pick never more than 5% slower than the best measured candidate
 

@@ -39,7 +39,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from doc_attention_side_by_side import STDLIB_LENGTHS, make_mix, read_lengths  # noqa: E402
+from doc_mixes import STDLIB_LENGTHS, make_mix, read_lengths  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -162,7 +162,7 @@ ONE_CALL = ("own bwd one call (not fitted)", "bwd", "own_bwd_one_call_ms", "own"
 
 def compiled_coefficients():
     """{(direction, head dim): (call_us, query_tile_us, full_us, edge_us)} as parallel/schedule/ring_time_model.cpp has them."""
-    text = open(os.path.join(ROOT, "parallel", "ring_time_model.cpp")).read()
+    text = open(os.path.join(ROOT, "parallel", "schedule", "ring_time_model.cpp")).read()
     out = {}
     for direction, table in (("fwd", "kForward"), ("bwd", "kBackward")):
         body = re.search(table + r"\[\]\s*=\s*\{(.*?)\};", text, re.S).group(1)
