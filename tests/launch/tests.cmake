@@ -9,3 +9,6 @@ set_tests_properties(launch_build_reconfigure PROPERTIES LABELS unit TIMEOUT 120
 # README command 1 (launch/quickstart.sh) builds only the trainer, command 2 (launch/test.sh) everything (issue 45).
 add_test(NAME launch_quickstart_build COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_quickstart_build.py)
 set_tests_properties(launch_quickstart_build PROPERTIES LABELS unit TIMEOUT 120)
+# launch/make_ruler.py (issue 45): deterministic per seed, answers where each task puts them, exit 2 on user errors.
+add_test(NAME launch_make_ruler COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_make_ruler.py)
+set_tests_properties(launch_make_ruler PROPERTIES LABELS unit TIMEOUT 300)
