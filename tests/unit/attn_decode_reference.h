@@ -1,5 +1,5 @@
 // The fp64 reference of the decode ops (attn_decode, attn_decode_partial), shared by the CPU test
-// (tests/unit/test_attn_decode_cpu.cpp) and the GPU test (tests/gpu/test_cuda_attn_decode.cpp).
+// (tests/unit/kernels/test_attn_decode_cpu.cpp) and the GPU test (tests/gpu/test_cuda_attn_decode.cpp).
 #pragma once
 #include <cmath>
 #include <cstdint>
