@@ -24,7 +24,8 @@ lines of 4 tokens (noise: one random line repeated; a needle: 2 key tokens and 2
 the prompt is x, the separator, and x up to the first answer, so generating means copying on through the answers.
 
 Lengths: --lengths a,b,c, or --num-lengths K halvings up to --max-length (the trained data.seq_len; longer cases
-are refused by the eval). --samples cases per (task, length). A case depends only on --seed, its task, length and
+are refused by the eval). --copy-task: --max-length alone by default, since a copy model learns to look back by its
+trained span, (seq_len - 1) / 2 + 1 tokens, and a shorter case moves its answers to another offset. --samples cases per (task, length). A case depends only on --seed, its task, length and
 sample number (and the tokenizer).
 
 Writes into --out (through <out>.partial, renamed when complete; an existing --out is refused unless --overwrite):
@@ -384,6 +385,8 @@ def main():
         fail(f"--max-length {args.max_length} must be at least 2")
     if args.lengths:
         lengths = parse_list(args.lengths, int, "--lengths")
+    elif args.copy_task:
+        lengths = [args.max_length]  # a copy model learns the offset of its trained span: other lengths move it
     else:
         if args.num_lengths < 1:
             fail(f"--num-lengths {args.num_lengths} must be >= 1")
