@@ -4,9 +4,10 @@
 //                   [--ranks-per-node R] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
 //                   [--task loss|loss-by-position|needle] [--by window|document] [--cases DIR] [--out FILE.jsonl]
+//                   [--overwrite]
 //   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
 //                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--prefill-chunk N]
-//                   [--device-memory-gib G] [--dump-logits FILE.npy] [--out FILE]
+//                   [--device-memory-gib G] [--dump-logits FILE.npy] [--out FILE] [--overwrite]
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
 //   ringtrain version
@@ -28,9 +29,11 @@
 #include <string>
 #include <vector>
 
+#include "framework/base/output_files.h"
 #include "framework/base/run_errors.h"
 #include "framework/base/version.h"
 #include "framework/config/config.h"
+#include "framework/eval/command_inputs.h"
 #include "framework/eval/eval.h"
 #include "framework/eval/generate.h"
 #include "framework/hf/hf_commands.h"
@@ -98,7 +101,7 @@ int run_command(const std::string& command, const Args& args) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     rt::agree_on([&] {
       const std::string line = rt::resolve_cp_a2a_auto(config);
-      if (rank == 0) std::printf("%s\n", line.c_str());
+      if (rank == 0) std::fprintf(stderr, "%s\n", line.c_str());  // stdout is the command's result alone
     }, rt::kExitUsage);
   }
   if (command == "generate") return rt::generate_main(config, args.generate, world_size());
@@ -125,7 +128,9 @@ int main(int argc, char** argv) {
         return rt::check_plan_memory_gib("--device-memory-gib", v); }));
   plan->add_option("--doc-lengths", args.plan.doc_lengths,
                    "document-length file (one length per line): attention FLOPs on visible pairs and ring imbalance "
-                   "per layout for packed documents of that mix");
+                   "per layout for packed documents of that mix")
+      ->check(plan_check("--doc-lengths", [](const std::string& v) {
+        return rt::input_file_problem("--doc-lengths", v); }));
   plan->add_option("--host-memory-gib", args.plan.host_memory_gib,
                    "host memory per node; CPU ranks share it (default: this host's)")
       ->check(plan_check("--host-memory-gib", [](const std::string& v) {
@@ -157,6 +162,8 @@ int main(int argc, char** argv) {
   eval->add_option("--cases", args.eval_task.cases, "needle: the directory launch/make_needles.py wrote");
   eval->add_option("--out", args.eval_task.out, "loss-by-position, needle: the results FILE.jsonl "
                                                 "(loss-by-position also writes FILE.csv)");
+  eval->add_flag(rt::kOverwriteFlag, args.eval_task.overwrite, "replace an existing --out / --dump-logits (without "
+                                                               "it an existing file is refused)");
   CLI::App* generate = app.add_subcommand("generate", "token ids in, token ids out (JSON): prefill on the grid, "
                                                       "split-KV decode over the cp ranks");
   add_config_args(generate, args);
@@ -184,6 +191,8 @@ int main(int argc, char** argv) {
   generate->add_option("--dump-logits", g.dump_logits, "write the logits each new token was chosen from here "
                                                        "(.npy, float32, new tokens x vocabulary)");
   generate->add_option("--out", g.out, "write the JSON result here (default: stdout)");
+  generate->add_flag(rt::kOverwriteFlag, g.overwrite, "replace an existing --out / --dump-logits (without it an "
+                                                      "existing file is refused)");
   HfArgs hf;
   CLI::App* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama/Mistral directory -> ringtrain checkpoint");
   import_hf->add_option("hf_dir", hf.source, "directory with config.json and model.safetensors (or shards + index)")

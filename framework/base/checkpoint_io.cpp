@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "framework/base/data_files.h"
+#include "framework/base/run_errors.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -83,10 +84,12 @@ void write_new_directory(const std::string& final_dir, const std::string& option
   } catch (const std::exception& e) {
     std::error_code removed;
     fs::remove_all(tmp, removed);
+    // An output that cannot be written (a full disk) is a usage error (exit 2), as for every command's --out.
     if (removed)
-      throw Error(std::string(e.what()) + "; removing the partial output '" + tmp.string() + "' failed too (" +
-                  removed.message() + "): delete it by hand");
-    throw Error(std::string(e.what()) + "; the partial output was removed, nothing was written to '" + final_dir + "'");
+      throw RunError(kExitUsage, std::string(e.what()) + "; removing the partial output '" + tmp.string() +
+                                     "' failed too (" + removed.message() + "): delete it by hand");
+    throw RunError(kExitUsage, std::string(e.what()) + "; the partial output was removed, nothing was written to '" +
+                                   final_dir + "'");
   }
   fsync_directory(parent.string());
 }

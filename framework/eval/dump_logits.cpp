@@ -6,31 +6,13 @@
 #include <filesystem>
 
 #include "framework/base/checkpoint_io.h"
+#include "framework/base/run_errors.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
 
 namespace fs = std::filesystem;
 
 namespace rt {
-namespace {
-
-// ".<name>.tmp" beside `path`: the file is written there in full, then renamed, so `path` is never half-written.
-std::string hidden_temp_name(const std::string& path) {
-  const fs::path p(path);
-  std::string name = ".";
-  name += p.filename().string();
-  name += ".tmp";
-  return (p.parent_path() / name).string();
-}
-
-void rename_into_place(const std::string& from, const std::string& to) {
-  std::error_code ec;
-  fs::rename(from, to, ec);
-  if (ec) throw Error("cannot rename '" + from + "' to '" + to + "': " + ec.message());
-}
-
-}  // namespace
-
 void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
                size_t bytes) {
   std::string dims;
@@ -52,7 +34,9 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
   w.commit();
 }
 
-void dump_logits(Model& model, const Batch& batch, int world_size, const std::string& file) {
+std::string dump_logits_tokens_path(const std::string& file) { return file + ".tokens.npy"; }
+
+void dump_logits(Model& model, const Batch& batch, int world_size, const std::string& file, OutputFiles& outputs) {
   RT_CHECK(world_size == 1, "eval --dump-logits runs on one rank (dp = cp = tp = 1), so that the logits are in "
                             "sequence order; this job has " << world_size << " ranks");
   const ModelShape& s = model.shape();
@@ -82,20 +66,16 @@ void dump_logits(Model& model, const Batch& batch, int world_size, const std::st
       logits[size_t(i * V + v)] = float(acc);
     }
   }
-  const std::string tokens_file = file + ".tokens.npy";
-  const std::string logits_tmp = hidden_temp_name(file), tokens_tmp = hidden_temp_name(tokens_file);
-  try {
-    write_npy(logits_tmp, "<f4", {s.B, s.n, V}, logits.data(), logits.size() * sizeof(float));
-    write_npy(tokens_tmp, "<i4", {s.B, s.n}, batch.tokens.data(), batch.tokens.size() * sizeof(int32_t));
-    rename_into_place(tokens_tmp, tokens_file);
-    rename_into_place(logits_tmp, file);
+  try {  // to temporaries; the command renames them with its other outputs at the end
+    write_npy(outputs.temporary("--dump-logits", file), "<f4", {s.B, s.n, V}, logits.data(),
+              logits.size() * sizeof(float));
+    write_npy(outputs.temporary("--dump-logits", dump_logits_tokens_path(file)), "<i4", {s.B, s.n},
+              batch.tokens.data(), batch.tokens.size() * sizeof(int32_t));
   } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(logits_tmp, ec);
-    fs::remove(tokens_tmp, ec);
-    throw Error(std::string(e.what()) + "; the partial files were removed, nothing was written to '" + file + "'");
+    throw RunError(kExitUsage, std::string("eval --dump-logits: ") + e.what() +
+                                   "; none of this command's outputs was written");
   }
-  std::printf("dump-logits: wrote %s (%lld x %lld x %lld float32) and %s.tokens.npy; this batch's mean loss "
+  std::fprintf(stderr, "dump-logits: %s (%lld x %lld x %lld float32) and %s.tokens.npy; this batch's mean loss "
               "%.9g over %lld targets\n",
               file.c_str(), (long long)s.B, (long long)s.n, (long long)V, file.c_str(),
               targets > 0 ? loss_sum / double(targets) : 0.0, (long long)targets);

@@ -7,12 +7,17 @@
 #pragma once
 #include <string>
 
+#include "framework/base/output_files.h"
 #include "framework/data/data.h"
 #include "framework/model/model.h"
 
 namespace rt {
 
-void dump_logits(Model& model, const Batch& batch, int world_size, const std::string& file);
+// Writes FILE and FILE.tokens.npy to temporaries of `outputs` (renamed with the command's other outputs by its
+// commit). One rank only: eval refuses --dump-logits on more at validation (a usage error).
+void dump_logits(Model& model, const Batch& batch, int world_size, const std::string& file, OutputFiles& outputs);
+// FILE.tokens.npy: the tokens beside the logits.
+std::string dump_logits_tokens_path(const std::string& file);
 
 // A .npy file (format 1.0, little-endian, C order) of float32 ("<f4") or int32 ("<i4") values.
 void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/base/data_files.h"
-#include "framework/eval/eval_files.h"
 #include "framework/eval/eval_tasks.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
@@ -168,7 +167,7 @@ std::vector<NeedleScore> score_needles(Model& model, const Config& config, const
       last_print = now;
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta = elapsed / double(b + 1) * double(batches - b - 1);
-      std::printf("needle: %llu/%zu cases, %.0f s elapsed, ETA %.0f s\n",
+      std::fprintf(stderr, "needle: %llu/%zu cases, %.0f s elapsed, ETA %.0f s\n",
                   (unsigned long long)std::min<uint64_t>((b + 1) * B, cases.size()), cases.size(), elapsed, eta);
       std::fflush(stdout);
     }
@@ -184,7 +183,7 @@ std::vector<NeedleScore> score_needles(Model& model, const Config& config, const
 }
 
 void write_needle_scores(const std::vector<NeedleCase>& cases, const std::vector<NeedleScore>& scores,
-                         const std::string& out, const std::string& checkpoint) {
+                         const std::string& out, const std::string& checkpoint, OutputFiles& outputs) {
   std::string jsonl;
   for (size_t k = 0; k < cases.size(); ++k) {
     const NeedleCase& c = cases[k];
@@ -196,7 +195,7 @@ void write_needle_scores(const std::vector<NeedleCase>& cases, const std::vector
                               {"mean_logprob", s.logprob_sum / n}, {"checkpoint", checkpoint}};
     jsonl += j.dump() + "\n";
   }
-  write_result_file(out, jsonl);
+  outputs.write_text("--out", out, jsonl);
 }
 
 }  // namespace rt

@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/eval/eval_tasks.h"
-#include "framework/eval/eval_files.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -73,8 +72,10 @@ PositionLosses loss_by_position(Model& model, DataLoader& eval_loader, const Eva
   return p;
 }
 
+std::string position_losses_csv_path(const std::string& out) { return out.substr(0, out.size() - 6) + ".csv"; }
+
 void write_position_losses(const PositionLosses& p, const std::string& out, const std::string& checkpoint,
-                           const std::string& by) {
+                           const std::string& by, OutputFiles& outputs) {
   std::string jsonl, csv = "lo,hi,targets,mean_loss\n";
   for (size_t k = 0; k < p.sum.size(); ++k) {
     if (p.count[k] <= 0) continue;
@@ -87,9 +88,8 @@ void write_position_losses(const PositionLosses& p, const std::string& out, cons
                   (long long)p.count[k], mean);
     csv += row;
   }
-  const std::string csv_path = out.substr(0, out.size() - 6) + ".csv";
-  write_result_file(csv_path, csv);
-  write_result_file(out, jsonl);
+  outputs.write_text("--out", position_losses_csv_path(out), csv);
+  outputs.write_text("--out", out, jsonl);
 }
 
 }  // namespace rt

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/base/host_tensor.h"
+#include "framework/base/output_files.h"
 #include "framework/config/config.h"
 #include "framework/data/data.h"
 #include "framework/model/model.h"
@@ -23,6 +24,7 @@ struct EvalTaskArgs {
   std::string by = "window";     // loss-by-position: window | document (position in the target's document)
   std::string out;               // loss-by-position, needle: the .jsonl to write (loss-by-position: also .csv)
   std::string cases;             // needle: the directory launch/make_needles.py wrote
+  bool overwrite = false;        // --overwrite: replace existing outputs (framework/base/output_files.h)
 };
 // "" or the refusal of an inconsistent request (a task without --out, --cases without needle, ...), naming the option.
 std::string check_eval_task_args(const EvalTaskArgs& args);
@@ -40,10 +42,12 @@ struct PositionLosses {
 // The plan's windows (as evaluate() reads them), bucketed by_document or by window position. Collective.
 PositionLosses loss_by_position(Model& model, DataLoader& eval_loader, const EvalPlan& plan, int64_t seq_len,
                                 bool by_document);
+// The CSV loss-by-position writes beside its --out: out with .csv for .jsonl.
+std::string position_losses_csv_path(const std::string& out);
 // Writes `out` (.jsonl, one bucket a line: checkpoint, by, lo, hi, targets, mean_loss) and the same rows as CSV
-// beside it (out with .csv for .jsonl), each through a temporary name. Buckets without targets are left out.
+// beside it to temporaries of `outputs` (renamed together by its commit). Buckets without targets are left out.
 void write_position_losses(const PositionLosses& p, const std::string& out, const std::string& checkpoint,
-                           const std::string& by);
+                           const std::string& by, OutputFiles& outputs);
 
 // ---- needles ----
 struct NeedleCase {
@@ -75,8 +79,8 @@ std::vector<NeedleScore> score_needles(Model& model, const Config& config, const
                                        const std::vector<NeedleCase>& cases, const HostTensor& lm_head,
                                        bool print_progress);
 // One line a case: id, kind, length, depth, answer_tokens, argmax_hits, accuracy, exact (all hits),
-// mean_logprob, checkpoint. Through a temporary name.
+// mean_logprob, checkpoint. To a temporary of `outputs` (renamed by its commit).
 void write_needle_scores(const std::vector<NeedleCase>& cases, const std::vector<NeedleScore>& scores,
-                         const std::string& out, const std::string& checkpoint);
+                         const std::string& out, const std::string& checkpoint, OutputFiles& outputs);
 
 }  // namespace rt

@@ -10,12 +10,15 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/base/checkpoint_io.h"
+#include "framework/base/output_files.h"
 #include "framework/base/run_errors.h"
 #include "framework/checkpoint/checkpoint.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/eval/dump_logits.h"
 #include "framework/eval/eval.h"
+#include "framework/eval/command_inputs.h"
 #include "framework/eval/generate.h"
+#include "framework/plan/generate_limits.h"
 #include "framework/plan/plan_generate.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
@@ -30,48 +33,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  RT_CHECK(in, what << " '" << path << "' cannot be read; give an existing file of token ids");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Atomic: `write` fills a hidden name beside `path`, then it is renamed. `option` names the flag in errors.
-template <class Write>
-void write_atomically(const std::string& path, const char* option, Write&& write) {
-  const fs::path p(path);
-  const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
-  try {
-    write(tmp);
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw RunError(kExitUsage, std::string("generate ") + option + ": " + e.what() + "; nothing was written to '" +
-                                   path + "'");
-  }
-}
-
-void write_result(const std::string& path, const std::string& text) {
-  write_atomically(path, "--out", [&](const std::string& tmp) {
-    DurableFileWriter w(tmp);
-    w.write(text.data(), text.size());
-    w.commit();
-  });
-}
-
-void check_output_path(const std::string& path, const char* option) {
-  if (path.empty()) return;
-  const fs::path parent = fs::absolute(path).parent_path();
-  RT_CHECK(fs::is_directory(parent) && !fs::is_directory(path),
-           "generate: " << option << " " << path << " must be a file in an existing directory; create "
-                        << parent.string() << " or choose another path");
 }
 
 // The prompt but its last token into this rank's cache shard: one pass through the training forward on the grid
@@ -126,6 +87,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   int64_t trained_len = 0, eos = -1;
   agree_on([&] {
     std::map<std::string, std::string> metadata;
+    check_checkpoint_argument("generate", args.checkpoint);
     weights = load_model_weights(args.checkpoint, &metadata);
     apply_model_from_source(config, metadata, "checkpoint", args.checkpoint);
     if (auto it = metadata.find("hf_source"); it != metadata.end()) hf_source = it->second;
@@ -145,7 +107,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     validate_config(config, world_size);
     RT_CHECK(args.prompt_ids_file.empty() == args.prompt_given,
              "generate: give the prompt once, as --prompt-ids FILE or --prompt \"1,2,3\"");
-    prompt = !args.prompt_given ? parse_token_ids(read_text_file(args.prompt_ids_file, "--prompt-ids"),
+    prompt = !args.prompt_given ? parse_token_ids(read_input_file("generate", "--prompt-ids", args.prompt_ids_file),
                                                    "--prompt-ids " + args.prompt_ids_file)
                                  : parse_token_ids(args.prompt, "--prompt");
     RT_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token id (--prompt \"1\")");
@@ -153,17 +115,24 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
       RT_CHECK(prompt[i] < config.model.vocab_size, "generate: prompt token " << i << " is " << prompt[i]
                    << ", outside the model's vocabulary of " << config.model.vocab_size << " ids [0, "
                    << config.model.vocab_size - 1 << "]; was the prompt made with another tokenizer?");
-    RT_CHECK(args.max_new_tokens >= 0, "generate: --max-new-tokens " << args.max_new_tokens << " must be >= 0");
+    const std::string out_of_range =  // before any sum of them (framework/plan/generate_limits.h)
+        check_generate_counts({int64_t(prompt.size()), args.max_new_tokens, args.prefill_chunk, "the prompt"});
+    RT_CHECK(out_of_range.empty(), "generate: " << out_of_range);
     const std::string bad_sampling = check_sampling(args.sampling);
     RT_CHECK(bad_sampling.empty(), "generate: " << bad_sampling);
     const std::string refused = check_prompt_length(int64_t(prompt.size()), trained_len, config.model.rope_scaling,
                                                     &length_warning);
     RT_CHECK(refused.empty(), "generate: " << refused);
-    RT_CHECK(args.prefill_chunk >= 0, "generate: --prefill-chunk " << args.prefill_chunk << " must be 0 (auto: "
-             "chunks only when the prompt's prefill does not fit) or a number of tokens per chunk");
+    RT_CHECK(!args.eos_given || args.eos_id < config.model.vocab_size,
+             "generate: --eos-id " << args.eos_id << " is outside the model's vocabulary of " << config.model.vocab_size
+             << " ids [0, " << config.model.vocab_size - 1 << "], so generation could never stop at it; give an id "
+             "in that range, or a negative one to never stop at EOS");
     eos = resolve_eos_id(args, config, hf_source);
-    check_output_path(args.out, "--out");
-    check_output_path(args.dump_logits, "--dump-logits");
+    if (!args.out.empty()) check_output_file("generate", "--out", args.out, args.overwrite);
+    if (!args.dump_logits.empty()) check_output_file("generate", "--dump-logits", args.dump_logits, args.overwrite);
+    RT_CHECK(args.out.empty() || args.dump_logits.empty() ||
+             std::filesystem::absolute(args.out) != std::filesystem::absolute(args.dump_logits),
+             "generate: --out and --dump-logits name the same file '" << args.out << "'; give two paths");
   }, kExitUsage);
 
   const int64_t P = int64_t(prompt.size());
@@ -283,21 +252,26 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
                  "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)Pp, prefill_s, cp, config.parallel.cp_a2a,
                  config.parallel.tp, generated.size(), decode_s, tokens_per_s, stop.c_str());
+    // Every output to a temporary first, then all renamed together (framework/base/output_files.h).
+    OutputFiles outputs("generate");
+    const int64_t steps = int64_t(generated.size());
     if (!args.dump_logits.empty()) {
-      const int64_t steps = int64_t(generated.size());
-      write_atomically(args.dump_logits, "--dump-logits", [&](const std::string& tmp) {
+      const std::string tmp = outputs.temporary("--dump-logits", args.dump_logits);
+      try {
         write_npy(tmp, "<f4", {steps, V}, step_logits.data(), step_logits.size() * sizeof(float));
-      });
-      std::fprintf(stderr, "generate: wrote %s (%lld x %lld float32 logits)\n", args.dump_logits.c_str(),
-                   (long long)steps, (long long)V);
+      } catch (const std::exception& e) {
+        throw RunError(kExitUsage, std::string("generate --dump-logits: ") + e.what() +
+                                       "; none of this command's outputs was written");
+      }
     }
     const std::string text = j.dump() + "\n";
-    if (args.out.empty()) {
-      std::fputs(text.c_str(), stdout);
-    } else {
-      write_result(args.out, text);
-      std::fprintf(stderr, "generate: wrote %s\n", args.out.c_str());
-    }
+    if (!args.out.empty()) outputs.write_text("--out", args.out, text);
+    outputs.commit();
+    if (!args.dump_logits.empty())
+      std::fprintf(stderr, "generate: wrote %s (%lld x %lld float32 logits)\n", args.dump_logits.c_str(),
+                   (long long)steps, (long long)V);
+    if (args.out.empty()) std::fputs(text.c_str(), stdout);
+    else std::fprintf(stderr, "generate: wrote %s\n", args.out.c_str());
   }
   return 0;
 }

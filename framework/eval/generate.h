@@ -23,6 +23,7 @@ struct GenerateArgs {
   std::string prompt;           // the same, inline ("1,2,3")
   bool prompt_given = false;    // --prompt was given (possibly empty)
   std::string out;              // JSON result file ("" = stdout)
+  bool overwrite = false;       // --overwrite: replace an existing --out / --dump-logits (framework/base/output_files.h)
   int64_t max_new_tokens = 64;
   SamplingParams sampling;
   bool eos_given = false;       // --eos-id (a negative id: never stop at EOS)

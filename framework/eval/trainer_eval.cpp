@@ -10,7 +10,9 @@
 #include <map>
 
 #include "framework/checkpoint/checkpoint.h"
+#include "framework/eval/command_inputs.h"
 #include "framework/eval/dump_logits.h"
+#include "framework/eval/eval_outputs.h"
 #include "framework/eval/eval_tasks.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/base/run_errors.h"
@@ -66,17 +68,18 @@ HostTensor take_lm_head(const Config& config, const std::vector<HostTensor>& wei
 }
 
 int needle_task(Model& model, const Config& config, const LoaderRank& rank, const HostTensor& lm_head,
-                const EvalTaskArgs& task, const std::string& checkpoint, bool rank0) {
+                const EvalTaskArgs& task, const std::string& checkpoint, bool rank0, OutputFiles& outputs) {
   NeedleCases read;
   agree_on([&] { read = read_needle_cases(config, task.cases); }, kExitUsage);
   if (rank0) {
-    if (!read.note.empty()) std::printf("warning: %s\n", read.note.c_str());
-    std::printf("needle: %zu cases from %s, %d per forward\n", read.cases.size(), task.cases.c_str(),
+    if (!read.note.empty()) std::fprintf(stderr, "warning: %s\n", read.note.c_str());
+    std::fprintf(stderr, "needle: %zu cases from %s, %d per forward\n", read.cases.size(), task.cases.c_str(),
                 config.train.batch_size);
   }
   const std::vector<NeedleScore> scores = score_needles(model, config, rank, read.cases, lm_head, rank0);
   if (!rank0) return 0;
-  write_needle_scores(read.cases, scores, task.out, checkpoint);
+  write_needle_scores(read.cases, scores, task.out, checkpoint, outputs);
+  outputs.commit();
   int64_t tokens = 0, hits = 0, exact = 0;
   for (const NeedleScore& s : scores)
     tokens += s.answer_tokens, hits += s.argmax_hits, exact += s.argmax_hits == s.answer_tokens ? 1 : 0;
@@ -99,18 +102,21 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   std::string grid_note;
   agree_on([&] {
     std::map<std::string, std::string> metadata;
+    check_checkpoint_argument("eval", checkpoint);
     weights = load_model_weights(checkpoint, &metadata);
     taken = apply_model_from_source(config, metadata, "checkpoint", checkpoint);
     grid_note = fit_grid_to_world(config, world_size);
     validate_config(config, world_size);
+    check_eval_request(config, task, dump_logits_file, world_size);  // options that cannot take effect, outputs
   }, kExitUsage);
+  OutputFiles outputs("eval");  // every output renamed into place together at the end
   Device device;  // device: cuda without a GPU is the config's error, found by every rank alike
   agree_on([&] { device = resolve_device(config); }, kExitUsage);
   ProcessGrid grid = make_process_grid(config);
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {
-    for (const std::string& t : taken.taken) std::printf("eval: %s (from the checkpoint)\n", t.c_str());
-    if (!grid_note.empty()) std::printf("%s\n", grid_note.c_str());
+    for (const std::string& t : taken.taken) std::fprintf(stderr, "eval: %s (from the checkpoint)\n", t.c_str());
+    if (!grid_note.empty()) std::fprintf(stderr, "%s\n", grid_note.c_str());
   }
   ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
   std::unique_ptr<DataLoader> loader;
@@ -124,19 +130,21 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   if (task.task == "needle") {
     const HostTensor lm_head = take_lm_head(config, weights);
     weights.clear();
-    return needle_task(*session.model, config, loader_rank(config, grid), lm_head, task, checkpoint, rank0);
+    return needle_task(*session.model, config, loader_rank(config, grid), lm_head, task, checkpoint, rank0,
+                       outputs);
   }
   weights.clear();
-  if (rank0) std::printf("eval: %s\n", plan.text().c_str());
+  if (rank0) std::fprintf(stderr, "eval: %s\n", plan.text().c_str());
   if (!dump_logits_file.empty()) {
     loader->set_cursor(0);
-    dump_logits(*session.model, loader->next(), grid.dims().world(), dump_logits_file);  // the first eval batch
+    dump_logits(*session.model, loader->next(), grid.dims().world(), dump_logits_file, outputs);  // first batch
   }
   if (task.task == "loss-by-position") {
     const PositionLosses p = loss_by_position(*session.model, *loader, plan, config.data.seq_len,
                                               task.by == "document");
     if (rank0) {
-      write_position_losses(p, task.out, checkpoint, task.by);
+      write_position_losses(p, task.out, checkpoint, task.by, outputs);
+      outputs.commit();
       std::printf("eval %s: mean loss %s over %.0f targets, by position in the %s: wrote %s and its .csv (plot: "
                   "python3 launch/plot_loss_by_position.py %s --out loss_by_position.png)\n", checkpoint.c_str(),
                   loss_text(p.total).c_str(), p.total.count[0], task.by.c_str(), task.out.c_str(), task.out.c_str());
@@ -145,7 +153,8 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   }
   const LossTally ev = evaluate(*session.model, *loader, plan);
   if (rank0) {
-    if (ev.no_targets()) std::printf("warning: eval has no targets: %s\n", no_targets_reason(config).c_str());
+    outputs.commit();  // --dump-logits
+    if (ev.no_targets()) std::fprintf(stderr, "warning: eval has no targets: %s\n", no_targets_reason(config).c_str());
     std::printf("eval %s: mean loss %s over %.0f targets (nats/token)%s%s\n", checkpoint.c_str(), loss_text(ev).c_str(),
                 ev.count[0], halves_text(ev).c_str(),
                 config.data.documents == "eot"

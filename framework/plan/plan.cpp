@@ -17,6 +17,7 @@
 #include "framework/plan/plan.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
+#include "framework/plan/generate_limits.h"
 #include "framework/plan/plan_generate.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
@@ -233,9 +234,9 @@ GeneratePlan plan_for_generate(const Config& config, Device device, const PlanAr
   RT_CHECK(args.generate || !args.generate_new_given, "--max-new-tokens and --prefill-chunk are for planning "
            "generate; give the prompt length too, e.g. --generate-context 131072 --max-new-tokens "
            << args.generate_new_tokens);
-  RT_CHECK(args.generate_context >= 1, "--generate-context " << args.generate_context
-           << " must be a prompt of at least 1 token, e.g. --generate-context 131072");
-  RT_CHECK(args.generate_new_tokens >= 0, "--max-new-tokens " << args.generate_new_tokens << " must be >= 0");
+  const std::string out_of_range = check_generate_counts(
+      {args.generate_context, args.generate_new_tokens, args.generate_prefill_chunk, "--generate-context"});
+  RT_CHECK(out_of_range.empty(), out_of_range);
   Config c = config;
   prepare_generate_config(c);
   return plan_generate(c, device, args.generate_context, args.generate_new_tokens,
