@@ -47,10 +47,22 @@ class OpRun {
     poison(t);
     return t;
   }
+  // An e4m3 tensor (e4m3 on both devices) holding `codes`; an e4m3 output poisoned with 0xFF (NaN).
+  Tensor in_fp8(std::initializer_list<int64_t> dims, std::vector<uint8_t> codes) {
+    Tensor t = make(DType::e4m3, dims);
+    copy_cast(t, Tensor(codes.data(), DType::e4m3, Device::cpu(), {int64_t(codes.size())}));
+    return t;
+  }
+  Tensor out_fp8(std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (const int64_t d : dims) n *= d;
+    return in_fp8(dims, std::vector<uint8_t>(size_t(n), 0xFF));
+  }
 
  private:
   Tensor make(DType gpu_dtype, std::initializer_list<int64_t> dims) {
-    const DType dt = device_.is_cuda() || gpu_dtype == DType::i32 ? gpu_dtype : DType::f32;
+    const bool keep = device_.is_cuda() || gpu_dtype == DType::i32 || gpu_dtype == DType::e4m3;
+    const DType dt = keep ? gpu_dtype : DType::f32;
     buffers_.push_back(std::make_unique<Buffer>(device_, dt, dims));
     return buffers_.back()->t();
   }
@@ -67,6 +79,30 @@ struct OpCase {
 std::vector<float> rand_vec(int64_t n, uint64_t seed, float stddev = 1.f, float mean = 0.f) {
   return random_vector(n, seed, stddev, mean);
 }
+// The codes of an e4m3 tensor as floats (0..255), so the comparison is bit for bit.
+std::vector<float> fp8_codes(const Tensor& t) {
+  std::vector<uint8_t> codes(size_t(t.numel()));
+  copy_cast(Tensor(codes.data(), DType::e4m3, Device::cpu(), {t.numel()}), t);
+  return std::vector<float>(codes.begin(), codes.end());
+}
+// An FP8 operand (R,K) on r's device quantized on the host from normal(0, stddev) values, for gemm_fp8's case.
+Fp8Operand fp8_operand(OpRun& r, int64_t R, int64_t K, Fp8Scaling scaling, uint64_t seed, float stddev) {
+  std::vector<float> x = random_vector(R * K, seed, stddev);
+  const Fp8ScaleShape ss = fp8_scale_shape(scaling, R, K);
+  std::vector<uint8_t> codes(size_t(R * K));
+  std::vector<float> factors(size_t(ss.numel())), amax(size_t(scaling == Fp8Scaling::tensor ? 1 : R));
+  const Tensor xh = host_view(x, {R, K});
+  Fp8Operand h{Tensor(codes.data(), DType::e4m3, Device::cpu(), {R, K}),
+               ss.ndim == 1 ? host_view(factors, {ss.d0}) : host_view(factors, {ss.d0, ss.d1}), scaling};
+  const bool given = scaling == Fp8Scaling::tensor || scaling == Fp8Scaling::row;
+  if (given) fp8_amax(host_view(amax, {int64_t(amax.size())}), Tensor{}, xh, scaling);
+  fp8_quantize(h, Fp8Operand{}, xh, given ? host_view(amax, {int64_t(amax.size())}) : Tensor{}, Tensor{});
+  Fp8Operand o{r.in_fp8({R, K}, codes),
+               ss.ndim == 1 ? r.in(DType::f32, {ss.d0}, factors) : r.in(DType::f32, {ss.d0, ss.d1}, factors),
+               scaling};
+  return o;
+}
+
 std::vector<float> positive_vec(int64_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -179,6 +215,59 @@ const std::map<std::string, OpCase>& op_cases() {
          Tensor c = r.in(DType::f32, {M, N}, rand_vec(M * N, 3));
          gemm(c, a, b, false, true, 0.7f, 0.3f);
          return {download(c)};
+       }}},
+      // fp8: the amaxes and the quantizer bit for bit (codes compared as integers, factors exactly); the GEMM
+      // to f32 summation order and Hopper's FP8 accumulation (promoted to f32 every few k-blocks).
+      {"fp8_amax", {0.0, [](OpRun& r) -> Outputs {
+         const int64_t R = 200, K = 72;
+         Tensor x = r.in(DType::bf16, {R, K}, rand_vec(R * K, 61, 3.f));
+         Tensor all = r.out(DType::f32, {1}), rows = r.out(DType::f32, {R}), cols = r.out(DType::f32, {K});
+         fp8_amax(all, Tensor{}, x, Fp8Scaling::tensor);
+         fp8_amax(rows, cols, x, Fp8Scaling::row);
+         return {download(all), download(rows), download(cols)};
+       }}},
+      {"fp8_quantize", {0.0, [](OpRun& r) -> Outputs {
+         // 136 x 264: partial 128-blocks at both edges, K and R multiples of 8 (the vector paths).
+         const int64_t R = 136, K = 264;
+         Tensor x = r.in(DType::bf16, {R, K}, rand_vec(R * K, 62, 2.f));
+         Outputs got;
+         for (const Fp8Scaling s : {Fp8Scaling::tensor, Fp8Scaling::row, Fp8Scaling::block_1x128,
+                                    Fp8Scaling::block_128x128}) {
+           const Fp8ScaleShape sq = fp8_scale_shape(s, R, K), st = fp8_scale_shape(s, K, R);
+           auto scale_out = [&](const Fp8ScaleShape& ss) {
+             return ss.ndim == 1 ? r.out(DType::f32, {ss.d0}) : r.out(DType::f32, {ss.d0, ss.d1});
+           };
+           Fp8Operand q{r.out_fp8({R, K}), scale_out(sq), s}, qt{r.out_fp8({K, R}), scale_out(st), s};
+           Tensor amax, amax_t;
+           if (s == Fp8Scaling::tensor) {
+             amax = r.out(DType::f32, {1});
+             fp8_amax(amax, Tensor{}, x, s);
+           } else if (s == Fp8Scaling::row) {
+             amax = r.out(DType::f32, {R}), amax_t = r.out(DType::f32, {K});
+             fp8_amax(amax, amax_t, x, s);
+           }
+           fp8_quantize(q, qt, x, amax, amax_t);
+           got.push_back(fp8_codes(q.data));
+           got.push_back(download(q.scale));
+           got.push_back(fp8_codes(qt.data));
+           got.push_back(download(qt.scale));
+         }
+         return got;
+       }}},
+      {"gemm_fp8", {2e-3, [](OpRun& r) -> Outputs {
+         const int64_t M = 128, N = 256, K = 384;
+         Outputs got;
+         const std::pair<Fp8Scaling, Fp8Scaling> pairs[] = {{Fp8Scaling::tensor, Fp8Scaling::tensor},
+                                                            {Fp8Scaling::row, Fp8Scaling::row},
+                                                            {Fp8Scaling::block_1x128, Fp8Scaling::block_128x128},
+                                                            {Fp8Scaling::block_1x128, Fp8Scaling::block_1x128}};
+         for (const auto& [sa, sb] : pairs) {
+           const Fp8Operand a = fp8_operand(r, M, K, sa, 63, 1.f), b = fp8_operand(r, N, K, sb, 64, 0.05f);
+           Tensor c = r.out(DType::f32, {M, N});
+           gemm_fp8(c, a, b, 0.f, false);
+           got.push_back(download(c));
+         }
+         return got;
        }}},
       {"linear_gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
          // F = 136: the cuBLASLt GELU_AUX epilogue where it has an algorithm; F = 100 (not a multiple of 8): the
