@@ -352,6 +352,15 @@ std::string model_config_hash(const Config& config) {
 }
 
 
+const char* cp_scheme_setting_name(CpSchemeSetting setting) {
+  switch (setting) {
+    case CpSchemeSetting::ring: return "ring";
+    case CpSchemeSetting::gather: return "gather";
+    case CpSchemeSetting::automatic: return "auto";
+  }
+  return "auto";
+}
+
 std::string resolved_layout(const Config& config) {
   const std::string& layout = config.parallel.layout;
   if (layout != "auto") return layout;

@@ -50,6 +50,12 @@ struct DataConfig {
   uint64_t seed = 1234;
 };
 
+// parallel.cp_scheme as the config holds it, read once from its YAML spelling (ring | gather | auto): one scheme for
+// every batch, or auto, which the loader settles per batch (parallel/schedule/batch_schedule.h; CpScheme in
+// parallel/schedule/cp_scheme.h is what a batch runs).
+enum class CpSchemeSetting { ring, gather, automatic };
+const char* cp_scheme_setting_name(CpSchemeSetting setting);  // the YAML spelling: "ring" | "gather" | "auto"
+
 struct ParallelConfig {
   int dp = 1, cp = 1, tp = 1;
   // All-to-all degree u (DESIGN.md "All-to-all and the hybrid"): cp = ring x u, the ring runs over cp / u and the
@@ -66,7 +72,7 @@ struct ParallelConfig {
   // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/schedule/cp_scheme.h): ring (K/V blocks
   // hop around the ring, skipping the hops nobody needs) | gather (each rank receives exactly the key rows its
   // queries see in one exchange) | auto (per batch, the least predicted time). Without documents: the ring.
-  std::string cp_scheme = "auto";
+  CpSchemeSetting cp_scheme = CpSchemeSetting::automatic;
   // ZeRO over the dp x cp group (ranks with the same tp coordinate): 0 replicated; 1 fp32 masters and Adam
   // moments sharded; 2 gradients too (reduce-scattered per layer during the backward); 3 compute weights too
   // (all-gathered per layer before use, the next layer prefetched).

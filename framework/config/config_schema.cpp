@@ -55,7 +55,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(parallel, layout, string, "auto | contiguous | zigzag | striped | balanced (documents)"),
       RT_FIELD(parallel, comm, string, "auto | mpi | nccl"),
       RT_FIELD(parallel, dkv_wire, string, "ring dK/dV accumulator on the wire: fp32 | bf16"),
-      RT_FIELD(parallel, cp_scheme, string,
+      RT_FIELD(parallel, cp_scheme, cp_scheme,
                "packed documents over the ring: ring | gather (only the key rows queries see) | auto (per batch)"),
       RT_FIELD(parallel, zero, i32, "ZeRO stage over dp x cp: 0 | 1 (optimizer) | 2 (+ gradients) | 3 (+ weights)"),
       RT_FIELD(parallel, timeout_s, f64, "watchdog: seconds a rank may wait in a collective (exit 4)"),
@@ -186,6 +186,7 @@ const char* field_type_name(FieldType type) {
   return "?";
 }
 
+    case FieldType::cp_scheme: return "ring, gather or auto";
 bool set_field(Config& config, const FieldSpec& field, const std::string& text, std::string* error) {
   void* where = field.address(config);
   auto bad = [&](const std::string& why) {
@@ -254,6 +255,15 @@ bool set_field(Config& config, const FieldSpec& field, const std::string& text, 
   return bad("");
 }
 
+    case FieldType::cp_scheme: {  // the enum is read here; the message is the one a string choice gets
+      for (CpSchemeSetting s : {CpSchemeSetting::ring, CpSchemeSetting::gather, CpSchemeSetting::automatic})
+        if (text == cp_scheme_setting_name(s)) {
+          *static_cast<CpSchemeSetting*>(where) = s;
+          return true;
+        }
+      *error = field.path() + "='" + text + "' is not a valid choice; use one of: ring, gather, auto";
+      return false;
+    }
 std::string field_text(const Config& config, const FieldSpec& field) {
   const void* where = field.address(const_cast<Config&>(config));
   char buf[64];
@@ -278,4 +288,5 @@ std::string field_text(const Config& config, const FieldSpec& field) {
   return "";
 }
 
+    case FieldType::cp_scheme: return cp_scheme_setting_name(*static_cast<const CpSchemeSetting*>(where));
 }  // namespace rt

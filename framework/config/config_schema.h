@@ -9,7 +9,8 @@
 
 namespace rt {
 
-enum class FieldType { i32, u64, f32, f64, boolean, string, i32_or_auto };  // i32_or_auto: "auto" is stored as 0
+// i32_or_auto: "auto" is stored as 0; cp_scheme: a CpSchemeSetting, spelled ring | gather | auto.
+enum class FieldType { i32, u64, f32, f64, boolean, string, i32_or_auto, cp_scheme };
 
 struct FieldSpec {
   const char* section;            // "model", ..., or "" for a top-level key (device)

@@ -138,8 +138,7 @@ void check_parallel(const Config& c, int world_size, Problems& p) {
           "layout: zigzag");
   p.one_of("parallel.comm", g.comm, {"auto", "mpi", "nccl"});
   p.one_of("parallel.dkv_wire", g.dkv_wire, {"fp32", "bf16"});
-  p.one_of("parallel.cp_scheme", g.cp_scheme, {"ring", "gather", "auto"});
-  if (g.cp_scheme == "gather" && c.data.documents != "eot")
+  if (g.cp_scheme == CpSchemeSetting::gather && c.data.documents != "eot")
     p.add("parallel.cp_scheme=gather sends each rank the key rows its queries see under a document mask, but "
           "data.documents is ", c.data.documents, " (every query sees every earlier key, so the ring is the scheme); "
           "set data.documents: eot, or use cp_scheme: ring (or auto)");

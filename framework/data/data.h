@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "framework/config/config.h"
+#include "parallel/schedule/batch_schedule.h"
 #include "parallel/schedule/cp_scheme.h"
 
 namespace rt {
@@ -98,6 +99,11 @@ RingShape cp_scheme_ring_shape(const Config& config, int ring);
 
 // data.documents: eot: a warning naming data.eot_token when it occurs in none of the first `samples` training
 // samples (every sample would train as one document); "" when it occurs, or without documents.
+// The rule the loader schedules each batch of packed documents by (schedule_batch, parallel/schedule/batch_schedule.h):
+// `layout` over a ring of `ring` ranks, parallel.cp_scheme (auto: per batch), priced at cp_scheme_ring_shape.
+// `ringtrain plan --doc-lengths` schedules its windows by the same rule.
+ScheduleRule schedule_rule(const Config& config, Layout layout, int ring);
+
 constexpr int kEotCheckSamples = 16;  // the trainer's `samples`
 std::string eot_absence_warning(const Config& config, int samples);
 

@@ -22,7 +22,7 @@ std::string cp_scheme_fallback_note(const CpSchemeMemory& m) {
 }
 
 std::string resolve_cp_scheme_memory(Config& config, Device device, const PlanLimits& limits) {
-  const bool applies = config.data.documents == "eot" && config.parallel.cp_scheme == "auto" &&
+  const bool applies = config.data.documents == "eot" && config.parallel.cp_scheme == CpSchemeSetting::automatic &&
                        config.parallel.ring() > 1 && limits.device_bytes > 0;
   if (!applies) return "";
   CpSchemeMemory m;
@@ -30,10 +30,10 @@ std::string resolve_cp_scheme_memory(Config& config, Device device, const PlanLi
   m.with_gather = plan_point(config, device, limits).device_bytes();
   if (m.with_gather <= m.limit) return "";
   Config ring = config;
-  ring.parallel.cp_scheme = "ring";
+  ring.parallel.cp_scheme = CpSchemeSetting::ring;
   m.ring_only = plan_point(ring, device, limits).device_bytes();
   if (!cp_scheme_auto_falls_back(m)) return "";  // neither fits: the usual out-of-memory error names what to lower
-  config.parallel.cp_scheme = "ring";
+  config.parallel.cp_scheme = CpSchemeSetting::ring;
   return cp_scheme_fallback_note(m);
 }
 

@@ -189,7 +189,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"zero", pt.zero},
                       {"offload_layers", pt.offload_layers},
                       {"layout", resolved_layout(config)},
-                      {"cp_scheme", p.cp_scheme},
+                      {"cp_scheme", cp_scheme_setting_name(p.cp_scheme)},
                       {"seq_len", pt.seq_len},
                       {"batch_size", config.train.batch_size},
                       {"tokens_per_step", double(config.train.batch_size) * pt.seq_len},

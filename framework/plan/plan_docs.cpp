@@ -1,14 +1,17 @@
 // `ringtrain plan --doc-lengths FILE`: the attention work of packed documents with that length mix, at the
 // config's seq_len and cp: expected visible (query, key) pairs per sample (the mean over seeded windows of T
 // tokens into the stream of documents), the attention FLOPs per step they cost, and per layout the ring imbalance
-// (parallel/schedule/doc_balance.h) and the kernels' tile efficiency (parallel/schedule/ring_tile_cost.h), with balanced's picks.
+// (parallel/schedule/doc_balance.h) and the kernels' tile efficiency (parallel/schedule/ring_tile_cost.h), with
+// balanced's picks: the loader's own (schedule_batch, parallel/schedule/batch_schedule.h).
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
 
+#include "framework/data/data.h"
 #include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan_docs.h"
+#include "parallel/schedule/batch_schedule.h"
 #include "parallel/schedule/doc_balance.h"
 #include "parallel/schedule/gather_plan.h"
 
@@ -27,15 +30,15 @@ std::vector<std::vector<int64_t>> doc_length_windows(const std::vector<int64_t>&
 DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int windows) {
   const std::vector<int64_t> lengths = read_doc_lengths(path);
   const int64_t T = config.data.seq_len;
-  const int cp = config.parallel.cp;
+  const int cp = config.parallel.ring();  // the layouts are over the ring (cp / cp_a2a ranks), as the loader's
   DocLengthPlan plan;
   plan.path = path;
   plan.windows = windows;
-  RingShape shape;  // per rank, as RingAttention runs it
-  shape.heads = config.model.n_head / std::max(1, config.parallel.tp);
-  shape.kv_heads = std::max(1, config.model.n_kv_head / std::max(1, config.parallel.tp));
-  shape.head_dim = config.model.head_dim();
-  shape.dkv_wire_bytes = config.parallel.dkv_wire == "bf16" ? 2 : 4;
+  // balanced's pick is the loader's: the same function (schedule_batch) with the same rule, so the shape per rank
+  // is the loader's too (the query and KV heads of a tp rank after the all-to-all's split).
+  const ScheduleRule rule = schedule_rule(config, Layout::balanced, cp);
+  const RingShape& shape = rule.shape;
+  const bool with_gather = rule.scheme != CpScheme::ring;
   const Layout layouts[] = {Layout::contiguous, Layout::zigzag, Layout::striped};
   std::map<std::string, int> picks;  // balanced's choice -> windows
   const std::vector<std::vector<int64_t>> samples = doc_length_windows(lengths, T, windows);
@@ -54,40 +57,37 @@ DocLengthPlan doc_length_plan(const Config& config, const std::string& path, int
         order = layout_ring_order(layouts[l], T, cp);
       } else {
         const auto t0 = std::chrono::steady_clock::now();
-        // As the loader chooses (framework/data/data.cpp): with cp_scheme gather or auto, the gather candidates
-        // (parallel/schedule/doc_balance.h, gatherpack included) join, and the pick is over both (gather: over them alone).
-        const std::string& scheme = config.parallel.cp_scheme;
-        std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape, true, scheme != "ring");
-        size_t best = pick_balanced(cands);
-        if (scheme == "gather")
-          for (size_t c = 0; c < cands.size(); ++c)
-            if (cands[c].gather && (!cands[best].gather || cands[c].time.total_us() < cands[best].time.total_us()))
-              best = c;
+        BatchSchedule picked = schedule_batch({starts}, rule);  // a window is a batch of one sample
         plan.balanced_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / windows;
-        picks[cands[best].label()] += 1;
-        for (size_t c = 0; c < cands.size(); ++c) {
+        picks[picked.label] += 1;
+        plan.window_labels.push_back(picked.label);
+        plan.window_schemes.push_back(picked.scheme);
+        // Every candidate the chooser weighed, with the same prediction (the gather candidates join as they do for
+        // the loader: with cp_scheme gather or auto).
+        const std::vector<RingCandidate> cands = ring_candidates(starts, cp, shape, /*with_orders=*/false, with_gather);
+        for (const RingCandidate& cand : cands) {
           auto it = std::find_if(plan.candidates.begin(), plan.candidates.end(),
-                                 [&](const DocLengthPlan::Candidate& x) { return x.name == cands[c].label(); });
+                                 [&](const DocLengthPlan::Candidate& x) { return x.name == cand.label(); });
           if (it == plan.candidates.end()) {
-            plan.candidates.push_back({cands[c].label()});
+            plan.candidates.push_back({cand.label()});
             it = plan.candidates.end() - 1;
           }
-          const RingTimePrediction& t = cands[c].time;
+          const RingTimePrediction& t = cand.time;
           it->eff_fwd += t.efficiency_fwd() / windows, it->eff_bwd += t.efficiency_bwd() / windows;
           it->comm_share += t.comm_share() / windows;
           it->bytes += t.bytes_per_layer / windows, it->ring_bytes += t.ring_bytes_per_layer / windows;
-          it->picked += c == best ? 1 : 0;
-          if (cands[c].gather) continue;  // its own row is the gather's prediction
-          const KvGatherPlan gplan = kv_gather_plan_for_spans(document_begins(starts), cands[c].spans, cp);
+          it->picked += cand.label() == picked.label ? 1 : 0;
+          if (cand.gather) continue;  // its own row is the gather's prediction
+          const KvGatherPlan gplan = kv_gather_plan_for_spans(document_begins(starts), cand.spans, cp);
           const RingTimePrediction g =
-              predict_gather_time(kv_gather_tiles(starts, cands[c].spans, gplan, cp), gplan,
+              predict_gather_time(kv_gather_tiles(starts, cand.spans, gplan, cp), gplan,
                                   ring_tile_cost_for_spans(starts, {RingSpan{0, T, 0}}, 1), shape);
           it->gather_eff_fwd += g.efficiency_fwd() / windows, it->gather_eff_bwd += g.efficiency_bwd() / windows;
           it->gather_comm_share += g.comm_share() / windows;
           it->gather_bytes += g.bytes_per_layer / windows;
           it->gather_wins += g.total_us() < t.total_us() * (1 - 1e-12) ? 1 : 0;
         }
-        order = std::move(cands[best].order);
+        order = std::move(picked.orders[0]);
       }
       const std::vector<double> pairs = ring_pair_counts(starts, order, cp);
       const RingTileCost tiles = ring_tile_cost(starts, order, cp, pairs);

@@ -6,6 +6,7 @@
 
 #include "framework/config/config.h"
 #include "parallel/schedule/a2a_choice.h"
+#include "parallel/schedule/cp_scheme.h"
 
 namespace rt {
 
@@ -20,6 +21,9 @@ struct DocLengthPlan {
   double work_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / the sum over (rank, step) calls' tiles
   double ring_efficiency[4] = {0, 0, 0, 0};  // one whole call's tiles / (cp x the critical path's tiles)
   std::string balanced_picks;                // balanced's candidates chosen, with how many windows each
+  // Per window, what the loader runs it with under layout balanced (schedule_batch): the order's name and the scheme.
+  std::vector<std::string> window_labels;
+  std::vector<CpScheme> window_schemes;
   double balanced_ms = 0;                    // host time balanced takes per sample (the loader pays it), mean
   // Each candidate of balanced (parallel/schedule/doc_balance.h) with the time model's prediction (parallel/schedule/ring_time_model.h),
   // mean over the windows: efficiency = ideal (one whole call / cp) / predicted critical path, communication

@@ -95,7 +95,7 @@ ModelOptions model_options(const Config& config, Device device) {
   // the balanced layout (each sample's ranks hold the positions its own documents call for; issue 31 row 1).
   o.per_sample_positions = config.data.positions == "document" || o.layout == Layout::balanced;
   o.documents = config.data.documents == "eot";
-  o.cp_gather = o.documents && config.parallel.cp_scheme != "ring" && config.parallel.ring() > 1;
+  o.cp_gather = o.documents && config.parallel.cp_scheme != CpSchemeSetting::ring && config.parallel.ring() > 1;
   if (config.train.offload == "activations") {
     RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
                                "run is on the CPU, where every activation is in host memory already; use "

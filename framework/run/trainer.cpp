@@ -201,7 +201,7 @@ int train_main(const Config& loaded) {
                                                                " x a2a " + std::to_string(config.parallel.cp_a2a) + ")"
                                                          : "";
     const std::string scheme = config.data.documents == "eot" && config.parallel.ring() > 1
-                                   ? " cp_scheme=" + config.parallel.cp_scheme
+                                   ? " cp_scheme=" + std::string(cp_scheme_setting_name(config.parallel.cp_scheme))
                                    : "";
     std::printf("cp=%d%s layout=%s%s tp=%d dp=%d device=%s\n", config.parallel.cp, hybrid.c_str(), layout.c_str(),
                 scheme.c_str(), config.parallel.tp, config.parallel.dp, device_name(device).c_str());

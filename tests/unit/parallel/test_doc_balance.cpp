@@ -187,7 +187,7 @@ TEST(DocBalance, DocLengthPlanReportsTheChoiceAndTheTileCost) {
   }
   EXPECT_EQ(picked, plan.windows);
   EXPECT_GT(gather_rows, 0) << "cp_scheme auto (the default) prices the gather candidates";
-  config.parallel.cp_scheme = "ring";  // the ring alone: no gather candidate, the pick a ring layout
+  config.parallel.cp_scheme = CpSchemeSetting::ring;  // the ring alone: no gather candidate, the pick a ring layout
   const DocLengthPlan ring_only = doc_length_plan(config, RT_TEST_DATA_DIR "/python_stdlib_doc_lengths.txt", 2);
   for (const DocLengthPlan::Candidate& c : ring_only.candidates) EXPECT_NE(c.name.rfind("gather:", 0), 0u) << c.name;
   EXPECT_EQ(ring_only.balanced_picks.find("gather:"), std::string::npos) << ring_only.balanced_picks;
