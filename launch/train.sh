@@ -12,7 +12,8 @@
 # which forwards it without a kill. The ranks finish the step, save a complete checkpoint and stop; this script
 # then exits with 128 + the number of the signal it received (130 for Ctrl-C, 143 for SIGTERM, 138 for USR1).
 # A second signal gives up on the save: mpirun gets SIGTERM and ends the ranks within about a second (the last
-# complete checkpoint stays); this script keeps waiting for it. A third signal SIGKILLs every process of mpirun's
+# complete checkpoint stays); this script keeps waiting for it, then exits with 128 + the first signal's number
+# too (130, 143), with a closing line, unless a rank reported an error. A third signal SIGKILLs every process of mpirun's
 # session (mpirun and the ranks, which have process groups of their own) and says so. Whatever ends mpirun, a
 # process of its session still alive afterwards is killed, so this script never leaves one running. mpirun runs in
 # its own session, so `kill -9` of this script alone leaves it running.
@@ -146,7 +147,9 @@ if [ -n "$left" ]; then
   kill_job
 fi
 wait "$tee_pid" 2>/dev/null || true
+reported_error=0
 if [ -s "$errors" ]; then
+  reported_error=1
   echo "train.sh: the job failed (exit $rc):" >&2
   sort -u "$errors" >&2
 elif [ "$rc" -ne 0 ] && grep -q "exited on signal" "$mpirun_err" 2>/dev/null; then
@@ -159,5 +162,10 @@ rm -f "$errors" "$mpirun_err" "$fifo"
 if [ "$got_signal" -ne 0 ] && [ "$rc" -eq $((128 + 10)) ]; then
   rc=$((128 + got_signal))
   echo "train.sh: stopped on signal $got_signal after a complete save (exit $rc); continue with --set checkpoint.resume=auto" >&2
+elif [ "$signals" -eq 2 ] && [ "$reported_error" -eq 0 ] && [ "$rc" -ne 0 ]; then
+  # The second signal stopped the ranks without waiting for the save (mpirun then ends 1, or with the ranks' 143).
+  rc=$((128 + got_signal))
+  echo "train.sh: stopped on signal $got_signal by a second signal, without waiting for the save (exit $rc); the" \
+       "last complete checkpoint stays: continue with --set checkpoint.resume=auto" >&2
 fi
 exit "$rc"

@@ -5,7 +5,9 @@ build is needed and the timing is under the test's control:
     waiting until mpirun and the ranks have ended, and exits only then;
   - three signals (Ctrl-C, Ctrl-C, SIGTERM) to a job that ignores SIGUSR1 and SIGTERM: the third kills the job
     (mpirun and the ranks, which sit in process groups of their own, as Open MPI's do) and says so;
-  - a job whose mpirun exits leaving a rank behind: train.sh kills the rank and says so.
+  - a job whose mpirun exits leaving a rank behind: train.sh kills the rank and says so;
+  - two Ctrl-C to a job whose mpirun ends 1 after SIGTERM (Open MPI's way; issue 43, row 12): train.sh exits 130
+    with its closing line (two SIGTERMs: 143), not mpirun's 1.
 In every case no process of the job is alive when train.sh has exited.
 
   test_train_signals.py            (uses launch/train.sh of this tree)
@@ -25,7 +27,8 @@ failures = []
 # does), records every pid, and handles SIGUSR1/SIGTERM as FAKE_MPIRUN_MODE says:
 #   forward: USR1 and TERM are passed to the ranks; after TERM the ranks are SIGKILLed a second later (Open MPI);
 #   stuck:   both are logged and ignored (a hung mpirun);
-#   orphan:  the ranks are started, then mpirun exits at once with 1, leaving them running.
+#   orphan:  the ranks are started, then mpirun exits at once with 1, leaving them running;
+#   openmpi: as forward, but after TERM mpirun kills the ranks and exits 1 (what Open MPI's mpirun does).
 FAKE_MPIRUN = r'''#!/usr/bin/env python3
 import os, signal, subprocess, sys, time
 log = os.environ["FAKE_JOB_DIR"]
@@ -40,9 +43,15 @@ def note(line):
 ranks = []
 def on_signal(sig, _):
     note(f"mpirun got {signal.Signals(sig).name}")
-    if mode == "forward":
+    if mode in ("forward", "openmpi"):
         for r in ranks:
             os.kill(r.pid, sig)
+        if sig == signal.SIGTERM and mode == "openmpi":
+            time.sleep(0.5)
+            for r in ranks:
+                if r.poll() is None:
+                    r.kill()
+            sys.exit(1)
         if sig == signal.SIGTERM:
             time.sleep(1.0)
             for r in ranks:
@@ -183,11 +192,12 @@ def two_signals(tmp):
         check(still, "two signals: 0.2 s after the second, train.sh still waits for the job")
         rc = job.wait(20)
         left = job.survivors()
-        check(rc is not None and rc != 0, f"two signals: train.sh ends, non-zero (exit {rc})")
+        check(rc == 143, f"two signals: train.sh ends with 143, 128 + SIGTERM (exit {rc})")
         check(not left, f"two signals: no process of the job survives train.sh (alive: {left})")
         check(job.events() == ["mpirun got SIGUSR1", "mpirun got SIGTERM"],
               f"two signals: the second reaches mpirun as SIGTERM (events {job.events()})")
         check("second signal (15)" in job.output(), "two signals: train.sh says the second signal stops the ranks")
+        check("stopped on signal 15 by a second signal" in job.output(), "two signals: train.sh's closing line")
     finally:
         job.cleanup()
         if failures:
@@ -235,6 +245,24 @@ def orphaned_rank(tmp):
             print(job.output())
 
 
+def two_ctrl_c_open_mpi(tmp):
+    job = Job(tmp, "ctrlc", "openmpi")
+    try:
+        job.signal(signal.SIGINT)
+        time.sleep(0.5)
+        job.signal(signal.SIGINT)
+        rc = job.wait(20)
+        out = job.output()
+        check(rc == 130, f"two Ctrl-C, mpirun ending 1 after SIGTERM: train.sh exits 130 (exit {rc})")
+        check("stopped on signal 2 by a second signal" in out and "checkpoint.resume=auto" in out.splitlines()[-1],
+              "two Ctrl-C: train.sh ends with its closing line")
+        check(not job.survivors(), f"two Ctrl-C: no process of the job survives (alive: {job.survivors()})")
+    finally:
+        job.cleanup()
+        if failures:
+            print(job.output())
+
+
 def main():
     if not os.path.isdir("/proc/self"):
         print("SKIP: needs /proc")
@@ -243,6 +271,7 @@ def main():
         two_signals(tmp)
         three_signals(tmp)
         orphaned_rank(tmp)
+        two_ctrl_c_open_mpi(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
