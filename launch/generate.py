@@ -9,8 +9,10 @@ The tokenizer is a Hugging Face tokenizer.json read with the `tokenizers` packag
 --prepare-data installs it); by default the one in the directory the checkpoint's weights came from (its
 hf_source metadata, set by import-hf and kept through training). The text is encoded without the tokenizer's own
 special tokens unless --add-special-tokens is given. --np N runs N ranks under mpirun (the config's grid, e.g.
-cp = N); the default is one process. Prints the continuation; --json prints ringtrain's JSON with a "text" field
-added.
+cp = N), with --oversubscribe as launch/train.sh passes it (more ranks than cores is allowed); the default is one
+process. Prints the continuation; --json prints ringtrain's JSON with a "text" field added.
+Errors in the options or inputs exit with 2 and one line, `generate.py: error: ...`, never a traceback; ringtrain's
+own exit code is passed on.
 """
 import argparse
 import json
@@ -33,10 +35,18 @@ def checkpoint_hf_source(checkpoint):
     try:
         with open(path, "rb") as f:
             n = struct.unpack("<Q", f.read(8))[0]
+            size = os.fstat(f.fileno()).st_size
+            if n > size - 8:  # a corrupted header length: never read (or allocate) past the file
+                raise ValueError(f"its header length {n} is more than the file's {size} bytes")
             header = json.loads(f.read(n))
-    except (OSError, ValueError, struct.error) as e:
-        fail(f"cannot read the checkpoint's metadata from {path} ({e}); give --tokenizer")
-    return header.get("__metadata__", {}).get("hf_source", "")
+        if not isinstance(header, dict):
+            raise ValueError("its header is not a JSON object")
+        meta = header.get("__metadata__", {})
+        source = meta.get("hf_source", "") if isinstance(meta, dict) else ""
+    except (OSError, ValueError, struct.error, MemoryError, OverflowError) as e:
+        fail(f"cannot read the checkpoint's metadata from {path} ({e}); is --checkpoint a ringtrain checkpoint? "
+             "give --tokenizer to skip it")
+    return source if isinstance(source, str) else ""
 
 
 def main():
@@ -55,10 +65,8 @@ def main():
                 "--device-memory-gib"):
         ap.add_argument(opt)
     args = ap.parse_args()
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        fail("the `tokenizers` package is missing; install it with launch/install-deps.sh --prepare-data")
+    if args.np < 1:
+        fail(f"--np {args.np} must be >= 1 (ranks under mpirun; 1 = no mpirun)")
     tok_path = args.tokenizer
     if not tok_path:
         source = checkpoint_hf_source(args.checkpoint)
@@ -66,8 +74,15 @@ def main():
             fail(f"{args.checkpoint} records no Hugging Face source directory; give --tokenizer path/to/tokenizer.json")
         tok_path = os.path.join(source, "tokenizer.json")
     if not os.path.isfile(tok_path):
-        fail(f"tokenizer {tok_path} does not exist; give --tokenizer path/to/tokenizer.json")
-    tokenizer = Tokenizer.from_file(tok_path)
+        fail(f"tokenizer {tok_path} is not a file; give --tokenizer path/to/tokenizer.json")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        fail("the `tokenizers` package is missing; install it with launch/install-deps.sh --prepare-data")
+    try:
+        tokenizer = Tokenizer.from_file(tok_path)
+    except Exception as e:  # noqa: BLE001 - the library raises plain Exceptions for a file it cannot parse
+        fail(f"--tokenizer {tok_path} is not a Hugging Face tokenizer.json ({e}); give the model's tokenizer.json")
     ids = tokenizer.encode(args.text, add_special_tokens=args.add_special_tokens).ids
     if not ids:
         fail("the text encodes to no tokens; give a non-empty --text")
@@ -85,9 +100,12 @@ def main():
                 cmd += ["--" + opt.replace("_", "-"), getattr(args, opt)]
         for s in args.set:
             cmd += ["--set", s]
-        if args.np > 1:
-            cmd = [args.mpirun, "-np", str(args.np)] + cmd
-        code = subprocess.call(cmd)
+        if args.np > 1:  # the same oversubscription rule as launch/train.sh
+            cmd = [args.mpirun, "-np", str(args.np), "--oversubscribe"] + cmd
+        try:
+            code = subprocess.call(cmd)
+        except OSError as e:
+            fail(f"cannot run {cmd[0]}: {e}")
         if code != 0:
             sys.exit(code)
         with open(out_file) as f:

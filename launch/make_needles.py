@@ -23,15 +23,17 @@ answer is their repeat in the second half (everything before it is teacher-force
 Lengths: --lengths a,b,c, or --num-lengths K log-spaced (powers of two) up to --max-length (the trained
 data.seq_len; longer cases are refused by the eval). Depths: --depths, default 0,0.1,...,1.
 
-Writes into --out (through <out>.partial, renamed when complete; --out must not exist or be empty):
+Writes into --out (through <out>.partial, renamed when complete; --out must not exist or be empty, unless
+--overwrite, which replaces it once the new cases are complete):
   case_000000.bin ...   each case's tokens, int32 little-endian
   cases.jsonl           one case a line: id, file, kind, length, depth, answer_begin, answer_end (token span of
                         the answer, end exclusive), answer (its text, when text)
   meta.json             tokenizer ("sha256:<hex>", "bytes" or "copy"), vocab_size, token_dtype, the options
-Errors in the options or inputs exit with 2.
+Errors in the options or inputs exit with 2 and one line, `make_needles.py: error: ...`, never a traceback.
 """
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -106,11 +108,19 @@ def copy_case(vocab, length, depth, answer_tokens, rng):
     return tokens, begin, begin + answer_tokens, None
 
 
+MAX_LENGTH = 2**31 - 1  # data.seq_len is a 32-bit integer
+MAX_CASES = 1_000_000   # lengths x depths x samples
+MAX_TOKENS = 2**28      # tokens of all cases together (1 GiB of int32)
+
+
 def parse_list(text, kind, name):
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except (ValueError, OverflowError):
         fail(f"{name} '{text}' is not a comma-separated list of numbers")
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        fail(f"{name} '{text}' holds a value that is not a finite number")
+    return values
 
 
 def main():
@@ -130,25 +140,44 @@ def main():
     ap.add_argument("--samples", type=int, default=1, help="cases per (length, depth)")
     ap.add_argument("--answer-tokens", type=int, default=5, help="--copy-task: tokens in the passkey")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (once the new cases are "
+                                                             "complete)")
     args = ap.parse_args()
 
-    if args.max_length < 2:
-        fail(f"--max-length {args.max_length} must be at least 2")
+    if not 2 <= args.max_length <= MAX_LENGTH:
+        fail(f"--max-length {args.max_length} is outside [2, {MAX_LENGTH}] (the trained data.seq_len)")
     if args.lengths:
         lengths = parse_list(args.lengths, int, "--lengths")
+        if not lengths:
+            fail(f"--lengths '{args.lengths}' holds no length; give e.g. --lengths 1024,2048")
     else:
+        most = int(math.log2(args.max_length))  # halving --max-length that often still leaves >= 2 tokens
+        if not 1 <= args.num_lengths <= most:
+            fail(f"--num-lengths {args.num_lengths} is outside [1, {most}]: the lengths halve from --max-length "
+                 f"{args.max_length} and must stay >= 2")
         lengths, n = [], args.max_length
-        for _ in range(max(args.num_lengths, 1)):
+        for _ in range(args.num_lengths):
             lengths.insert(0, n)
             n //= 2
     too_long = [n for n in lengths if n > args.max_length or n < 2]
     if too_long:
         fail(f"--lengths {too_long} are outside [2, --max-length {args.max_length}] (the trained data.seq_len)")
     depths = parse_list(args.depths, float, "--depths")
-    if not depths or any(d < 0 or d > 1 for d in depths):
+    if not depths or not all(0 <= d <= 1 for d in depths):  # (nan is refused: it compares false)
         fail(f"--depths '{args.depths}' must be numbers in [0, 1]")
     if args.samples < 1:
         fail("--samples must be >= 1")
+    if len(lengths) * len(depths) * args.samples > MAX_CASES:
+        fail(f"{len(lengths)} lengths x {len(depths)} depths x --samples {args.samples} is more than {MAX_CASES} "
+             "cases; give fewer")
+    if sum(lengths) * len(depths) * args.samples > MAX_TOKENS:
+        fail(f"the cases would hold {sum(lengths) * len(depths) * args.samples} tokens, more than {MAX_TOKENS}; give "
+             "shorter --lengths (or --max-length), fewer --depths or --samples")
+    if args.copy_task and not 1 <= args.answer_tokens <= MAX_LENGTH:
+        fail(f"--answer-tokens {args.answer_tokens} is outside [1, {MAX_LENGTH}] (tokens in the passkey, e.g. 5)")
+    if args.copy_task and not 3 <= args.vocab_size <= MAX_LENGTH:
+        fail(f"--copy-task needs --vocab-size in [3, {MAX_LENGTH}] (the config's model.vocab_size), not "
+             f"{args.vocab_size}")
 
     if args.copy_task:
         if args.vocab_size < 3:
@@ -160,14 +189,20 @@ def main():
     else:
         try:
             tok = Bytes() if args.bytes else HfTokenizer(args.tokenizer)
-        except CaseError as e:
-            fail(str(e))
+        except (CaseError, OSError) as e:
+            fail(f"--tokenizer: {e}")
         identity, vocab = tok.identity, tok.vocab_size
         hay_tokens = tok.encode(haystack_text(args.haystack))
 
-    out = args.out.rstrip("/")
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        fail(f"--out '{out}' exists and is not an empty directory; choose a new one")
+    out = args.out.rstrip("/") or args.out
+    replace = os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out))
+    if replace and not args.overwrite:
+        fail(f"--out '{out}' exists and is not an empty directory; choose a new one, or pass --overwrite to replace "
+             "it")
+    if replace and not os.path.isdir(out):
+        fail(f"--out '{out}' is a file; give a directory")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        fail(f"--out '{out}': its directory {os.path.dirname(os.path.abspath(out))} does not exist; create it first")
     partial = out + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
@@ -198,9 +233,16 @@ def main():
                 "haystack": os.path.abspath(args.haystack) if args.haystack else "built-in filler"}
         with open(os.path.join(partial, "meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
-        if os.path.isdir(out):
-            os.rmdir(out)
-        os.rename(partial, out)
+        if replace:  # --overwrite: the old cases go only once the new ones are complete
+            old = out + ".replaced"
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(out, old)
+            os.rename(partial, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            if os.path.isdir(out):
+                os.rmdir(out)
+            os.rename(partial, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -209,4 +251,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except CaseError as e:
+        fail(str(e))
+    except OSError as e:  # a full disk, a directory that cannot be written
+        fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")

@@ -12,3 +12,7 @@ set_tests_properties(launch_quickstart_build PROPERTIES LABELS unit TIMEOUT 120)
 # launch/make_ruler.py (issue 45): deterministic per seed, answers where each task puts them, exit 2 on user errors.
 add_test(NAME launch_make_ruler COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_make_ruler.py)
 set_tests_properties(launch_make_ruler PROPERTIES LABELS unit TIMEOUT 300)
+# launch/make_needles.py and launch/generate.py on bad options (issue 43, rows 6, 7): exit 2 with one
+# `<script>: error:` line, no traceback; generate.py --np N oversubscribes as train.sh does. Stand-ins, no build.
+add_test(NAME launch_script_errors COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_launch_errors.py)
+set_tests_properties(launch_script_errors PROPERTIES LABELS unit TIMEOUT 120)
