@@ -106,6 +106,17 @@ struct TrainConfig {
   double divergence_factor = 0; // also diverged: a logged loss above factor x its running mean (0 = off)
   std::string on_divergence = "stop";  // a non-finite loss or grad norm: stop (exit 3) | skip_step
 };
+  // The linear layers' GEMMs: bf16 (the activation dtype: bf16 on CUDA, f32 on the CPU) | fp8 (E4M3 operands
+  // scaled per fp8.recipe; framework/model/fp8_linear.h).
+  std::string precision = "bf16";
+};
+
+// precision: fp8 (framework/model/fp8_linear.h): how the blocks' linear GEMMs are scaled, and which blocks.
+struct Fp8Config {
+  // tensorwise (one factor per tensor) | rowwise (per row of each K-major operand) | block (1x128 activations and
+  // gradients, 128x128 weights). Every scale is current: this step's amax.
+  std::string recipe = "tensorwise";
+  bool bf16_first_last = false;  // the first and the last block keep bf16 GEMMs
 
 struct OptimConfig {
   float lr = 3e-3f;
@@ -136,6 +147,7 @@ struct Config {
   TrainConfig train;
   OptimConfig optim;
   CheckpointConfig checkpoint;
+  Fp8Config fp8;
   LogConfig log;
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)

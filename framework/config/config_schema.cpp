@@ -77,6 +77,9 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(train, overwrite, boolean, "fresh run into a run_dir with checkpoints: delete them"),
       RT_FIELD(train, divergence_factor, f64, "diverged when loss > factor x running mean (0 = off)"),
       RT_FIELD(train, on_divergence, string, "non-finite loss/grad norm: stop (exit 3) | skip_step"),
+      RT_FIELD(train, precision, string, "linear-layer GEMMs: bf16 | fp8 (E4M3, scaled per fp8.recipe)"),
+      RT_FIELD(fp8, recipe, string, "precision fp8: tensorwise | rowwise | block (1x128 acts, 128x128 weights)"),
+      RT_FIELD(fp8, bf16_first_last, boolean, "precision fp8: first and last blocks keep bf16 GEMMs"),
       RT_FIELD(optim, lr, f32, "peak learning rate"),
       RT_FIELD(optim, min_lr, f32, "final learning rate (cosine)"),
       RT_FIELD(optim, warmup_steps, i32, "linear warm-up steps"),
@@ -102,7 +105,7 @@ const std::vector<FieldSpec>& config_fields() {
 
 const std::vector<std::string>& config_sections() {
   static const std::vector<std::string> sections = {"model", "data",       "parallel", "train",
-                                                    "optim", "checkpoint", "log"};
+                                                    "fp8",   "optim",    "checkpoint", "log"};
   return sections;
 }
 

@@ -314,6 +314,11 @@ void check_train(const Config& c, Problems& p) {
     p.add("train.offload=activations moves a GPU's block inputs to pinned host memory, but device=cpu keeps every "
           "activation in host memory already; use train.offload: none on the CPU (or device: cuda)");
   p.one_of("train.on_divergence", t.on_divergence, {"stop", "skip_step"});
+  p.one_of("train.precision", t.precision, {"bf16", "fp8"});
+  p.one_of("fp8.recipe", c.fp8.recipe, {"tensorwise", "rowwise", "block"});
+  if (t.precision == "fp8" && c.fp8.bf16_first_last && c.model.n_layer <= 2)
+    p.add("fp8.bf16_first_last keeps the first and the last block in bf16, but model.n_layer=", c.model.n_layer,
+          " leaves no block in fp8; use more layers, fp8.bf16_first_last: false, or train.precision: bf16");
   if (!(t.divergence_factor >= 0))
     p.add("train.divergence_factor=", t.divergence_factor, " must be >= 0 (0 = off; e.g. 4 flags a loss 4x its mean)");
   if (t.run_dir.empty()) p.add("train.run_dir is empty; set a directory for config.yaml, metrics and checkpoints");

@@ -1,6 +1,8 @@
 // Model construction: every buffer the model needs, allocated once from the arena, with its shape.
 #include <algorithm>
 
+#include "framework/base/run_errors.h"
+#include "framework/model/fp8_linear.h"
 #include "framework/model/model_internal.h"
 #include "framework/config/rope_scaling.h"
 #include "kernels/ops.h"
@@ -90,6 +92,12 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   for (int64_t i = 0; i < s.L; ++i) {
     auto a = std::make_unique<BlockActs>();
     if (keep_attention || i == 0) {
+  if (options.fp8) {  // precision fp8: the GEMMs must tile; the shared FP8 workspaces (framework/model/fp8_linear.h)
+    const Fp8BlockDims dims{N, mlp_chunk_, C, qd, kvd, Fl, s.swiglu};
+    const std::string problem = fp8_tiling_problem(options.fp8_recipe, dims, options.fp8_bf16_first_last ? 1 : 0);
+    if (!problem.empty()) throw RunError(kExitUsage, problem);
+    fp8_ = std::make_unique<Fp8Linear>(options.fp8_recipe, dims, int(s.L), *comms.tp, *comms.dp_cp, arena);
+  }
       a->att = arena.alloc(act, {N, qd}, "block: attention out");                  // (N, Hl*D)
       a->lse = arena.alloc(DType::f32, {s.B, s.Hl, s.n}, "block: attention lse");  // (B, Hl, n)
     } else {

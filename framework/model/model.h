@@ -29,12 +29,15 @@
 #include "framework/config/config.h"
 #include "framework/data/data.h"
 #include "kernels/arena.h"
+#include "kernels/fp8.h"
 #include "kernels/rope_freqs.h"
 #include "parallel/comm/process_grid.h"
 #include "parallel/cp/context_attention.h"
 #include "parallel/schedule/layout.h"
 
 namespace rt {
+
+class Fp8Linear;
 
 // How a parameter is split over the tp ranks. Full shapes are (out, in) for Linear weights.
 enum class ShardKind : uint8_t {
@@ -106,6 +109,15 @@ struct ModelOptions {
   // parallel.cp_scheme gather or auto with documents on a ring of more than one rank: the ring attention holds the
   // gather scheme's buffers, so a batch may run it (Batch::cp_scheme).
   bool cp_gather = false;
+  // train.precision: fp8 (framework/model/fp8_linear.h): every linear GEMM of a block with E4M3 operands scaled per
+  // fp8_recipe; fp8_bf16_first_last keeps blocks 0 and L-1 in the activation dtype.
+  bool fp8 = false;
+  Fp8Recipe fp8_recipe = Fp8Recipe::tensorwise;
+  bool fp8_bf16_first_last = false;
+  // A model that never runs a backward (eval and generate: a session without an optimizer): the blocks share one
+  // set of activation buffers, the residual stream alternates between two (N, C) buffers instead of keeping each
+  // block's input, and no gradient buffer is allocated. forward_backward refuses want_grad.
+  bool forward_only = false;
 };
 
 // The MLP chunk the model uses for `requested` (train.mlp_chunk) with N tokens and local width Fl:
@@ -264,6 +276,14 @@ class Model {
   void forward_backward(const Batch& batch, double global_count, bool want_grad);
   // (B*n) f32 per-token losses of the latest step / forward_backward, on the model's device.
   Tensor losses() const { return losses_; }
+  // precision fp8: whether block `layer` runs its linear GEMMs in FP8 (false under bf16).
+  bool fp8_layer(int layer) const;
+  // precision fp8: the FP8 factors that were not finite (an amax that overflowed, or a NaN in the tensor) since the
+  // last call, naming the layer and the tensor; "" when none (or under bf16). Reads the device (a wait); the
+  // divergence guard asks at its checks (framework/run/trainer.cpp).
+  // Collective over `world` (every rank's record is summed, so all decide alike); under bf16 it returns "" at once.
+  std::string take_fp8_bad_factors(Comm& world);
+
   // (B*n, C) act dtype: the final RMSNorm's output of the latest forward; valid after a step without
   // gradients (a backward reuses its storage). Read by `ringtrain eval --dump-logits`.
   Tensor final_hidden() const { return final_out_; }
@@ -322,8 +342,20 @@ class Model {
   // skips the attention itself).
   enum class BlockPass { forward, recompute, recompute_keep_attention };
   void block_forward(int layer, BlockActs& acts, BlockPass pass);  // model_forward.cpp
-  // One chunk of rows: ln2 (m, C) -> h (m, Fl | 2Fl for SwiGLU's gate|up) -> g (m, Fl).
-  void mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g);
+  // One chunk of rows (chunk index `chunk` of layer `layer`): ln2 (m, C) -> h (m, Fl | 2Fl for SwiGLU's gate|up)
+  // -> g (m, Fl).
+  void mlp_hidden_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g);
+  // precision fp8 (model_fp8.cpp): the FP8 versions of a block's GEMMs. Forward of the QKV projections and wo, and
+  // of one MLP chunk's input (h, before the activation) and output projections; the backward of the MLP chunk and of the attention's linear layers.
+  void fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a);
+  void fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a);
+  void fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h);
+  void fp8_mlp_out_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& g, Tensor out);
+  void fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, const LayerWeights& dw, const Tensor& ln2,
+                        const Tensor& h, const Tensor& g, const Tensor& d_out, Tensor d_ln2);
+  void fp8_attn_out_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a);
+  void fp8_qkv_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a);
+  std::unique_ptr<Fp8Linear> fp8_;  // precision fp8 only
   // The MLP hidden of rows [begin, end): views of the kept (N, .) buffers under no checkpointing (computed
   // on the forward pass, read in the backward), else the shared (chunk, .) buffers computed from ln2.
   void mlp_chunk_hidden(int layer, BlockActs& acts, int64_t begin, int64_t end, bool for_backward, Tensor& h,

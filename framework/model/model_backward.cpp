@@ -38,6 +38,7 @@ void Model::block_backward(int layer, BlockActs& a) {
   const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
   const LayerWeights dw = layer_weights(unit_grads(layer + 1), layer);
   const Tensor& x = residual_[size_t(layer)];  // (N, C)
+  const bool fp8 = fp8_layer(layer);
 
   // MLP, chunk by chunk of mlp_chunk_ tokens (the hidden recomputed per chunk unless kept). proj is
   // row-parallel: its input gradient is local; fc is column-parallel: d(ln2) is summed over tp. The weight
@@ -51,6 +52,10 @@ void Model::block_backward(int layer, BlockActs& a) {
     const Tensor d_out = d_res_.slice(begin, end);  // (m, C)
     const Tensor ln2 = a.ln2.slice(begin, end);     // (m, C)
     const Tensor d_ln2 = d_ln_.slice(begin, end);   // (m, C)
+    if (fp8) {  // precision fp8: model_fp8.cpp
+      fp8_mlp_backward(layer, begin / mlp_chunk_, w, dw, ln2, h, g, d_out, d_ln2);
+      continue;
+    }
     const Tensor d_h = d_h_.slice(0, m);  // (m, Fl | 2Fl)
     gemm(dw.proj_or_w2, d_out, g, true, false, 1.f, 1.f);  // (C, Fl) += d_out^T (C, m) @ g (m, Fl)
     if (s.swiglu) {
@@ -67,8 +72,12 @@ void Model::block_backward(int layer, BlockActs& a) {
   rmsnorm_bwd(d_res_, dw.mlp_norm, d_ln_, a.x_mid, w.mlp_norm, a.rstd2);  // d_res += through the norm
 
   // Attention. wo is row-parallel; wq, wk, wv column-parallel: d(ln1) is summed over tp.
-  gemm(dw.wo, d_res_, a.att, true, false, 1.f, 1.f);  // (C, Hl*D) += d_res^T @ att
-  gemm(d_att_, d_res_, w.wo, false, false);            // (N, Hl*D) = d_res (N, C) @ (C, Hl*D)
+  if (fp8) {
+    fp8_attn_out_backward(layer, w, dw, a);
+  } else {
+    gemm(dw.wo, d_res_, a.att, true, false, 1.f, 1.f);  // (C, Hl*D) += d_res^T @ att
+    gemm(d_att_, d_res_, w.wo, false, false);            // (N, Hl*D) = d_res (N, C) @ (C, Hl*D)
+  }
   const Tensor q4 = a.q.view({s.B, s.n, s.Hl, s.D});
   const Tensor k4 = a.k.view({s.B, s.n, s.Hkvl, s.D});
   const Tensor v4 = a.v.view({s.B, s.n, s.Hkvl, s.D});
@@ -79,12 +88,16 @@ void Model::block_backward(int layer, BlockActs& a) {
   // RoPE is a rotation: its backward rotates the gradient back.
   rope_rows(dq4, true);
   rope_rows(dk4, true);
-  gemm(dw.wq, d_q_, a.ln1, true, false, 1.f, 1.f);  // (Hl*D, C) += d_q^T @ ln1
-  gemm(dw.wk, d_k_, a.ln1, true, false, 1.f, 1.f);  // (Hkvl*D, C)
-  gemm(dw.wv, d_v_, a.ln1, true, false, 1.f, 1.f);  // (Hkvl*D, C)
-  gemm(d_ln_, d_q_, w.wq, false, false);             // (N, C) = d_q @ wq
-  gemm(d_ln_, d_k_, w.wk, false, false, 1.f, 1.f);   // += d_k @ wk
-  gemm(d_ln_, d_v_, w.wv, false, false, 1.f, 1.f);   // += d_v @ wv
+  if (fp8) {
+    fp8_qkv_backward(layer, w, dw, a);
+  } else {
+    gemm(dw.wq, d_q_, a.ln1, true, false, 1.f, 1.f);  // (Hl*D, C) += d_q^T @ ln1
+    gemm(dw.wk, d_k_, a.ln1, true, false, 1.f, 1.f);  // (Hkvl*D, C)
+    gemm(dw.wv, d_v_, a.ln1, true, false, 1.f, 1.f);  // (Hkvl*D, C)
+    gemm(d_ln_, d_q_, w.wq, false, false);             // (N, C) = d_q @ wq
+    gemm(d_ln_, d_k_, w.wk, false, false, 1.f, 1.f);   // += d_k @ wk
+    gemm(d_ln_, d_v_, w.wv, false, false, 1.f, 1.f);   // += d_v @ wv
+  }
   if (s.tp > 1) tp_comm().all_reduce_sum(d_ln_);
   rmsnorm_bwd(d_res_, dw.attn_norm, d_ln_, x, w.attn_norm, a.rstd1);
 }

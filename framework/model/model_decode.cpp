@@ -140,7 +140,7 @@ void Model::decode_step(KvCache& c, int64_t position, bool append_here) {
     gemm(c.x_mid, c.att, w.wo, false, true);  // (1, C), partial over tp
     if (s.tp > 1) tp_comm().all_reduce_sum(c.x_mid);
     add_rmsnorm_fwd(c.x_mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // x_mid += x; ln2 = norm(x_mid)
-    mlp_hidden_forward(w, c.ln2, c.h, c.g);
+    mlp_hidden_forward(/*layer=*/-1, 0, w, c.ln2, c.h, c.g);  // layer -1: a decode step keeps bf16 GEMMs
     gemm(out, c.g, w.proj_or_w2, false, true);  // (1, C), partial over tp
     if (s.tp > 1) tp_comm().all_reduce_sum(out);
     add_inplace(out, c.x_mid);

@@ -1,6 +1,7 @@
 // The forward pass, top to bottom, and the fused LM head + loss (which also starts the backward).
 #include <algorithm>
 
+#include "framework/model/fp8_linear.h"
 #include "framework/model/model_internal.h"
 #include "kernels/ops.h"
 
@@ -19,9 +20,14 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
 
   // Attention: RMSNorm -> q, k, v (local heads) -> RoPE -> ring attention -> wo -> all-reduce over tp.
   if (pass != BlockPass::forward || layer == 0) rmsnorm_fwd(a.ln1, a.rstd1, x, w.attn_norm, config_.norm_eps);
-  gemm(a.q, a.ln1, w.wq, false, true);  // (N, Hl*D) = (N, C) @ (Hl*D, C)^T
-  gemm(a.k, a.ln1, w.wk, false, true);  // (N, Hkvl*D)
-  gemm(a.v, a.ln1, w.wv, false, true);  // (N, Hkvl*D)
+  const bool fp8 = fp8_layer(layer);  // precision fp8: the block's linear GEMMs in model_fp8.cpp
+  if (fp8) {
+    fp8_qkv_forward(layer, w, a);
+  } else {
+    gemm(a.q, a.ln1, w.wq, false, true);  // (N, Hl*D) = (N, C) @ (Hl*D, C)^T
+    gemm(a.k, a.ln1, w.wk, false, true);  // (N, Hkvl*D)
+    gemm(a.v, a.ln1, w.wv, false, true);  // (N, Hkvl*D)
+  }
   const Tensor q4 = a.q.view({s.B, s.n, s.Hl, s.D});
   const Tensor k4 = a.k.view({s.B, s.n, s.Hkvl, s.D});
   const Tensor v4 = a.v.view({s.B, s.n, s.Hkvl, s.D});
@@ -32,7 +38,8 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
     chunk_attention(layer, q4, a.k, a.v, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
   else if (pass != BlockPass::recompute_keep_attention)
     attention_->forward(q4, k4, v4, a.att.view({s.B, s.n, s.Hl, s.D}), a.lse);
-  gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
+  if (fp8) fp8_attn_out_forward(layer, w, a);
+  else gemm(a.x_mid, a.att, w.wo, false, true);  // (N, C) = (N, Hl*D) @ (C, Hl*D)^T, partial over tp
   if (s.tp > 1) tp_comm().all_reduce_sum(a.x_mid);
   // MLP: RMSNorm -> fc | [w1; w3] (one gemm) -> GELU | SwiGLU -> proj | w2 -> all-reduce over tp, chunk by chunk of
   // mlp_chunk_ tokens (rows are independent). The recomputes stop at ln2 unless the hidden is kept: the
@@ -45,7 +52,8 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
     const int64_t end = std::min(s.N(), begin + mlp_chunk_);
     Tensor h, g;  // (m, Fl | 2Fl), (m, Fl) with m = end - begin
     mlp_chunk_hidden(layer, a, begin, end, /*for_backward=*/false, h, g);
-    gemm(out.slice(begin, end), g, w.proj_or_w2, false, true);  // (m, C) = (m, Fl) @ (C, Fl)^T, partial over tp
+    if (fp8) fp8_mlp_out_forward(layer, begin / mlp_chunk_, w, g, out.slice(begin, end));
+    else gemm(out.slice(begin, end), g, w.proj_or_w2, false, true);  // (m, C) = (m, Fl) @ (C, Fl)^T, partial over tp
   }
   if (s.tp > 1) tp_comm().all_reduce_sum(out);
   // out += x_mid, and the norm of out that reads it next: the next block's ln1, or the final norm.
@@ -60,7 +68,14 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
 }
 
 // ln2 (m, C) -> h (m, Fl) GELU | (m, 2Fl) SwiGLU gate|up -> g (m, Fl).
-void Model::mlp_hidden_forward(const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g) {
+void Model::mlp_hidden_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h,
+                               Tensor g) {
+  if (fp8_layer(layer)) {  // the GEMM in FP8, then the activation (the fused linear+GELU is bf16 only)
+    fp8_mlp_in_forward(layer, chunk, w, ln2, h);
+    if (shape_.swiglu) swiglu_fwd(g, h);
+    else gelu_fwd(g, h);
+    return;
+  }
   if (shape_.swiglu) {
     gemm(h, ln2, w.fc_or_w13, false, true);  // (m, 2Fl) = (m, C) @ [w1; w3] (2Fl, C)^T: gate | up per row
     swiglu_fwd(g, h);                        // (m, Fl) = silu(gate) * up
@@ -79,7 +94,8 @@ void Model::mlp_chunk_hidden(int layer, BlockActs& a, int64_t begin, int64_t end
   h = kept ? a.h.slice(begin, end) : a.h.slice(0, m);  // (m, Fl | 2Fl)
   g = kept ? a.g.slice(begin, end) : a.g.slice(0, m);  // (m, Fl)
   if (kept && for_backward) return;
-  mlp_hidden_forward(layer_weights(unit_weights(layer + 1), layer), a.ln2.slice(begin, end), h, g);
+  mlp_hidden_forward(layer, begin / mlp_chunk_, layer_weights(unit_weights(layer + 1), layer), a.ln2.slice(begin, end),
+                     h, g);
 }
 
 std::vector<float> Model::step(const Batch& batch, double global_count, bool want_grad) {
@@ -95,6 +111,7 @@ void Model::forward_backward(const Batch& batch, double global_count, bool want_
   offload_begin_step(want_grad);
   const int head_unit = int(s.L) + 1;
   // Unit by unit; at zero 3 each unit's gather is posted one unit ahead (prefetch) so that it runs under the
+  if (fp8_) fp8_->begin_step();
   // current unit's compute, and unit_weights() waits for it.
   prefetch_weights(0);
   const Tensor embedding = unit_weights(0);
@@ -124,4 +141,5 @@ void Model::forward_backward(const Batch& batch, double global_count, bool want_
   if (want_grad) backward();
 }
 
+  if (fp8_) fp8_->end_step();  // this step's FP8 factors into the guard's record
 }  // namespace rt

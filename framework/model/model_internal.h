@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 
+#include "framework/model/fp8_linear.h"
 #include "framework/model/model.h"
 #include "kernels/attention.h"
 #include "kernels/host_copy.h"

@@ -1,5 +1,7 @@
 #include "framework/plan/mfu.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cctype>
 #include <sstream>
@@ -49,6 +51,43 @@ double peak_tflops_for_gpu(const std::string& gpu_name) {
   for (const Row& r : table)
     if (name.find(r.key) != std::string::npos) return r.tflops;
   return 0;
+}
+
+double fp8_peak_tflops_for_gpu(const std::string& gpu_name) {
+  std::string name = gpu_name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+  struct Row { const char* key; double tflops; };
+  // Dense FP8 tensor-core peaks (SXM parts): twice the bf16 peak on Hopper, Ada and Blackwell; none before Ada.
+  static const Row table[] = {{"H200", 1979}, {"H100", 1979}, {"GH200", 1979}, {"B200", 4500},
+                              {"B100", 3500}, {"L40S", 733},  {"L4", 242}};
+  for (const Row& r : table)
+    if (name.find(r.key) != std::string::npos) return r.tflops;
+  return 0;
+}
+
+int compute_capability(Device device) {
+  if (device.is_cpu()) return 0;
+#ifdef RINGTRAIN_HAVE_CUDA
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, device.index) == cudaSuccess) return props.major * 10 + props.minor;
+#endif
+  return 0;
+}
+
+std::string fp8_device_problem(const Config& config, Device device) {
+  if (config.train.precision != "fp8" || device.is_cpu()) return "";
+  const int cc = compute_capability(device);
+  if (cc == 0) return "";  // not readable here (plan without a GPU): the run itself checks
+  const bool block = config.fp8.recipe == "block";
+  const int need = block ? 90 : 89;
+  if (cc >= need) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "train.precision=fp8%s needs FP8 tensor cores (compute capability %d.%d or newer), but %s is %d.%d; "
+                "use train.precision: bf16%s",
+                block ? " with fp8.recipe=block" : "", need / 10, need % 10, device_name(device).c_str(), cc / 10,
+                cc % 10, block && cc >= 89 ? ", or fp8.recipe: tensorwise or rowwise (sm_89 has those)" : "");
+  return buf;
 }
 
 std::string device_name(Device device) {

@@ -36,6 +36,15 @@ double peak_tflops(const Config& config, Device device);
 // The device's name: the GPU's marketing name, or "cpu".
 std::string device_name(Device device);
 
+// Dense FP8 (E4M3) tensor-core peak TFLOP/s by GPU name (H100/H200: 1979); 0 when unknown or none. Shown beside
+// MFU under train.precision: fp8; MFU itself stays against the bf16 peak.
+double fp8_peak_tflops_for_gpu(const std::string& gpu_name);
+// The device's compute capability as major * 10 + minor (90 for Hopper); 0 on the CPU or when it cannot be read.
+int compute_capability(Device device);
+// train.precision: fp8 on a GPU without FP8 tensor cores (compute capability below 8.9; the block recipe's
+// block-scaled GEMMs need 9.0): the problem and the fix, else "". The CPU emulates FP8 and is always allowed.
+std::string fp8_device_problem(const Config& config, Device device);
+
 // Fraction of peak, 0 when peak_tflops is 0.
 double mfu(const FlopsModel& flops, double tokens_per_s, double peak_tflops, int devices);
 // Fraction of peak of a model FLOP rate (FlopsModel::per_step / seconds), 0 when peak_tflops is 0.

@@ -1,5 +1,9 @@
 #include "framework/plan/trainer_setup.h"
 
+#include "framework/base/run_errors.h"
+#include "framework/model/fp8_linear.h"
+#include "framework/plan/mfu.h"
+
 #include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/plan_fit.h"
 
@@ -97,6 +101,9 @@ ModelOptions model_options(const Config& config, Device device) {
   o.documents = config.data.documents == "eot";
   o.cp_gather = o.documents && config.parallel.cp_scheme != CpSchemeSetting::ring && config.parallel.ring() > 1;
   if (config.train.offload == "activations") {
+  o.fp8 = config.train.precision == "fp8";
+  o.fp8_recipe = parse_fp8_recipe(config.fp8.recipe);
+  o.fp8_bf16_first_last = config.fp8.bf16_first_last;
     RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
                                "run is on the CPU, where every activation is in host memory already; use "
                                "train.offload: none (or device: cuda)");
@@ -179,6 +186,8 @@ ModelSession build_session(const Config& config_in, const ModelComms& comms, Dev
   const Config config = resolve_offload(config_in, device);
   if (config.train.deterministic_attention) set_deterministic_attention(true);  // else RT_ATTN_DETERMINISTIC decides
   size_t bytes = 0;
+  const std::string fp8_problem = fp8_device_problem(config_in, device);
+  if (!fp8_problem.empty()) throw RunError(kExitUsage, fp8_problem);
   {
     ModelSession measured = measure_session(config, comms, device, with_optimizer);
     bytes = measured.arena->peak();

@@ -63,4 +63,23 @@ GuardVerdict DivergenceGuard::check(int64_t step, int64_t skipped_total, double 
   return v;
 }
 
+GuardVerdict DivergenceGuard::check_fp8(int64_t step, const std::string& bad_factors) const {
+  GuardVerdict v;
+  if (bad_factors.empty()) return v;
+  const std::string what = "divergence by step " + std::to_string(step) + ": an FP8 scale was not finite (" +
+                           bad_factors + ")";
+  const std::string tries = "A NaN or an overflowing amax in a block's GEMM operand poisons its output: try a lower "
+                            "optim.lr (now " + number(optim_.lr) + ") or optim.grad_clip (now " +
+                            number(optim_.grad_clip) + "), fp8.bf16_first_last: true if it is the first or the last "
+                            "block, or train.precision: bf16; resume from the last checkpoint with "
+                            "--set checkpoint.resume=auto";
+  if (train_.on_divergence == "stop") {
+    v.stop = true;
+    v.message = what + "; the run stops without saving (the last checkpoint is the last good state). " + tries;
+  } else {
+    v.message = what + " (train.on_divergence=skip_step: going on)";
+  }
+  return v;
+}
+
 }  // namespace rt

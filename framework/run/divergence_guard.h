@@ -4,6 +4,8 @@
 // the logged loss and asks this class what to do:
 //   - non-finite steps, train.on_divergence=stop (the default): stop, exit 3, save nothing;
 //   - non-finite steps, skip_step: go on; the log line counts the skips;
+//   - precision fp8: an FP8 factor that was not finite (check_fp8), naming the layer and the tensor: as a
+//     non-finite step (it would have poisoned the loss or the gradients);
 //   - train.divergence_factor > 0 and a logged loss above factor x the running mean of the earlier logged
 //     losses: stop (exit 3) with on_divergence=stop; with skip_step a warning (that update was applied: the
 //     spike is seen only at a logging point).
@@ -26,6 +28,10 @@ class DivergenceGuard {
   DivergenceGuard(const TrainConfig& train, const OptimConfig& optim);
   // step: the step just checked; skipped_total: AdamW::skipped_steps(); loss, grad_norm: that step's values.
   GuardVerdict check(int64_t step, int64_t skipped_total, double loss, double grad_norm);
+  // train.precision: fp8: bad_factors is Model::take_fp8_bad_factors() (the same on every rank): "" passes; else an
+  // FP8 scale was not finite (an amax that overflowed, or a NaN in a tensor) in a step up to `step`: stop (exit 3)
+  // naming the layers with on_divergence=stop, a warning with skip_step.
+  GuardVerdict check_fp8(int64_t step, const std::string& bad_factors) const;
   int64_t skipped() const { return seen_skips_; }
   double running_mean() const { return mean_; }
 

@@ -1,0 +1,129 @@
+// precision fp8: a block's linear GEMMs with E4M3 operands (framework/model/fp8_linear.h says what is quantized, how,
+// and over which ranks each amax is reduced). Each function is the FP8 twin of the bf16 GEMMs it replaces in
+// model_forward.cpp / model_backward.cpp, with the same buffers in and out. Shapes: N = B*n tokens on this rank,
+// m the MLP chunk's rows, C d_model, qd = Hl*D, kvd = Hkvl*D, Fl the local MLP width (Fm = 2Fl for SwiGLU's [w1; w3]).
+// fast accumulation (no f32 promotion) in the forward only, as TransformerEngine and torchao do.
+#include "framework/model/fp8_linear.h"
+#include "framework/model/model_internal.h"
+#include "kernels/ops.h"
+
+namespace rt {
+
+bool Model::fp8_layer(int layer) const {
+  if (!fp8_ || layer < 0) return false;  // layer -1: a decode step
+  return !(options_.fp8_bf16_first_last && (layer == 0 || layer == int(shape_.L) - 1));
+}
+
+std::string Model::take_fp8_bad_factors(Comm& world) {
+  return fp8_ ? fp8_->take_bad_factors(shape_.swiglu, world) : "";
+}
+
+// q, k, v (N, qd | kvd) = ln1 (N, C) @ W^T: ln1 quantized once for the three.
+void Model::fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a) {
+  Fp8Linear& f = *fp8_;
+  Fp8Operand x;  // (N, C)
+  f.quantize(a.ln1, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
+  f.record(layer, Fp8Site::attn_norm_out, 0, x);
+  const Fp8Split col_parallel{f.tp(), nullptr};
+  gemm_fp8(a.q, x, f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq), 0.f, true);
+  gemm_fp8(a.k, x, f.weight(Fp8Linear::weight0, w.wk, col_parallel, false, layer, Fp8Site::wk), 0.f, true);
+  gemm_fp8(a.v, x, f.weight(Fp8Linear::weight0, w.wv, col_parallel, false, layer, Fp8Site::wv), 0.f, true);
+}
+
+// x_mid (N, C) = att (N, qd) @ wo (C, qd)^T, partial over tp (the caller all-reduces).
+void Model::fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a) {
+  Fp8Linear& f = *fp8_;
+  Fp8Operand x;  // (N, qd)
+  f.quantize(a.att, {f.tokens(), f.tp()}, false, Fp8Linear::act, -1, &x, nullptr);
+  f.record(layer, Fp8Site::attn_out, 0, x);
+  gemm_fp8(a.x_mid, x, f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, false, layer, Fp8Site::wo), 0.f, true);
+}
+
+// h (m, Fm) = ln2 (m, C) @ fc (Fm, C)^T: the pre-activation (the caller applies GELU / SwiGLU).
+void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h) {
+  Fp8Linear& f = *fp8_;
+  Fp8Operand x;  // (m, C)
+  f.quantize(ln2, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
+  f.record(layer, Fp8Site::mlp_norm_out, chunk, x);
+  gemm_fp8(h, x, f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, false, layer, Fp8Site::fc), 0.f, true);
+}
+
+// out (m, C) = g (m, Fl) @ proj (C, Fl)^T, partial over tp.
+void Model::fp8_mlp_out_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& g, Tensor out) {
+  Fp8Linear& f = *fp8_;
+  Fp8Operand x;  // (m, Fl)
+  f.quantize(g, {f.tokens(), f.tp()}, false, Fp8Linear::act, -1, &x, nullptr);
+  f.record(layer, Fp8Site::mlp_act, chunk, x);
+  gemm_fp8(out, x, f.weight(Fp8Linear::weight1, w.proj_or_w2, {nullptr, f.tp()}, false, layer, Fp8Site::proj), 0.f,
+           true);
+}
+
+// The MLP's backward for one chunk: d_out (m, C) -> the output projection's weight gradient and d_g (m, Fl) ->
+// through GELU / SwiGLU (h) -> d_h (m, Fm) -> the input projection's weight gradient and d_ln2 (m, C) (partial over
+// tp). Weight gradients accumulate (beta 1, f32).
+void Model::fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, const LayerWeights& dw,
+                             const Tensor& ln2, const Tensor& h, const Tensor& g, const Tensor& d_out, Tensor d_ln2) {
+  Fp8Linear& f = *fp8_;
+  const int64_t m = d_out.shape[0];
+  Fp8Operand dy, dy_t, x_t;  // (m, C), (C, m), (Fl, m)
+  f.quantize(d_out, {f.tokens(), nullptr}, false, Fp8Linear::act, Fp8Linear::act_t, &dy, &dy_t);
+  f.record(layer, Fp8Site::grad_mlp_out, chunk, dy);
+  f.quantize(g, {f.tokens(), f.tp()}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
+  gemm_fp8(dw.proj_or_w2, dy_t, x_t, 1.f, false);  // (C, Fl) += d_out^T (C, m) . g^T (Fl, m)
+  const Fp8Operand& proj_t = f.weight(Fp8Linear::weight1, w.proj_or_w2, {nullptr, f.tp()}, true, layer, Fp8Site::proj);
+  const Tensor d_h = d_h_.slice(0, m);  // (m, Fm)
+  if (shape_.swiglu) {
+    const Tensor d_g = d_g_.slice(0, m);  // (m, Fl)
+    gemm_fp8(d_g, dy, proj_t, 0.f, false);  // (m, Fl) = d_out (m, C) . w2^T (Fl, C)
+    swiglu_bwd(d_h, d_g, h);                // (m, 2Fl) d gate | d up
+  } else {
+    gemm_fp8(d_h, dy, proj_t, 0.f, false);  // (m, Fl) = d_out . proj^T
+    gelu_bwd(d_h, d_h, h);                  // * gelu'(h), in place (element-wise)
+  }
+  Fp8Operand dh, dh_t, ln2_t;  // (m, Fm), (Fm, m), (C, m)
+  f.quantize(d_h, {f.tokens(), f.tp()}, false, Fp8Linear::act, Fp8Linear::act_t, &dh, &dh_t);
+  f.record(layer, Fp8Site::grad_mlp_hidden, chunk, dh);
+  f.quantize(ln2, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &ln2_t);
+  const Fp8Operand& fc_t = f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, true, layer, Fp8Site::fc);
+  gemm_fp8(d_ln2, dh, fc_t, 0.f, false);         // (m, C) = d_h (m, Fm) . fc^T (C, Fm)
+  gemm_fp8(dw.fc_or_w13, dh_t, ln2_t, 1.f, false);  // (Fm, C) += d_h^T (Fm, m) . ln2^T (C, m)
+}
+
+// d_res (N, C) -> wo's weight gradient and d_att (N, qd).
+void Model::fp8_attn_out_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a) {
+  Fp8Linear& f = *fp8_;
+  Fp8Operand dy, dy_t, x_t;  // (N, C), (C, N), (qd, N)
+  f.quantize(d_res_, {f.tokens(), nullptr}, false, Fp8Linear::act, Fp8Linear::act_t, &dy, &dy_t);
+  f.record(layer, Fp8Site::grad_attn_proj_out, 0, dy);
+  f.quantize(a.att, {f.tokens(), f.tp()}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
+  gemm_fp8(dw.wo, dy_t, x_t, 1.f, false);  // (C, qd) += d_res^T (C, N) . att^T (qd, N)
+  const Fp8Operand& wo_t = f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, true, layer, Fp8Site::wo);
+  gemm_fp8(d_att_, dy, wo_t, 0.f, false);  // (N, qd) = d_res (N, C) . wo^T (qd, C)
+}
+
+// d_q, d_k, d_v (after RoPE's backward) -> the weight gradients of wq, wk, wv and d_ln (N, C) (partial over tp).
+void Model::fp8_qkv_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a) {
+  Fp8Linear& f = *fp8_;
+  Fp8Operand x_t;  // (C, N)
+  f.quantize(a.ln1, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
+  struct Part {
+    const Tensor& dy;  // (N, qd | kvd)
+    const Tensor& wt;  // (qd | kvd, C)
+    const Tensor& dwt;
+    Fp8Site grad, site;
+  };
+  const Part parts[3] = {{d_q_, w.wq, dw.wq, Fp8Site::grad_q, Fp8Site::wq},
+                         {d_k_, w.wk, dw.wk, Fp8Site::grad_k, Fp8Site::wk},
+                         {d_v_, w.wv, dw.wv, Fp8Site::grad_v, Fp8Site::wv}};
+  for (int i = 0; i < 3; ++i) {
+    const Part& p = parts[i];
+    Fp8Operand dy, dy_t;  // (N, rows), (rows, N)
+    f.quantize(p.dy, {f.tokens(), f.tp()}, false, Fp8Linear::act, Fp8Linear::act_t, &dy, &dy_t);
+    f.record(layer, p.grad, 0, dy);
+    gemm_fp8(p.dwt, dy_t, x_t, 1.f, false);  // (rows, C) += dy^T (rows, N) . ln1^T (C, N)
+    const Fp8Operand& w_t = f.weight(Fp8Linear::weight0, p.wt, {f.tp(), nullptr}, true, layer, p.site);
+    gemm_fp8(d_ln_, dy, w_t, i == 0 ? 0.f : 1.f, false);  // (N, C) (+)= dy (N, rows) . W^T (C, rows)
+  }
+}
+
+}  // namespace rt

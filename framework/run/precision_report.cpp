@@ -1,0 +1,54 @@
+#include "framework/run/precision_report.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "framework/plan/mfu.h"
+
+namespace rt {
+
+double fp8_peak_tflops(const Config& config, Device device) {
+  if (config.train.precision != "fp8" || device.is_cpu()) return 0;
+  return fp8_peak_tflops_for_gpu(device_name(device));
+}
+
+std::string precision_line(const Config& config, Device device, double bf16_peak) {
+  const bool cpu = device.is_cpu();
+  if (config.train.precision != "fp8")
+    return cpu ? "precision: bf16 (on the CPU: every GEMM in f32)" : "precision: bf16 (GEMMs in bf16, f32 accumulation)";
+  const int L = config.model.n_layer;
+  const std::string blocks = config.fp8.bf16_first_last ? "blocks 1.." + std::to_string(L - 2) +
+                                                              " in FP8 (the first and the last in bf16)"
+                                                        : "every block in FP8";
+  const std::string scaling = config.fp8.recipe == "tensorwise" ? "one factor per tensor"
+                              : config.fp8.recipe == "rowwise"  ? "one factor per row of each operand"
+                                                                : "1x128 activation / gradient blocks, 128x128 weight blocks";
+  std::string line = "precision: fp8 (fp8.recipe: " + config.fp8.recipe + ", " + scaling + "; E4M3 operands of QKV, "
+                     "attn.wo and the MLP's projections, forward, data and weight gradients; " + blocks +
+                     "; current scaling: this step's amax, so checkpoints hold no scaling state" +
+                     (cpu ? "; the CPU emulates the FP8 rounding" : "") + ")";
+  const double fp8_peak = fp8_peak_tflops(config, device);
+  if (bf16_peak > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " | MFU against the bf16 peak %.0f TFLOP/s; FP8 peak %s", bf16_peak,
+                  fp8_peak > 0 ? (std::to_string(int(fp8_peak)) + " TFLOP/s (mfu_fp8_peak in metrics)").c_str()
+                               : "unknown for this device");
+    line += buf;
+  }
+  return line;
+}
+
+std::string precision_record(const Config& config, Device device, double bf16_peak, long long start_step) {
+  nlohmann::json j = {{"step", start_step}, {"precision", config.train.precision}};
+  if (config.train.precision == "fp8") {
+    j["fp8_recipe"] = config.fp8.recipe;
+    j["fp8_bf16_first_last"] = config.fp8.bf16_first_last;
+    j["fp8_scaling"] = "current";
+    const double fp8_peak = fp8_peak_tflops(config, device);
+    if (fp8_peak > 0) j["fp8_peak_tflops"] = fp8_peak;
+  }
+  if (bf16_peak > 0) j["mfu_peak_tflops"] = bf16_peak;
+  return j.dump();
+}
+
+}  // namespace rt
