@@ -3,7 +3,8 @@
 //   ringtrain plan  <config.yaml> [--json] [--max-seq-len] [--device-memory-gib G] [--host-memory-gib H]
 //                   [--ranks-per-node R] [--doc-lengths FILE] [--set key=value]...
 //   ringtrain eval  <config.yaml> --checkpoint DIR [--dump-logits FILE] [--set key=value]...
-//                   [--task loss|loss-by-position|needle] [--by window|document] [--cases DIR] [--out FILE.jsonl]
+//                   [--task loss|loss-by-position|needle|ruler] [--by window|document] [--cases DIR]
+//                   [--out FILE.jsonl]
 //                   [--overwrite]
 //   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
 //                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--prefill-chunk N]
@@ -156,12 +157,14 @@ int main(int argc, char** argv) {
                     "FILE.tokens.npy; one rank only");
   eval->add_option("--task", args.eval_task.task,
                    "loss (default: the mean held-out loss) | loss-by-position (mean loss in log-spaced position "
-                   "buckets) | needle (teacher-forced passkey cases from --cases)");
+                   "buckets) | needle (teacher-forced passkey cases from --cases) | ruler (RULER-style cases from "
+                   "--cases, greedy generation scored by string match)");
   eval->add_option("--by", args.eval_task.by, "loss-by-position: window (default: position in the eval window) | "
                                               "document (position in the target's document, data.documents: eot)");
-  eval->add_option("--cases", args.eval_task.cases, "needle: the directory launch/make_needles.py wrote");
-  eval->add_option("--out", args.eval_task.out, "loss-by-position, needle: the results FILE.jsonl "
-                                                "(loss-by-position also writes FILE.csv)");
+  eval->add_option("--cases", args.eval_task.cases, "needle, ruler: the directory launch/make_needles.py / "
+                                                    "launch/make_ruler.py wrote");
+  eval->add_option("--out", args.eval_task.out, "loss-by-position, needle, ruler: the results FILE.jsonl "
+                                                "(loss-by-position also writes FILE.csv, ruler FILE.md and FILE.csv)");
   eval->add_flag(rt::kOverwriteFlag, args.eval_task.overwrite, "replace an existing --out / --dump-logits (without "
                                                                "it an existing file is refused)");
   CLI::App* generate = app.add_subcommand("generate", "token ids in, token ids out (JSON): prefill on the grid, "

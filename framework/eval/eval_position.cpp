@@ -9,19 +9,22 @@
 namespace rt {
 
 std::string check_eval_task_args(const EvalTaskArgs& a) {
-  if (a.task != "loss" && a.task != "loss-by-position" && a.task != "needle")
-    return "--task '" + a.task + "' is not a task; use loss, loss-by-position or needle";
+  if (a.task != "loss" && a.task != "loss-by-position" && a.task != "needle" && a.task != "ruler")
+    return "--task '" + a.task + "' is not a task; use loss, loss-by-position, needle or ruler";
   if (a.by != "window" && a.by != "document")
     return "--by '" + a.by + "' is not valid; use window (position in the eval window) or document";
   if (a.task == "loss" && !a.out.empty())
-    return "--out is for --task loss-by-position or needle; the plain loss is printed";
+    return "--out is for --task loss-by-position, needle or ruler; the plain loss is printed";
   if (a.task != "loss" && a.out.empty())
     return "--task " + a.task + " needs --out FILE.jsonl (where its results go)";
   if (!a.out.empty() && (a.out.size() < 7 || a.out.substr(a.out.size() - 6) != ".jsonl"))
-    return "--out '" + a.out + "' must end in .jsonl (loss-by-position also writes the .csv beside it)";
+    return "--out '" + a.out + "' must end in .jsonl (loss-by-position also writes the .csv beside it, ruler the "
+           ".md and .csv)";
   if (a.task == "needle" && a.cases.empty())
     return "--task needle needs --cases DIR (written by launch/make_needles.py)";
-  if (a.task != "needle" && !a.cases.empty()) return "--cases is for --task needle";
+  if (a.task == "ruler" && a.cases.empty())
+    return "--task ruler needs --cases DIR (written by launch/make_ruler.py)";
+  if (a.task != "needle" && a.task != "ruler" && !a.cases.empty()) return "--cases is for --task needle or ruler";
   if (a.task != "loss-by-position" && a.by != "window") return "--by is for --task loss-by-position";
   return "";
 }

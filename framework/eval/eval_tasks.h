@@ -1,7 +1,9 @@
 // The tasks of `ringtrain eval` beside the plain held-out loss (framework/eval/trainer_eval.cpp):
 //   loss-by-position: the mean held-out loss in log-spaced position buckets ("is the far context used?");
-//   needle:           teacher-forced passkey / needle cases (launch/make_needles.py) scored with one forward each.
-// Both run on the configured grid (dp, cp ring / all-to-all / hybrid, tp, packed documents): each rank scores the
+//   needle:           teacher-forced passkey / needle cases (launch/make_needles.py) scored with one forward each;
+//   ruler:            RULER-style cases (launch/make_ruler.py) answered by greedy generation, scored by string
+//                     match (framework/eval/eval_ruler.h).
+// All run on the configured grid (dp, cp ring / all-to-all / hybrid, tp, packed documents): each rank scores the
 // tokens it holds, by the positions the loader gives it, and the sums are all-reduced over dp x cp (the tp ranks
 // of a group hold the same tokens and losses).
 #pragma once
@@ -20,10 +22,10 @@ namespace rt {
 
 // What `ringtrain eval --task ...` was asked (framework/main.cpp).
 struct EvalTaskArgs {
-  std::string task = "loss";     // loss | loss-by-position | needle
+  std::string task = "loss";     // loss | loss-by-position | needle | ruler
   std::string by = "window";     // loss-by-position: window | document (position in the target's document)
   std::string out;               // loss-by-position, needle: the .jsonl to write (loss-by-position: also .csv)
-  std::string cases;             // needle: the directory launch/make_needles.py wrote
+  std::string cases;             // needle, ruler: the directory launch/make_needles.py / make_ruler.py wrote
   bool overwrite = false;        // --overwrite: replace existing outputs (framework/base/output_files.h)
 };
 // "" or the refusal of an inconsistent request (a task without --out, --cases without needle, ...), naming the option.

@@ -5,7 +5,7 @@
 //   - only model.safetensors is read (checked against state.json when the directory has one);
 //   - any grid: started on fewer (or more) processes than the config's dp x cp x tp, it evaluates on a grid
 //     those processes allow and says so (the loss does not depend on the grid);
-//   - --task loss-by-position | needle: framework/eval/eval_tasks.h.
+//   - --task loss-by-position | needle | ruler: framework/eval/eval_tasks.h (ruler: framework/eval/eval_ruler.h).
 #include <cstdio>
 #include <map>
 
@@ -13,6 +13,7 @@
 #include "framework/eval/command_inputs.h"
 #include "framework/eval/dump_logits.h"
 #include "framework/eval/eval_outputs.h"
+#include "framework/eval/eval_ruler.h"
 #include "framework/eval/eval_tasks.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/base/run_errors.h"
@@ -64,7 +65,7 @@ HostTensor take_lm_head(const Config& config, const std::vector<HostTensor>& wei
   const std::string name = config.model.tied_embeddings ? "tok_embeddings.weight" : "lm_head.weight";
   for (const HostTensor& t : weights)
     if (t.name == name) return t;
-  throw Error("eval --task needle: the checkpoint has no " + name + " tensor");
+  throw Error("eval: the checkpoint has no " + name + " tensor (the LM head the needle and ruler tasks read)");
 }
 
 int needle_task(Model& model, const Config& config, const LoaderRank& rank, const HostTensor& lm_head,
@@ -127,9 +128,12 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
     loader = make_loader(config, loader_rank(config, grid), "eval");
     plan = plan_eval(config, *loader);
   }, kExitUsage);
-  if (task.task == "needle") {
+  if (task.task == "needle" || task.task == "ruler") {
     const HostTensor lm_head = take_lm_head(config, weights);
     weights.clear();
+    if (task.task == "ruler")
+      return ruler_task(*session.model, config, loader_rank(config, grid), lm_head, task, checkpoint, rank0,
+                        outputs);
     return needle_task(*session.model, config, loader_rank(config, grid), lm_head, task, checkpoint, rank0,
                        outputs);
   }

@@ -1,0 +1,131 @@
+// The scoring half of `ringtrain eval --task ruler` (framework/eval/eval_ruler.h): text of tokens, string match,
+// the greedy draft check, and the task x length table. No model.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "framework/eval/eval_ruler.h"
+
+namespace rt {
+namespace {
+
+std::string lower_ascii(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return s;
+}
+
+std::string length_label(int64_t n) {
+  for (const auto& [div, unit] : {std::pair<int64_t, const char*>{1 << 20, "M"}, {1 << 10, "K"}})
+    if (n >= div && n % div == 0) return std::to_string(n / div) + unit;
+  return std::to_string(n);
+}
+
+std::string score_text(double s) {
+  if (std::isnan(s)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string ruler_tokens_text(const std::vector<int32_t>& ids, const std::vector<std::string>& token_text) {
+  std::string out;
+  for (int32_t id : ids)
+    out += id >= 0 && size_t(id) < token_text.size() ? token_text[size_t(id)] : "<" + std::to_string(id) + ">";
+  return out;
+}
+
+std::vector<bool> ruler_answers_found(const std::string& prediction, const std::vector<std::string>& answers) {
+  const std::string pred = lower_ascii(prediction);
+  std::vector<bool> found;
+  for (const std::string& a : answers) found.push_back(pred.find(lower_ascii(a)) != std::string::npos);
+  return found;
+}
+
+double ruler_case_score(const std::string& metric, const std::vector<bool>& found) {
+  if (found.empty()) return 0;
+  const auto hits = std::count(found.begin(), found.end(), true);
+  if (metric == "part") return hits > 0 ? 100.0 : 0.0;
+  return 100.0 * double(hits) / double(found.size());
+}
+
+bool ruler_score_final(const std::string& metric, const std::vector<bool>& found) {
+  if (found.empty()) return false;
+  const auto hits = std::count(found.begin(), found.end(), true);
+  return metric == "part" ? hits > 0 : size_t(hits) == found.size();
+}
+
+std::vector<int32_t> ruler_accept_greedy(const std::vector<int32_t>& draft, const std::vector<int32_t>& choices) {
+  std::vector<int32_t> taken;
+  for (size_t j = 0; j < choices.size(); ++j) {
+    taken.push_back(choices[j]);
+    if (j >= draft.size() || choices[j] != draft[j]) break;  // greedy left the draft (or the draft ended)
+  }
+  return taken;
+}
+
+RulerTable ruler_table(const std::vector<RulerCase>& cases, const std::vector<RulerResult>& results) {
+  RulerTable t;
+  for (const RulerCase& c : cases) {
+    if (std::find(t.tasks.begin(), t.tasks.end(), c.task) == t.tasks.end()) t.tasks.push_back(c.task);
+    if (std::find(t.lengths.begin(), t.lengths.end(), c.length) == t.lengths.end()) t.lengths.push_back(c.length);
+  }
+  std::sort(t.lengths.begin(), t.lengths.end());
+  const size_t nt = t.tasks.size(), nl = t.lengths.size();
+  std::vector<double> sum(nt * nl, 0.0);
+  t.cases.assign(nt * nl, 0);
+  std::vector<double> task_sum(nt, 0.0), length_sum(nl, 0.0), task_n(nt, 0.0), length_n(nl, 0.0);
+  double all = 0;
+  for (size_t k = 0; k < cases.size() && k < results.size(); ++k) {
+    const size_t i = size_t(std::find(t.tasks.begin(), t.tasks.end(), cases[k].task) - t.tasks.begin());
+    const size_t j = size_t(std::find(t.lengths.begin(), t.lengths.end(), cases[k].length) - t.lengths.begin());
+    const double s = results[k].score;
+    sum[i * nl + j] += s, ++t.cases[i * nl + j];
+    task_sum[i] += s, task_n[i] += 1, length_sum[j] += s, length_n[j] += 1, all += s;
+  }
+  t.score.assign(nt * nl, NAN);
+  for (size_t c = 0; c < nt * nl; ++c)
+    if (t.cases[c] > 0) t.score[c] = sum[c] / double(t.cases[c]);
+  for (size_t i = 0; i < nt; ++i) t.task_mean.push_back(task_n[i] > 0 ? task_sum[i] / task_n[i] : NAN);
+  for (size_t j = 0; j < nl; ++j) t.length_mean.push_back(length_n[j] > 0 ? length_sum[j] / length_n[j] : NAN);
+  const double n = std::min(cases.size(), results.size());
+  t.mean = n > 0 ? all / n : NAN;
+  return t;
+}
+
+std::string ruler_table_markdown(const RulerTable& t) {
+  std::string s = "| task |", rule = "|---|";
+  for (int64_t n : t.lengths) s += " " + length_label(n) + " |", rule += "---:|";
+  s += " all |\n" + rule + "---:|\n";
+  const size_t nl = t.lengths.size();
+  for (size_t i = 0; i < t.tasks.size(); ++i) {
+    s += "| " + t.tasks[i] + " |";
+    for (size_t j = 0; j < nl; ++j) s += " " + score_text(t.score[i * nl + j]) + " |";
+    s += " " + score_text(t.task_mean[i]) + " |\n";
+  }
+  s += "| mean |";
+  for (size_t j = 0; j < nl; ++j) s += " " + score_text(t.length_mean[j]) + " |";
+  return s + " " + score_text(t.mean) + " |\n";
+}
+
+std::string ruler_table_csv(const RulerTable& t) {
+  std::string s = "task,length,cases,score\n";
+  const size_t nl = t.lengths.size();
+  for (size_t i = 0; i < t.tasks.size(); ++i) {
+    int64_t n = 0;
+    for (size_t j = 0; j < nl; ++j) {
+      n += t.cases[i * nl + j];
+      if (t.cases[i * nl + j] > 0)
+        s += t.tasks[i] + "," + std::to_string(t.lengths[j]) + "," + std::to_string(t.cases[i * nl + j]) + "," +
+             score_text(t.score[i * nl + j]) + "\n";
+    }
+    s += t.tasks[i] + ",all," + std::to_string(n) + "," + score_text(t.task_mean[i]) + "\n";
+  }
+  return s;
+}
+
+}  // namespace rt
