@@ -15,6 +15,9 @@ include(${CMAKE_CURRENT_LIST_DIR}/config_fuzz.cmake)
 # Teacher-forced needles on the copy task's trained model and loss by position, through the binary (2 ranks).
 include(${CMAKE_CURRENT_LIST_DIR}/needles.cmake)
 
+# RULER-style cases answered by greedy generation on the copy task's trained and untrained models (2 ranks).
+include(${CMAKE_CURRENT_LIST_DIR}/ruler.cmake)
+
 # Packed stdlib documents under each parallel.cp_scheme (bench/doc_cp_e2e.sh), cp=2 on 2 CPU ranks: runs exit 0,
 # the scheme each step ran, first-step losses equal across schemes.
 include(${CMAKE_CURRENT_LIST_DIR}/doc_cp_e2e.cmake)
