@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "framework/base/run_errors.h"
 #include "kernels/tensor.h"
 
 namespace rt {
@@ -55,6 +56,61 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+namespace {
+
+int64_t mtime_ns(const struct stat& st) { return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec; }
+
+}  // namespace
+
+DataFileReader::DataFileReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw RunError(kExitUsage, "cannot open data file '" + path + "': " + std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw RunError(kExitUsage, "cannot stat data file '" + path + "': " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw RunError(kExitUsage, "data file '" + path + "' is not a regular file (a directory?); give a file");
+  }
+  size_ = uint64_t(st.st_size);
+  mtime_ns_ = mtime_ns(st);
+}
+
+DataFileReader::~DataFileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DataFileReader::changed(uint64_t offset, uint64_t bytes, const std::string& what) const {
+  throw RunError(kExitUsage, "data file '" + path_ + "' changed under the running job: reading " +
+                                 std::to_string(bytes) + " bytes at byte offset " + std::to_string(offset) + ", " +
+                                 what + "; it had " + std::to_string(size_) + " bytes when the run opened it. Put "
+                                 "the file back as it was (or re-create the data and start over); the last "
+                                 "checkpoint is intact: --set checkpoint.resume=auto continues from it");
+}
+
+void DataFileReader::read(uint64_t offset, uint64_t bytes, void* dst) const {
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) changed(offset, bytes, std::string("fstat failed: ") + std::strerror(errno));
+  if (uint64_t(st.st_size) != size_)
+    changed(offset, bytes, "the file now has " + std::to_string(uint64_t(st.st_size)) + " bytes");
+  if (mtime_ns(st) != mtime_ns_) changed(offset, bytes, "the file was modified (its mtime differs)");
+  if (offset > size_ || bytes > size_ - offset)
+    throw Error("data file '" + path_ + "': a read of " + std::to_string(bytes) + " bytes at byte offset " +
+                std::to_string(offset) + " is past its " + std::to_string(size_) + " bytes");
+  auto* out = static_cast<uint8_t*>(dst);
+  uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd_, out + done, size_t(bytes - done), off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) changed(offset + done, bytes - done, std::string("the read failed: ") + std::strerror(errno));
+    if (got == 0) changed(offset + done, bytes - done, "the file ends there now");
+    done += uint64_t(got);
+  }
 }
 
 uint64_t read_shard_header(const std::string& path, int* token_bytes) {

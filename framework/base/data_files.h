@@ -1,5 +1,5 @@
 // Data files on disk (internal to framework/data_*.cpp and config validation): path globs, read-only
-// memory maps, and llm.c shard headers. Every failure names the file and the field.
+// memory maps, checked reads of training data, and llm.c shard headers. Every failure names the file and the field.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +25,30 @@ class MappedFile {
   std::string path_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+};
+
+// A data file the loader reads for the whole run (token shards, byte-level text): read, not mapped, so that a file
+// truncated or rewritten under a running job is an error naming the file and the byte offset (exit 2 on every
+// rank that reads it) instead of SIGBUS. Each read first compares the file's size and modification time with those
+// seen at open. Reads may come from several threads (pread; no shared position).
+class DataFileReader {
+ public:
+  explicit DataFileReader(const std::string& path);  // throws rt::RunError (kExitUsage) naming the file
+  ~DataFileReader();
+  DataFileReader(const DataFileReader&) = delete;
+  DataFileReader& operator=(const DataFileReader&) = delete;
+  // bytes [offset, offset + bytes) into dst; throws RunError (kExitUsage) naming the file and the byte offset when
+  // the file changed since it was opened or the read comes back short.
+  void read(uint64_t offset, uint64_t bytes, void* dst) const;
+  uint64_t size() const { return size_; }  // at open
+  const std::string& path() const { return path_; }
+
+ private:
+  [[noreturn]] void changed(uint64_t offset, uint64_t bytes, const std::string& what) const;
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;  // at open
 };
 
 // llm.c token shards (dev/data/data_common.py): 256 int32 header (magic, version, token count), then the

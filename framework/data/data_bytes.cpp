@@ -1,6 +1,9 @@
 // Byte-level text: every byte is a token (vocab 256). Training samples are windows of T bytes at offsets drawn
 // from (seed, sample index); held-out sample k is the window [k*T, (k+1)*T) of the held-out split. The held-out
-// split is the file's last 10%, or data.eval_path.
+// split is the file's last 10%, or data.eval_path. The file is read, not mapped (DataFileReader): a file truncated
+// or rewritten under a running job is an error naming it and the byte offset, not SIGBUS.
+#include <vector>
+
 #include "framework/base/data_files.h"
 #include "framework/data/data_source.h"
 #include "kernels/tensor.h"
@@ -12,7 +15,7 @@ class BytesSource final : public SampleSource {
  public:
   BytesSource(const Config& config, bool eval) : seed_(config.data.seed), eval_(eval) {
     const std::string& path = eval && !config.data.eval_path.empty() ? config.data.eval_path : config.data.path;
-    file_ = std::make_unique<MappedFile>(path);
+    file_ = std::make_unique<DataFileReader>(path);
     const uint64_t n = file_->size();
     begin_ = 0;
     end_ = n;
@@ -33,15 +36,16 @@ class BytesSource final : public SampleSource {
     const uint64_t start =
         eval_ ? begin_ + eval_window_offset(index, T, end_ - begin_)
               : begin_ + uniform_below(sample_key(seed_, eval_, index), end_ - begin_ - uint64_t(T) + 1);
-    const uint8_t* bytes = file_->data() + start;
-    for (int64_t i = 0; i < T; ++i) tokens[i] = bytes[i];
+    std::vector<uint8_t> bytes(static_cast<size_t>(T));  // (T) the window
+    file_->read(start, uint64_t(T), bytes.data());
+    for (int64_t i = 0; i < T; ++i) tokens[i] = bytes[size_t(i)];
     next_token_targets(T, tokens, targets, groups);
   }
 
  private:
   uint64_t seed_;
   bool eval_;
-  std::unique_ptr<MappedFile> file_;
+  std::unique_ptr<DataFileReader> file_;
   uint64_t begin_ = 0, end_ = 0;  // byte range of this split
 };
 

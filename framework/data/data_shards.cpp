@@ -5,7 +5,8 @@
 // Shards hold uint16 or uint32 tokens (framework/base/data_files.h); one stream may mix both.
 // Validation: every header up front (magic, version, token count vs file size); tokens >= vocab_size are
 // refused by a full scan up front when the files hold at most kFullScanTokens tokens, and in every window
-// read otherwise.
+// read otherwise. The shards are read, not mapped (DataFileReader): a shard truncated or rewritten under a running
+// job is an error naming the file and the byte offset, not SIGBUS.
 #include <algorithm>
 #include <cstring>
 
@@ -18,20 +19,30 @@ namespace {
 
 constexpr uint64_t kFullScanTokens = uint64_t(1) << 30;  // 2 GiB of uint16: a few seconds at start-up
 
+constexpr uint64_t kScanTokens = uint64_t(1) << 20;  // tokens per read of the full scan
+
 struct Shard {
-  std::unique_ptr<MappedFile> file;
+  std::unique_ptr<DataFileReader> file;
   uint64_t first = 0;  // index of its first token in the concatenated stream
   uint64_t count = 0;
   int token_bytes = 2;  // 2: uint16 (magic 20240520), 4: uint32 (magic 20240801)
-  uint32_t token(uint64_t i) const {
-    const uint8_t* p = file->data() + kShardHeaderBytes;
-    if (token_bytes == 2) {
-      uint16_t t;
-      std::memcpy(&t, p + 2 * i, 2);
-      return t;
+  // Tokens [i, i + n) of this shard into out (n).
+  void read_tokens(uint64_t i, uint64_t n, uint32_t* out) const {
+    std::vector<uint8_t> raw(size_t(n * uint64_t(token_bytes)));  // (n * token_bytes) little-endian tokens
+    file->read(kShardHeaderBytes + i * uint64_t(token_bytes), raw.size(), raw.data());
+    for (uint64_t k = 0; k < n; ++k) {
+      if (token_bytes == 2) {
+        uint16_t t;
+        std::memcpy(&t, raw.data() + 2 * k, 2);
+        out[k] = t;
+      } else {
+        std::memcpy(&out[k], raw.data() + 4 * k, 4);
+      }
     }
-    uint32_t t;
-    std::memcpy(&t, p + 4 * i, 4);
+  }
+  uint32_t token(uint64_t i) const {
+    uint32_t t = 0;
+    read_tokens(i, 1, &t);
     return t;
   }
 };
@@ -59,7 +70,7 @@ class ShardSource final : public SampleSource {
       const uint64_t count = read_shard_header(f, &token_bytes);
       Shard s;
       s.token_bytes = token_bytes;
-      s.file = std::make_unique<MappedFile>(f);
+      s.file = std::make_unique<DataFileReader>(f);
       RT_CHECK(s.file->size() == kShardHeaderBytes + count * uint64_t(token_bytes),
                "shard '" << f << "' changed size while being opened; is something still writing it?");
       s.first = total;
@@ -68,10 +79,17 @@ class ShardSource final : public SampleSource {
       shards_.push_back(std::move(s));
     }
     full_scan_ = total <= kFullScanTokens;
-    if (full_scan_)
+    if (full_scan_) {
+      std::vector<uint32_t> chunk;  // (kScanTokens) one read of the scan
       for (const Shard& s : shards_)
-        for (uint64_t i = 0; i < s.count; ++i)
-          if (s.token(i) >= uint32_t(vocab_)) bad_token(s, i, vocab_);
+        for (uint64_t at = 0; at < s.count; at += kScanTokens) {
+          const uint64_t n = std::min(kScanTokens, s.count - at);
+          chunk.resize(size_t(n));
+          s.read_tokens(at, n, chunk.data());
+          for (uint64_t k = 0; k < n; ++k)
+            if (chunk[size_t(k)] >= uint32_t(vocab_)) bad_token(s, at + k, vocab_);
+        }
+    }
     begin_ = 0;
     end_ = total;
     if (config.data.eval_path.empty()) {
@@ -95,12 +113,14 @@ class ShardSource final : public SampleSource {
                                [](uint64_t p, const Shard& s) { return p < s.first; });
     size_t shard = size_t(it - shards_.begin()) - 1;
     int64_t filled = 0;
+    std::vector<uint32_t> window(static_cast<size_t>(T));  // (T) this sample's tokens as read
     while (filled < T) {
       const Shard& s = shards_[shard];
       const uint64_t offset = pos - s.first;
       const int64_t take = int64_t(std::min<uint64_t>(s.count - offset, uint64_t(T - filled)));
+      s.read_tokens(offset, uint64_t(take), window.data() + filled);
       for (int64_t i = 0; i < take; ++i) {
-        const uint32_t t = s.token(offset + uint64_t(i));
+        const uint32_t t = window[size_t(filled + i)];
         if (!full_scan_ && t >= uint32_t(vocab_)) bad_token(s, offset + uint64_t(i), vocab_);
         tokens[filled + i] = int32_t(t);
       }
