@@ -356,6 +356,11 @@ void check_checkpoint_and_log(const Config& c, Problems& p) {
     p.add("log.metrics_file='", l.metrics_file, "' leaves train.run_dir (an absolute path, or one with '..'), where it "
           "would move aside and overwrite another run's metrics; give a path inside the run directory, e.g. "
           "metrics.jsonl, and set train.run_dir to choose where the run writes");
+  else if (const std::filesystem::path sub = std::filesystem::path(l.metrics_file).parent_path();
+           !sub.empty() && !is_directory((std::filesystem::path(c.train.run_dir) / sub).string()))
+    p.add("log.metrics_file='", l.metrics_file, "' is in the directory '", sub.string(), "' of train.run_dir, which "
+          "does not exist (the run creates only train.run_dir itself); give a file name such as metrics.jsonl, or "
+          "create ", (std::filesystem::path(c.train.run_dir) / sub).string(), " first");
   if (!(l.peak_tflops >= 0)) p.add("log.peak_tflops=", l.peak_tflops, " must be >= 0 (0 = from the GPU table)");
 }
 

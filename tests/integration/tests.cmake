@@ -21,3 +21,6 @@ include(${CMAKE_CURRENT_LIST_DIR}/ruler.cmake)
 # Packed stdlib documents under each parallel.cp_scheme (bench/doc_cp_e2e.sh), cp=2 on 2 CPU ranks: runs exit 0,
 # the scheme each step ran, first-step losses equal across schemes.
 include(${CMAKE_CURRENT_LIST_DIR}/doc_cp_e2e.cmake)
+
+# A hostile user's options, outputs and a shard cut mid-run, through the binary on 1 and 2 ranks (issue 43).
+include(${CMAKE_CURRENT_LIST_DIR}/hostile_user.cmake)
