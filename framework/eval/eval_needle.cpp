@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "framework/base/data_files.h"
+#include "framework/eval/case_dir.h"
 #include "framework/eval/eval_tasks.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
@@ -19,39 +19,11 @@ namespace fs = std::filesystem;
 namespace rt {
 namespace {
 
-nlohmann::json read_json_file(const fs::path& path, const std::string& what) {
-  std::ifstream in(path);
-  RT_CHECK(in.good(), "--cases: cannot read '" << path.string() << "' (" << what
-                                                << "); point --cases at a directory written by launch/make_needles.py");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  RT_CHECK(!j.is_discarded() && j.is_object(), "--cases: '" << path.string() << "' is not a JSON object; rebuild the "
-                                                            "cases with launch/make_needles.py");
-  return j;
-}
-
-// The tokenizer the config's data was made with: "copy", "bytes", "sha256:<hex>" from the shards' meta.json
-// (launch/prepare_data.py), or "" when the shards have none.
-std::string data_tokenizer(const Config& config) {
-  const DataConfig& d = config.data;
-  if (d.source == "copy" || d.source == "bytes") return d.source;
-  std::vector<std::string> files = expand_data_paths(d.path);
-  if (files.empty()) return "";
-  const fs::path meta = fs::path(files.front()).parent_path() / "meta.json";
-  if (!fs::exists(meta)) return "";
-  const nlohmann::json j = read_json_file(meta, "the data's meta.json");
-  if (!j.contains("tokenizer_sha256") || !j["tokenizer_sha256"].is_string()) return "";
-  return "sha256:" + j["tokenizer_sha256"].get<std::string>();
-}
+const char* const kMaker = "launch/make_needles.py";
 
 template <class T>
 T field(const nlohmann::json& j, const char* key, const std::string& where) {
-  RT_CHECK(j.contains(key), where << ": field '" << key << "' is missing; rebuild the cases with launch/make_needles.py");
-  try {
-    return j[key].get<T>();
-  } catch (const std::exception&) {
-    throw Error(where + ": field '" + key + "' has the wrong type (" + j[key].dump() +
-                "); rebuild the cases with launch/make_needles.py");
-  }
+  return case_field<T>(j, key, where, kMaker);
 }
 
 }  // namespace
@@ -59,26 +31,14 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
 NeedleCases read_needle_cases(const Config& config, const std::string& dir) {
   NeedleCases out;
   const fs::path root(dir);
-  const nlohmann::json meta = read_json_file(root / "meta.json", "the cases' tokenizer and vocabulary");
+  const nlohmann::json meta = read_case_json(root / "meta.json", "the cases' tokenizer and vocabulary", kMaker);
   const std::string where = (root / "meta.json").string();
+  RT_CHECK(meta.value("format", "") != "ringtrain-ruler", "--cases " << dir << " holds RULER-style cases (" << where
+           << "); run them with --task ruler, or write needle cases with " << kMaker);
   const std::string theirs = field<std::string>(meta, "tokenizer", where);
   const int64_t vocab = field<int64_t>(meta, "vocab_size", where);
-  const std::string ours = data_tokenizer(config);
-  if (ours.empty()) {
-    out.note = "needle: the data (data.path=" + config.data.path + ") has no meta.json with tokenizer_sha256 beside "
-               "it, so the cases' tokenizer (" + theirs + ") is not checked against it; only the vocabulary is";
-  } else {
-    RT_CHECK(theirs == ours, "--cases " << dir << " was made with tokenizer " << theirs << " but the config's data ("
-             << "data.source=" << config.data.source << ") uses " << ours << "; rebuild the cases with "
-             "launch/make_needles.py and the data's tokenizer (" << (ours == "copy" ? "--copy-task" : ours == "bytes"
-             ? "--bytes" : "--tokenizer <the tokenizer.json the data was prepared with>") << ")");
-  }
+  out.note = check_case_tokenizer(config, dir, theirs, vocab, kMaker, "needle");
   const int64_t V = config.model.vocab_size;
-  RT_CHECK(vocab <= V, "--cases " << dir << ": its vocabulary (" << vocab << " tokens) is larger than the model's "
-                                  << "(model.vocab_size=" << V << "); rebuild the cases with the model's tokenizer");
-  RT_CHECK(theirs != "copy" || vocab == V, "--cases " << dir << ": copy-task cases for a vocabulary of " << vocab
-           << " but model.vocab_size=" << V << " (the separator is vocab_size-1); rebuild them with "
-           "launch/make_needles.py --copy-task --vocab-size " << V);
   std::ifstream lines(root / "cases.jsonl");
   RT_CHECK(lines.good(), "--cases: cannot read '" << (root / "cases.jsonl").string() << "'; point --cases at a "
                                                   "directory written by launch/make_needles.py");
