@@ -3,10 +3,14 @@
 //   0      finished (also --help)
 //   2      usage, config, data or checkpoint error: a command-line error (unknown option, bad value, missing
 //          argument), an invalid config, a data file that is missing or bad, a run directory in use or holding
-//          another run, a refused or corrupted resume, device: cuda without a GPU, plan's input errors
+//          another run, a refused or corrupted resume, device: cuda without a GPU, plan's input errors, a count
+//          out of range or an option that cannot take effect, a data file changed under a running job, an output
+//          that cannot be written (exists without --overwrite, a directory, a full disk); on every command and
+//          any number of ranks, without a source location
 //   3      divergence
 //   4      watchdog: a rank waited past parallel.timeout_s
-//   128+N  stopped by signal N after a complete save
+//   128+N  stopped by signal N after a complete save (launch/train.sh: also after a second signal stopped the
+//          ranks without the save)
 //   1      anything else (an internal error)
 // An error found by every rank alike (a config, a refused run_dir or resume) is agreed on collectively and
 // printed once, by the lowest failing rank (rank 0 when all fail), without MPI_Abort's banner; any other error
