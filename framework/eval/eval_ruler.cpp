@@ -252,8 +252,9 @@ int ruler_task(Model& model, const Config& config, const LoaderRank& rank, const
   }, kExitUsage);
   if (rank0) {
     if (!read.note.empty()) std::fprintf(stderr, "warning: %s\n", read.note.c_str());
-    std::fprintf(stderr, "ruler: %zu cases from %s, %d windows per forward, greedy%s\n", read.cases.size(),
-                 task.cases.c_str(), config.train.batch_size,
+    const ParallelConfig& g = config.parallel;
+    std::fprintf(stderr, "ruler: %zu cases from %s, %d windows per forward on dp=%d cp=%d cp_a2a=%d tp=%d, greedy%s\n",
+                 read.cases.size(), task.cases.c_str(), config.train.batch_size, g.dp, g.cp, g.cp_a2a, g.tp,
                  eos >= 0 ? (", stopping at the EOT token " + std::to_string(eos)).c_str() : "");
   }
   const std::vector<RulerResult> results = generate_ruler(model, config, rank, read, lm_head, eos, rank0);

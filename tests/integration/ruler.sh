@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # RULER-style checks through the real binary (README "RULER-style checks"): the copy task's trained model repeats its
 # first half, so every copy-task RULER case is answered by copying on:
-#   - configs/tiny.yaml trained 300 steps (one process) and after one step; launch/make_ruler.py --copy-task cases
-#     (5 tasks x 8 at the trained length); `ringtrain eval --task ruler` on the config's grid (cp 2 zigzag ring,
-#     2 ranks): the trained model scores 100 on every task, the untrained one near 0 (< 15); progress with an ETA;
-#     the JSONL, the task x length table (.md, .csv, stdout);
-#   - the same tokens on dp 2 (2 ranks) and on one rank; the generated tokens of untrained cases equal
-#     `ringtrain generate`'s greedy tokens from the same prompts (its KV-cache decode);
+#   - configs/tiny.yaml with 2 heads (so that tp and the all-to-all can split them) trained 300 steps (one process)
+#     and after one step; launch/make_ruler.py --copy-task cases (5 tasks x 8 at the trained length);
+#     `ringtrain eval --task ruler` on the config's grid (cp 2 zigzag ring, 2 ranks): the trained model scores 100
+#     on every task, the untrained one near 0 (< 15); progress with an ETA; the JSONL, the task x length table
+#     (.md, .csv, stdout);
+#   - the same tokens on cp 2 as an all-to-all, tp 2, dp 2 (2 ranks each) and on one rank; the generated tokens of
+#     untrained cases equal `ringtrain generate`'s greedy tokens from the same prompts (its KV-cache decode);
 #   - refused with exit 2, writing nothing: a case longer than data.seq_len (the limit named), cases of another
 #     tokenizer, needle cases, an existing --out without --overwrite;
 #   - the heatmap (launch/plot_ruler.py) when matplotlib is present.
@@ -22,10 +23,11 @@ log="$work/log"
 fail() { echo "FAIL: $*" >&2; echo "---- log ($log) ----" >&2; tail -n 30 "$log" >&2 || true; exit 1; }
 rt() { "$build/ringtrain" "$@"; }
 tiny="$root/configs/tiny.yaml"
+h2=(--set model.n_head=2 --set model.n_kv_head=2)  # head_dim 32: CPU ranks only (device=cpu throughout)
 
-rt train "$tiny" --set parallel.cp=1 --set device=cpu --set train.steps=300 --set train.eval_every=0 \
+rt train "$tiny" "${h2[@]}" --set parallel.cp=1 --set device=cpu --set train.steps=300 --set train.eval_every=0 \
   --set log.every=100 --set "train.run_dir=$work/trained" >>"$log" 2>&1 || fail "training tiny.yaml failed"
-rt train "$tiny" --set parallel.cp=1 --set device=cpu --set train.steps=1 --set optim.warmup_steps=1 \
+rt train "$tiny" "${h2[@]}" --set parallel.cp=1 --set device=cpu --set train.steps=1 --set optim.warmup_steps=1 \
   --set train.eval_every=0 --set "train.run_dir=$work/untrained" >>"$log" 2>&1 || fail "the one-step run failed"
 trained=$(ls -d "$work"/trained/checkpoints/main/step_* | tail -n 1)
 untrained=$(ls -d "$work"/untrained/checkpoints/main/step_* | tail -n 1)
@@ -33,17 +35,25 @@ untrained=$(ls -d "$work"/untrained/checkpoints/main/step_* | tail -n 1)
 "$py" "$root/launch/make_ruler.py" --out "$work/cases" --copy-task --vocab-size 32 --max-length 64 --samples 8 \
   >>"$log" 2>&1 || fail "make_ruler.py --copy-task failed"
 for m in trained untrained; do
-  mpirun -np 2 "$build/ringtrain" eval "$tiny" --checkpoint "${!m}" --set device=cpu --task ruler \
+  mpirun -np 2 "$build/ringtrain" eval "$tiny" "${h2[@]}" --checkpoint "${!m}" --set device=cpu --task ruler \
     --cases "$work/cases" --out "$work/$m.jsonl" >"$work/$m.stdout" 2>>"$log" || fail "eval --task ruler ($m) failed"
   [ -s "$work/$m.md" ] && [ -s "$work/$m.csv" ] || fail "no table beside $work/$m.jsonl"
   grep -q "| vt |" "$work/$m.stdout" || fail "the table was not printed: $(cat "$work/$m.stdout")"
 done
 grep -q "ruler: .* cases, .* ETA" "$log" || fail "no progress line with an ETA"
-mpirun -np 2 "$build/ringtrain" eval "$tiny" --checkpoint "$trained" --set device=cpu --set parallel.cp=1 \
-  --set parallel.dp=2 --task ruler --cases "$work/cases" --out "$work/trained_dp2.jsonl" >>"$log" 2>&1 ||
-  fail "eval --task ruler on dp 2 failed"
-rt eval "$tiny" --checkpoint "$trained" --set device=cpu --set parallel.cp=1 --task ruler --cases "$work/cases" \
-  --out "$work/trained_one.jsonl" >>"$log" 2>&1 || fail "eval --task ruler on one rank failed"
+for grid in "a2a 1 2 2 1" "tp2 1 1 1 2" "dp2 2 1 1 1"; do
+  read -r name dp cp a2a tp <<<"$grid"
+  settings="parallel.dp=$dp parallel.cp=$cp parallel.cp_a2a=$a2a parallel.tp=$tp"
+  sets=()
+  for kv in $settings; do sets+=(--set "$kv"); done
+  mpirun -np 2 "$build/ringtrain" eval "$tiny" "${h2[@]}" "${sets[@]}" --checkpoint "$trained" --set device=cpu \
+    --task ruler --cases "$work/cases" --out "$work/trained_$name.jsonl" >>"$log" 2>&1 ||
+    fail "eval --task ruler on $name ($settings) failed"
+  tail -n 30 "$log" | grep -q "ruler: 40 cases .* on dp=$dp cp=$cp cp_a2a=$a2a tp=$tp," ||
+    fail "eval --task ruler ($name) did not run on dp=$dp cp=$cp cp_a2a=$a2a tp=$tp"
+done
+rt eval "$tiny" "${h2[@]}" --checkpoint "$trained" --set device=cpu --set parallel.cp=1 --task ruler \
+  --cases "$work/cases" --out "$work/trained_one.jsonl" >>"$log" 2>&1 || fail "eval --task ruler on one rank failed"
 "$py" - "$work" <<'PY' || fail "ruler scores"
 import json, sys
 work = sys.argv[1]
@@ -62,7 +72,7 @@ assert all(r["stop"] == "answers" for r in trained), "a trained case ran past it
 mean = sum(r["score"] for r in untrained) / len(untrained)
 print(f"untrained: mean {mean:.1f}")
 assert mean < 15, f"the untrained model scores {mean:.1f}: not near 0"
-for other in ("trained_dp2", "trained_one"):
+for other in ("trained_a2a", "trained_tp2", "trained_dp2", "trained_one"):
     ids = [r["new_ids"] for r in rows(other)]
     assert ids == [r["new_ids"] for r in trained], f"{other}: other tokens than on the cp 2 ring"
 table = open(f"{work}/trained.csv").read()
@@ -74,8 +84,8 @@ PY
 import json, struct, sys
 work = sys.argv[1]
 results = {r["id"]: r for r in (json.loads(l) for l in open(f"{work}/untrained.jsonl") if l.strip())}
-picked = [c for c in (json.loads(l) for l in open(f"{work}/cases/cases.jsonl"))
-          if results[c["id"]]["stop"] == "max_new_tokens"][:3]
+picked = sorted((c for c in (json.loads(l) for l in open(f"{work}/cases/cases.jsonl"))
+                 if results[c["id"]]["stop"] == "max_new_tokens"), key=lambda c: -c["max_new_tokens"])[:3]
 for c in picked:
     raw = open(f"{work}/cases/{c['file']}", "rb").read()
     prompt = struct.unpack(f"<{c['prompt_tokens']}i", raw[:4 * c["prompt_tokens"]])
@@ -84,7 +94,7 @@ PY
 [ "$(wc -l <"$work/prompts.txt")" = 3 ] || fail "fewer than 3 untrained cases ran to max_new_tokens"
 while read -r id prompt expected; do
   n=$(echo "$expected" | tr ',' '\n' | wc -l)
-  got=$(rt generate "$tiny" --checkpoint "$untrained" --set device=cpu --prompt "$prompt" --max-new-tokens "$n" \
+  got=$(rt generate "$tiny" "${h2[@]}" --checkpoint "$untrained" --set device=cpu --prompt "$prompt" --max-new-tokens "$n" \
           --eos-id -1 2>>"$log" | "$py" -c "import json, sys; print(','.join(map(str, json.load(sys.stdin)['new_ids'])))")
   [ "$got" = "$expected" ] || fail "case $id: eval --task ruler generated $expected, ringtrain generate $got"
 done <"$work/prompts.txt"
@@ -94,7 +104,8 @@ refuse() {  # refuse <name> <cases dir> <text the message must hold> [eval optio
   local name="$1" cases="$2" text="$3"
   shift 3
   set +e
-  rt eval "$tiny" --checkpoint "$trained" --set parallel.cp=1 --set device=cpu --task ruler --cases "$cases" \
+  rt eval "$tiny" "${h2[@]}" --checkpoint "$trained" --set parallel.cp=1 --set device=cpu --task ruler \
+    --cases "$cases" \
     --out "$work/$name.jsonl" "$@" >"$work/$name.log" 2>&1
   local code=$?
   set -e
