@@ -2,7 +2,9 @@
 # Installs the packages ringtrain builds with, only those whose files are missing (checked by what they
 # provide, not by package name, so machines with a pip matplotlib or a newer CMake need no network).
 # Debian 12 and Ubuntu 24.04.
-#   launch/install-deps.sh                  what building, training and the tests need
+#   launch/install-deps.sh                  what building, training and the tests need, and protobuf for TensorBoard
+#                                           event files (optional: when it cannot be installed, ringtrain builds
+#                                           without them and says so at start-up)
 #   launch/install-deps.sh --prepare-data   also the `tokenizers` Python package for launch/prepare_data.py
 #                                           (from PyPI with pip: Debian ships no python3-tokenizers)
 set -euo pipefail
@@ -34,12 +36,25 @@ need python3-yaml has_py_module yaml
 need python3-matplotlib has_py_module matplotlib
 need python3-numpy has_py_module numpy    # tests/hf (Hugging Face import/export checks), launch/prepare_data.py
 if [ "$prepare_data" = 1 ]; then need python3-pip python3 -m pip --version; fi
+optional=()  # TensorBoard event files (CMake's RINGTRAIN_TENSORBOARD AUTO): protobuf's library, headers and protoc
+has_header google/protobuf/message_lite.h || optional+=(libprotobuf-dev)
+command -v protoc >/dev/null 2>&1 || optional+=(protobuf-compiler)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+if [ ${#optional[@]} -gt 0 ]; then
+  echo "install-deps: installing ${optional[*]} (TensorBoard event files)"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  if ! { $sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq \
+         "${optional[@]}"; }; then
+    echo "install-deps: could not install ${optional[*]}; ringtrain builds without TensorBoard event files" \
+         "(metrics.jsonl is written either way)" >&2
+  fi
 fi
 if [ "$prepare_data" = 1 ] && ! has_py_module tokenizers >/dev/null 2>&1; then
   echo "install-deps: installing the tokenizers Python package (pip, user site)"

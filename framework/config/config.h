@@ -139,6 +139,7 @@ struct LogConfig {
   std::string metrics_file = "metrics.jsonl";  // inside run_dir
   double peak_tflops = 0;       // 0 = from the GPU name table
 };
+  bool tensorboard = true;      // event files in run_dir/tensorboard (framework/run/tensorboard.h); needs protobuf
 
 struct Config {
   ModelConfig model;

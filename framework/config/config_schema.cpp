@@ -95,6 +95,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(log, every, i32, "steps between log lines"),
       RT_FIELD(log, metrics_file, string, "JSONL file inside run_dir"),
       RT_FIELD(log, peak_tflops, f64, "MFU peak (0 = GPU table)"),
+      RT_FIELD(log, tensorboard, boolean, "TensorBoard event files in run_dir/tensorboard (rank 0)"),
       FieldSpec{"", "device", FieldType::string, [](Config& c) -> void* { return &c.device; },
                 "auto | cpu | cuda"},
   };

@@ -17,6 +17,7 @@
 #include "framework/eval/eval_tasks.h"
 #include "framework/checkpoint/model_source.h"
 #include "framework/base/run_errors.h"
+#include "framework/run/tensorboard_eval.h"
 #include "framework/run/train_step.h"
 #include "framework/eval/eval.h"
 #include "framework/plan/trainer_setup.h"
@@ -82,6 +83,7 @@ int needle_task(Model& model, const Config& config, const LoaderRank& rank, cons
   write_needle_scores(read.cases, scores, task.out, checkpoint, outputs);
   outputs.commit();
   int64_t tokens = 0, hits = 0, exact = 0;
+  write_eval_events(config, "needle", task.out, checkpoint);  // TensorBoard (log.tensorboard), from the .jsonl
   for (const NeedleScore& s : scores)
     tokens += s.answer_tokens, hits += s.argmax_hits, exact += s.argmax_hits == s.answer_tokens ? 1 : 0;
   std::printf("needle %s: %lld/%zu cases exact, %.2f%% of %lld answer tokens argmax-correct; wrote %s "
@@ -153,6 +155,7 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
                   "python3 launch/plot_loss_by_position.py %s --out loss_by_position.png)\n", checkpoint.c_str(),
                   loss_text(p.total).c_str(), p.total.count[0], task.by.c_str(), task.out.c_str(), task.out.c_str());
     }
+      write_eval_events(config, task.task, task.out, checkpoint);  // TensorBoard (log.tensorboard), from the .jsonl
     return 0;
   }
   const LossTally ev = evaluate(*session.model, *loader, plan);

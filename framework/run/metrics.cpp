@@ -87,6 +87,7 @@ void MetricsWriter::write(const StepMetrics& m) { write_json_line(metrics_json(m
 void MetricsWriter::write_json_line(const std::string& json_object) {
   if (std::fputs(json_object.c_str(), file_) < 0 || std::fputc('\n', file_) == EOF || std::fflush(file_) != 0)
     throw Error("writing metrics file '" + path_ + "' failed: " + std::strerror(errno) + " (is the disk full?)");
+  if (events_) events_->write_json_scalars(json_object);
 }
 
 }  // namespace rt

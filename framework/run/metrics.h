@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "framework/run/tensorboard.h"
 
 namespace rt {
 
@@ -54,9 +57,13 @@ class MetricsWriter {
   void write(const StepMetrics& m);
   void write_json_line(const std::string& json_object);  // any other record (e.g. an eval result)
   const std::string& path() const { return path_; }
+  // From now on every line written also goes to these TensorBoard event files (log.tensorboard), after the line.
+  void attach_tensorboard(std::unique_ptr<TensorBoardWriter> events) { events_ = std::move(events); }
+  const TensorBoardWriter* tensorboard() const { return events_.get(); }
 
  private:
   std::string path_;
+  std::unique_ptr<TensorBoardWriter> events_;
   std::FILE* file_ = nullptr;
 };
 

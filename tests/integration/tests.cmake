@@ -22,5 +22,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/ruler.cmake)
 # the scheme each step ran, first-step losses equal across schemes.
 include(${CMAKE_CURRENT_LIST_DIR}/doc_cp_e2e.cmake)
 
+# TensorBoard event files (log.tensorboard) equal metrics.jsonl and the eval tasks' .jsonl, including a resumed run.
+include(${CMAKE_CURRENT_LIST_DIR}/tensorboard.cmake)
+
 # A hostile user's options, outputs and a shard cut mid-run, through the binary on 1 and 2 ranks (issue 43).
 include(${CMAKE_CURRENT_LIST_DIR}/hostile_user.cmake)
