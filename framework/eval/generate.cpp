@@ -71,7 +71,7 @@ void prefill(Model& model, KvCache& cache, const GenerateLayout& layout, const s
   }
   if (Pp > 0) {
     model.set_kv_capture(&cache);
-    model.step(batch, 0, /*want_grad=*/false);  // downloads the losses: the prefill has finished
+    model.prefill_forward(batch);  // the blocks only: no LM head over the prompt; returns when finished
     model.set_kv_capture(nullptr);
   }
   cache.rows = int64_t(cache.capture.size());

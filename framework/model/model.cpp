@@ -77,16 +77,19 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
            "train.offload: none");
   for (int k = 0; k < 2 && k < offload_layers_; ++k)
     offload_stage_[k] = arena.alloc(act, {N, C}, "offload: block input staging (x2)");  // (N, C)
-  for (int64_t l = 0; l <= s.L; ++l)
-    residual_.push_back(l < offload_layers_ ? offload_stage_[l % 2]
-                                            : arena.alloc(act, {N, C}, "residual stream (block inputs)"));  // (N, C)
+  // (N, C) each. forward_only: block l reads residual_[l] and writes residual_[l + 1], so two buffers alternate.
+  for (int64_t l = 0; l <= s.L; ++l) {
+    if (l < offload_layers_) residual_.push_back(offload_stage_[l % 2]);
+    else if (options.forward_only && l >= 2) residual_.push_back(residual_[size_t(l - 2)]);
+    else residual_.push_back(arena.alloc(act, {N, C}, "residual stream (block inputs)"));
+  }
   host_offload_bytes_ = size_t(offload_layers_) * size_t(N) * size_t(C) * dtype_size(act);
   if (offload_layers_ > 0 && !arena.is_measuring()) init_offload();
   // Which buffers each layer keeps: all (none), attention output + LSE (selective), nothing (full). The
   // buffers a layer does not keep are one shared set, recomputed in the backward.
   const ActivationCheckpointing ckpt = options.checkpointing;
-  const bool keep_all = ckpt == ActivationCheckpointing::none;
-  const bool keep_attention = ckpt != ActivationCheckpointing::full;
+  const bool keep_all = ckpt == ActivationCheckpointing::none && !options.forward_only;
+  const bool keep_attention = ckpt != ActivationCheckpointing::full && !options.forward_only;
   keep_mlp_hidden_ = keep_all;
   mlp_chunk_ = resolve_mlp_chunk(options.mlp_chunk, N, Fl);
   for (int64_t i = 0; i < s.L; ++i) {
@@ -128,21 +131,25 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(options.lm_head_chunk, N));
   head_scratch_ = arena.alloc(act, {chunk, s.V}, "lm head logits chunk");  // (chunk, V)
 
-  d_res_ = arena.alloc(act, {N, C}, "grad: residual stream / final norm out");  // (N, C)
-  d_ln_ = arena.alloc(act, {N, C}, "grad: norm out / final norm out");         // (N, C)
-  // Lifetimes that do not overlap share storage: final_out_ is last read by the fused head, before the
-  // backward first writes d_res_; d_final_ is written by the head and read once by the final norm's
-  // backward, before the first block backward writes d_ln_.
-  final_out_ = d_res_;  // (N, C)
-  d_final_ = d_ln_;     // (N, C)
-  d_att_ = arena.alloc(act, {N, qd}, "grad: attention out");    // (N, Hl*D)
-  d_q_ = arena.alloc(act, {N, qd}, "grad: q");                  // (N, Hl*D)
-  d_k_ = arena.alloc(act, {N, kvd}, "grad: k");                 // (N, Hkvl*D)
-  d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
-  d_h_ = s.swiglu ? arena.alloc(act, {mlp_chunk_, 2 * Fl}, "grad: mlp gate|up")  // (chunk, 2Fl)
-                  : arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");        // (chunk, Fl)
-  // GELU takes the activation gradient inside linear_dgelu (no buffer); SwiGLU needs it.
-  if (s.swiglu) d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");  // (chunk, Fl)
+  if (options.forward_only) {  // no backward: the final norm's output alone, no gradient buffers
+    final_out_ = arena.alloc(act, {N, C}, "final norm out");  // (N, C)
+  } else {
+    d_res_ = arena.alloc(act, {N, C}, "grad: residual stream / final norm out");  // (N, C)
+    d_ln_ = arena.alloc(act, {N, C}, "grad: norm out / final norm out");         // (N, C)
+    // Lifetimes that do not overlap share storage: final_out_ is last read by the fused head, before the
+    // backward first writes d_res_; d_final_ is written by the head and read once by the final norm's
+    // backward, before the first block backward writes d_ln_.
+    final_out_ = d_res_;  // (N, C)
+    d_final_ = d_ln_;     // (N, C)
+    d_att_ = arena.alloc(act, {N, qd}, "grad: attention out");    // (N, Hl*D)
+    d_q_ = arena.alloc(act, {N, qd}, "grad: q");                  // (N, Hl*D)
+    d_k_ = arena.alloc(act, {N, kvd}, "grad: k");                 // (N, Hkvl*D)
+    d_v_ = arena.alloc(act, {N, kvd}, "grad: v");                 // (N, Hkvl*D)
+    d_h_ = s.swiglu ? arena.alloc(act, {mlp_chunk_, 2 * Fl}, "grad: mlp gate|up")  // (chunk, 2Fl)
+                    : arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp hidden");        // (chunk, Fl)
+    // GELU takes the activation gradient inside linear_dgelu (no buffer); SwiGLU needs it.
+    if (s.swiglu) d_g_ = arena.alloc(act, {mlp_chunk_, Fl}, "grad: mlp activation");  // (chunk, Fl)
+  }
   if (s.tp > 1 || shards_ > 1) gather_scratch_ = arena.alloc(DType::f32, {int64_t(1) << 20}, "tp gather scratch");  // (1M)
 
   RingAttentionShape ring;

@@ -306,6 +306,11 @@ class Model {
   // true); the model's own ring attention is not used (build it on a ring of one: generate_model_comms). Collective
   // over cp and tp.
   void prefill_chunk(KvCache& cache, const std::vector<int32_t>& tokens, int64_t chunk, int64_t start, int64_t valid);
+  // Generation's prefill forward (model_prefill.cpp): the training forward's blocks on `batch` (every rank's rows
+  // as in training; the K / V captured by set_kv_capture, or a chunk's attention against the cache), then nothing
+  // more: no LM head and no loss over the rows (a token is chosen only after the prompt's last token, whose logits
+  // the first decode step computes), no backward. Returns when the device has finished. Collective over cp and tp.
+  void prefill_forward(const Batch& batch);
 
   // Gradients of kv_replicated weights summed over the tp ranks that share each KV head (after step()).
   void reduce_shared_kv_grads();

@@ -107,6 +107,8 @@ std::vector<float> Model::step(const Batch& batch, double global_count, bool wan
 
 void Model::forward_backward(const Batch& batch, double global_count, bool want_grad) {
   const ModelShape& s = shape_;
+  RT_CHECK(!want_grad || !options_.forward_only, "model: a backward on a model built forward-only (eval and generate "
+                                                 "keep no activations for one); build it with an optimizer");
   upload_batch(batch);
   offload_begin_step(want_grad);
   const int head_unit = int(s.L) + 1;

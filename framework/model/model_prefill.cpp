@@ -1,6 +1,11 @@
-// Chunked prefill (framework/model/model.h "Generation", DESIGN.md "Generate"): a long prompt's prefill as a run of
+// Generation's prefill (framework/model/model.h "Generation", DESIGN.md "Generate").
+// prefill_forward: the training forward's blocks and nothing after them. The training forward's fused LM head and
+// loss ran over every row of the prompt (V logits a row, though only the last prompt token's are ever used, and
+// those come from the first decode step); the prefill skips it. Generation's model is built forward-only
+// (ModelOptions::forward_only): one set of block buffers, two alternating residual buffers, no gradient buffers.
+// Chunked prefill: a long prompt's prefill as a run of
 // chunks, each sharded over the cp ranks (rank r holds the chunk's rows [slot(r) n, (slot(r) + 1) n), query row i of
-// rank s at global position start + slot(s) n + i; prefill_chunk_slot) and run through the training forward, except
+// rank s at global position start + slot(s) n + i; prefill_chunk_slot) and run through prefill_forward, except
 // the attention, which reads the KV cache instead of a ring. Per layer, after RoPE:
 //   this rank appends its prompt rows' K / V to its cache shard;
 //   cp = 1: the shard holds positions [0, rows) in order: one causal call, key j visible to query i iff
@@ -44,13 +49,32 @@ void Model::prefill_chunk(KvCache& c, const std::vector<int32_t>& tokens, int64_
   for (int64_t j = 0; j < n; ++j) batch.positions[size_t(j)] = int32_t(start + slot * n + j);
   chunk_ = {&c, chunk, start, valid};
   try {
-    step(batch, 0, /*want_grad=*/false);  // downloads the losses: the chunk has finished
+    prefill_forward(batch);
   } catch (...) {
     chunk_ = {};
     throw;
   }
   chunk_ = {};
   c.rows += mine;
+}
+
+void Model::prefill_forward(const Batch& batch) {
+  const ModelShape& s = shape_;
+  upload_batch(batch);
+  offload_begin_step(/*want_grad=*/false);
+  prefetch_weights(0);
+  const Tensor embedding = unit_weights(0);
+  prefetch_weights(1);
+  embedding_fwd(residual_[0], tokens_, param_view(embedding, "tok_embeddings.weight"));
+  for (int l = 0; l < s.L; ++l) {
+    unit_weights(l + 1);
+    prefetch_weights(l + 2);
+    block_forward(l, acts_for(l), BlockPass::forward);
+    offload_after_forward(l);
+  }
+  unit_weights(int(s.L) + 1);  // zero 3: settles the head's gather the last layer posted (no head runs)
+  float done = 0;              // the last block's final-norm output: waiting for it waits for the whole prefill
+  copy_tensor_to_host(&done, final_rstd_.slice(0, 1));
 }
 
 void Model::chunk_attention(int layer, const Tensor& q4, const Tensor& k, const Tensor& v, Tensor out4, Tensor lse) {

@@ -148,8 +148,10 @@ int64_t tokens_per_rank(const Config& config) {
 namespace {
 void build_into(ModelSession& s, const Config& config, const ModelComms& comms, Device device,
                 bool with_optimizer) {
-  s.model = std::make_unique<Model>(config.model, model_options(config, device), sequences_per_rank(config),
-                                    tokens_per_rank(config), comms, *s.arena);
+  ModelOptions options = model_options(config, device);
+  options.forward_only = !with_optimizer;  // eval and generate: no backward, so no activations kept for one
+  s.model = std::make_unique<Model>(config.model, options, sequences_per_rank(config), tokens_per_rank(config), comms,
+                                    *s.arena);
   if (with_optimizer) s.optimizer = std::make_unique<AdamW>(config.optim, *s.model, *s.arena);
 }
 }  // namespace

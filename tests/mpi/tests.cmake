@@ -76,3 +76,7 @@ rt_mpi_test(eval_tasks 2)
 add_dependencies(test_mpi_train_a2a_auto ringtrain)
 rt_mpi_test(train_a2a_auto 1)
 set_tests_properties(mpi_train_a2a_auto_np1 PROPERTIES PROCESSORS 2)
+# Generation's prefill (the blocks only, forward-only model): the first decode logits equal the training forward's
+# last-position logits, one pass and chunked, on one rank and on a cp=2 zigzag ring.
+rt_mpi_test(prefill 1)
+rt_mpi_test(prefill 2)
