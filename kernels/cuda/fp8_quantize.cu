@@ -1,13 +1,18 @@
 // fp8_quantize on CUDA (kernels/op_list.inc): x (R,K) f32 or bf16 -> q (R,K) and / or qt = x^T (K,R), e4m3, with
 // their factors, in one pass over x: amax (of blocks), scale, cast and transpose together. The rounding is
 // kernels/fp8.h's, bit for bit (fp8_common.cuh).
-// One block of 256 threads per 128x128 tile of x; thread (tx, ty) = (tid % 16, tid / 16) holds the 8x8 values
-// rows [ty*8, ty*8+8) x columns [tx*8, tx*8+8) of the tile. q rows leave as 8-byte stores (16 threads write a
+// One block per 128x128 tile of x; thread (tx, ty) = (tid % 16, tid / 16) holds the kRows x 8 values rows
+// [ty*kRows, ty*kRows+kRows) x columns [tx*8, tx*8+8) of the tile: kRows = 4 (512 threads, about 64 registers: two
+// blocks and 32 warps per SM) by default, 8 (256 threads, about 120 registers: 16 warps per SM, the first version)
+// through set_fp8_quantize_rows (kernels/cuda/fp8_tuning.h). q rows leave as 8-byte stores (16 threads write a
 // row's 128 bytes); qt goes through a transposed tile in shared memory and leaves as 8-byte stores along its rows.
 // Amaxes: block_1x128 takes q's row amax over the tile's 128 columns (a 16-lane reduction) and qt's over the
 // tile's 128 rows (a reduction across the block); block_128x128 the tile's; tensor and row read fp8_amax's.
+#include <atomic>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_common.cuh"
+#include "kernels/cuda/fp8_tuning.h"
 
 namespace rt {
 namespace cuda {
@@ -30,23 +35,32 @@ struct QuantArgs {
 template <int kS>
 constexpr bool is(Fp8Scaling s) { return kS == int(s); }
 
-template <class T, int kS>
-__global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, QuantArgs a) {
+// kRows E4M3 codes of v[i] * s[i], packed little-endian (kRows 8: a uint2; 4: the low word).
+template <int kRows>
+__device__ __forceinline__ uint2 pack_codes(const float* v, const float* s) {
+  if constexpr (kRows == 8) return e4m3x8_bits(v, s);
+  const uint32_t lo = e4m3x2_bits(v[0] * s[0], v[1] * s[1]), hi = e4m3x2_bits(v[2] * s[2], v[3] * s[3]);
+  return make_uint2(lo | (hi << 16), 0u);
+}
+
+template <class T, int kS, int kRows>
+__global__ void __launch_bounds__(16 * kTile / kRows, 2) quantize_kernel(const T* __restrict__ x, QuantArgs a) {
+  constexpr int kThreadsQ = 16 * kTile / kRows, kWarps = kThreadsQ / 32;
   __shared__ __align__(16) uint8_t tile_t[kTile][kTilePitch];  // qt staging: (tile column, tile row)
-  __shared__ uint32_t col_part[8][kTile];                       // block_1x128: per warp, per tile column
+  __shared__ uint32_t col_part[kWarps][kTile];                  // block_1x128: per warp, per tile column
   __shared__ float col_mult[kTile];                             // qt's multiplier per tile column
-  __shared__ uint32_t warp_key[8];
+  __shared__ uint32_t warp_key[kWarps];
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, lane = tid & 31, warp = tid >> 5;
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  const int64_t rb = r0 + ty * 8, cb = c0 + tx * 8;  // this thread's first row and column
+  const int64_t rb = r0 + ty * kRows, cb = c0 + tx * 8;  // this thread's first row and column
   const int64_t R = a.R, K = a.K;
 
-  float v[8][8];  // rows rb.., columns cb..
+  float v[kRows][8];  // rows rb.., columns cb..
 #pragma unroll
-  for (int i = 0; i < 8; ++i) load8(x, R, K, rb + i, cb, a.vec_in, v[i]);
+  for (int i = 0; i < kRows; ++i) load8(x, R, K, rb + i, cb, a.vec_in, v[i]);
 
   // ---- multipliers: row_mult[i] for q's row rb+i, colm[j] for qt's row cb+j ----
-  float row_mult[8], colm[8];
+  float row_mult[kRows], colm[8];
   if constexpr (is<kS>(Fp8Scaling::tensor) || is<kS>(Fp8Scaling::block_128x128)) {
     float amax;
     if constexpr (is<kS>(Fp8Scaling::tensor)) {
@@ -54,7 +68,7 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
     } else {
       uint32_t key = 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int i = 0; i < kRows; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) key = max(key, amax_key(v[i][j]));
       key = warp_max_key(key);
@@ -62,12 +76,14 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
       __syncthreads();
       key = 0;
 #pragma unroll
-      for (int w = 0; w < 8; ++w) key = max(key, warp_key[w]);
+      for (int w = 0; w < kWarps; ++w) key = max(key, warp_key[w]);
       amax = amax_of_key(key);
     }
     const float s = fp8_scale_of(amax), f = fp8_factor_of(s);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) row_mult[i] = s, colm[i] = s;
+    for (int i = 0; i < kRows; ++i) row_mult[i] = s;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) colm[j] = s;
     if (tid == 0) {
       if constexpr (is<kS>(Fp8Scaling::tensor)) {
         if (blockIdx.x == 0 && blockIdx.y == 0) {
@@ -89,7 +105,7 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
     }
   } else if constexpr (is<kS>(Fp8Scaling::row)) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kRows; ++i) {
       const int64_t r = rb + i;
       row_mult[i] = 1.f;
       if (a.q && r < R) {
@@ -109,7 +125,7 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
   } else {  // block_1x128
     if (a.q) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kRows; ++i) {
         uint32_t key = 0;
 #pragma unroll
         for (int j = 0; j < 8; ++j) key = max(key, amax_key(v[i][j]));
@@ -124,15 +140,15 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
       for (int j = 0; j < 8; ++j) {
         uint32_t key = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) key = max(key, amax_key(v[i][j]));
-        key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, 16));  // the warp's other 8 rows
+        for (int i = 0; i < kRows; ++i) key = max(key, amax_key(v[i][j]));
+        key = max(key, __shfl_xor_sync(0xFFFFFFFFu, key, 16));  // the warp's other kRows rows
         if (lane < 16) col_part[warp][tx * 8 + j] = key;
       }
       __syncthreads();
       if (tid < kTile) {
         uint32_t key = 0;
 #pragma unroll
-        for (int w = 0; w < 8; ++w) key = max(key, col_part[w][tid]);
+        for (int w = 0; w < kWarps; ++w) key = max(key, col_part[w][tid]);
         const float s = fp8_scale_of(amax_of_key(key));
         col_mult[tid] = s;
         if (c0 + tid < K) a.qt_scale[int64_t(blockIdx.y) * K + c0 + tid] = fp8_factor_of(s);
@@ -146,7 +162,7 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
   // ---- q: rows rb+i, 8 bytes each ----
   if (a.q) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kRows; ++i) {
       const int64_t r = rb + i;
       if (r >= R) continue;
       const float m[8] = {row_mult[i], row_mult[i], row_mult[i], row_mult[i],
@@ -165,15 +181,17 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
   if (a.qt) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      float col[8], m[8];
+      float col[kRows], m[kRows];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) col[i] = v[i][j], m[i] = colm[j];
-      *reinterpret_cast<uint2*>(&tile_t[tx * 8 + j][ty * 8]) = e4m3x8_bits(col, m);
+      for (int i = 0; i < kRows; ++i) col[i] = v[i][j], m[i] = colm[j];
+      const uint2 bits = pack_codes<kRows>(col, m);
+      if constexpr (kRows == 8) *reinterpret_cast<uint2*>(&tile_t[tx * 8 + j][ty * 8]) = bits;
+      else *reinterpret_cast<uint32_t*>(&tile_t[tx * 8 + j][ty * kRows]) = bits.x;
     }
     __syncthreads();
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      const int id = tid + 256 * t, row = id >> 4, part = id & 15;
+    for (int t = 0; t < kTile * 16 / kThreadsQ; ++t) {  // 2048 chunks of 8 bytes
+      const int id = tid + kThreadsQ * t, row = id >> 4, part = id & 15;
       const int64_t k = c0 + row, r = r0 + part * 8;
       if (k >= K || r >= R) continue;
       const uint2 bits = *reinterpret_cast<const uint2*>(&tile_t[row][part * 8]);
@@ -187,21 +205,32 @@ __global__ void __launch_bounds__(256) quantize_kernel(const T* __restrict__ x, 
   }
 }
 
+template <class T, int kRows>
+void launch_rows(const T* x, const QuantArgs& a, Fp8Scaling s, const dim3& grid, cudaStream_t stream) {
+  constexpr int threads = 16 * kTile / kRows;
+  switch (s) {
+    case Fp8Scaling::tensor:
+      quantize_kernel<T, int(Fp8Scaling::tensor), kRows><<<grid, threads, 0, stream>>>(x, a);
+      break;
+    case Fp8Scaling::row: quantize_kernel<T, int(Fp8Scaling::row), kRows><<<grid, threads, 0, stream>>>(x, a); break;
+    case Fp8Scaling::block_1x128:
+      quantize_kernel<T, int(Fp8Scaling::block_1x128), kRows><<<grid, threads, 0, stream>>>(x, a);
+      break;
+    case Fp8Scaling::block_128x128:
+      quantize_kernel<T, int(Fp8Scaling::block_128x128), kRows><<<grid, threads, 0, stream>>>(x, a);
+      break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+std::atomic<int> g_rows_per_thread{4};
+
 template <class T>
 void launch(const T* x, const QuantArgs& a, Fp8Scaling s, cudaStream_t stream) {
   const dim3 grid(unsigned((a.K + kTile - 1) / kTile), unsigned((a.R + kTile - 1) / kTile));
   RT_CHECK(grid.y <= 65535u, "fp8_quantize: " << a.R << " rows exceed the grid; quantize x in row blocks");
-  switch (s) {
-    case Fp8Scaling::tensor: quantize_kernel<T, int(Fp8Scaling::tensor)><<<grid, 256, 0, stream>>>(x, a); break;
-    case Fp8Scaling::row: quantize_kernel<T, int(Fp8Scaling::row)><<<grid, 256, 0, stream>>>(x, a); break;
-    case Fp8Scaling::block_1x128:
-      quantize_kernel<T, int(Fp8Scaling::block_1x128)><<<grid, 256, 0, stream>>>(x, a);
-      break;
-    case Fp8Scaling::block_128x128:
-      quantize_kernel<T, int(Fp8Scaling::block_128x128)><<<grid, 256, 0, stream>>>(x, a);
-      break;
-  }
-  CUDA_CHECK_LAUNCH();
+  if (g_rows_per_thread.load(std::memory_order_relaxed) == 8) launch_rows<T, 8>(x, a, s, grid, stream);
+  else launch_rows<T, 4>(x, a, s, grid, stream);
 }
 
 // The given amax of tensor / row scaling: f32 on `device` with n entries.
@@ -217,6 +246,12 @@ const float* amax_arg(const Tensor& t, int64_t n, const Device& device, const ch
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 }  // namespace
+
+void set_fp8_quantize_rows(int rows) {
+  RT_CHECK(rows == 4 || rows == 8, "set_fp8_quantize_rows: " << rows << " rows per thread; 4 or 8");
+  g_rows_per_thread.store(rows);
+}
+int fp8_quantize_rows() { return g_rows_per_thread.load(); }
 
 void fp8_quantize(const Fp8Operand& q, const Fp8Operand& qt, const Tensor& x, const Tensor& amax,
                   const Tensor& amax_t) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kernels/cuda/fp8_tuning.h"
 #include "kernels/cuda/runtime.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -102,12 +103,14 @@ TEST(Fp8Cuda, AmaxAndQuantizerMatchTheCpuBitForBit) {
   RT_REQUIRE_CUDA();
   const std::pair<int64_t, int64_t> shapes[] = {{5, 7}, {136, 264}, {256, 384}, {300, 1000}, {1024, 2048}, {77, 130}};
   int checked = 0;
+  for (const int rows : {4, 8})  // both kernel shapes of the quantizer (kernels/cuda/fp8_tuning.h)
   for (const DType dt : {DType::bf16, DType::f32})
     for (const auto& [R, K] : shapes)
       for (const bool specials : {false, true})
         for (const Fp8Scaling s : kScalings) {
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(R) + "x" + std::to_string(K) + " " +
-                       fp8_scaling_name(s) + (specials ? " specials" : ""));
+          cuda::set_fp8_quantize_rows(rows);
+          SCOPED_TRACE(std::to_string(rows) + " rows per thread, " + dtype_name(dt) + " " + std::to_string(R) + "x" +
+                       std::to_string(K) + " " + fp8_scaling_name(s) + (specials ? " specials" : ""));
           std::vector<float> x = values(R, K, uint64_t(R * 7919 + K), specials);
           if (dt == DType::bf16) x = bf16_rounded(x);
           Buffer xd(gpu(), dt, {R, K});
@@ -123,7 +126,8 @@ TEST(Fp8Cuda, AmaxAndQuantizerMatchTheCpuBitForBit) {
           EXPECT_TRUE(same_floats(gqt.factors(), cqt.factors(), &where)) << "qt factors " << where;
           ++checked;
         }
-  EXPECT_EQ(checked, 2 * 6 * 2 * 4);
+  cuda::set_fp8_quantize_rows(4);
+  EXPECT_EQ(checked, 2 * 2 * 6 * 2 * 4);
 }
 
 TEST(Fp8Cuda, QOrQtAloneMatchesTheFusedCall) {
