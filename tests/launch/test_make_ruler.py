@@ -198,7 +198,8 @@ def main():
             assert meta["tokenizer"].startswith("sha256:") and len(text) == meta["vocab_size"]
             for c in cases:  # the token texts joined read back the text the pieces were made from
                 assert text_of(c["prompt"] + c["gold"], text) == tok.decode(c["prompt"] + c["gold"]), c["id"]
-            check_text(cases, text, filler_cost=40)
+            noise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n"
+            check_text(cases, text, filler_cost=len(tok.encode(noise).ids))
     print("PASS")
 
 
