@@ -39,7 +39,6 @@
 #include "framework/eval/generate.h"
 #include "framework/hf/hf_commands.h"
 #include "framework/hf/init_from.h"
-#include "framework/plan/a2a_auto.h"
 #include "framework/plan/plan.h"
 #include "framework/run/trainer.h"
 #include "kernels/tensor.h"
@@ -96,15 +95,8 @@ int run_command(const std::string& command, const Args& args) {
     rt::agree_on([&] { code = rt::plan_main(config, args.plan); }, rt::kExitUsage);
     return code;
   }
-  if (command == "train") return rt::train_main(config);  // resolves parallel.cp_a2a: auto itself
-  if (config.parallel.cp_a2a_auto()) {  // eval and generate run the grid the trainer would pick
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    rt::agree_on([&] {
-      const std::string line = rt::resolve_cp_a2a_auto(config);
-      if (rank == 0) std::fprintf(stderr, "%s\n", line.c_str());  // stdout is the command's result alone
-    }, rt::kExitUsage);
-  }
+  // train, eval and generate each settle every auto in one step (framework/plan/resolve.h).
+  if (command == "train") return rt::train_main(config);
   if (command == "generate") return rt::generate_main(config, args.generate, world_size());
   return rt::eval_main(config, args.checkpoint, world_size(), args.dump_logits, args.eval_task);
 }

@@ -20,6 +20,7 @@
 #include "framework/eval/generate.h"
 #include "framework/plan/generate_limits.h"
 #include "framework/plan/plan_generate.h"
+#include "framework/plan/resolve.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
@@ -77,142 +78,130 @@ void prefill(Model& model, KvCache& cache, const GenerateLayout& layout, const s
   cache.rows = int64_t(cache.capture.size());
 }
 
-}  // namespace
-
-int generate_main(const Config& loaded, const GenerateArgs& args, int world_size) {
-  Config config = loaded;
+// What generate reads and checks before any work, alike on every rank: the checkpoint's weights and model, the
+// config prepared for generate on a grid of this run's processes, the prompt, EOS and the outputs.
+struct GenerateInputs {
+  Config config;
   std::vector<HostTensor> weights;
   std::vector<int32_t> prompt;
   std::string grid_note, length_warning, hf_source;
   int64_t trained_len = 0, eos = -1;
-  agree_on([&] {
-    std::map<std::string, std::string> metadata;
-    check_checkpoint_argument("generate", args.checkpoint);
-    weights = load_model_weights(args.checkpoint, &metadata);
-    apply_model_from_source(config, metadata, "checkpoint", args.checkpoint);
-    if (auto it = metadata.find("hf_source"); it != metadata.end()) hf_source = it->second;
-    trained_len = config.data.seq_len;
-    if (auto it = metadata.find("context_length"); it != metadata.end() && std::atoll(it->second.c_str()) > 0)
-      trained_len = std::atoll(it->second.c_str());
-    prepare_generate_config(config);
-    const std::string configured = "cp=" + std::to_string(config.parallel.cp) + " tp=" +
-                                   std::to_string(config.parallel.tp);
-    const int configured_ranks = config.parallel.cp * config.parallel.tp;
-    grid_note = fit_grid_to_world(config, world_size);
-    if (!grid_note.empty())  // in this command's words
-      grid_note = "generate: the config's grid (" + configured + ") needs " + std::to_string(configured_ranks) +
-                  " process(es) and this run has " + std::to_string(world_size) + "; generating on cp=" +
-                  std::to_string(config.parallel.cp) + " tp=" + std::to_string(config.parallel.tp) +
-                  " instead (the tokens are the same on any grid)";
-    validate_config(config, world_size);
-    RT_CHECK(args.prompt_ids_file.empty() == args.prompt_given,
-             "generate: give the prompt once, as --prompt-ids FILE or --prompt \"1,2,3\"");
-    prompt = !args.prompt_given ? parse_token_ids(read_input_file("generate", "--prompt-ids", args.prompt_ids_file),
+};
+
+GenerateInputs read_generate_inputs(const Config& loaded, const GenerateArgs& args, int world_size) {
+  GenerateInputs in;
+  Config& config = in.config;
+  config = loaded;
+  std::map<std::string, std::string> metadata;
+  in.weights = load_checkpoint_argument("generate", args.checkpoint, &metadata);
+  apply_model_from_source(config, metadata, "checkpoint", args.checkpoint);
+  if (auto it = metadata.find("hf_source"); it != metadata.end()) in.hf_source = it->second;
+  in.trained_len = config.data.seq_len;
+  if (auto it = metadata.find("context_length"); it != metadata.end() && std::atoll(it->second.c_str()) > 0)
+    in.trained_len = std::atoll(it->second.c_str());
+  prepare_generate_config(config);
+  const std::string configured = "cp=" + std::to_string(config.parallel.cp) + " tp=" +
+                                 std::to_string(config.parallel.tp);
+  const int configured_ranks = config.parallel.cp * config.parallel.tp;
+  in.grid_note = fit_grid_to_world(config, world_size);
+  if (!in.grid_note.empty())  // in this command's words
+    in.grid_note = "generate: the config's grid (" + configured + ") needs " + std::to_string(configured_ranks) +
+                   " process(es) and this run has " + std::to_string(world_size) + "; generating on cp=" +
+                   std::to_string(config.parallel.cp) + " tp=" + std::to_string(config.parallel.tp) +
+                   " instead (the tokens are the same on any grid)";
+  validate_config(config, world_size);
+  RT_CHECK(args.prompt_ids_file.empty() == args.prompt_given,
+           "generate: give the prompt once, as --prompt-ids FILE or --prompt \"1,2,3\"");
+  in.prompt = !args.prompt_given ? parse_token_ids(read_input_file("generate", "--prompt-ids", args.prompt_ids_file),
                                                    "--prompt-ids " + args.prompt_ids_file)
                                  : parse_token_ids(args.prompt, "--prompt");
-    RT_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token id (--prompt \"1\")");
-    for (size_t i = 0; i < prompt.size(); ++i)
-      RT_CHECK(prompt[i] < config.model.vocab_size, "generate: prompt token " << i << " is " << prompt[i]
-                   << ", outside the model's vocabulary of " << config.model.vocab_size << " ids [0, "
-                   << config.model.vocab_size - 1 << "]; was the prompt made with another tokenizer?");
-    const std::string out_of_range =  // before any sum of them (framework/plan/generate_limits.h)
-        check_generate_counts({int64_t(prompt.size()), args.max_new_tokens, args.prefill_chunk, "the prompt"});
-    RT_CHECK(out_of_range.empty(), "generate: " << out_of_range);
-    const std::string bad_sampling = check_sampling(args.sampling);
-    RT_CHECK(bad_sampling.empty(), "generate: " << bad_sampling);
-    const std::string refused = check_prompt_length(int64_t(prompt.size()), trained_len, config.model.rope_scaling,
-                                                    &length_warning);
-    RT_CHECK(refused.empty(), "generate: " << refused);
-    RT_CHECK(!args.eos_given || args.eos_id < config.model.vocab_size,
-             "generate: --eos-id " << args.eos_id << " is outside the model's vocabulary of " << config.model.vocab_size
-             << " ids [0, " << config.model.vocab_size - 1 << "], so generation could never stop at it; give an id "
-             "in that range, or a negative one to never stop at EOS");
-    eos = resolve_eos_id(args, config, hf_source);
-    if (!args.out.empty()) check_output_file("generate", "--out", args.out, args.overwrite);
-    if (!args.dump_logits.empty()) check_output_file("generate", "--dump-logits", args.dump_logits, args.overwrite);
-    RT_CHECK(args.out.empty() || args.dump_logits.empty() ||
-             std::filesystem::absolute(args.out) != std::filesystem::absolute(args.dump_logits),
-             "generate: --out and --dump-logits name the same file '" << args.out << "'; give two paths");
-  }, kExitUsage);
+  const std::vector<int32_t>& prompt = in.prompt;
+  const std::string prompt_option = args.prompt_given ? "--prompt" : "--prompt-ids";  // named in every refusal
+  RT_CHECK(!prompt.empty(), "generate " << prompt_option << ": the prompt is empty; give at least one token id "
+                                           "(--prompt \"1\")");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    RT_CHECK(prompt[i] < config.model.vocab_size, "generate " << prompt_option << ": token " << i << " is " << prompt[i]
+                 << ", outside the model's vocabulary of " << config.model.vocab_size << " ids [0, "
+                 << config.model.vocab_size - 1 << "]; was the prompt made with another tokenizer?");
+  const std::string out_of_range =  // before any sum of them (framework/plan/generate_limits.h)
+      check_generate_counts({int64_t(prompt.size()), args.max_new_tokens, args.prefill_chunk, prompt_option});
+  RT_CHECK(out_of_range.empty(), "generate: " << out_of_range);
+  const std::string bad_sampling = check_sampling(args.sampling);
+  RT_CHECK(bad_sampling.empty(), "generate: " << bad_sampling);
+  const std::string refused = check_prompt_length(int64_t(prompt.size()), in.trained_len, config.model.rope_scaling,
+                                                  &in.length_warning);
+  RT_CHECK(refused.empty(), "generate " << prompt_option << ": " << refused);
+  RT_CHECK(!args.eos_given || args.eos_id < config.model.vocab_size,
+           "generate: --eos-id " << args.eos_id << " is outside the model's vocabulary of " << config.model.vocab_size
+           << " ids [0, " << config.model.vocab_size - 1 << "], so generation could never stop at it; give an id "
+           "in that range, or a negative one to never stop at EOS");
+  in.eos = resolve_eos_id(args, config, in.hf_source);
+  if (!args.out.empty()) check_output_file("generate", "--out", args.out, args.overwrite);
+  if (!args.dump_logits.empty()) check_output_file("generate", "--dump-logits", args.dump_logits, args.overwrite);
+  RT_CHECK(args.out.empty() || args.dump_logits.empty() ||
+           std::filesystem::absolute(args.out) != std::filesystem::absolute(args.dump_logits),
+           "generate: --out and --dump-logits name the same file '" << args.out << "'; give two paths");
+  return in;
+}
 
-  const int64_t P = int64_t(prompt.size());
-  const int cp = config.parallel.cp;
-  Device device;
-  agree_on([&] { device = resolve_device(config); }, kExitUsage);
-  // What this rank will allocate (framework/plan/plan_generate.h, as `ringtrain plan --generate-context` counts
-  // it), with the prefill chunked when one pass would not fit (or --prefill-chunk asks); refused up front when the
-  // arenas alone exceed the device (a GPU's memory; a CPU rank's share of the host).
-  GeneratePlan plan;
-  agree_on([&] {
-    const double limit = args.device_memory_gib > 0 ? args.device_memory_gib * 1024.0 * 1024 * 1024
-                         : device.is_cuda()         ? double(device_total_bytes(device))
-                                                    : double(host_physical_bytes()) / std::max(1, world_size);
-    const std::string where = args.device_memory_gib > 0 ? "--device-memory-gib"
-                              : device.is_cuda()         ? "the GPU"
-                                                         : "this CPU rank's share of the host memory";
-    plan = plan_generate(config, device, P, args.max_new_tokens, PrefillChunking{args.prefill_chunk, limit, where});
-    const std::string problem = generate_memory_problem(plan, limit, where);
-    RT_CHECK(problem.empty(), "generate: " << problem);
-  }, kExitUsage);
+// The resolve step's inputs for generate: the prompt, the new tokens, --prefill-chunk, and the memory a rank has
+// (--device-memory-gib, else a GPU's memory, else a CPU rank's share of the host's).
+ResolveInputs generate_resolve_inputs(const GenerateArgs& args, int64_t prompt_tokens, int world_size) {
+  ResolveInputs in;
+  in.prompt_tokens = prompt_tokens, in.new_tokens = args.max_new_tokens, in.prefill_chunk = args.prefill_chunk;
+  const double gib = args.device_memory_gib;
+  in.limits = [gib, world_size](const Config&, Device device, std::string* from) {
+    PlanLimits l;
+    l.device_bytes = gib > 0              ? gib * 1024.0 * 1024 * 1024
+                     : device.is_cuda()   ? double(device_total_bytes(device))
+                                          : double(host_physical_bytes()) / std::max(1, world_size);
+    *from = gib > 0 ? "--device-memory-gib" : device.is_cuda() ? "the GPU" : "this CPU rank's share of the host memory";
+    return l;
+  };
+  return in;
+}
+
+// Rank 0's start-up lines (stderr: stdout is the result): the grid and prompt notes, and what each rank allocates.
+void print_generate_start(const GenerateInputs& in, const GenerateArgs& args, const GeneratePlan& plan) {
   const GenerateLayout& layout = plan.layout;
-  const int64_t n = layout.rows_per_rank, Pp = P - 1;
-  ProcessGrid grid = make_process_grid(config);
-  const bool rank0 = grid.world().rank() == 0;
-  if (rank0) {
-    if (!grid_note.empty()) std::fprintf(stderr, "%s\n", grid_note.c_str());
-    if (!length_warning.empty()) std::fprintf(stderr, "warning: generate: %s\n", length_warning.c_str());
-    if (P + args.max_new_tokens > trained_len)
-      std::fprintf(stderr, "warning: generate: prompt + --max-new-tokens = %lld tokens runs past the trained context "
-                   "of %lld\n", (long long)(P + args.max_new_tokens), (long long)trained_len);
-    std::fprintf(stderr, "generate: KV cache %.0f bytes per rank (%lld rows; K and V %.0f bytes), prefill arena %.0f "
-                 "bytes (%lld tokens per rank), %.0f bytes per rank with the allowance\n", plan.cache_bytes,
-                 (long long)layout.capacity, plan.kv_bytes, plan.prefill_bytes, (long long)n, plan.device_bytes());
-    if (layout.chunk > 0)
-      std::fprintf(stderr, "generate: prefill of %lld tokens in %lld chunks of %lld (%lld per cp rank; each chunk's "
-                   "queries meet every rank's cache shard, %.0f bytes of queries and states per rank): %s\n",
-                   (long long)Pp, (long long)layout.chunks, (long long)layout.chunk, (long long)n, plan.chunk_bytes,
-                   plan.chunk_note.c_str());
-  }
-  LocalComm one;  // chunked: the model's ring and all-to-all (its attention reads the cache instead)
-  ModelSession session = build_session(generate_model_config(config, layout),
-                                       generate_model_comms(ModelComms::from(grid), layout, one), device,
-                                       /*with_optimizer=*/false);
-  Model& model = *session.model;
-  agree_on([&] {
-    model.scatter_full(model.master(), weights, "");
-    model.sync_compute_weights();
-  }, kExitUsage);
-  weights.clear();
+  const int64_t P = int64_t(in.prompt.size()), n = layout.rows_per_rank;
+  if (!in.grid_note.empty()) std::fprintf(stderr, "%s\n", in.grid_note.c_str());
+  if (!in.length_warning.empty()) std::fprintf(stderr, "warning: generate: %s\n", in.length_warning.c_str());
+  if (P + args.max_new_tokens > in.trained_len)
+    std::fprintf(stderr, "warning: generate: prompt + --max-new-tokens = %lld tokens runs past the trained context "
+                 "of %lld\n", (long long)(P + args.max_new_tokens), (long long)in.trained_len);
+  std::fprintf(stderr, "generate: KV cache %.0f bytes per rank (%lld rows; K and V %.0f bytes), prefill arena %.0f "
+               "bytes (%lld tokens per rank), %.0f bytes per rank with the allowance\n", plan.cache_bytes,
+               (long long)layout.capacity, plan.kv_bytes, plan.prefill_bytes, (long long)n, plan.device_bytes());
+  if (layout.chunk > 0)
+    std::fprintf(stderr, "generate: prefill of %lld tokens in %lld chunks of %lld (%lld per cp rank; each chunk's "
+                 "queries meet every rank's cache shard, %.0f bytes of queries and states per rank): %s\n",
+                 (long long)(P - 1), (long long)layout.chunks, (long long)layout.chunk, (long long)n, plan.chunk_bytes,
+                 plan.chunk_note.c_str());
+}
 
-  // How many prompt rows each cp rank caches (the loader's layout over the ring, or the chunks' pieces).
-  std::vector<int64_t> shard_rows = layout.shard_rows;  // (cp) cached rows per cp rank
-  const int me = grid.cp_rank();
-  const bool chunked = layout.chunk > 0;  // the cache also holds the chunks' queries and states
-  Arena measuring = Arena::measuring(device);
-  model.make_kv_cache(measuring, layout.capacity, chunked);
-  Arena cache_arena(device, measuring.peak() + 4096);
-  KvCache cache = model.make_kv_cache(cache_arena, layout.capacity, chunked);
-
-  // Prefill.
-  const auto t_prefill = std::chrono::steady_clock::now();
-  prefill(model, cache, layout, prompt, me, cp);
-  RT_CHECK(cache.rows == shard_rows[size_t(me)], "generate: the prefill cached " << cache.rows << " rows on cp rank "
-               << me << ", the layout " << shard_rows[size_t(me)]);
-  grid.world().barrier();
-  const double prefill_s = seconds_since(t_prefill);
-
-  // Decode: one step per new token; the first step runs the prompt's last token.
-  const int64_t V = config.model.vocab_size;
-  std::vector<float> logits(static_cast<size_t>(V));  // (V)
-  const Tensor host_logits(logits.data(), DType::f32, Device::cpu(), {1, V});
-  int32_t token_host = prompt.back();
-  const Tensor host_token(&token_host, DType::i32, Device::cpu(), {1});
-  SampleRng rng(args.sampling.seed);
-  std::vector<int32_t> generated;
+// The decode: one step per new token, the first running the prompt's last token; rank 0 chooses each token and
+// every rank takes its choice. shard_rows (cp): cached rows per cp rank, grown as the new rows land.
+struct Decoded {
+  std::vector<int32_t> tokens;
   std::vector<float> step_logits;  // (steps, V) rank 0, --dump-logits
   std::string stop = "max_new_tokens";
-  const auto t_decode = std::chrono::steady_clock::now();
-  for (int64_t pos = P - 1; int64_t(generated.size()) < args.max_new_tokens; ++pos) {
+  double seconds = 0;
+};
+
+Decoded decode(Model& model, KvCache& cache, std::vector<int64_t> shard_rows, ProcessGrid& grid,
+               const GenerateInputs& in, const GenerateArgs& args) {
+  const bool rank0 = grid.world().rank() == 0;
+  const int me = grid.cp_rank();
+  const int64_t V = in.config.model.vocab_size, P = int64_t(in.prompt.size());
+  std::vector<float> logits(static_cast<size_t>(V));  // (V)
+  const Tensor host_logits(logits.data(), DType::f32, Device::cpu(), {1, V});
+  int32_t token_host = in.prompt.back();
+  const Tensor host_token(&token_host, DType::i32, Device::cpu(), {1});
+  SampleRng rng(args.sampling.seed);
+  Decoded d;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t pos = P - 1; int64_t(d.tokens.size()) < args.max_new_tokens; ++pos) {
     copy_cast(cache.token, host_token);
     const int owner = int(std::min_element(shard_rows.begin(), shard_rows.end()) - shard_rows.begin());
     model.decode_step(cache, pos, owner == me);
@@ -220,59 +209,122 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
     ++shard_rows[size_t(owner)];
     if (rank0) {  // rank 0 chooses; every rank takes its choice
       copy_cast(host_logits, cache.logits);
-      if (!args.dump_logits.empty()) step_logits.insert(step_logits.end(), logits.begin(), logits.end());
+      if (!args.dump_logits.empty()) d.step_logits.insert(d.step_logits.end(), logits.begin(), logits.end());
       token_host = choose_token(logits.data(), V, args.sampling, rng);
       copy_cast(cache.token, host_token);
     }
     grid.world().broadcast(cache.token, 0);
     copy_cast(host_token, cache.token);
-    generated.push_back(token_host);
-    if (eos >= 0 && token_host == eos) {
-      stop = "eos";
+    d.tokens.push_back(token_host);
+    if (in.eos >= 0 && token_host == in.eos) {
+      d.stop = "eos";
       break;
     }
   }
-  const double decode_s = seconds_since(t_decode);
-  const double tokens_per_s = decode_s > 0 ? double(generated.size()) / decode_s : 0;
-  if (rank0) {
-    nlohmann::json j;
-    j["prompt_ids"] = prompt;
-    j["new_ids"] = generated;
-    j["stop"] = stop;
-    j["eos_id"] = eos >= 0 ? nlohmann::json(eos) : nlohmann::json(nullptr);
-    j["prompt_tokens"] = P;
-    j["prefill_s"] = prefill_s;
-    j["decode_s"] = decode_s;
-    j["decode_tokens_per_s"] = tokens_per_s;
-    j["grid"] = {{"cp", cp}, {"cp_a2a", config.parallel.cp_a2a}, {"tp", config.parallel.tp}};
-    j["prefill_chunks"] = layout.chunks;
-    j["prefill_chunk"] = layout.chunk;
-    j["device"] = device.is_cpu() ? "cpu" : "cuda";
-    j["hf_source"] = hf_source;
-    std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
-                 "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)Pp, prefill_s, cp, config.parallel.cp_a2a,
-                 config.parallel.tp, generated.size(), decode_s, tokens_per_s, stop.c_str());
-    // Every output to a temporary first, then all renamed together (framework/base/output_files.h).
-    OutputFiles outputs("generate");
-    const int64_t steps = int64_t(generated.size());
-    if (!args.dump_logits.empty()) {
-      const std::string tmp = outputs.temporary("--dump-logits", args.dump_logits);
-      try {
-        write_npy(tmp, "<f4", {steps, V}, step_logits.data(), step_logits.size() * sizeof(float));
-      } catch (const std::exception& e) {
-        throw RunError(kExitUsage, std::string("generate --dump-logits: ") + e.what() +
-                                       "; none of this command's outputs was written");
-      }
+  d.seconds = seconds_since(t0);
+  return d;
+}
+
+// Rank 0: the result as one JSON object, on stdout or in --out, and --dump-logits; every output to a temporary first,
+// then all renamed together (framework/base/output_files.h).
+void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, const Resolved& resolved,
+                           const GenerateLayout& layout, double prefill_s, const Decoded& d) {
+  const Config& config = in.config;
+  const int64_t P = int64_t(in.prompt.size()), V = config.model.vocab_size;
+  const double tokens_per_s = d.seconds > 0 ? double(d.tokens.size()) / d.seconds : 0;
+  nlohmann::json j;
+  j["prompt_ids"] = in.prompt;
+  j["new_ids"] = d.tokens;
+  j["stop"] = d.stop;
+  j["eos_id"] = in.eos >= 0 ? nlohmann::json(in.eos) : nlohmann::json(nullptr);
+  j["prompt_tokens"] = P;
+  j["prefill_s"] = prefill_s;
+  j["decode_s"] = d.seconds;
+  j["decode_tokens_per_s"] = tokens_per_s;
+  j["grid"] = {{"cp", config.parallel.cp}, {"cp_a2a", config.parallel.cp_a2a}, {"tp", config.parallel.tp}};
+  j["prefill_chunks"] = layout.chunks;
+  j["prefill_chunk"] = layout.chunk;
+  j["device"] = resolved.device.is_cpu() ? "cpu" : "cuda";
+  j["hf_source"] = in.hf_source;
+  std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
+               "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)(P - 1), prefill_s, config.parallel.cp,
+               config.parallel.cp_a2a, config.parallel.tp, d.tokens.size(), d.seconds, tokens_per_s, d.stop.c_str());
+  OutputFiles outputs("generate");
+  const int64_t steps = int64_t(d.tokens.size());
+  if (!args.dump_logits.empty()) {
+    const std::string tmp = outputs.temporary("--dump-logits", args.dump_logits);
+    try {
+      write_npy(tmp, "<f4", {steps, V}, d.step_logits.data(), d.step_logits.size() * sizeof(float));
+    } catch (const std::exception& e) {
+      throw RunError(kExitUsage, std::string("generate --dump-logits: ") + e.what() +
+                                     "; none of this command's outputs was written");
     }
-    const std::string text = j.dump() + "\n";
-    if (!args.out.empty()) outputs.write_text("--out", args.out, text);
-    outputs.commit();
-    if (!args.dump_logits.empty())
-      std::fprintf(stderr, "generate: wrote %s (%lld x %lld float32 logits)\n", args.dump_logits.c_str(),
-                   (long long)steps, (long long)V);
-    if (args.out.empty()) std::fputs(text.c_str(), stdout);
-    else std::fprintf(stderr, "generate: wrote %s\n", args.out.c_str());
   }
+  const std::string text = j.dump() + "\n";
+  if (!args.out.empty()) outputs.write_text("--out", args.out, text);
+  outputs.commit();
+  if (!args.dump_logits.empty())
+    std::fprintf(stderr, "generate: wrote %s (%lld x %lld float32 logits)\n", args.dump_logits.c_str(),
+                 (long long)steps, (long long)V);
+  if (args.out.empty()) std::fputs(text.c_str(), stdout);
+  else std::fprintf(stderr, "generate: wrote %s\n", args.out.c_str());
+}
+
+}  // namespace
+
+int generate_main(const Config& loaded, const GenerateArgs& args, int world_size) {
+  GenerateInputs in;
+  agree_on([&] { in = read_generate_inputs(loaded, args, world_size); }, kExitUsage);
+  // Every auto in one step (framework/plan/resolve.h): the device, cp_a2a, the layout and the prefill chunk, with
+  // what this rank will allocate (framework/plan/plan_generate.h, as `ringtrain plan --generate-context` counts it);
+  // refused up front when the arenas alone exceed the device (a GPU's memory; a CPU rank's share of the host).
+  Resolved resolved;
+  agree_on([&] {
+    resolved = resolve_autos(in.config, Purpose::generate,
+                             generate_resolve_inputs(args, int64_t(in.prompt.size()), world_size));
+    const std::string problem =
+        generate_memory_problem(*resolved.generate, resolved.limits.device_bytes, resolved.limits_from);
+    RT_CHECK(problem.empty(), "generate: " << problem);
+  }, kExitUsage);
+  in.config = resolved.config;
+  const GeneratePlan& plan = *resolved.generate;
+  const GenerateLayout& layout = plan.layout;
+  const Device device = resolved.device;
+  ProcessGrid grid = make_process_grid(in.config);
+  const bool rank0 = grid.world().rank() == 0;
+  if (rank0) {
+    print_resolved(resolved);
+    print_generate_start(in, args, plan);
+  }
+  LocalComm one;  // chunked: the model's ring and all-to-all (its attention reads the cache instead)
+  ModelSession session = build_session(generate_model_config(in.config, layout),
+                                       generate_model_comms(ModelComms::from(grid), layout, one), device,
+                                       /*with_optimizer=*/false);
+  Model& model = *session.model;
+  agree_on([&] {
+    model.scatter_full(model.master(), in.weights, "");
+    model.sync_compute_weights();
+  }, kExitUsage);
+  in.weights.clear();
+
+  // The cache: each cp rank's prompt rows (the loader's layout over the ring, or the chunks' pieces), then the new
+  // ones; chunked, it also holds the chunks' queries and states.
+  const int me = grid.cp_rank();
+  const bool chunked = layout.chunk > 0;
+  Arena measuring = Arena::measuring(device);
+  model.make_kv_cache(measuring, layout.capacity, chunked);
+  Arena cache_arena(device, measuring.peak() + 4096);
+  KvCache cache = model.make_kv_cache(cache_arena, layout.capacity, chunked);
+
+  const auto t_prefill = std::chrono::steady_clock::now();
+  prefill(model, cache, layout, in.prompt, me, in.config.parallel.cp);
+  RT_CHECK(cache.rows == layout.shard_rows[size_t(me)], "generate: the prefill cached " << cache.rows
+               << " rows on cp rank " << me << ", the layout " << layout.shard_rows[size_t(me)]);
+  grid.world().barrier();
+  const double prefill_s = seconds_since(t_prefill);
+
+  const Decoded decoded = decode(model, cache, layout.shard_rows, grid, in, args);
+  if (rank0) write_generate_result(in, args, resolved, layout, prefill_s, decoded);
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "framework/run/tensorboard_eval.h"
 #include "framework/run/train_step.h"
 #include "framework/eval/eval.h"
+#include "framework/plan/resolve.h"
 #include "framework/plan/trainer_setup.h"
 
 namespace rt {
@@ -113,9 +114,13 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
     check_eval_request(config, task, dump_logits_file, world_size);  // options that cannot take effect, outputs
   }, kExitUsage);
   OutputFiles outputs("eval");  // every output renamed into place together at the end
-  Device device;  // device: cuda without a GPU is the config's error, found by every rank alike
-  agree_on([&] { device = resolve_device(config); }, kExitUsage);
+  Resolved resolved;  // every auto in one step (framework/plan/resolve.h), after the grid is fitted; device: cuda
+                      // without a GPU is the config's error, found by every rank alike
+  agree_on([&] { resolved = resolve_autos(config, Purpose::eval); }, kExitUsage);
+  config = resolved.config;
+  const Device device = resolved.device;
   ProcessGrid grid = make_process_grid(config);
+  if (rank0) print_resolved(resolved);  // stderr, once
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {
     for (const std::string& t : taken.taken) std::fprintf(stderr, "eval: %s (from the checkpoint)\n", t.c_str());

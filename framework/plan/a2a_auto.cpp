@@ -14,9 +14,12 @@ A2aChoice a2a_choice_for(const Config& config, const std::vector<std::vector<int
   shape.tp = p.tp;
   shape.dkv_wire_bytes = p.dkv_wire == "bf16" ? 2 : 4;
   const bool documents = !doc_starts.empty();
-  // The loader's layout (framework/data/data.cpp): auto is balanced with documents, zigzag without; balanced
-  // prices each ring's best candidate ("").
-  std::string layout = p.layout == "auto" ? (documents ? "balanced" : "zigzag") : p.layout;
+  // The loader's layout over a ring of more than one rank (resolved_layout: auto is balanced with documents,
+  // zigzag without); balanced prices each ring's best candidate ("").
+  Config as_loader = config;
+  as_loader.parallel.cp_a2a = 1;
+  as_loader.data.documents = documents ? "eot" : "none";
+  std::string layout = resolved_layout(as_loader);
   if (layout == "balanced") layout.clear();
   const std::vector<std::vector<int64_t>> causal = {std::vector<int64_t>(size_t(config.data.seq_len), 0)};
   return choose_a2a_degree(documents ? doc_starts : causal, p.cp, shape, layout);

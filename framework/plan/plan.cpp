@@ -11,14 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/base/run_errors.h"
-#include "framework/plan/a2a_auto.h"
-#include "framework/plan/cp_scheme_memory.h"
 #include "framework/plan/mfu.h"
 #include "framework/plan/plan.h"
 #include "framework/plan/plan_docs.h"
 #include "framework/plan/plan_fit.h"
 #include "framework/plan/generate_limits.h"
 #include "framework/plan/plan_generate.h"
+#include "framework/plan/resolve.h"
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
 #include "parallel/schedule/doc_balance.h"
@@ -49,11 +48,6 @@ std::string human_count(double x) {
   else if (x >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", x / 1e3);
   else std::snprintf(buf, sizeof buf, "%.0f", x);
   return buf;
-}
-
-Device plan_device(const Config& config) {
-  if (config.device == "cuda") return Device::cuda(0);  // measured only: no GPU needed
-  return resolve_device(config);
 }
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
@@ -279,193 +273,226 @@ void print_generate(const GeneratePlan& g, const PlanLimits& limits, Device devi
 
 }  // namespace
 
-int plan_main(const Config& given, const PlanArgs& args) {
-  // parallel.cp_a2a: auto is planned at the u the trainer would pick: from the --doc-lengths windows when given,
-  // else from the first training samples (plain causal without documents, or when the data cannot be read here).
-  Config config = given;
-  std::string a2a_line;
-  if (config.parallel.cp_a2a_auto()) {
-    if (!args.doc_lengths.empty()) {
-      const A2aChoice c = a2a_choice_for(
-          config, doc_length_windows(read_doc_lengths(args.doc_lengths), config.data.seq_len, kDocLengthWindows));
-      config.parallel.cp_a2a = c.pick;
-      a2a_line = c.summary() + "; from " + args.doc_lengths;
-    } else {
-      try {
-        a2a_line = resolve_cp_a2a_auto(config);
-      } catch (const Error& e) {
-        Config causal = config;
-        causal.data.documents = "none";
-        a2a_line = resolve_cp_a2a_auto(causal) + " (the data could not be read here: " + e.what() + ")";
-        config.parallel.cp_a2a = causal.parallel.cp_a2a;
-      }
-    }
-  }
-  const ParallelConfig& p = config.parallel;
-  const Device device = plan_device(config);
-  std::string limits_from;
-  const PlanLimits limits = plan_limits(config, device, args, &limits_from);
-  // parallel.cp_scheme: auto planned as the trainer runs it: the ring alone when only the ring fits.
-  const std::string scheme_line = args.max_seq_len ? "" : resolve_cp_scheme_memory(config, device, limits);
-  const int world = p.dp * p.cp * p.tp;
-  Config planned = config;
-  PlanPoint pt;
-  if (args.max_seq_len) {
-    pt = max_seq_len(config, device, limits);
-    if (pt.seq_len > 0) planned.data.seq_len = pt.seq_len;
-  } else {
-    pt = plan_point(config, device, limits);
-  }
+namespace {
 
-  const ModelConfig& m = config.model;
-  const int64_t params = count_parameters(m);
-  const FlopsModel flops = flops_model(planned);
-  const double tokens_step = double(config.train.batch_size) * planned.data.seq_len;
-  const double model_flops = flops.per_token() * tokens_step;
-  const bool recompute = config.train.checkpointing != "none";
+// Every auto settled as the trainer settles it (framework/plan/resolve.h), judged against the plan's limits:
+// parallel.cp_a2a: auto from the --doc-lengths windows when given, else from the first training samples (plain causal
+// when the data cannot be read here); cp_scheme: auto's memory fallback and offload_layers: auto as the trainer takes
+// them, except while --max-seq-len searches.
+Resolved resolve_for_plan(const Config& config, const PlanArgs& args) {
+  ResolveInputs in;
+  in.limits = [&args](const Config& c, Device device, std::string* from) { return plan_limits(c, device, args, from); };
+  if (!args.doc_lengths.empty() && config.parallel.cp_a2a_auto()) {
+    in.a2a_windows = doc_length_windows(read_doc_lengths(args.doc_lengths), config.data.seq_len, kDocLengthWindows);
+    in.a2a_windows_from = args.doc_lengths;
+  }
+  in.data_may_be_missing = true;
+  in.searching_seq_len = args.max_seq_len;
+  return resolve_autos(config, Purpose::plan, in);
+}
+
+// What a step costs in FLOPs (model: 6 N per token plus attention; hw: with the checkpointing's recompute).
+struct StepFlops {
+  FlopsModel flops;
+  double tokens = 0, model = 0, hw = 0;
+};
+
+StepFlops step_flops(const Config& planned) {
+  const ModelConfig& m = planned.model;
+  StepFlops f;
+  f.flops = flops_model(planned);
+  f.tokens = double(planned.train.batch_size) * planned.data.seq_len;
+  f.model = f.flops.per_token() * f.tokens;
   // Full checkpointing re-runs each block's forward (1/3 of its fwd + bwd work) in the backward.
-  const double block_share = (flops.per_token() - 6.0 * double(m.vocab_size) * m.d_model) / flops.per_token();
+  const double block_share = (f.flops.per_token() - 6.0 * double(m.vocab_size) * m.d_model) / f.flops.per_token();
   // Selective re-runs every block matmul but wo (q, k, v and the MLP input side; attention output is kept):
   // 2 FLOPs per weight per token, no attention.
   const double kv_dim = double(m.n_kv_head) * m.head_dim();
-  const double selective_extra = 2.0 * m.n_layer * tokens_step *
+  const double selective_extra = 2.0 * m.n_layer * f.tokens *
       (double(m.d_model) * (m.d_model + 2 * kv_dim) + double(m.d_ff) * m.d_model * (m.mlp == "swiglu" ? 2 : 1));
-  const double hw_flops = config.train.checkpointing == "full"      ? model_flops * (1.0 + block_share / 3.0)
-                          : config.train.checkpointing == "selective" ? model_flops + selective_extra
-                                                                      : model_flops;
-  GeneratePlan gen;
-  if (args.generate || args.generate_new_given) gen = plan_for_generate(config, device, args, limits, limits_from);
-  if (args.json) {
-    print_plan_json(planned, device, params, model_flops, hw_flops, pt, limits, device_note(config, device),
-                    limits_from, args.generate ? generate_json(gen, limits) : nlohmann::json());
-    if (!args.doc_lengths.empty()) {  // a second JSON object, on its own line
-      const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
-      const nlohmann::json j = {{"doc_lengths", d.path},
-                                {"visible_pairs_per_sample", d.pairs_per_sample},
-                                {"causal_pairs_per_sample", d.causal_pairs_per_sample},
-                                {"attention_flops_per_step", d.attention_flops_per_step},
-                                {"imbalance", {{"contiguous", d.imbalance[0]}, {"zigzag", d.imbalance[1]},
-                                               {"striped", d.imbalance[2]}, {"balanced", d.imbalance[3]}}},
-                                {"work_efficiency", {{"contiguous", d.work_efficiency[0]}, {"zigzag", d.work_efficiency[1]},
-                                                     {"striped", d.work_efficiency[2]}, {"balanced", d.work_efficiency[3]}}},
-                                {"ring_efficiency", {{"contiguous", d.ring_efficiency[0]}, {"zigzag", d.ring_efficiency[1]},
-                                                     {"striped", d.ring_efficiency[2]}, {"balanced", d.ring_efficiency[3]}}},
-                                {"balanced_picks", d.balanced_picks},
-                                {"balanced_ms_per_sample", d.balanced_ms},
-                                {"cp_a2a_pick", d.a2a.pick}};
-      std::printf("%s\n", j.dump().c_str());
-    }
-    return 0;
-  }
+  const std::string& ckpt = planned.train.checkpointing;
+  f.hw = ckpt == "full"        ? f.model * (1.0 + block_share / 3.0)
+         : ckpt == "selective" ? f.model + selective_extra
+                               : f.model;
+  return f;
+}
 
-  std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d (ring %d x a2a %d) tp=%d, layout %s, zero %d%s)\n",
-              config.source_path.c_str(), device.str().c_str(), world, p.dp, p.cp, p.ring(), p.cp_a2a, p.tp, resolved_layout(config).c_str(), pt.zero,
-              config.train.offload == "activations" ? ", offload activations" : "");
-  if (!a2a_line.empty()) std::printf("  %s\n", a2a_line.c_str());
-  if (!scheme_line.empty()) std::printf("  %s\n", scheme_line.c_str());
-  std::printf("  device       %s\n", device_note(config, device).c_str());
-  std::printf("  memory       judged against %s\n", limits_from.c_str());
-  if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());
-  if (p.cp_a2a > 1) {
-    const HeadExchangeShape& x = pt.a2a;
-    std::printf("  all-to-all   cp %d = ring %d x a2a %d: %lld query / %lld KV heads per rank in attention%s\n", p.cp,
-                p.ring(), p.cp_a2a, (long long)x.q_heads, (long long)x.kv_heads,
-                x.replicated ? " (KV heads replicated: fewer local KV heads than a2a ranks need)" : "");
-    std::printf("  exchange     per rank per layer: %s forward (Q, K, V out; O back), %s backward (Q, K, V, O, dO out; "
-                "dQ, dK, dV back); buffers %s (in the arena%s%s)\n",
-                human_bytes(x.forward_bytes).c_str(), human_bytes(x.backward_bytes).c_str(),
-                human_bytes(x.buffer_bytes).c_str(), x.replicated ? ", of which replicated K/V " : "",
-                x.replicated ? human_bytes(x.replica_bytes).c_str() : "");
-    if (x.head_groups > 1)
-      std::printf("  overlap      %d head groups: each group's exchange travels under the other's ring; exposed: "
-                  "1/%d of each way\n", x.head_groups, x.head_groups);
-    else
-      std::printf("  overlap      none: one head group (%s), the exchange is exposed\n",
-                  x.replicated ? "replicated K/V" : "the KV heads per rank do not split in two");
-  }
-  if (args.max_seq_len) {
-    if (pt.seq_len == 0) {
-      std::printf("  max seq_len  none: even %d tokens (the smallest step of the layout) do not fit\n",
-                  seq_len_step(config));
-      print_memory(pt, limits, device, 6);
-      return 0;
-    }
-    std::printf("  max seq_len  %d tokens (%.2fM; steps of %d), offload_layers %d, checkpointing %s\n", pt.seq_len,
-                pt.seq_len / 1048576.0, seq_len_step(config), pt.offload_layers, config.train.checkpointing.c_str());
-  }
+// --doc-lengths with --json: a second JSON object, on its own line.
+void print_doc_lengths_json(const DocLengthPlan& d) {
+  const auto per_layout = [](const double (&v)[4]) {
+    return nlohmann::json{{"contiguous", v[0]}, {"zigzag", v[1]}, {"striped", v[2]}, {"balanced", v[3]}};
+  };
+  const nlohmann::json j = {{"doc_lengths", d.path},
+                            {"visible_pairs_per_sample", d.pairs_per_sample},
+                            {"causal_pairs_per_sample", d.causal_pairs_per_sample},
+                            {"attention_flops_per_step", d.attention_flops_per_step},
+                            {"imbalance", per_layout(d.imbalance)},
+                            {"work_efficiency", per_layout(d.work_efficiency)},
+                            {"ring_efficiency", per_layout(d.ring_efficiency)},
+                            {"balanced_picks", d.balanced_picks},
+                            {"balanced_ms_per_sample", d.balanced_ms},
+                            {"cp_a2a_pick", d.a2a.pick}};
+  std::printf("%s\n", j.dump().c_str());
+}
+
+// The head exchange of cp_a2a > 1: heads per rank, bytes per layer, buffers and the overlap.
+void print_a2a_exchange(const ParallelConfig& p, const HeadExchangeShape& x) {
+  std::printf("  all-to-all   cp %d = ring %d x a2a %d: %lld query / %lld KV heads per rank in attention%s\n", p.cp,
+              p.ring(), p.cp_a2a, (long long)x.q_heads, (long long)x.kv_heads,
+              x.replicated ? " (KV heads replicated: fewer local KV heads than a2a ranks need)" : "");
+  std::printf("  exchange     per rank per layer: %s forward (Q, K, V out; O back), %s backward (Q, K, V, O, dO out; "
+              "dQ, dK, dV back); buffers %s (in the arena%s%s)\n",
+              human_bytes(x.forward_bytes).c_str(), human_bytes(x.backward_bytes).c_str(),
+              human_bytes(x.buffer_bytes).c_str(), x.replicated ? ", of which replicated K/V " : "",
+              x.replicated ? human_bytes(x.replica_bytes).c_str() : "");
+  if (x.head_groups > 1)
+    std::printf("  overlap      %d head groups: each group's exchange travels under the other's ring; exposed: "
+                "1/%d of each way\n", x.head_groups, x.head_groups);
+  else
+    std::printf("  overlap      none: one head group (%s), the exchange is exposed\n",
+                x.replicated ? "replicated K/V" : "the KV heads per rank do not split in two");
+}
+
+// The model, its parameters, the step's tokens and FLOPs, and the activations.
+void print_model_and_flops(const Config& config, const Config& planned, const Resolved& r, const StepFlops& f,
+                           int zero_in_effect) {
+  const ModelConfig& m = config.model;
+  const ParallelConfig& p = config.parallel;
+  const int world = p.dp * p.cp * p.tp;
+  const int64_t params = count_parameters(m);
   std::printf("  model        L=%d d=%d H=%d Hkv=%d D=%d mlp=%s d_ff=%d vocab=%d tied=%s\n", m.n_layer, m.d_model,
               m.n_head, m.n_kv_head, m.head_dim(), m.mlp.c_str(), m.d_ff, m.vocab_size,
               m.tied_embeddings ? "yes" : "no");
   std::printf("  parameters   %s total (%lld), %s in matmuls\n", human_count(double(params)).c_str(),
-              (long long)params, human_count(double(flops.params_matmul)).c_str());
+              (long long)params, human_count(double(f.flops.params_matmul)).c_str());
   std::printf("  per rank     %lld sequences x %lld tokens, ZeRO shards %d\n",
               (long long)sequences_per_rank(planned), (long long)tokens_per_rank(planned),
-              pt.zero > 0 ? p.dp * p.cp : 1);
-  std::printf("  tokens/step  %.0f (batch %d x seq_len %d)\n", tokens_step, config.train.batch_size,
+              zero_in_effect > 0 ? p.dp * p.cp : 1);
+  std::printf("  tokens/step  %.0f (batch %d x seq_len %d)\n", f.tokens, config.train.batch_size,
               planned.data.seq_len);
-  std::printf("  FLOPs/token  %s\n", flops.formula().c_str());
-  std::printf("  FLOPs/step   %s model (%s per rank)", human_count(model_flops).c_str(),
-              human_count(model_flops / world).c_str());
-  if (recompute) std::printf(", about %s with the checkpointing recompute", human_count(hw_flops).c_str());
+  std::printf("  FLOPs/token  %s\n", f.flops.formula().c_str());
+  std::printf("  FLOPs/step   %s model (%s per rank)", human_count(f.model).c_str(),
+              human_count(f.model / world).c_str());
+  if (config.train.checkpointing != "none")
+    std::printf(", about %s with the checkpointing recompute", human_count(f.hw).c_str());
   std::printf("\n");
-  const double peak = peak_tflops(config, device);
+  const double peak = peak_tflops(config, r.device);
   if (peak > 0)
-    std::printf("  at 50%% MFU   %.1f s/step on %d x %.0f TFLOP/s\n", model_flops / (0.5 * peak * 1e12 * world), world,
+    std::printf("  at 50%% MFU   %.1f s/step on %d x %.0f TFLOP/s\n", f.model / (0.5 * peak * 1e12 * world), world,
                 peak);
   std::printf("  activations  %s, dtype %s, MLP chunk %lld tokens\n", config.train.checkpointing.c_str(),
-              device.is_cuda() ? "bf16" : "f32",
+              r.device.is_cuda() ? "bf16" : "f32",
               (long long)resolve_mlp_chunk(config.train.mlp_chunk,
-                                           sequences_per_rank(planned) * tokens_per_rank(planned),
-                                           m.d_ff / p.tp));
-  if (!args.doc_lengths.empty()) {
-    const DocLengthPlan d = doc_length_plan(planned, args.doc_lengths);
-    std::printf("  documents    %s: %.4g visible pairs per sample (%.1f%% of causal), mean of %d windows\n",
-                d.path.c_str(), d.pairs_per_sample, 100.0 * d.pairs_per_sample / d.causal_pairs_per_sample, d.windows);
-    std::printf("  attention    %s FLOPs/step on visible pairs (12 L d_model pairs batch)\n",
-                human_count(d.attention_flops_per_step).c_str());
-    std::printf("  imbalance    at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
-                "(sum over ring steps of the slowest rank's pairs / the mean)\n",
-                p.cp, d.imbalance[0], d.imbalance[1], d.imbalance[2], d.imbalance[3]);
-    std::printf("  kernel work  at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
-                "(one whole call's attention tiles / the ring calls' tiles; 1 = no extra work)\n",
-                p.cp, d.work_efficiency[0], d.work_efficiency[1], d.work_efficiency[2], d.work_efficiency[3]);
-    std::printf("  ring speed   at cp=%d: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
-                "(whole-call tiles / (cp x critical path); 1 = a perfect cp-fold speed-up)\n",
-                p.cp, d.ring_efficiency[0], d.ring_efficiency[1], d.ring_efficiency[2], d.ring_efficiency[3]);
-    std::printf("  balanced     picks %s; %.1f ms per sample on the host (the loader)\n", d.balanced_picks.c_str(),
-                d.balanced_ms);
-    std::printf("  candidates   predicted at cp=%d (bench/NOTES.md \"Ring time model\"): efficiency = (one whole call / cp) / "
-                "critical path with communication; bytes per layer, all ranks, fwd + bwd\n", p.cp);
-    std::printf("  cp_a2a       each u predicted over the same windows (ring of cp/u on H/(tp u) heads + the exposed "
-                "exchange at ~370 GB/s; efficiency against one whole call / cp):\n");
-    for (const A2aCandidate& c : d.a2a.candidates) {
-      if (!c.admissible) {
-        std::printf("    u=%-3d not admissible: %s\n", c.u, c.why_not.c_str());
-        continue;
-      }
-      std::printf("    u=%-3d fwd %.3f  bwd %.3f  %.3f ms/layer (ring %d: %s; exchange %s/layer, %.3f ms exposed)%s\n",
-                  c.u, c.efficiency_fwd(), c.efficiency_bwd(), c.total_us() * 1e-3 / d.windows, c.ring,
-                  c.ring_layout.c_str(), human_bytes(c.exchange_bytes).c_str(),
-                  (c.exchange_fwd_us + c.exchange_bwd_us) * 1e-3 / d.windows, c.u == d.a2a.pick ? "  <- pick" : "");
+                                           sequences_per_rank(planned) * tokens_per_rank(planned), m.d_ff / p.tp));
+}
+
+// --doc-lengths: the mix's visible pairs and attention FLOPs, per layout the imbalance and the kernels' efficiency,
+// balanced's picks (the loader's own, schedule_batch), each all-to-all degree, and each candidate's prediction.
+void print_doc_lengths(const ParallelConfig& p, const DocLengthPlan& d) {
+  // The layouts are over the ring (cp / cp_a2a ranks).
+  const std::string at = p.ring() == p.cp ? "cp=" + std::to_string(p.cp)
+                                          : "ring " + std::to_string(p.ring()) + " (cp=" + std::to_string(p.cp) + ")";
+  std::printf("  documents    %s: %.4g visible pairs per sample (%.1f%% of causal), mean of %d windows\n",
+              d.path.c_str(), d.pairs_per_sample, 100.0 * d.pairs_per_sample / d.causal_pairs_per_sample, d.windows);
+  std::printf("  attention    %s FLOPs/step on visible pairs (12 L d_model pairs batch)\n",
+              human_count(d.attention_flops_per_step).c_str());
+  std::printf("  imbalance    at %s: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+              "(sum over ring steps of the slowest rank's pairs / the mean)\n",
+              at.c_str(), d.imbalance[0], d.imbalance[1], d.imbalance[2], d.imbalance[3]);
+  std::printf("  kernel work  at %s: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+              "(one whole call's attention tiles / the ring calls' tiles; 1 = no extra work)\n",
+              at.c_str(), d.work_efficiency[0], d.work_efficiency[1], d.work_efficiency[2], d.work_efficiency[3]);
+  std::printf("  ring speed   at %s: contiguous %.3f, zigzag %.3f, striped %.3f, balanced %.3f "
+              "(whole-call tiles / (cp x critical path); 1 = a perfect cp-fold speed-up)\n",
+              at.c_str(), d.ring_efficiency[0], d.ring_efficiency[1], d.ring_efficiency[2], d.ring_efficiency[3]);
+  std::printf("  balanced     picks %s (as the loader schedules them); %.1f ms per sample on the host (the loader)\n",
+              d.balanced_picks.c_str(), d.balanced_ms);
+  std::printf("  candidates   predicted at %s (bench/NOTES.md \"Ring time model\"): efficiency = (one whole call / cp) "
+              "/ critical path with communication; bytes per layer, all ranks, fwd + bwd\n", at.c_str());
+  std::printf("  cp_a2a       each u predicted over the same windows (ring of cp/u on H/(tp u) heads + the exposed "
+              "exchange at ~370 GB/s; efficiency against one whole call / cp):\n");
+  for (const A2aCandidate& c : d.a2a.candidates) {
+    if (!c.admissible) {
+      std::printf("    u=%-3d not admissible: %s\n", c.u, c.why_not.c_str());
+      continue;
     }
-    std::printf("    %s\n", d.a2a.why.c_str());
-    for (const DocLengthPlan::Candidate& c : d.candidates)
-      std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s of the ring's %s (%.0f%%)%s\n", c.name.c_str(),
-                  c.eff_fwd, c.eff_bwd, 100 * c.comm_share, human_bytes(c.bytes).c_str(),
-                  human_bytes(c.ring_bytes).c_str(), c.ring_bytes > 0 ? 100 * c.bytes / c.ring_bytes : 0.0,
-                  c.picked ? ("  <- picked " + std::to_string(c.picked) + "/" + std::to_string(d.windows)).c_str() : "");
-    std::printf("  cp_scheme    each ring candidate's assignment run by the gather scheme (one exchange of the rows "
-                "queries see; parallel.cp_scheme), same model (the gather: rows above are the chooser's own):\n");
-    for (const DocLengthPlan::Candidate& c : d.candidates)
-      if (c.name.rfind("gather:", 0) != 0)
-        std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s (%.0f%% of the ring's)  faster than the ring "
+    std::printf("    u=%-3d fwd %.3f  bwd %.3f  %.3f ms/layer (ring %d: %s; exchange %s/layer, %.3f ms exposed)%s\n",
+                c.u, c.efficiency_fwd(), c.efficiency_bwd(), c.total_us() * 1e-3 / d.windows, c.ring,
+                c.ring_layout.c_str(), human_bytes(c.exchange_bytes).c_str(),
+                (c.exchange_fwd_us + c.exchange_bwd_us) * 1e-3 / d.windows, c.u == d.a2a.pick ? "  <- pick" : "");
+  }
+  std::printf("    %s\n", d.a2a.why.c_str());
+  for (const DocLengthPlan::Candidate& c : d.candidates)
+    std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s of the ring's %s (%.0f%%)%s\n", c.name.c_str(),
+                c.eff_fwd, c.eff_bwd, 100 * c.comm_share, human_bytes(c.bytes).c_str(),
+                human_bytes(c.ring_bytes).c_str(), c.ring_bytes > 0 ? 100 * c.bytes / c.ring_bytes : 0.0,
+                c.picked ? ("  <- picked " + std::to_string(c.picked) + "/" + std::to_string(d.windows)).c_str() : "");
+  std::printf("  cp_scheme    each ring candidate's assignment run by the gather scheme (one exchange of the rows "
+              "queries see; parallel.cp_scheme), same model (the gather: rows above are the chooser's own):\n");
+  for (const DocLengthPlan::Candidate& c : d.candidates)
+    if (c.name.rfind("gather:", 0) != 0)
+      std::printf("    %-20s fwd %.3f  bwd %.3f  comm %4.1f%%  bytes %s (%.0f%% of the ring's)  faster than the ring "
                   "in %d/%d\n",
                   c.name.c_str(), c.gather_eff_fwd, c.gather_eff_bwd, 100 * c.gather_comm_share,
                   human_bytes(c.gather_bytes).c_str(), c.ring_bytes > 0 ? 100 * c.gather_bytes / c.ring_bytes : 0.0,
                   c.gather_wins, d.windows);
+}
+
+// The plan as text: the grid and where its limits come from, the exchange, --max-seq-len's answer, the model and its
+// FLOPs, --doc-lengths, the memory and --generate-context.
+void print_plan_text(const Resolved& r, const Config& planned, const PlanPoint& pt, const StepFlops& f,
+                     const PlanArgs& args, const GeneratePlan& gen) {
+  const Config& config = r.config;
+  const ParallelConfig& p = config.parallel;
+  std::printf("plan for %s on %s (%d ranks: dp=%d cp=%d (ring %d x a2a %d) tp=%d, layout %s, zero %d%s)\n",
+              config.source_path.c_str(), r.device.str().c_str(), p.dp * p.cp * p.tp, p.dp, p.cp, p.ring(), p.cp_a2a,
+              p.tp, r.layout.c_str(), pt.zero, config.train.offload == "activations" ? ", offload activations" : "");
+  std::printf("  device       %s\n", device_note(config, r.device).c_str());
+  std::printf("  memory       judged against %s\n", r.limits_from.c_str());
+  if (!zero_note(config).empty()) std::printf("  %s\n", zero_note(config).c_str());
+  if (p.cp_a2a > 1) print_a2a_exchange(p, pt.a2a);
+  if (args.max_seq_len) {
+    if (pt.seq_len == 0) {
+      std::printf("  max seq_len  none: even %d tokens (the smallest step of the layout) do not fit\n",
+                  seq_len_step(config));
+      print_memory(pt, r.limits, r.device, 6);
+      return;
+    }
+    std::printf("  max seq_len  %d tokens (%.2fM; steps of %d), offload_layers %d, checkpointing %s\n", pt.seq_len,
+                pt.seq_len / 1048576.0, seq_len_step(config), pt.offload_layers, config.train.checkpointing.c_str());
   }
-  print_memory(pt, limits, device, 10);
-  if (args.generate) print_generate(gen, limits, device);
+  print_model_and_flops(config, planned, r, f, pt.zero);
+  if (!args.doc_lengths.empty()) print_doc_lengths(p, doc_length_plan(planned, args.doc_lengths));
+  print_memory(pt, r.limits, r.device, 10);
+  if (args.generate) print_generate(gen, r.limits, r.device);
+}
+
+}  // namespace
+
+int plan_main(const Config& given, const PlanArgs& args) {
+  const Resolved r = resolve_for_plan(given, args);
+  print_resolved(r);  // stderr: stdout stays the plan (and --json's objects)
+  const Config& config = r.config;
+  Config planned = config;
+  PlanPoint pt;
+  if (args.max_seq_len) {
+    pt = max_seq_len(config, r.device, r.limits);
+    if (pt.seq_len > 0) planned.data.seq_len = pt.seq_len;
+  } else {
+    pt = plan_point(config, r.device, r.limits);
+  }
+  const StepFlops f = step_flops(planned);
+  GeneratePlan gen;
+  if (args.generate || args.generate_new_given)
+    gen = plan_for_generate(config, r.device, args, r.limits, r.limits_from);
+  if (!args.json) {
+    print_plan_text(r, planned, pt, f, args, gen);
+    return 0;
+  }
+  print_plan_json(planned, r.device, count_parameters(config.model), f.model, f.hw, pt, r.limits,
+                  device_note(config, r.device), r.limits_from, args.generate ? generate_json(gen, r.limits)
+                                                                               : nlohmann::json());
+  if (!args.doc_lengths.empty()) print_doc_lengths_json(doc_length_plan(planned, args.doc_lengths));
   return 0;
 }
 

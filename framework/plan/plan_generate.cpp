@@ -55,9 +55,7 @@ GenerateLayout generate_layout(const Config& config, int64_t prompt_tokens, int6
     const int64_t unit = 2 * int64_t(cp);
     g.prefill_len = std::max(unit, (Pp + unit - 1) / unit * unit);
     g.rows_per_rank = g.prefill_len / cp;
-    std::string layout_name = resolved_layout(config);
-    if (layout_name == "auto") layout_name = ring > 1 ? "zigzag" : "contiguous";
-    g.order = layout_ring_order(parse_layout(layout_name), g.prefill_len, ring);  // (T) ring order
+    g.order = layout_ring_order(parse_layout(resolved_layout(config)), g.prefill_len, ring);  // (T) ring order
     for (int r = 0; r < cp; ++r)
       for (int64_t j = 0; j < g.rows_per_rank; ++j)
         g.shard_rows[size_t(r)] += g.order[size_t(r * g.rows_per_rank + j)] < Pp ? 1 : 0;

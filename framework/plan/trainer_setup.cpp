@@ -63,10 +63,11 @@ std::shared_ptr<Comm> make_world_comm(const Config& config) {
                                                                            : std::string()) <<
            ". Use parallel.comm: mpi (or auto), which stages through pinned host memory, or launch one rank per GPU");
   if (!shared) {
-    if (rank == 0) std::printf("parallel.comm: %s -> nccl (one GPU per rank)\n", choice.c_str());
+    if (rank == 0) std::fprintf(stderr, "parallel.comm: %s -> nccl (one GPU per rank)\n", choice.c_str());
     return std::make_shared<NcclComm>(MPI_COMM_WORLD, device.index);
   }
-  if (rank == 0) std::printf("parallel.comm: auto -> mpi (ranks share a GPU: staged through pinned host memory)\n");
+  if (rank == 0)  // stderr, as the start-up table (stdout is the command's output)
+    std::fprintf(stderr, "parallel.comm: auto -> mpi (ranks share a GPU: staged through pinned host memory)\n");
 #endif
   return make_mpi_world_comm();
 }
