@@ -56,7 +56,9 @@ std::string tensorboard_tag(const std::string& key) {
   if (starts_with(key, "eval_")) group = "eval";
   else if (key == "loss" || starts_with(key, "loss_")) group = "train";
   else if (key == "lr" || key == "grad_norm" || key == "skipped_steps") group = "optim";
-  else if (starts_with(key, "tok_per_s") || key == "mfu" || key == "ms_per_step" || key == "eta_s") group = "perf";
+  else if (starts_with(key, "tok_per_s") || starts_with(key, "mfu") || key == "ms_per_step" || key == "eta_s" ||
+           key.find("tflops") != std::string::npos)
+    group = "perf";
   else if (starts_with(key, "ring_") || starts_with(key, "zero_") || starts_with(key, "a2a_") ||
            starts_with(key, "comm_") || starts_with(key, "cp_scheme") || key == "attn_ms")
     group = "comm";

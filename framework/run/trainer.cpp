@@ -159,6 +159,7 @@ struct RunStart {
   RunPlan plan;
   std::vector<std::string> changes;  // resume: the config's allowed changes
   std::string moved_metrics;         // where earlier metrics lines went ("" = none)
+  std::string moved_events;          // a fresh run: where an earlier run's TensorBoard files went ("" = none)
   SaveTarget target;
 };
 
@@ -182,6 +183,8 @@ RunStart open_run_dir(Config& config, bool rank0, int world_size) {
     const std::string metrics_file = metrics_path(config);
     s.moved_metrics = s.plan.resume_from.empty() ? move_metrics_aside(metrics_file)
                                                  : move_metrics_after(metrics_file, resumed_step);
+    // A resumed run appends its own event file (TensorBoard drops the earlier files' steps past the resumed one).
+    if (s.plan.resume_from.empty() && config.log.tensorboard) s.moved_events = move_tensorboard_aside(tc.run_dir);
   }, kExitUsage);
   s.target = SaveTarget{lineage_dir(tc.run_dir, s.plan.lineage), s.plan.lineage, s.plan.parent, s.plan.resume_from};
   return s;
@@ -209,6 +212,8 @@ void print_start(const Config& config, const Resolved& resolved, const RunStart&
     std::printf("metrics: earlier lines %s moved to %s\n",
                 start.plan.resume_from.empty() ? "of another run" : "past the resumed step",
                 start.moved_metrics.c_str());
+  if (!start.moved_events.empty())
+    std::printf("tensorboard: event files of another run moved to %s\n", start.moved_events.c_str());
 }
 
 // The training and held-out loaders (every rank), with rank 0's eval line and the missing-EOT warning.
@@ -304,6 +309,16 @@ class TrainLoop {
     print_header();
     // The file holds only the steps up to the resumed one (open_run_dir), so appending never duplicates a step.
     if (rank0_) metrics_ = std::make_unique<MetricsWriter>(metrics_path(config_), /*append=*/true);
+    if (rank0_ && config_.log.tensorboard) {  // the same lines as event files, written by rank 0 alone
+      if (tensorboard_built()) {
+        const std::string events_dir = tensorboard_dir(tc_.run_dir);
+        metrics_->attach_tensorboard(std::make_unique<TensorBoardWriter>(events_dir, start_step + 1));
+        std::printf("tensorboard: %s (watch: tensorboard --logdir %s)\n", metrics_->tensorboard()->path().c_str(),
+                    tc_.run_dir.c_str());
+      } else {
+        std::printf("%s\n", tensorboard_off_line().c_str());
+      }
+    }
     start_step_ = start_step;
     guarded_step_ = start_step;
     run_start_ = interval_start_ = clock::now();
