@@ -25,8 +25,8 @@ the prompt is x, the separator, and x up to the first answer, so generating mean
 
 Lengths: --lengths a,b,c, or --num-lengths K halvings up to --max-length (the trained data.seq_len; longer cases
 are refused by the eval). --copy-task: --max-length alone by default, since a copy model learns to look back by its
-trained span, (seq_len - 1) / 2 + 1 tokens, and a shorter case moves its answers to another offset. --samples cases per (task, length). A case depends only on --seed, its task, length and
-sample number (and the tokenizer).
+trained span, (seq_len - 1) / 2 + 1 tokens, and a shorter case moves its answers to another offset. --samples
+cases per (task, length). A case depends only on --seed, its task, length and sample number (and the tokenizer).
 
 Writes into --out (through <out>.partial, renamed when complete; an existing --out is refused unless --overwrite):
   case_000000.bin ...  each case's prompt tokens, then the expected answer's tokens (int32 little-endian)

@@ -41,6 +41,35 @@ std::vector<std::string> read_token_text(const fs::path& path, int64_t vocab) {
   return text;
 }
 
+// The id of the largest logit of one final hidden row (C) against the host's LM head (V, C): the lowest on ties.
+int32_t host_argmax(const std::vector<float>& hidden, const HostTensor& lm_head) {
+  const int64_t V = lm_head.shape[0], C = lm_head.shape[1];
+  int64_t best = 0;
+  double best_logit = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) {
+    const float* w = lm_head.values.data() + v * C;
+    double acc = 0;
+    for (int64_t c = 0; c < C; ++c) acc += double(hidden[size_t(c)]) * double(w[c]);
+    if (acc > best_logit) best_logit = acc, best = v;
+  }
+  return int32_t(best);
+}
+
+// A case's window: the prompt, the tokens chosen so far and the draft, padded past them with the last one (causal:
+// the padding changes nothing before it); targets (any id) mark the positions whose argmax is asked, from the last
+// chosen position to the draft's last. Returns the first asked position.
+int64_t fill_window(Window& w, const RulerCase& c, const std::vector<int32_t>& chosen,
+                    const std::vector<int32_t>& draft) {
+  std::vector<int32_t> seq = c.prompt;
+  seq.insert(seq.end(), chosen.begin(), chosen.end());
+  const int64_t first = int64_t(seq.size()) - 1;
+  seq.insert(seq.end(), draft.begin(), draft.end());
+  std::copy(seq.begin(), seq.end(), w.tokens.begin());
+  std::fill(w.tokens.begin() + int64_t(seq.size()), w.tokens.end(), seq.back());
+  for (size_t p = size_t(first); p < seq.size(); ++p) w.targets[p] = 0;
+  return first;
+}
+
 }  // namespace
 
 RulerCases read_ruler_cases(const Config& config, const std::string& dir) {
@@ -109,7 +138,8 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
            "ruler: the LM head " << lm_head.name << " is not (" << V << ", " << C << ")");
   const int64_t B = config.train.batch_size, B_local = B / rank.dp;
   int64_t span = 1;  // the most argmax positions one case needs per forward: its draft + 1
-  for (const RulerCase& c : cases) span = std::max(span, std::min<int64_t>(int64_t(c.gold.size()), c.max_new_tokens) + 1);
+  for (const RulerCase& c : cases)
+    span = std::max(span, std::min<int64_t>(int64_t(c.gold.size()), c.max_new_tokens) + 1);
   std::vector<RulerResult> results(cases.size());
   std::vector<std::vector<int32_t>> draft(cases.size());
   std::vector<int64_t> slot_case(size_t(B), -1);  // (B) the case in each window slot, -1: none
@@ -135,15 +165,8 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
       w.targets.assign(size_t(T), -1);  // (T) marks the positions whose argmax is asked
       const int64_t k = slot_case[size_t(s)];
       if (k < 0) continue;
-      const RulerCase& c = cases[size_t(k)];
-      std::vector<int32_t> seq = c.prompt;
-      seq.insert(seq.end(), results[size_t(k)].new_ids.begin(), results[size_t(k)].new_ids.end());
-      first[size_t(s)] = int64_t(seq.size()) - 1;
-      seq.insert(seq.end(), draft[size_t(k)].begin(), draft[size_t(k)].end());
+      first[size_t(s)] = fill_window(w, cases[size_t(k)], results[size_t(k)].new_ids, draft[size_t(k)]);
       asked[size_t(s)] = int64_t(draft[size_t(k)].size()) + 1;
-      std::copy(seq.begin(), seq.end(), w.tokens.begin());
-      std::fill(w.tokens.begin() + int64_t(seq.size()), w.tokens.end(), seq.back());  // padding past the case
-      for (int64_t p = first[size_t(s)]; p < first[size_t(s)] + asked[size_t(s)]; ++p) w.targets[size_t(p)] = 0;
       ++results[size_t(k)].forwards;
     }
     std::unique_ptr<DataLoader> loader = make_windows_loader(config, rank, std::move(windows));
@@ -158,15 +181,7 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
       const int64_t j = int64_t(batch.window_positions[i]) - first[size_t(s)];
       copy_cast(Tensor(hidden.data(), DType::f32, Device::cpu(), {1, C}),
                 final_hidden.slice(int64_t(i), int64_t(i) + 1));
-      int64_t best = 0;
-      double best_logit = -INFINITY;
-      for (int64_t v = 0; v < V; ++v) {
-        const float* w = lm_head.values.data() + v * C;
-        double acc = 0;
-        for (int64_t c = 0; c < C; ++c) acc += double(hidden[size_t(c)]) * double(w[c]);
-        if (acc > best_logit) best_logit = acc, best = v;
-      }
-      choice[size_t(s * span + j)] = double(best + 1);
+      choice[size_t(s * span + j)] = double(host_argmax(hidden, lm_head) + 1);
     }
     model.dp_cp_comm().all_reduce_sum(choice.data(), int(choice.size()));
     for (int64_t s = 0; s < B; ++s) {
@@ -206,8 +221,9 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
       last_print = now;
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta = done > 0 ? elapsed / double(done) * double(cases.size() - done) : NAN;
+      const std::string eta_text = std::isnan(eta) ? "?" : std::to_string(int64_t(eta + 0.5)) + " s";
       std::fprintf(stderr, "ruler: %zu/%zu cases, %lld forwards, %.0f s elapsed, ETA %s\n", done, cases.size(),
-                   (long long)forwards, elapsed, std::isnan(eta) ? "?" : (std::to_string(int64_t(eta + 0.5)) + " s").c_str());
+                   (long long)forwards, elapsed, eta_text.c_str());
       std::fflush(stderr);
     }
   }

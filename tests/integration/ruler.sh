@@ -94,8 +94,9 @@ PY
 [ "$(wc -l <"$work/prompts.txt")" = 3 ] || fail "fewer than 3 untrained cases ran to max_new_tokens"
 while read -r id prompt expected; do
   n=$(echo "$expected" | tr ',' '\n' | wc -l)
-  got=$(rt generate "$tiny" "${h2[@]}" --checkpoint "$untrained" --set device=cpu --prompt "$prompt" --max-new-tokens "$n" \
-          --eos-id -1 2>>"$log" | "$py" -c "import json, sys; print(','.join(map(str, json.load(sys.stdin)['new_ids'])))")
+  got=$(rt generate "$tiny" "${h2[@]}" --checkpoint "$untrained" --set device=cpu --prompt "$prompt" \
+          --max-new-tokens "$n" --eos-id -1 2>>"$log" |
+        "$py" -c "import json, sys; print(','.join(map(str, json.load(sys.stdin)['new_ids'])))")
   [ "$got" = "$expected" ] || fail "case $id: eval --task ruler generated $expected, ringtrain generate $got"
 done <"$work/prompts.txt"
 
