@@ -42,6 +42,7 @@
 #include "framework/plan/plan.h"
 #include "framework/run/trainer.h"
 #include "kernels/tensor.h"
+#include "parallel/schedule/doc_balance.h"
 #include "parallel/comm/fault.h"
 #include "parallel/comm/watchdog.h"
 
@@ -122,8 +123,14 @@ int main(int argc, char** argv) {
   plan->add_option("--doc-lengths", args.plan.doc_lengths,
                    "document-length file (one length per line): attention FLOPs on visible pairs and ring imbalance "
                    "per layout for packed documents of that mix")
-      ->check(plan_check("--doc-lengths", [](const std::string& v) {
-        return rt::input_file_problem("--doc-lengths", v); }));
+      ->check(plan_check("--doc-lengths", [](const std::string& v) {  // a file of lengths, read up front
+        std::string problem = rt::input_file_problem("--doc-lengths", v);
+        if (problem.empty()) try {
+          rt::read_doc_lengths(v);
+        } catch (const std::exception& e) {
+          problem = rt::user_message(e.what(), rt::kExitUsage);
+        }
+        return problem; }));
   plan->add_option("--host-memory-gib", args.plan.host_memory_gib,
                    "host memory per node; CPU ranks share it (default: this host's)")
       ->check(plan_check("--host-memory-gib", [](const std::string& v) {

@@ -65,6 +65,9 @@ def main():
                 "--device-memory-gib"):
         ap.add_argument(opt)
     args = ap.parse_args()
+    for name, value in vars(args).items():  # `--opt=--` leaves a list where argparse should have refused
+        if isinstance(value, list) and name != "set":
+            fail(f"--{name.replace('_', '-')} needs a value")
     if args.np < 1:
         fail(f"--np {args.np} must be >= 1 (ranks under mpirun; 1 = no mpirun)")
     tok_path = args.tokenizer

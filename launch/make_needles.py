@@ -143,6 +143,9 @@ def main():
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (once the new cases are "
                                                              "complete)")
     args = ap.parse_args()
+    for name, value in vars(args).items():  # `--opt=--` leaves a list where argparse should have refused
+        if isinstance(value, list):
+            fail(f"--{name.replace('_', '-')} needs a value")
 
     if not 2 <= args.max_length <= MAX_LENGTH:
         fail(f"--max-length {args.max_length} is outside [2, {MAX_LENGTH}] (the trained data.seq_len)")

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "framework/base/run_errors.h"
+#include "framework/checkpoint/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -33,6 +34,18 @@ std::string checkpoint_argument_problem(const std::string& path) {
 void check_checkpoint_argument(const std::string& command, const std::string& path) {
   const std::string problem = checkpoint_argument_problem(path);
   if (!problem.empty()) throw RunError(kExitUsage, command + " --checkpoint: " + problem);
+}
+
+std::vector<HostTensor> load_checkpoint_argument(const std::string& command, const std::string& path,
+                                                 std::map<std::string, std::string>* metadata) {
+  check_checkpoint_argument(command, path);
+  try {
+    return load_model_weights(path, metadata);
+  } catch (const RunError&) {
+    throw;
+  } catch (const std::exception& e) {  // missing, not a checkpoint, corrupted: the checkpoint the user named
+    throw RunError(kExitUsage, command + " --checkpoint: " + e.what());
+  }
 }
 
 std::string input_file_problem(const std::string& option, const std::string& path) {

@@ -106,8 +106,7 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   std::string grid_note;
   agree_on([&] {
     std::map<std::string, std::string> metadata;
-    check_checkpoint_argument("eval", checkpoint);
-    weights = load_model_weights(checkpoint, &metadata);
+    weights = load_checkpoint_argument("eval", checkpoint, &metadata);
     taken = apply_model_from_source(config, metadata, "checkpoint", checkpoint);
     grid_note = fit_grid_to_world(config, world_size);
     validate_config(config, world_size);
