@@ -20,6 +20,9 @@ namespace rt {
 namespace {
 
 const char* const kMaker = "launch/make_ruler.py";
+// The longest prompt-lookup draft: each drafted position costs a host argmax over the vocabulary (V x C), so a
+// wrong draft must stay cheap; 8 tokens a forward already cut a copying answer's forwards eightfold.
+constexpr int64_t kLookupDraftMax = 8;
 
 std::vector<std::string> read_token_text(const fs::path& path, int64_t vocab) {
   const nlohmann::json j = read_case_json(path, "each token's text", kMaker);
@@ -137,9 +140,8 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
   RT_CHECK(lm_head.shape.size() == 2 && lm_head.shape[0] == V && lm_head.shape[1] == C,
            "ruler: the LM head " << lm_head.name << " is not (" << V << ", " << C << ")");
   const int64_t B = config.train.batch_size, B_local = B / rank.dp;
-  int64_t span = 1;  // the most argmax positions one case needs per forward: its draft + 1
-  for (const RulerCase& c : cases)
-    span = std::max(span, std::min<int64_t>(int64_t(c.gold.size()), c.max_new_tokens) + 1);
+  int64_t span = 1;  // the most argmax positions one case needs per forward: its longest draft + 1
+  for (const RulerCase& c : cases) span = std::max(span, c.max_new_tokens + 1);
   std::vector<RulerResult> results(cases.size());
   std::vector<std::vector<int32_t>> draft(cases.size());
   std::vector<int64_t> slot_case(size_t(B), -1);  // (B) the case in each window slot, -1: none
@@ -197,7 +199,6 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
       }
       // The draft is used once: taken whole (and the choice after it), or left at the first choice that differs.
       const std::vector<int32_t> taken = ruler_accept_greedy(draft[size_t(k)], choices);
-      draft[size_t(k)].clear();
       for (int32_t t : taken) {
         if (r.stop.empty()) {
           r.new_ids.push_back(t);
@@ -207,6 +208,12 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
             r.stop = "answers";
           else if (int64_t(r.new_ids.size()) >= c.max_new_tokens) r.stop = "max_new_tokens";
         }
+      }
+      if (r.stop.empty()) {  // the next draft: what followed the last tokens earlier in the prompt and answer
+        std::vector<int32_t> context = c.prompt;
+        context.insert(context.end(), r.new_ids.begin(), r.new_ids.end());
+        draft[size_t(k)] = ruler_lookup_draft(
+            context, std::min(kLookupDraftMax, c.max_new_tokens - int64_t(r.new_ids.size())));
       }
       if (!r.stop.empty()) {
         r.prediction = ruler_tokens_text(r.new_ids, read.token_text);

@@ -3,11 +3,12 @@
 // greedy generation on the configured grid and scored by string match, as RULER scores them.
 //
 // Generation: each forward runs config.train.batch_size cases as windows of data.seq_len on the model's grid (dp,
-// cp ring / all-to-all / hybrid, tp): a case's window is its prompt, the tokens chosen so far and a draft (the rest
-// of the case's expected answer), padded. The argmax at the last chosen position and after every draft token is
-// read (each on the rank holding it, all-reduced over dp x cp); the draft's tokens are taken while they equal the
-// argmax, then the argmax that differs: exactly the tokens greedy decoding picks, up to max_new_tokens per forward
-// when the model answers as expected, one when it does not. A case stops at max_new_tokens, at the data's EOT token
+// cp ring / all-to-all / hybrid, tp): a case's window is its prompt, the tokens chosen so far and a draft (first the
+// case's expected answer; later what followed the last tokens where they occur earlier: ruler_lookup_draft),
+// padded. The argmax at the last chosen position and after every draft token is read (each on the rank holding it,
+// all-reduced over dp x cp); the draft's tokens are taken while they equal the argmax, then the argmax that differs:
+// exactly the tokens greedy decoding picks, the whole answer in one forward when the model answers as expected,
+// one token per forward at worst. A case stops at max_new_tokens, at the data's EOT token
 // (resolved_eot_token), or once the score cannot change (metric all: every answer found; part: any). Its window
 // slot then takes the next case.
 #pragma once
@@ -58,6 +59,10 @@ bool ruler_score_final(const std::string& metric, const std::vector<bool>& found
 // (draft.size() + 1 of them, or fewer when the draft is cut). Returns the tokens greedy decoding picks from them: the
 // draft while it equals the choices, then the first choice that differs (or the choice after a draft taken whole).
 std::vector<int32_t> ruler_accept_greedy(const std::vector<int32_t>& draft, const std::vector<int32_t>& choices);
+// A draft from the context itself (prompt lookup): the tokens that followed the latest earlier occurrence of the
+// context's last n tokens (the longest n <= 4 that occurs before), at most max_len of them; empty when none occurs.
+// Models answering from their prompt repeat it, so a wrong answer is also checked many tokens per forward.
+std::vector<int32_t> ruler_lookup_draft(const std::vector<int32_t>& context, int64_t max_len);
 
 struct RulerResult {
   std::vector<int32_t> new_ids;  // the generated tokens

@@ -68,6 +68,19 @@ std::vector<int32_t> ruler_accept_greedy(const std::vector<int32_t>& draft, cons
   return taken;
 }
 
+std::vector<int32_t> ruler_lookup_draft(const std::vector<int32_t>& context, int64_t max_len) {
+  const int64_t L = int64_t(context.size());
+  for (int64_t n = std::min<int64_t>(4, L - 1); n >= 1 && max_len > 0; --n) {
+    // The latest start s < L - n with context[s, s + n) == the last n tokens.
+    for (int64_t s = L - n - 1; s >= 0; --s) {
+      if (!std::equal(context.begin() + s, context.begin() + s + n, context.end() - n)) continue;
+      const int64_t from = s + n, to = std::min(L, from + max_len);
+      return std::vector<int32_t>(context.begin() + from, context.begin() + to);
+    }
+  }
+  return {};
+}
+
 RulerTable ruler_table(const std::vector<RulerCase>& cases, const std::vector<RulerResult>& results) {
   RulerTable t;
   for (const RulerCase& c : cases) {

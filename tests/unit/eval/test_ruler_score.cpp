@@ -61,6 +61,21 @@ TEST(RulerScore, AcceptGreedyTakesTheDraftWhileItEqualsTheChoices) {
   EXPECT_EQ(ruler_accept_greedy({}, {9}), (std::vector<int32_t>{9}));  // no draft: one greedy token
 }
 
+TEST(RulerScore, LookupDraftIsWhatFollowedTheLatestEarlierOccurrence) {
+  // Context ... 5 6 7 | 9 ... 5 6 7 | 8 ... 5 6 7: the latest earlier "5 6 7" is followed by 8, 1, 5.
+  const std::vector<int32_t> ctx = {5, 6, 7, 9, 2, 5, 6, 7, 8, 1, 5, 6, 7};
+  EXPECT_EQ(ruler_lookup_draft(ctx, 3), (std::vector<int32_t>{8, 1, 5}));
+  EXPECT_EQ(ruler_lookup_draft(ctx, 100), (std::vector<int32_t>{8, 1, 5, 6, 7}));  // up to the context's end
+  EXPECT_EQ(ruler_lookup_draft(ctx, 0), (std::vector<int32_t>{}));
+  // Only the last token occurs earlier: what followed it.
+  EXPECT_EQ(ruler_lookup_draft({4, 3, 1, 2, 9, 3}, 2), (std::vector<int32_t>{1, 2}));
+  // The longest suffix wins over a later shorter match: "2 3" occurs at 0, "3" alone later at 4.
+  EXPECT_EQ(ruler_lookup_draft({2, 3, 7, 0, 3, 1, 2, 3}, 1), (std::vector<int32_t>{7}));
+  EXPECT_EQ(ruler_lookup_draft({1, 2, 3}, 4), (std::vector<int32_t>{}));  // 3 never occurred before
+  EXPECT_EQ(ruler_lookup_draft({}, 4), (std::vector<int32_t>{}));
+  EXPECT_EQ(ruler_lookup_draft({6, 6, 6}, 4), (std::vector<int32_t>{6}));  // "6 6" at 0 is followed by 6
+}
+
 // The draft check gives exactly greedy decoding: a deterministic "model" (next token = a hash of the context)
 // decoded token by token, against the same model decoded with drafts that are right for a while, then wrong.
 TEST(RulerScore, DraftCheckedDecodingEqualsPlainGreedy) {
@@ -97,6 +112,22 @@ TEST(RulerScore, DraftCheckedDecodingEqualsPlainGreedy) {
       ++forwards;
     }
     ASSERT_EQ(got, greedy) << "trial " << trial;
+    // With prompt-lookup drafts after the first (as generate_ruler drafts), still greedy.
+    std::vector<int32_t> looked, d = std::vector<int32_t>(greedy.begin(), greedy.begin() + int64_t(right));
+    while (looked.size() < max_new) {
+      std::vector<int32_t> choices, ctx = prompt;
+      ctx.insert(ctx.end(), looked.begin(), looked.end());
+      for (size_t j = 0; j <= d.size(); ++j) {
+        choices.push_back(next_token(ctx));
+        if (j < d.size()) ctx.push_back(d[j]);
+      }
+      for (int32_t t : ruler_accept_greedy(d, choices))
+        if (looked.size() < max_new) looked.push_back(t);
+      std::vector<int32_t> now = prompt;
+      now.insert(now.end(), looked.begin(), looked.end());
+      d = ruler_lookup_draft(now, int64_t(max_new - std::min(max_new, looked.size())));
+    }
+    ASSERT_EQ(looked, greedy) << "trial " << trial << " (lookup drafts)";
     if (right == max_new) EXPECT_EQ(forwards, 1) << "a right draft is taken in one forward";
   }
 }
