@@ -18,8 +18,8 @@ struct GenerateCounts {
   int64_t prompt_tokens = 0;  // the prompt's ids (plan: --generate-context)
   int64_t new_tokens = 0;     // --max-new-tokens
   int64_t prefill_chunk = 0;  // --prefill-chunk (0: auto)
-  std::string prompt_from;    // how the user gave the prompt length, for the message: "--generate-context" or
-                              // "the prompt"
+  std::string prompt_from;    // the option that gave the prompt, named in the message: "--generate-context" (the
+                              // count itself), "--prompt" or "--prompt-ids"
 };
 
 // "" or the refusal of the first count out of range, naming the option, the range and a value that works.
