@@ -1,6 +1,7 @@
 # RULER-style checks through the real binary (tests/integration/ruler.sh): the copy task's trained model scores 100
-# and an untrained one near 0 on copy-task cases, on the cp 2 ring, dp 2 and one rank; refusals exit 2. Included
-# from tests/integration/tests.cmake; RT_SYSTEM_PYTHON3 comes from sweep.cmake (Debian's python3 with matplotlib).
+# and an untrained one near 0 on copy-task cases; the same tokens on the ring, the all-to-all, the hybrid (4 ranks),
+# tp, dp and one rank; refusals exit 2. Included from tests/integration/tests.cmake; RT_SYSTEM_PYTHON3 comes from
+# sweep.cmake (Debian's python3 with matplotlib).
 add_test(NAME integration_ruler
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ruler.sh ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/ruler_run
                  ${RT_SYSTEM_PYTHON3})

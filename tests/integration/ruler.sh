@@ -6,8 +6,9 @@
 #     `ringtrain eval --task ruler` on the config's grid (cp 2 zigzag ring, 2 ranks): the trained model scores 100
 #     on every task, the untrained one near 0 (< 15); progress with an ETA; the JSONL, the task x length table
 #     (.md, .csv, stdout);
-#   - the same tokens on cp 2 as an all-to-all, tp 2, dp 2 (2 ranks each) and on one rank; the generated tokens of
-#     untrained cases equal `ringtrain generate`'s greedy tokens from the same prompts (its KV-cache decode);
+#   - the same tokens on cp 2 as an all-to-all, cp 4 as the hybrid (a ring of 2 all-to-alls of 2; 4 ranks on the
+#     2 cores), tp 2, dp 2 and on one rank; the generated tokens of untrained cases equal `ringtrain generate`'s
+#     greedy tokens from the same prompts (its KV-cache decode);
 #   - refused with exit 2, writing nothing: a case longer than data.seq_len (the limit named), cases of another
 #     tokenizer, needle cases, an existing --out without --overwrite;
 #   - the heatmap (launch/plot_ruler.py) when matplotlib is present.
@@ -41,12 +42,13 @@ for m in trained untrained; do
   grep -q "| vt |" "$work/$m.stdout" || fail "the table was not printed: $(cat "$work/$m.stdout")"
 done
 grep -q "ruler: .* cases, .* ETA" "$log" || fail "no progress line with an ETA"
-for grid in "a2a 1 2 2 1" "tp2 1 1 1 2" "dp2 2 1 1 1"; do
+for grid in "a2a 1 2 2 1" "hybrid 1 4 2 1" "tp2 1 1 1 2" "dp2 2 1 1 1"; do
   read -r name dp cp a2a tp <<<"$grid"
   settings="parallel.dp=$dp parallel.cp=$cp parallel.cp_a2a=$a2a parallel.tp=$tp"
   sets=()
   for kv in $settings; do sets+=(--set "$kv"); done
-  mpirun -np 2 "$build/ringtrain" eval "$tiny" "${h2[@]}" "${sets[@]}" --checkpoint "$trained" --set device=cpu \
+  mpirun -np $((dp * cp * tp)) --oversubscribe "$build/ringtrain" eval "$tiny" "${h2[@]}" "${sets[@]}" \
+    --checkpoint "$trained" --set device=cpu \
     --task ruler --cases "$work/cases" --out "$work/trained_$name.jsonl" >>"$log" 2>&1 ||
     fail "eval --task ruler on $name ($settings) failed"
   tail -n 30 "$log" | grep -q "ruler: 40 cases .* on dp=$dp cp=$cp cp_a2a=$a2a tp=$tp," ||
@@ -72,7 +74,7 @@ assert all(r["stop"] == "answers" for r in trained), "a trained case ran past it
 mean = sum(r["score"] for r in untrained) / len(untrained)
 print(f"untrained: mean {mean:.1f}")
 assert mean < 15, f"the untrained model scores {mean:.1f}: not near 0"
-for other in ("trained_a2a", "trained_tp2", "trained_dp2", "trained_one"):
+for other in ("trained_a2a", "trained_hybrid", "trained_tp2", "trained_dp2", "trained_one"):
     ids = [r["new_ids"] for r in rows(other)]
     assert ids == [r["new_ids"] for r in trained], f"{other}: other tokens than on the cp 2 ring"
 table = open(f"{work}/trained.csv").read()
