@@ -4,6 +4,7 @@
 #include "framework/base/run_errors.h"
 #include "framework/model/fp8_linear.h"
 #include "framework/model/model_internal.h"
+#include "framework/model/rope_table_threaded.h"
 #include "framework/config/rope_scaling.h"
 #include "kernels/ops.h"
 #include "kernels/rope_table.h"
@@ -259,8 +260,8 @@ void Model::upload_rope_table(const std::vector<int32_t>& positions) {
                                                  << " pairs but head_dim " << shape_.D << " has " << shape_.D / 2);
   rope_table_positions_.assign(positions.begin(), positions.begin() + rows);
   if (rows == n) {
-    build_rope_table(rope_table_host_, rope_table_positions_.data(), rows, rope_freqs_.inv_freq, rope_freqs_.pairs,
-                     double(rope_freqs_.cos_sin_scale));
+    build_rope_table_threaded(rope_table_host_, rope_table_positions_.data(), rows, rope_freqs_.inv_freq,
+                              rope_freqs_.pairs, double(rope_freqs_.cos_sin_scale));
   } else {
     RT_CHECK(*std::min_element(rope_table_positions_.begin(), rope_table_positions_.end()) >= 0,
              "model: a negative RoPE position in the batch (document positions start at 0)");
@@ -271,8 +272,8 @@ void Model::upload_rope_table(const std::vector<int32_t>& positions) {
       std::vector<int32_t> more(size_t(max_pos + 1 - have));  // (new positions)
       for (size_t k = 0; k < more.size(); ++k) more[k] = int32_t(have + int64_t(k));
       std::vector<float> extra;  // (new positions, D/2, 2)
-      build_rope_table(extra, more.data(), int64_t(more.size()), rope_freqs_.inv_freq, rope_freqs_.pairs,
-                       double(rope_freqs_.cos_sin_scale));
+      build_rope_table_threaded(extra, more.data(), int64_t(more.size()), rope_freqs_.inv_freq, rope_freqs_.pairs,
+                                double(rope_freqs_.cos_sin_scale));
       rope_rows_by_position_.insert(rope_rows_by_position_.end(), extra.begin(), extra.end());
     }
     rope_table_host_.resize(size_t(rows) * row);  // (B*n, D/2, 2)
