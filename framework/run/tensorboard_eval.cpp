@@ -29,13 +29,17 @@ std::vector<nlohmann::json> read_rows(const std::string& path) {
   return rows;
 }
 
-// A checkpoint's name for the events' directory: step_N (a directory), or the file's stem (model.safetensors:
-// its directory's name).
+// A checkpoint's name for the events' directory: step_N (a directory; <lineage>_step_N for a lineage other than
+// main, so that two lineages' step_N never share one), or the file's stem (model.safetensors: its directory's).
 std::string checkpoint_name(const std::string& checkpoint) {
   fs::path p = fs::path(checkpoint).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   if (p.extension() == ".safetensors") p = p.stem() == "model" ? p.parent_path() : fs::path(p.stem());
-  const std::string name = p.filename().string();
+  std::string name = p.filename().string();
+  const std::string lineage = p.parent_path().filename().string();
+  if (!name.empty() && !lineage.empty() && lineage != "main" && lineage != "checkpoints" &&
+      p.parent_path().parent_path().filename() == "checkpoints")
+    name = lineage + "_" + name;
   return name.empty() ? "checkpoint" : name;
 }
 

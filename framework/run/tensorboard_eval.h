@@ -1,7 +1,8 @@
 // The results of `ringtrain eval --task loss-by-position | needle` as TensorBoard event files
 // (framework/run/tensorboard.h), read back from the .jsonl the task has just written, so the two always agree.
-// Where: <run dir>/tensorboard/eval/<task>_<checkpoint name>/ (one run in TensorBoard per task and checkpoint; a
-// new evaluation of the same pair replaces its files), the run dir being the checkpoint's own
+// Where: <run dir>/tensorboard/eval/<task>_<checkpoint name>/ (step_N, or <lineage>_step_N past the first lineage;
+// one run in TensorBoard per task and checkpoint; a new evaluation of the same pair replaces its files), the run
+// dir being the checkpoint's own
 // (<run dir>/checkpoints/[<lineage>/]step_N), else train.run_dir when it exists.
 //   loss-by-position: tag loss_by_position/<by> (window | document) at step = the bucket's first position, the mean
 //                     loss; loss_by_position/<by>_targets the bucket's target count;

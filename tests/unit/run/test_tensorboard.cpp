@@ -13,6 +13,7 @@
 
 #include "framework/run/crc32c.h"
 #include "framework/run/tensorboard.h"
+#include "framework/run/tensorboard_eval.h"
 
 namespace fs = std::filesystem;
 
@@ -131,6 +132,20 @@ TEST(TensorBoard, MoveAsideKeepsEarlierRuns) {
   std::ofstream(run / "tensorboard" / "events.out.tfevents.2.h.1") << "y";
   EXPECT_EQ(move_tensorboard_aside(run.string()), (run / "tensorboard.previous.2").string());
   fs::remove_all(run);
+}
+
+TEST(TensorBoard, EvalEventsGoUnderTheCheckpointsRunDir) {
+  Config config;
+  config.train.run_dir = "/nonexistent/configured";
+  EXPECT_EQ(eval_events_dir(config, "loss-by-position", "/r/run/checkpoints/main/step_8"),
+            "/r/run/tensorboard/eval/loss_by_position_step_8");
+  EXPECT_EQ(eval_events_dir(config, "needle", "/r/run/checkpoints/main.b4/step_8/"),
+            "/r/run/tensorboard/eval/needle_main.b4_step_8")
+      << "two lineages' step_8 must not share a directory";
+  EXPECT_EQ(eval_events_dir(config, "needle", "/r/run/checkpoints/step_3/model.safetensors"),
+            "/r/run/tensorboard/eval/needle_step_3");
+  EXPECT_EQ(eval_events_dir(config, "needle", "/elsewhere/model.safetensors"), "")
+      << "no run directory: the checkpoint is not under checkpoints/ and train.run_dir does not exist";
 }
 
 }  // namespace
