@@ -221,13 +221,13 @@ def case_chunks(tmp):
         where = " ".join(sets) or "cp=1"
         base_npy = os.path.join(tmp, "base.npy")
         base, _ = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
-                           extra=["--eos-id", "-1", "--dump-logits", base_npy])
+                           extra=["--eos-id", "-1", "--overwrite", "--dump-logits", base_npy])
         check(base["prefill_chunks"] == 1 and len(ref) > 0 and base["new_ids"][:len(ref)] == ref,
               f"chunks {where}: the one-pass prefill's {new} ids equal the NumPy reference")
         for chunk in chunks:
             npy = os.path.join(tmp, f"chunk{chunk}.npy")
             out, err = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
-                                extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--dump-logits", npy])
+                                extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--overwrite", "--dump-logits", npy])
             want_chunks = -(-prefill // chunk)
             rel, close = logits_match(np.load(npy), np.load(base_npy))
             check(out["prefill_chunks"] == want_chunks and out["prefill_chunk"] == chunk and
@@ -242,11 +242,11 @@ def case_chunks(tmp):
         where = " ".join(sets) or "cp=1"
         base_npy = os.path.join(tmp, "base.npy")
         base, _ = generate(cfg, ckpt, long_prompt, new=8, np_=np_, sets=sets,
-                           extra=["--eos-id", "-1", "--dump-logits", base_npy])
+                           extra=["--eos-id", "-1", "--overwrite", "--dump-logits", base_npy])
         for chunk in (100, 67):
             npy = os.path.join(tmp, f"long{chunk}.npy")
             out, _ = generate(cfg, ckpt, long_prompt, new=8, np_=np_, sets=sets,
-                              extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--dump-logits", npy])
+                              extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--overwrite", "--dump-logits", npy])
             rel, close = logits_match(np.load(npy), np.load(base_npy))
             check(out["prefill_chunks"] == -(-249 // chunk) and out["new_ids"] == base["new_ids"] and close,
                   f"chunks {where}: a 250-token prompt in chunks of {chunk}: ids equal, logits within {rel:.2e}")
@@ -274,9 +274,9 @@ def case_chunks(tmp):
         gib = limit / 2 ** 30
         npy = os.path.join(tmp, "auto.npy")
         base, _ = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
-                           extra=["--eos-id", "-1", "--dump-logits", os.path.join(tmp, "base.npy")])
+                           extra=["--eos-id", "-1", "--overwrite", "--dump-logits", os.path.join(tmp, "base.npy")])
         out, err = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
-                            extra=["--eos-id", "-1", "--device-memory-gib", repr(gib), "--dump-logits", npy])
+                            extra=["--eos-id", "-1", "--device-memory-gib", repr(gib), "--overwrite", "--dump-logits", npy])
         k, chunk = out["prefill_chunks"], out["prefill_chunk"]
         rel, close = logits_match(np.load(npy), np.load(os.path.join(tmp, "base.npy")))
         check(1 < k < prefill and f"in {k} chunks of {chunk}" in err and "more than the" in err and
@@ -317,12 +317,12 @@ def chunks_cuda(tmp):
         where = "cuda " + (" ".join(sets) or "cp=1")
         base_npy = os.path.join(gpu_dir, "base.npy")
         base, _ = generate(cfg, ckpt, prompt, new=16, np_=np_, sets=sets,
-                           extra=["--eos-id", "-1", "--dump-logits", base_npy])
+                           extra=["--eos-id", "-1", "--overwrite", "--dump-logits", base_npy])
         ref = np.load(base_npy)
         for chunk in (1, 64, 100):
             npy = os.path.join(gpu_dir, f"chunk{chunk}.npy")
             out, _ = generate(cfg, ckpt, prompt, new=16, np_=np_, sets=sets,
-                              extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--dump-logits", npy])
+                              extra=["--eos-id", "-1", "--prefill-chunk", str(chunk), "--overwrite", "--dump-logits", npy])
             got = np.load(npy)
             rel, _ = logits_match(got[:1], ref[:1])
             first = next((i for i in range(16) if out["new_ids"][i] != base["new_ids"][i]), None)
