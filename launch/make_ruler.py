@@ -59,6 +59,12 @@ NOUNS = ("apple bridge candle desert engine forest garden harbor island jacket k
          "hammer lantern mirror oyster parrot rocket statue tractor violin walrus").split()
 
 
+MAX_LENGTH = 2**31 - 1  # data.seq_len is a 32-bit integer
+MAX_CASES = 1_000_000   # tasks x lengths x samples
+MAX_TOKENS = 2**28      # tokens of all cases together (1 GiB of int32)
+MAX_COPY_VOCAB = 2**24  # --copy-task --vocab-size: token_text.json lists every id
+
+
 def fail(msg):
     print(f"make_ruler.py: error: {msg}", file=sys.stderr)
     sys.exit(2)
@@ -381,8 +387,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    if args.max_length < 2:
-        fail(f"--max-length {args.max_length} must be at least 2")
+    if not 2 <= args.max_length <= MAX_LENGTH:
+        fail(f"--max-length {args.max_length} is outside [2, {MAX_LENGTH}] (the trained data.seq_len)")
     if args.lengths:
         lengths = parse_list(args.lengths, int, "--lengths")
     elif args.copy_task:
@@ -402,11 +408,20 @@ def main():
         fail(f"--samples {args.samples} must be >= 1")
     if args.max_new < 0:
         fail(f"--max-new {args.max_new} must be >= 1 (or 0: each task's default)")
+    if len(tasks) * len(lengths) * args.samples > MAX_CASES:
+        fail(f"{len(tasks)} tasks x {len(lengths)} lengths x --samples {args.samples} is more than {MAX_CASES} cases; "
+             "give fewer")
+    if len(tasks) * sum(lengths) * args.samples > MAX_TOKENS:
+        fail(f"the cases would hold up to {len(tasks) * sum(lengths) * args.samples} tokens, more than {MAX_TOKENS}; "
+             "give shorter --lengths, fewer --tasks or --samples")
     if args.vocab_size and not args.copy_task:
         fail("--vocab-size is for --copy-task; a tokenizer or --bytes sets the vocabulary")
+    if args.copy_task and not 3 <= args.vocab_size <= MAX_COPY_VOCAB:
+        fail(f"--copy-task needs --vocab-size in [3, {MAX_COPY_VOCAB}] (the config's model.vocab_size), not "
+             f"{args.vocab_size}")
     try:
         src = open_tokens(args)
-    except CaseError as e:
+    except (CaseError, OSError) as e:
         fail(str(e))
 
     out = args.out.rstrip("/") or args.out
@@ -424,42 +439,55 @@ def main():
     except OSError as e:
         fail(f"cannot create '{partial}': {e}")
     try:
-        lines, k = [], 0
-        for task in tasks:
-            for length in lengths:
-                for sample in range(args.samples):
-                    try:
-                        prompt, gold, answers, evidence, max_new = make_case(
-                            src, args.copy_task, task, length, sample, args.seed, args.max_new)
-                    except TooShort:
-                        fail(f"length {length} is too short for task {task} (its instruction, question, needed "
-                             f"lines and tokens to generate); use longer --lengths or leave {task} out of --tasks")
-                    name = f"case_{k:06d}.bin"
-                    ids = prompt + gold
-                    with open(os.path.join(partial, name), "wb") as f:
-                        f.write(struct.pack(f"<{len(ids)}i", *ids))
-                    lines.append(json.dumps({
-                        "id": k, "task": task, "length": length, "sample": sample, "file": name,
-                        "prompt_tokens": len(prompt), "gold_tokens": len(gold), "max_new_tokens": max_new,
-                        "answers": answers, "metric": "all", "evidence": evidence}))
-                    k += 1
-        with open(os.path.join(partial, "cases.jsonl"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        with open(os.path.join(partial, "token_text.json"), "w") as f:
-            json.dump({"encoding": "hex", "tokens": [b.hex() for b in src.token_bytes()]}, f)
-        meta = {"format": "ringtrain-ruler", "version": 1, "tokenizer": src.identity, "vocab_size": src.vocab_size,
-                "token_dtype": "int32-le", "cases": k, "tasks": tasks, "lengths": lengths, "samples": args.samples,
-                "seed": args.seed, "max_new": args.max_new or "per task"}
-        with open(os.path.join(partial, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=2)
+        k = write_cases(partial, src, tasks, lengths, args)
         if os.path.lexists(out):
             shutil.rmtree(out)
         os.rename(partial, out)
+    except OSError as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        fail(f"cannot write the cases to '{out}': {e}; nothing was written there")
+    except KeyboardInterrupt:
+        shutil.rmtree(partial, ignore_errors=True)
+        print("make_ruler.py: interrupted; nothing was written", file=sys.stderr)
+        sys.exit(130)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     print(f"make_ruler.py: wrote {k} cases ({len(tasks)} tasks x {len(lengths)} lengths x {args.samples}) to {out} "
           f"(tokenizer {src.identity}, vocab {src.vocab_size})")
+
+
+def write_cases(partial, src, tasks, lengths, args):
+    """Every case into `partial` (token files, cases.jsonl, token_text.json, meta.json); returns their count."""
+    lines, k = [], 0
+    for task in tasks:
+        for length in lengths:
+            for sample in range(args.samples):
+                try:
+                    prompt, gold, answers, evidence, max_new = make_case(
+                        src, args.copy_task, task, length, sample, args.seed, args.max_new)
+                except TooShort:
+                    fail(f"length {length} is too short for task {task} (its instruction, question, needed "
+                         f"lines and tokens to generate); use longer --lengths or leave {task} out of --tasks")
+                name = f"case_{k:06d}.bin"
+                ids = prompt + gold
+                with open(os.path.join(partial, name), "wb") as f:
+                    f.write(struct.pack(f"<{len(ids)}i", *ids))
+                lines.append(json.dumps({
+                    "id": k, "task": task, "length": length, "sample": sample, "file": name,
+                    "prompt_tokens": len(prompt), "gold_tokens": len(gold), "max_new_tokens": max_new,
+                    "answers": answers, "metric": "all", "evidence": evidence}))
+                k += 1
+    with open(os.path.join(partial, "cases.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(partial, "token_text.json"), "w") as f:
+        json.dump({"encoding": "hex", "tokens": [b.hex() for b in src.token_bytes()]}, f)
+    meta = {"format": "ringtrain-ruler", "version": 1, "tokenizer": src.identity, "vocab_size": src.vocab_size,
+            "token_dtype": "int32-le", "cases": k, "tasks": tasks, "lengths": lengths, "samples": args.samples,
+            "seed": args.seed, "max_new": args.max_new or "per task"}
+    with open(os.path.join(partial, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    return k
 
 
 if __name__ == "__main__":

@@ -176,8 +176,16 @@ def main():
         expect_error(["--out", d("e4"), "--copy-task", "--max-length", "64"], "--vocab-size")
         expect_error(["--out", d("e5"), "--tokenizer", d("missing.json"), "--max-length", "4096"], "tokenizer")
         expect_error(["--out", d("e6"), "--bytes", "--max-length", "4096", "--lengths", "4096,x"], "--lengths")
+        expect_error(["--out", d("e7"), "--copy-task", "--vocab-size", str(2**40), "--max-length", "64"],
+                     "--vocab-size")
+        expect_error(["--out", d("e8"), "--bytes", "--max-length", "4096", "--samples", str(10**7)], "cases")
+        expect_error(["--out", d("e9"), "--bytes", "--max-length", str(2**30), "--lengths", str(2**30)], "tokens")
+        expect_error(["--out", d("e10"), "--bytes", "--max-length", str(2**40)], "--max-length")
+        expect_error(["--out", d("e11"), "--copy-task", "--vocab-size", "32", "--max-length", "64", "--max-new",
+                      "1000"], "too short")
         assert not any(os.path.exists(d(n)) or os.path.exists(d(n) + ".partial") for n in
-                       ("e1", "e2", "e3", "e4", "e5", "e6")), "a refused run left a directory"
+                       ("e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9", "e10", "e11")), \
+            "a refused run left a directory"
 
         # A byte-level BPE tokenizer.json (when the `tokenizers` package is installed).
         try:
