@@ -46,7 +46,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
 fi
-if [ ${#optional[@]} -gt 0 ]; then
+# A machine that could not install them (no network, no sudo) is not asked again on every run: the failure is
+# remembered in a marker file; delete it to retry.
+optional_marker="${XDG_CACHE_HOME:-$HOME/.cache}/ringtrain/install-deps-optional-failed"
+if [ ${#optional[@]} -gt 0 ] && [ -f "$optional_marker" ]; then
+  echo "install-deps: not retrying ${optional[*]} (TensorBoard event files; failed before, see $optional_marker;" \
+       "delete it to retry)"
+elif [ ${#optional[@]} -gt 0 ]; then
   echo "install-deps: installing ${optional[*]} (TensorBoard event files)"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
@@ -54,6 +60,7 @@ if [ ${#optional[@]} -gt 0 ]; then
          "${optional[@]}"; }; then
     echo "install-deps: could not install ${optional[*]}; ringtrain builds without TensorBoard event files" \
          "(metrics.jsonl is written either way)" >&2
+    mkdir -p "$(dirname "$optional_marker")" && echo "$(date -u +%FT%TZ) ${optional[*]}" >"$optional_marker" || true
   fi
 fi
 if [ "$prepare_data" = 1 ] && ! has_py_module tokenizers >/dev/null 2>&1; then
