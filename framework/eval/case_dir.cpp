@@ -20,6 +20,11 @@ nlohmann::json read_case_json(const fs::path& path, const std::string& what, con
   return j;
 }
 
+std::string case_format(const nlohmann::json& meta) {
+  if (!meta.contains("format")) return "";
+  return meta["format"].is_string() ? meta["format"].get<std::string>() : meta["format"].dump();
+}
+
 std::string data_tokenizer(const Config& config) {
   const DataConfig& d = config.data;
   if (d.source == "copy" || d.source == "bytes") return d.source;

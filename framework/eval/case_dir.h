@@ -14,6 +14,9 @@ namespace rt {
 // A JSON object from `path` (what: what it holds); throws naming the file and `maker` (the script that writes it).
 nlohmann::json read_case_json(const std::filesystem::path& path, const std::string& what, const std::string& maker);
 
+// meta.json's "format" (ringtrain-needles, ringtrain-ruler): the string, another value as JSON, "" when absent.
+std::string case_format(const nlohmann::json& meta);
+
 // The tokenizer the config's data was made with: "copy", "bytes", "sha256:<hex>" from the shards' meta.json
 // (launch/prepare_data.py), or "" when the shards have none.
 std::string data_tokenizer(const Config& config);

@@ -33,7 +33,7 @@ NeedleCases read_needle_cases(const Config& config, const std::string& dir) {
   const fs::path root(dir);
   const nlohmann::json meta = read_case_json(root / "meta.json", "the cases' tokenizer and vocabulary", kMaker);
   const std::string where = (root / "meta.json").string();
-  RT_CHECK(meta.value("format", "") != "ringtrain-ruler", "--cases " << dir << " holds RULER-style cases (" << where
+  RT_CHECK(case_format(meta) != "ringtrain-ruler", "--cases " << dir << " holds RULER-style cases (" << where
            << "); run them with --task ruler, or write needle cases with " << kMaker);
   const std::string theirs = field<std::string>(meta, "tokenizer", where);
   const int64_t vocab = field<int64_t>(meta, "vocab_size", where);

@@ -80,9 +80,10 @@ RulerCases read_ruler_cases(const Config& config, const std::string& dir) {
   const fs::path root(dir);
   const nlohmann::json meta = read_case_json(root / "meta.json", "the cases' tokenizer and vocabulary", kMaker);
   const std::string where = (root / "meta.json").string();
-  RT_CHECK(meta.value("format", "") == "ringtrain-ruler", "--cases " << dir << " holds no RULER-style cases ("
-           << where << " has format '" << meta.value("format", "") << "'); write them with " << kMaker
-           << (meta.value("format", "") == "ringtrain-needles" ? " (needle cases go to --task needle)" : ""));
+  const std::string format = case_format(meta);
+  RT_CHECK(format == "ringtrain-ruler", "--cases " << dir << " holds no RULER-style cases (" << where << " has format '"
+           << format << "'); write them with " << kMaker
+           << (format == "ringtrain-needles" ? " (needle cases go to --task needle)" : ""));
   const std::string theirs = case_field<std::string>(meta, "tokenizer", where, kMaker);
   const int64_t vocab = case_field<int64_t>(meta, "vocab_size", where, kMaker);
   out.note = check_case_tokenizer(config, dir, theirs, vocab, kMaker, "ruler");
@@ -105,15 +106,19 @@ RulerCases read_ruler_cases(const Config& config, const std::string& dir) {
     const int64_t G = case_field<int64_t>(j, "gold_tokens", at, kMaker);
     c.max_new_tokens = case_field<int64_t>(j, "max_new_tokens", at, kMaker);
     c.answers = case_field<std::vector<std::string>>(j, "answers", at, kMaker);
-    c.metric = j.value("metric", "all");
+    c.metric = j.contains("metric") ? case_field<std::string>(j, "metric", at, kMaker) : "all";
     RT_CHECK(c.length <= T, at << ": case " << c.id << " (" << c.task << ") has length " << c.length << ", longer "
              "than the trained length data.seq_len=" << T << "; rebuild the cases with --max-length " << T
              << " or lower");
-    RT_CHECK(P >= 1 && G >= 0 && c.max_new_tokens >= 1 && P + c.max_new_tokens <= c.length,
+    RT_CHECK(P >= 1 && c.max_new_tokens >= 1 && P <= c.length && c.max_new_tokens <= c.length - P,
              at << ": prompt_tokens " << P << " + max_new_tokens " << c.max_new_tokens << " must fit the case's "
              "length " << c.length << " (prompt >= 1, max_new_tokens >= 1); rebuild the cases with " << kMaker);
+    RT_CHECK(G >= 0 && G <= c.length, at << ": gold_tokens " << G << " is outside [0, length " << c.length << "]; "
+             "rebuild the cases with " << kMaker);
     RT_CHECK(c.metric == "all" || c.metric == "part", at << ": metric '" << c.metric << "' is not all or part");
-    RT_CHECK(!c.answers.empty(), at << ": no answers to look for; rebuild the cases with " << kMaker);
+    RT_CHECK(!c.answers.empty() && std::none_of(c.answers.begin(), c.answers.end(),
+                                                [](const std::string& a) { return a.empty(); }),
+             at << ": no answers to look for, or an empty one (found in any text); rebuild the cases with " << kMaker);
     const fs::path file = root / case_field<std::string>(j, "file", at, kMaker);
     std::ifstream in(file, std::ios::binary);
     RT_CHECK(in.good(), at << ": cannot read the token file '" << file.string() << "'");
