@@ -80,3 +80,6 @@ set_tests_properties(mpi_train_a2a_auto_np1 PROPERTIES PROCESSORS 2)
 # last-position logits, one pass and chunked, on one rank and on a cp=2 zigzag ring.
 rt_mpi_test(prefill 1)
 rt_mpi_test(prefill 2)
+# train.precision: fp8 on CPU ranks: the amax reductions bit for bit, every grid against one rank per recipe, fp8
+# against f32, and a resume bit for bit (tests/mpi/test_fp8_grids.cpp).
+rt_mpi_test(fp8_grids 4)
