@@ -6,7 +6,7 @@ directory, a missing or existing file, a non-JSON file). Every case must end wit
 or exit 2 naming the option it touched, with no traceback, no signal and no source location.
 
   cli_fuzz.py --ringtrain BIN --source-dir ROOT [--seed S] [--cases N] [--case-limit-s T]
-  (RT_FUZZ_SEED, RT_FUZZ_CLI_CASES and RT_FUZZ_CASE_LIMIT_S override the defaults: 43, 220, 20)
+  (RT_FUZZ_SEED, RT_FUZZ_CLI_CASES and RT_FUZZ_CASE_LIMIT_S override the defaults: 43, 200, 20)
 """
 import argparse
 import concurrent.futures
@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--ringtrain", required=True)
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--seed", type=int, default=int(os.environ.get("RT_FUZZ_SEED", "43")))
-    ap.add_argument("--cases", type=int, default=int(os.environ.get("RT_FUZZ_CLI_CASES", "220")))
+    ap.add_argument("--cases", type=int, default=int(os.environ.get("RT_FUZZ_CLI_CASES", "200")))
     ap.add_argument("--case-limit-s", type=int, default=int(os.environ.get("RT_FUZZ_CASE_LIMIT_S", "20")))
     args = ap.parse_args()
     failures, refused = [], 0

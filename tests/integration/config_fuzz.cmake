@@ -9,9 +9,9 @@ add_dependencies(test_config_fuzz ringtrain)
 add_test(NAME integration_config_fuzz COMMAND test_config_fuzz)
 set_tests_properties(integration_config_fuzz PROPERTIES LABELS integration TIMEOUT 180 PROCESSORS 2)
 
-# The same for the command line (tests/integration/cli_fuzz.py, issue 43): 220 seeded cases, one option of
+# The same for the command line (tests/integration/cli_fuzz.py, issue 43): 200 seeded cases, one option of
 # generate, eval, plan, launch/make_needles.py or launch/generate.py set to a hostile value; each ends within 20 s
-# with exit 0, or 2 naming the option, no traceback, no signal. About 45 s on 2 cores.
+# with exit 0, or 2 naming the option, no traceback, no signal. About 40 s on 2 idle cores.
 add_test(NAME integration_cli_fuzz
          COMMAND ${RT_SYSTEM_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cli_fuzz.py --ringtrain $<TARGET_FILE:ringtrain>
                  --source-dir ${PROJECT_SOURCE_DIR})
