@@ -213,11 +213,22 @@ std::string Fp8Linear::take_bad_factors(bool swiglu, Comm& world, int limit) {
     else if (std::isinf(h[size_t(i)])) seen[size_t(n + i)] = 1;
   }
   world.all_reduce_sum(seen.data(), int(seen.size()));
+  // The bad entries in the order the step quantized them (Fp8Site): the forward by layer, then the backward from
+  // the last layer down.
+  const int64_t S = int64_t(Fp8Site::count), first_grad = int64_t(Fp8Site::grad_mlp_out);
+  auto step_order = [&](int64_t i) {
+    const int64_t site = (i / chunks_) % S, layer = i / chunks_ / S, chunk = i % chunks_;
+    const int64_t pass = site < first_grad ? layer : 2 * int64_t(layers_) - 1 - layer;
+    return (pass * S + site) * chunks_ + chunk;
+  };
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < n; ++i)
+    if (seen[size_t(i)] > 0 || seen[size_t(n + i)] > 0) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return step_order(a) < step_order(b); });
   std::string out;
   int shown = 0, bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (const int64_t i : order) {
     const double nan_ranks = seen[size_t(i)], inf_ranks = seen[size_t(n + i)];
-    if (nan_ranks == 0 && inf_ranks == 0) continue;
     ++bad;
     if (shown >= limit) continue;
     ++shown;

@@ -44,9 +44,11 @@ struct Fp8Split {
 };
 
 // The quantizations whose factors the guard checks, per layer (Fp8Linear::record). The MLP's are per chunk.
+// In the order a step quantizes them (forward by layer, then the backward from the last layer down), which is the
+// order the guard reports them in: the first bad one is where a NaN or an overflow started.
 enum class Fp8Site : uint8_t {
   attn_norm_out, wq, wk, wv, attn_out, wo, mlp_norm_out, fc, mlp_act, proj,  // forward
-  grad_attn_proj_out, grad_q, grad_k, grad_v, grad_mlp_out, grad_mlp_hidden,  // backward
+  grad_mlp_out, grad_mlp_hidden, grad_attn_proj_out, grad_q, grad_k, grad_v,  // backward
   count
 };
 const char* fp8_site_name(Fp8Site site, bool swiglu);

@@ -33,6 +33,7 @@
 #include "framework/plan/trainer_setup.h"
 #include "framework/run/divergence_guard.h"
 #include "framework/run/metrics.h"
+#include "framework/run/precision_report.h"
 #include "framework/run/resume_plan.h"
 #include "framework/run/run_dir.h"
 #include "framework/run/train_step.h"
@@ -301,7 +302,8 @@ class TrainLoop {
       : config_(config), tc_(config.train), grid_(grid), session_(session), model_(*session.model),
         optimizer_(*session.optimizer), loaders_(loaders), target_(target), metadata_(std::move(metadata)),
         rank0_(grid.world().rank() == 0), documents_(config.data.documents == "eot"), flops_(flops_model(config)),
-        peak_(peak_tflops(config, device)), devices_(grid.dims().world()),
+        peak_(peak_tflops(config, device)), fp8_peak_(fp8_peak_tflops(config, device)), device_(device),
+        devices_(grid.dims().world()),
         tokens_per_step_(double(tc_.batch_size) * config.data.seq_len), guard_(tc_, config.optim) {}
 
   // Returns the exit code: 0 at the last step, 3 on divergence, 128 + N when stopped by signal N after a save.
@@ -319,6 +321,7 @@ class TrainLoop {
         std::printf("%s\n", tensorboard_off_line().c_str());
       }
     }
+    if (rank0_) metrics_->write_json_line(precision_record(config_, device_, peak_, (long long)start_step));
     start_step_ = start_step;
     guarded_step_ = start_step;
     run_start_ = interval_start_ = clock::now();
@@ -365,6 +368,7 @@ class TrainLoop {
     else
       std::printf("MFU = %s * tok/s / (%.0f TFLOP/s * %d devices)%s\n", flops_.formula().c_str(), peak_, devices_,
                   no_peak);
+    std::printf("%s\n", precision_line(config_, device_, peak_).c_str());
   }
 
   // A step without targets, and the first batch's ring order and bytes (documents): each said once.
@@ -384,7 +388,11 @@ class TrainLoop {
   // Reads the guard's device count (every rank: they all see the same all-reduced values and decide alike).
   // false: diverged (said by rank 0).
   bool guard_passes(int64_t step, double loss) {
-    const GuardVerdict v = guard_.check(step, optimizer_.skipped_steps(), loss, optimizer_.last_grad_norm());
+    GuardVerdict v = guard_.check(step, optimizer_.skipped_steps(), loss, optimizer_.last_grad_norm());
+    if (config_.train.precision == "fp8") {  // an FP8 factor that was not finite: its verdict names the layer
+      const GuardVerdict f = guard_.check_fp8(step, model_.take_fp8_bad_factors(grid_.world()));
+      if (!f.message.empty()) v = {v.stop || f.stop, f.message + (v.message.empty() ? "" : ". Also: " + v.message)};
+    }
     if (v.stop) {
       if (rank0_) report_error_line("ringtrain: error: " + v.message);
       return false;
@@ -432,6 +440,7 @@ class TrainLoop {
     else
       sm.mfu = peak_ > 0 ? mfu(flops_, sm.tok_per_s, peak_, devices_) : NAN;
     sm.ms_per_step = seconds * 1e3;
+    if (fp8_peak_ > 0 && std::isfinite(sm.mfu)) sm.extra["mfu_fp8_peak"] = sm.mfu * peak_ / fp8_peak_;
     // Measured, not planned: `ringtrain plan` predicts the arena, and this checks the prediction.
     sm.peak_mem_bytes = int64_t(measured_memory_bytes(session_.arena->device()));
     sm.extra["arena_bytes"] = double(session_.arena->capacity());
@@ -523,6 +532,8 @@ class TrainLoop {
   const bool rank0_, documents_;
   const FlopsModel flops_;
   const double peak_;
+  const double fp8_peak_;  // train.precision: fp8: the FP8 peak MFU is also shown against (0: none)
+  const Device device_;
   const int devices_;
   const double tokens_per_step_;
   DivergenceGuard guard_;

@@ -42,6 +42,7 @@
 #include "framework/model/model.h"
 #include "framework/model/optimizer.h"
 #include "framework/plan/trainer_setup.h"
+#include "framework/run/divergence_guard.h"
 #include "kernels/ops.h"
 #include "parallel/comm/mpi_comm.h"
 #include "tests/mpi/mpi_world.h"
@@ -402,6 +403,45 @@ TEST(Fp8Run, AResumedRunContinuesBitForBit) {
         << straight.final[i].name << " after step 6 differs between the resumed and the straight run";
   sub->barrier();
   if (sub->rank() == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+
+// ---- the divergence guard names the layer ----
+
+namespace {
+
+TEST(Fp8Guard, AnOverflowingAmaxOrANanNamesTheLayerAndStops) {
+  if (world_rank() != 0) return;  // one rank's run
+  const Fp8Case c{"tensorwise", 1, 1, 1, 1, 0, "none", "gelu"};
+  const Config config = make_config(c, 1, 1, 1, 1, 0, "fp8");
+  ProcessGrid one = ProcessGrid::local();
+  LocalComm world;
+  struct Poison {
+    const char* param;
+    float value;
+    const char* says;
+  };
+  for (const Poison& p : {Poison{"layers.1.mlp.fc.weight", NAN, "layer 1 mlp.fc.weight: FP8 factor NaN"},
+                          Poison{"layers.0.attn.wq.weight", INFINITY, "layer 0 attn.wq.weight: FP8 factor inf"}}) {
+    ModelSession s = build_session(config, ModelComms::from(one), Device::cpu(), true);
+    s.model->init_weights(config.train.seed);
+    std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, one), "train");
+    Batch batch = loader->next();
+    s.model->forward_backward(batch, s.model->global_target_count(batch), true);
+    EXPECT_EQ(s.model->take_fp8_bad_factors(world), "") << "a healthy step reported a bad factor";
+    s.model->master().ptr<float>()[s.model->param(p.param).offset + 5] = p.value;
+    s.model->sync_compute_weights();
+    batch = loader->next();
+    s.model->forward_backward(batch, s.model->global_target_count(batch), true);
+    const std::string bad = s.model->take_fp8_bad_factors(world);
+    EXPECT_EQ(bad.find(p.says), 0u) << "the first bad factor named is not where it started: " << bad;
+    DivergenceGuard guard(config.train, config.optim);
+    const GuardVerdict v = guard.check_fp8(2, bad);
+    EXPECT_TRUE(v.stop);
+    EXPECT_NE(v.message.find(p.says), std::string::npos) << v.message;
+    EXPECT_EQ(s.model->take_fp8_bad_factors(world), "") << "the record was not cleared when read";
+  }
 }
 
 }  // namespace
