@@ -143,6 +143,34 @@ namespace {
 
 // `ringtrain plan --json`: one object on stdout. fits: the device (and host) limits hold (true when unknown).
 // reserve: what the arena does not count (CUDA context, cuBLASLt workspace, NCCL).
+// The arena's FP8 workspaces (framework/model/fp8_linear.h names them "fp8: ...").
+double fp8_workspace_bytes(const PlanPoint& pt) {
+  double bytes = 0;
+  for (const auto& [what, b] : pt.largest)
+    if (what.rfind("fp8:", 0) == 0) bytes += b;
+  return bytes;
+}
+
+// "  precision    fp8 (fp8.recipe tensorwise, ...)" for the text plan.
+void print_precision(const Config& config, const PlanPoint& pt, Device device) {
+  if (config.train.precision != "fp8") {
+    std::printf("  precision    bf16: every GEMM in %s (train.precision: fp8 for E4M3 linear layers)\n",
+                device.is_cuda() ? "bf16" : "f32");
+    return;
+  }
+  const int L = config.model.n_layer;
+  const double ws = fp8_workspace_bytes(pt);
+  std::printf("  precision    fp8, fp8.recipe %s: the linear GEMMs of %s in E4M3 (current scaling); FP8 workspaces %s "
+              "(%.1f%% of the arena), no FP8 weight copies kept\n",
+              config.fp8.recipe.c_str(),
+              config.fp8.bf16_first_last ? ("blocks 1.." + std::to_string(L - 2) + " (first and last in bf16)").c_str()
+                                         : "every block",
+              human_bytes(ws).c_str(), pt.arena_bytes > 0 ? 100 * ws / pt.arena_bytes : 0.0);
+  const double fp8_peak = fp8_peak_tflops_for_gpu(device_name(device));
+  if (device.is_cuda() && fp8_peak > 0)
+    std::printf("               MFU stays against the bf16 peak; the FP8 peak of this GPU is %.0f TFLOP/s\n", fp8_peak);
+}
+
 void print_plan_json(const Config& config, Device device, int64_t params, double model_flops, double hw_flops,
                      const PlanPoint& pt, const PlanLimits& limits, const std::string& device_why,
                      const std::string& limits_from, const nlohmann::json& generate) {
@@ -189,6 +217,12 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
                       {"tokens_per_step", double(config.train.batch_size) * pt.seq_len},
                       {"n_layer", config.model.n_layer},
                       {"d_model", config.model.d_model}};
+  j["precision"] = config.train.precision;  // train.precision; fp8: the recipe and the FP8 workspaces in the arena
+  if (config.train.precision == "fp8") {
+    j["fp8_recipe"] = config.fp8.recipe;
+    j["fp8_bf16_first_last"] = config.fp8.bf16_first_last;
+    j["fp8_workspace_bytes"] = fp8_workspace_bytes(pt);
+  }
   if (!generate.is_null()) j["generate"] = generate;  // --generate-context
   std::printf("%s\n", j.dump().c_str());
 }
