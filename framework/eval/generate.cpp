@@ -290,7 +290,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   const GeneratePlan& plan = *resolved.generate;
   const GenerateLayout& layout = plan.layout;
   const Device device = resolved.device;
-  ProcessGrid grid = make_process_grid(in.config);
+  ProcessGrid grid = make_process_grid(in.config, device);
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {
     print_resolved(resolved);

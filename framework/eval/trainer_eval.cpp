@@ -118,7 +118,7 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   agree_on([&] { resolved = resolve_autos(config, Purpose::eval); }, kExitUsage);
   config = resolved.config;
   const Device device = resolved.device;
-  ProcessGrid grid = make_process_grid(config);
+  ProcessGrid grid = make_process_grid(config, device);
   if (rank0) print_resolved(resolved);  // stderr, once
   const bool rank0 = grid.world().rank() == 0;
   if (rank0) {

@@ -44,11 +44,10 @@ Device resolve_device(const Config& config) {
 // parallel.comm: mpi | nccl | auto. auto takes nccl when the device is CUDA and every rank has a GPU of its
 // own, mpi otherwise (several ranks sharing one GPU stage through pinned host memory). nccl with CPU tensors or
 // with a shared GPU is refused with the fix. Collective over MPI_COMM_WORLD (every rank decides the same).
-std::shared_ptr<Comm> make_world_comm(const Config& config) {
+std::shared_ptr<Comm> make_world_comm(const Config& config, Device device) {
   const std::string& choice = config.parallel.comm;
   RT_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl",
            "parallel.comm: '" << choice << "' must be auto, mpi or nccl");
-  const Device device = resolve_device(config);
   RT_CHECK(choice != "nccl" || device.is_cuda(),
            "parallel.comm=nccl needs GPU tensors but this run is on the CPU; use parallel.comm: mpi (or auto)");
   int rank = 0;
@@ -72,7 +71,11 @@ std::shared_ptr<Comm> make_world_comm(const Config& config) {
   return make_mpi_world_comm();
 }
 
-ProcessGrid make_process_grid(const Config& config) {
+std::shared_ptr<Comm> make_world_comm(const Config& config) { return make_world_comm(config, resolve_device(config)); }
+
+ProcessGrid make_process_grid(const Config& config) { return make_process_grid(config, resolve_device(config)); }
+
+ProcessGrid make_process_grid(const Config& config, Device device) {
   GridDims dims{config.parallel.dp, config.parallel.cp, config.parallel.tp};
   dims.cp_a2a = config.parallel.cp_a2a;
   int initialized = 0, size = 1;
@@ -84,7 +87,7 @@ ProcessGrid make_process_grid(const Config& config) {
   // Collective: hosts, pids and the heartbeat communicator of the MPI watchdog (parallel/comm/watchdog.h); also the
   // default limit of the NCCL watchdog.
   watchdog_init(config.parallel.timeout_s, config.parallel.save_timeout_s);
-  return ProcessGrid::create(make_world_comm(config), dims);
+  return ProcessGrid::create(make_world_comm(config, device), dims);
 }
 
 ModelOptions model_options(const Config& config, Device device) {

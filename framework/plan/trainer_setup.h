@@ -14,10 +14,13 @@ namespace rt {
 
 // device: cpu | cuda | auto (cuda when available). Under mpirun, rank -> GPU by the local rank.
 Device resolve_device(const Config& config);
-// The world communicator per parallel.comm (auto | mpi | nccl; see trainer_setup.cpp). Collective.
-std::shared_ptr<Comm> make_world_comm(const Config& config);
+// The world communicator per parallel.comm (auto | mpi | nccl; see trainer_setup.cpp) for tensors on `device` (the
+// resolve step's, framework/plan/resolve.h). Collective.
+std::shared_ptr<Comm> make_world_comm(const Config& config, Device device);
+std::shared_ptr<Comm> make_world_comm(const Config& config);  // resolve_device(config)'s
 // The MPI world when launched with more than one rank (MPI initialised by main), else a local grid.
-// Checks world size == dp * cp * tp.
+// Checks world size == dp * cp * tp. Without `device`: resolve_device(config) (for callers without the resolve step).
+ProcessGrid make_process_grid(const Config& config, Device device);
 ProcessGrid make_process_grid(const Config& config);
 
 ModelOptions model_options(const Config& config, Device device);

@@ -553,7 +553,7 @@ int train_main(const Config& loaded) {
                       // config's error, found by every rank alike
   agree_on([&] { resolved = resolve_autos(loaded, Purpose::train); }, kExitUsage);
   Config config = resolved.config;
-  ProcessGrid grid = make_process_grid(config);
+  ProcessGrid grid = make_process_grid(config, resolved.device);
   const bool rank0 = grid.world().rank() == 0;
   const RunStart start = open_run_dir(config, rank0, grid.dims().world());
   if (rank0) print_start(config, resolved, start);
