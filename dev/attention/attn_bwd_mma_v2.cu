@@ -1,7 +1,8 @@
 // dev/attention (built with -DRINGTRAIN_DEV_KERNELS=ON only; see README.md): the mma.sync backward with both
 // CTA shapes it was measured with: v1 (NW = 8 warps, one CTA per SM) and v2 (NW = 4, two CTAs per SM).
-// kernels/cuda/attention/attn_bwd_mma.cu ships v1; v2 measured 7-9% slower at 4K+ rows on an H200.
-// Entry: rt::cuda::dev::launch_attn_bwd_mma_dev(2, ...) (v2 only is instantiated), the contract of kernels/cuda/attention/attn_bwd_mma.cu.
+// kernels/cuda/attention/attn_bwd_sm80.cu ships v1; v2 measured 7-9% slower at 4K+ rows on an H200.
+// Entry: rt::cuda::dev::launch_attn_bwd_mma_dev(2, ...) (v2 only is instantiated), the contract of
+// kernels/cuda/attention/attn_bwd_sm80.cu.
 // attn_bwd_block on CUDA: gradients of one K/V block, recomputing P from the final LSE.
 //   P = exp2(S*scale*log2e - lse*log2e), dP = dO V^T, dS = P (dP - delta),
 //   dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
@@ -34,7 +35,7 @@ namespace {
 
 // NW warps per CTA, each owning 16 keys: Bc = 16 * NW keys per CTA (v1: NW = 8, one CTA per SM;
 // v2: NW = 4, two CTAs per SM). RT_ATTN_BWD_VARIANT=2 selects v2 (7-9% slower at 4K+ on an H200,
-// 2026-11-29). The default is v5 (wgmma, attn_bwd_wgmma.cu) for D = 64 and 128 on compute capability 9.0
+// 2026-11-29). The default is v5 (wgmma, attn_bwd_sm90.cu) for D = 64 and 128 on compute capability 9.0
 // with an sm_90a image, else v1; this mma.sync kernel stays the fallback and the oracle of the wgmma tests.
 constexpr int kBwdRows = 64;              // Br
 
@@ -292,7 +293,8 @@ void launch_bwd(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stre
 
 void launch_attn_bwd_mma_dev(int variant, const AttnBwdParams& p, int64_t D, int64_t B, int device,
                              cudaStream_t stream) {
-  // Only v2 (NW = 4) is instantiated here (v1 is kernels/cuda/attention/attn_bwd_mma.cu's), to keep the lab's build short.
+  // Only v2 (NW = 4) is instantiated here (v1 is kernels/cuda/attention/attn_bwd_sm80.cu's), to keep the lab's build
+  // short.
   RT_CHECK(variant == 2, "bwd mma (dev): variant " << variant << ": this copy builds v2 only");
   RT_CHECK(D == 64 || D == 128, "bwd mma (dev): head dim " << D << " is not 64 or 128");
   if (D == 64) launch_bwd<64, 4>(p, B, device, stream);

@@ -1,6 +1,6 @@
 // dev/attention (built with -DRINGTRAIN_DEV_KERNELS=ON only; see README.md): the mma.sync forward with every
 // tile shape it was measured with: v1 (8 warps x 16 rows, Q in registers), v2 (4 warps x 32 rows) and v3
-// (8 warps x 32 rows). kernels/cuda/attention/attn_fwd_mma.cu ships v2 and v3; this copy keeps v1, measured slower.
+// (8 warps x 32 rows). kernels/cuda/attention/attn_fwd_sm80.cu ships v2 and v3; this copy keeps v1, measured slower.
 // Entry: rt::cuda::dev::launch_attn_fwd_mma_dev(1, ...) (v1 only is instantiated), the launcher of the shipping file's
 // contract (AttnFwdParams from kernels/cuda/attention/attn_fwd_dispatch.cu's attn_fwd_params).
 // attn_fwd_block on CUDA: continues the fp32 online-softmax state (acc, m, l) with one K/V block.
@@ -18,7 +18,7 @@
 //     (acc is not read for rows whose m is -inf: such rows have seen no key, so acc is 0 by definition).
 // Rows outside [q_begin, q_end) are left untouched; a row that sees no key keeps m = -inf, l = 0.
 // Variant choice: attn_fwd_variant() below (v2, or v3 for long D = 128 rows, or the wgmma kernels v4 of
-// attn_fwd_wgmma.cu / v5 of attn_fwd_ws.cu on compute capability 9.0; RT_ATTN_FWD_VARIANT forces one).
+// attn_fwd_sm90.cu / v5 of attn_fwd_sm90ws.cu on compute capability 9.0; RT_ATTN_FWD_VARIANT forces one).
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
 
@@ -278,7 +278,8 @@ void launch_fwd(AttnFwdParams p, int64_t B, int device, cudaStream_t stream) {
 
 void launch_attn_fwd_mma_dev(int variant, const AttnFwdParams& p, int64_t D, int64_t B, int device,
                              cudaStream_t stream) {
-  // Only v1 is instantiated here (v2 and v3 are kernels/cuda/attention/attn_fwd_mma.cu's), to keep the lab's build short.
+  // Only v1 is instantiated here (v2 and v3 are kernels/cuda/attention/attn_fwd_sm80.cu's), to keep the lab's build
+  // short.
   RT_CHECK(variant == 1, "fwd mma (dev): variant " << variant << ": this copy builds v1 only");
   RT_CHECK(D == 64 || D == 128, "fwd mma (dev): head dim " << D << " is not 64 or 128");
   if (D == 64) launch_fwd<64, 1, 8>(p, B, device, stream);

@@ -1,15 +1,15 @@
 // dev/attention (built with -DRINGTRAIN_DEV_KERNELS=ON only; see README.md): fwd v5 with the two knobs it was
-// measured with, a 3-stage K/V ring and the pingpong order of the consumers' MMAs. kernels/cuda/attention/attn_fwd_ws.cu
-// ships 2 stages without pingpong (3 stages lost up to 3%, pingpong -5% to +1% on an H200).
-// Entry: rt::cuda::dev::launch_attn_fwd_ws_knobs(..., stages, pingpong).
+// measured with, a 3-stage K/V ring and the pingpong order of the consumers' MMAs.
+// kernels/cuda/attention/attn_fwd_sm90ws.cu ships 2 stages without pingpong (3 stages lost up to 3%, pingpong -5% to
+// +1% on an H200). Entry: rt::cuda::dev::launch_attn_fwd_ws_knobs(..., stages, pingpong).
 // attn_fwd_block on Hopper, warp-specialized (fwd v5, sm_90a): continues the fp32 online-softmax state
-// (acc, m, l) with one K/V block. Same contract as fwd v4 (attn_fwd_wgmma.cu) and the mma.sync kernels
+// (acc, m, l) with one K/V block. Same contract as fwd v4 (attn_fwd_sm90.cu) and the mma.sync kernels
 // (attn_fwd_block.cu, which dispatches here).
 //   * one CTA = 128 query rows of one (batch, head), 384 threads = 3 warpgroups, 1 CTA per SM:
 //       - warpgroup 0, the producer: setmaxnreg.dec to 24; one thread loads Q once and the K/V tiles (128
 //         keys) with TMA into a ring of STAGES (2) stages, K and V with separate full/empty mbarriers;
 //       - warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240): 64 query rows each, the S = Q K^T /
-//         softmax / O += P V pipeline of fwd v4 (wgmma_attn_fwd_tile.cuh): S_{j+1} and P_j V_j are issued
+//         softmax / O += P V pipeline of fwd v4 (attn_fwd_sm90_tile.cuh): S_{j+1} and P_j V_j are issued
 //         back to back and the softmax of S_{j+1} runs while P_j V_j is on the tensor cores;
 //   * optional pingpong (PINGPONG, off by default: measured no faster): the two consumers take turns issuing
 //     their MMAs (named barriers 1 and 2), so one warpgroup's softmax overlaps the other's GEMMs; without it
@@ -22,9 +22,9 @@
 // not read for rows whose m is -inf.
 #include <climits>
 
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_fwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {
@@ -264,8 +264,8 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
 
 }  // namespace
 
-// stages 2 | 3, pingpong on | off, except 2 stages without pingpong (that is kernels/cuda/attention/attn_fwd_ws.cu, not
-// instantiated again here). Blocks under 128 rows: call kernels/cuda's fwd v4 instead (no fallback here).
+// stages 2 | 3, pingpong on | off, except 2 stages without pingpong (that is kernels/cuda/attention/attn_fwd_sm90ws.cu,
+// not instantiated again here). Blocks under 128 rows: call kernels/cuda's fwd v4 instead (no fallback here).
 void launch_attn_fwd_ws_knobs(const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream,
                               int stages, bool pingpong) {
   RT_CHECK(D == 64 || D == 128, "fwd ws (dev): head dim " << D << " is not 64 or 128");

@@ -19,7 +19,7 @@
 
 namespace rt {
 
-constexpr int64_t kCostQueryTileRows = 64;  // a consumer warpgroup's query rows (attn_fwd_ws.cu, attn_bwd_*.cu)
+constexpr int64_t kCostQueryTileRows = 64;  // a consumer warpgroup's query rows (attn_fwd_sm90ws.cu, attn_bwd_sm90*.cu)
 constexpr int64_t kCostKeyTileRows = 128;   // keys per K/V tile of the forward kernels (kWgKeysPerTile)
 // The weights: a least-squares fit (of log whole/ring) to bench_doc_ring_steps on the H200, all nine samples of run 1
 // in bench/results/2026-12-01-h200-doc-attention.md (cp = 8, forward, kernels of commit 274e1ee): measured

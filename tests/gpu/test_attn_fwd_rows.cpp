@@ -1,8 +1,8 @@
-// fwd v5's query rows per CTA (kernels/cuda/attention/attn_fwd_ws.cu, fwd_ws_rows_for): which tile height each kind of call
+// fwd v5's query rows per CTA (kernels/cuda/attention/attn_fwd_sm90ws.cu, fwd_ws_rows_for): which tile height each kind of call
 // gets, and what the override may force. A pure host function: needs no device.
 #include <gtest/gtest.h>
 
-#include "kernels/cuda/attention/attn_fwd_ws.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws.cuh"
 
 namespace rt::test {
 namespace {

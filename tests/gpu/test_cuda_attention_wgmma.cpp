@@ -1,5 +1,5 @@
-// attn_fwd_block's Hopper kernels (sm_90a): fwd v4 (wgmma, kernels/cuda/attention/attn_fwd_wgmma.cu) and fwd v5 (TMA
-// producer warpgroup + 1, 2 or 3 consumer warpgroups, kernels/cuda/attention/attn_fwd_ws.cu; every tile height: 64 and 128
+// attn_fwd_block's Hopper kernels (sm_90a): fwd v4 (wgmma, kernels/cuda/attention/attn_fwd_sm90.cu) and fwd v5 (TMA
+// producer warpgroup + 1, 2 or 3 consumer warpgroups, kernels/cuda/attention/attn_fwd_sm90ws.cu; every tile height: 64 and 128
 // query rows at both head dims, 192 at D = 64), forced with set_attn_variant_override,
 // against an fp64 host reference of the same sequence of blocks and against the mma.sync kernel (variant 2)
 // on the same inputs (v5 also against v4). Each case starts from a fresh state (reset) or from a
@@ -14,8 +14,8 @@
 #include <limits>
 #include <string>
 
-#include "kernels/cuda/attention/attn_fwd_ws.cuh"
-#include "kernels/cuda/attention/wgmma_attn_fwd.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws.cuh"
 #include "tests/gpu/attention_test_util.h"
 
 namespace rt::test {

@@ -1,5 +1,5 @@
-// attn_bwd_block's wgmma kernels (bwd v4 and the warp-specialized v5, sm_90a; kernels/cuda/attention/attn_bwd_wgmma.cu and
-// attn_bwd_ws.cu), forced with set_attn_variant_override (4 / 5), against an fp64 host reference and against the mma.sync kernel
+// attn_bwd_block's wgmma kernels (bwd v4 and the warp-specialized v5, sm_90a; kernels/cuda/attention/attn_bwd_sm90.cu and
+// attn_bwd_sm90ws.cu), forced with set_attn_variant_override (4 / 5), against an fp64 host reference and against the mma.sync kernel
 // (variant 1) on the same inputs, every case for head dim 128 and 64 and both variants. Fresh random bf16 q/k/v/dout, lse = the true log-sum-exp
 // of the visible keys plus a random positive offset (as if other K/V blocks contributed; -inf for rows that
 // see no key), random delta; dq/dk/dv accumulators pre-filled with random values (the op accumulates).
@@ -13,7 +13,7 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90.cuh"
 #include "tests/gpu/attention_test_util.h"
 
 namespace rt::test {

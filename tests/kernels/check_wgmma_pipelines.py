@@ -19,7 +19,7 @@ import tempfile
 
 SERIALIZED = re.compile(r"\((C75\d\d)\) Potential Performance Loss: (wgmma[^']*?)(?: in the function '([^']+)')?\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(kernels/[^"]+)"', re.M)
-WGMMA_HEADERS = ("kernels/cuda/attention/wgmma_ops.cuh",)
+WGMMA_HEADERS = ("kernels/cuda/attention/attn_sm90_wgmma_ops.cuh",)
 
 
 def serialization_findings(ptxas_output):

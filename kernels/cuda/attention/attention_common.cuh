@@ -133,7 +133,7 @@ __device__ __forceinline__ void atomic_add_f32x2(float* addr, float x, float y) 
 #endif
 }
 
-// Deterministic mode (attn_bwd_mma.cu): the CTA of key tile `mine` adds into a query tile's dQ rows only
+// Deterministic mode (attn_bwd_sm80.cu): the CTA of key tile `mine` adds into a query tile's dQ rows only
 // when the tile's turn counter reads `mine`. dq_turn_wait: thread 0 spins (acquire), then the whole CTA
 // proceeds; ordered_add_f32x2: the add itself, plain L2 loads and stores; dq_turn_pass: fence, barrier, and
 // thread 0 hands the turn to mine + 1 (release). Every thread of the CTA must call wait and pass.

@@ -5,7 +5,7 @@
 // (one v5 launch: K / V and dK / dV of each tile through its source's tensor maps), else one call per source.
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_bwd_dispatch.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90.cuh"
 
 namespace rt {
 namespace cuda {

@@ -1,13 +1,13 @@
 // The backward's variant choice and attn_bwd_block on CUDA: checks the arguments, sets up the kernel parameters
 // (and the deterministic turn counters) and launches the variant chosen for this device and block
 // (attn_bwd_block_fresh.cu shares all of it).
-//   compute capability 9.0 with an sm_90a image, D = 64 or 128: bwd v5 (attn_bwd_ws.cu), which runs bwd v4
-//     (attn_bwd_wgmma.cu) for blocks under 64 query or 128 key rows;
-//   elsewhere: the mma.sync kernel bwd v1 (attn_bwd_mma.cu).
+//   compute capability 9.0 with an sm_90a image, D = 64 or 128: bwd v5 (attn_bwd_sm90ws.cu), which runs bwd v4
+//     (attn_bwd_sm90.cu) for blocks under 64 query or 128 key rows;
+//   elsewhere: the mma.sync kernel bwd v1 (attn_bwd_sm80.cu).
 // The measurements behind the default are in bench/NOTES.md ("bwd v5 with TMA", "bwd v5 persistent"). The override
 // (RT_ATTN_BWD_VARIANT, set_attn_variant_override: kernels/cuda/attention/attn_variant.h) forces one: 1 always, 4 or 5
 // where the device can run it, else v1.
-// With a document mask (AttnMask::docs) v5 runs its document instantiation (attn_bwd_ws_docs.cuh), except in
+// With a document mask (AttnMask::docs) v5 runs its document instantiation (attn_bwd_sm90ws_docs.cuh), except in
 // deterministic mode: its turn counters need every key tile to visit every query tile in order, while v5 narrows
 // each key tile to the query tiles that see it, so documents + deterministic run v4 (attn_bwd_v5_takes_docs).
 // Every kernel's query tile is kWgBwdRows (64) rows: the deterministic turn counters (one per query tile) mean the
@@ -17,10 +17,10 @@
 #include "kernels/attention.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_bwd_dispatch.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
-#include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
 
 namespace rt {
 namespace cuda {

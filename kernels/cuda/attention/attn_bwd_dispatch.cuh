@@ -31,7 +31,7 @@ int attn_bwd_variant(int64_t D, int device);
 // takes p.overwrite_dkv.
 void launch_attn_bwd(const AttnBwdParams& p, const AttnDims& d, int variant, int device, cudaStream_t stream);
 
-// Launches mma.sync bwd v1 (attn_bwd_mma.cu), any architecture, D = 64 or 128; adds to dK / dV only.
+// Launches mma.sync bwd v1 (attn_bwd_sm80.cu), any architecture, D = 64 or 128; adds to dK / dV only.
 void launch_attn_bwd_mma(const AttnBwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
 
 }  // namespace cuda

@@ -1,5 +1,5 @@
 // attn_bwd_block on Hopper (bwd v4, sm_90a): gradients of one K/V block with warpgroup MMA (wgmma),
-// recomputing P from the final LSE. Same contract and tiles as the mma.sync v1 kernel in attn_bwd_mma.cu, which
+// recomputing P from the final LSE. Same contract and tiles as the mma.sync v1 kernel in attn_bwd_sm80.cu, which
 // stays the fallback everywhere else; attn_bwd_dispatch.cu runs it for blocks too small for bwd v5.
 //   P^T = exp2(S^T*scale*log2e - lse*log2e), dS^T = P^T (dP^T - delta),
 //   dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K.
@@ -7,7 +7,8 @@
 //     threads, 1 CTA per SM; each warpgroup keeps the f32 dK and dV of its 64 keys (64 x D each) in registers
 //     for the whole kernel;
 //   * it loops over the query heads of its GQA group and over 64-row query tiles; Q, dO, lse and delta are
-//     double-buffered with cp.async into 128-byte-swizzled shared memory (kernels/cuda/attention/wgmma_ops.cuh);
+//     double-buffered with cp.async into 128-byte-swizzled shared memory
+//     (kernels/cuda/attention/attn_sm90_wgmma_ops.cuh);
 //   * S^T = K Q^T and dP^T = V dO^T: wgmma m64n64k16, K/V and Q/dO read K-major through descriptors; the
 //     exps of P^T run while dP^T is still on the tensor cores;
 //   * dV += P^T dO and dK += dS^T Q: P^T and dS^T are packed to bf16 in registers and are the register A
@@ -17,7 +18,7 @@
 //   * dS^T goes to shared memory once (bf16, keys x queries); dQ (64 queries x 128) = dS K is one wgmma
 //     m64n64k16 per warpgroup (its half of D) with both operands MN-major, added to the f32 dq_acc with
 //     float2 reductions (red.global.add.v2.f32), or in deterministic mode with the ordered turn protocol of
-//     attn_bwd_mma.cu;
+//     attn_bwd_sm80.cu;
 //   * D = 64: each warpgroup computes a partial dQ (64 queries x 64) over its own 64 keys (4 k-steps, so only
 //     a warpgroup barrier after its dS^T store), the warpgroups swap column halves through shared memory and
 //     each adds 32 columns of the sum: one add per dQ element per CTA, as at D = 128;
@@ -27,13 +28,13 @@
 //     query tiles that see some key of the CTA; a warpgroup's (64 queries x 64 keys) pair runs unmasked when
 //     every pair is visible, else the element mask zeroes P^T.
 // dk_acc / dv_acc rows are each owned by one CTA; they are added with float2 reductions (write_dk_dv).
-// bwd v5 (attn_bwd_ws.cu) is the warp-specialized, persistent form of the same kernel, on the same tile body
-// (wgmma_attn_bwd_tile.cuh).
+// bwd v5 (attn_bwd_sm90ws.cu) is the warp-specialized, persistent form of the same kernel, on the same tile body
+// (attn_bwd_sm90_tile.cuh).
 #include <climits>
 
-#include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {
@@ -88,7 +89,7 @@ struct dq_dims {
 };
 
 // Adds this thread's dQ values (the 2 x NT float2 at columns col0 + nt*8 + 2t of query rows qa, qb = qa + 8)
-// to dq_acc: float2 atomics, or in deterministic mode the ordered adds of attn_bwd_mma.cu (key tile
+// to dq_acc: float2 atomics, or in deterministic mode the ordered adds of attn_bwd_sm80.cu (key tile
 // blockIdx.x adds when the query tile's counter reads it; every thread of the CTA must call this).
 template <int D, int NT>
 __device__ __forceinline__ void add_dq(const AttnBwdParams& p, const dq_dims& w, const float (&x)[4 * NT], int col0,

@@ -1,5 +1,5 @@
-// attn_bwd_block's Hopper paths: the tile sizes bwd v4 (kernels/cuda/attention/attn_bwd_wgmma.cu) and v5 (attn_bwd_ws.cu)
-// share, and v4's host entry points for the dispatcher in attn_bwd_dispatch.cu. Keep C++17.
+// attn_bwd_block's Hopper paths: the tile sizes bwd v4 (kernels/cuda/attention/attn_bwd_sm90.cu) and v5
+// (attn_bwd_sm90ws.cu) share, and v4's host entry points for the dispatcher in attn_bwd_dispatch.cu. Keep C++17.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
-// The per-tile device pieces of the Hopper attention backward kernels (bwd v4 attn_bwd_wgmma.cu, bwd v5
-// attn_bwd_ws.cu), on one (64 queries x 128 keys) tile of a CTA's key block; a consumer warpgroup owns 64 keys:
+// The per-tile device pieces of the Hopper attention backward kernels (bwd v4 attn_bwd_sm90.cu, bwd v5
+// attn_bwd_sm90ws.cu), on one (64 queries x 128 keys) tile of a CTA's key block; a consumer warpgroup owns 64 keys:
 //   S^T = K Q^T and dP^T = V dO^T (issue_kq), P^T from the LSE with the tile's mask (compute_pt), dV += P^T dO and
 //   dK += dS^T Q from register A fragments (issue_acc, issue_dv_wait_dp), dS^T = P^T (dP^T - delta) formed and
 //   stored to shared memory (compute_dst_store; v5: compute_dst_store_stmatrix, with the query statistics in
@@ -9,9 +9,9 @@
 // first key row (warpgroup*64 + warp*16 + g). Keep C++17.
 #pragma once
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {

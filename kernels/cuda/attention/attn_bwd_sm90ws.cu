@@ -1,23 +1,23 @@
 // attn_bwd_block on Hopper, warp-specialized and persistent (bwd v5, sm_90a): the kernel, its consumer role and the
-// unit scheduler. The per-tile math is bwd v4's (wgmma_attn_bwd_tile.cuh, attn_bwd_wgmma.cu); attn_bwd_dispatch.cu
+// unit scheduler. The per-tile math is bwd v4's (attn_bwd_sm90_tile.cuh, attn_bwd_sm90.cu); attn_bwd_dispatch.cu
 // chooses this kernel and runs v4 for blocks it cannot take (attn_bwd_v5_fits).
 #include <algorithm>
 #include <climits>
 #include <mutex>
 
-#include "kernels/cuda/attention/attn_bwd_ws.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_docs.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_dq_warp.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_producer.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_wide.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_consumer_wide.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_docs.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_dq_warp.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_producer.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {
@@ -26,9 +26,9 @@ namespace {
 using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_acc, issue_dq, TileMask,
                         // load_query_stats, compute_pt_from_regs, issue_dv_wait_dp, compute_dst_store_stmatrix,
                         // stage_rows_f32_sw128, zero_dk_dv_rows),
-                        // the layout (WgBwdV5Smem, BwdV5Shared, barriers, dq_buffer_*: attn_bwd_ws_layout.cuh) and
-                        // the loads and stores roles (bwd_v5_producer: attn_bwd_ws_producer.cuh; bwd_v5_dq_warp:
-                        // attn_bwd_ws_dq_warp.cuh)
+                        // the layout (WgBwdV5Smem, BwdV5Shared, barriers, dq_buffer_*: attn_bwd_sm90ws_layout.cuh) and
+                        // the loads and stores roles (bwd_v5_producer: attn_bwd_sm90ws_producer.cuh; bwd_v5_dq_warp:
+                        // attn_bwd_sm90ws_dq_warp.cuh)
 
 // Same tiles, math and accumulator layouts as v4 (lse is stored pre-scaled by log2e, and the consumers read the
 // query statistics into registers under the MMAs), with three warpgroups (384 threads, 1 CTA per SM), persistent:
@@ -61,11 +61,11 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //   * epilogue: dK * scale and dV go through the same dQ buffers, 64 columns at a time (2 x D / 64 more tiles
 //     of that ring), and the dQ warp adds them to dk_acc / dv_acc (or stores them, overwrite_dkv:
 //     attn_bwd_block_fresh) with TMA tensor ops, while the producer loads the next unit's K / V and Q / dO;
-//   * the unit list (attn_bwd_ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first; a
+//   * the unit list (attn_bwd_sm90ws_units.cuh): causal items in windows of (batch, K/V head) pairs, largest first; a
 //     last partial wave of equal items split into pieces that add partial dK / dV (with documents: a list of at
 //     most half the SMs, every item split);
 //   * documents: a separate instantiation (kDocs) narrows each unit to its span of query tiles and adds a fourth
-//     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_ws_docs.cuh).
+//     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_sm90ws_docs.cuh).
 
 // Overwrite mode with a split tail: zeroes the split items' dK / dV rows before their pieces add into them (one
 // CTA per item, launched on the same stream before the kernel).
@@ -75,10 +75,10 @@ __global__ void zero_split_items_kernel(const AttnBwdParams p, const BwdV5Grid g
   zero_dk_dv_rows<D>(p, p.k_begin + w.kt * kBc, w.b, w.hk, int(threadIdx.x), int(blockDim.x));
 }
 
-// The two consumer warpgroups (0 and 1): per unit, the tile body (wgmma_attn_bwd_tile.cuh) on each Q / dO stage,
+// The two consumer warpgroups (0 and 1): per unit, the tile body (attn_bwd_sm90_tile.cuh) on each Q / dO stage,
 // dQ staged for the dQ warp, dK and dV kept in registers, then dK * scale and dV through the dQ ring.
-// kDocs: pairs of a stage whose class bit is clear take the element mask (attn_bwd_ws_docs.cuh). 64-query tiles;
-// the 128-query tiles' consumers are bwd_v5_consumer_wide (attn_bwd_ws_wide.cuh).
+// kDocs: pairs of a stage whose class bit is clear take the element mask (attn_bwd_sm90ws_docs.cuh). 64-query tiles;
+// the 128-query tiles' consumers are bwd_v5_consumer_wide (attn_bwd_sm90ws_consumer_wide.cuh).
 template <int D, bool kDocs>
 __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const BwdV5Grid& grid, const BwdV5Shared& sh,
                                                 const BwdV5DocShared& ds, int tid, int wg, int warp, int lane, int g,
@@ -198,7 +198,7 @@ __device__ __forceinline__ void bwd_v5_consumer(const AttnBwdParams& p, const Bw
 }
 
 // bwd v5: one CTA per SM, three warpgroups running the roles above. kDocs: the document mask (p.docs), a separate
-// instantiation with a fourth role, the docs warp (attn_bwd_ws_docs.cuh), so the unmasked kernel has none of it.
+// instantiation with a fourth role, the docs warp (attn_bwd_sm90ws_docs.cuh), so the unmasked kernel has none of it.
 template <int D, bool kDocs, int R>
 __global__ void __launch_bounds__(kV5Threads, 1)
     attn_bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -372,7 +372,7 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
     zero_split_items_kernel<D><<<unsigned((g.units - g.full_items) / g.pieces), 256, 0, stream>>>(p, g);
     CUDA_CHECK_LAUNCH();
   }
-  if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_ws_docs.cuh)
+  if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_sm90ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
   launch_dependent_kernel(attn_bwd_ws_kernel<D, kDocs, R>, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream,
                           tq, tdo, tk, tv, tdq, tdk, tdv, tk2, tv2, tdk2, tdv2, p, g, next_unit);

@@ -1,5 +1,5 @@
 // bwd v5's consumers on 128-query tiles (D = 64 without documents or turn counters: kV5WideRows), FA4's tile at
-// this head dim. Included by attn_bwd_ws.cu only; keep C++17. Per (128 queries x 128 keys) tile, warpgroup w owns
+// this head dim. Included by attn_bwd_sm90ws.cu only; keep C++17. Per (128 queries x 128 keys) tile, warpgroup w owns
 // keys [64w, 64w + 64) for S^T, dP^T, dV and dK (m64n128 / k = 128 wgmmas), and queries [64w, 64w + 64) for dQ over
 // all 128 keys, so a tile adds one (128, 64) dQ instead of two (64, 64) partials per 64 queries: half the dQ
 // staging and reduce traffic per FLOP of the 64-query tile, at the price of the two warpgroups meeting per tile.
@@ -7,11 +7,11 @@
 // dS^T is formed in place of dP^T in f32 and packed only when P^T's f32 values are dead, and dV is issued after it
 // (the 64-query tile issues dV before forming dS^T).
 #pragma once
-#include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {

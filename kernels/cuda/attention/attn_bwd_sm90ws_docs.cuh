@@ -1,5 +1,5 @@
-// bwd v5 with a document mask (the kDocs instantiation of attn_bwd_ws.cu; the mask: kernels/cuda/attention/attn_doc_mask.cuh).
-// Without documents none of this is compiled into the kernel.
+// bwd v5 with a document mask (the kDocs instantiation of attn_bwd_sm90ws.cu; the mask:
+// kernels/cuda/attention/attn_doc_mask.cuh). Without documents none of this is compiled into the kernel.
 //   * before the kernel, attn_doc_k128_spans writes per 128-key tile of each sample the span of 64-row query
 //     summary tiles that see one of its keys; the producer loads its unit's span (one load) and publishes it with
 //     the unit in the unit ring, so every role visits only those query tiles and a unit with an empty span does
@@ -19,10 +19,10 @@
 #pragma once
 #include <climits>
 
-#include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
 #include "kernels/cuda/attention/attn_doc_mask.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
 
 namespace rt {
 namespace cuda {
@@ -47,7 +47,7 @@ __device__ __forceinline__ int2 doc_unit_span(const AttnBwdParams& p, const BwdV
   return p.docs.k128_span[w.b * ((p.docs.nk_tiles + 1) / 2) + w.kt];
 }
 
-// read_unit (attn_bwd_ws_units.cuh) that also reads the unit's span from the ring before releasing the slot.
+// read_unit (attn_bwd_sm90ws_units.cuh) that also reads the unit's span from the ring before releasing the slot.
 __device__ __forceinline__ int read_unit_span(const int* slots, const int2* spans, uint32_t unit_full_bar,
                                               uint32_t unit_empty_bar, int f, int lane, int2& span) {
   const uint32_t s = uint32_t(f & 1);

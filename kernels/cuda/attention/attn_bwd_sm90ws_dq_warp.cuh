@@ -1,14 +1,14 @@
-// bwd v5's dQ warp (kernels/cuda/attention/attn_bwd_ws.cu, warpgroup 2, warp 1): the stores stage of the pipeline
-// (dQ reduces per iteration, dK / dV per unit). Included by attn_bwd_ws.cu only; keep C++17.
+// bwd v5's dQ warp (kernels/cuda/attention/attn_bwd_sm90ws.cu, warpgroup 2, warp 1): the stores stage of the pipeline
+// (dQ reduces per iteration, dK / dV per unit). Included by attn_bwd_sm90ws.cu only; keep C++17.
 #pragma once
 #include <cmath>
 
-#include "kernels/cuda/attention/attn_bwd_ws_docs.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_docs.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {

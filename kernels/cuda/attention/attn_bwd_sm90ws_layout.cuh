@@ -1,8 +1,8 @@
 // bwd v5's shared-memory layout, register split, named barriers and the consumer / dQ-warp handshakes
-// (attn_bwd_ws.cu). Included by that file only; keep C++17.
+// (attn_bwd_sm90ws.cu). Included by that file only; keep C++17.
 #pragma once
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 
 namespace rt {
 namespace cuda {
@@ -23,7 +23,7 @@ constexpr int kV5ProducerRegs = D == 128 ? 24 : 40;
 static_assert(kV5ConsumerRegs<128> * 256 + kV5ProducerRegs<128> * 128 <= 168 * kV5Threads &&
                   kV5ConsumerRegs<64> * 256 + kV5ProducerRegs<64> * 128 <= 168 * kV5Threads,
               "setmaxnreg: the consumers' registers must come from the producer warpgroup");
-// Named barriers (tma_ops.cuh; 0 is __syncthreads).
+// Named barriers (attn_sm90_tma_ops.cuh; 0 is __syncthreads).
 constexpr int kBarDs = 1;        // D = 128: dS^T of both consumer warpgroups stored (256 threads)
 constexpr int kBarDsWg = 2;      // D = 64: 2 + wg, dS^T of one consumer warpgroup stored (128 threads)
 // Each consumer warpgroup stages its own part of a dQ tile (blocks 2wg, 2wg + 1 of a buffer: at D = 64 its partial
@@ -81,7 +81,7 @@ struct WgBwdV5Smem {
                                                            // unit_empty[2] mbarriers
   static constexpr uint32_t kUnits = kBars + 10 * 8;       // the unit ring's 2 slots (int)
   static constexpr size_t kBytes = size_t(kUnits) + 8 + 1024;  // + alignment slack
-  // The document-mask instantiation only (attn_bwd_ws_docs.cuh), past the regions above:
+  // The document-mask instantiation only (attn_bwd_sm90ws_docs.cuh), past the regions above:
   static constexpr uint32_t kDocRows = kUnits + 16;               // (2 stages, 64 rows) u32: doc | pos << 16
   static constexpr uint32_t kDocInfo = kDocRows + 2 * R * 4;      // (2 stages) int4: class bits, q0, k0, b
   static constexpr uint32_t kDocSpans = kDocInfo + 2 * 16;        // (2 unit-ring slots) int2: the unit's span

@@ -1,15 +1,15 @@
-// bwd v5's producer warp (kernels/cuda/attention/attn_bwd_ws.cu, warpgroup 2, warp 0): the loads stage of the
-// pipeline (the units, Q / dO / lse / delta per iteration, K / V per unit). Included by attn_bwd_ws.cu only; keep
+// bwd v5's producer warp (kernels/cuda/attention/attn_bwd_sm90ws.cu, warpgroup 2, warp 0): the loads stage of the
+// pipeline (the units, Q / dO / lse / delta per iteration, K / V per unit). Included by attn_bwd_sm90ws.cu only; keep
 // C++17.
 #pragma once
 #include <cmath>
 
-#include "kernels/cuda/attention/attn_bwd_ws_docs.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_layout.cuh"
-#include "kernels/cuda/attention/attn_bwd_ws_units.cuh"
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_docs.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {
@@ -19,7 +19,7 @@ namespace wgbwd {
 // hands them out in order) and publishes each in the unit ring; per unit with work: Q, dO (TMA, lane 0), lse, delta (all lanes) of each
 // iteration into stage J & 1 of a ring that runs on across units, and K / V (TMA, lane 0, their own
 // barrier) once the first stage is in flight and the consumers are done with the previous unit's K / V.
-// kDocs: the unit's span (attn_bwd_ws_docs.cuh) is loaded here and published with the unit. R: query rows per
+// kDocs: the unit's span (attn_bwd_sm90ws_docs.cuh) is loaded here and published with the unit. R: query rows per
 // tile (kV5WideRows).
 template <int D, bool kDocs, int R>
 __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const CUtensorMap& tm_do,

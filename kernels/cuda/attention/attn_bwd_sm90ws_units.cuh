@@ -1,10 +1,10 @@
-// bwd v5's unit list (kernels/cuda/attention/attn_bwd_ws.cu): the items and units the persistent CTAs fetch, how every role
-// decodes a unit from its index, and the unit ring they read it from. Included by attn_bwd_ws.cu and
-// attn_bwd_ws_docs.cuh only; keep C++17.
+// bwd v5's unit list (kernels/cuda/attention/attn_bwd_sm90ws.cu): the items and units the persistent CTAs fetch, how
+// every role decodes a unit from its index, and the unit ring they read it from. Included by attn_bwd_sm90ws.cu and
+// attn_bwd_sm90ws_docs.cuh only; keep C++17.
 #pragma once
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
-#include "kernels/cuda/attention/tma_ops.cuh"
-#include "kernels/cuda/attention/wgmma_attn_bwd_tile.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 
 namespace rt {
 namespace cuda {

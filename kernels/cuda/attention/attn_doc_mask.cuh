@@ -61,11 +61,11 @@ enum DocTileClass : int { kDocSkip = 0, kDocFull = 1, kDocPartial = 2 };
 DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int64_t Nk, const AttnRanges& r,
                                int device, cudaStream_t stream, const char* op);
 
-// bwd v5 (attn_bwd_ws.cu): launches on `stream`, after the summaries, the kernel that writes d.k128_span (per
+// bwd v5 (attn_bwd_sm90ws.cu): launches on `stream`, after the summaries, the kernel that writes d.k128_span (per
 // 128-key tile of each sample, the span of query summary tiles it must visit). d must be on.
 void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream);
 
-// fwd v5 (attn_fwd_ws.cu): launches on `stream`, after the summaries, the kernels that write d.q128_span and the
+// fwd v5 (attn_fwd_sm90ws.cu): launches on `stream`, after the summaries, the kernels that write d.q128_span and the
 // runs (one warp per 128-row query tile of the call's rows [q_begin, q_end): the scan doc_key_span does, once per
 // call) and d.q128_order (one CTA per sample: a counting
 // sort of the tiles by span length, longest first, so the longest CTAs start first and the last wave is short

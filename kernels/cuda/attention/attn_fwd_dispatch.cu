@@ -1,17 +1,17 @@
 // The forward's variant choice and attn_fwd_block on CUDA: checks the arguments, sets up the kernel parameters and
 // launches the variant chosen for this device and block (attn_fwd_fused.cu shares the choice and the set-up).
-//   compute capability 9.0 with an sm_90a image, D = 64 or 128: fwd v5 (attn_fwd_ws.cu), which runs fwd v4
-//     (attn_fwd_wgmma.cu) for blocks under 128 query or key rows;
-//   elsewhere: the mma.sync kernels (attn_fwd_mma.cu), v3 for D = 128 with at least 16K query rows, else v2.
+//   compute capability 9.0 with an sm_90a image, D = 64 or 128: fwd v5 (attn_fwd_sm90ws.cu), which runs fwd v4
+//     (attn_fwd_sm90.cu) for blocks under 128 query or key rows;
+//   elsewhere: the mma.sync kernels (attn_fwd_sm80.cu), v3 for D = 128 with at least 16K query rows, else v2.
 // The measurements behind the defaults are in bench/NOTES.md ("fwd v5", "Kernel versions"). The override
 // (RT_ATTN_FWD_VARIANT, set_attn_variant_override: kernels/cuda/attention/attn_variant.h) forces one: 2 or 3 always, 4 or 5
 // where the device can run it, else the mma.sync default.
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_fwd_dispatch.cuh"
-#include "kernels/cuda/attention/attn_fwd_ws.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
-#include "kernels/cuda/attention/wgmma_attn_fwd.cuh"
 
 namespace rt {
 namespace cuda {

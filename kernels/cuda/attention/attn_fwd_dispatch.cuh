@@ -23,7 +23,7 @@ void check_attn_fwd_state(const AttnDims& d, const Tensor& q, const AttnState& s
 AttnFwdParams attn_fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const AttnState& state,
                               const AttnMask& mask, const AttnDims& d, const AttnRanges& r);
 
-// Launches mma.sync fwd v2 or v3 (attn_fwd_mma.cu), any architecture, D = 64 or 128.
+// Launches mma.sync fwd v2 or v3 (attn_fwd_sm80.cu), any architecture, D = 64 or 128.
 void launch_attn_fwd_mma(int variant, const AttnFwdParams& p, int64_t D, int64_t B, int device, cudaStream_t stream);
 
 }  // namespace cuda

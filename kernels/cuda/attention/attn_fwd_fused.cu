@@ -10,7 +10,7 @@
 // (a reset state, or the finalized state). Elsewhere the ops run the sequence.
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_fwd_dispatch.cuh"
-#include "kernels/cuda/attention/attn_fwd_ws.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws.cuh"
 
 namespace rt {
 namespace cuda {

@@ -1,10 +1,10 @@
 // attn_fwd_block on Hopper (fwd v4, sm_90a): continues the fp32 online-softmax state (acc, m, l) with one
-// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernels in attn_fwd_mma.cu;
+// K/V block using warpgroup MMA (wgmma). Same contract as the mma.sync kernels in attn_fwd_sm80.cu;
 // attn_fwd_dispatch.cu dispatches here (variant 4, and fwd v5's fallback for small blocks) and keeps the mma.sync
 // kernels as the fallback for other GPUs.
 //   * one CTA = 128 query rows of one (batch, head) = 2 warpgroups x 64 rows, 256 threads, 1 CTA per SM;
 //   * S = Q K^T: wgmma m64n128k16 with Q and K read from 128-byte-swizzled shared memory through matrix
-//     descriptors (kernels/cuda/attention/wgmma_ops.cuh); 128 keys per tile;
+//     descriptors (kernels/cuda/attention/attn_sm90_wgmma_ops.cuh); 128 keys per tile;
 //   * online softmax on the S accumulator in registers: scores prescaled by scale*log2(e) inside the FFMA
 //     feeding ex2, m kept in that log2 domain (as the mma.sync kernel);
 //   * P is packed to bf16 in registers and is the register A operand of O += P V (wgmma m64n{D}k16), V read
@@ -19,9 +19,9 @@
 // not read for rows whose m is -inf.
 #include <climits>
 
-#include "kernels/cuda/attention/wgmma_attn_fwd.cuh"
-#include "kernels/cuda/attention/wgmma_attn_fwd_tile.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {

@@ -1,4 +1,4 @@
-// attn_fwd_block's Hopper path (fwd v4, kernels/cuda/attention/attn_fwd_wgmma.cu): the parameters it takes and the two
+// attn_fwd_block's Hopper path (fwd v4, kernels/cuda/attention/attn_fwd_sm90.cu): the parameters it takes and the two
 // host entry points the dispatcher in attn_fwd_dispatch.cu uses. Keep C++17.
 #pragma once
 #include <cuda_bf16.h>

@@ -1,12 +1,12 @@
-// The per-tile device pieces of the Hopper attention forward kernels (fwd v4 attn_fwd_wgmma.cu, fwd v5
-// attn_fwd_ws.cu): S = Q K^T and O += P V issued as wgmma on 128-byte-swizzled shared-memory tiles
-// (wgmma_ops.cuh), the online softmax of one 128-key tile on the S accumulator (exp2 on prescaled scores, m in
-// log2 units, masks only on tiles that cross the key-range end or the causal diagonal), the O rescale, and the
+// The per-tile device pieces of the Hopper attention forward kernels (fwd v4 attn_fwd_sm90.cu, fwd v5
+// attn_fwd_sm90ws.cu): S = Q K^T and O += P V issued as wgmma on 128-byte-swizzled shared-memory tiles
+// (attn_sm90_wgmma_ops.cuh), the online softmax of one 128-key tile on the S accumulator (exp2 on prescaled scores, m
+// in log2 units, masks only on tiles that cross the key-range end or the causal diagonal), the O rescale, and the
 // fp32 state rows read before the key loop and written after it, and the document mask of a tile (kDocs).
 // A consumer warpgroup owns 64 query rows of a 128-row Q tile. Keep C++17.
 #pragma once
 #include "kernels/cuda/attention/attn_params.cuh"
-#include "kernels/cuda/attention/wgmma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
 namespace rt {
 namespace cuda {

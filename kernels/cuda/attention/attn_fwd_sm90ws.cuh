@@ -1,4 +1,4 @@
-// attn_fwd_block's warp-specialized Hopper path (fwd v5, kernels/cuda/attention/attn_fwd_ws.cu): the two host entry
+// attn_fwd_block's warp-specialized Hopper path (fwd v5, kernels/cuda/attention/attn_fwd_sm90ws.cu): the two host entry
 // points the dispatcher in attn_fwd_dispatch.cu uses. Keep C++17.
 #pragma once
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // The kernel parameters of attn_fwd_block and attn_bwd_block, shared by the mma.sync kernels
-// (attn_fwd_mma.cu, attn_bwd_mma.cu) and the Hopper kernels (attn_*_wgmma.cu, attn_*_ws.cu). Keep C++17.
+// (attn_fwd_sm80.cu, attn_bwd_sm80.cu) and the Hopper kernels (attn_*_wgmma.cu, attn_*_ws.cu). Keep C++17.
 #pragma once
 #include <cuda_bf16.h>
 

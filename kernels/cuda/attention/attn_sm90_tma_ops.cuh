@@ -2,7 +2,7 @@
 // arrive, arrive with an expected transaction count, parity wait), TMA tensor loads (cp.async.bulk.tensor 2D-5D
 // into shared memory, completing on an mbarrier), the generic -> async proxy fence, setmaxnreg, named
 // barriers, and a HOST helper that encodes a CUtensorMap for a bf16 tensor with the 128-byte swizzle of the
-// wgmma sw128 tiles (wgmma_ops.cuh).
+// wgmma sw128 tiles (attn_sm90_wgmma_ops.cuh).
 //
 // All shared-memory addresses are 32-bit shared-window addresses (smem_addr() in attention_common.cuh).
 // Device code using TMA / setmaxnreg must be guarded by RT_WGMMA_AVAILABLE (sm_90a) like the wgmma code.
@@ -151,7 +151,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A tensor map for a bf16 or f32 tensor of `rank` (2..5) dims for TMA transfers of (box rows) x 128-byte column
-// blocks with the 128-byte swizzle (for bf16 the sw128 layout of wgmma_ops.cuh: one box = one (rows, 64)
+// blocks with the 128-byte swizzle (for bf16 the sw128 layout of attn_sm90_wgmma_ops.cuh: one box = one (rows, 64)
 // column block, row r at r * 128 bytes, 16-byte chunk c at c ^ (r & 7); the shared-memory side must be
 // 1024-byte aligned).
 //   dims[0..rank): extents in elements, dims[0] innermost and contiguous;
@@ -215,7 +215,7 @@ inline CUtensorMap make_rows_heads_tma_map(const void* base, int64_t B, int64_t 
 }  // namespace cuda
 }  // namespace rt
 
-// --- used by the backward (bwd v5, kernels/cuda/attention/attn_bwd_wgmma.cu): TMA tensor reduce shared -> global -------
+// --- used by the backward (bwd v5's dQ warp, attn_bwd_sm90ws_dq_warp.cuh): TMA tensor reduce shared -> global ---
 namespace rt {
 namespace cuda {
 

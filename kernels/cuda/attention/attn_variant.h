@@ -19,7 +19,7 @@ namespace cuda {
 struct AttnVariantOverride {
   int fwd = 0;  // 0: the default choice; else one of attn_fwd_variant_names()
   int bwd = 0;  // 0: the default choice; else one of attn_bwd_variant_names()
-  int fwd_rows = 0;  // 0: the default choice (attn_fwd_ws.cu fwd_ws_rows_for); else 64, 128 or 192
+  int fwd_rows = 0;  // 0: the default choice (attn_fwd_sm90ws.cu fwd_ws_rows_for); else 64, 128 or 192
   // bwd v5 with documents: a list of at most half the SMs split into pieces of each item's iterations (true, the
   // default), or every item whole (false: dK / dV added in bwd v4's order, bit for bit; tests only).
   bool bwd_doc_pieces = true;

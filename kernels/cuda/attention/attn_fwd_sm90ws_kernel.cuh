@@ -1,0 +1,133 @@
+// fwd v5's kernel (kernels/cuda/attention/attn_fwd_sm90ws.cu has its design and the host side): one CTA's set-up and
+// the split into roles. It carves shared memory, takes its query tile (heaviest first; with documents in the order of
+// attn_doc_q128_order) and the keys that tile sees, leaves early when it owns only rows no key reaches
+// (attn_fwd_sm90ws_grid.cuh), initializes the mbarriers, then runs warpgroup 0 as the producer
+// (attn_fwd_sm90ws_producer.inc) and warpgroups 1 .. kCons as the consumers (attn_fwd_sm90ws_consumer.inc). The two
+// roles' code is included into this function, not called: as functions they compiled to other SASS
+// (bench/NOTES.md "fwd v5 by role"). Included by attn_fwd_sm90ws.cu only (the kernel stays in its anonymous
+// namespace); keep C++17.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/attention/attn_doc_mask.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_docs_warp.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_params.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128); in the role fragments issue_qk, issue_pv,
+                        // softmax_tile, rescale_o, load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
+
+// kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
+template <int D, bool kDocs, int kCons>
+__global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
+    attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                       const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k2,
+                       const __grid_constant__ CUtensorMap tm_v2, const AttnFwdParams p, int num_q_tiles) {
+#if RT_WGMMA_AVAILABLE
+  constexpr int kRows = 64 * kCons;  // query rows per CTA
+  constexpr int kStages = kWsStages<D, kCons>;
+  using Smem = WsSmem<D, kRows, kStages>;
+  constexpr int kBc = kWgKeysPerTile;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const WsBars<kStages> bars{base};
+  // Documents: (kStages, 128) u32, the low word of each key's position of the stage's tile (key_positions_warp).
+  uint32_t* key_pos = reinterpret_cast<uint32_t*>(smem_raw + (base - smem_addr(smem_raw)) + Smem::kBarBytes);
+  const uint32_t q_tile = base + Smem::kBarBytes + Smem::kKeyPosBytes;  // (kRows, D) bf16 sw128
+  const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
+  const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
+
+  const int64_t h = blockIdx.y, b = blockIdx.z;
+  grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
+  allow_dependent_launch();
+  // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
+  // run side by side on every SM (after the query tiles, they queued on the few SMs a one-wave step leaves free).
+  const int outside = int(gridDim.x) - num_q_tiles;
+  if (int(blockIdx.x) < outside) {
+    int64_t r0, r1;
+    outside_tile_rows(p, int(blockIdx.x), r0, r1);
+    no_key_rows<D>(p, b, h, r0, r1);
+    return;
+  }
+  int tile = num_q_tiles - 1 - (int(blockIdx.x) - outside);  // heaviest (causal) tiles first
+  int64_t k_lo = p.k_begin;  // keys this CTA visits: [k_lo, k_hi)
+  int64_t k_hi = p.k_end;
+  if constexpr (kDocs) {
+    // Documents: each head's tiles in the order of attn_doc_q128_order (most key tiles first; the heads one after
+    // another, as the grid dispatches them, so that the SMs at work share a head's K/V in L2: a slot-major order
+    // over the heads measured 15-20% slower on whole calls); the tile's key span was found once per call (not by
+    // a scan of every key summary in each CTA).
+    tile = p.docs.q128_order[b * num_q_tiles + (int(blockIdx.x) - outside)];
+    const int2 span = p.docs.q128_span[b * num_q_tiles + tile];
+    if (span.x > span.y) {
+      k_hi = k_lo;
+    } else {
+      // Two key sources: the CTA's 128-key tiles start at a multiple of 128 (k2_row is one), so that no tile holds
+      // rows of both sources; the 64 keys this may add before the span are invisible to the tile and masked.
+      const int first = p.k2_row > 0 ? span.x & ~1 : span.x;
+      k_lo = p.k_begin + int64_t(first) * kDocTileRows;
+      k_hi = min(p.k_end, p.k_begin + int64_t(span.y + 1) * kDocTileRows);
+    }
+  }
+  const int64_t q0 = p.q_begin + int64_t(tile) * kRows;
+  const int64_t q_last = min(q0 + kRows, p.q_end) - 1;
+  if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
+  int n_tiles = k_hi > k_lo ? int((k_hi - k_lo + kBc - 1) / kBc) : 0;
+  const unsigned short* live = nullptr;  // documents: the span's tiles some row may see (doc_live_key_tiles)
+  if constexpr (kDocs) {
+    // A tile of several runs of rows (documents) lists the span's tiles they may see; one run needs no list, but
+    // with two key sources its span may reach from its own keys to the second source's past every key between.
+    __shared__ DocLiveScratch live_scratch;
+    if (n_tiles > 1 && n_tiles <= kDocLiveMax && (p.docs.q128_nruns[b * num_q_tiles + tile] > 1 || p.k2_row > 0)) {
+      n_tiles = doc_live_key_tiles<kWsThreads<kCons>>(p.docs, b, tile, p.k_begin, k_lo, n_tiles, live_scratch);
+      live = live_scratch.list;
+    }
+  }
+  if (n_tiles == 0) {  // no visible key (the whole CTA leaves before any barrier)
+    no_key_rows<D>(p, b, h, q0, q_last + 1);
+    return;
+  }
+  // The key row of the CTA's j-th tile: the span's j-th, or with documents its j-th live one.
+  auto key_tile = [&](int j) { return k_lo + int64_t(live != nullptr ? live[j] : j) * kBc; };
+
+  if (threadIdx.x == 0) {
+    mbar_init(bars.q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bars.k_full(s), kDocs ? 1 + 32 : 1);  // documents: + the key-position warp's lanes
+      mbar_init(bars.v_full(s), 1);
+      mbar_init(bars.k_empty(s), 128 * kCons);
+      mbar_init(bars.v_empty(s), 128 * kCons);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  // Through a shuffle, so the compiler knows wg is warp-uniform (addresses derived from it stay in uniform
+  // registers).
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (wg == 0) {
+    // ---- producer ----
+#include "kernels/cuda/attention/attn_fwd_sm90ws_producer.inc"
+    return;
+  }
+
+  // ---- consumers ----
+#include "kernels/cuda/attention/attn_fwd_sm90ws_consumer.inc"
+#else
+  // Built without an sm_90a image: attn_fwd_ws_supported() refuses such binaries, so this never runs.
+  __trap();
+#endif
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace rt
