@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A real model's context extended, end to end, in one command (README "Does the model use its context?").
 
-  python3 bench/context_extension.py OUT_DIR [--tiny] [--build DIR] [--commit TEXT] [--eval-np N]
+  python3 bench/context_extension.py OUT_DIR [--tiny] [--build DIR] [--time-budget S] [--eval-np N] [--stage STAGE]
 
 1. corpus     the .py files of this python3's standard library, then of its site-packages, one document each,
               sorted by path (a package's files stay together: a 32K window holds related code), without
@@ -20,9 +20,11 @@
 8. plots      OUT/loss_by_position.png, OUT/passkey.png, OUT/ruler.png, and OUT/summary.md: every step's wall
               time, the data, the runs' losses and speeds, and each eval's numbers as tables.
 
-Training steps run under a deadline (--pretrain-seconds, --extend-seconds): past it the trainer gets SIGTERM,
-finishes its step, saves and stops, and the run goes on from that checkpoint (the summary says how many steps
-ran). --tiny runs the same steps on the CPU in a few minutes (2 layers of d 64, 256 -> 1024 tokens, a 512-token
+Training steps run under a deadline (--pretrain-seconds, --extend-seconds, both shortened to fit --time-budget,
+the driver's whole wall time): past it the trainer gets SIGTERM, finishes its step, saves and stops, and the run
+goes on from that checkpoint (the summary says how many steps ran). Every other command has a hard timeout. On
+SIGTERM the driver writes the summary of what ran and stops. --stage data runs steps 1-3 (no GPU, no build
+needed: it can run while ringtrain builds), --stage train steps 4-8 on the data stage's OUT_DIR. --tiny runs the same steps on the CPU in a few minutes (2 layers of d 64, 256 -> 1024 tokens, a 512-token
 vocabulary, 2 CPU ranks for the ring): the check that the command works before it is run on a GPU.
 OUT_DIR must not exist or be empty. Needs numpy, tokenizers and matplotlib (launch/install-deps.sh --prepare-data).
 """
@@ -42,17 +44,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 EOT = "<|endoftext|>"
 
-# What differs between the H200 run and the CPU check. model_sets reach every command that reads the pretraining
-# config (the extension takes its model from the checkpoint); rope_sets every command that reads the extension's.
+# What differs between the H200 run and the CPU check. The evals run with full checkpointing: a forward keeps only
+# each block's input (the arena of 8 x 32K tokens with every activation would be 80 GiB), and RULER's cases run at
+# once (ruler_batch), as few forwards as the longest answer (ruler_max_new: vt's five names take 22 tokens).
+# model_sets reach every command that reads the pretraining config (the extension takes its model from the
+# checkpoint); rope_sets every command that reads the extension's.
 PROFILES = {
     "h200": dict(corpus_mb=120, tokenizer_mb=24, vocab=16384, val_tokens=600_000,
                  model_sets=[], rope_sets=[], short=4096, long=32768,
-                 pretrain_sets=["train.steps=800"], pretrain_seconds=150,
-                 extend_sets=["train.steps=40"], extend_seconds=90,
-                 eval_sets=["train.batch_size=8", "train.eval_batches=1"],
+                 pretrain_sets=["train.steps=750"], pretrain_seconds=150,
+                 extend_sets=["train.steps=40"], extend_seconds=90, reserve_after_extend=110,
+                 eval_sets=["train.batch_size=8", "train.eval_batches=1", "train.checkpointing=full"],
                  needle_lengths="4096,8192,16384,32768", needle_depths="0,0.25,0.5,0.75,1", needle_samples=2,
-                 ruler_lengths="4096,8192,16384,32768", ruler_tasks="niah_single,niah_multikey,vt", ruler_samples=2,
-                 ruler_max_new=8, ruler_batch=24),
+                 ruler_lengths="4096,16384,32768", ruler_tasks="niah_single,niah_multikey,niah_multivalue,vt,fwe",
+                 ruler_samples=1, ruler_max_new=22, ruler_batch=15),
     "tiny": dict(corpus_mb=1.5, tokenizer_mb=1.5, vocab=512, val_tokens=20_000,
                  model_sets=["model.n_layer=2", "model.d_model=64", "model.n_head=1", "model.n_kv_head=1",
                              "model.d_ff=256", "model.vocab_size=512", "device=cpu"],
@@ -61,9 +66,10 @@ PROFILES = {
                  short=256, long=1024,
                  pretrain_sets=["train.steps=40", "train.batch_size=8", "train.eval_every=20", "optim.warmup_steps=5",
                                 "log.every=10"],
-                 pretrain_seconds=300,
-                 extend_sets=["train.steps=6", "optim.warmup_steps=1", "log.every=2"], extend_seconds=300,
-                 eval_sets=["train.batch_size=4", "train.eval_batches=1"],
+                 pretrain_seconds=120,
+                 extend_sets=["train.steps=6", "optim.warmup_steps=1", "log.every=2"], extend_seconds=60,
+                 reserve_after_extend=60,
+                 eval_sets=["train.batch_size=4", "train.eval_batches=1", "train.checkpointing=full"],
                  needle_lengths="256,512,1024", needle_depths="0,0.5,1", needle_samples=1,
                  ruler_lengths="1024", ruler_tasks="niah_single,vt", ruler_samples=1, ruler_max_new=4,
                  ruler_batch=4),
@@ -76,19 +82,24 @@ class Driver:
         self.logs = os.path.join(self.out, "logs")
         self.steps = []   # {name, seconds, gpu, status, note}
         self.facts = {}   # numbers for the summary
+        self.child = None  # the command running now
+        self.start = time.time()
         self.env = dict(os.environ, BUILD_DIR=os.path.abspath(args.build), OMPI_ALLOW_RUN_AS_ROOT="1",
                         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
 
     # ---- running things ----
-    def run(self, name, cmd, deadline=None, check=True):
+    def run(self, name, cmd, deadline=None, check=True, timeout=600):
         """Runs cmd (its output to logs/<name>.log); past `deadline` seconds sends SIGTERM (train.sh: save and stop),
-        then a second one 90 s later. Returns the exit code; check: a code other than 0 (or 143 after our SIGTERM)
-        ends the driver."""
+        then a second one 90 s later; past `timeout` seconds (after the deadline's, if any) SIGKILL. Returns (exit
+        code, whether the deadline stopped it); check: a code other than 0 (or 143 after the deadline) ends the
+        driver."""
         log = os.path.join(self.logs, name + ".log")
         with open(log, "a") as f:
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env,
+                                    start_new_session=True)
+            self.child = proc
             start, termed = time.time(), 0
             while proc.poll() is None:
                 time.sleep(0.5)
@@ -101,6 +112,11 @@ class Driver:
                 elif deadline and termed == 1 and waited > deadline + 90:
                     proc.send_signal(signal.SIGTERM)
                     termed = 2
+                if waited > (deadline or 0) + timeout:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    self.fail(f"{name} ran past its {timeout:.0f} s timeout and was killed (log: {log})")
+            self.child = None
         rc = proc.returncode
         if check and not (rc == 0 or (termed and rc == 128 + signal.SIGTERM)):
             tail = open(log, errors="replace").read().splitlines()[-15:]
@@ -120,12 +136,17 @@ class Driver:
         self.facts["failed"] = msg
         self.save_state()
         self.write_summary()
+        self.archive()
         print(f"context_extension: error: {msg}", file=sys.stderr)
         sys.exit(1)
 
     def save_state(self):
         with open(os.path.join(self.out, "steps.json"), "w") as f:
             json.dump(dict(steps=self.steps, facts=self.facts), f, indent=1)
+
+    def left(self):
+        """Seconds left of --time-budget (a large number without one)."""
+        return self.args.time_budget - (time.time() - self.start) if self.args.time_budget else 1e9
 
     def sets(self, items):
         return [a for s in items for a in ("--set", s)]
@@ -195,7 +216,7 @@ class Driver:
     def shards(self):
         self.run("prepare_data", [PY, "launch/prepare_data.py", "--tokenizer", self.path("tokenizer.json"),
                                   "--out", self.path("data"), "--val-tokens", str(self.p["val_tokens"]),
-                                  self.path("corpus.jsonl")])
+                                  "--workers", str(self.args.data_workers), self.path("corpus.jsonl")])
         meta = json.load(open(self.path("data", "meta.json")))
         train = sum(s["tokens"] for s in meta["train_shards"])
         val = sum(s["tokens"] for s in meta["val_shards"])
@@ -218,7 +239,7 @@ class Driver:
         speed = sorted(m["tok_per_s"] for m in steps[1:] if m.get("tok_per_s")) or [0]
         mfu = sorted(m["mfu"] for m in steps[1:] if m.get("mfu") is not None) or [0]
         fact = dict(checkpoint=os.path.join(run_dir, "checkpoints", "main", ckpts[-1]), stopped_by_deadline=termed,
-                    steps=steps[-1]["step"] if steps else 0, last_loss=steps[-1]["loss"] if steps else None,
+                    steps=int(ckpts[-1].split("_")[1]), last_loss=round(steps[-1]["loss"], 4) if steps else None,
                     eval_loss=evals[-1]["eval_loss"] if evals else None, tok_per_s=speed[len(speed) // 2],
                     mfu=mfu[len(mfu) // 2], losses=[(m["step"], m["loss"]) for m in steps])
         self.facts[name] = fact
@@ -228,7 +249,12 @@ class Driver:
     def pretrain(self):
         sets = self.p["model_sets"] + self.data_sets(self.p["short"]) + self.p["pretrain_sets"] + [
             f"train.run_dir={self.path('runs', 'pretrain')}"]
-        return self.train("pretrain", "configs/extend-4k.yaml", sets, self.p["pretrain_seconds"])
+        reserve = 25 + self.p["extend_seconds"] + self.p["reserve_after_extend"]  # yarn-0, the extension, the rest
+        deadline = min(self.p["pretrain_seconds"], self.left() - reserve)
+        if self.left() - reserve < 30:
+            self.fail(f"{self.left():.0f} s left of --time-budget: too little to pretrain ({reserve} s are kept for "
+                      "the steps after it)")
+        return self.train("pretrain", "configs/extend-4k.yaml", sets, deadline)
 
     def extend_sets(self, run, init):
         return self.p["rope_sets"] + self.data_sets(self.p["long"]) + [f"train.init_from={init}", f"train.run_dir={run}"]
@@ -242,7 +268,10 @@ class Driver:
     def extend(self):
         sets = self.extend_sets(self.path("runs", "extend"), self.facts["pretrain"]["checkpoint"]) + \
             self.p["extend_sets"]
-        return self.train("extend", "configs/extend-32k.yaml", sets, self.p["extend_seconds"])
+        deadline = min(self.p["extend_seconds"], self.left() - self.p["reserve_after_extend"])
+        if self.left() - self.p["reserve_after_extend"] < 20:
+            self.fail(f"{self.left():.0f} s left of --time-budget: too little to extend")
+        return self.train("extend", "configs/extend-32k.yaml", sets, deadline)
 
     # ---- 7: eval ----
     def models(self):
@@ -267,7 +296,7 @@ class Driver:
             cmd += ["--cases", cases]
         if n > 1:
             cmd = ["mpirun", "-np", str(n), "--oversubscribe"] + cmd
-        self.run(f"eval-{task}-{key}", cmd)
+        self.run(f"eval-{task}-{key}", cmd, timeout=180)
         return [json.loads(s) for s in open(out) if s.strip()]
 
     def evals(self):
@@ -313,7 +342,7 @@ class Driver:
         L += [f"# Context extension: pretrain at {self.p['short']} tokens, extend to {self.p['long']} with YaRN on a "
               f"cp=2 ring", "",
               f"- date: {f.get('date', '')}", f"- GPU: {f.get('gpu', '')}", f"- commit: {self.args.commit}",
-              f"- command: `{f.get('command', '')}`", ""]
+              "- command: " + ", then ".join(f"`{c}`" for c in f.get("command", [])), ""]
         if f.get("failed"):
             L += [f"**Stopped early:** {f['failed']}", ""]
         L += ["| step | wall s | on the GPU | note |", "|---|---|---|---|"]
@@ -392,12 +421,17 @@ def gpu_name():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out", help="output directory (new or empty)")
+    ap.add_argument("out", help="output directory (new or empty; for --stage train, the data stage's)")
     ap.add_argument("--tiny", action="store_true", help="the CPU check: a tiny model, tiny lengths, a few minutes")
+    ap.add_argument("--stage", choices=["all", "data", "train"], default="all",
+                    help="data: steps 1-3 only; train: steps 4-8 on OUT's data; all (default): both")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="the build directory holding ringtrain")
     ap.add_argument("--commit", default="", help="recorded in the summary (default: git rev-parse of this checkout)")
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="seconds this command may take in all: the training deadlines shrink to fit (0: none)")
     ap.add_argument("--eval-np", type=int, default=1, help="ranks for the evals (parallel.cp; 1: one rank, fastest "
                                                            "where ranks would share a GPU)")
+    ap.add_argument("--data-workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
     ap.add_argument("--pretrain-seconds", type=float, help="deadline of the pretraining (default: the profile's)")
     ap.add_argument("--extend-seconds", type=float, help="deadline of the extension (default: the profile's)")
     args = ap.parse_args()
@@ -405,31 +439,48 @@ def main():
     for key in ("pretrain_seconds", "extend_seconds"):
         if getattr(args, key) is not None:
             profile[key] = getattr(args, key)
-    if os.path.exists(args.out) and (not os.path.isdir(args.out) or os.listdir(args.out)):
-        sys.exit(f"context_extension.py: error: '{args.out}' exists and is not an empty directory; give a new one")
-    if not os.access(os.path.join(args.build, "ringtrain"), os.X_OK):
-        sys.exit(f"context_extension.py: error: no ringtrain in '{args.build}'; build it first "
-                 "(launch/build.sh --target ringtrain) or give --build DIR")
-    if args.eval_np < 1:
-        sys.exit("context_extension.py: error: --eval-np must be >= 1")
+    err = lambda msg: sys.exit(f"context_extension.py: error: {msg}")  # noqa: E731
+    state = os.path.join(args.out, "steps.json")
+    if args.stage == "train":
+        if not os.path.exists(state) or "shards" not in json.load(open(state))["facts"]:
+            err(f"'{args.out}' holds no finished data stage; run --stage data into it first (or --stage all)")
+    elif os.path.exists(args.out) and (not os.path.isdir(args.out) or os.listdir(args.out)):
+        err(f"'{args.out}' exists and is not an empty directory; give a new one")
+    if args.stage != "data" and not os.access(os.path.join(args.build, "ringtrain"), os.X_OK):
+        err(f"no ringtrain in '{args.build}'; build it first (launch/build.sh --target ringtrain) or give --build DIR")
+    if args.eval_np < 1 or args.data_workers < 1:
+        err("--eval-np and --data-workers must be >= 1")
     if not args.commit:
         git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         args.commit = git.stdout.strip() or "unknown"
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     d = Driver(args, profile)
-    d.facts.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), gpu=gpu_name(),
-                   command="python3 bench/context_extension.py " + " ".join(sys.argv[1:]))
-    d.step("corpus", d.corpus, gpu=False)
-    d.step("tokenizer", d.tokenizer, gpu=False)
-    d.step("shards", d.shards, gpu=False)
-    d.step("pretrain", d.pretrain)
-    d.step("yarn0", d.yarn0)
-    d.step("extend", d.extend)
-    d.step("eval", d.evals)
-    d.step("plots", d.plots, gpu=False)
+    if args.stage == "train":
+        saved = json.load(open(state))
+        d.steps, d.facts = saved["steps"], saved["facts"]
+    d.facts.setdefault("command", [])
+    d.facts["command"].append("python3 bench/context_extension.py " + " ".join(sys.argv[1:]))
+    d.facts.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), gpu=gpu_name())
+
+    def on_term(signum, frame):  # an outer timeout: stop the command running, keep what is done
+        if d.child is not None and d.child.poll() is None:
+            os.killpg(d.child.pid, signal.SIGKILL)
+        d.fail(f"stopped by signal {signum} during the step after {d.steps[-1]['name'] if d.steps else 'none'}")
+    signal.signal(signal.SIGTERM, on_term)
+    if args.stage != "train":
+        d.step("corpus", d.corpus, gpu=False)
+        d.step("tokenizer", d.tokenizer, gpu=False)
+        d.step("shards", d.shards, gpu=False)
+    if args.stage != "data":
+        d.step("pretrain", d.pretrain)
+        d.step("yarn0", d.yarn0)
+        d.step("extend", d.extend)
+        d.step("eval", d.evals)
+        d.step("plots", d.plots, gpu=False)
     d.write_summary()
     d.archive()
-    print(f"context_extension: wrote {d.path('summary.md')}, the three PNGs and {d.path('results.tar.gz')}")
+    print(f"context_extension: wrote {d.path('summary.md')}" +
+          (", the three PNGs" if args.stage != "data" else "") + f" and {d.path('results.tar.gz')}")
 
 
 if __name__ == "__main__":
