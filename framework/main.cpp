@@ -24,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -76,6 +77,13 @@ void add_config_args(CLI::App* cmd, Args& args) {
   cmd->add_option("--set", args.overrides, "override a config value, e.g. --set model.n_layer=4 (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+}
+
+// Before MPI_Init: whether this process is rank 0 of an mpirun launch, or was started alone.
+bool first_launched_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v) == 0;
+  return true;
 }
 
 int world_size() {
@@ -212,7 +220,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // --help is 0; every command-line error is a usage error (2)
-    return app.exit(e) == 0 ? rt::kExitOk : rt::kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e) == 0 ? rt::kExitOk : rt::kExitUsage;
+    // Printed once however many ranks mpirun started (each parses the same line), as every other error.
+    if (first_launched_rank())
+      std::fprintf(stderr, "ringtrain: error: %s\nRun with --help for more information.\n", e.what());
+    return rt::kExitUsage;
   }
 
   if (version->parsed()) {

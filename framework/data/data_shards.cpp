@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "framework/base/data_files.h"
+#include "framework/base/run_errors.h"
 #include "framework/data/data_source.h"
 #include "kernels/tensor.h"
 
@@ -47,9 +48,10 @@ struct Shard {
   }
 };
 
+// A data error (exit 2), also when found mid-run in a window of shards too large for the scan up front.
 [[noreturn]] void bad_token(const Shard& shard, uint64_t i, int32_t vocab) {
   const uint64_t token = shard.token(i);
-  throw Error("shard '" + shard.file->path() + "': token " + std::to_string(token) + " at token index " +
+  throw RunError(kExitUsage, "shard '" + shard.file->path() + "': token " + std::to_string(token) + " at token index " +
               std::to_string(i) + " is >= model.vocab_size=" + std::to_string(vocab) +
               "; set model.vocab_size to at least " + std::to_string(token + 1) +
               " (GPT-2 tokenised shards need 50257, Llama 3 128256), or check that the shard was made with this "

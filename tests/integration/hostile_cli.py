@@ -226,6 +226,8 @@ def case_contracts(env):
     p = env.run(["plan", env.config, "--doc-lengths", t])
     check(p.returncode == 2 and "--doc-lengths" in p.both and "is a directory" in p.both,
           "plan --doc-lengths DIR: exit 2 saying it is a directory", p.both)
+    refused(env.generate(["--prompt", "1,2", "--top-k", "abc"], 2), ["--top-k"],
+            "a command-line error on 2 ranks (printed once)")
     p = env.eval(["--dump-logits", os.path.join(t, "l.npy")], 2)
     refused(p, ["--dump-logits", "one rank"], "eval --dump-logits on 2 ranks")
     for ranks in (1, 2):
