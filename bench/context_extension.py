@@ -5,7 +5,8 @@
 
 1. corpus     the .py files of this python3's standard library, then of its site-packages, one document each,
               sorted by path (a package's files stay together: a 32K window holds related code), without
-              duplicates, empty files or files that are not UTF-8; up to --corpus-mb. OUT/corpus.jsonl.
+              duplicates, empty files or files that are not UTF-8; up to 120 MB (the profile's corpus_mb).
+              OUT/corpus.jsonl.
 2. tokenizer  a byte-level BPE (the `tokenizers` package) of model.vocab_size tokens, <|endoftext|> the
               delimiter, trained on an evenly spread sample of the corpus. OUT/tokenizer.json.
 3. shards     launch/prepare_data.py: OUT/data/train_*.bin and val_*.bin (the first documents held out).
@@ -24,7 +25,8 @@ Training steps run under a deadline (--pretrain-seconds, --extend-seconds, both 
 the driver's whole wall time): past it the trainer gets SIGTERM, finishes its step, saves and stops, and the run
 goes on from that checkpoint (the summary says how many steps ran). Every other command has a hard timeout. On
 SIGTERM the driver writes the summary of what ran and stops. --stage data runs steps 1-3 (no GPU, no build
-needed: it can run while ringtrain builds), --stage train steps 4-8 on the data stage's OUT_DIR. --tiny runs the same steps on the CPU in a few minutes (2 layers of d 64, 256 -> 1024 tokens, a 512-token
+needed: it can run while ringtrain builds), --stage train steps 4-8 on the data stage's OUT_DIR.
+--tiny runs the same steps on the CPU in under a minute (2 layers of d 64, 256 -> 1024 tokens, a 512-token
 vocabulary, 2 CPU ranks for the ring): the check that the command works before it is run on a GPU.
 OUT_DIR must not exist or be empty. Needs numpy, tokenizers and matplotlib (launch/install-deps.sh --prepare-data).
 """
@@ -238,10 +240,13 @@ class Driver:
         evals = [m for m in metrics if m.get("eval_loss") is not None]
         speed = sorted(m["tok_per_s"] for m in steps[1:] if m.get("tok_per_s")) or [0]
         mfu = sorted(m["mfu"] for m in steps[1:] if m.get("mfu") is not None) or [0]
+        step_ms = sorted(m["ms_per_step"] for m in steps[1:] if m.get("ms_per_step")) or [0]
+        comm_ms = sorted(m.get("comm_exposed_ms") or 0 for m in steps[1:]) or [0]
         fact = dict(checkpoint=os.path.join(run_dir, "checkpoints", "main", ckpts[-1]), stopped_by_deadline=termed,
                     steps=int(ckpts[-1].split("_")[1]), last_loss=round(steps[-1]["loss"], 4) if steps else None,
                     eval_loss=evals[-1]["eval_loss"] if evals else None, tok_per_s=speed[len(speed) // 2],
-                    mfu=mfu[len(mfu) // 2], losses=[(m["step"], m["loss"]) for m in steps])
+                    mfu=mfu[len(mfu) // 2], ms_per_step=round(step_ms[len(step_ms) // 2], 1),
+                    comm_exposed_ms=round(comm_ms[len(comm_ms) // 2], 1), losses=[(m["step"], m["loss"]) for m in steps])
         self.facts[name] = fact
         return (f"{fact['steps']} steps{' (deadline)' if termed else ''}, loss {fact['last_loss']}, "
                 f"{fact['tok_per_s']:.0f} tok/s")
@@ -257,7 +262,8 @@ class Driver:
         return self.train("pretrain", "configs/extend-4k.yaml", sets, deadline)
 
     def extend_sets(self, run, init):
-        return self.p["rope_sets"] + self.data_sets(self.p["long"]) + [f"train.init_from={init}", f"train.run_dir={run}"]
+        return self.p["rope_sets"] + self.data_sets(self.p["long"]) + [f"train.init_from={init}",
+                                                                        f"train.run_dir={run}"]
 
     def yarn0(self):
         sets = self.extend_sets(self.path("runs", "yarn0"), self.facts["pretrain"]["checkpoint"]) + [
@@ -279,8 +285,8 @@ class Driver:
         short, long = count(self.p["short"]), self.p["long"]
         base = (f"pretrained at {short} (no scaling)", "configs/extend-4k.yaml",
                 self.p["model_sets"] + self.data_sets(long), self.facts["pretrain"]["checkpoint"])
-        yarn0 = (f"pretrained + YaRN (untrained at {count(long)})", "configs/extend-32k.yaml", self.p["rope_sets"] + self.data_sets(long),
-                 self.facts["yarn0"]["checkpoint"])
+        yarn0 = (f"pretrained + YaRN (untrained at {count(long)})", "configs/extend-32k.yaml",
+                 self.p["rope_sets"] + self.data_sets(long), self.facts["yarn0"]["checkpoint"])
         ext = (f"extended: YaRN + {self.facts['extend']['steps']} steps at {count(long)}", "configs/extend-32k.yaml",
                self.p["rope_sets"] + self.data_sets(long), self.facts["extend"]["checkpoint"])
         return {"pretrained": base, "yarn0": yarn0, "extended": ext}
@@ -351,9 +357,11 @@ class Driver:
         for name in ("pretrain", "yarn0", "extend"):
             r = f.get(name)
             if r:
-                L += ["", f"{name}: {r['steps']} steps{' (stopped by the deadline)' if r['stopped_by_deadline'] else ''}"
-                      f", last train loss {r['last_loss']}, last eval loss {r['eval_loss']}, median "
-                      f"{r['tok_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.1f}%, checkpoint `{r['checkpoint']}`"]
+                stop = " (stopped by the deadline)" if r["stopped_by_deadline"] else ""
+                L += ["", f"{name}: {r['steps']} steps{stop}, last train loss {r['last_loss']}, last eval loss "
+                      f"{r['eval_loss']}, median "
+                      f"{r['tok_per_s']:.0f} tok/s, {r.get('ms_per_step')} ms/step (exposed communication "
+                      f"{r.get('comm_exposed_ms')} ms), MFU {100 * r['mfu']:.1f}%, checkpoint `{r['checkpoint']}`"]
         ev = f.get("eval", {})
         keys = [k for k in ("pretrained", "yarn0", "extended") if f"lbp-{k}" in ev]
         if keys:
