@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -44,20 +45,6 @@ std::vector<std::string> read_token_text(const fs::path& path, int64_t vocab) {
   return text;
 }
 
-// The id of the largest logit of one final hidden row (C) against the host's LM head (V, C): the lowest on ties.
-int32_t host_argmax(const std::vector<float>& hidden, const HostTensor& lm_head) {
-  const int64_t V = lm_head.shape[0], C = lm_head.shape[1];
-  int64_t best = 0;
-  double best_logit = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) {
-    const float* w = lm_head.values.data() + v * C;
-    double acc = 0;
-    for (int64_t c = 0; c < C; ++c) acc += double(hidden[size_t(c)]) * double(w[c]);
-    if (acc > best_logit) best_logit = acc, best = v;
-  }
-  return int32_t(best);
-}
-
 // A case's window: the prompt, the tokens chosen so far and the draft, padded past them with the last one (causal:
 // the padding changes nothing before it); targets (any id) mark the positions whose argmax is asked, from the last
 // chosen position to the draft's last. Returns the first asked position.
@@ -74,6 +61,37 @@ int64_t fill_window(Window& w, const RulerCase& c, const std::vector<int32_t>& c
 }
 
 }  // namespace
+
+// The id of the largest logit of one final hidden row (C) against the host's LM head (V, C): the lowest on ties.
+int32_t ruler_host_argmax(const float* hidden, const HostTensor& lm_head) {
+  const int64_t V = lm_head.shape[0], C = lm_head.shape[1];
+  int64_t best = 0;
+  double best_logit = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) {
+    const float* w = lm_head.values.data() + v * C;
+    double acc = 0;
+    for (int64_t c = 0; c < C; ++c) acc += double(hidden[c]) * double(w[c]);
+    if (acc > best_logit) best_logit = acc, best = v;
+  }
+  return int32_t(best);
+}
+
+// ruler_host_argmax of every row of rows (n, C) into out (n), on up to `threads` host threads (each row is V x C
+// multiply-adds: a 32K x 768 head takes ~10 ms a row on one core; a forward asks up to batch x 9 rows, more on the
+// first). Rows are split only where each thread gets at least 2^26 multiply-adds.
+void ruler_host_argmax_rows(const std::vector<float>& rows, const HostTensor& lm_head, std::vector<int32_t>& out,
+                            int threads) {
+  const int64_t C = lm_head.shape[1], n = int64_t(out.size());
+  const int64_t per_row = lm_head.shape[0] * C;
+  const int64_t t_count = std::clamp<int64_t>(std::min<int64_t>(n, n * per_row >> 26), 1, std::max(threads, 1));
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) out[size_t(r)] = ruler_host_argmax(rows.data() + r * C, lm_head);
+  };
+  if (t_count == 1) return run(0, n);
+  std::vector<std::thread> workers;
+  for (int64_t t = 0; t < t_count; ++t) workers.emplace_back(run, n * t / t_count, n * (t + 1) / t_count);
+  for (std::thread& w : workers) w.join();
+}
 
 RulerCases read_ruler_cases(const Config& config, const std::string& dir) {
   RulerCases out;
@@ -151,7 +169,10 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
   std::vector<std::vector<int32_t>> draft(cases.size());
   std::vector<int64_t> slot_case(size_t(B), -1);  // (B) the case in each window slot, -1: none
   std::vector<double> choice(size_t(B * span));   // (B, span) argmax + 1 at each asked position (0: not asked)
-  std::vector<float> hidden(static_cast<size_t>(C));  // (C) one position's final hidden state
+  // Host threads for the argmax: this host's cores over the job's ranks (they may share it), at most 16.
+  const int threads = int(std::clamp<int64_t>(int64_t(std::thread::hardware_concurrency()) /
+                                                  std::max<int64_t>(1, int64_t(rank.dp) * rank.cp * config.parallel.tp),
+                                              1, 16));
   size_t next = 0, done = 0;
   int64_t forwards = 0;
   using clock = std::chrono::steady_clock;
@@ -182,14 +203,20 @@ std::vector<RulerResult> generate_ruler(Model& model, const Config& config, cons
     ++forwards;
     const Tensor final_hidden = model.final_hidden();  // (B_local * T_local, C)
     std::fill(choice.begin(), choice.end(), 0.0);
+    std::vector<size_t> at;   // (rows) the asked rows' places in `choice`
+    std::vector<float> rows;  // (rows, C) their final hidden states
     for (size_t i = 0; i < batch.targets.size(); ++i) {
       if (batch.targets[i] < 0) continue;
       const int64_t s = int64_t(rank.dp_rank) * B_local + int64_t(i) / batch.tokens_per_rank;
       const int64_t j = int64_t(batch.window_positions[i]) - first[size_t(s)];
-      copy_cast(Tensor(hidden.data(), DType::f32, Device::cpu(), {1, C}),
+      at.push_back(size_t(s * span + j));
+      rows.resize(at.size() * size_t(C));
+      copy_cast(Tensor(rows.data() + (at.size() - 1) * size_t(C), DType::f32, Device::cpu(), {1, C}),
                 final_hidden.slice(int64_t(i), int64_t(i) + 1));
-      choice[size_t(s * span + j)] = double(host_argmax(hidden, lm_head) + 1);
     }
+    std::vector<int32_t> argmax(at.size());  // (rows)
+    ruler_host_argmax_rows(rows, lm_head, argmax, threads);
+    for (size_t r = 0; r < at.size(); ++r) choice[at[r]] = double(argmax[r] + 1);
     model.dp_cp_comm().all_reduce_sum(choice.data(), int(choice.size()));
     for (int64_t s = 0; s < B; ++s) {
       const int64_t k = slot_case[size_t(s)];

@@ -86,6 +86,12 @@ std::string ruler_table_markdown(const RulerTable& t);  // | task | 1K | 2K | ..
 std::string ruler_table_csv(const RulerTable& t);       // task,length,cases,score (length "all" for the means)
 
 // ---- generation (eval_ruler.cpp) ----
+// The id of the largest logit of one final hidden row (C) against the host's LM head (V, C): the lowest on ties.
+int32_t ruler_host_argmax(const float* hidden, const HostTensor& lm_head);
+// ruler_host_argmax of every row of rows (n, C) into out (n), on up to `threads` host threads (split only where
+// each thread gets at least 2^26 multiply-adds).
+void ruler_host_argmax_rows(const std::vector<float>& rows, const HostTensor& lm_head, std::vector<int32_t>& out,
+                            int threads);
 // Greedy answers to every case on the model's grid (see above). lm_head: the full (V, C) head weight (the tied
 // embedding when tied). eos: the token that ends a case (-1: none). Prints progress with an ETA to stderr on rank 0
 // every few seconds when print_progress. Collective; every rank returns every result.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <sstream>
 
 #include "framework/eval/eval_ruler.h"
 
@@ -18,9 +19,11 @@ std::string lower_ascii(std::string s) {
 }
 
 std::string length_label(int64_t n) {
-  for (const auto& [div, unit] : {std::pair<int64_t, const char*>{1 << 20, "M"}, {1 << 10, "K"}})
-    if (n >= div && n % div == 0) return std::to_string(n / div) + unit;
-  return std::to_string(n);
+  std::ostringstream s;
+  if (n >= (1 << 20) && n % (1 << 20) == 0) s << n / (1 << 20) << "M";
+  else if (n >= (1 << 10) && n % (1 << 10) == 0) s << n / (1 << 10) << "K";
+  else s << n;
+  return s.str();
 }
 
 std::string score_text(double s) {
@@ -35,7 +38,13 @@ std::string score_text(double s) {
 std::string ruler_tokens_text(const std::vector<int32_t>& ids, const std::vector<std::string>& token_text) {
   std::string out;
   for (int32_t id : ids)
-    out += id >= 0 && size_t(id) < token_text.size() ? token_text[size_t(id)] : "<" + std::to_string(id) + ">";
+    if (id >= 0 && size_t(id) < token_text.size()) {
+      out += token_text[size_t(id)];
+    } else {
+      out += '<';
+      out += std::to_string(id);
+      out += '>';
+    }
   return out;
 }
 
@@ -111,34 +120,39 @@ RulerTable ruler_table(const std::vector<RulerCase>& cases, const std::vector<Ru
 }
 
 std::string ruler_table_markdown(const RulerTable& t) {
-  std::string s = "| task |", rule = "|---|";
-  for (int64_t n : t.lengths) s += " " + length_label(n) + " |", rule += "---:|";
-  s += " all |\n" + rule + "---:|\n";
+  std::ostringstream s;
+  s << "| task |";
+  for (int64_t n : t.lengths) s << " " << length_label(n) << " |";
+  s << " all |\n|---|";
+  for (size_t j = 0; j <= t.lengths.size(); ++j) s << "---:|";
+  s << "\n";
   const size_t nl = t.lengths.size();
   for (size_t i = 0; i < t.tasks.size(); ++i) {
-    s += "| " + t.tasks[i] + " |";
-    for (size_t j = 0; j < nl; ++j) s += " " + score_text(t.score[i * nl + j]) + " |";
-    s += " " + score_text(t.task_mean[i]) + " |\n";
+    s << "| " << t.tasks[i] << " |";
+    for (size_t j = 0; j < nl; ++j) s << " " << score_text(t.score[i * nl + j]) << " |";
+    s << " " << score_text(t.task_mean[i]) << " |\n";
   }
-  s += "| mean |";
-  for (size_t j = 0; j < nl; ++j) s += " " + score_text(t.length_mean[j]) + " |";
-  return s + " " + score_text(t.mean) + " |\n";
+  s << "| mean |";
+  for (size_t j = 0; j < nl; ++j) s << " " << score_text(t.length_mean[j]) << " |";
+  s << " " << score_text(t.mean) << " |\n";
+  return s.str();
 }
 
 std::string ruler_table_csv(const RulerTable& t) {
-  std::string s = "task,length,cases,score\n";
+  std::ostringstream s;
+  s << "task,length,cases,score\n";
   const size_t nl = t.lengths.size();
   for (size_t i = 0; i < t.tasks.size(); ++i) {
     int64_t n = 0;
     for (size_t j = 0; j < nl; ++j) {
       n += t.cases[i * nl + j];
       if (t.cases[i * nl + j] > 0)
-        s += t.tasks[i] + "," + std::to_string(t.lengths[j]) + "," + std::to_string(t.cases[i * nl + j]) + "," +
-             score_text(t.score[i * nl + j]) + "\n";
+        s << t.tasks[i] << "," << t.lengths[j] << "," << t.cases[i * nl + j] << "," << score_text(t.score[i * nl + j])
+          << "\n";
     }
-    s += t.tasks[i] + ",all," + std::to_string(n) + "," + score_text(t.task_mean[i]) + "\n";
+    s << t.tasks[i] << ",all," << n << "," << score_text(t.task_mean[i]) << "\n";
   }
-  return s;
+  return s.str();
 }
 
 }  // namespace rt

@@ -128,8 +128,40 @@ TEST(RulerScore, DraftCheckedDecodingEqualsPlainGreedy) {
       d = ruler_lookup_draft(now, int64_t(max_new - std::min(max_new, looked.size())));
     }
     ASSERT_EQ(looked, greedy) << "trial " << trial << " (lookup drafts)";
-    if (right == max_new) EXPECT_EQ(forwards, 1) << "a right draft is taken in one forward";
+    if (right == max_new) {
+      EXPECT_EQ(forwards, 1) << "a right draft is taken in one forward";
+    }
   }
+}
+
+// The argmax of rows against the LM head, threaded or not, equals the argmax of each row's logits worked out here;
+// ties go to the lowest id.
+TEST(RulerScore, HostArgmaxRowsMatchesEachRowsLogits) {
+  const int64_t V = 3000, C = 64, n = 700;  // 700 x 3000 x 64 multiply-adds: 2 threads' worth
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  HostTensor head{"lm_head.weight", {V, C}, std::vector<float>(size_t(V * C))};
+  for (float& w : head.values) w = normal(rng);
+  std::vector<float> rows(size_t(n * C));  // (n, C)
+  for (float& x : rows) x = normal(rng);
+  std::vector<int32_t> expected(static_cast<size_t>(n));  // (n)
+  for (int64_t r = 0; r < n; ++r) {
+    double best = -1e300;
+    for (int64_t v = 0; v < V; ++v) {
+      double logit = 0;
+      for (int64_t c = 0; c < C; ++c) logit += double(rows[size_t(r * C + c)]) * double(head.values[size_t(v * C + c)]);
+      if (logit > best) best = logit, expected[size_t(r)] = int32_t(v);
+    }
+  }
+  for (int threads : {1, 2, 4}) {
+    std::vector<int32_t> got(size_t(n), -1);
+    ruler_host_argmax_rows(rows, head, got, threads);
+    EXPECT_EQ(got, expected) << threads << " threads";
+  }
+  // A tie: rows of zeros give every id the logit 0, and the lowest id wins.
+  std::vector<int32_t> zero(1, -1);
+  ruler_host_argmax_rows(std::vector<float>(size_t(C), 0.f), head, zero, 2);
+  EXPECT_EQ(zero[0], 0);
 }
 
 TEST(RulerScore, TableMeansEachTaskAndLength) {
