@@ -15,11 +15,12 @@
               the scaling alone, without training at the longer context.
 6. extend     configs/extend-32k.yaml: train.init_from the pretrained checkpoint, YaRN x8, 32K tokens on a cp=2
               zigzag ring (launch/train.sh; on one GPU the two ranks share it through the mpi communicator).
-7. eval       `ringtrain eval` on --eval-np ranks: loss by position over 32K held-out windows (the pretrained model
-              without scaling, yarn-0, extended), passkey cases in held-out code (launch/make_needles.py; the
-              same three) and RULER-style cases (launch/make_ruler.py; pretrained and extended).
-8. plots      OUT/loss_by_position.png, OUT/passkey.png, OUT/ruler.png, and OUT/summary.md: every step's wall
-              time, the data, the runs' losses and speeds, and each eval's numbers as tables.
+7. eval       `ringtrain eval` on --eval-np ranks, each task followed by its plot: loss by position over 32K
+              held-out windows (the pretrained model without scaling, yarn-0, extended; OUT/loss_by_position.png),
+              passkey cases in held-out code (launch/make_needles.py; the same three; OUT/passkey.png) and
+              RULER-style cases (launch/make_ruler.py; extended, then pretrained; OUT/ruler.png).
+8. summary    OUT/summary.md: every step's wall time, the data, the runs' losses and speeds, and each eval's
+              numbers as tables; OUT/results.tar.gz: the logs, metrics and eval results (no data or checkpoints).
 
 Training steps run under a deadline (--pretrain-seconds, --extend-seconds, both shortened to fit --time-budget,
 the driver's whole wall time): past it the trainer gets SIGTERM, finishes its step, saves and stops, and the run
@@ -246,7 +247,8 @@ class Driver:
                     steps=int(ckpts[-1].split("_")[1]), last_loss=round(steps[-1]["loss"], 4) if steps else None,
                     eval_loss=evals[-1]["eval_loss"] if evals else None, tok_per_s=speed[len(speed) // 2],
                     mfu=mfu[len(mfu) // 2], ms_per_step=round(step_ms[len(step_ms) // 2], 1),
-                    comm_exposed_ms=round(comm_ms[len(comm_ms) // 2], 1), losses=[(m["step"], m["loss"]) for m in steps])
+                    comm_exposed_ms=round(comm_ms[len(comm_ms) // 2], 1),
+                    losses=[(m["step"], m["loss"]) for m in steps])
         self.facts[name] = fact
         return (f"{fact['steps']} steps{' (deadline)' if termed else ''}, loss {fact['last_loss']}, "
                 f"{fact['tok_per_s']:.0f} tok/s")
@@ -305,7 +307,7 @@ class Driver:
         self.run(f"eval-{task}-{key}", cmd, timeout=180)
         return [json.loads(s) for s in open(out) if s.strip()]
 
-    def evals(self):
+    def cases(self):
         os.makedirs(self.path("eval"), exist_ok=True)
         long, tok = self.p["long"], ["--tokenizer", self.path("tokenizer.json")]
         self.run("make_needles", [PY, "launch/make_needles.py", "--out", self.path("eval", "passkey")] + tok + [
@@ -315,33 +317,38 @@ class Driver:
         self.run("make_ruler", [PY, "launch/make_ruler.py", "--out", self.path("eval", "ruler")] + tok + [
             "--max-length", str(long), "--lengths", self.p["ruler_lengths"], "--tasks", self.p["ruler_tasks"],
             "--samples", str(self.p["ruler_samples"]), "--max-new", str(self.p["ruler_max_new"])])
-        res = self.facts.setdefault("eval", {})
-        for key in ("pretrained", "yarn0", "extended"):
-            t0 = time.time()
-            res[f"lbp-{key}"] = self.evaluate(key, "loss-by-position", [])
-            res[f"needle-{key}"] = self.evaluate(key, "needle", [], self.path("eval", "passkey"))
-            if key != "yarn0":
-                res[f"ruler-{key}"] = self.evaluate(key, "ruler", [f"train.batch_size={self.p['ruler_batch']}"],
-                                                    self.path("eval", "ruler"))
-            res[f"seconds-{key}"] = round(time.time() - t0, 1)
-            self.save_state()
-        return "; ".join(f"{k} {res[f'seconds-{k}']} s" for k in ("pretrained", "yarn0", "extended"))
 
-    # ---- 8: plots and summary ----
-    def plots(self):
-        keys = ("pretrained", "yarn0", "extended")
-        labels = ",".join(self.models()[k][0] for k in keys)
-        ev = lambda t, ks: [self.path("eval", f"{t}-{k}.jsonl") for k in ks]  # noqa: E731
-        self.run("plot_loss", [PY, "launch/plot_loss_by_position.py"] + ev("loss-by-position", keys) + [
-            "--labels", labels, "--out", self.path("loss_by_position.png"),
-            "--title", f"Held-out loss by position (Python code, {count(self.p['long'])} windows)"])
-        self.run("plot_passkey", [PY, "launch/plot_needles.py"] + ev("needle", keys) + [
-            "--labels", labels, "--out", self.path("passkey.png")])
-        two = ("pretrained", "extended")
-        self.run("plot_ruler", [PY, "launch/plot_ruler.py"] + ev("ruler", two) + [
-            "--labels", ",".join(self.models()[k][0] for k in two), "--out", self.path("ruler.png")])
-        return ", ".join(f"{n} {os.path.getsize(self.path(n)) // 1024} KB"
-                         for n in ("loss_by_position.png", "passkey.png", "ruler.png"))
+    # ---- 7-8: each eval on every model, then its plot (so an outer timeout keeps the plots made) ----
+    def eval_task(self, task, keys, extra, cases, plot, png, title=None):
+        """Evaluates `keys` in that order, then plots those done in the order of the three models."""
+        res, note = self.facts.setdefault("eval", {}), ""
+        short = {"loss-by-position": "lbp"}.get(task, task)
+        for key in keys:
+            if task == "ruler" and self.left() < 40:
+                note = f"; {key} skipped: {self.left():.0f} s left of --time-budget"
+                break
+            res[f"{short}-{key}"] = self.evaluate(key, task, extra, cases)
+            self.save_state()
+        done = [k for k in ("pretrained", "yarn0", "extended") if f"{short}-{k}" in res]
+        if not done:
+            return note.lstrip("; ")
+        files = [self.path("eval", f"{task}-{k}.jsonl") for k in done]
+        cmd = [PY, plot] + files + ["--labels", ",".join(self.models()[k][0] for k in done), "--out", self.path(png)]
+        self.run(f"plot-{task}", cmd + (["--title", title] if title else []))
+        return f"{png} {os.path.getsize(self.path(png)) // 1024} KB" + note
+
+    def eval_loss(self):
+        return self.eval_task("loss-by-position", ("pretrained", "yarn0", "extended"), [], None,
+                              "launch/plot_loss_by_position.py", "loss_by_position.png",
+                              f"Held-out loss by position (Python code, {count(self.p['long'])} windows)")
+
+    def eval_passkey(self):
+        return self.eval_task("needle", ("pretrained", "yarn0", "extended"), [], self.path("eval", "passkey"),
+                              "launch/plot_needles.py", "passkey.png")
+
+    def eval_ruler(self):  # the extended model first: the one to keep if time runs short
+        return self.eval_task("ruler", ("extended", "pretrained"), [f"train.batch_size={self.p['ruler_batch']}"],
+                              self.path("eval", "ruler"), "launch/plot_ruler.py", "ruler.png")
 
     def write_summary(self):
         f, L = self.facts, []
@@ -483,8 +490,10 @@ def main():
         d.step("pretrain", d.pretrain)
         d.step("yarn0", d.yarn0)
         d.step("extend", d.extend)
-        d.step("eval", d.evals)
-        d.step("plots", d.plots, gpu=False)
+        d.step("cases", d.cases, gpu=False)
+        d.step("eval: loss by position", d.eval_loss)
+        d.step("eval: passkey", d.eval_passkey)
+        d.step("eval: RULER", d.eval_ruler)
     d.write_summary()
     d.archive()
     print(f"context_extension: wrote {d.path('summary.md')}" +
