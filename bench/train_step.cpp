@@ -7,7 +7,12 @@
 // (the arena, i.e. every buffer of the model, and the device's used memory), then one line
 // "RESULT {json}" for bench/torch_gpt_side_by_side.py.
 //
-//   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--profile] [--set key=value ...]
+//   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--profile]
+//                    [--precision bf16|fp8] [--recipe tensorwise|rowwise|block] [--set key=value ...]
+//
+// --precision and --recipe set train.precision and fp8.recipe (framework/model/fp8_linear.h); run the binary once per
+// setting in one job to compare ours bf16 with ours fp8 per recipe on the same GPU. With --profile the FP8 ops'
+// share of the step (the quantization: fp8_amax + fp8_quantize; the FP8 GEMMs) is printed and in RESULT.
 //
 // --profile runs one more step after the timed ones with every CUDA op timed by events (kernels/op_profile.h)
 // and prints GPU ms per op, the step's wall time and what no op accounts for (communication, host work, idle).
@@ -44,7 +49,8 @@ namespace {
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr, "bench_train_step: %s\nusage: bench_train_step <config.yaml> [--warmup N] [--steps N] "
-                       "[--init fast|exact] [--profile] [--set key=value ...]\n", msg);
+                       "[--init fast|exact] [--profile] [--precision bf16|fp8] [--recipe tensorwise|rowwise|block] "
+                       "[--set key=value ...]\n", msg);
   std::exit(2);
 }
 
@@ -119,6 +125,8 @@ int main(int argc, char** argv) {
     else if (a == "--init") init = value();
     else if (a == "--profile") profile = true;
     else if (a == "--set") sets.push_back(value());
+    else if (a == "--precision") sets.push_back("train.precision=" + value());
+    else if (a == "--recipe") sets.push_back("fp8.recipe=" + value());
     else usage(("unknown argument " + a).c_str());
   }
   if (steps < 1 || warmup < 0) usage("--steps must be >= 1 and --warmup >= 0");
@@ -143,11 +151,13 @@ int main(int argc, char** argv) {
 
     const ModelConfig& m = config.model;
     const int64_t tokens = int64_t(config.train.batch_size) * config.data.seq_len;
+    const bool fp8 = config.train.precision == "fp8";
+    const std::string precision = fp8 ? "fp8 " + config.fp8.recipe : config.train.precision;
     std::printf("train_step: %s on %s | L%d d%d H%d V%d | T %lld x batch %d = %lld tokens/step | checkpointing %s "
-                "| setup %.1f s\n",
+                "| precision %s | setup %.1f s\n",
                 path.c_str(), device_name(device).c_str(), int(m.n_layer), int(m.d_model), int(m.n_head),
                 int(m.vocab_size), (long long)config.data.seq_len, int(config.train.batch_size), (long long)tokens,
-                config.train.checkpointing.c_str(), setup_s);
+                config.train.checkpointing.c_str(), precision.c_str(), setup_s);
     std::fflush(stdout);
 
     std::vector<double> times, enqueue_times;
@@ -204,6 +214,7 @@ int main(int argc, char** argv) {
                   timed_pairs / double(times.size()));
     else
       std::printf("  MFU = (6*P_matmul + 6*L*d*T) * tok/s / peak; %s\n", flops.formula().c_str());
+    double quant_ms = -1, fp8_gemm_ms = -1, profile_wall_ms = -1;  // --profile: the FP8 ops' GPU time
     if (profile) {
       const int s = warmup + steps + 1;
       const Batch batch = loader->next();
@@ -222,6 +233,14 @@ int main(int argc, char** argv) {
         std::printf("    %-26s %7lld %11.1f %6.1f%%\n", op.name.c_str(), (long long)op.calls, op.ms, 100 * op.ms / wall_ms);
       std::printf("    %-26s %7s %11.1f %6.1f%%\n", "(no op: comm, host, idle)", "", wall_ms - sum,
                   100 * (wall_ms - sum) / wall_ms);
+      quant_ms = 0, fp8_gemm_ms = 0, profile_wall_ms = wall_ms;
+      for (const OpTime& op : ops) {
+        if (op.name == "fp8_amax" || op.name == "fp8_quantize") quant_ms += op.ms;
+        if (op.name == "gemm_fp8") fp8_gemm_ms += op.ms;
+      }
+      if (fp8)
+        std::printf("  fp8: quantization (fp8_amax + fp8_quantize) %.1f ms = %.1f%% of the step; FP8 GEMMs %.1f ms = "
+                    "%.1f%%\n", quant_ms, 100 * quant_ms / wall_ms, fp8_gemm_ms, 100 * fp8_gemm_ms / wall_ms);
       std::printf("PROFILE {\"wall_ms\":%.3f", wall_ms);
       for (const OpTime& op : ops) std::printf(",\"%s\":%.3f", op.name.c_str(), op.ms);
       std::printf("}\n");
@@ -229,11 +248,14 @@ int main(int argc, char** argv) {
     std::printf("RESULT {\"config\":\"%s\",\"L\":%d,\"d\":%d,\"H\":%d,\"V\":%d,\"T\":%lld,\"batch\":%d,"
                 "\"ckpt\":\"%s\",\"ms_per_step\":%.3f,\"tok_s\":%.1f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                 "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu,"
-                "\"enqueue_ms\":%.3f,\"host_waits\":%llu}\n",
+                "\"enqueue_ms\":%.3f,\"host_waits\":%llu,\"precision\":\"%s\",\"recipe\":\"%s\",\"fp8_peak_tflops\":%.0f,"
+                "\"fp8_quant_ms\":%.3f,\"fp8_gemm_ms\":%.3f,\"profile_wall_ms\":%.3f}\n",
                 path.c_str(), int(m.n_layer), int(m.d_model), int(m.n_head), int(m.vocab_size),
                 (long long)config.data.seq_len, int(config.train.batch_size), config.train.checkpointing.c_str(),
                 median * 1e3, tok_s, frac, peak, arena_gib, used_gib, flops.per_token(), last_loss, k,
-                enqueue_median * 1e3, (unsigned long long)max_waits);
+                enqueue_median * 1e3, (unsigned long long)max_waits, config.train.precision.c_str(),
+                fp8 ? config.fp8.recipe.c_str() : "", fp8 ? fp8_peak_tflops_for_gpu(device_name(device)) : 0.0,
+                quant_ms, fp8_gemm_ms, profile_wall_ms);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
