@@ -2,8 +2,8 @@
 // auto allocates the gather scheme's buffers (about (cp - 1) times the ring's K/V block, twice that for the f32
 // dK/dV, and two exchange buffers) whether or not a batch then picks the gather. Where those buffers are what
 // keeps a rank from fitting its device and the ring alone fits, the run takes the ring for every batch and says so
-// once, instead of stopping on an out-of-memory error that the ring alone would not have. The trainer and
-// `ringtrain plan` resolve it alike (framework/run/trainer.cpp, framework/plan/plan.cpp).
+// once, instead of stopping on an out-of-memory error that the ring alone would not have. Train, eval and
+// `ringtrain plan` resolve it alike, in the one resolve step (framework/plan/resolve.h).
 #pragma once
 #include <string>
 

@@ -162,7 +162,7 @@ Resolved resolve_autos(const Config& config, Purpose purpose, const ResolveInput
   // Settled with the process grid and the run directory (not here): said, so that the table lists every auto.
   const ParallelConfig& p = r.config.parallel;
   if (p.comm == "auto" && p.dp * p.cp * p.tp > 1)
-    r.rows.push_back({"parallel.comm", "auto", r.device.is_cuda() ? "with the grid" : "mpi",
+    r.rows.push_back({"parallel.comm", "auto", r.device.is_cuda() ? "nccl or mpi, with the grid" : "mpi",
                       r.device.is_cuda() ? "nccl when every rank has a GPU of its own, else mpi (said when the grid "
                                            "is built)"
                                          : "CPU tensors"});
