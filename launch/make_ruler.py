@@ -287,7 +287,7 @@ def copy_case(src, rng, length, task):
 
     answers, spans = [], []  # answers: token runs; spans: where they sit in x
     if task == "fwe":
-        n_words = max(span // 10, 8)
+        n_words = min(max(span // 10, 8), content ** 2 - 1)  # 2-token words, all distinct from the dots
         words = distinct(rng, n_words, lambda: tuple(run(2)))
         dots = tuple(run(2))
         while dots in words:
@@ -306,16 +306,18 @@ def copy_case(src, rng, length, task):
         if lines < need:
             raise TooShort
         noise = run(W)
-        if task == "niah_multikey":
-            body = [run(W) for _ in range(lines)]
+        if task == "niah_multikey":  # the queried key first; every other line a needle of another key
+            key = run(2)
+            body = []
+            for _ in range(lines):
+                other = run(2)
+                while other == key:
+                    other = run(2)
+                body.append(other + run(W - 2))
         else:
             body = [list(noise) for _ in range(lines)]
         at = sorted(rng.sample(range(lines), 1 if task == "niah_multikey" else need))
         if task == "niah_multikey":
-            keys = {tuple(b[:2]) for i, b in enumerate(body) if i != at[0]}
-            key = tuple(run(2))
-            while key in keys:
-                key = tuple(run(2))
             body[at[0]][:2] = key
             answers, spans = [body[at[0]][2:]], [[W * at[0] + 2, W * at[0] + W]]
         elif task in ("niah_single", "niah_multivalue"):
@@ -416,9 +418,9 @@ def main():
              "give shorter --lengths, fewer --tasks or --samples")
     if args.vocab_size and not args.copy_task:
         fail("--vocab-size is for --copy-task; a tokenizer or --bytes sets the vocabulary")
-    if args.copy_task and not 3 <= args.vocab_size <= MAX_COPY_VOCAB:
-        fail(f"--copy-task needs --vocab-size in [3, {MAX_COPY_VOCAB}] (the config's model.vocab_size), not "
-             f"{args.vocab_size}")
+    if args.copy_task and not 5 <= args.vocab_size <= MAX_COPY_VOCAB:
+        fail(f"--copy-task needs --vocab-size in [5, {MAX_COPY_VOCAB}] (the config's model.vocab_size; the tasks' "
+             f"2-token keys, names and words need at least 4 content ids), not {args.vocab_size}")
     try:
         src = open_tokens(args)
     except (CaseError, OSError) as e:

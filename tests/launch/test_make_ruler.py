@@ -179,12 +179,16 @@ def main():
         expect_error(["--out", d("e7"), "--copy-task", "--vocab-size", str(2**40), "--max-length", "64"],
                      "--vocab-size")
         expect_error(["--out", d("e8"), "--bytes", "--max-length", "4096", "--samples", str(10**7)], "cases")
+        expect_error(["--out", d("e12"), "--copy-task", "--vocab-size", "4", "--max-length", "64"], "--vocab-size")
+        # A small vocabulary at a long length: the 2-token keys and words run out of fresh values, and still end.
+        small, _, _ = make(d("c5"), "--copy-task", "--vocab-size", "5", "--max-length", "4096", "--samples", "1")
+        check_copy(small, 5)
         expect_error(["--out", d("e9"), "--bytes", "--max-length", str(2**30), "--lengths", str(2**30)], "tokens")
         expect_error(["--out", d("e10"), "--bytes", "--max-length", str(2**40)], "--max-length")
         expect_error(["--out", d("e11"), "--copy-task", "--vocab-size", "32", "--max-length", "64", "--max-new",
                       "1000"], "too short")
         assert not any(os.path.exists(d(n)) or os.path.exists(d(n) + ".partial") for n in
-                       ("e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9", "e10", "e11")), \
+                       ("e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9", "e10", "e11", "e12")), \
             "a refused run left a directory"
 
         # A byte-level BPE tokenizer.json (when the `tokenizers` package is installed).
