@@ -14,11 +14,19 @@ same FLOPs as ours. Contenders (each in its own try: one that fails, in compile 
   compiled   (--torch-compile) the same with every block wrapped by torch.compile (default mode), the checkpoint
              wrapper (and its selective policy) applied before compile, as torchtitan orders them (apply_ac, then
              apply_compile); compile and warm-up steps are not timed (--compile-warmup, default 2);
+  float8_tensorwise, float8_rowwise
+             (--fp8, when torchao imports: ../shared/peers/torchao, a peer, never a dependency) the compiled model with
+             every linear layer of a block (wqkv, wo, fc, proj; not the LM head, as ours) converted by torchao's
+             convert_to_float8_training with that recipe before compile;
   fa4        (--torch-compile, when `flash_attn.cute` imports: FlashAttention-4, ../shared/peers/fa4) the compiled
              model with FA4 as its attention (B,T,H,d layout, no transposes). FA4 runs outside the compiled graphs
              (torch.compiler.disable: a graph break around it). Under selective checkpointing its block is
              checkpoint(pre-attention) -> FA4 (not checkpointed, so autograd keeps its inputs and output) ->
              checkpoint(post-attention): the same "keep the attention, recompute the rest" policy.
+
+Ours: `ours` is bench_train_step in bf16; with --fp8 also `ours_fp8_<recipe>` (--precision fp8 --recipe <recipe>,
+recipes from --fp8-recipes, default tensorwise rowwise block), each its own process; with --profile their log says the
+quantization's share of the step. The table adds ours fp8 / ours bf16 and ours fp8 / the best torchao float8.
 
 Both sides: ms/step is the median of the steps after warm-up, each step ended by a device sync; tok/s =
 T / median; MFU = (6*P_matmul + 6*L*d*T) * tok/s / 989e12 (DESIGN.md; P_matmul excludes the embedding lookup).
@@ -27,7 +35,9 @@ included); torch = torch.cuda.max_memory_allocated.
 
     python3 bench/torch_gpt_side_by_side.py --ours build/bench/bench_train_step [--configs a.yaml b.yaml]
         [--warmup 1] [--steps 3] [--torch-compile] [--contenders ours eager compiled fa4] [--out table.md]
-        [--json results.jsonl] [--skip-torch] [--profile]
+        [--json results.jsonl] [--skip-torch] [--profile] [--fp8 [--fp8-recipes tensorwise rowwise block]]
+    torchao on the GPU machine: carry .torchao (../shared/peers/torchao/fetch.sh), then
+        python3 -m pip install -q --no-deps --target /tmp/ao .torchao/*.whl && PYTHONPATH=/tmp/ao python3 bench/...
 """
 import argparse
 import argparse
@@ -56,8 +66,10 @@ def read_shape(path):
     return out
 
 
-def run_ours(binary, config, warmup, steps, timeout, profile=False):
+def run_ours(binary, config, warmup, steps, timeout, profile=False, recipe=None):
+    """bench_train_step on one config; recipe: None (bf16) or an fp8.recipe (--precision fp8 --recipe recipe)."""
     cmd = [binary, config, "--warmup", str(warmup), "--steps", str(steps)] + (["--profile"] if profile else [])
+    cmd += ["--precision", "fp8", "--recipe", recipe] if recipe else ["--precision", "bf16"]
     print("$ " + " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -82,8 +94,19 @@ def have_fa4():
         return False
 
 
+def have_torchao():
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training  # noqa: F401
+        return True
+    except Exception as e:  # ImportError, or a torchao built for another torch
+        print(f"torchao: torchao.float8 does not import ({type(e).__name__}: {str(e)[:160]}); no float8 columns "
+              "(../shared/peers/torchao/README.md says how to install it on the GPU machine)", flush=True)
+        return False
+
+
 def run_torch(shape, warmup, steps, contender="eager", compile_warmup=2):
-    """One PyTorch contender (eager | compiled | fa4) on one shape. Returns its numbers, or {"error": ...}."""
+    """One PyTorch contender (eager | compiled | fa4 | float8_<recipe>) on one shape. Returns its numbers, or
+    {"error": ...}."""
     import gc
     import torch
     t_start = time.perf_counter()
@@ -115,8 +138,9 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
     policy = shape.get("checkpointing", "none")
     if policy not in ("none", "full", "selective"):
         raise SystemExit(f"checkpointing: {policy} is not one of none, full, selective")
-    compiled = contender in ("compiled", "fa4")
+    compiled = contender in ("compiled", "fa4") or contender.startswith("float8_")
     use_fa4 = contender == "fa4"
+    float8_recipe = contender[len("float8_"):] if contender.startswith("float8_") else None
     context_fn = None
     if policy == "selective":
         from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -216,6 +240,9 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
             super().__init__()
             self.tok = nn.Embedding(V, d)
             self.blocks = nn.ModuleList(Block() for _ in range(L))
+            if float8_recipe:  # the blocks' nn.Linear -> torchao Float8Linear, before checkpointing and compile
+                from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+                convert_to_float8_training(self.blocks, config=Float8LinearConfig.from_recipe_name(float8_recipe))
             self.norm = nn.RMSNorm(d, eps=1e-5)
             self.head = nn.Linear(d, V, bias=False)
             self.run_blocks = [wrap(b) for b in self.blocks]  # not registered: the parameters stay in self.blocks
@@ -295,10 +322,19 @@ def main():
     ap.add_argument("--contenders", nargs="*", default=None, choices=CONTENDERS,
                     help="run only these (default: ours eager, plus compiled fa4 with --torch-compile)")
     ap.add_argument("--profile", action="store_true", help="ours: one more step with per-op GPU times (in the log)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="add ours in fp8 (one per --fp8-recipes) and, when torchao imports, compiled + torchao float8 "
+                         "(tensorwise, rowwise)")
+    ap.add_argument("--fp8-recipes", nargs="*", default=["tensorwise", "rowwise", "block"],
+                    choices=["tensorwise", "rowwise", "block"], help="ours' fp8.recipe values with --fp8")
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     configs = a.configs or sorted(glob.glob(os.path.join(root, "configs", "bench", "*.yaml")))
     want = a.contenders or (["ours", "eager"] + (["compiled", "fa4"] if a.torch_compile else []))
+    if a.fp8 and not a.contenders:
+        want = (["ours"] + ["ours_fp8_" + r for r in a.fp8_recipes] + [c for c in want if c != "ours"] +
+                ["compiled", "float8_tensorwise", "float8_rowwise"])
+        want = list(dict.fromkeys(want))  # each once, in order
     have_torch = False
     gpu = "?"
     if not a.skip_torch and any(c != "ours" for c in want):
@@ -314,18 +350,22 @@ def main():
             print("torch not importable: ours only", flush=True)
     if "fa4" in want and have_torch and not have_fa4():
         want = [c for c in want if c != "fa4"]
-    torch_cols = [c for c in want if c != "ours"] if have_torch else []
+    if any(c.startswith("float8_") for c in want) and have_torch and not have_torchao():
+        want = [c for c in want if not c.startswith("float8_")]
+    ours_cols = [c for c in want if c.startswith("ours")]
+    torch_cols = [c for c in want if not c.startswith("ours")] if have_torch else []
 
     rows = []
     t_job = time.perf_counter()
     for n, c in enumerate(configs):
         shape = read_shape(c)
         res = {}
-        for who in (["ours"] if "ours" in want else []) + torch_cols:
+        for who in ours_cols + torch_cols:
             print(f"[{n + 1}/{len(configs)}] {os.path.basename(c)}: {who} "
                   f"(job at {time.perf_counter() - t_job:.0f} s)", flush=True)
-            if who == "ours":
-                res[who] = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile)
+            if who.startswith("ours"):
+                recipe = who[len("ours_fp8_"):] if who.startswith("ours_fp8_") else None
+                res[who] = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile, recipe)
             else:
                 res[who] = run_torch(shape, a.warmup, a.steps, who, a.compile_warmup)
             print(f"{who}: " + json.dumps(res[who]), flush=True)
@@ -334,15 +374,19 @@ def main():
                     f.write(json.dumps({"config": c, "contender": who, **res[who]}) + "\n")
         rows.append((c, shape, res))
 
-    table = make_table(rows, ["ours"] + torch_cols if "ours" in want else torch_cols, gpu, a)
+    table = make_table(rows, ours_cols + torch_cols, gpu, a)
     print("\n" + table, flush=True)
     if a.out:
         with open(a.out, "w") as f:
             f.write(table + "\n")
 
 
-CONTENDERS = ("ours", "eager", "compiled", "fa4")
-LABEL = {"ours": "ours", "eager": "torch eager", "compiled": "torch compiled", "fa4": "compiled+FA4"}
+CONTENDERS = ("ours", "ours_fp8_tensorwise", "ours_fp8_rowwise", "ours_fp8_block", "eager", "compiled", "fa4",
+              "float8_tensorwise", "float8_rowwise")
+LABEL = {"ours": "ours", "ours_fp8_tensorwise": "ours fp8 tensorwise", "ours_fp8_rowwise": "ours fp8 rowwise",
+         "ours_fp8_block": "ours fp8 block", "eager": "torch eager", "compiled": "torch compiled",
+         "fa4": "compiled+FA4", "float8_tensorwise": "compiled+float8 tensorwise",
+         "float8_rowwise": "compiled+float8 rowwise"}
 
 
 def make_table(rows, cols, gpu, a):
@@ -352,7 +396,9 @@ def make_table(rows, cols, gpu, a):
             return r.get("error", "") if key == "ms_per_step" else ""
         return fmt(r[key] * scale, spec) + suffix
 
-    torch_cols = [c for c in cols if c != "ours"]
+    torch_cols = [c for c in cols if not c.startswith("ours")]
+    fp8_cols = [c for c in cols if c.startswith("ours_fp8_")]
+    float8_cols = [c for c in torch_cols if c.startswith("float8_")]
     head = ["config", "L", "d", "T", "ckpt"]
     head += [f"{LABEL[c]} ms/step" for c in cols] + [f"{LABEL[c]} tok/s" for c in cols]
     head += [f"ours / {LABEL[c]}" for c in torch_cols if "ours" in cols]
@@ -360,6 +406,11 @@ def make_table(rows, cols, gpu, a):
     head += [f"{LABEL[c]} peak GiB" for c in torch_cols]
     if "ours" in cols:
         head += ["ours arena GiB", "ours device GiB", "ours host enqueue ms", "ours host waits"]
+    head += [f"{LABEL[c]} / ours" for c in fp8_cols if "ours" in cols]
+    head += [f"{LABEL[c]} arena GiB" for c in fp8_cols]
+    head += [f"{LABEL[c]} quantization % (--profile)" for c in fp8_cols]
+    if fp8_cols and float8_cols:
+        head += ["best ours fp8 / best torchao float8"]
     lines = [f"GPU: {gpu}. MFU = (6*P_matmul + 6*L*d*T) * tok/s / {PEAK_TFLOPS:.0f} TFLOP/s. Median of {a.steps} "
              f"steps after {a.warmup} warm-up ({max(a.warmup, a.compile_warmup)} for the compiled contenders, whose "
              f"first step compiles). torch peak = max_memory_allocated.", "",
@@ -380,6 +431,17 @@ def make_table(rows, cols, gpu, a):
             o = r["ours"]
             cells += [cell(o, "arena_gib", ".1f"), cell(o, "device_used_gib", ".1f"), cell(o, "enqueue_ms", ".1f"),
                       str(o.get("host_waits", ""))]
+            for k in fp8_cols:  # the FP8 speed-up of ours
+                ok = "tok_s" in r["ours"] and "tok_s" in r[k]
+                cells.append(fmt(r[k]["tok_s"] / r["ours"]["tok_s"], ".2f") if ok else "")
+        cells += [cell(r[k], "arena_gib", ".1f") for k in fp8_cols]
+        for k in fp8_cols:
+            q, w = r[k].get("fp8_quant_ms", -1), r[k].get("profile_wall_ms", -1)
+            cells.append(fmt(100.0 * q / w, ".1f") if q is not None and q >= 0 and w and w > 0 else "")
+        if fp8_cols and float8_cols:
+            ours_best = max((r[k]["tok_s"] for k in fp8_cols if "tok_s" in r[k]), default=None)
+            theirs_best = max((r[k]["tok_s"] for k in float8_cols if "tok_s" in r[k]), default=None)
+            cells.append(fmt(ours_best / theirs_best, ".2f") if ours_best and theirs_best else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
