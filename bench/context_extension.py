@@ -55,7 +55,7 @@ EOT = "<|endoftext|>"
 PROFILES = {
     "h200": dict(corpus_mb=120, tokenizer_mb=24, vocab=16384, val_tokens=600_000,
                  model_sets=[], rope_sets=[], short=4096, long=32768,
-                 pretrain_sets=["train.steps=750"], pretrain_seconds=150,
+                 pretrain_sets=["train.steps=800"], pretrain_seconds=150,
                  extend_sets=["train.steps=40"], extend_seconds=90, reserve_after_extend=110,
                  eval_sets=["train.batch_size=8", "train.eval_batches=1", "train.checkpointing=full"],
                  needle_lengths="4096,8192,16384,32768", needle_depths="0,0.25,0.5,0.75,1", needle_samples=2,
