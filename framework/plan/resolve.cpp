@@ -97,9 +97,11 @@ void resolve_cp_scheme_step(Resolved& r, const ResolveInputs& in) {
     r.rows.push_back({"parallel.cp_scheme", "auto", "ring", note});
     return;
   }
+  const std::string memory = in.searching_seq_len      ? "; --max-seq-len searches with the gather's buffers"
+                             : r.limits.device_bytes <= 0 ? "; not judged against memory (the limit is unknown)"
+                                                          : "; the gather's buffers fit " + r.limits_from;
   r.rows.push_back({"parallel.cp_scheme", "auto", "per batch",
-                    "the loader runs each batch with the scheme of least predicted time (schedule_batch)" +
-                        std::string(in.searching_seq_len ? "; --max-seq-len searches with the gather's buffers" : "")});
+                    "the loader runs each batch with the scheme of least predicted time (schedule_batch)" + memory});
 }
 
 // 6. train.offload_layers: auto: the fewest layers that fit.
