@@ -9,8 +9,8 @@
 //   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
 //                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--prefill-chunk N]
 //                   [--device-memory-gib G] [--dump-logits FILE.npy] [--out FILE] [--overwrite]
-//   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda]
-//   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32]
+//   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda] [--overwrite]
+//   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32] [--overwrite]
 //   ringtrain version
 // MPI is initialised once here (a plain `ringtrain train x.yaml` runs as a singleton world of one rank).
 // Exit codes (framework/base/run_errors.h): 0 finished, 2 usage, config, data or checkpoint error (command-line
@@ -65,6 +65,7 @@ struct HfArgs {
   std::string dtype = "bf16";   // export-hf
   uint64_t shard_bytes = uint64_t(5) << 30;
   int64_t max_positions = 0;  // export-hf: only when --max-position-embeddings is given
+  bool overwrite = false;     // --overwrite: replace an existing --out directory
 };
 
 // A CLI11 check from one of plan's "" -or-refusal functions (the refusal names the option and a value that works).
@@ -208,10 +209,14 @@ int main(int argc, char** argv) {
   import_hf->add_option("hf_dir", hf.source, "directory with config.json and model.safetensors (or shards + index)")
       ->required();
   import_hf->add_option("--out", hf.out, "checkpoint directory to create")->required();
+  import_hf->add_flag(rt::kOverwriteFlag, hf.overwrite, "replace an existing --out directory (once the new one is "
+                                                       "complete; without it an existing one is refused)");
   import_hf->add_option("--device", hf.device, "device the model will train on: auto | cpu | cuda (CUDA: head dim 64 or 128)");
   CLI::App* export_hf = app.add_subcommand("export-hf", "ringtrain checkpoint -> Hugging Face LlamaForCausalLM directory");
   export_hf->add_option("checkpoint_dir", hf.source, "checkpoint directory (run_dir/checkpoints/step_<N>)")->required();
   export_hf->add_option("--out", hf.out, "directory to create")->required();
+  export_hf->add_flag(rt::kOverwriteFlag, hf.overwrite, "replace an existing --out directory (once the new one is "
+                                                       "complete; without it an existing one is refused)");
   export_hf->add_option("--dtype", hf.dtype, "bf16 (default) | fp32 (export then import is bitwise)");
   export_hf->add_option("--shard-bytes", hf.shard_bytes, "largest safetensors shard (default 5 GiB)");
   export_hf->add_option("--max-position-embeddings", hf.max_positions,
@@ -233,10 +238,11 @@ int main(int argc, char** argv) {
   }
   if (import_hf->parsed() || export_hf->parsed()) {  // single-process file conversions: no MPI
     try {
-      if (import_hf->parsed()) return rt::import_hf_main(hf.source, hf.out, hf.device);
+      if (import_hf->parsed()) return rt::import_hf_main(hf.source, hf.out, hf.device, hf.overwrite);
       const bool positions_given = export_hf->count("--max-position-embeddings") > 0;
       return rt::export_hf_main(hf.source, hf.out, hf.dtype, hf.shard_bytes,
-                                positions_given ? std::optional<int64_t>(hf.max_positions) : std::nullopt);
+                                positions_given ? std::optional<int64_t>(hf.max_positions) : std::nullopt,
+                                hf.overwrite);
     } catch (const rt::RunError& e) {  // a refused input (exit 2)
       std::fprintf(stderr, "ringtrain: error: %s\n", rt::user_message(e.what(), e.code()).c_str());
       return e.code();

@@ -62,7 +62,7 @@ void fsync_directory(const std::string& path) {
 }
 
 void write_new_directory(const std::string& final_dir, const std::string& option_hint,
-                         const std::function<void(const std::string& tmp_dir)>& fill) {
+                         const std::function<void(const std::string& tmp_dir)>& fill, bool replace) {
   namespace fs = std::filesystem;
   const fs::path target(final_dir);
   const std::string name = target.filename().string();
@@ -79,8 +79,20 @@ void write_new_directory(const std::string& final_dir, const std::string& option
   try {
     fill(tmp.string());
     fsync_directory(tmp.string());
+    const fs::path old = parent / (".replaced_" + name);  // replace: the old directory until the new one is in place
+    const bool replacing = replace && fs::is_directory(target, ec);
+    if (replacing) {
+      fs::remove_all(old, ec);
+      fs::rename(target, old, ec);
+      if (ec) throw Error("cannot move the old '" + final_dir + "' aside to '" + old.string() + "': " + ec.message());
+    }
     fs::rename(tmp, target, ec);
-    if (ec) throw Error("cannot rename '" + tmp.string() + "' to '" + final_dir + "': " + ec.message());
+    if (ec) {
+      const std::string why = ec.message();
+      if (replacing) fs::rename(old, target, ec);  // the old one back
+      throw Error("cannot rename '" + tmp.string() + "' to '" + final_dir + "': " + why);
+    }
+    if (replacing) fs::remove_all(old, ec);
   } catch (const std::exception& e) {
     std::error_code removed;
     fs::remove_all(tmp, removed);

@@ -31,8 +31,10 @@ void fsync_directory(const std::string& path);
 // "."), all at once: fill(tmp) writes into the temporary sibling .tmp_<name>, which is then renamed into place.
 // Whatever fill or the rename throws (a full disk included), the temporary is removed and the error is thrown
 // again, saying so; nothing is left behind. option_hint names what chose the path (e.g. "--out").
+// replace (--overwrite): final_dir may exist as a directory; it is replaced only once the new one is complete
+// (renamed aside, the new one renamed into place, then the old one removed).
 void write_new_directory(const std::string& final_dir, const std::string& option_hint,
-                         const std::function<void(const std::string& tmp_dir)>& fill);
+                         const std::function<void(const std::string& tmp_dir)>& fill, bool replace = false);
 
 // A fast 64-bit checksum (four independent multiply-rotate lanes over 8-byte words, then the tail bytes),
 // written as "rt64:<16 hex digits>". Detects flipped bytes and truncation; not cryptographic.

@@ -319,10 +319,11 @@ std::vector<HostTensor> load_model_weights(const std::string& path, std::map<std
 }
 
 void save_weights_checkpoint(const std::string& dir, const std::vector<HostTensor>& model, const TrainState& state,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata, bool replace) {
   std::error_code ec;
-  if (fs::exists(dir, ec))
-    throw Error("'" + dir + "' already exists; choose a new --out directory (nothing is overwritten)");
+  if (fs::exists(dir, ec) && !replace)
+    throw Error("'" + dir + "' already exists; choose a new --out directory, or pass --overwrite to replace it "
+                "(nothing is overwritten without it)");
   write_new_directory(dir, "--out", [&](const std::string& tmp_dir) {
     const fs::path tmp(tmp_dir);
     std::map<std::string, std::string> meta = metadata;
@@ -335,7 +336,7 @@ void save_weights_checkpoint(const std::string& dir, const std::vector<HostTenso
                          {"config_hash", state.config_hash},
                          {"files", {{kModelFile, file_record(tmp / kModelFile)}}}};
     write_file_durably((tmp / kStateFile).string(), js.dump(2) + "\n");
-  });
+  }, replace);
 }
 
 std::string latest_checkpoint(const std::string& lineage_dir) {

@@ -58,9 +58,10 @@ std::string save_checkpoint(const std::string& lineage_dir, const std::vector<Ho
                             const std::map<std::string, std::string>& extra_metadata = {},
                             const std::vector<std::string>& keep_always = {});
 // A checkpoint of weights only (no optimizer.safetensors; state.json records none), written into `dir`
-// itself through a temporary sibling and a rename (ringtrain import-hf). `dir` must not exist yet.
+// itself through a temporary sibling and a rename (ringtrain import-hf). `dir` must not exist yet, unless
+// `replace` (import-hf --overwrite): then an existing directory is replaced once the new one is complete.
 void save_weights_checkpoint(const std::string& dir, const std::vector<HostTensor>& model, const TrainState& state,
-                             const std::map<std::string, std::string>& metadata);
+                             const std::map<std::string, std::string>& metadata, bool replace = false);
 struct LoadedCheckpoint {
   std::vector<HostTensor> model, optimizer;  // optimizer empty for a weights-only checkpoint
   TrainState state;

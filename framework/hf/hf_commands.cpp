@@ -30,7 +30,7 @@ bool is_side_file(const std::string& name) {
 }
 
 // Anything the input checks throw is a refusal of the user's input (exit 2, README "When things go wrong");
-// only errors while writing the output (a full disk) end with 1.
+// an output that cannot be written (a full disk) is exit 2 too (write_new_directory).
 template <class Body>
 auto refusing(Body&& body) -> decltype(body()) {
   try {
@@ -55,9 +55,17 @@ std::string normalised_out_dir(const std::string& out) {
   return p.string();
 }
 
-void require_new_dir(const std::string& dir) {
+// overwrite (--overwrite): an existing directory may be replaced (once the new one is complete), never the input
+// itself, nor a file.
+void require_new_dir(const std::string& dir, bool overwrite, const std::string& input) {
   std::error_code ec;
-  if (fs::exists(dir, ec)) throw Error("--out '" + dir + "' already exists; choose a new directory (nothing is overwritten)");
+  if (fs::exists(dir, ec) && fs::equivalent(dir, input, ec))
+    throw Error("--out '" + dir + "' is the input itself; choose another directory");
+  if (fs::exists(dir, ec) && !(overwrite && fs::is_directory(dir, ec)))
+    throw Error("--out '" + dir + "' already exists" +
+                std::string(fs::is_directory(dir, ec) ? "; choose a new directory, or pass --overwrite to replace it "
+                                                        "(nothing is overwritten without it)"
+                                                      : " and is a file; choose a directory path"));
   for (fs::path up = fs::path(dir).parent_path(); !up.empty(); up = up.parent_path()) {
     if (fs::is_directory(up, ec)) break;
     if (fs::exists(up, ec))
@@ -68,10 +76,10 @@ void require_new_dir(const std::string& dir) {
 
 }  // namespace
 
-int import_hf_main(const std::string& hf_dir, const std::string& out, const std::string& device) {
+int import_hf_main(const std::string& hf_dir, const std::string& out, const std::string& device, bool overwrite) {
   const std::string out_dir = normalised_out_dir(out);
   const HfModelInfo info = refusing([&] {
-    require_new_dir(out_dir);
+    require_new_dir(out_dir, overwrite, hf_dir);
     if (device != "auto" && device != "cpu" && device != "cuda")
       throw Error("--device '" + device + "' must be auto, cpu or cuda (the device the model will train on)");
     HfModelInfo read = read_hf_config(hf_dir);
@@ -102,7 +110,7 @@ int import_hf_main(const std::string& hf_dir, const std::string& out, const std:
   state.step = 0;
   state.rng_state = "none";
   state.config_hash = model_config_hash(c);
-  save_weights_checkpoint(out_dir, weights, state, meta);
+  save_weights_checkpoint(out_dir, weights, state, meta, overwrite);
   std::printf("import-hf: wrote %s (%lld parameters, step 0, no optimizer state); train from it with "
               "train.init_from: %s\n",
               out_dir.c_str(), (long long)count_parameters(m), out_dir.c_str());
@@ -110,7 +118,7 @@ int import_hf_main(const std::string& hf_dir, const std::string& out, const std:
 }
 
 int export_hf_main(const std::string& checkpoint_dir, const std::string& out, const std::string& dtype,
-                   uint64_t shard_bytes, std::optional<int64_t> max_positions) {
+                   uint64_t shard_bytes, std::optional<int64_t> max_positions, bool overwrite) {
   const std::string out_dir = normalised_out_dir(out);
   if (max_positions && *max_positions <= 0)
     throw RunError(kExitUsage, "--max-position-embeddings " + std::to_string(*max_positions) +
@@ -118,7 +126,7 @@ int export_hf_main(const std::string& checkpoint_dir, const std::string& out, co
                                    "use the context the checkpoint was trained at");
   const LoadedCheckpoint ckpt = refusing([&] {
     if (dtype != "bf16" && dtype != "fp32") throw Error("--dtype '" + dtype + "' must be bf16 or fp32");
-    require_new_dir(out_dir);
+    require_new_dir(out_dir, overwrite, checkpoint_dir);
     return load_checkpoint(checkpoint_dir);
   });
   const ModelConfig m = refusing([&] { return model_config_from_metadata(ckpt.metadata, checkpoint_dir); });
@@ -161,7 +169,7 @@ int export_hf_main(const std::string& checkpoint_dir, const std::string& out, co
       if (ec) throw Error("cannot copy '" + entry.path().string() + "': " + ec.message());
       ++copied;
     }
-  });
+  }, overwrite);
   std::printf("export-hf: wrote %s (LlamaForCausalLM, %s, max_position_embeddings %lld, RoPE base %g, scaling %s, "
               "%d tokenizer/generation files from %s)\n",
               out_dir.c_str(), dtype.c_str(), (long long)context, double(m.rope_base),

@@ -172,6 +172,32 @@ def case_outputs(env, source_dir):
     p = env.eval(["--task", "needle", "--cases", cases, "--out", needle])
     refused(p, ["--out", "--overwrite"], "eval needle --out onto an existing file")
     check(open(needle).read() == "old\n", "eval needle: the existing file is untouched")
+    # import-hf / export-hf take the same flag: an existing --out directory is refused naming it, replaced with it
+    # (once the new one is complete), and never the input itself.
+    sw_run = os.path.join(t, "swiglu_run")  # export-hf writes LlamaForCausalLM: a SwiGLU model
+    p = env.run(["train", env.config, *env.cpu, "--set", "parallel.cp=1", "--set", "model.mlp=swiglu", "--set",
+                 "train.steps=1", "--set", "optim.warmup_steps=1", "--set", "train.eval_every=0", "--set",
+                 f"train.run_dir={sw_run}"])
+    check(p.returncode == 0, "a 1-step SwiGLU checkpoint to export", p.both)
+    sw_ckpt = os.path.join(sw_run, "checkpoints", "main", "step_1")
+    hf = os.path.join(t, "hf_out")
+    os.makedirs(hf)
+    with open(os.path.join(hf, "marker"), "w") as f:
+        f.write("old")
+    refused(env.run(["export-hf", sw_ckpt, "--out", hf, "--dtype", "fp32"]), ["--out", "--overwrite"],
+            "export-hf --out onto an existing directory")
+    p = env.run(["export-hf", sw_ckpt, "--out", hf, "--dtype", "fp32", "--overwrite"])
+    check(p.returncode == 0 and entries(hf) != ["marker"] and "config.json" in entries(hf) and
+          not any(e.startswith(".") for e in entries(t)), f"export-hf --overwrite replaces it ({entries(hf)})", p.both)
+    imported = os.path.join(t, "imported")
+    os.makedirs(imported)
+    refused(env.run(["import-hf", hf, "--out", imported, "--device", "cpu"]), ["--overwrite"],
+            "import-hf --out onto an existing directory")
+    p = env.run(["import-hf", hf, "--out", imported, "--device", "cpu", "--overwrite"])
+    check(p.returncode == 0 and "model.safetensors" in entries(imported), "import-hf --overwrite replaces it", p.both)
+    refused(env.run(["export-hf", sw_ckpt, "--out", sw_ckpt, "--overwrite"]), ["--out", "the input itself"],
+            "export-hf --out onto the checkpoint it reads")
+    check(sha(model) == before, "the checkpoint's model.safetensors is still untouched")
     # Row 4: an --out that cannot be written is refused before the eval runs, and leaves nothing.
     dir_out = os.path.join(t, "X.jsonl")
     os.makedirs(dir_out)
@@ -189,8 +215,9 @@ def case_outputs(env, source_dir):
                       "--dump-logits", os.path.join(full, "g.npy")], file_limit=100)
     check(p.returncode == 2 and entries(full) == [], f"generate --out --dump-logits on a full disk: exit 2 (got "
                                                      f"{p.returncode}), nothing left ({entries(full)})", p.both)
-    p = env.run(["export-hf", env.ckpt, "--out", os.path.join(full, "hf"), "--dtype", "fp32"], file_limit=100)
-    check(p.returncode == 2 and entries(full) == [], f"export-hf on a full disk: exit 2 like generate and eval (got "
+    p = env.run(["export-hf", sw_ckpt, "--out", os.path.join(full, "hf"), "--dtype", "fp32"], file_limit=100)
+    check(p.returncode == 2 and "partial output was removed" in p.both and entries(full) == [],
+          f"export-hf on a full disk: exit 2 like generate and eval (got "
                                                      f"{p.returncode}), nothing left ({entries(full)})", p.both)
 
 
