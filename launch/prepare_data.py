@@ -25,7 +25,7 @@ tokenizer's own special tokens, so no second BOS appears. --delimiter-token over
 
 Several processes tokenize (--workers, default: all cores); a progress line shows documents, tokens, MB and an
 ETA. Everything is written into <out>.partial/, renamed to --out once complete; --out must not exist (or be an
-empty directory). Each shard is written to a temporary file and renamed, and progress.json records what is
+empty directory), unless --overwrite, which replaces it then. Each shard is written to a temporary file and renamed, and progress.json records what is
 complete: after an interruption (Ctrl-C, a kill), running the same command again resumes after the last complete
 shard. On an error (a bad input, too few documents, a full disk) <out>.partial/ is removed, so nothing
 half-written is left. Errors in the inputs or the options exit with 2.
@@ -309,8 +309,9 @@ class Progress:
         _bar_open = not final
 
 
-def out_paths(out_arg):
-    """-> (out, partial): --out normalised (a trailing slash dropped) and the directory written before the rename."""
+def out_paths(out_arg, overwrite=False):
+    """-> (out, partial): --out normalised (a trailing slash dropped) and the directory written before the rename.
+    overwrite (--overwrite): a directory that holds files may be replaced (once the new preparation is complete)."""
     if not out_arg.strip():
         fail("--out is empty; name a new directory, e.g. --out data/mycorpus")
     out = os.path.normpath(out_arg)
@@ -319,9 +320,10 @@ def out_paths(out_arg):
              "data/mycorpus")
     if os.path.exists(out) and not os.path.isdir(out):
         fail(f"--out '{out_arg}' is a file, not a directory; name a new directory")
-    if os.path.isdir(out) and os.listdir(out):
+    if os.path.isdir(out) and os.listdir(out) and not overwrite:
         what = "a complete preparation (meta.json)" if os.path.exists(os.path.join(out, "meta.json")) else "files"
-        fail(f"--out '{out}' already holds {what}; name a new directory, or remove it first")
+        fail(f"--out '{out}' already holds {what}; name a new directory, or pass --overwrite to replace it once the "
+             "new preparation is complete (nothing is overwritten without it)")
     partial = out + ".partial"
     if os.path.exists(partial) and not os.path.isdir(partial):
         fail(f"'{partial}' (where --out is prepared) is a file; remove it or name another --out")
@@ -333,6 +335,8 @@ def main():
     ap.add_argument("inputs", nargs="+", help="text files or .jsonl files (globs allowed)")
     ap.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json")
     ap.add_argument("--out", required=True, help="output directory (new, or empty)")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out (once the new preparation "
+                                                             "is complete)")
     ap.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per training shard (about)")
     ap.add_argument("--val-tokens", type=int, default=1_000_000, help="tokens in the held-out shard (about)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
@@ -346,7 +350,7 @@ def main():
     if args.workers < 1:
         fail(f"--workers must be >= 1 (got {args.workers}); leave it out to use every core ({os.cpu_count() or 1})")
     check_numpy()
-    out, partial = out_paths(args.out)
+    out, partial = out_paths(args.out, args.overwrite)
     files = expand_inputs(args.inputs)
     tok = load_tokenizer(args.tokenizer)
     vocab = tok.get_vocab_size(with_added_tokens=True)
@@ -470,9 +474,16 @@ def prepare(args, files, out, partial, progress_path, ident, state, vocab, fmt, 
         "inputs": ident["inputs"],
     }
     write_json(os.path.join(partial, "meta.json"), meta)
-    if os.path.isdir(out):
-        os.rmdir(out)  # empty (checked at the start)
-    os.rename(partial, out)
+    if os.path.isdir(out) and os.listdir(out):  # --overwrite (checked at the start): the old one goes only now
+        old = out + ".replaced"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out, old)
+        os.rename(partial, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty (checked at the start)
+        os.rename(partial, out)
     print(f"prepare_data: wrote {len(state['train_shards'])} training shard(s) + {len(state['val_shards'])} held-out "
           f"({state['tokens']:,} tokens, {state['documents']:,} documents) and meta.json to {out}\n"
           f"  train with: data.source: shards, data.path: {out}/train_*.bin, data.eval_path: "

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """launch/make_needles.py and launch/generate.py on a hostile user's options (issue 43, rows 6 and 7): every user
 error ends with one line `<script>: error: ...` naming the option, exit 2, never a traceback; generate.py --np N
-passes mpirun --oversubscribe as launch/train.sh does. No build and no `tokenizers` package needed: a stand-in
+passes mpirun --oversubscribe as launch/train.sh does; make_needles.py and prepare_data.py take --overwrite for an
+existing --out, as every ringtrain command does (row 3). prepare_data.py needs NumPy. No build and no `tokenizers` package needed: a stand-in
 module (word-level, reads tokenizer.json as JSON) comes first on PYTHONPATH, and a stand-in mpirun and ringtrain
 record what they were given.
 
@@ -18,7 +19,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 failures = []
 
-STUB_TOKENIZERS = '''"""A stand-in for the `tokenizers` package: ids are word indexes of tokenizer.json's "vocab"."""
+STUB_TOKENIZERS = '''"""A stand-in for the `tokenizers` package: a word-level tokenizer, tokenizer.json's "model": {"vocab":
+{word: id}} (ids of unknown words: 0)."""
 import json
 
 
@@ -30,6 +32,7 @@ class Encoding:
 class Tokenizer:
     def __init__(self, vocab):
         self.vocab = vocab
+        self.words = {i: w for w, i in vocab.items()}
 
     @staticmethod
     def from_file(path):
@@ -38,13 +41,19 @@ class Tokenizer:
                 data = json.load(f)
             except ValueError as e:
                 raise Exception(f"expected value at line 1 column 1 ({e})")  # the real one raises a plain Exception
-        return Tokenizer(data["vocab"])
+        return Tokenizer(data["model"]["vocab"])
+
+    def token_to_id(self, token):
+        return self.vocab.get(token)
+
+    def get_vocab_size(self, with_added_tokens=True):
+        return len(self.vocab)
 
     def encode(self, text, add_special_tokens=True):
-        return Encoding([self.vocab.index(w) % 32 if w in self.vocab else 1 for w in text.split()])
+        return Encoding([self.vocab.get(w, 0) for w in text.split()])
 
     def decode(self, ids):
-        return " ".join(self.vocab[i % len(self.vocab)] for i in ids)
+        return " ".join(self.words.get(i, "?") for i in ids)
 '''
 
 # mpirun -np N [--oversubscribe] CMD...: like Open MPI on a 2-core machine, refuses more than 2 ranks without
@@ -142,7 +151,7 @@ def generate_cases(script, env, tmp):
     config = os.path.join(tmp, "c.yaml")
     write(config, "device: cpu\n")
     tok = os.path.join(tmp, "tokenizer.json")
-    write(tok, json.dumps({"vocab": ["a", "b", "c", "d"]}))
+    write(tok, json.dumps({"model": {"vocab": {"a": 0, "b": 1, "c": 2, "d": 3}}}))
     ckpt = os.path.join(tmp, "ckpt")
     os.makedirs(ckpt)
     header = json.dumps({"__metadata__": {"hf_source": ""}}).encode()
@@ -173,6 +182,26 @@ def generate_cases(script, env, tmp):
           text + log)
 
 
+def prepare_data_cases(script, env, tmp):
+    """The same rule for prepare_data.py's --out: a directory that holds files is refused naming --overwrite, and
+    replaced with it once the new preparation is complete."""
+    tok = os.path.join(tmp, "pd_tokenizer.json")
+    write(tok, json.dumps({"model": {"vocab": {"[UNK]": 0, "a": 1, "b": 2, "<|endoftext|>": 3}}}))
+    corpus = os.path.join(tmp, "corpus.jsonl")
+    write(corpus, "".join(json.dumps({"text": "a b a b a b a b"}) + "\n" for _ in range(200)))
+    out = os.path.join(tmp, "prepared")
+    os.makedirs(out)
+    write(os.path.join(out, "marker"), "old")
+    argv = [corpus, "--tokenizer", tok, "--out", out, "--val-tokens", "100", "--shard-tokens", "1000", "--workers",
+            "1"]
+    code, text = run(script, argv, env, tmp)
+    refused(code, text, "prepare_data", "--overwrite", "prepare_data.py onto a directory that holds files")
+    check(os.listdir(out) == ["marker"], "prepare_data.py: the existing --out is untouched")
+    code, text = run(script, argv + ["--overwrite"], env, tmp)
+    check(code == 0 and "meta.json" in os.listdir(out) and "marker" not in os.listdir(out) and
+          not os.path.exists(out + ".replaced"), "prepare_data.py --overwrite replaces it", text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--launch-dir", default=os.path.join(HERE, "..", "..", "launch"))
@@ -184,6 +213,7 @@ def main():
         env = dict(os.environ, PYTHONPATH=os.path.join(tmp, "stubs"), FAKE_LOG=os.path.join(tmp, "mpirun.log"))
         make_needles_cases(os.path.join(args.launch_dir, "make_needles.py"), env, tmp)
         generate_cases(os.path.join(args.launch_dir, "generate.py"), env, tmp)
+        prepare_data_cases(os.path.join(args.launch_dir, "prepare_data.py"), env, tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
