@@ -297,6 +297,11 @@ TEST_F(ConfigTest, MetricsFileOutsideRunDirIsRefused) {
     expect_error(yaml(), {"log.metrics_file=" + bad}, 0,
                  {"log.metrics_file='" + bad + "' leaves train.run_dir", "give a path inside the run directory"});
   }
+  // A subdirectory of run_dir the run would not create is refused at validation (issue 43, row 11); one that
+  // exists is taken.
+  expect_error(yaml(), {"log.metrics_file=logs/metrics..jsonl"}, 0,
+               {"log.metrics_file='logs/metrics..jsonl' is in the directory 'logs'", "does not exist"});
+  fs::create_directories(run_dir_ / "logs");
   const rt::Config nested = rt::load_config(write(yaml()), {"log.metrics_file=logs/metrics..jsonl"}, 0);
   EXPECT_EQ(rt::metrics_path(nested), (run_dir_ / "logs/metrics..jsonl").string());
 }
