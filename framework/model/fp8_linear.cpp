@@ -149,6 +149,26 @@ void Fp8Linear::quantize(const Tensor& x, Fp8Split split, bool is_weight, int q_
   Fp8Operand oq, ot;
   if (q_buf >= 0) oq = view(q_buf, sc, R, K);
   if (t_buf >= 0) ot = view(t_buf, sc, K, R);
+  quantize_into(x, split, oq, ot);
+  if (q) *q = oq;
+  if (qt) *qt = ot;
+}
+
+Fp8Operand Fp8Linear::alloc_operand(Arena& arena, bool is_weight, int64_t R, int64_t K, const char* what) const {
+  Fp8Operand o;
+  o.scaling = fp8_scaling_for(recipe_, is_weight);
+  o.data = arena.alloc(DType::e4m3, {R, K}, what);  // (R,K) e4m3
+  const Fp8ScaleShape s = fp8_scale_shape(o.scaling, R, K);
+  o.scale = s.ndim == 1 ? arena.alloc(DType::f32, {s.d0}, what)           // fp8_scale_shape f32
+                        : arena.alloc(DType::f32, {s.d0, s.d1}, what);
+  return o;
+}
+
+void Fp8Linear::quantize_into(const Tensor& x, Fp8Split split, const Fp8Operand& oq, const Fp8Operand& ot) {
+  RT_CHECK(x.ndim == 2, "fp8: quantize takes a (R,K) tensor, got " << x.shape_str());
+  const int64_t R = x.shape[0], K = x.shape[1];
+  const Fp8Scaling sc = oq.defined() ? oq.scaling : ot.scaling;
+  RT_CHECK(!(oq.defined() && ot.defined()) || oq.scaling == ot.scaling, "fp8: q and qt scaled differently");
   Tensor amax, amax_t;
   if (sc == Fp8Scaling::tensor) {
     amax = amax_rows_.slice(0, 1);  // (1)
@@ -156,15 +176,13 @@ void Fp8Linear::quantize(const Tensor& x, Fp8Split split, bool is_weight, int q_
     reduce_max(amax, split.rows);
     reduce_max(amax, split.cols);
   } else if (sc == Fp8Scaling::row) {
-    if (q_buf >= 0) amax = amax_rows_.slice(0, R);    // (R): a row of q spans x's columns
-    if (t_buf >= 0) amax_t = amax_cols_.slice(0, K);  // (K): a row of qt spans x's rows
+    if (oq.defined()) amax = amax_rows_.slice(0, R);    // (R): a row of q spans x's columns
+    if (ot.defined()) amax_t = amax_cols_.slice(0, K);  // (K): a row of qt spans x's rows
     fp8_amax(amax, amax_t, x, sc);
     if (amax.defined()) reduce_max(amax, split.cols);
     if (amax_t.defined()) reduce_max(amax_t, split.rows);
   }
   fp8_quantize(oq, ot, x, amax, amax_t);
-  if (q) *q = oq;
-  if (qt) *qt = ot;
 }
 
 const Fp8Operand& Fp8Linear::weight(int buffer, const Tensor& w, Fp8Split split, bool transposed, int layer,

@@ -25,7 +25,10 @@
 // are quantized as such.
 //
 // Memory: the workspaces are shared by all layers; no FP8 copy of a weight outlives the GEMM pass that needs it
-// (the forward's W and the backward's W^T are quantized into the same two buffers, layer by layer).
+// (the forward's W and the backward's W^T are quantized into the same two buffers, layer by layer). Under
+// train.checkpointing: none, what the backward reads only as a weight gradient's operand (ln1, ln2 and the MLP
+// activation g) is kept as its transposed FP8 copy, made in the forward's quantization pass, instead of in bf16
+// (BlockActs::ln1_t, ln2_t, g_t; the bf16 ones become one set shared by the layers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -81,6 +84,15 @@ class Fp8Linear {
   // x (R,K) -> q (R,K) into buffer q_buf and / or qt (K,R) into t_buf (-1: not wanted), with this recipe's scaling
   // (is_weight: 128x128 blocks under the block recipe), amaxes reduced over `split` as the header says.
   void quantize(const Tensor& x, Fp8Split split, bool is_weight, int q_buf, int t_buf, Fp8Operand* q, Fp8Operand* qt);
+  // A view of workspace `buffer` as an (R,K) operand with this recipe's scaling (for quantize_into).
+  Fp8Operand view_of(int buffer, bool is_weight, int64_t R, int64_t K) const {
+    return view(buffer, fp8_scaling_for(recipe_, is_weight), R, K);
+  }
+  // The same into given operands (either may be undefined; both of one scaling): a kept copy (alloc_operand).
+  void quantize_into(const Tensor& x, Fp8Split split, const Fp8Operand& q, const Fp8Operand& qt);
+  // An (R,K) operand of its own (data and factors) from `arena`, scaled as this recipe scales an activation
+  // (is_weight false) or a weight.
+  Fp8Operand alloc_operand(Arena& arena, bool is_weight, int64_t R, int64_t K, const char* what) const;
   // A weight w (R,K) quantized into `buffer` as q (transposed = false) or its transpose, once per step and use:
   // the buffer keeps what it holds while (step, layer, which, transposed) stays the same.
   const Fp8Operand& weight(int buffer, const Tensor& w, Fp8Split split, bool transposed, int layer, Fp8Site which);

@@ -93,15 +93,20 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   const bool keep_attention = ckpt != ActivationCheckpointing::full && !options.forward_only;
   keep_mlp_hidden_ = keep_all;
   mlp_chunk_ = resolve_mlp_chunk(options.mlp_chunk, N, Fl);
-  for (int64_t i = 0; i < s.L; ++i) {
-    auto a = std::make_unique<BlockActs>();
-    if (keep_attention || i == 0) {
   if (options.fp8) {  // precision fp8: the GEMMs must tile; the shared FP8 workspaces (framework/model/fp8_linear.h)
     const Fp8BlockDims dims{N, mlp_chunk_, C, qd, kvd, Fl, s.swiglu};
     const std::string problem = fp8_tiling_problem(options.fp8_recipe, dims, options.fp8_bf16_first_last ? 1 : 0);
     if (!problem.empty()) throw RunError(kExitUsage, problem);
     fp8_ = std::make_unique<Fp8Linear>(options.fp8_recipe, dims, int(s.L), *comms.tp, *comms.dp_cp, arena);
   }
+  // precision fp8 under checkpointing none: ln1, ln2 and g, which the backward reads only as weight-gradient operands,
+  // are kept as transposed FP8 copies (framework/model/fp8_linear.h); their bf16 buffers are one set for such layers.
+  Tensor fp8_shared_ln1, fp8_shared_ln2, fp8_shared_g;  // (N, C), (N, C), (N, Fl)
+  bool fp8_shared_made = false;
+  for (int64_t i = 0; i < s.L; ++i) {
+    auto a = std::make_unique<BlockActs>();
+    a->fp8_keep = keep_all && fp8_layer(int(i));
+    if (keep_attention || i == 0) {
       a->att = arena.alloc(act, {N, qd}, "block: attention out");                  // (N, Hl*D)
       a->lse = arena.alloc(DType::f32, {s.B, s.Hl, s.n}, "block: attention lse");  // (B, Hl, n)
     } else {
@@ -109,17 +114,31 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
     }
     if (keep_all || i == 0) {
       a->rstd1 = arena.alloc(DType::f32, {N}, "block: attn rstd");   // (N)
-      a->ln1 = arena.alloc(act, {N, C}, "block: attn norm out");     // (N, C)
+      if (a->fp8_keep && !fp8_shared_made) {
+        fp8_shared_ln1 = arena.alloc(act, {N, C}, "block: attn norm out (fp8: one shared)");  // (N, C)
+        fp8_shared_ln2 = arena.alloc(act, {N, C}, "block: mlp norm out (fp8: one shared)");   // (N, C)
+        fp8_shared_g = arena.alloc(act, {N, Fl}, "block: mlp activation (fp8: one shared)");  // (N, Fl)
+        fp8_shared_made = true;
+      }
+      a->ln1 = a->fp8_keep ? fp8_shared_ln1 : arena.alloc(act, {N, C}, "block: attn norm out");  // (N, C)
       a->q = arena.alloc(act, {N, qd}, "block: q");                  // (N, Hl*D)
       a->k = arena.alloc(act, {N, kvd}, "block: k");                 // (N, Hkvl*D)
       a->v = arena.alloc(act, {N, kvd}, "block: v");                 // (N, Hkvl*D)
       a->x_mid = arena.alloc(act, {N, C}, "block: residual after attention");  // (N, C)
       a->rstd2 = arena.alloc(DType::f32, {N}, "block: mlp rstd");   // (N)
-      a->ln2 = arena.alloc(act, {N, C}, "block: mlp norm out");     // (N, C)
+      a->ln2 = a->fp8_keep ? fp8_shared_ln2 : arena.alloc(act, {N, C}, "block: mlp norm out");  // (N, C)
       const int64_t rows = keep_mlp_hidden_ ? N : mlp_chunk_;  // kept whole, or one chunk at a time
       a->h = s.swiglu ? arena.alloc(act, {rows, 2 * Fl}, "block: mlp gate|up")  // (rows, 2Fl)
                       : arena.alloc(act, {rows, Fl}, "block: mlp fc out");       // (rows, Fl)
-      a->g = arena.alloc(act, {rows, Fl}, "block: mlp activation");             // (rows, Fl)
+      a->g = a->fp8_keep ? fp8_shared_g : arena.alloc(act, {rows, Fl}, "block: mlp activation");  // (rows, Fl)
+      if (a->fp8_keep) {
+        a->ln1_t = fp8_->alloc_operand(arena, false, C, N, "block: attn norm out^T (fp8)");  // (C, N)
+        for (int64_t b = 0; b < N; b += mlp_chunk_) {
+          const int64_t m = std::min(mlp_chunk_, N - b);
+          a->ln2_t.push_back(fp8_->alloc_operand(arena, false, C, m, "block: mlp norm out^T (fp8)"));  // (C, m)
+          a->g_t.push_back(fp8_->alloc_operand(arena, false, Fl, m, "block: mlp activation^T (fp8)"));  // (Fl, m)
+        }
+      }
     } else {
       const BlockActs& shared = *acts_[0];
       a->rstd1 = shared.rstd1, a->ln1 = shared.ln1, a->q = shared.q, a->k = shared.k, a->v = shared.v;

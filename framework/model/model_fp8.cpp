@@ -21,8 +21,13 @@ std::string Model::take_fp8_bad_factors(Comm& world) {
 // q, k, v (N, qd | kvd) = ln1 (N, C) @ W^T: ln1 quantized once for the three.
 void Model::fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand x;  // (N, C)
-  f.quantize(a.ln1, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
+  Fp8Operand x;  // (N, C); under checkpointing none also ln1^T (C, N), kept for the weight gradients
+  if (a.fp8_keep) {
+    x = f.view_of(Fp8Linear::act, false, a.ln1.shape[0], a.ln1.shape[1]);
+    f.quantize_into(a.ln1, {f.tokens(), nullptr}, x, a.ln1_t);
+  } else {
+    f.quantize(a.ln1, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
+  }
   f.record(layer, Fp8Site::attn_norm_out, 0, x);
   const Fp8Split col_parallel{f.tp(), nullptr};
   gemm_fp8(a.q, x, f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq), 0.f, true);
@@ -42,8 +47,14 @@ void Model::fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a)
 // h (m, Fm) = ln2 (m, C) @ fc (Fm, C)^T: the pre-activation (the caller applies GELU / SwiGLU).
 void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand x;  // (m, C)
-  f.quantize(ln2, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
+  Fp8Operand x;  // (m, C); under checkpointing none also ln2^T (C, m), kept for the weight gradient
+  const BlockActs& a = *acts_[size_t(layer)];
+  if (a.fp8_keep) {
+    x = f.view_of(Fp8Linear::act, false, ln2.shape[0], ln2.shape[1]);
+    f.quantize_into(ln2, {f.tokens(), nullptr}, x, a.ln2_t[size_t(chunk)]);
+  } else {
+    f.quantize(ln2, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
+  }
   f.record(layer, Fp8Site::mlp_norm_out, chunk, x);
   gemm_fp8(h, x, f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, false, layer, Fp8Site::fc), 0.f, true);
 }
@@ -51,8 +62,14 @@ void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, 
 // out (m, C) = g (m, Fl) @ proj (C, Fl)^T, partial over tp.
 void Model::fp8_mlp_out_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& g, Tensor out) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand x;  // (m, Fl)
-  f.quantize(g, {f.tokens(), f.tp()}, false, Fp8Linear::act, -1, &x, nullptr);
+  Fp8Operand x;  // (m, Fl); under checkpointing none also g^T (Fl, m), kept for the weight gradient
+  const BlockActs& a = *acts_[size_t(layer)];
+  if (a.fp8_keep) {
+    x = f.view_of(Fp8Linear::act, false, g.shape[0], g.shape[1]);
+    f.quantize_into(g, {f.tokens(), f.tp()}, x, a.g_t[size_t(chunk)]);
+  } else {
+    f.quantize(g, {f.tokens(), f.tp()}, false, Fp8Linear::act, -1, &x, nullptr);
+  }
   f.record(layer, Fp8Site::mlp_act, chunk, x);
   gemm_fp8(out, x, f.weight(Fp8Linear::weight1, w.proj_or_w2, {nullptr, f.tp()}, false, layer, Fp8Site::proj), 0.f,
            true);
@@ -68,7 +85,9 @@ void Model::fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, co
   Fp8Operand dy, dy_t, x_t;  // (m, C), (C, m), (Fl, m)
   f.quantize(d_out, {f.tokens(), nullptr}, false, Fp8Linear::act, Fp8Linear::act_t, &dy, &dy_t);
   f.record(layer, Fp8Site::grad_mlp_out, chunk, dy);
-  f.quantize(g, {f.tokens(), f.tp()}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
+  const BlockActs& a = *acts_[size_t(layer)];
+  if (a.fp8_keep) x_t = a.g_t[size_t(chunk)];  // made by the forward
+  else f.quantize(g, {f.tokens(), f.tp()}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
   gemm_fp8(dw.proj_or_w2, dy_t, x_t, 1.f, false);  // (C, Fl) += d_out^T (C, m) . g^T (Fl, m)
   const Fp8Operand& proj_t = f.weight(Fp8Linear::weight1, w.proj_or_w2, {nullptr, f.tp()}, true, layer, Fp8Site::proj);
   const Tensor d_h = d_h_.slice(0, m);  // (m, Fm)
@@ -83,7 +102,8 @@ void Model::fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, co
   Fp8Operand dh, dh_t, ln2_t;  // (m, Fm), (Fm, m), (C, m)
   f.quantize(d_h, {f.tokens(), f.tp()}, false, Fp8Linear::act, Fp8Linear::act_t, &dh, &dh_t);
   f.record(layer, Fp8Site::grad_mlp_hidden, chunk, dh);
-  f.quantize(ln2, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &ln2_t);
+  if (a.fp8_keep) ln2_t = a.ln2_t[size_t(chunk)];  // made by the forward
+  else f.quantize(ln2, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &ln2_t);
   const Fp8Operand& fc_t = f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, true, layer, Fp8Site::fc);
   gemm_fp8(d_ln2, dh, fc_t, 0.f, false);         // (m, C) = d_h (m, Fm) . fc^T (C, Fm)
   gemm_fp8(dw.fc_or_w13, dh_t, ln2_t, 1.f, false);  // (Fm, C) += d_h^T (Fm, m) . ln2^T (C, m)
@@ -105,7 +125,8 @@ void Model::fp8_attn_out_backward(int layer, const LayerWeights& w, const LayerW
 void Model::fp8_qkv_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a) {
   Fp8Linear& f = *fp8_;
   Fp8Operand x_t;  // (C, N)
-  f.quantize(a.ln1, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
+  if (a.fp8_keep) x_t = a.ln1_t;  // made by the forward
+  else f.quantize(a.ln1, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
   struct Part {
     const Tensor& dy;  // (N, qd | kvd)
     const Tensor& wt;  // (qd | kvd, C)
