@@ -444,3 +444,37 @@ TEST(Fp8Guard, AnOverflowingAmaxOrANanNamesTheLayerAndStops) {
 }
 
 }  // namespace
+
+// ---- memory: the arena with fp8 against bf16 (what `ringtrain plan` prints), planned for a GPU ----
+
+namespace {
+
+TEST(Fp8Memory, UnderCheckpointingNoneTheArenaIsSmallerThanBf16s) {
+  if (world_rank() != 0) return;
+  ProcessGrid one = ProcessGrid::local();
+  const Fp8Case c{"tensorwise", 1, 1, 1};
+  auto arena_bytes = [&](const std::string& precision, const std::string& ckpt) {
+    // A 1.41B-like block at 16 layers of d_model 512 and 8K tokens: the activations dominate, as on a GPU.
+    Config config = make_config(c, 1, 1, 1, 1, 0, precision);
+    config.model.n_layer = 16, config.model.d_model = 512, config.model.n_head = 8, config.model.n_kv_head = 8;
+    config.model.d_ff = 2048, config.model.mlp = "gelu";
+    config.data.seq_len = 8192, config.train.batch_size = 1;
+    config.train.checkpointing = ckpt;
+    const ModelSession s = measure_session(config, ModelComms::from(one), Device::cuda(0), /*with_optimizer=*/true);
+    return double(s.arena->peak());
+  };
+  const double bf16 = arena_bytes("bf16", "none"), fp8 = arena_bytes("fp8", "none");
+  std::printf("[ fp8 memory ] checkpointing none: fp8 arena %.2f MiB, bf16 %.2f MiB (%.3fx)\n", fp8 / 1048576,
+              bf16 / 1048576, fp8 / bf16);
+  EXPECT_LT(fp8, bf16) << "the FP8 copies kept for the weight gradients should more than pay for the workspaces";
+  // Under selective and full checkpointing nothing bf16 is kept that FP8 could replace: the workspaces are what fp8
+  // adds (reported, and bounded so that it does not grow unnoticed).
+  for (const char* ckpt : {"selective", "full"}) {
+    const double b = arena_bytes("bf16", ckpt), f = arena_bytes("fp8", ckpt);
+    std::printf("[ fp8 memory ] checkpointing %s: fp8 arena %.2f MiB, bf16 %.2f MiB (%.3fx)\n", ckpt, f / 1048576,
+                b / 1048576, f / b);
+    EXPECT_LT(f, 1.05 * b) << ckpt;
+  }
+}
+
+}  // namespace
