@@ -255,20 +255,38 @@ void print_memory(const PlanPoint& pt, const PlanLimits& limits, Device device, 
                 100.0 * pt.largest[i].second / pt.arena_bytes, pt.largest[i].first.c_str());
 }
 
-// --generate-context: `ringtrain generate` on this config's grid (its cp, cp_a2a and tp; dp 1, no optimizer).
-// The prefill is chunked as generate would chunk it under the plan's memory limit (or --prefill-chunk).
-GeneratePlan plan_for_generate(const Config& config, Device device, const PlanArgs& args, const PlanLimits& limits,
-                               const std::string& limits_from) {
+// --generate-context: `ringtrain generate` on this config's grid (its cp and tp; dp 1, no optimizer), resolved as
+// generate resolves it (framework/plan/resolve.h, Purpose::generate on the prepared config: cp_a2a: auto priced on
+// the plain causal prompt; the prefill chunked as generate would chunk it under the plan's memory limit, or
+// --prefill-chunk). Where its autos resolve otherwise than the training plan's, or are generate's own, their rows
+// join the plan's table ("generate: ...").
+GeneratePlan plan_for_generate(const Config& given, const PlanArgs& args, Resolved& plan) {
   RT_CHECK(args.generate || !args.generate_new_given, "--max-new-tokens and --prefill-chunk are for planning "
            "generate; give the prompt length too, e.g. --generate-context 131072 --max-new-tokens "
            << args.generate_new_tokens);
   const std::string out_of_range = check_generate_counts(
       {args.generate_context, args.generate_new_tokens, args.generate_prefill_chunk, "--generate-context"});
   RT_CHECK(out_of_range.empty(), out_of_range);
-  Config c = config;
+  Config c = given;
   prepare_generate_config(c);
-  return plan_generate(c, device, args.generate_context, args.generate_new_tokens,
-                       PrefillChunking{args.generate_prefill_chunk, limits.device_bytes, limits_from});
+  ResolveInputs in;
+  in.limits = [&plan](const Config&, Device, std::string* from) {  // the plan's limits, as before
+    *from = plan.limits_from;
+    return plan.limits;
+  };
+  in.planning = true;
+  in.data_may_be_missing = true;
+  in.prompt_tokens = args.generate_context, in.new_tokens = args.generate_new_tokens;
+  in.prefill_chunk = args.generate_prefill_chunk;
+  const Resolved g = resolve_autos(c, Purpose::generate, in);
+  for (const ResolvedRow& row : g.rows) {
+    const bool as_planned = std::any_of(plan.rows.begin(), plan.rows.end(), [&](const ResolvedRow& p) {
+      return p.key == row.key && p.resolved == row.resolved;
+    });
+    const std::string key = row.key.rfind("generate", 0) == 0 ? row.key : "generate: " + row.key;
+    if (!as_planned) plan.rows.push_back({key, row.asked, row.resolved, row.why});
+  }
+  return *g.generate;
 }
 
 nlohmann::json generate_json(const GeneratePlan& g, const PlanLimits& limits) {
@@ -504,8 +522,10 @@ void print_plan_text(const Resolved& r, const Config& planned, const PlanPoint& 
 }  // namespace
 
 int plan_main(const Config& given, const PlanArgs& args) {
-  const Resolved r = resolve_for_plan(given, args);
-  print_resolved(r);  // stderr: stdout stays the plan (and --json's objects)
+  Resolved r = resolve_for_plan(given, args);
+  GeneratePlan gen;
+  if (args.generate || args.generate_new_given) gen = plan_for_generate(given, args, r);
+  print_resolved(r);  // stderr, once: stdout stays the plan (and --json's objects)
   const Config& config = r.config;
   Config planned = config;
   PlanPoint pt;
@@ -516,9 +536,6 @@ int plan_main(const Config& given, const PlanArgs& args) {
     pt = plan_point(config, r.device, r.limits);
   }
   const StepFlops f = step_flops(planned);
-  GeneratePlan gen;
-  if (args.generate || args.generate_new_given)
-    gen = plan_for_generate(config, r.device, args, r.limits, r.limits_from);
   if (!args.json) {
     print_plan_text(r, planned, pt, f, args, gen);
     return 0;

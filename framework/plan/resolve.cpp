@@ -25,9 +25,10 @@ const char* purpose_name(Purpose purpose) {
 namespace {
 
 // 1. device: auto | cpu | cuda. plan measures a CUDA config without a GPU (nothing is allocated).
-void resolve_device_step(Resolved& r) {
+void resolve_device_step(Resolved& r, const ResolveInputs& in) {
   const Config& c = r.config;
-  r.device = r.purpose == Purpose::plan && c.device == "cuda" ? Device::cuda(0) : resolve_device(c);
+  const bool planning = r.purpose == Purpose::plan || in.planning;
+  r.device = planning && c.device == "cuda" ? Device::cuda(0) : resolve_device(c);
   if (c.device == "auto")
     r.rows.push_back({"device", "auto", r.device.str(),
                       r.device.is_cuda() ? "a GPU is visible" : "no GPU is visible here (or the build has no CUDA)"});
@@ -153,7 +154,7 @@ Resolved resolve_autos(const Config& config, Purpose purpose, const ResolveInput
   Resolved r;
   r.purpose = purpose;
   r.config = config;
-  resolve_device_step(r);
+  resolve_device_step(r, inputs);
   resolve_limits_step(r, inputs);
   resolve_a2a_step(r, inputs);
   resolve_layout_step(r);

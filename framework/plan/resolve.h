@@ -42,6 +42,8 @@ struct ResolveInputs {
   std::string a2a_windows_from;     // named in the table (the --doc-lengths file)
   bool data_may_be_missing = false; // plan: data that cannot be read here prices cp_a2a on plain causal samples
   bool searching_seq_len = false;   // plan --max-seq-len: the memory choices are left to the search
+  bool planning = false;            // `ringtrain plan` resolving for another command (generate): device: cuda is
+                                    // measured without a GPU, as Purpose::plan does
   // generate: the prompt, the new tokens and --prefill-chunk (0: auto); config already prepared for generate.
   int64_t prompt_tokens = 0, new_tokens = 0, prefill_chunk = 0;
 };

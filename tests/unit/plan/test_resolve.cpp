@@ -16,6 +16,7 @@
 #include "framework/plan/plan_generate.h"
 #include "framework/plan/resolve.h"
 #include "framework/plan/trainer_setup.h"
+#include "kernels/device_memory.h"
 #include "tests/unit/test_util.h"
 
 namespace rt {
@@ -190,6 +191,28 @@ TEST(Resolve, GenerateSettlesThePrefillChunkAsPlanGenerateDoes) {
   const Resolved given = resolve_autos(c, Purpose::generate, in);
   EXPECT_EQ(rows_by_key(given).count("generate --prefill-chunk"), 0u);
   EXPECT_EQ(given.generate->layout.chunk, 64);
+}
+
+// `ringtrain plan --generate-context` resolves generate's autos as generate does (Purpose::generate on the prepared
+// config), measuring a CUDA config without a GPU (planning); generate itself refuses device: cuda without one.
+TEST(Resolve, PlanningResolvesAnotherCommandWithoutItsDevice) {
+#ifndef RINGTRAIN_HAVE_CUDA
+  GTEST_SKIP() << "a build without CUDA refuses device: cuda in the config";
+#endif
+  Config c = parse_config_text(yaml(), {"parallel.cp_a2a=1", "parallel.cp=2", "model.n_head=1", "model.n_kv_head=1",
+                                        "device=cuda"}, 0);  // head dim 64, as the CUDA kernels take
+  prepare_generate_config(c);
+  ResolveInputs in = with_limit(1e12);
+  in.prompt_tokens = 300, in.new_tokens = 8;
+  in.planning = true;
+  const Resolved planned = resolve_autos(c, Purpose::generate, in);
+  EXPECT_TRUE(planned.device.is_cuda());
+  ASSERT_TRUE(planned.generate.has_value());
+  EXPECT_EQ(planned.generate->layout.chunk, 0);
+  if (!cuda_available()) {
+    in.planning = false;
+    EXPECT_NE(test::error_of([&] { resolve_autos(c, Purpose::generate, in); }).find("device: cuda"), std::string::npos);
+  }
 }
 
 }  // namespace
