@@ -99,7 +99,8 @@ def text_case(tok, hay_tokens, length, depth, kind, rng):
 def copy_case(vocab, length, depth, answer_tokens, rng):
     span = (length - 1) // 2
     if span < answer_tokens + 1:
-        fail(f"length {length} is too short for a copy span of more than --answer-tokens {answer_tokens}")
+        fail(f"length {length} (from --lengths, or --max-length and --num-lengths) is too short for a copy span of "
+             f"more than --answer-tokens {answer_tokens}; give longer lengths or fewer --answer-tokens")
     x = [rng.randrange(vocab - 1) for _ in range(span)]
     tokens = x + [vocab - 1] + x
     tokens += [vocab - 1] * (length - len(tokens))

@@ -16,6 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sweep"))
 from plots import _log2_axis  # noqa: E402  (the sweep plots' axis: powers of two as 1K, 64K, ...)
+from image_output import check_image_out, save_figure  # noqa: E402  (launch/image_output.py: the --out rule)
 
 
 def fail(msg):
@@ -48,6 +49,7 @@ def main():
     labels = args.labels.split(",") if args.labels else [os.path.splitext(os.path.basename(p))[0] for p in args.jsonl]
     if len(labels) != len(args.jsonl):
         fail(f"--labels has {len(labels)} names for {len(args.jsonl)} files")
+    check_image_out("plot_loss_by_position.py", args.out)
     from matplotlib_python import ensure_matplotlib
     ensure_matplotlib()
     import matplotlib
@@ -65,7 +67,7 @@ def main():
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=100)
+    save_figure("plot_loss_by_position.py", fig, args.out, dpi=100)
     print(f"plot_loss_by_position.py: wrote {args.out}")
 
 

@@ -13,6 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sweep"))
+from image_output import check_image_out, save_figure  # noqa: E402  (launch/image_output.py: the --out rule)
 
 
 def fail(msg):
@@ -57,6 +58,7 @@ def main():
     labels = args.labels.split(",") if args.labels else [os.path.splitext(os.path.basename(p))[0] for p in args.jsonl]
     if len(labels) != len(args.jsonl):
         fail(f"--labels has {len(labels)} names for {len(args.jsonl)} files")
+    check_image_out("plot_needles.py", args.out)
     from matplotlib_python import ensure_matplotlib
     ensure_matplotlib()
     import matplotlib
@@ -75,7 +77,7 @@ def main():
             ax.set_ylabel("needle depth")
         ax.set_title(label, fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), label=f"answer {args.metric}")
-    fig.savefig(args.out, dpi=100)
+    save_figure("plot_needles.py", fig, args.out, dpi=100)
     print(f"plot_needles.py: wrote {args.out}")
 
 

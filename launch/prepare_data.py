@@ -91,7 +91,7 @@ def load_tokenizer(path):
     try:
         return Tokenizer.from_file(path)
     except Exception as e:  # the package raises its own exception types
-        fail(f"cannot read tokenizer '{path}': {e}")
+        fail(f"--tokenizer '{path}' cannot be read: {e}")
 
 
 def token_content(value):
@@ -345,6 +345,9 @@ def main():
     ap.add_argument("--errors", choices=["strict", "replace"], default="strict",
                     help="bytes that are not UTF-8: refuse them (strict, the default) or substitute U+FFFD")
     args = ap.parse_args()
+    for name, value in vars(args).items():  # `--opt=--` leaves a list where argparse should have refused
+        if isinstance(value, list) and name != "inputs":
+            fail(f"--{name.replace('_', '-')} needs a value")
     if args.shard_tokens < 1 or args.val_tokens < 1:
         fail("--shard-tokens and --val-tokens must be >= 1")
     if args.workers < 1:

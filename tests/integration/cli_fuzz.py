@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A seeded, time-bounded fuzz of the command-line options (issue 43; tests/integration/config_fuzz.cpp does the
-config's keys): a valid command of `ringtrain generate`, `eval`, `plan`, launch/make_needles.py or
-launch/generate.py, with one option set to a hostile value (huge, negative, NaN, not a number, empty, a
+config's keys): a valid command of `ringtrain generate`, `eval`, `plan`, launch/make_needles.py,
+launch/generate.py, launch/prepare_data.py or the plot scripts, with one option set to a hostile value (huge, negative, NaN, not a number, empty, a
 directory, a missing or existing file, a non-JSON file). Every case must end within its time limit with exit 0,
 or exit 2 naming the option it touched, with no traceback, no signal and no source location.
 
@@ -34,21 +34,31 @@ class Tokenizer:
     def from_file(path):
         with open(path) as f:
             try:
-                return Tokenizer(json.load(f)["vocab"])
+                return Tokenizer(json.load(f)["model"]["vocab"])
             except (ValueError, KeyError, TypeError) as e:
                 raise Exception(f"cannot parse {path}: {e}")
+    def token_to_id(self, token):
+        return self.vocab.get(token)
+    def get_vocab_size(self, with_added_tokens=True):
+        return len(self.vocab)
     def encode(self, text, add_special_tokens=True):
-        return Encoding([(self.vocab.index(w) if w in self.vocab else 1) % 31 for w in text.split()])
+        return Encoding([self.vocab.get(w, 0) for w in text.split()])
     def decode(self, ids):
         return " ".join(str(i) for i in ids)
 '''
 
 
-def paths(tmp):
-    """Hostile paths: a directory, a missing file, a file in a missing directory, an existing file, a non-JSON
-    file, an empty file, /dev/null."""
-    return [tmp, os.path.join(tmp, "missing"), os.path.join(tmp, "no_dir", "f"), os.path.join(tmp, "existing.txt"),
-            os.path.join(tmp, "not_json.json"), os.path.join(tmp, "empty"), "/dev/null"]
+def paths(work):
+    """Hostile paths, all inside the case's own directory (a command that wrongly renames over one destroys
+    nothing else; /dev/null was once replaced so): the directory, a missing file, a file in a missing directory,
+    an existing file, a non-JSON file, an empty file."""
+    return [work, os.path.join(work, "missing"), os.path.join(work, "no_dir", "f"), os.path.join(work, "existing.txt"),
+            os.path.join(work, "not_json.json"), os.path.join(work, "empty")]
+
+
+def output_paths(work):
+    """For options that write: the paths above and a named pipe (not a regular file: refused, never opened)."""
+    return paths(work) + [os.path.join(work, "pipe")]
 
 
 class Commands:
@@ -63,7 +73,18 @@ class Commands:
             sys.exit("training the 2-step checkpoint failed:\n" + r.stdout + r.stderr)
         self.ckpt = os.path.join(run, "checkpoints", "main", "step_2")
         with open(os.path.join(tmp, "tokenizer.json"), "w") as f:
-            json.dump({"vocab": ["a", "b", "c"]}, f)
+            json.dump({"model": {"vocab": {"[UNK]": 0, "a": 1, "b": 2, "<|endoftext|>": 3}}}, f)
+        with open(os.path.join(tmp, "corpus.jsonl"), "w") as f:
+            f.write("".join(json.dumps({"text": "a b a b a b a b"}) + "\n" for _ in range(200)))
+        with open(os.path.join(tmp, "lbp.jsonl"), "w") as f:
+            for lo, hi in ((0, 1), (1, 2), (2, 4), (4, 64)):
+                f.write(json.dumps({"checkpoint": "c", "by": "window", "lo": lo, "hi": hi, "targets": 10,
+                                    "mean_loss": 1.0}) + "\n")
+        with open(os.path.join(tmp, "needles.jsonl"), "w") as f:
+            for k, (length, depth) in enumerate(((64, 0.0), (64, 0.5), (32, 0.0), (32, 0.5))):
+                f.write(json.dumps({"id": k, "kind": "copy", "length": length, "depth": depth, "answer_tokens": 5,
+                                    "argmax_hits": 3, "accuracy": 0.6, "exact": False, "mean_logprob": -1.0,
+                                    "checkpoint": "c"}) + "\n")
         stubs = os.path.join(tmp, "stubs", "tokenizers")
         os.makedirs(stubs)
         with open(os.path.join(stubs, "__init__.py"), "w") as f:
@@ -78,21 +99,26 @@ class Commands:
         for name, text in (("existing.txt", "keep\n"), ("not_json.json", "not JSON {\n"), ("empty", "")):
             with open(os.path.join(work, name), "w") as f:
                 f.write(text)
+        os.mkfifo(os.path.join(work, "pipe"))
+        outputs = output_paths(work)
         rt = [self.bin]
         cpu = ["--set", "device=cpu", "--set", "train.eval_batches=1"]
         hostile_paths = paths(work)
-        kind = rng.choice(["generate", "generate", "eval", "plan", "plan", "make_needles", "generate.py"])
+        kind = rng.choice(["generate", "generate", "eval", "plan", "plan", "make_needles", "generate.py",
+                           "prepare_data", "plot"])
         if kind == "generate":
             base = {"--checkpoint": self.ckpt, "--prompt": "1,2,3", "--max-new-tokens": "2"}
             options = {o: NUMBERS for o in ("--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
                                             "--eos-id", "--prefill-chunk", "--device-memory-gib", "--prompt")}
-            options.update({o: hostile_paths for o in ("--prompt-ids", "--out", "--dump-logits", "--checkpoint")})
+            options.update({o: hostile_paths for o in ("--prompt-ids", "--checkpoint")})
+            options.update({o: outputs for o in ("--out", "--dump-logits")})
             head = rt + ["generate", self.config] + cpu
         elif kind == "eval":
             base = {"--checkpoint": self.ckpt}
             options = {"--task": ["loss", "loss-by-position", "needle", "bogus", ""], "--by": ["window", "document",
                                                                                             "x", ""]}
-            options.update({o: hostile_paths for o in ("--cases", "--out", "--dump-logits", "--checkpoint")})
+            options.update({o: hostile_paths for o in ("--cases", "--checkpoint")})
+            options.update({o: outputs for o in ("--out", "--dump-logits")})
             head = rt + ["eval", self.config] + cpu
         elif kind == "plan":
             base = {"--generate-context": "100"}
@@ -105,8 +131,26 @@ class Commands:
                     "--lengths": "64", "--depths": "0.5"}
             options = {o: NUMBERS for o in ("--vocab-size", "--max-length", "--lengths", "--num-lengths", "--depths",
                                             "--samples", "--answer-tokens", "--seed")}
-            options["--out"] = hostile_paths
+            options["--out"] = outputs
             head = [sys.executable, os.path.join(self.root, "launch", "make_needles.py"), "--copy-task"]
+        elif kind == "prepare_data":
+            base = {"--tokenizer": os.path.join(self.tmp, "tokenizer.json"), "--out": os.path.join(work, "prepared"),
+                    "--val-tokens": "100", "--shard-tokens": "1000", "--workers": "1"}
+            options = {o: NUMBERS for o in ("--val-tokens", "--shard-tokens", "--workers")}
+            options.update({"--delimiter-token": ["", "a", "zz", "<|endoftext|>", "nan"], "--errors": ["replace", "x"],
+                            "--out": outputs, "--tokenizer": hostile_paths})
+            head = [sys.executable, os.path.join(self.root, "launch", "prepare_data.py"),
+                    os.path.join(self.tmp, "corpus.jsonl")]
+        elif kind == "plot":
+            needles = rng.random() < 0.5
+            script = "plot_needles.py" if needles else "plot_loss_by_position.py"
+            base = {"--out": os.path.join(work, "p.png")}
+            options = {"--out": outputs + [os.path.join(work, "p.txt"), os.path.join(work, "p")],
+                       "--labels": ["a", "a,b", "", "--"]}
+            if needles:
+                options["--metric"] = ["accuracy", "exact", "bogus"]
+            head = [sys.executable, os.path.join(self.root, "launch", script),
+                    os.path.join(self.tmp, "needles.jsonl" if needles else "lbp.jsonl")]
         else:
             base = {"--checkpoint": self.ckpt, "--text": "a b", "--tokenizer": os.path.join(self.tmp, "tokenizer.json"),
                     "--max-new-tokens": "2", "--ringtrain": self.bin}
@@ -130,9 +174,9 @@ class Commands:
 
     def run(self, argv, work, limit_s):
         try:
-            p = subprocess.run(["timeout", "-s", "KILL", str(limit_s)] + argv, capture_output=True, text=True,
-                               env=self.env, cwd=work)
-            return p.returncode, p.stdout + p.stderr
+            p = subprocess.run(["timeout", "-s", "KILL", str(limit_s)] + argv, capture_output=True, env=self.env,
+                               cwd=work)
+            return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
         except OSError as e:
             return -1, str(e)
 

@@ -202,6 +202,26 @@ def prepare_data_cases(script, env, tmp):
           not os.path.exists(out + ".replaced"), "prepare_data.py --overwrite replaces it", text)
 
 
+def plot_cases(launch_dir, env, tmp):
+    """The plot scripts' --out: refused up front (exit 2, one line) when empty, a directory, not a regular file (a
+    pipe: never renamed over, as /dev/null once was) or in a missing directory; no matplotlib needed for these."""
+    rows = {"plot_loss_by_position.py": os.path.join(tmp, "lbp_rows.jsonl"),
+            "plot_needles.py": os.path.join(tmp, "needle_rows.jsonl")}
+    write(rows["plot_loss_by_position.py"], json.dumps({"lo": 0, "hi": 1, "mean_loss": 1.0}) + "\n")
+    write(rows["plot_needles.py"], json.dumps({"id": 0, "kind": "copy", "length": 64, "depth": 0.5, "answer_tokens": 5,
+                                               "argmax_hits": 5, "accuracy": 1.0, "exact": True,
+                                               "mean_logprob": -0.1}) + "\n")
+    pipe = os.path.join(tmp, "pipe.png")
+    os.mkfifo(pipe)
+    for script, rows_file in rows.items():
+        for out, says in (("", "is empty"), (tmp, "is a directory"), (pipe, "not a regular file"),
+                          (os.path.join(tmp, "no_dir", "p.png"), "does not exist")):
+            code, text = run(os.path.join(launch_dir, script), [rows_file, "--out", out], env, tmp)
+            refused(code, text, script, "--out", f"{script} --out '{out}'")
+            check(says in text, f"... says '{says}'", text)
+        check(os.path.exists(pipe) and not os.path.isfile(pipe), f"{script}: the pipe is still a pipe")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--launch-dir", default=os.path.join(HERE, "..", "..", "launch"))
@@ -214,6 +234,7 @@ def main():
         make_needles_cases(os.path.join(args.launch_dir, "make_needles.py"), env, tmp)
         generate_cases(os.path.join(args.launch_dir, "generate.py"), env, tmp)
         prepare_data_cases(os.path.join(args.launch_dir, "prepare_data.py"), env, tmp)
+        plot_cases(args.launch_dir, env, tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
