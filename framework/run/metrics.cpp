@@ -68,6 +68,7 @@ std::string metrics_json(const StepMetrics& m) {
   j["eta_s"] = number_or_null(m.eta_s);
   if (m.eval_loss) j["eval_loss"] = number_or_null(*m.eval_loss);
   for (const auto& [key, value] : m.extra) j[key] = number_or_null(value);
+  for (const auto& [key, value] : m.labels) j[key] = value;
   return j.dump();
 }
 

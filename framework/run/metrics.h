@@ -32,6 +32,7 @@ struct StepMetrics {
   double eta_s = NAN;
   std::optional<double> eval_loss;
   std::map<std::string, double> extra;  // further numeric fields for the JSONL (e.g. ring comm/compute ms)
+  std::map<std::string, std::string> labels;  // text fields for the JSONL (e.g. precision: fp8, fp8_recipe)
 };
 
 // "step 12/300 | loss 2.3145 (first_half 4.10, repeat_half 0.52) | lr 3.0e-03 | gnorm 0.84 | 41.2K tok/s |

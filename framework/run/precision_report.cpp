@@ -1,7 +1,6 @@
 #include "framework/run/precision_report.h"
 
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "framework/plan/mfu.h"
 
@@ -36,19 +35,6 @@ std::string precision_line(const Config& config, Device device, double bf16_peak
     line += buf;
   }
   return line;
-}
-
-std::string precision_record(const Config& config, Device device, double bf16_peak, long long start_step) {
-  nlohmann::json j = {{"step", start_step}, {"precision", config.train.precision}};
-  if (config.train.precision == "fp8") {
-    j["fp8_recipe"] = config.fp8.recipe;
-    j["fp8_bf16_first_last"] = config.fp8.bf16_first_last;
-    j["fp8_scaling"] = "current";
-    const double fp8_peak = fp8_peak_tflops(config, device);
-    if (fp8_peak > 0) j["fp8_peak_tflops"] = fp8_peak;
-  }
-  if (bf16_peak > 0) j["mfu_peak_tflops"] = bf16_peak;
-  return j.dump();
 }
 
 }  // namespace rt

@@ -1,5 +1,6 @@
-// What train.precision and fp8.* mean for a run, said where a user looks (issue 44): the start-up line, the run's
-// first metrics.jsonl record, and MFU against the FP8 peak beside the bf16 one (MFU itself stays against bf16).
+// What train.precision and fp8.* mean for a run, said where a user looks (issue 44): the start-up line, and MFU
+// against the FP8 peak beside the bf16 one (MFU itself stays against bf16). metrics.jsonl's step lines carry
+// "precision" and "fp8_recipe" (framework/run/trainer.cpp).
 #pragma once
 #include <string>
 
@@ -13,8 +14,5 @@ namespace rt {
 std::string precision_line(const Config& config, Device device, double bf16_peak_tflops);
 // The dense FP8 peak the MFU of an fp8 run is also shown against; 0 under bf16, on the CPU, or when unknown.
 double fp8_peak_tflops(const Config& config, Device device);
-// One JSON object (no newline) for metrics.jsonl at the run's start: {"step": start_step, "precision": ...,
-// "fp8_recipe": ..., "fp8_bf16_first_last": ..., "mfu_peak_tflops": ..., "fp8_peak_tflops": ...}.
-std::string precision_record(const Config& config, Device device, double bf16_peak_tflops, long long start_step);
 
 }  // namespace rt

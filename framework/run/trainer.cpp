@@ -321,7 +321,6 @@ class TrainLoop {
         std::printf("%s\n", tensorboard_off_line().c_str());
       }
     }
-    if (rank0_) metrics_->write_json_line(precision_record(config_, device_, peak_, (long long)start_step));
     start_step_ = start_step;
     guarded_step_ = start_step;
     run_start_ = interval_start_ = clock::now();
@@ -440,6 +439,8 @@ class TrainLoop {
     else
       sm.mfu = peak_ > 0 ? mfu(flops_, sm.tok_per_s, peak_, devices_) : NAN;
     sm.ms_per_step = seconds * 1e3;
+    sm.labels["precision"] = config_.train.precision;  // and fp8's recipe: every line says what it ran in
+    if (config_.train.precision == "fp8") sm.labels["fp8_recipe"] = config_.fp8.recipe;
     if (fp8_peak_ > 0 && std::isfinite(sm.mfu)) sm.extra["mfu_fp8_peak"] = sm.mfu * peak_ / fp8_peak_;
     // Measured, not planned: `ringtrain plan` predicts the arena, and this checks the prediction.
     sm.peak_mem_bytes = int64_t(measured_memory_bytes(session_.arena->device()));
