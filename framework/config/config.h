@@ -69,7 +69,8 @@ struct ParallelConfig {
   std::string layout = "auto";  // auto (zigzag if causal) | contiguous | zigzag | striped
   std::string comm = "auto";    // auto | mpi | nccl
   std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
-  // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/schedule/cp_scheme.h): ring (K/V blocks
+  // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/schedule/cp_scheme.h): ring (K/V
+  // blocks
   // hop around the ring, skipping the hops nobody needs) | gather (each rank receives exactly the key rows its
   // queries see in one exchange) | auto (per batch, the least predicted time). Without documents: the ring.
   CpSchemeSetting cp_scheme = CpSchemeSetting::automatic;
@@ -105,7 +106,6 @@ struct TrainConfig {
   bool overwrite = false;       // a fresh run into a run_dir holding checkpoints: delete them (else refused)
   double divergence_factor = 0; // also diverged: a logged loss above factor x its running mean (0 = off)
   std::string on_divergence = "stop";  // a non-finite loss or grad norm: stop (exit 3) | skip_step
-};
   // The linear layers' GEMMs: bf16 (the activation dtype: bf16 on CUDA, f32 on the CPU) | fp8 (E4M3 operands
   // scaled per fp8.recipe; framework/model/fp8_linear.h).
   std::string precision = "bf16";
@@ -117,6 +117,7 @@ struct Fp8Config {
   // gradients, 128x128 weights). Every scale is current: this step's amax.
   std::string recipe = "tensorwise";
   bool bf16_first_last = false;  // the first and the last block keep bf16 GEMMs
+};
 
 struct OptimConfig {
   float lr = 3e-3f;
@@ -138,17 +139,17 @@ struct LogConfig {
   int every = 1;
   std::string metrics_file = "metrics.jsonl";  // inside run_dir
   double peak_tflops = 0;       // 0 = from the GPU name table
-};
   bool tensorboard = true;      // event files in run_dir/tensorboard (framework/run/tensorboard.h); needs protobuf
+};
 
 struct Config {
   ModelConfig model;
   DataConfig data;
   ParallelConfig parallel;
   TrainConfig train;
+  Fp8Config fp8;
   OptimConfig optim;
   CheckpointConfig checkpoint;
-  Fp8Config fp8;
   LogConfig log;
   std::string device = "auto";  // auto | cpu | cuda
   std::string source_path;      // where it was loaded from (not a YAML key)
