@@ -186,11 +186,11 @@ const char* field_type_name(FieldType type) {
     case FieldType::boolean: return "true or false";
     case FieldType::string: return "a string";
     case FieldType::i32_or_auto: return "auto or a whole number >= 1";
+    case FieldType::cp_scheme: return "ring, gather or auto";
   }
   return "?";
 }
 
-    case FieldType::cp_scheme: return "ring, gather or auto";
 bool set_field(Config& config, const FieldSpec& field, const std::string& text, std::string* error) {
   void* where = field.address(config);
   auto bad = [&](const std::string& why) {
@@ -255,10 +255,6 @@ bool set_field(Config& config, const FieldSpec& field, const std::string& text, 
     case FieldType::string:
       *static_cast<std::string*>(where) = text;
       return true;
-  }
-  return bad("");
-}
-
     case FieldType::cp_scheme: {  // the enum is read here; the message is the one a string choice gets
       for (CpSchemeSetting s : {CpSchemeSetting::ring, CpSchemeSetting::gather, CpSchemeSetting::automatic})
         if (text == cp_scheme_setting_name(s)) {
@@ -268,6 +264,10 @@ bool set_field(Config& config, const FieldSpec& field, const std::string& text, 
       *error = field.path() + "='" + text + "' is not a valid choice; use one of: ring, gather, auto";
       return false;
     }
+  }
+  return bad("");
+}
+
 std::string field_text(const Config& config, const FieldSpec& field) {
   const void* where = field.address(const_cast<Config&>(config));
   char buf[64];
@@ -288,9 +288,9 @@ std::string field_text(const Config& config, const FieldSpec& field) {
     }
     case FieldType::boolean: return *static_cast<const bool*>(where) ? "true" : "false";
     case FieldType::string: return *static_cast<const std::string*>(where);
+    case FieldType::cp_scheme: return cp_scheme_setting_name(*static_cast<const CpSchemeSetting*>(where));
   }
   return "";
 }
 
-    case FieldType::cp_scheme: return cp_scheme_setting_name(*static_cast<const CpSchemeSetting*>(where));
 }  // namespace rt
