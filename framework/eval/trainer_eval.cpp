@@ -83,8 +83,8 @@ int needle_task(Model& model, const Config& config, const LoaderRank& rank, cons
   if (!rank0) return 0;
   write_needle_scores(read.cases, scores, task.out, checkpoint, outputs);
   outputs.commit();
-  int64_t tokens = 0, hits = 0, exact = 0;
   write_eval_events(config, "needle", task.out, checkpoint);  // TensorBoard (log.tensorboard), from the .jsonl
+  int64_t tokens = 0, hits = 0, exact = 0;
   for (const NeedleScore& s : scores)
     tokens += s.answer_tokens, hits += s.argmax_hits, exact += s.argmax_hits == s.answer_tokens ? 1 : 0;
   std::printf("needle %s: %lld/%zu cases exact, %.2f%% of %lld answer tokens argmax-correct; wrote %s "
@@ -119,8 +119,8 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   config = resolved.config;
   const Device device = resolved.device;
   ProcessGrid grid = make_process_grid(config, device);
-  if (rank0) print_resolved(resolved);  // stderr, once
   const bool rank0 = grid.world().rank() == 0;
+  if (rank0) print_resolved(resolved);  // stderr, once
   if (rank0) {
     for (const std::string& t : taken.taken) std::fprintf(stderr, "eval: %s (from the checkpoint)\n", t.c_str());
     if (!grid_note.empty()) std::fprintf(stderr, "%s\n", grid_note.c_str());
@@ -155,11 +155,11 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
     if (rank0) {
       write_position_losses(p, task.out, checkpoint, task.by, outputs);
       outputs.commit();
+      write_eval_events(config, task.task, task.out, checkpoint);  // TensorBoard (log.tensorboard), from the .jsonl
       std::printf("eval %s: mean loss %s over %.0f targets, by position in the %s: wrote %s and its .csv (plot: "
                   "python3 launch/plot_loss_by_position.py %s --out loss_by_position.png)\n", checkpoint.c_str(),
                   loss_text(p.total).c_str(), p.total.count[0], task.by.c_str(), task.out.c_str(), task.out.c_str());
     }
-      write_eval_events(config, task.task, task.out, checkpoint);  // TensorBoard (log.tensorboard), from the .jsonl
     return 0;
   }
   const LossTally ev = evaluate(*session.model, *loader, plan);
