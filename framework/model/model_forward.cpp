@@ -111,9 +111,9 @@ void Model::forward_backward(const Batch& batch, double global_count, bool want_
                                                  "keep no activations for one); build it with an optimizer");
   upload_batch(batch);
   offload_begin_step(want_grad);
+  if (fp8_) fp8_->begin_step();
   const int head_unit = int(s.L) + 1;
   // Unit by unit; at zero 3 each unit's gather is posted one unit ahead (prefetch) so that it runs under the
-  if (fp8_) fp8_->begin_step();
   // current unit's compute, and unit_weights() waits for it.
   prefetch_weights(0);
   const Tensor embedding = unit_weights(0);
@@ -141,7 +141,7 @@ void Model::forward_backward(const Batch& batch, double global_count, bool want_
   lm_head_loss(final_out_, param_view(head_w, head), targets_, losses_, head_scratch_,
                want_grad ? d_final_ : Tensor{}, want_grad ? param_view(head_dw, head) : Tensor{}, grad_scale);
   if (want_grad) backward();
+  if (fp8_) fp8_->end_step();  // this step's FP8 factors into the guard's record
 }
 
-  if (fp8_) fp8_->end_step();  // this step's FP8 factors into the guard's record
 }  // namespace rt

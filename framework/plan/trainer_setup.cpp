@@ -104,10 +104,10 @@ ModelOptions model_options(const Config& config, Device device) {
   o.per_sample_positions = config.data.positions == "document" || o.layout == Layout::balanced;
   o.documents = config.data.documents == "eot";
   o.cp_gather = o.documents && config.parallel.cp_scheme != CpSchemeSetting::ring && config.parallel.ring() > 1;
-  if (config.train.offload == "activations") {
   o.fp8 = config.train.precision == "fp8";
   o.fp8_recipe = parse_fp8_recipe(config.fp8.recipe);
   o.fp8_bf16_first_last = config.fp8.bf16_first_last;
+  if (config.train.offload == "activations") {
     RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
                                "run is on the CPU, where every activation is in host memory already; use "
                                "train.offload: none (or device: cuda)");
@@ -189,11 +189,11 @@ ModelSession build_session(const Config& config_in, const ModelComms& comms, Dev
   if (device.is_cuda() && head_dim != 64 && head_dim != 128)
     throw Error("head_dim = model.d_model / model.n_head = " + std::to_string(head_dim) +
                 ", but the CUDA attention kernels take head dims 64 and 128; change d_model / n_head, or set device: cpu");
+  const std::string fp8_problem = fp8_device_problem(config_in, device);
+  if (!fp8_problem.empty()) throw RunError(kExitUsage, fp8_problem);
   const Config config = resolve_offload(config_in, device);
   if (config.train.deterministic_attention) set_deterministic_attention(true);  // else RT_ATTN_DETERMINISTIC decides
   size_t bytes = 0;
-  const std::string fp8_problem = fp8_device_problem(config_in, device);
-  if (!fp8_problem.empty()) throw RunError(kExitUsage, fp8_problem);
   {
     ModelSession measured = measure_session(config, comms, device, with_optimizer);
     bytes = measured.arena->peak();
