@@ -514,6 +514,7 @@ void print_plan_text(const Resolved& r, const Config& planned, const PlanPoint& 
                 pt.seq_len / 1048576.0, seq_len_step(config), pt.offload_layers, config.train.checkpointing.c_str());
   }
   print_model_and_flops(config, planned, r, f, pt.zero);
+  print_precision(config, pt, r.device);
   if (!args.doc_lengths.empty()) print_doc_lengths(p, doc_length_plan(planned, args.doc_lengths));
   print_memory(pt, r.limits, r.device, 10);
   if (args.generate) print_generate(gen, r.limits, r.device);
