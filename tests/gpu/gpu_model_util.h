@@ -43,7 +43,8 @@ struct StepResult {
 
 // One forward + backward of the first batch on `device` over `grid`, weights from train.seed.
 inline StepResult first_step(const Config& config, ProcessGrid& grid, Device device) {
-  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/false);
+  ModelSession session = build_session(config, ModelComms::from(grid), device, /*with_optimizer=*/true);
+  // A training session: a forward-only one (eval, generate) keeps no activations and refuses the backward.
   Model& model = *session.model;
   model.init_weights(config.train.seed);
   model.sync_compute_weights();
