@@ -130,7 +130,7 @@ def write_generate_config(path, work, device):
 def ringtrain_generate(a, cfg, ckpt, prompt_file, new, work):
     out = os.path.join(work, "ringtrain_out.json")
     cmd = [a.ringtrain, "generate", cfg, "--checkpoint", ckpt, "--prompt-ids", prompt_file,
-           "--max-new-tokens", str(new), "--eos-id", "-1", "--out", out]
+           "--max-new-tokens", str(new), "--eos-id", "-1", "--out", out, "--overwrite"]  # one file, each length
     if a.cp > 1:
         cmd = [a.mpirun, "-np", str(a.cp)] + cmd + ["--set", f"parallel.cp={a.cp}"]
     p = run(cmd, a.timeout, env=MPI_ENV, what="ringtrain generate")

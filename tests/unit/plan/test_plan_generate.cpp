@@ -93,13 +93,14 @@ TEST(GenerateChunks, ExplicitChunkIsTakenAndNamed) {
   EXPECT_TRUE(one.chunk_note.empty());
 }
 
-// The 8B shape generating from a 1M-token prompt on its 8 x H200 ring: the one-pass prefill (131,072 tokens per
-// rank, next to the fp32 masters and gradients the model keeps at zero 0) does not fit 139 GiB; auto chunks it into
+// The 8B shape generating from a prompt of its whole 2M context on its 8 x H200 ring: the one-pass prefill (262,136
+// tokens per rank; a forward-only model keeps no activations for a backward, so 1M tokens would fit) does not fit
+// 139 GiB; auto chunks it into
 // the fewest even chunks that do, each sharded over the 8 ranks, the cache sharded as before.
 TEST(GenerateChunks, AutoChunksTheFewestThatFitOnlyWhenOnePassDoesNot) {
   const Config c = load("llama3-8b-2m-8gpu.yaml");
   ASSERT_EQ(c.parallel.cp, 8);
-  const int64_t prompt = 1 << 20, fresh = 64, Pp = prompt - 1;
+  const int64_t fresh = 64, prompt = (int64_t(1) << 21) - fresh, Pp = prompt - 1;
   const double limit = 139 * kGiB;
   const PrefillChunking auto_chunk{0, limit, "the GPU"};
   const GeneratePlan whole = plan_generate(c, Device::cuda(0), prompt, fresh);
