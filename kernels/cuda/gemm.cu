@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublaslt_algo.h"
 #include "kernels/cuda/gemm_epilogue.h"
 
 namespace rt {
@@ -92,20 +93,10 @@ const Plan& plan_for(const PlanKey& key, const Tensor& a, const Tensor& b, const
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lb, ab, uint64_t(a.shape[1]), uint64_t(a.shape[0]), a.shape[1]));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lc, ct, uint64_t(key.N), uint64_t(key.M), key.N));
 
-  cublasLtMatmulPreference_t pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const size_t ws = cublaslt_workspace_bytes();
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), plan.desc, plan.la, plan.lb, plan.lc,
-                                                           plan.lc, pref, 1, &result, &found);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  int found = 0;  // b is cuBLASLt's A and a its B (row-major operands as column-major)
+  const cublasStatus_t st = cublaslt_best_algo(plan.desc, plan.la, plan.lb, plan.lc, key.align_b, key.align_a,
+                                               key.align_c, result, found);
   if (epi != GemmEpilogue::none && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
     plan.found = false;  // cached, so the fallback costs no further heuristic queries
     return g_plans.emplace(key, plan).first->second;
