@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "framework/eval/dump_logits.h"
 #include "framework/eval/eval.h"
 #include "framework/eval/command_inputs.h"
+#include "framework/eval/decode_graph.h"
 #include "framework/eval/generate.h"
 #include "framework/plan/generate_limits.h"
 #include "framework/plan/plan_generate.h"
@@ -24,6 +26,7 @@
 #include "framework/plan/trainer_setup.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "kernels/step_graph.h"
 #include "parallel/comm/comm.h"
 #include "parallel/schedule/doc_balance.h"
 
@@ -126,6 +129,8 @@ GenerateInputs read_generate_inputs(const Config& loaded, const GenerateArgs& ar
   const std::string out_of_range =  // before any sum of them (framework/plan/generate_limits.h)
       check_generate_counts({int64_t(prompt.size()), args.max_new_tokens, args.prefill_chunk, prompt_option});
   RT_CHECK(out_of_range.empty(), "generate: " << out_of_range);
+  const std::string bad_graph = check_cuda_graph_setting(args.cuda_graph);
+  RT_CHECK(bad_graph.empty(), "generate: " << bad_graph);
   const std::string bad_sampling = check_sampling(args.sampling);
   RT_CHECK(bad_sampling.empty(), "generate: " << bad_sampling);
   const std::string refused = check_prompt_length(int64_t(prompt.size()), in.trained_len, config.model.rope_scaling,
@@ -187,10 +192,14 @@ struct Decoded {
   std::vector<float> step_logits;  // (steps, V) rank 0, --dump-logits
   std::string stop = "max_new_tokens";
   double seconds = 0;
+  bool graphed = false;    // the steps after the first replayed one CUDA graph
+  size_t graph_nodes = 0;  // its nodes
 };
 
+// graphed: one rank's steps as replays of one CUDA graph (framework/eval/decode_graph.h); the token goes to the
+// device with the step's other inputs, so no broadcast and no token copies.
 Decoded decode(Model& model, KvCache& cache, std::vector<int64_t> shard_rows, ProcessGrid& grid,
-               const GenerateInputs& in, const GenerateArgs& args) {
+               const GenerateInputs& in, const GenerateArgs& args, GraphedDecode* graphed) {
   const bool rank0 = grid.world().rank() == 0;
   const int me = grid.cp_rank();
   const int64_t V = in.config.model.vocab_size, P = int64_t(in.prompt.size());
@@ -202,19 +211,25 @@ Decoded decode(Model& model, KvCache& cache, std::vector<int64_t> shard_rows, Pr
   Decoded d;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t pos = P - 1; int64_t(d.tokens.size()) < args.max_new_tokens; ++pos) {
-    copy_cast(cache.token, host_token);
     const int owner = int(std::min_element(shard_rows.begin(), shard_rows.end()) - shard_rows.begin());
-    model.decode_step(cache, pos, owner == me);
-    if (owner == me) ++cache.rows;
+    if (graphed) {
+      graphed->step(token_host, pos);  // one rank: it holds every row; adds the row
+    } else {
+      copy_cast(cache.token, host_token);
+      model.decode_step(cache, pos, owner == me);
+      if (owner == me) ++cache.rows;
+    }
     ++shard_rows[size_t(owner)];
     if (rank0) {  // rank 0 chooses; every rank takes its choice
       copy_cast(host_logits, cache.logits);
       if (!args.dump_logits.empty()) d.step_logits.insert(d.step_logits.end(), logits.begin(), logits.end());
       token_host = choose_token(logits.data(), V, args.sampling, rng);
-      copy_cast(cache.token, host_token);
+      if (!graphed) copy_cast(cache.token, host_token);
     }
-    grid.world().broadcast(cache.token, 0);
-    copy_cast(host_token, cache.token);
+    if (!graphed) {
+      grid.world().broadcast(cache.token, 0);
+      copy_cast(host_token, cache.token);
+    }
     d.tokens.push_back(token_host);
     if (in.eos >= 0 && token_host == in.eos) {
       d.stop = "eos";
@@ -222,6 +237,7 @@ Decoded decode(Model& model, KvCache& cache, std::vector<int64_t> shard_rows, Pr
     }
   }
   d.seconds = seconds_since(t0);
+  if (graphed) d.graph_nodes = graphed->nodes(), d.graphed = graphed->graphed();
   return d;
 }
 
@@ -245,10 +261,13 @@ void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, c
   j["prefill_chunks"] = layout.chunks;
   j["prefill_chunk"] = layout.chunk;
   j["device"] = resolved.device.is_cpu() ? "cpu" : "cuda";
+  j["decode_cuda_graph"] = d.graphed;
+  j["decode_graph_nodes"] = d.graph_nodes;
   j["hf_source"] = in.hf_source;
   std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
-               "%.4g s, %.1f tokens/s; stopped at %s\n", (long long)(P - 1), prefill_s, config.parallel.cp,
-               config.parallel.cp_a2a, config.parallel.tp, d.tokens.size(), d.seconds, tokens_per_s, d.stop.c_str());
+               "%.4g s, %.1f tokens/s (%s); stopped at %s\n", (long long)(P - 1), prefill_s, config.parallel.cp,
+               config.parallel.cp_a2a, config.parallel.tp, d.tokens.size(), d.seconds, tokens_per_s,
+               d.graphed ? "one CUDA graph per step" : "ungraphed", d.stop.c_str());
   OutputFiles outputs("generate");
   const int64_t steps = int64_t(d.tokens.size());
   if (!args.dump_logits.empty()) {
@@ -323,7 +342,12 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   grid.world().barrier();
   const double prefill_s = seconds_since(t_prefill);
 
-  const Decoded decoded = decode(model, cache, layout.shard_rows, grid, in, args);
+  const DecodeGraphChoice graph_choice = choose_decode_graph(
+      args.cuda_graph, device.is_cuda() && StepGraph::available(device), grid.world().size());
+  if (rank0) std::fprintf(stderr, "%s\n", graph_choice.line.c_str());
+  std::unique_ptr<GraphedDecode> graphed;
+  if (graph_choice.graphed) graphed = std::make_unique<GraphedDecode>(model, cache, args.cuda_graph == "on");
+  const Decoded decoded = decode(model, cache, layout.shard_rows, grid, in, args, graphed.get());
   if (rank0) write_generate_result(in, args, resolved, layout, prefill_s, decoded);
   return 0;
 }

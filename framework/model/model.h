@@ -170,9 +170,12 @@ struct KvCache {
   int64_t rows = 0;             // rows filled
   std::vector<Tensor> k, v;     // L x (capacity, Hkvl*D) act dtype; K after RoPE (the training forward's a.k, a.v)
   std::vector<int64_t> capture; // prefill: the local rows of the forward to keep (sorted; the prompt, not the pad)
-  Tensor token;                 // (1) i32 the token being decoded
-  Tensor kv_len;                // (1) i32 rows this rank attends over in this step
-  Tensor rope;                  // (1, D/2, 2) f32 the token's RoPE row (its global position)
+  Tensor step_inputs;           // (4 + D) 4-byte words: token | kv_len | append_row (i32) | 0 | rope (D/2, 2) f32,
+                                // every per-step value in one buffer (one copy sets them: the graphed decode)
+  Tensor token;                 // (1) i32 view of step_inputs: the token being decoded
+  Tensor kv_len;                // (1) i32 view of step_inputs: rows this rank attends over in this step
+  Tensor append_row;            // (1) i32 view of step_inputs: the row the step's K / V go to (graphed; < 0: none)
+  Tensor rope;                  // (1, D/2, 2) f32 view of step_inputs: the token's RoPE row (its global position)
   Tensor x, out, x_mid;         // (1, C) act: residual stream in / block output / after attention
   Tensor ln, ln2;               // (1, C) act
   Tensor rstd;                  // (1) f32
@@ -297,6 +300,14 @@ class Model {
   KvCache make_kv_cache(Arena& arena, int64_t capacity, bool chunked_prefill = false) const;
   void set_kv_capture(KvCache* cache) { kv_capture_ = cache; }
   void decode_step(KvCache& cache, int64_t position, bool append_here);
+  // The graphed decode step (DESIGN.md "Generate", framework/eval/decode_graph.h). decode_step_inputs writes into
+  // `host` (cache.step_inputs.nbytes() bytes, laid out as cache.step_inputs) the token, kv_len, append row and the
+  // RoPE row of global `position`; decode_step_from_inputs is decode_step's launches with every per-step value read
+  // from cache.step_inputs on the device (K / V appended at append_row by append_kv_row), so that a StepGraph
+  // captures it once. One rank only: no cp / tp communication inside. Neither touches cache.rows.
+  void decode_step_inputs(void* host, const KvCache& cache, int32_t token, int64_t position, int32_t kv_len,
+                          int32_t append_row) const;
+  void decode_step_from_inputs(KvCache& cache);
   // Chunked prefill (model_prefill.cpp, DESIGN.md "Generate"): chunk number `chunk` of the prompt, at global
   // positions [start, start + valid), sharded over the cp group: `tokens` (n, this model's tokens per rank) are the
   // chunk's rows [slot n, (slot + 1) n) with slot = prefill_chunk_slot(cp rank, chunk, cp) (those at or past `valid`:
@@ -445,6 +456,9 @@ class Model {
   Tensor gather_scratch_;            // (chunk) f32, tp > 1 or shards > 1: full tensors are summed through it
   KvCache* kv_capture_ = nullptr;  // set_kv_capture
   void capture_kv(int layer, const Tensor& k, const Tensor& v);  // (N, Hkvl*D) each
+  // decode_step's launches after its inputs are set: the K / V appended at host row cache.rows (append_here), or at
+  // the device's cache.append_row (append_on_device), or nowhere.
+  void decode_launches(KvCache& cache, bool append_here, bool append_on_device);
   struct PrefillChunk {             // the chunk prefill_chunk is running (cache null: none)
     KvCache* cache = nullptr;
     int64_t index = 0, start = 0, valid = 0;

@@ -9,9 +9,11 @@
 //     -> wo (all-reduce over tp) -> + x -> RMSNorm -> MLP (all-reduce over tp) -> + residual
 //     final RMSNorm -> logits (1, V) with the (replicated) LM head.
 #include <algorithm>
+#include <cstring>
 
 #include "framework/model/model_internal.h"
 #include "kernels/attention.h"
+#include "kernels/decode_append.h"
 #include "kernels/ops.h"
 #include "kernels/rope_table.h"
 
@@ -47,9 +49,13 @@ KvCache Model::make_kv_cache(Arena& arena, int64_t capacity, bool chunked_prefil
   }
   const int64_t cp = comms_.cp ? comms_.cp->size() : 1;
   const int64_t F2 = s.swiglu ? 2 * s.Fl : s.Fl;
-  c.token = arena.alloc(DType::i32, {1}, "decode: token");                         // (1)
-  c.kv_len = arena.alloc(DType::i32, {1}, "decode: kv_len");                       // (1)
-  c.rope = arena.alloc(DType::f32, {1, s.D / 2, 2}, "decode: rope row");           // (1, D/2, 2)
+  c.step_inputs = arena.alloc(DType::f32, {4 + s.D}, "decode: step inputs");       // (4 + D) words
+  float* const words = c.step_inputs.ptr<float>();
+  const Device device = c.step_inputs.device;
+  c.token = Tensor(words, DType::i32, device, {1});                                // (1) word 0
+  c.kv_len = Tensor(words + 1, DType::i32, device, {1});                           // (1) word 1
+  c.append_row = Tensor(words + 2, DType::i32, device, {1});                       // (1) word 2
+  c.rope = Tensor(words + 4, DType::f32, device, {1, s.D / 2, 2});                 // (1, D/2, 2) words [4, 4 + D)
   c.x = arena.alloc(act, {1, s.C}, "decode: x");                                   // (1, C)
   c.out = arena.alloc(act, {1, s.C}, "decode: out");                               // (1, C)
   c.x_mid = arena.alloc(act, {1, s.C}, "decode: x_mid");                           // (1, C)
@@ -107,7 +113,37 @@ void Model::decode_step(KvCache& c, int64_t position, bool append_here) {
   copy_host_to_tensor(c.rope, rope_row.data());
   const int32_t kv_len = int32_t(c.rows + (append_here ? 1 : 0));
   copy_host_to_tensor(c.kv_len, &kv_len);
+  decode_launches(c, append_here, /*append_on_device=*/false);
+}
 
+void Model::decode_step_inputs(void* host, const KvCache& c, int32_t token, int64_t position, int32_t kv_len,
+                               int32_t append_row) const {
+  const ModelShape& s = shape_;
+  RT_CHECK(position >= 0 && position <= int64_t(INT32_MAX), "generate: position " << position << " out of range");
+  RT_CHECK(kv_len >= 0 && kv_len <= c.capacity && append_row < c.capacity,
+           "generate: a decode step over " << kv_len << " rows appending at row " << append_row << " does not fit "
+                                           << "this rank's KV cache of " << c.capacity << " rows");
+  const int32_t pos32 = int32_t(position);
+  std::vector<float> rope_row;  // (1, D/2, 2)
+  build_rope_table(rope_row, &pos32, 1, rope_freqs_.inv_freq, rope_freqs_.pairs, double(rope_freqs_.cos_sin_scale));
+  RT_CHECK(int64_t(rope_row.size()) == s.D, "generate: a RoPE row of " << rope_row.size() << " values, expected "
+                                                << s.D);
+  char* const out = static_cast<char*>(host);  // (4 + D) words, the layout of KvCache::step_inputs
+  const int32_t head[4] = {token, kv_len, append_row, 0};
+  std::memcpy(out, head, sizeof(head));
+  std::memcpy(out + sizeof(head), rope_row.data(), rope_row.size() * sizeof(float));
+}
+
+void Model::decode_step_from_inputs(KvCache& c) {
+  RT_CHECK(zero_ != 3, "generate: decode needs the whole compute weights (parallel.zero < 3)");
+  RT_CHECK((comms_.cp ? comms_.cp->size() : 1) == 1 && shape_.tp == 1,
+           "generate: the graphed decode step runs on one rank (no cp / tp communication inside); use "
+           "--cuda-graph off on this grid");
+  decode_launches(c, /*append_here=*/false, /*append_on_device=*/true);
+}
+
+void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device) {
+  const ModelShape& s = shape_;
   Comm* cp = comms_.cp;
   const int64_t cps = cp ? cp->size() : 1;
   embedding_fwd(c.x, c.token, param_view(unit_weights(0), "tok_embeddings.weight"));
@@ -125,6 +161,8 @@ void Model::decode_step(KvCache& c, int64_t position, bool append_here) {
     if (append_here) {
       copy_cast(kc.slice(c.rows, c.rows + 1), c.k_new);
       copy_cast(vc.slice(c.rows, c.rows + 1), c.v_new);
+    } else if (append_on_device) {
+      append_kv_row(kc, vc, c.k_new, c.v_new, c.append_row);  // at the row the step inputs name
     }
     AttnState mine = state_views(c.state, s.Hl, s.D);
     attn_decode_partial(q4, kc.view({1, c.capacity, s.Hkvl, s.D}), vc.view({1, c.capacity, s.Hkvl, s.D}), c.kv_len,
