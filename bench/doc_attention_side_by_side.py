@@ -365,6 +365,9 @@ def main():
     ap.add_argument("--timing", default="queued", choices=("queued", "lone"),
                     help="bench_doc_ring_steps' per-call timing: queued (calls back to back, the host ahead: what a "
                          "training step's GPU sees) or lone (each call alone on an idle GPU, host enqueue included)")
+    ap.add_argument("--doc-plans", default="step", choices=("step", "call"),
+                    help="bench_doc_ring_steps' document set-up: made once per distinct call and reused, as a training "
+                         "step does over its layers (step), or made by every call (call: before issue 46)")
     ap.add_argument("--skip", default="", help="comma list of contenders to leave out: fa4, flex, dense, ours")
     ap.add_argument("--jsonl", help="one JSON object per (N, mix)")
     ap.add_argument("--out", help="the markdown table")

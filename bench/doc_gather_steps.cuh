@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "kernels/attn_doc_plans.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
 #include "parallel/schedule/gather_plan.h"
@@ -177,7 +178,8 @@ struct GatherMeasured {
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
-                                     int reps, CallTiming timing = CallTiming::queued) {
+                                     int reps, CallTiming timing = CallTiming::queued,
+                                     AttnDocPlans* plans = nullptr) {
   const KvGatherPlan& plan = g.plan;
   const int cp = plan.cp;
   const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
@@ -212,6 +214,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
   GatherMeasured m;
   GatherCallTimes us, us_one;  // the measured calls: the own backward in its parts, and as one call
   for (int r = 0; r < cp; ++r) {
+    if (plans) plans->new_batch();  // gpos / klist are rewritten with rank r's rows: no earlier plan holds
     const std::vector<int64_t> pos = kv_gather_positions(plan, r);  // (R) in buffer order, increasing
     const int64_t R = int64_t(pos.size()), Rc = gather_call_key_rows(R, (cp - 1) * n);  // received; the call's
     std::vector<int64_t> src(pos.size());  // (R)

@@ -95,6 +95,8 @@ def run_ours(binary, lengths_path, args, selection):
         cmd = [binary, "--lengths", lengths_path, "--cp", str(args.cp), "--d", str(args.d), "--h", str(args.heads),
                "--kv-heads", str(args.kv_heads), "--warmup", str(args.warmup), "--reps", str(args.reps), "--timing",
                args.timing, "--json", json_path] + list(selection)
+        if getattr(args, "doc_plans", None):  # the document set-up per step (default) or per call (issue 46)
+            cmd += ["--doc-plans", args.doc_plans]
         print("+ " + " ".join(cmd), flush=True)
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sys.stdout.write(run.stdout)

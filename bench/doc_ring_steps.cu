@@ -37,6 +37,9 @@
 // --candidate LABEL: any one candidate of the chooser (the ring and gather candidates --scheme auto chooses among),
 // named exactly as RingCandidate::label() writes it, e.g. 'zigzag', 'docpack(4096/runs)', 'gather:gatherpack(0.5)':
 // its layout and its scheme (so no --scheme with it; --layout is ignored).
+// --doc-plans step (default) | call: step makes each distinct call's document set-up (tile summaries, spans, order)
+// once and reuses it in every later call, as a training step does over its layers (kernels/attn_doc_plans.h); the
+// warm-up calls make it, so the timed calls launch no set-up kernel. call: every call makes its own (before issue 46).
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -50,6 +53,7 @@
 #include "bench/doc_candidates.h"
 #include "bench/doc_gather_steps.cuh"
 #include "kernels/attention.h"
+#include "kernels/attn_doc_plans.h"
 #include "kernels/cuda_api.h"
 #include "kernels/ops.h"
 #include "parallel/schedule/doc_balance.h"
@@ -72,7 +76,7 @@ struct Timed {
 int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
   int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
-  bool ring = true, plan_only = false, list_candidates = false, scheme_given = false;
+  bool ring = true, plan_only = false, list_candidates = false, scheme_given = false, plans_per_step = true;
   std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring", candidate;
   bench::CallTiming timing = bench::CallTiming::queued;
   for (int i = 1; i < argc; ++i) {
@@ -95,14 +99,21 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_doc_ring_steps: --timing %s: valid timings are queued and lone\n", t.c_str());
         return 2;
       }
+    } else if (a == "--doc-plans") {
+      const std::string m = next();
+      if (m != "step" && m != "call") {
+        std::fprintf(stderr, "bench_doc_ring_steps: --doc-plans %s: valid are step and call\n", m.c_str());
+        return 2;
+      }
+      plans_per_step = m == "step";
     } else if (a == "--no-ring") ring = false;
     else if (a == "--plan-only") plan_only = true;
     else if (a == "--json") json_path = next();
     else {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
                            "[--scheme ring|gather|auto] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
-                           "[--timing queued|lone] [--no-ring] [--plan-only] [--json FILE] [--candidate LABEL] "
-                           "[--list-candidates]\n");
+                           "[--timing queued|lone] [--doc-plans step|call] [--no-ring] [--plan-only] [--json FILE] "
+                           "[--candidate LABEL] [--list-candidates]\n");
       return 2;
     }
   }
@@ -240,6 +251,13 @@ int main(int argc, char** argv) {
     const int64_t* ns = static_cast<const int64_t*>(d_nat_start.p);
     const int64_t* rp = static_cast<const int64_t*>(d_ring_pos.p);
     const int64_t* rs = static_cast<const int64_t*>(d_ring_start.p);
+    // --doc-plans step: one plan per distinct call for the whole run (the mask arrays above stay as they are; the
+    // gather's per-rank arrays start a new batch in measure_gather): cp ring calls per rank of n x n rows, the whole
+    // call, the gather's few per rank; a call that finds no room makes its own set-up.
+    const int64_t plan_words = (cp + 4) * attn_doc_plan_words(1, N, N) + 32 * (int64_t(cp) * cp + 64);
+    bench::DeviceBuffer plan_space(plans_per_step ? size_t(plan_words) * 8 : 8);  // (plan_words) int64
+    AttnDocPlans plans = plans_per_step ? AttnDocPlans(0, plan_space.p, plan_words) : AttnDocPlans();
+    const AttnDocPlanScope plan_scope(plans_per_step ? &plans : nullptr);
 
     // The whole sample in natural order, one call each way.
     AttnMask whole_mask;
@@ -274,7 +292,7 @@ int main(int argc, char** argv) {
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
       gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps,
-                                      timing);
+                                      timing, plans_per_step ? &plans : nullptr);
     if (ring && !gather) {
       t_ring.fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads
@@ -298,9 +316,9 @@ int main(int argc, char** argv) {
 
     auto tf = [&](double per_pair, double ms) { return ms > 0 ? per_pair * D * H * pairs / (ms * 1e-3) / 1e12 : 0.0; };
     std::printf("document-masked attention, one GPU: N %ld, %zu documents, d %ld, H %ld, bf16, %.0f visible pairs "
-                "(%.3f of causal); calls timed %s\n",
+                "(%.3f of causal); calls timed %s, document set-up per %s\n",
                 long(N), lengths.size(), long(D), long(H), pairs, pairs / (double(N) * double(N + 1) / 2),
-                bench::call_timing_name(timing));
+                bench::call_timing_name(timing), plans_per_step ? "step (made once, reused)" : "call");
     std::printf("  whole call            fwd %9.3f ms %7.1f TF/s | bwd %9.3f ms %7.1f TF/s\n", t_whole.fwd_ms,
                 tf(4, t_whole.fwd_ms), t_whole.bwd_ms, tf(10, t_whole.bwd_ms));
     const double flops_fwd = 4.0 * D * H * pairs, flops_bwd = 10.0 * D * H * pairs;  // mask FLOPs, all heads
@@ -335,10 +353,12 @@ int main(int argc, char** argv) {
       std::fprintf(json,
                    "{\"kind\":\"doc_ring_steps\",\"N\":%ld,\"docs\":%zu,\"d\":%ld,\"H\":%ld,\"kv_heads\":%ld,"
                    "\"scheme\":\"%s\",\"visible_pairs\":%.0f,\"whole_fwd_ms\":%.4f,\"whole_bwd_ms\":%.4f,"
-                   "\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,\"deterministic\":%s,\"timing\":\"%s\"",
+                   "\"whole_fwd_tflops\":%.2f,\"whole_bwd_tflops\":%.2f,\"deterministic\":%s,\"timing\":\"%s\","
+                   "\"doc_plans\":\"%s\"",
                    long(N), lengths.size(), long(D), long(H), long(Hkv), scheme.c_str(), pairs, t_whole.fwd_ms,
                    t_whole.bwd_ms, tf(4, t_whole.fwd_ms), tf(10, t_whole.bwd_ms),
-                   deterministic_attention() ? "true" : "false", bench::call_timing_name(timing));
+                   deterministic_attention() ? "true" : "false", bench::call_timing_name(timing),
+                   plans_per_step ? "step" : "call");
       if (ring && gather) {
         std::fprintf(json,
                      ",\"cp\":%d,\"layout\":\"%s\",\"chosen\":\"%s\",\"pick\":\"%s\",\"ring_model_path_fwd_ms\":%.4f,"

@@ -78,6 +78,24 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
     grad_home_ = arena.alloc(dkv_wire, {2, B, n, Hkv, D}, "ring_attn.dkv_home");  // (2, B, n, Hkv, D)
   delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
   if (ring && gather) gather_ = make_ring_gather(shape, cp.size(), dkv_wire, arena);
+  if (arena.device().is_cuda()) {
+    // The document plans of one batch (kernels/attn_doc_plans.h), per rank: the ring's call against each source
+    // (n x n rows); the gather's own call, its backward's two parts, the gathered rows (per sample in the merge form,
+    // and all samples), the one-launch key list and the two halves of its fallback (Rmax = (cp - 1) n received rows
+    // at most). About 1.5 B n bytes per n x n plan: 0.5 MiB at 16K tokens a rank, cp 8, gather on. A call that finds
+    // no room computes its set-up itself, so the bound only decides what is cached.
+    const int64_t P = cp.size(), square = attn_doc_plan_words(B, n, n);
+    int64_t words = P * square, plans = P;
+    if (gather_) {
+      const int64_t rmax = (P - 1) * n, list = attn_second_kv_row(n) + rmax;
+      words += 4 * square + attn_doc_plan_words(1, n, rmax) * B + 2 * attn_doc_plan_words(B, n, rmax) +
+               2 * attn_doc_plan_words(B, n, list);
+      plans += 8 + B;
+    }
+    words += 32 * plans;  // each plan starts on a 256-byte boundary
+    doc_plan_space_ = arena.alloc(DType::i32, {words, 2}, "ring_attn.doc_plans");  // (words, 2) i32: int64 words
+    doc_plans_ = AttnDocPlans(arena.device().index, doc_plan_space_.data, words);
+  }
   hops_ = ring_hop_plan_full(cp.size());
   timer_ = make_ring_timer(arena.device());
 }
@@ -88,6 +106,7 @@ void RingAttention::set_documents(const int64_t* pos, const int64_t* doc_start, 
                                   const int64_t* host_doc_start, CpScheme scheme) {
   doc_pos_ = pos;
   doc_start_ = doc_start;
+  doc_plans_.new_batch();  // new positions (the gather's key positions too, in plan_gather): no plan is valid
   hops_ = ring_hop_plan_full(cp_.size());
   scheme_ = CpScheme::ring;
   if (pos == nullptr) return;
@@ -227,6 +246,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
               "out");
   check_shape(lse, {shape_.batch, shape_.heads, shape_.local_tokens}, "ring_attention.forward", "lse");
   const int cp = cp_.size(), r = cp_.rank();
+  const AttnDocPlanScope plans(&doc_plans_);  // every layer's calls share the batch's document set-up
   maybe_inject_fault("ring_attention.forward");
   if (scheme_ == CpScheme::gather) {
     gather_forward(q, k, v, out, lse);
@@ -318,6 +338,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
   check_shape(dv, {B, n, Hkv, D}, op, "dv");
 
   const int cp = cp_.size(), r = cp_.rank();
+  const AttnDocPlanScope plans(&doc_plans_);  // the forward's document set-up, reused
   maybe_inject_fault("ring_attention.backward");
   if (scheme_ == CpScheme::gather) {
     gather_backward(q, k, v, out, dout, lse, dq, dk, dv);

@@ -7,6 +7,7 @@
 
 #include "kernels/arena.h"
 #include "kernels/attention.h"
+#include "kernels/attn_doc_plans.h"
 #include "parallel/comm/comm.h"
 #include "parallel/cp/ring_timing.h"
 #include "parallel/schedule/attention_shape.h"
@@ -118,6 +119,10 @@ class RingAttention {
   const int64_t* doc_start_ = nullptr;      // (B, cp*n)
   RingHopPlan hops_;                        // which blocks travel how far (every hop without documents)
   CpScheme scheme_ = CpScheme::ring;        // of the current documents
+  // The document set-up of every distinct call of the current batch, made by its first call and read by every
+  // layer's forward and backward (kernels/attn_doc_plans.h); set_documents starts a new batch. CUDA only.
+  Tensor doc_plan_space_;                   // (words, 2) i32 holding int64 words: see the constructor for the size
+  AttnDocPlans doc_plans_;
   std::unique_ptr<RingGather> gather_;      // the gather scheme's buffers and plan (constructed with gather = true)
   Tensor grad_home_;     // (2, B, n, Hkv, D) dkv_wire dtype: this rank's dK|dV accumulator when it comes home early
   double sent_bytes_ = 0, ring_bytes_ = 0;  // since reset_timings(): this rank's bytes sent, the plain ring's

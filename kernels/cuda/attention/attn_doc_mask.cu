@@ -1,10 +1,14 @@
 // attn_doc_mask_setup: checks a call's document mask (AttnMask::docs) and writes the 64-row tile summaries the
 // kernels classify their tiles with (kernels/cuda/attention/attn_doc_mask.cuh) into a scratch buffer of the call's
 // stream. One warp per summary tile: min / max of pos and doc over query rows, of kpos over key rows.
+// Inside an AttnDocPlanScope (kernels/attn_doc_plans.h) the set-up goes into the scope's plan of the call's key
+// instead, and each part (summaries, bwd v5's key spans, fwd v5's query order) is launched only by the first call
+// of the batch that needs it: the other layers' calls, forward and backward, launch no set-up kernel.
 #include <map>
 #include <mutex>
 #include <utility>
 
+#include "kernels/attn_doc_plans.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_doc_mask.cuh"
 
@@ -13,6 +17,8 @@ namespace cuda {
 namespace {
 
 constexpr int kSummaryWarps = 8;
+static_assert(kDocTileRows == kAttnDocTileRows && kDocRuns == kAttnDocRuns,
+              "attn_doc_mask.cuh and kernels/attn_doc_plans.h disagree on the plan's tiles");
 
 // Tiles [0, B*nq) are query tiles (sample b = w / nq), the rest key tiles.
 __global__ void doc_summary_kernel(DocMaskDev d, int64_t B, int64_t q_begin, int64_t q_end, int64_t k_begin,
@@ -211,9 +217,6 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
                                int device, cudaStream_t stream, const char* op) {
   DocMaskDev d;
   if (!docs.on()) return d;
-  require_device_positions(docs.q_pos, device, op, "q_pos");
-  require_device_positions(docs.q_doc_start, device, op, "q_doc_start");
-  require_device_positions(docs.k_pos, device, op, "k_pos");
   RT_CHECK(docs.q_stride >= Nq && docs.k_stride >= Nk,
            op << ": document-mask strides q_stride=" << docs.q_stride << " / k_stride=" << docs.k_stride
               << " are below the row counts Nq=" << Nq << " / Nk=" << Nk << "; pass the (B, N) arrays' row lengths");
@@ -230,27 +233,38 @@ DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int6
   d.nk_tiles = int(nk);
   const int64_t tiles = B * (nq + nk);
   if (tiles == 0) return d;
-  // In int64 words: q (B,nq,4), then k (B,nk,2), then bwd v5's 128-key spans (B, ceil(nk/2)) int2 (one word
-  // each), then fwd v5's per 128-row query tile (B, ceil(nq/2)): runs (kDocRuns longlong2: 2 * kDocRuns words),
-  // span (int2: one word), order and run count (int each: half a word, rounded up).
-  const int64_t nk2 = (nk + 1) / 2, nq2 = (nq + 1) / 2;
-  const int64_t at_k128 = B * (nq * 4 + nk * 2), at_runs = (at_k128 + B * nk2 + 1) / 2 * 2,  // even: 16-byte aligned
-                at_span = at_runs + 2 * kDocRuns * B * nq2,
-                at_order = at_span + B * nq2, at_nruns = at_order + (B * nq2 + 1) / 2,
-                words = at_nruns + (B * nq2 + 1) / 2;
-  int64_t* buf = summary_buffer(stream, size_t(words));
-  d.q_sum = buf;
-  d.k_sum = buf + B * nq * 4;
-  d.k128_span = reinterpret_cast<int2*>(buf + at_k128);
-  d.q128_runs = reinterpret_cast<longlong2*>(buf + at_runs);
-  d.q128_span = reinterpret_cast<int2*>(buf + at_span);
-  d.q128_order = reinterpret_cast<int*>(buf + at_order);
-  d.q128_nruns = reinterpret_cast<int*>(buf + at_nruns);
+  const AttnDocPlanLayout at = attn_doc_plan_layout(B, nq, nk);
+  AttnDocPlanKey key;
+  key.stream = stream;
+  key.q_pos = docs.q_pos;
+  key.q_doc_start = docs.q_doc_start;
+  key.k_pos = docs.k_pos;
+  key.q_stride = docs.q_stride;
+  key.k_stride = docs.k_stride;
+  key.B = B;
+  key.q_begin = r.q_begin, key.q_end = r.q_end, key.k_begin = r.k_begin, key.k_end = r.k_end;
+  AttnDocPlans* plans = current_attn_doc_plans();
+  AttnDocPlans::Plan* plan = plans ? plans->find_or_add(device, key, at.words) : nullptr;
+  if (!(plan && plan->summaries)) {  // a plan written this batch was checked when it was made
+    require_device_positions(docs.q_pos, device, op, "q_pos");
+    require_device_positions(docs.q_doc_start, device, op, "q_doc_start");
+    require_device_positions(docs.k_pos, device, op, "k_pos");
+  }
+  int64_t* buf = plan ? plans->storage(*plan) : summary_buffer(stream, size_t(at.words));
+  d.q_sum = buf + at.q_sum;
+  d.k_sum = buf + at.k_sum;
+  d.k128_span = reinterpret_cast<int2*>(buf + at.k128_span);
+  d.q128_runs = reinterpret_cast<longlong2*>(buf + at.q128_runs);
+  d.q128_span = reinterpret_cast<int2*>(buf + at.q128_span);
+  d.q128_order = reinterpret_cast<int*>(buf + at.q128_order);
+  d.q128_nruns = reinterpret_cast<int*>(buf + at.q128_nruns);
+  if (plan && plan->summaries) return d;  // written by an earlier call of this batch, on this stream
   const int64_t blocks = (tiles + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, op << ": too many document-mask summary tiles (" << tiles << ")");
   doc_summary_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B, r.q_begin, r.q_end, r.k_begin, r.k_end,
-                                                                         buf, buf + B * nq * 4);
+                                                                         buf + at.q_sum, buf + at.k_sum);
   CUDA_CHECK_LAUNCH();
+  if (plan) plan->summaries = true;
   return d;
 }
 
@@ -258,16 +272,26 @@ void attn_doc_k128_spans(const DocMaskDev& d, int64_t B, cudaStream_t stream) {
   RT_CHECK(d.on && d.k128_span != nullptr, "attn_doc_k128_spans: the document mask is off");
   const int64_t warps = B * ((d.nk_tiles + 1) / 2);
   if (warps == 0) return;
+  AttnDocPlans* plans = current_attn_doc_plans();
+  AttnDocPlans::Plan* plan = plans ? plans->plan_at(d.q_sum) : nullptr;
+  if (plan && plan->k128_spans) return;  // written by an earlier call of this batch
   const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX, "attn_bwd_block (v5): too many key tiles for the document spans (" << warps << ")");
   doc_k128_span_kernel<<<unsigned(blocks), kSummaryWarps * 32, 0, stream>>>(d, B);
   CUDA_CHECK_LAUNCH();
+  if (plan) plan->k128_spans = true;
 }
 
 void attn_doc_q128_order(const DocMaskDev& d, int64_t B, int64_t q_begin, int64_t q_end, cudaStream_t stream) {
   RT_CHECK(d.on && d.q128_span != nullptr, "attn_doc_q128_order: the document mask is off");
   const int64_t warps = B * ((d.nq_tiles + 1) / 2);
   if (warps == 0) return;
+  AttnDocPlans* plans = current_attn_doc_plans();
+  AttnDocPlans::Plan* plan = plans ? plans->plan_at(d.q_sum) : nullptr;
+  // The plan's key holds q_begin / q_end (the summaries' origin), so these are the rows it was made for.
+  RT_CHECK(!plan || (plan->key.q_begin == q_begin && plan->key.q_end == q_end),
+           "attn_doc_q128_order: query rows [" << q_begin << ", " << q_end << ") are not the plan's");
+  if (plan && plan->q128_order) return;  // written by an earlier call of this batch
   const int64_t blocks = (warps + kSummaryWarps - 1) / kSummaryWarps;
   RT_CHECK(blocks <= INT_MAX && B <= INT_MAX,
            "attn_fwd_block (v5): too many query tiles for the document spans (" << warps << ")");
@@ -275,6 +299,7 @@ void attn_doc_q128_order(const DocMaskDev& d, int64_t B, int64_t q_begin, int64_
   CUDA_CHECK_LAUNCH();
   doc_q128_order_kernel<<<unsigned(B), kOrderThreads, 0, stream>>>(d);
   CUDA_CHECK_LAUNCH();
+  if (plan) plan->q128_order = true;
 }
 
 }  // namespace cuda
