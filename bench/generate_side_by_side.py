@@ -4,6 +4,7 @@ the same weights, at long prompts: prefill seconds and decode tokens/s.
 
   python3 bench/generate_side_by_side.py --ringtrain build-gpu/ringtrain [--lengths 32768,131072]
       [--new-tokens 128] [--work DIR] [--out results.jsonl] [--md table.md] [--cp N --mpirun mpirun]
+      [--cuda-graph auto|on|off|both] [--hbm-tb-s 4.8]
   python3 bench/generate_side_by_side.py --ringtrain build-cpu/ringtrain --self-test     (CPU, tiny, seconds)
 
 What it does:
@@ -15,7 +16,12 @@ What it does:
   2. For each prompt length: a random prompt (ids in [3, vocab), seeded), then
      - ringtrain: `ringtrain generate` on the checkpoint (device cuda, or cpu in the self-test), greedy,
        --max-new-tokens N, --eos-id -1; prefill_s (the prompt but its last token, on the configured grid) and
-       decode_tokens_per_s (N steps, the first one runs the prompt's last token) from its JSON;
+       decode_tokens_per_s (N steps, the first one runs the prompt's last token) from its JSON; --cuda-graph
+       (default auto: one CUDA graph per decode step where supported) is passed through, and `both` runs
+       ringtrain twice per length, `on` then `off` (rows "ringtrain graph on" and "ringtrain graph off"); each row
+       records whether the graph ran (decode_cuda_graph) and the fraction of the decode's bandwidth bound reached:
+       a step reads every weight but the embedding table (one row) and the whole KV cache once, so the bound is
+       --hbm-tb-s (default 4.8, an H200's HBM3e) / (those bytes) tokens/s (bf16; fp32 in the self-test);
      - transformers: AutoModelForCausalLM.from_pretrained(exported, torch_dtype=bfloat16, attn_implementation="sdpa")
        on cuda; after a warm-up on a short prompt, prefill = the wall time of generate(max_new_tokens=1) (the whole
        prompt and one greedy token), decode = generate(max_new_tokens=N + 1, min_new_tokens=N + 1) minus that,
@@ -127,17 +133,19 @@ def write_generate_config(path, work, device):
     return path
 
 
-def ringtrain_generate(a, cfg, ckpt, prompt_file, new, work):
+def ringtrain_generate(a, cfg, ckpt, prompt_file, new, work, cuda_graph):
     out = os.path.join(work, "ringtrain_out.json")
     cmd = [a.ringtrain, "generate", cfg, "--checkpoint", ckpt, "--prompt-ids", prompt_file,
-           "--max-new-tokens", str(new), "--eos-id", "-1", "--out", out, "--overwrite"]  # one file, each length
+           "--max-new-tokens", str(new), "--eos-id", "-1", "--out", out, "--overwrite",  # one file, each length
+           "--cuda-graph", cuda_graph]
     if a.cp > 1:
         cmd = [a.mpirun, "-np", str(a.cp)] + cmd + ["--set", f"parallel.cp={a.cp}"]
     p = run(cmd, a.timeout, env=MPI_ENV, what="ringtrain generate")
     with open(out) as f:
         r = json.load(f)
     startup = [ln for ln in p.stderr.splitlines() if "KV cache" in ln]
-    return r, (startup[0] if startup else "")
+    decode_line = [ln for ln in p.stderr.splitlines() if ln.startswith("generate: decode ")]
+    return r, (startup[0] if startup else ""), (decode_line[0] if decode_line else "")
 
 
 def torch_side(exported, device, dtype_name):
@@ -182,6 +190,15 @@ def common_prefix(a, b):
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
+
+
+def decode_bytes_per_token(s, kv_rows, elem_bytes):
+    """Bytes one decode step must read at least: the weights but the embedding table (its one row), and the K / V
+    cache of kv_rows rows of every layer."""
+    d = s["hidden"] // s["heads"]
+    weights = param_count(s) - s["vocab"] * s["hidden"] + s["hidden"]
+    cache = 2 * s["layers"] * kv_rows * s["kv_heads"] * d
+    return (weights + cache) * elem_bytes
 
 
 def preflight(a):
@@ -252,13 +269,28 @@ def bench(a):
             json.dump(prompt, f)
         common = dict(prompt_tokens=length, new_tokens=a.new_tokens, shape=shape, params=param_count(shape),
                       device=device, dtype="fp32" if a.self_test else "bf16")
-        r, startup = ringtrain_generate(a, cfg, ckpt, prompt_file, a.new_tokens, work)
-        ours = dict(common, side="ringtrain", prefill_s=r["prefill_s"], decode_s=r["decode_s"],
-                    decode_tokens_per_s=r["decode_tokens_per_s"], grid=r["grid"], new_ids=r["new_ids"],
-                    startup=startup)
-        rows.append(ours)
-        print(f"ringtrain    {length:>8} tokens: prefill {r['prefill_s']:.3f} s, decode "
-              f"{r['decode_tokens_per_s']:.1f} tokens/s", flush=True)
+        # the cache grows from length - 1 to length + new - 2 rows over the steps: its mean
+        step_bytes = decode_bytes_per_token(shape, length + (a.new_tokens - 3) / 2, 4 if a.self_test else 2)
+        bound = a.hbm_tb_s * 1e12 / step_bytes
+        graph_runs = [("on", "ringtrain graph on"), ("off", "ringtrain graph off")] if a.cuda_graph == "both" \
+            else [(a.cuda_graph, "ringtrain")]
+        for setting, side in graph_runs:
+            r, startup, decode_line = ringtrain_generate(a, cfg, ckpt, prompt_file, a.new_tokens, work, setting)
+            ours = dict(common, side=side, prefill_s=r["prefill_s"], decode_s=r["decode_s"],
+                        decode_tokens_per_s=r["decode_tokens_per_s"], grid=r["grid"], new_ids=r["new_ids"],
+                        startup=startup, cuda_graph=setting, decode_cuda_graph=r.get("decode_cuda_graph", False),
+                        decode_graph_nodes=r.get("decode_graph_nodes", 0), decode_line=decode_line,
+                        bytes_per_token=step_bytes, bound_tokens_per_s=bound,
+                        bound_fraction=r["decode_tokens_per_s"] / bound)
+            rows.append(ours)
+            print(f"{side:<18} {length:>8} tokens: prefill {r['prefill_s']:.3f} s, decode "
+                  f"{r['decode_tokens_per_s']:.1f} tokens/s ({100 * ours['bound_fraction']:.1f}% of the "
+                  f"{bound:.0f} tokens/s bound at {a.hbm_tb_s} TB/s; graph {'ran' if ours['decode_cuda_graph'] else 'off'}"
+                  f", {ours['decode_graph_nodes']} nodes)", flush=True)
+        if len(graph_runs) == 2:
+            check_same = common_prefix(rows[-2]["new_ids"], rows[-1]["new_ids"])
+            rows[-2]["ids_agree_no_graph"] = check_same
+            print(f"graph vs no graph: first {check_same} of {a.new_tokens} greedy ids agree", flush=True)
         if measure is None:
             rows.append(dict(common, side="transformers", skipped=torch_note))
             continue
@@ -272,15 +304,19 @@ def bench(a):
 
 
 def markdown(rows):
-    lines = ["| prompt | side | prefill s | prefill tokens/s | decode tokens/s | greedy ids agree |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| prompt | side | prefill s | prefill tokens/s | decode tokens/s | % of bandwidth bound | greedy ids agree |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['prompt_tokens']} | {r['side']} | - | - | - | {r['skipped']} |")
+            lines.append(f"| {r['prompt_tokens']} | {r['side']} | - | - | - | - | {r['skipped']} |")
             continue
         agree = f"{r['ids_agree']} / {r['new_tokens']}" if "ids_agree" in r else ""
+        if "ids_agree_no_graph" in r:
+            agree = f"{r['ids_agree_no_graph']} / {r['new_tokens']} with no graph"
+        bound = f"{100 * r['bound_fraction']:.1f}" if "bound_fraction" in r else ""
         lines.append(f"| {r['prompt_tokens']} | {r['side']} | {r['prefill_s']:.3f} | "
-                     f"{r['prompt_tokens'] / max(r['prefill_s'], 1e-9):.0f} | {r['decode_tokens_per_s']:.1f} | {agree} |")
+                     f"{r['prompt_tokens'] / max(r['prefill_s'], 1e-9):.0f} | {r['decode_tokens_per_s']:.1f} | "
+                     f"{bound} | {agree} |")
     return "\n".join(lines)
 
 
@@ -310,13 +346,21 @@ def self_test(a):
 
     rows = bench(a)
     write_outputs(a, rows)
-    ours = [r for r in rows if r["side"] == "ringtrain"]
-    check([r["prompt_tokens"] for r in ours] == parse_lengths(a.lengths), "a ringtrain row per prompt length")
+    ours = [r for r in rows if r["side"].startswith("ringtrain")]
+    per_length = 2 if a.cuda_graph == "both" else 1
+    check([r["prompt_tokens"] for r in ours] == [n for n in parse_lengths(a.lengths) for _ in range(per_length)],
+          f"{per_length} ringtrain row(s) per prompt length")
+    check(all(not r["decode_cuda_graph"] and "ungraphed" in r["decode_line"] for r in ours),
+          "CPU ranks decode ungraphed under --cuda-graph " + a.cuda_graph + ", and the start-up line says so")
+    check(all(0 < r["bound_fraction"] for r in ours), "each ringtrain row has its fraction of the bandwidth bound")
+    if per_length == 2:
+        check(all(r.get("ids_agree_no_graph") == a.new_tokens for r in ours if r["side"] == "ringtrain graph on"),
+              "--cuda-graph on and off generate the same ids")
     check(all(len(r["new_ids"]) == a.new_tokens and r["prefill_s"] > 0 and r["decode_tokens_per_s"] > 0
               for r in ours), f"each generated {a.new_tokens} ids with a prefill time and a decode rate")
     check(all("KV cache" in r["startup"] for r in ours), "generate's start-up line names the KV cache it allocates")
     theirs = [r for r in rows if r["side"] == "transformers"]
-    check(len(theirs) == len(ours), "a transformers row (measured or skipped) per prompt length")
+    check(len(theirs) * per_length == len(ours), "a transformers row (measured or skipped) per prompt length")
     for r in theirs:
         if "skipped" not in r:  # fp32 on the CPU: the greedy ids must agree (tests/hf/test_generate.py's claim)
             check(r["ids_agree"] == a.new_tokens, f"transformers fp32 CPU ids agree at {r['prompt_tokens']} tokens")
@@ -352,6 +396,10 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--timeout", type=int, default=900, help="seconds any one command may take")
     ap.add_argument("--self-test", action="store_true", help="tiny shape on CPU ranks; checks the rows")
+    ap.add_argument("--cuda-graph", default="auto", choices=["auto", "on", "off", "both"],
+                    help="ringtrain generate --cuda-graph (default auto); both: a row with on and one with off")
+    ap.add_argument("--hbm-tb-s", dest="hbm_tb_s", type=float, default=4.8,
+                    help="the GPU's memory bandwidth in TB/s, for the decode's bound (default 4.8: an H200)")
     for k in BENCH_SHAPE:
         ap.add_argument("--" + k.replace("_", "-"), dest=k, type=int, default=None,
                         help=f"model shape (default {BENCH_SHAPE[k]}; self-test {TINY_SHAPE[k]})")

@@ -134,6 +134,12 @@ def case_grids(tmp):
     ckpt, _, _ = fixture(tmp, "gqa_llama3")
     base, _ = generate(cfg, ckpt, PROMPT)
     check(len(base["new_ids"]) > 0, f"grids: cp 1 generates {len(base['new_ids'])} ids")
+    # --cuda-graph on is accepted on CPU ranks, which decode ungraphed and say so once (the graphed path: tests/gpu)
+    on, err = generate(cfg, ckpt, PROMPT, extra=["--cuda-graph", "on"])
+    line = "generate: decode ungraphed (--cuda-graph on): CUDA graphs need a CUDA device"
+    check(on["new_ids"] == base["new_ids"] and on["decode_cuda_graph"] is False and err.count(line) == 1
+          and base["decode_cuda_graph"] is False, f"grids: --cuda-graph on on the CPU decodes ungraphed, same ids: "
+                                                   f"{[ln for ln in err.splitlines() if 'decode ' in ln][:1]}")
     grids = [(2, ["parallel.cp=2"]), (4, ["parallel.cp=4"]), (4, ["parallel.cp=4", "parallel.cp_a2a=2"]),
              (2, ["parallel.tp=2"]), (4, ["parallel.cp=2", "parallel.tp=2"])]
     for np_, sets in grids:
@@ -175,6 +181,9 @@ def case_refusals(tmp):
     p = run(base + ["--prompt", f"1,{fx.VOCAB}"], expect_ok=False)
     check(p.returncode == 2 and f"vocabulary of {fx.VOCAB}" in p.stderr, f"refusals: id {fx.VOCAB}, exit "
                                                                          f"{p.returncode}")
+    p = run(base + ["--prompt", "1,2", "--cuda-graph", "yes"], expect_ok=False)
+    check(p.returncode == 2 and "--cuda-graph 'yes' is not a setting" in p.stderr and "--cuda-graph auto" in p.stderr,
+          f"refusals: --cuda-graph yes, exit {p.returncode}: {p.stderr.strip()[-200:]}")
     long_prompt = ",".join(["5"] * (fx.MAX_POS + 1))
     p = run(base + ["--prompt", long_prompt], expect_ok=False)
     check(p.returncode == 2 and f"trained at a context of {fx.MAX_POS}" in p.stderr and

@@ -59,6 +59,6 @@ set_tests_properties(hf_generate_grids hf_generate_plan hf_generate_chunks PROPE
 # Seconds; NumPy only (transformers' rows run on the CPU where it imports, else are marked skipped).
 add_test(NAME bench_generate_side_by_side
          COMMAND ${RT_HF_PYTHON} ${CMAKE_SOURCE_DIR}/bench/generate_side_by_side.py --ringtrain $<TARGET_FILE:ringtrain>
-                 --self-test)
+                 --self-test --cuda-graph both)
 set_tests_properties(bench_generate_side_by_side PROPERTIES LABELS "integration;hf" ENVIRONMENT "${RT_MPI_ENV}"
                      TIMEOUT 300)
