@@ -280,13 +280,14 @@ def bench(a):
                         decode_tokens_per_s=r["decode_tokens_per_s"], grid=r["grid"], new_ids=r["new_ids"],
                         startup=startup, cuda_graph=setting, decode_cuda_graph=r.get("decode_cuda_graph", False),
                         decode_graph_nodes=r.get("decode_graph_nodes", 0), decode_line=decode_line,
+                        decode_graph_capture_s=r.get("decode_graph_capture_s", 0),
                         bytes_per_token=step_bytes, bound_tokens_per_s=bound,
                         bound_fraction=r["decode_tokens_per_s"] / bound)
             rows.append(ours)
             print(f"{side:<18} {length:>8} tokens: prefill {r['prefill_s']:.3f} s, decode "
                   f"{r['decode_tokens_per_s']:.1f} tokens/s ({100 * ours['bound_fraction']:.1f}% of the "
-                  f"{bound:.0f} tokens/s bound at {a.hbm_tb_s} TB/s; graph {'ran' if ours['decode_cuda_graph'] else 'off'}"
-                  f", {ours['decode_graph_nodes']} nodes)", flush=True)
+                  f"{bound:.0f} tokens/s bound at {a.hbm_tb_s} TB/s; graph "
+                  f"{'ran' if ours['decode_cuda_graph'] else 'off'}, {ours['decode_graph_nodes']} nodes)", flush=True)
         if len(graph_runs) == 2:
             check_same = common_prefix(rows[-2]["new_ids"], rows[-1]["new_ids"])
             rows[-2]["ids_agree_no_graph"] = check_same
@@ -304,7 +305,8 @@ def bench(a):
 
 
 def markdown(rows):
-    lines = ["| prompt | side | prefill s | prefill tokens/s | decode tokens/s | % of bandwidth bound | greedy ids agree |",
+    lines = ["| prompt | side | prefill s | prefill tokens/s | decode tokens/s | % of bandwidth bound | "
+             "greedy ids agree |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:

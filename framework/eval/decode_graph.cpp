@@ -1,6 +1,7 @@
 // The graphed decode (framework/eval/decode_graph.h): the --cuda-graph choice and the capture / replay loop.
 #include "framework/eval/decode_graph.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "kernels/step_graph.h"
@@ -50,8 +51,10 @@ void GraphedDecode::step(int32_t token, int64_t position) {
     graph_->run_eager(launches);  // this step's work (and every kernel's first launch outside a capture)
     if (!tried_) {
       tried_ = true;
+      const auto t0 = std::chrono::steady_clock::now();
       try {
         graph_->capture(launches);
+        capture_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       } catch (const Error& e) {
         capture_error_ = e.what();
         RT_CHECK(!required_, "generate --cuda-graph on: the decode step could not be captured as a CUDA graph ("

@@ -44,6 +44,7 @@ class GraphedDecode {
   bool graphed() const;                                   // replaying a captured graph
   size_t nodes() const;                                   // the captured graph's nodes (0 when none)
   const std::string& capture_error() const { return capture_error_; }
+  double capture_seconds() const { return capture_s_; }  // the capture and instantiation (host time, first step)
 
  private:
   Model& model_;
@@ -52,6 +53,7 @@ class GraphedDecode {
   std::unique_ptr<StepGraph> graph_;
   bool tried_ = false;
   std::string capture_error_;
+  double capture_s_ = 0;
 };
 
 }  // namespace rt

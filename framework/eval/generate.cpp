@@ -194,6 +194,7 @@ struct Decoded {
   double seconds = 0;
   bool graphed = false;    // the steps after the first replayed one CUDA graph
   size_t graph_nodes = 0;  // its nodes
+  double capture_s = 0;    // its capture and instantiation, inside `seconds` (the first step)
 };
 
 // graphed: one rank's steps as replays of one CUDA graph (framework/eval/decode_graph.h); the token goes to the
@@ -237,7 +238,11 @@ Decoded decode(Model& model, KvCache& cache, std::vector<int64_t> shard_rows, Pr
     }
   }
   d.seconds = seconds_since(t0);
-  if (graphed) d.graph_nodes = graphed->nodes(), d.graphed = graphed->graphed();
+  if (graphed) {
+    d.graphed = graphed->graphed();
+    d.graph_nodes = graphed->nodes();
+    d.capture_s = graphed->capture_seconds();
+  }
   return d;
 }
 
@@ -263,6 +268,7 @@ void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, c
   j["device"] = resolved.device.is_cpu() ? "cpu" : "cuda";
   j["decode_cuda_graph"] = d.graphed;
   j["decode_graph_nodes"] = d.graph_nodes;
+  j["decode_graph_capture_s"] = d.capture_s;
   j["hf_source"] = in.hf_source;
   std::fprintf(stderr, "generate: prefill %lld tokens in %.4g s (cp=%d cp_a2a=%d tp=%d); decode %zu tokens in "
                "%.4g s, %.1f tokens/s (%s); stopped at %s\n", (long long)(P - 1), prefill_s, config.parallel.cp,

@@ -8,6 +8,9 @@
 //     the states over cp, merged in cp-rank order (every rank gets bit-identical results) -> attn_fwd_finalize
 //     -> wo (all-reduce over tp) -> + x -> RMSNorm -> MLP (all-reduce over tp) -> + residual
 //     final RMSNorm -> logits (1, V) with the (replicated) LM head.
+// decode_step sets the step's inputs from the host and runs the launches; the graphed decode (one rank,
+// framework/eval/decode_graph.h) writes the same inputs into KvCache::step_inputs with decode_step_inputs and runs
+// decode_step_from_inputs, whose launches read every per-step value on the device (a CUDA graph replays them).
 #include <algorithm>
 #include <cstring>
 
@@ -103,7 +106,6 @@ void Model::capture_kv(int layer, const Tensor& k, const Tensor& v) {
 }
 
 void Model::decode_step(KvCache& c, int64_t position, bool append_here) {
-  const ModelShape& s = shape_;
   RT_CHECK(zero_ != 3, "generate: decode needs the whole compute weights (parallel.zero < 3)");
   RT_CHECK(!append_here || c.rows < c.capacity, "generate: this rank's KV cache is full (" << c.capacity << " rows)");
   RT_CHECK(position >= 0 && position <= int64_t(INT32_MAX), "generate: position " << position << " out of range");

@@ -16,7 +16,8 @@ __global__ void append_kv_row_kernel(Word* k_cache, Word* v_cache, const Word* k
                                      const int32_t* row, int64_t capacity, int64_t words) {
   const int64_t r = row[0];
   if (r < 0 || r >= capacity) return;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < 2 * words; i += int64_t(gridDim.x) * blockDim.x) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < 2 * words; i += stride) {
     if (i < words) k_cache[r * words + i] = k_new[i];
     else v_cache[r * words + (i - words)] = v_new[i - words];
   }

@@ -88,9 +88,10 @@ TEST(DecodeFromDeviceInputs, CpuLogitsEqualDecodeStepEveryStep) {
   // A negative append row writes nowhere: the step attends over the rows it has.
   model.decode_step_inputs(staging.data(), from_inputs, token, kSteps, int32_t(from_inputs.rows), -1);
   std::memcpy(from_inputs.step_inputs.data, staging.data(), staging.size());
-  const std::vector<float> before(from_inputs.k[0].ptr<float>(), from_inputs.k[0].ptr<float>() + from_inputs.k[0].numel());
+  const float* k0 = from_inputs.k[0].ptr<float>();  // (capacity, Hkvl*D)
+  const std::vector<float> before(k0, k0 + from_inputs.k[0].numel());
   model.decode_step_from_inputs(from_inputs);
-  const std::vector<float> after(from_inputs.k[0].ptr<float>(), from_inputs.k[0].ptr<float>() + from_inputs.k[0].numel());
+  const std::vector<float> after(k0, k0 + from_inputs.k[0].numel());
   EXPECT_EQ(before, after);
 }
 
