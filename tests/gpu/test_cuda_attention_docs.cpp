@@ -12,7 +12,8 @@
 // sub-ranges, GQA, a call whose every pair is masked (state untouched bit for bit, gradients unchanged), the
 // fused whole forward / fresh backward, the deterministic backward (bitwise repeatable), and key tiles whose keys
 // are more than 32766 positions apart (bwd v5's 16-bit offsets do not hold them: its global-memory mask runs),
-// and query tiles of documents far apart in position (fwd v5 skips the key tiles between them).
+// and query tiles of documents far apart in position (fwd v5 skips the key tiles between them). fwd v5's grid order
+// (windows of (batch, head) pairs under an L2 budget) gives the default order's out and lse bit for bit at every budget.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -126,7 +127,30 @@ class CudaAttentionDocs : public ::testing::TestWithParam<int64_t> {
       EXPECT_TRUE(items.dk == all.at(1).dk) << c.name << " D=" << D << ": bwd v5 dK differs from bwd v4's";
       EXPECT_TRUE(items.dv == all.at(1).dv) << c.name << " D=" << D << ": bwd v5 dV differs from bwd v4's";
     }  // ScopedAttnVariant restores the overrides, pieces included
+    expect_grid_order_changes_nothing(c, a, in, ref, all.at(0), whole);
     return all;
+  }
+
+  // fwd v5's document grid in windows of (batch, head) pairs (attn_fwd_sm90ws_kernel.cuh): the window only changes
+  // which CTA runs a tile, so out and lse equal the default order's bit for bit at every budget: head by head (0),
+  // one K/V head's bytes (windows of one GQA group), three K/V heads' (a partial last window where the pairs are not
+  // a multiple), and the default (every pair in one window at these sizes). The gradients as expect_matches.
+  void expect_grid_order_changes_nothing(const DocCase& c, const DocArrays& a, const Inputs& in, const Results& ref,
+                                         const Results& v5, bool whole) {
+    const int64_t D = GetParam();
+    ScopedAttnVariant forced("5", "5");
+    const int64_t kv_head_kb = (int64_t(c.k_tokens.size()) * D * 4 + 1023) / 1024;  // K and V bf16 of one head
+    for (const int64_t kb : {int64_t(0), kv_head_kb, 3 * kv_head_kb}) {
+      cuda::AttnVariantOverride o = cuda::attn_variant_override();
+      o.fwd_doc_l2_kb = int(kb);
+      cuda::set_attn_variant_override(o);
+      const std::string label = std::string(c.name) + (whole ? " whole" : "") + " D=" + std::to_string(D) +
+                                " fwd v5 grid windows of " + std::to_string(kb) + " KiB";
+      const Results r = run_gpu(c, a, D, in, whole);
+      EXPECT_TRUE(r.out == v5.out) << label << ": out differs from the default order's";
+      EXPECT_TRUE(r.lse == v5.lse) << label << ": lse differs from the default order's";
+      expect_matches(r, ref, label);
+    }
   }
 
   static void expect_empty_rows_zero(const DocCase& c, const Results& g, const Results& ref, int64_t D,

@@ -31,6 +31,7 @@
 //   attn_fwd_sm90ws_docs_warp.cuh  warp 1 of warpgroup 0, documents only: the key positions in shared memory;
 //   attn_fwd_sm90ws_consumer.inc   warpgroups 1 .. kCons: S = Q K^T, softmax, O += P V (a fragment of the kernel);
 //   this file                      the host side: tensor maps, grid and launch, the tile height, the entry points.
+#include <algorithm>
 #include <climits>
 
 #include "kernels/cuda/attention/attn_fwd_sm90.cuh"
@@ -49,6 +50,18 @@ namespace cuda {
 namespace {
 
 using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128)
+
+// With documents: (batch, head) pairs per window of the grid's order (attn_fwd_sm90ws_kernel.cuh): whole GQA groups
+// of as many K/V heads as fit the L2 budget with their K and V (bf16, the call's key rows), as bwd v5's windows
+// (16 MB, a third of an H100 / H200's L2); 1 where one K/V head's alone exceed it (the order before: head by head).
+// The budget: AttnVariantOverride::fwd_doc_l2_kb (RT_ATTN_FWD_DOC_L2_KB, KiB; 0: head by head always).
+int fwd_doc_head_window(const AttnFwdParams& p, int64_t D, int64_t B) {
+  const int64_t budget = int64_t(attn_variant_override().fwd_doc_l2_kb) << 10;
+  const int64_t kv_head_bytes = std::max<int64_t>(1, (p.k_end - p.k_begin) * D * 2 * 2);
+  const int64_t kv_heads = budget / kv_head_bytes, pairs = B * p.H;
+  if (kv_heads < 1) return 1;
+  return int(std::min<int64_t>(pairs, kv_heads * p.group));
+}
 
 template <int D, bool kDocs, int kCons>
 void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) {
@@ -84,8 +97,9 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const int64_t extra = (p.fresh || p.out != nullptr) ? outside_tiles(p) : 0;
   RT_CHECK(tiles + extra <= INT_MAX, "attn_fwd_block: too many query rows (" << p.Nq << ")");
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
+  const int head_window = kDocs ? fwd_doc_head_window(p, D, B) : 1;
   launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs, kCons>, grid, dim3(kWsThreads<kCons>), smem, stream, tq, tk,
-                          tv, tk2, tv2, p, int(tiles));
+                          tv, tk2, tv2, p, int(tiles), head_window);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ template <int D, bool kDocs, int kCons>
 __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k2,
-                       const __grid_constant__ CUtensorMap tm_v2, const AttnFwdParams p, int num_q_tiles) {
+                       const __grid_constant__ CUtensorMap tm_v2, const AttnFwdParams p, int num_q_tiles,
+                       int head_window) {
 #if RT_WGMMA_AVAILABLE
   constexpr int kRows = 64 * kCons;  // query rows per CTA
   constexpr int kStages = kWsStages<D, kCons>;
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
 
-  const int64_t h = blockIdx.y, b = blockIdx.z;
+  int64_t h = blockIdx.y, b = blockIdx.z;  // documents: remapped below with the query tile
   grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
   allow_dependent_launch();
   // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
@@ -62,11 +63,21 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   int64_t k_lo = p.k_begin;  // keys this CTA visits: [k_lo, k_hi)
   int64_t k_hi = p.k_end;
   if constexpr (kDocs) {
-    // Documents: each head's tiles in the order of attn_doc_q128_order (most key tiles first; the heads one after
-    // another, as the grid dispatches them, so that the SMs at work share a head's K/V in L2: a slot-major order
-    // over the heads measured 15-20% slower on whole calls); the tile's key span was found once per call (not by
-    // a scan of every key summary in each CTA).
-    tile = p.docs.q128_order[b * num_q_tiles + (int(blockIdx.x) - outside)];
+    // Documents: the query tiles in the order of bwd v5's unit list (attn_bwd_sm90ws_units.cuh). The CTAs' dispatch
+    // rank d runs over windows of head_window (batch, head) pairs, heads fastest, whose K/V share an L2 budget (the
+    // launcher's fwd_doc_head_window); within a window rank by rank of attn_doc_q128_order (most key tiles first)
+    // with the pairs fastest, so every pair's longest tiles start before any pair's short ones and the last CTAs to
+    // start are short. head_window 1: each head's tiles in order, the heads one after another (a slot-major order
+    // over all heads, K/V past L2, measured 15-20% slower on whole calls). Which CTA runs a tile changes, never
+    // what it computes. The tile's key span was found once per call (not by a scan of every key summary per CTA).
+    const int64_t n_bh = int64_t(gridDim.y) * gridDim.z, window = head_window;
+    const int64_t d = (int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * num_q_tiles + (int(blockIdx.x) - outside);
+    const int64_t w = d / (window * num_q_tiles), rem = d % (window * num_q_tiles);
+    const int64_t width = min(window, n_bh - w * window);  // the last window may hold fewer pairs
+    const int64_t pair = w * window + rem % width;
+    h = pair % gridDim.y;
+    b = pair / gridDim.y;
+    tile = p.docs.q128_order[b * num_q_tiles + int(rem / width)];
     const int2 span = p.docs.q128_span[b * num_q_tiles + tile];
     if (span.x > span.y) {
       k_hi = k_lo;

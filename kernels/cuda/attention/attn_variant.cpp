@@ -38,6 +38,9 @@ void check(const AttnVariantOverride& o, const char* fwd_source, const char* bwd
   RT_CHECK(o.fwd_rows == 0 || o.fwd_rows == 64 || o.fwd_rows == 128 || o.fwd_rows == 192,
            "fwd v5 query rows per CTA = " << o.fwd_rows << " is not 64, 128 or 192 (RT_ATTN_FWD_ROWS; unset for the "
                                                            "default choice)");
+  RT_CHECK(o.fwd_doc_l2_kb >= 0 && o.fwd_doc_l2_kb <= (1 << 30),
+           "fwd v5's document window budget = " << o.fwd_doc_l2_kb << " KiB is not from 0 to 2^30 "
+                                                   "(RT_ATTN_FWD_DOC_L2_KB; unset for the default 16384)");
 }
 
 // "" or unset: 0; "5" or "v5": 5 (a positive number up to max_value); anything else: an error naming the
@@ -63,6 +66,14 @@ void load_locked() {
   o.fwd = parse("RT_ATTN_FWD_VARIANT", attn_fwd_variant_names());
   o.bwd = parse("RT_ATTN_BWD_VARIANT", attn_bwd_variant_names());
   o.fwd_rows = parse("RT_ATTN_FWD_ROWS", "64, 128, 192", 192);
+  if (const char* env = std::getenv("RT_ATTN_FWD_DOC_L2_KB"); env != nullptr && env[0] != '\0') {
+    char* end = nullptr;
+    const long kb = std::strtol(env, &end, 10);
+    RT_CHECK(end != env && *end == '\0' && kb >= 0 && kb <= (1L << 30),
+             "RT_ATTN_FWD_DOC_L2_KB='" << env << "' is not a whole number of KiB from 0 to 2^30 (0: head by head; "
+                                          "unset for the default 16384)");
+    o.fwd_doc_l2_kb = int(kb);
+  }
   check(o, "RT_ATTN_FWD_VARIANT", "RT_ATTN_BWD_VARIANT");  // and RT_ATTN_FWD_ROWS
   g_override = o;
   g_loaded = true;

@@ -5,6 +5,8 @@
 //   RT_ATTN_BWD_VARIANT  backward: 1 (mma.sync v1), 4, 5 (wgmma v4, warp-specialized v5; sm_90a)
 //   RT_ATTN_FWD_ROWS     fwd v5's query rows per CTA without documents: 64 or 128 (any head dim), 192 (D = 64, where
 //                        the call has at least 192 query rows)
+//   RT_ATTN_FWD_DOC_L2_KB  fwd v5 with documents: the L2 budget (KiB) of the K/V of one window of its grid's order
+//                        (attn_fwd_sm90ws.cu fwd_doc_head_window); 0: head by head. Default 16384 (16 MiB).
 // Unset or empty: the default choice (DESIGN.md "Kernels"). "v5" is accepted for "5". A value that names no built
 // variant is an error listing the valid names. A wgmma variant on a device or build that cannot run it falls back
 // to the mma.sync default, and v5 to v4 for blocks too small for its TMA boxes, so the same override works on
@@ -23,6 +25,8 @@ struct AttnVariantOverride {
   // bwd v5 with documents: a list of at most half the SMs split into pieces of each item's iterations (true, the
   // default), or every item whole (false: dK / dV added in bwd v4's order, bit for bit; tests only).
   bool bwd_doc_pieces = true;
+  // fwd v5 with documents: KiB of K/V per window of (batch, head) pairs in the grid's order; 0: one pair per window.
+  int fwd_doc_l2_kb = 16384;
 };
 
 // The current overrides (the environment's, until set_attn_variant_override() replaces them).
