@@ -317,9 +317,13 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   const Device device = resolved.device;
   ProcessGrid grid = make_process_grid(in.config, device);
   const bool rank0 = grid.world().rank() == 0;
+  // --cuda-graph: graphed on one CUDA rank, else ungraphed (framework/eval/decode_graph.h); said once, here.
+  const DecodeGraphChoice graph_choice = choose_decode_graph(
+      args.cuda_graph, device.is_cuda() && StepGraph::available(device), grid.world().size());
   if (rank0) {
     print_resolved(resolved);
     print_generate_start(in, args, plan);
+    std::fprintf(stderr, "%s\n", graph_choice.line.c_str());
   }
   LocalComm one;  // chunked: the model's ring and all-to-all (its attention reads the cache instead)
   ModelSession session = build_session(generate_model_config(in.config, layout),
@@ -348,9 +352,6 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   grid.world().barrier();
   const double prefill_s = seconds_since(t_prefill);
 
-  const DecodeGraphChoice graph_choice = choose_decode_graph(
-      args.cuda_graph, device.is_cuda() && StepGraph::available(device), grid.world().size());
-  if (rank0) std::fprintf(stderr, "%s\n", graph_choice.line.c_str());
   std::unique_ptr<GraphedDecode> graphed;
   if (graph_choice.graphed) graphed = std::make_unique<GraphedDecode>(model, cache, args.cuda_graph == "on");
   const Decoded decoded = decode(model, cache, layout.shard_rows, grid, in, args, graphed.get());

@@ -6,6 +6,7 @@
 //   decode:  every rank runs the new token (tp splits heads), attends over its shard (attn_decode_partial), the
 //            fp32 states are merged over the cp group, and the token's K / V are appended to the rank with the
 //            fewest rows (round-robin once the shards are even). The last prompt token is the first decode step.
+//            On one CUDA rank each step is one replay of a CUDA graph (--cuda-graph, framework/eval/decode_graph.h).
 // Sampling: framework/eval/sampling.h. Stops at the EOS id or after max_new_tokens.
 #pragma once
 #include <cstdint>
