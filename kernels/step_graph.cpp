@@ -1,4 +1,4 @@
-// StepGraph (kernels/step_graph.h): a blocking-free stream of its own, the captured graph, two events that order a
+// StepGraph (kernels/step_graph.h): a non-blocking stream of its own, the captured graph, two events that order a
 // replay against the current stream, and the pinned staging buffer whose copy is the graph's first node.
 #include "kernels/step_graph.h"
 
