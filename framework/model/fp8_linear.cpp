@@ -113,6 +113,7 @@ Fp8Linear::Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& d, int layers, Comm& 
   }
   amax_rows_ = arena.alloc(DType::f32, {dim}, "fp8: amaxes");  // (max dim) f32
   amax_cols_ = arena.alloc(DType::f32, {dim}, "fp8: amaxes");  // (max dim) f32
+  given_amax_ = arena.alloc(DType::f32, {1}, "fp8: a producer's amax");  // (1) f32
   const int64_t group = std::max(tp.size(), dp_cp.size());
   if (group > 1) gathered_ = arena.alloc(DType::f32, {group * dim}, "fp8: gathered amaxes");  // (group*dim) f32
   const int64_t entries = int64_t(layers) * int64_t(Fp8Site::count) * chunks_;
@@ -171,8 +172,10 @@ void Fp8Linear::quantize_into(const Tensor& x, Fp8Split split, const Fp8Operand&
   RT_CHECK(!(oq.defined() && ot.defined()) || oq.scaling == ot.scaling, "fp8: q and qt scaled differently");
   Tensor amax, amax_t;
   if (sc == Fp8Scaling::tensor) {
-    amax = amax_rows_.slice(0, 1);  // (1)
-    fp8_amax(amax, Tensor{}, x, sc);
+    const bool given = given_for_ != nullptr && given_for_ == x.data && given_numel_ == x.numel();
+    amax = given ? given_amax_ : amax_rows_.slice(0, 1);  // (1)
+    if (given) given_for_ = nullptr;                     // used once
+    else fp8_amax(amax, Tensor{}, x, sc);
     reduce_max(amax, split.rows);
     reduce_max(amax, split.cols);
   } else if (sc == Fp8Scaling::row) {

@@ -97,7 +97,20 @@ class Fp8Linear {
   // the buffer keeps what it holds while (step, layer, which, transposed) stays the same.
   const Fp8Operand& weight(int buffer, const Tensor& w, Fp8Split split, bool transposed, int layer, Fp8Site which);
   // Marks a new step (the weights may have changed since the last one).
-  void begin_step() { ++epoch_; }
+  void begin_step() {
+    ++epoch_;
+    given_for_ = nullptr;
+  }
+
+  // The tensorwise amax a producer took of its output (gemm_fp8_gelu, gemm_fp8_dgelu write it into amax_slot()):
+  // after given_amax(x), the next tensorwise quantization of x (same data and size) uses it instead of reading x
+  // for it (then reduces it over the sharing ranks as usual). Other recipes ignore it.
+  Tensor amax_slot() const { return given_amax_; }  // (1) f32
+  bool wants_given_amax() const { return recipe_ == Fp8Recipe::tensorwise; }
+  void given_amax(const Tensor& x) {
+    given_for_ = x.data;
+    given_numel_ = x.numel();
+  }
 
   // The guard's record: max |factor| of operand o (q or qt of one quantization) into this step's entry of
   // (layer, site, MLP chunk). end_step folds the step's entries into the running record.
@@ -120,6 +133,9 @@ class Fp8Linear {
   Tensor data_[kBuffers];   // (elements) e4m3, viewed (R,K) per use
   Tensor scale_[kBuffers];  // (factors) f32, viewed fp8_scale_shape per use
   Tensor amax_rows_, amax_cols_;  // (max dim) f32: per-row and per-column amaxes (tensorwise: element 0)
+  Tensor given_amax_;             // (1) f32: a producer's amax of its output (given_amax)
+  const void* given_for_ = nullptr;
+  int64_t given_numel_ = 0;
   Tensor gathered_;               // (max group size * max dim) f32: all-gathered amaxes
   // (3, layers * sites * chunks) f32: row 0 this step's max |factor| per entry, row 1 the running max since the
   // last take_bad_factors, row 2 scratch for the fold.

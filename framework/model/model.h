@@ -365,7 +365,7 @@ class Model {
   // of one MLP chunk's input (h, before the activation) and output projections; the backward of the MLP chunk and of the attention's linear layers.
   void fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a);
   void fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a);
-  void fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h);
+  void fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h, Tensor g);
   void fp8_mlp_out_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& g, Tensor out);
   void fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, const LayerWeights& dw, const Tensor& ln2,
                         const Tensor& h, const Tensor& g, const Tensor& d_out, Tensor d_ln2);

@@ -70,10 +70,9 @@ void Model::block_forward(int layer, BlockActs& a, BlockPass pass) {
 // ln2 (m, C) -> h (m, Fl) GELU | (m, 2Fl) SwiGLU gate|up -> g (m, Fl).
 void Model::mlp_hidden_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h,
                                Tensor g) {
-  if (fp8_layer(layer)) {  // the GEMM in FP8, then the activation (the fused linear+GELU is bf16 only)
-    fp8_mlp_in_forward(layer, chunk, w, ln2, h);
+  if (fp8_layer(layer)) {  // the GEMM in FP8 (with its GELU fused, model_fp8.cpp), then SwiGLU
+    fp8_mlp_in_forward(layer, chunk, w, ln2, h, g);
     if (shape_.swiglu) swiglu_fwd(g, h);
-    else gelu_fwd(g, h);
     return;
   }
   if (shape_.swiglu) {

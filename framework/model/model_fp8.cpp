@@ -44,8 +44,10 @@ void Model::fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a)
   gemm_fp8(a.x_mid, x, f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, false, layer, Fp8Site::wo), 0.f, true);
 }
 
-// h (m, Fm) = ln2 (m, C) @ fc (Fm, C)^T: the pre-activation (the caller applies GELU / SwiGLU).
-void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h) {
+// h (m, Fm) = ln2 (m, C) @ fc (Fm, C)^T: the pre-activation; GELU: also g (m, Fl) = gelu(h) in the same cuBLASLt call,
+// with g's amax for its quantization next (fp8_mlp_out_forward). SwiGLU: the caller applies it.
+void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, const Tensor& ln2, Tensor h,
+                               Tensor g) {
   Fp8Linear& f = *fp8_;
   Fp8Operand x;  // (m, C); under checkpointing none also ln2^T (C, m), kept for the weight gradient
   const BlockActs& a = *acts_[size_t(layer)];
@@ -56,7 +58,13 @@ void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, 
     f.quantize(ln2, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
   }
   f.record(layer, Fp8Site::mlp_norm_out, chunk, x);
-  gemm_fp8(h, x, f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, false, layer, Fp8Site::fc), 0.f, true);
+  const Fp8Operand& fc = f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, false, layer, Fp8Site::fc);
+  if (shape_.swiglu) {
+    gemm_fp8(h, x, fc, 0.f, true);
+    return;
+  }
+  gemm_fp8_gelu(g, h, f.wants_given_amax() ? f.amax_slot() : Tensor{}, x, fc);  // h = x fc^T, g = gelu(h)
+  if (f.wants_given_amax()) f.given_amax(g);
 }
 
 // out (m, C) = g (m, Fl) @ proj (C, Fl)^T, partial over tp.
@@ -95,9 +103,9 @@ void Model::fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, co
     const Tensor d_g = d_g_.slice(0, m);  // (m, Fl)
     gemm_fp8(d_g, dy, proj_t, 0.f, false);  // (m, Fl) = d_out (m, C) . w2^T (Fl, C)
     swiglu_bwd(d_h, d_g, h);                // (m, 2Fl) d gate | d up
-  } else {
-    gemm_fp8(d_h, dy, proj_t, 0.f, false);  // (m, Fl) = d_out . proj^T
-    gelu_bwd(d_h, d_h, h);                  // * gelu'(h), in place (element-wise)
+  } else {  // (m, Fl) = (d_out . proj^T) * gelu'(h), one cuBLASLt call, with d_h's amax for its quantization next
+    gemm_fp8_dgelu(d_h, f.wants_given_amax() ? f.amax_slot() : Tensor{}, dy, proj_t, h);
+    if (f.wants_given_amax()) f.given_amax(d_h);
   }
   Fp8Operand dh, dh_t, ln2_t;  // (m, Fm), (Fm, m), (C, m)
   f.quantize(d_h, {f.tokens(), f.tp()}, false, Fp8Linear::act, Fp8Linear::act_t, &dh, &dh_t);

@@ -269,6 +269,24 @@ const std::map<std::string, OpCase>& op_cases() {
          }
          return got;
        }}},
+      {"gemm_fp8_gelu", {1.5e-2, [](OpRun& r) -> Outputs {
+         // Tensorwise operands (precision fp8's GELU MLP): out, pre and out's amax (cuBLASLt's AMAX_D where offered).
+         const int64_t m = 128, F = 256, C = 384;
+         const Fp8Operand x = fp8_operand(r, m, C, Fp8Scaling::tensor, 65, 1.f);
+         const Fp8Operand w = fp8_operand(r, F, C, Fp8Scaling::tensor, 66, 0.08f);
+         Tensor out = r.out(DType::bf16, {m, F}), pre = r.out(DType::bf16, {m, F}), amax = r.out(DType::f32, {1});
+         gemm_fp8_gelu(out, pre, amax, x, w);
+         return {download(out), download(pre), download(amax)};
+       }}},
+      {"gemm_fp8_dgelu", {1.5e-2, [](OpRun& r) -> Outputs {
+         const int64_t m = 128, F = 256, C = 384;
+         const Fp8Operand dy = fp8_operand(r, m, C, Fp8Scaling::tensor, 67, 1.f);
+         const Fp8Operand wt = fp8_operand(r, F, C, Fp8Scaling::tensor, 68, 0.08f);
+         Tensor pre = r.in(DType::bf16, {m, F}, rand_vec(m * F, 69, 2.f));
+         Tensor dpre = r.out(DType::bf16, {m, F}), amax = r.out(DType::f32, {1});
+         gemm_fp8_dgelu(dpre, amax, dy, wt, pre);
+         return {download(dpre), download(amax)};
+       }}},
       {"linear_gelu_fwd", {1.5e-2, [](OpRun& r) -> Outputs {
          // F = 136: the cuBLASLt GELU_AUX epilogue where it has an algorithm; F = 100 (not a multiple of 8): the
          // unfused fallback. pre is compared too (the backward reads it).

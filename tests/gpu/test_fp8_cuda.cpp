@@ -2,7 +2,7 @@
 // tests/unit/kernels/test_ops_fp8.cpp holds to an independent reference), from bf16 and f32 inputs, with special
 // values, odd shapes and partial blocks; the transposed copies against quantizing the transpose; gemm_fp8 for every
 // scaling pair against fp64 of the dequantized operands (f32 and bf16 output, beta 0 and 1, fast accumulation off
-// and on). Skipped without a device.
+// and on); gemm_fp8_gelu / gemm_fp8_dgelu against fp64 with their amaxes. Skipped without a device.
 #include <cfloat>
 #include <cstdio>
 #include <cstring>
@@ -270,6 +270,79 @@ TEST(Fp8Cuda, GemmEveryPairMatchesFp64OfTheDequantizedOperands) {
             }
           }
     }
+}
+
+// gemm_fp8_gelu / gemm_fp8_dgelu (precision fp8's GELU MLP) against fp64 of the dequantized operands: out, pre
+// and dpre in bf16, and the amax each gives for the next quantization; then a NaN in x must reach the amax (the
+// divergence guard reads NaN factors to name the layer where a NaN started).
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double dgelu_ref(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = std::tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * x * x);
+}
+float max_abs(const std::vector<float>& v) {
+  float m = 0.f;
+  for (const float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+TEST(Fp8Cuda, GemmGeluAndDgeluMatchFp64WithTheirAmax) {
+  RT_REQUIRE_CUDA();
+  const cudaDeviceProp& p = cuda::device_props();
+  if (p.major * 10 + p.minor < 89) GTEST_SKIP() << "no FP8 tensor cores on sm_" << p.major << p.minor;
+  const int64_t m = 256, F = 384, C = 512;
+  const std::vector<float> nan_vec(size_t(m * F), std::nanf(""));
+  // tensor: the GELU_AUX epilogue; row: cuBLASLt has no epilogue algorithm, so gemm_fp8 + the vectorized GELU pass.
+  for (const Fp8Scaling s : {Fp8Scaling::tensor, Fp8Scaling::row}) {
+    SCOPED_TRACE(fp8_scaling_name(s));
+    const HostQuantized hx = host_quantize(m, C, s, 41, 1.f), hw = host_quantize(F, C, s, 42, 0.06f);
+    Operand x(gpu(), m, C, s), w(gpu(), F, C, s);
+    x.set_codes(hx.codes), w.set_codes(hw.codes);
+    upload(x.scale->t(), hx.factors), upload(w.scale->t(), hw.factors);
+    const std::vector<float> acc = ref_gemm(hx, s, hw, s, m, F, C, std::vector<float>(size_t(m * F), 0.f), 0.f);
+
+    // forward: pre = x w^T, out = gelu(pre), amax = max |out|
+    std::vector<float> want_out(acc.size());
+    for (size_t i = 0; i < acc.size(); ++i) want_out[i] = float(gelu_ref(acc[i]));
+    Buffer out(gpu(), DType::bf16, {m, F}), pre(gpu(), DType::bf16, {m, F}), amax(gpu(), DType::f32, {1});
+    upload(out.t(), nan_vec), upload(pre.t(), nan_vec), upload(amax.t(), std::vector<float>{std::nanf("")});
+    gemm_fp8_gelu(out.t(), pre.t(), amax.t(), x.op, w.op);
+    const std::vector<float> got_out = download(out.t()), got_pre = download(pre.t());
+    const float got_amax = download(amax.t())[0];
+    std::printf("[gemm_fp8_gelu %s] out rel err %.2e, pre rel err %.2e, amax %.6g (max |out| %.6g, fp64 %.6g)\n",
+                fp8_scaling_name(s), rel_error(got_out, want_out), rel_error(got_pre, acc), got_amax,
+                max_abs(got_out), max_abs(want_out));
+    EXPECT_LE(rel_error(got_out, want_out), 1e-2) << worst_mismatch(got_out, want_out);
+    EXPECT_LE(rel_error(got_pre, acc), 1e-2) << worst_mismatch(got_pre, acc);
+    ASSERT_FALSE(std::isnan(got_amax));
+    EXPECT_EQ(got_amax, max_abs(got_out));  // the amax of what was written, exactly
+
+    // backward: dpre = (dy wt^T) * gelu'(pre), amax = max |dpre|
+    const std::vector<float> pre_in = bf16_rounded(random_vector(m * F, 43, 2.f));
+    std::vector<float> want_dpre(acc.size());
+    for (size_t i = 0; i < acc.size(); ++i) want_dpre[i] = float(double(acc[i]) * dgelu_ref(pre_in[i]));
+    Buffer pre2(gpu(), DType::bf16, {m, F}), dpre(gpu(), DType::bf16, {m, F});
+    upload(pre2.t(), pre_in), upload(dpre.t(), nan_vec), upload(amax.t(), std::vector<float>{std::nanf("")});
+    gemm_fp8_dgelu(dpre.t(), amax.t(), x.op, w.op, pre2.t());
+    const std::vector<float> got_dpre = download(dpre.t());
+    const float got_damax = download(amax.t())[0];
+    std::printf("[gemm_fp8_dgelu %s] dpre rel err %.2e, amax %.6g (fp64 %.6g)\n", fp8_scaling_name(s),
+                rel_error(got_dpre, want_dpre), got_damax, max_abs(want_dpre));
+    EXPECT_LE(rel_error(got_dpre, want_dpre), 1e-2) << worst_mismatch(got_dpre, want_dpre);
+    ASSERT_FALSE(std::isnan(got_damax));
+    EXPECT_EQ(got_damax, max_abs(got_dpre));
+
+    // A NaN code (0x7F) in x: its row of out is NaN, and so must the amax be.
+    std::vector<uint8_t> bad = hx.codes;
+    bad[size_t(7 * C + 3)] = 0x7F;
+    x.set_codes(bad);
+    gemm_fp8_gelu(out.t(), pre.t(), amax.t(), x.op, w.op);
+    const float nan_amax = download(amax.t())[0];
+    EXPECT_TRUE(std::isnan(nan_amax)) << "gemm_fp8_gelu: the amax of an output holding NaN is " << nan_amax;
+    gemm_fp8_dgelu(dpre.t(), amax.t(), x.op, w.op, pre2.t());
+    const float nan_damax = download(amax.t())[0];
+    EXPECT_TRUE(std::isnan(nan_damax)) << "gemm_fp8_dgelu: the amax of an output holding NaN is " << nan_damax;
+  }
 }
 
 TEST(Fp8Cuda, GemmRefusesWhatTheRecipeCannotTile) {
