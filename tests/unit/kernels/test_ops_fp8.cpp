@@ -367,6 +367,58 @@ TEST(GemmFp8, EveryPairMatchesFp64OfTheDequantizedOperands) {
     }
 }
 
+// gemm_fp8_gelu / gemm_fp8_dgelu on the host against fp64: pre = a b^T, out = gelu(pre) (tanh form), dpre =
+// (a b^T) * gelu'(pre_in); each amax is max |output| of what the op wrote, and NaN when a NaN reaches the output.
+double gelu_fp64(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double dgelu_fp64(double x) {
+  const double t = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * x * x);
+}
+
+TEST(GemmFp8, GeluAndDgeluMatchFp64AndGiveTheAmaxOfTheirOutput) {
+  const int64_t M = 128, N = 256, K = 256;
+  const Fp8Scaling s = Fp8Scaling::tensor;
+  std::vector<float> xa = random_values(M * K, 31, 1.f), xb = random_values(N * K, 32, 0.08f);
+  HostOperand a(M, K, s), b(N, K, s);
+  quantize(xa, M, K, s, &a, nullptr);
+  quantize(xb, N, K, s, &b, nullptr);
+  const std::vector<double> acc = ref_gemm(a, b, M, N, K, std::vector<float>(size_t(M * N), 0.f), 0.f);
+  auto rel = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    return std::sqrt(num / den);
+  };
+  auto max_abs = [](const std::vector<float>& v) {
+    float m = 0.f;
+    for (const float x : v) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  std::vector<float> out(size_t(M * N), NAN), pre(size_t(M * N), NAN), amax(1, NAN);
+  gemm_fp8_gelu(view(out, M, N), view(pre, M, N), view(amax, 1), a.op, b.op);
+  std::vector<double> want_out(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) want_out[i] = gelu_fp64(acc[i]);
+  EXPECT_LT(rel(pre, acc), 1e-6);
+  EXPECT_LT(rel(out, want_out), 1e-6);
+  EXPECT_EQ(amax[0], max_abs(out));
+
+  std::vector<float> pre_in = random_values(M * N, 33, 2.f), dpre(size_t(M * N), NAN);
+  gemm_fp8_dgelu(view(dpre, M, N), view(amax, 1), a.op, b.op, view(pre_in, M, N));
+  std::vector<double> want_d(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) want_d[i] = acc[i] * dgelu_fp64(pre_in[i]);
+  EXPECT_LT(rel(dpre, want_d), 1e-5);
+  EXPECT_EQ(amax[0], max_abs(dpre));
+
+  a.codes[size_t(5 * K + 7)] = 0x7F;  // a NaN code: row 5 of the outputs is NaN, and so is the amax
+  gemm_fp8_gelu(view(out, M, N), view(pre, M, N), view(amax, 1), a.op, b.op);
+  EXPECT_TRUE(std::isnan(amax[0])) << amax[0];
+  gemm_fp8_dgelu(view(dpre, M, N), view(amax, 1), a.op, b.op, view(pre_in, M, N));
+  EXPECT_TRUE(std::isnan(amax[0])) << amax[0];
+  std::vector<float> none_out(size_t(M * N), NAN);  // amax undefined: not taken, the outputs still written
+  gemm_fp8_gelu(view(none_out, M, N), view(pre, M, N), Tensor{}, a.op, b.op);
+  EXPECT_FALSE(std::isnan(none_out[0]));  // row 0 has no NaN
+  EXPECT_TRUE(std::isnan(none_out[size_t(5 * N)]));
+}
+
 TEST(GemmFp8, RefusesWhatTheRecipeCannotTile) {
   auto error_for = [](int64_t M, int64_t N, int64_t K, Fp8Scaling sa, Fp8Scaling sb) {
     HostOperand a(M, K, sa), b(N, K, sb);
