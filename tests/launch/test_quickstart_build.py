@@ -6,6 +6,9 @@ are stand-ins that record their calls and the real launch/build.sh runs under st
 PATH (they record their arguments), so nothing is installed or built. Checks:
   quickstart: every `cmake --build` names exactly one target, `ringtrain`, and train.sh then runs configs/tiny.yaml;
   test.sh: `cmake --build` names no target (everything: the tests and benchmarks), then ctest runs.
+  CUDA: with no GPU visible (a stand-in nvidia-smi that fails) and no build yet, quickstart configures
+  -DRINGTRAIN_CUDA=OFF (the main job runs on CPU ranks); with a GPU visible it does not; test.sh configures
+  -DRINGTRAIN_CUDA=AUTO, so the CUDA code is compiled wherever nvcc is.
 """
 import os
 import shutil
@@ -33,6 +36,11 @@ def run(tree, bin_dir, script, log):
     return r, [line.split() for line in open(log).read().splitlines()]
 
 
+def configure_args(calls):
+    """The arguments of every cmake configure call (not --build)."""
+    return [c[1:] for c in calls if c[0] == "cmake" and "--build" not in c]
+
+
 def build_targets(calls):
     """The --target names of every `cmake --build` call (one list per call)."""
     out = []
@@ -56,8 +64,12 @@ def main():
         for tool in ("cmake", "ctest"):
             write_exec(os.path.join(bin_dir, tool), RECORDER.format(name=tool))
         log = os.path.join(tmp, "calls.log")
+        no_gpu = '#!/bin/sh\nexit 6\n'  # nvidia-smi's answer on a machine without a visible GPU
+        write_exec(os.path.join(bin_dir, "nvidia-smi"), no_gpu)
 
         r, calls = run(tree, bin_dir, "quickstart.sh", log)
+        if not any("-DRINGTRAIN_CUDA=OFF" in a for a in configure_args(calls)):
+            failures.append(f"quickstart.sh without a GPU must configure -DRINGTRAIN_CUDA=OFF, got {configure_args(calls)}")
         builds = build_targets(calls)
         if r.returncode != 0:
             failures.append(f"quickstart.sh exited {r.returncode}: {r.stderr}")
@@ -71,6 +83,12 @@ def main():
         elif not any(a.endswith("configs/tiny.yaml") for a in calls[names.index("train.sh")]):
             failures.append(f"quickstart.sh: train.sh must run configs/tiny.yaml, got {calls[names.index('train.sh')]}")
 
+        write_exec(os.path.join(bin_dir, "nvidia-smi"), '#!/bin/sh\necho "GPU 0: NVIDIA H200"\n')
+        r, gpu_calls = run(tree, bin_dir, "quickstart.sh", log)
+        if any("-DRINGTRAIN_CUDA=OFF" in a for a in configure_args(gpu_calls)):
+            failures.append(f"quickstart.sh with a GPU visible must not turn CUDA off, got {configure_args(gpu_calls)}")
+        write_exec(os.path.join(bin_dir, "nvidia-smi"), no_gpu)
+
         # test.sh after the quickstart's build (a cache now exists, as on a newcomer's machine).
         os.makedirs(os.path.join(tree, "build"), exist_ok=True)
         with open(os.path.join(tree, "build", "CMakeCache.txt"), "w") as f:
@@ -81,6 +99,9 @@ def main():
             failures.append(f"test.sh exited {r.returncode}: {r.stderr}")
         if not builds or any(t for t in builds):
             failures.append(f"test.sh: cmake --build must build everything (no --target), got {builds}")
+        if not any("-DRINGTRAIN_CUDA=AUTO" in a for a in configure_args(calls)):
+            failures.append(f"test.sh must configure -DRINGTRAIN_CUDA=AUTO after a CPU-only quickstart, got "
+                            f"{configure_args(calls)}")
         if not any(c[0] == "ctest" for c in calls):
             failures.append(f"test.sh: no ctest call after the build ({calls})")
     for f in failures:
