@@ -2,12 +2,33 @@
 // and over which ranks each amax is reduced). Each function is the FP8 twin of the bf16 GEMMs it replaces in
 // model_forward.cpp / model_backward.cpp, with the same buffers in and out. Shapes: N = B*n tokens on this rank,
 // m the MLP chunk's rows, C d_model, qd = Hl*D, kvd = Hkvl*D, Fl the local MLP width (Fm = 2Fl for SwiGLU's [w1; w3]).
-// fast accumulation (no f32 promotion) in the forward only, as TransformerEngine and torchao do.
+// fast accumulation (no f32 promotion) in the forward only, as TransformerEngine and torchao do; RT_FP8_FAST_ACCUM=0
+// turns it off for an A/B of its effect on the loss (the GELU MLP then runs gemm_fp8 + gelu_fwd: cuBLASLt's fused
+// GELU always accumulates fast).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "framework/model/fp8_linear.h"
 #include "framework/model/model_internal.h"
 #include "kernels/ops.h"
 
 namespace rt {
+namespace {
+// RT_FP8_FAST_ACCUM: unset or 1 = the forward's FP8 GEMMs accumulate fast (the default), 0 = with f32 promotion.
+// Read once; a value other than 0 or 1 is refused naming them.
+bool forward_fast_accum() {
+  static const bool on = [] {
+    const char* v = std::getenv("RT_FP8_FAST_ACCUM");
+    const std::string s = v ? v : "1";
+    RT_CHECK(s == "0" || s == "1", "RT_FP8_FAST_ACCUM=" << s << " is not 0 (f32 promotion in the forward's FP8 "
+                                   "GEMMs) or 1 (fast accumulation, the default)");
+    if (s == "0") std::fprintf(stderr, "fp8: RT_FP8_FAST_ACCUM=0: the forward's FP8 GEMMs promote to f32\n");
+    return s == "1";
+  }();
+  return on;
+}
+}  // namespace
 
 bool Model::fp8_layer(int layer) const {
   if (!fp8_ || layer < 0) return false;  // layer -1: a decode step
@@ -30,9 +51,10 @@ void Model::fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a) {
   }
   f.record(layer, Fp8Site::attn_norm_out, 0, x);
   const Fp8Split col_parallel{f.tp(), nullptr};
-  gemm_fp8(a.q, x, f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq), 0.f, true);
-  gemm_fp8(a.k, x, f.weight(Fp8Linear::weight0, w.wk, col_parallel, false, layer, Fp8Site::wk), 0.f, true);
-  gemm_fp8(a.v, x, f.weight(Fp8Linear::weight0, w.wv, col_parallel, false, layer, Fp8Site::wv), 0.f, true);
+  const bool fast = forward_fast_accum();
+  gemm_fp8(a.q, x, f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq), 0.f, fast);
+  gemm_fp8(a.k, x, f.weight(Fp8Linear::weight0, w.wk, col_parallel, false, layer, Fp8Site::wk), 0.f, fast);
+  gemm_fp8(a.v, x, f.weight(Fp8Linear::weight0, w.wv, col_parallel, false, layer, Fp8Site::wv), 0.f, fast);
 }
 
 // x_mid (N, C) = att (N, qd) @ wo (C, qd)^T, partial over tp (the caller all-reduces).
@@ -41,7 +63,8 @@ void Model::fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a)
   Fp8Operand x;  // (N, qd)
   f.quantize(a.att, {f.tokens(), f.tp()}, false, Fp8Linear::act, -1, &x, nullptr);
   f.record(layer, Fp8Site::attn_out, 0, x);
-  gemm_fp8(a.x_mid, x, f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, false, layer, Fp8Site::wo), 0.f, true);
+  const Fp8Operand& wo = f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, false, layer, Fp8Site::wo);
+  gemm_fp8(a.x_mid, x, wo, 0.f, forward_fast_accum());
 }
 
 // h (m, Fm) = ln2 (m, C) @ fc (Fm, C)^T: the pre-activation; GELU: also g (m, Fl) = gelu(h) in the same cuBLASLt call,
@@ -59,8 +82,9 @@ void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, 
   }
   f.record(layer, Fp8Site::mlp_norm_out, chunk, x);
   const Fp8Operand& fc = f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, false, layer, Fp8Site::fc);
-  if (shape_.swiglu) {
-    gemm_fp8(h, x, fc, 0.f, true);
+  if (shape_.swiglu || !forward_fast_accum()) {
+    gemm_fp8(h, x, fc, 0.f, forward_fast_accum());
+    if (!shape_.swiglu) gelu_fwd(g, h);
     return;
   }
   gemm_fp8_gelu(g, h, f.wants_given_amax() ? f.amax_slot() : Tensor{}, x, fc);  // h = x fc^T, g = gelu(h)
@@ -80,7 +104,7 @@ void Model::fp8_mlp_out_forward(int layer, int64_t chunk, const LayerWeights& w,
   }
   f.record(layer, Fp8Site::mlp_act, chunk, x);
   gemm_fp8(out, x, f.weight(Fp8Linear::weight1, w.proj_or_w2, {nullptr, f.tp()}, false, layer, Fp8Site::proj), 0.f,
-           true);
+           forward_fast_accum());
 }
 
 // The MLP's backward for one chunk: d_out (m, C) -> the output projection's weight gradient and d_g (m, Fl) ->
