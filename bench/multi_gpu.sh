@@ -19,6 +19,8 @@
 #                             parallel.cp_scheme (ring, gather, auto): ms/step, attn_ms, comm_exposed_ms, the share
 #                             of steps that ran the gather and the first step's loss per scheme (runs in doc-cp<GPUs>/)
 #   plan-llama3-8b.log        the Llama-3-8B shape at ZeRO 3: the longest seq_len the plan allows on this node
+#   e2e-cp<N>-fp8.log, ...    precision fp8 (tensorwise) on all GPUs beside e2e-cp<N> (bf16): the FP8 step's gain with
+#                             the amaxes reduced over NCCL; tests-nccl-fp8-grid: fp8 grids against one GPU (issue 44)
 # Each part runs under `timeout`; a failed part is logged and the script goes on (exit status: the number of
 # failed parts).
 set -uo pipefail
@@ -47,6 +49,7 @@ export RINGTRAIN_TEST_COMM=nccl
 part tests-nccl-ring 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_attention"
 part tests-nccl-model-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_model_grid"
 part tests-nccl-ring-gather 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather"  # packed documents, both schemes
+part tests-nccl-fp8-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_fp8_grid"  # precision fp8 on the grids
 unset RINGTRAIN_TEST_COMM
 
 part ring-attention 300 mpirun -np "$gpus" "$build/bench/bench_ring_attention" \
@@ -58,6 +61,11 @@ for cp in 1 "$gpus"; do
     --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
     --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$cp"
 done
+# precision fp8 on all GPUs, the same steps as e2e-cp<GPUs> (issue 44: the amax reductions over NCCL).
+part "e2e-cp$gpus-fp8" 420 env BUILD_DIR="$build" "$root/launch/train.sh" "$root/configs/gpt-1b-64k.yaml" \
+  --set parallel.cp="$gpus" --set data.seq_len=$((65536 * gpus)) --set parallel.comm=nccl --set train.precision=fp8 \
+  --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
+  --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$gpus-fp8"
 # The hybrid grids (parallel.cp_a2a, issue 32): all-to-all inside the node, the ring over cp / u, on all GPUs at 64K
 # tokens per GPU: u = 2, 4 and u = GPUs (pure all-to-all; the 1.41B model has 16 heads, so u <= 16).
 for u in 2 4 "$gpus"; do
