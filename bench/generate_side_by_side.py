@@ -133,11 +133,11 @@ def write_generate_config(path, work, device):
     return path
 
 
-def ringtrain_generate(a, cfg, ckpt, prompt_file, new, work, cuda_graph):
+def ringtrain_generate(a, cfg, ckpt, prompt_file, new, work, cuda_graph, extra=()):
     out = os.path.join(work, "ringtrain_out.json")
     cmd = [a.ringtrain, "generate", cfg, "--checkpoint", ckpt, "--prompt-ids", prompt_file,
            "--max-new-tokens", str(new), "--eos-id", "-1", "--out", out, "--overwrite",  # one file, each length
-           "--cuda-graph", cuda_graph]
+           "--cuda-graph", cuda_graph] + list(extra)
     if a.cp > 1:
         cmd = [a.mpirun, "-np", str(a.cp)] + cmd + ["--set", f"parallel.cp={a.cp}"]
     p = run(cmd, a.timeout, env=MPI_ENV, what="ringtrain generate")
@@ -292,6 +292,20 @@ def bench(a):
             check_same = common_prefix(rows[-2]["new_ids"], rows[-1]["new_ids"])
             rows[-2]["ids_agree_no_graph"] = check_same
             print(f"graph vs no graph: first {check_same} of {a.new_tokens} greedy ids agree", flush=True)
+        if a.profile:  # one more run, ungraphed with CUDA events around every op: where a token's time goes
+            r, _, _ = ringtrain_generate(a, cfg, ckpt, prompt_file, a.new_tokens, work, "off", extra=["--profile"])
+            ops = sorted(r.get("decode_profile_ms", {}).items(), key=lambda kv: -kv[1])
+            total = sum(ms for _, ms in ops)
+            print(f"ringtrain --profile {length} tokens: decode ops {1e3 * total / a.new_tokens:.1f} us of GPU time "
+                  f"per token (ungraphed, events around each op; the bound is {1e6 / bound:.1f} us):", flush=True)
+            for name, ms in ops[:12]:
+                print(f"    {name:<28} {1e3 * ms / a.new_tokens:9.1f} us per token {100 * ms / max(total, 1e-9):6.1f}%",
+                      flush=True)
+            pre = sorted(r.get("prefill_profile_ms", {}).items(), key=lambda kv: -kv[1])[:8]
+            print("  prefill ops: " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in pre), flush=True)
+            rows.append(dict(common, side="profile (ringtrain --profile, not a timing row)", profile_only=True,
+                             decode_profile_ms=r.get("decode_profile_ms", {}),
+                             prefill_profile_ms=r.get("prefill_profile_ms", {})))
         if measure is None:
             rows.append(dict(common, side="transformers", skipped=torch_note))
             continue
@@ -309,6 +323,8 @@ def markdown(rows):
              "greedy ids agree |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("profile_only"):
+            continue
         if "skipped" in r:
             lines.append(f"| {r['prompt_tokens']} | {r['side']} | - | - | - | - | {r['skipped']} |")
             continue
@@ -400,6 +416,9 @@ def main():
     ap.add_argument("--self-test", action="store_true", help="tiny shape on CPU ranks; checks the rows")
     ap.add_argument("--cuda-graph", default="auto", choices=["auto", "on", "off", "both"],
                     help="ringtrain generate --cuda-graph (default auto); both: a row with on and one with off")
+    ap.add_argument("--profile", action="store_true",
+                    help="one more ringtrain run per length with generate --profile (ungraphed, CUDA events around "
+                         "each op): the decode's GPU time per op and token, and the prefill's, printed and in the JSONL")
     ap.add_argument("--hbm-tb-s", dest="hbm_tb_s", type=float, default=4.8,
                     help="the GPU's memory bandwidth in TB/s, for the decode's bound (default 4.8: an H200)")
     for k in BENCH_SHAPE:

@@ -7,7 +7,7 @@
 //                   [--out FILE.jsonl]
 //                   [--overwrite]
 //   ringtrain generate <config.yaml> --checkpoint DIR --prompt-ids FILE|--prompt IDS [--max-new-tokens N]
-//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--prefill-chunk N] [--cuda-graph auto|on|off]
+//                   [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-id E] [--prefill-chunk N] [--cuda-graph auto|on|off] [--profile]
 //                   [--device-memory-gib G] [--dump-logits FILE.npy] [--out FILE] [--overwrite]
 //   ringtrain import-hf <hf_dir> --out <checkpoint_dir> [--device auto|cpu|cuda] [--overwrite]
 //   ringtrain export-hf <checkpoint_dir> --out <hf_dir> [--dtype bf16|fp32] [--overwrite]
@@ -202,6 +202,9 @@ int main(int argc, char** argv) {
   generate->add_option("--cuda-graph", g.cuda_graph,
                        "auto (default): decode each token as one replay of a CUDA graph of the step where supported "
                        "(a CUDA device, cp = tp = 1); on: the same, a failed capture is an error; off: ungraphed");
+  generate->add_flag("--profile", g.profile,
+                     "time every CUDA op of the prefill and of the decode steps (CUDA events; the decode runs "
+                     "ungraphed) and print the totals per op on stderr and in the JSON result");
   generate->add_option("--dump-logits", g.dump_logits, "write the logits each new token was chosen from here "
                                                        "(.npy, float32, new tokens x vocabulary)");
   generate->add_option("--out", g.out, "write the JSON result here (default: stdout)");

@@ -21,6 +21,7 @@
 #include "framework/eval/decode_graph.h"
 #include "framework/eval/generate.h"
 #include "framework/plan/generate_limits.h"
+#include "kernels/op_profile.h"
 #include "framework/plan/plan_generate.h"
 #include "framework/plan/resolve.h"
 #include "framework/plan/trainer_setup.h"
@@ -131,6 +132,9 @@ GenerateInputs read_generate_inputs(const Config& loaded, const GenerateArgs& ar
   RT_CHECK(out_of_range.empty(), "generate: " << out_of_range);
   const std::string bad_graph = check_cuda_graph_setting(args.cuda_graph);
   RT_CHECK(bad_graph.empty(), "generate: " << bad_graph);
+  RT_CHECK(!(args.profile && args.cuda_graph == "on"),
+           "generate: --profile times each op of a decode step, which a CUDA graph's replay hides; give --cuda-graph "
+           "off or auto (which --profile turns off) with it");
   const std::string bad_sampling = check_sampling(args.sampling);
   RT_CHECK(bad_sampling.empty(), "generate: " << bad_sampling);
   const std::string refused = check_prompt_length(int64_t(prompt.size()), in.trained_len, config.model.rope_scaling,
@@ -248,8 +252,30 @@ Decoded decode(Model& model, KvCache& cache, std::vector<int64_t> shard_rows, Pr
 
 // Rank 0: the result as one JSON object, on stdout or in --out, and --dump-logits; every output to a temporary first,
 // then all renamed together (framework/base/output_files.h).
+// --profile: the per-op GPU time of the prefill and of the decode (kernels/op_profile.h), longest first.
+struct OpProfile {
+  std::vector<OpTime> prefill, decode;
+};
+
+// Rank 0's --profile table on stderr: per op its calls and GPU ms, the decode's also per new token.
+void print_op_profile(const OpProfile& p, int64_t new_tokens) {
+  auto table = [](const char* what, const std::vector<OpTime>& ops, int64_t per) {
+    double sum = 0;
+    for (const OpTime& op : ops) sum += op.ms;
+    std::fprintf(stderr, "generate --profile: %s, %.3f ms of GPU time in ops (CUDA events around each)%s\n", what, sum,
+                 ops.empty() ? " -- none timed (no CUDA device)" : "");
+    for (const OpTime& op : ops)
+      std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %6.1f%%%s\n", op.name.c_str(), (long long)op.calls, op.ms,
+                   sum > 0 ? 100 * op.ms / sum : 0.0,
+                   per > 0 ? (" " + std::to_string(1e3 * op.ms / double(per)) + " us per token").c_str() : "");
+  };
+  table("prefill", p.prefill, 0);
+  table("decode", p.decode, new_tokens);
+}
+
 void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, const Resolved& resolved,
-                           const GenerateLayout& layout, double prefill_s, const Decoded& d) {
+                           const GenerateLayout& layout, double prefill_s, const Decoded& d,
+                           const OpProfile* profile) {
   const Config& config = in.config;
   const int64_t P = int64_t(in.prompt.size()), V = config.model.vocab_size;
   const double tokens_per_s = d.seconds > 0 ? double(d.tokens.size()) / d.seconds : 0;
@@ -261,6 +287,15 @@ void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, c
   j["prompt_tokens"] = P;
   j["prefill_s"] = prefill_s;
   j["decode_s"] = d.seconds;
+  if (profile != nullptr) {  // --profile: GPU ms per op
+    for (const auto& [key, ops] : {std::pair<const char*, const std::vector<OpTime>*>{"prefill_profile_ms",
+                                                                                    &profile->prefill},
+                                   {"decode_profile_ms", &profile->decode}}) {
+      nlohmann::json o = nlohmann::json::object();
+      for (const OpTime& op : *ops) o[op.name] = op.ms;
+      j[key] = o;
+    }
+  }
   j["decode_tokens_per_s"] = tokens_per_s;
   j["grid"] = {{"cp", config.parallel.cp}, {"cp_a2a", config.parallel.cp_a2a}, {"tp", config.parallel.tp}};
   j["prefill_chunks"] = layout.chunks;
@@ -319,7 +354,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   const bool rank0 = grid.world().rank() == 0;
   // --cuda-graph: graphed on one CUDA rank, else ungraphed (framework/eval/decode_graph.h); said once, here.
   const DecodeGraphChoice graph_choice = choose_decode_graph(
-      args.cuda_graph, device.is_cuda() && StepGraph::available(device), grid.world().size());
+      args.profile ? "off" : args.cuda_graph, device.is_cuda() && StepGraph::available(device), grid.world().size());
   if (rank0) {
     print_resolved(resolved);
     print_generate_start(in, args, plan);
@@ -346,7 +381,10 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   KvCache cache = model.make_kv_cache(cache_arena, layout.capacity, chunked);
 
   const auto t_prefill = std::chrono::steady_clock::now();
+  if (args.profile) op_profile_begin();
   prefill(model, cache, layout, in.prompt, me, in.config.parallel.cp);
+  OpProfile profile;
+  if (args.profile) profile.prefill = op_profile_end();
   RT_CHECK(cache.rows == layout.shard_rows[size_t(me)], "generate: the prefill cached " << cache.rows
                << " rows on cp rank " << me << ", the layout " << layout.shard_rows[size_t(me)]);
   grid.world().barrier();
@@ -354,8 +392,11 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
 
   std::unique_ptr<GraphedDecode> graphed;
   if (graph_choice.graphed) graphed = std::make_unique<GraphedDecode>(model, cache, args.cuda_graph == "on");
+  if (args.profile) op_profile_begin();
   const Decoded decoded = decode(model, cache, layout.shard_rows, grid, in, args, graphed.get());
-  if (rank0) write_generate_result(in, args, resolved, layout, prefill_s, decoded);
+  if (args.profile) profile.decode = op_profile_end();
+  if (rank0 && args.profile) print_op_profile(profile, int64_t(decoded.tokens.size()));
+  if (rank0) write_generate_result(in, args, resolved, layout, prefill_s, decoded, args.profile ? &profile : nullptr);
   return 0;
 }
 

@@ -33,6 +33,7 @@ struct GenerateArgs {
   int64_t prefill_chunk = 0;     // prefill tokens per chunk; 0: auto (one pass when it fits, else chunks that fit)
   std::string dump_logits;       // .npy (steps, V) f32: the logits each new token was chosen from ("" = none)
   std::string cuda_graph = "auto";  // auto | on | off: one CUDA graph per decode step (framework/eval/decode_graph.h)
+  bool profile = false;  // --profile: every CUDA op of the prefill and the (ungraphed) decode timed, totals on stderr
 };
 
 // Ids from text: a JSON array of integers, or integers separated by commas and / or white space. Throws rt::Error

@@ -140,6 +140,12 @@ def case_grids(tmp):
     check(on["new_ids"] == base["new_ids"] and on["decode_cuda_graph"] is False and err.count(line) == 1
           and base["decode_cuda_graph"] is False, f"grids: --cuda-graph on on the CPU decodes ungraphed, same ids: "
                                                    f"{[ln for ln in err.splitlines() if 'decode ' in ln][:1]}")
+    # --profile: the same ids, both profiles in the JSON (empty on CPU ranks: no CUDA op to time), the tables on stderr
+    prof, err = generate(cfg, ckpt, PROMPT, extra=["--profile"])
+    check(prof["new_ids"] == base["new_ids"] and prof.get("decode_profile_ms") == {} and
+          prof.get("prefill_profile_ms") == {} and "generate --profile: decode" in err and
+          "decode_profile_ms" not in base, f"grids: --profile on the CPU: same ids, empty profiles: "
+                                           f"{[ln for ln in err.splitlines() if '--profile' in ln][:2]}")
     grids = [(2, ["parallel.cp=2"]), (4, ["parallel.cp=4"]), (4, ["parallel.cp=4", "parallel.cp_a2a=2"]),
              (2, ["parallel.tp=2"]), (4, ["parallel.cp=2", "parallel.tp=2"])]
     for np_, sets in grids:
@@ -184,6 +190,9 @@ def case_refusals(tmp):
     p = run(base + ["--prompt", "1,2", "--cuda-graph", "yes"], expect_ok=False)
     check(p.returncode == 2 and "--cuda-graph 'yes' is not a setting" in p.stderr and "--cuda-graph auto" in p.stderr,
           f"refusals: --cuda-graph yes, exit {p.returncode}: {p.stderr.strip()[-200:]}")
+    p = run(base + ["--prompt", "1,2", "--cuda-graph", "on", "--profile"], expect_ok=False)
+    check(p.returncode == 2 and "--profile" in p.stderr and "--cuda-graph off" in p.stderr,
+          f"refusals: --profile with --cuda-graph on, exit {p.returncode}: {p.stderr.strip()[-200:]}")
     long_prompt = ",".join(["5"] * (fx.MAX_POS + 1))
     p = run(base + ["--prompt", long_prompt], expect_ok=False)
     check(p.returncode == 2 and f"trained at a context of {fx.MAX_POS}" in p.stderr and
