@@ -70,8 +70,7 @@ struct ParallelConfig {
   std::string comm = "auto";    // auto | mpi | nccl
   std::string dkv_wire = "fp32";  // ring backward: the travelling dK/dV accumulator on the wire, fp32 | bf16
   // Packed documents (data.documents: eot) on a ring of more than one rank (parallel/schedule/cp_scheme.h): ring (K/V
-  // blocks
-  // hop around the ring, skipping the hops nobody needs) | gather (each rank receives exactly the key rows its
+  // blocks hop around the ring, skipping the hops nobody needs) | gather (each rank receives exactly the key rows its
   // queries see in one exchange) | auto (per batch, the least predicted time). Without documents: the ring.
   CpSchemeSetting cp_scheme = CpSchemeSetting::automatic;
   // ZeRO over the dp x cp group (ranks with the same tp coordinate): 0 replicated; 1 fp32 masters and Adam

@@ -31,5 +31,13 @@ cublasStatus_t cublaslt_best_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayou
   return st;
 }
 
+void cublaslt_set_epilogue(cublasLtMatmulDesc_t desc, GemmEpilogue e, const void* aux, int64_t aux_ld) {
+  if (e == GemmEpilogue::none) return;
+  const cublasLtEpilogue_t lt = e == GemmEpilogue::gelu_aux ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_DGELU;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt, sizeof(lt)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+}
+
 }  // namespace cuda
 }  // namespace rt

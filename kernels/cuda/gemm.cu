@@ -57,14 +57,6 @@ uint16_t alignment_of(const void* p) {
 
 cudaDataType_t cuda_type(DType d) { return d == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
-  switch (e) {
-    case GemmEpilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case GemmEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
-    default: return CUBLASLT_EPILOGUE_DEFAULT;
-  }
-}
-
 // Builds (once) the plan for one problem. m, n, k are cuBLASLt's (column-major) sizes. aux: the epilogue's
 // matrix (GELU input), the shape of c, or null. Without an epilogue a missing algorithm is an error.
 const Plan& plan_for(const PlanKey& key, const Tensor& a, const Tensor& b, const void* aux = nullptr) {
@@ -79,15 +71,7 @@ const Plan& plan_for(const PlanKey& key, const Tensor& a, const Tensor& b, const
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
   const GemmEpilogue epi = GemmEpilogue(key.epilogue);
-  if (epi != GemmEpilogue::none) {
-    const cublasLtEpilogue_t e = lt_epilogue(epi);
-    const int64_t aux_ld = key.N;  // aux is laid out as c: column-major (N rows, M columns), ld N
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                sizeof(aux)));  // the heuristic reads its alignment
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-  }
+  cublaslt_set_epilogue(plan.desc, epi, aux, key.N);  // aux is laid out as c: column-major (N, M), ld N
   // Row-major (r, c) = column-major (rows c, cols r, ld c).
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.la, ab, uint64_t(b.shape[1]), uint64_t(b.shape[0]), b.shape[1]));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lb, ab, uint64_t(a.shape[1]), uint64_t(a.shape[0]), a.shape[1]));

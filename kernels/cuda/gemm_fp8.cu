@@ -5,7 +5,7 @@
 // its A / B, so b's factors go to the A scale and a's to the B scale; the layouts of kernels/fp8.h
 // (fp8_scale_shape) are the ones cuBLASLt reads. Plans are cached per shape, scalings, dtype, beta, fast
 // accumulation and alignment, as kernels/cuda/gemm.cu does. gemm_fp8_with_epilogue (kernels/cuda/gemm_fp8_epilogue.h)
-// adds the GELU_AUX / DGELU epilogues and the amax of D for gemm_fp8_gelu / gemm_fp8_dgelu.
+// adds the GELU_AUX epilogue for gemm_fp8_gelu.
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -31,7 +31,7 @@ struct PlanKey {
   int64_t M, N, K;
   int device;
   uint8_t a_scaling, b_scaling, c_dtype, accumulate, fast_accum;
-  uint8_t epilogue, want_amax;  // GemmEpilogue; whether the amax of D is asked for
+  uint8_t epilogue;  // GemmEpilogue
   uint16_t align_a, align_b, align_c, align_aux;
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof(PlanKey)) == 0; }
 };
@@ -47,8 +47,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool found = true;       // false: no algorithm for this epilogue (cached; the caller falls back)
-  bool amax_fused = false; // the plan sets AMAX_D (cuBLASLt takes max |D| in the epilogue)
+  bool found = true;  // false: no algorithm for this epilogue (cached; the caller falls back)
 };
 std::mutex g_mutex;
 std::unordered_map<PlanKey, Plan, PlanKeyHash> g_plans;
@@ -72,10 +71,13 @@ int32_t lt_scale_mode(Fp8Scaling s) {
 
 bool is_block(Fp8Scaling s) { return s == Fp8Scaling::block_1x128 || s == Fp8Scaling::block_128x128; }
 
-// The descriptor of one problem: layouts, scale modes and pointers, fast accumulation, and the epilogue with its aux
-// (laid out as c) and, when `amax` is non-null, the amax of D.
-void build_desc(Plan& plan, const PlanKey& key, const void* a_scale, const void* b_scale, const void* aux,
-                const void* amax) {
+// Builds (once) the plan for one problem: layouts, scale modes and pointers, fast accumulation, and the epilogue with
+// its aux (laid out as c). With an epilogue a missing algorithm is cached as found = false (the caller falls back).
+const Plan& plan_for(const PlanKey& key, const void* a_scale, const void* b_scale, const void* aux = nullptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_plans.find(key);
+  if (it != g_plans.end()) return it->second;
+  Plan plan;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
@@ -91,56 +93,17 @@ void build_desc(Plan& plan, const PlanKey& key, const void* a_scale, const void*
     const int8_t fast = 1;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
   }
-  if (GemmEpilogue(key.epilogue) != GemmEpilogue::none) {
-    const cublasLtEpilogue_t e =
-        GemmEpilogue(key.epilogue) == GemmEpilogue::gelu_aux ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_DGELU;
-    const int64_t aux_ld = key.N;  // aux is laid out as c: column-major (N rows, M columns), ld N
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                sizeof(aux)));  // the heuristic reads its alignment
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-  }
-  if (amax != nullptr)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax, sizeof(amax)));
+  cublaslt_set_epilogue(plan.desc, GemmEpilogue(key.epilogue), aux, key.N);  // aux as c: column-major (N, M), ld N
   const cudaDataType_t ct = DType(key.c_dtype) == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Row-major (r, K) = column-major (K rows, r columns, ld K).
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.la, CUDA_R_8F_E4M3, uint64_t(key.K), uint64_t(key.N), key.K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lb, CUDA_R_8F_E4M3, uint64_t(key.K), uint64_t(key.M), key.K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.lc, ct, uint64_t(key.N), uint64_t(key.M), key.N));
-}
 
-void destroy_desc(Plan& plan) {
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.lc));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.lb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan.la));
-  CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
-  plan.desc = nullptr, plan.la = plan.lb = plan.lc = nullptr;
-}
-
-// Builds (once) the plan for one problem. With an epilogue a missing algorithm is cached as found = false (the caller
-// falls back); asked for the amax of D, the plan sets it where cuBLASLt has an algorithm with it, else goes without.
-const Plan& plan_for(const PlanKey& key, const void* a_scale, const void* b_scale, const void* aux = nullptr,
-                     const void* amax = nullptr) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_plans.find(key);
-  if (it != g_plans.end()) return it->second;
-  Plan plan;
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;  // b is cuBLASLt's A and a its B (row-major operands as column-major)
-  cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
-  if (key.want_amax) {
-    build_desc(plan, key, a_scale, b_scale, aux, amax);
-    st = cublaslt_best_algo(plan.desc, plan.la, plan.lb, plan.lc, key.align_b, key.align_a, key.align_c, result,
-                            found);
-    plan.amax_fused = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (!plan.amax_fused) destroy_desc(plan);
-  }
-  if (!plan.amax_fused) {
-    build_desc(plan, key, a_scale, b_scale, aux, nullptr);
-    st = cublaslt_best_algo(plan.desc, plan.la, plan.lb, plan.lc, key.align_b, key.align_a, key.align_c, result,
-                            found);
-  }
+  const cublasStatus_t st = cublaslt_best_algo(plan.desc, plan.la, plan.lb, plan.lc, key.align_b, key.align_a,
+                                               key.align_c, result, found);
   if (GemmEpilogue(key.epilogue) != GemmEpilogue::none && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
     plan.found = false;
     return g_plans.emplace(key, plan).first->second;
@@ -200,9 +163,8 @@ void run(const Plan& plan, Tensor c, const Fp8Operand& a, const Fp8Operand& b, f
 }  // namespace
 
 bool gemm_fp8_with_epilogue(Tensor c, const Fp8Operand& a, const Fp8Operand& b, bool fast_accum,
-                            GemmEpilogue epilogue, const Tensor& aux, float* amax, bool& amax_taken) {
+                            GemmEpilogue epilogue, const Tensor& aux) {
   const char* op = "gemm_fp8 (epilogue)";
-  amax_taken = false;
   cudaStream_t stream = stream_for(c, op);
   PlanKey key = checked_key(c, a, b, 0.f, fast_accum, op);
   require_same_numel(aux, c, op, "aux", "c");
@@ -211,17 +173,12 @@ bool gemm_fp8_with_epilogue(Tensor c, const Fp8Operand& a, const Fp8Operand& b, 
   if (epilogue == GemmEpilogue::none || !gemm_epilogue_enabled(epilogue) || key.M == 0 || key.N == 0 ||
       key.K == 0 || key.N % 8 != 0)
     return false;  // the caller runs the unfused ops
-  key.epilogue = uint8_t(epilogue), key.want_amax = amax != nullptr, key.align_aux = alignment_of(aux.data);
-  const Plan& plan = plan_for(key, a.scale.data, b.scale.data, aux.data, amax);
+  key.epilogue = uint8_t(epilogue), key.align_aux = alignment_of(aux.data);
+  const Plan& plan = plan_for(key, a.scale.data, b.scale.data, aux.data);
   if (!plan.found) return false;
   const void* aux_ptr = aux.data;  // the plan may have been built for other pointers of the same alignment
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr,
                                               sizeof(aux_ptr)));
-  if (plan.amax_fused) {
-    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));  // whether cuBLASLt stores or folds into it
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &amax, sizeof(amax)));
-    amax_taken = true;
-  }
   run(plan, c, a, b, 0.f, stream);
   return true;
 }

@@ -12,12 +12,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdio>
-
 #include "framework/plan/mfu.h"
 #include "kernels/device_memory.h"
 #include "parallel/comm/mpi_comm.h"
 #include "tests/gpu/gpu_model_util.h"
+#include "tests/mpi/gpu_grid_compare.h"
 #include "tests/mpi/gpu_rank_placement.h"
 #include "tests/mpi/mpi_world.h"
 
@@ -25,10 +24,6 @@ using namespace rt;
 using namespace rt::test;
 
 namespace {
-
-constexpr double kLossRelTol = 2e-2;
-constexpr double kWholeGradTol = 6e-2;
-constexpr double kTensorGradTol = 2e-1;
 
 struct Fp8GridCase {
   int dp, cp, tp;
@@ -67,17 +62,8 @@ TEST_P(GpuFp8Grid, GpuRanksMatchSingleRankGpu) {
   ProcessGrid one = ProcessGrid::local();
   const StepResult ref = first_step(ref_config, one, gpu);
 
-  ASSERT_TRUE(std::isfinite(got.loss)) << "loss " << got.loss;
-  const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-  EXPECT_LE(loss_err, kLossRelTol) << "loss " << got.loss << " vs one GPU rank " << ref.loss;
-  ASSERT_EQ(got.grads.size(), ref.grads.size());
-  const GradCompare g = compare_grads(got.grads, ref.grads);
-  EXPECT_LE(g.whole, kWholeGradTol);
-  EXPECT_LE(g.worst, kTensorGradTol) << g.worst_name;
-  if (sub->rank() == 0)
-    std::printf("[ fp8 %s comm=%s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, worst "
-                "%.1e (%s)\n", case_name(c).c_str(), placement.comm_name(), got.loss, ref.loss, loss_err, g.whole,
-                g.worst, g.worst_name.c_str());
+  expect_grid_matches_one_rank(got, ref, {2e-2, 6e-2, 2e-1},
+                               "fp8 " + case_name(c) + " comm=" + placement.comm_name(), sub->rank() == 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, GpuFp8Grid,

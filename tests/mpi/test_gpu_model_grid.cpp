@@ -28,6 +28,7 @@
 #include "kernels/device_memory.h"
 #include "parallel/comm/mpi_comm.h"
 #include "tests/gpu/gpu_model_util.h"
+#include "tests/mpi/gpu_grid_compare.h"
 #include "tests/mpi/gpu_rank_placement.h"
 #include "tests/mpi/mpi_world.h"
 
@@ -39,6 +40,7 @@ namespace {
 constexpr double kLossRelTol = 1e-2;
 constexpr double kWholeGradTol = 3e-2;
 constexpr double kTensorGradTol = 1e-1;
+constexpr GridTolerances kTolerances{kLossRelTol, kWholeGradTol, kTensorGradTol};
 
 using rt::test::world_rank;
 using rt::test::gpu_present;
@@ -138,16 +140,8 @@ TEST_P(GpuModelGridDocuments, GpuRanksMatchSingleRankGpu) {
     const StepResult got = first_step(config, grid, gpu);
     ProcessGrid one = ProcessGrid::local();
     const StepResult ref = first_step(ref_config, one, gpu);
-    ASSERT_TRUE(std::isfinite(got.loss)) << "loss " << got.loss;
-    const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-    EXPECT_LE(loss_err, kLossRelTol) << "loss " << got.loss << " vs one GPU rank " << ref.loss;
-    const GradCompare g = compare_grads(got.grads, ref.grads);
-    EXPECT_LE(g.whole, kWholeGradTol);
-    EXPECT_LE(g.worst, kTensorGradTol) << g.worst_name;
-    if (sub->rank() == 0)
-      std::printf("[ documents %s comm=%s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, "
-                  "worst %.1e (%s)\n", name.c_str(), placement.comm_name(), got.loss, ref.loss, loss_err, g.whole,
-                  g.worst, g.worst_name.c_str());
+    expect_grid_matches_one_rank(got, ref, kTolerances,
+                                 "documents " + name + " comm=" + placement.comm_name(), sub->rank() == 0);
   }
   fs::remove_all(dir);
 }
@@ -207,17 +201,8 @@ TEST_P(GpuModelGridA2a, GpuRanksMatchSingleRankGpu) {
     const StepResult got = first_step(config, grid, gpu);
     ProcessGrid one = ProcessGrid::local();
     const StepResult ref = first_step(ref_config, one, gpu);
-    ASSERT_TRUE(std::isfinite(got.loss)) << "loss " << got.loss;
-    const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-    EXPECT_LE(loss_err, kLossRelTol) << "loss " << got.loss << " vs one GPU rank " << ref.loss;
-    ASSERT_EQ(got.grads.size(), ref.grads.size());
-    const GradCompare g = compare_grads(got.grads, ref.grads);
-    EXPECT_LE(g.whole, kWholeGradTol);
-    EXPECT_LE(g.worst, kTensorGradTol) << g.worst_name;
-    if (sub->rank() == 0)
-      std::printf("[ a2a %s comm=%s ] loss %.5f vs one GPU rank %.5f (rel %.1e) | grad rel err whole %.1e, worst "
-                  "%.1e (%s)\n", c.name, placement.comm_name(), got.loss, ref.loss, loss_err, g.whole, g.worst,
-                  g.worst_name.c_str());
+    expect_grid_matches_one_rank(got, ref, kTolerances,
+                                 std::string("a2a ") + c.name + " comm=" + placement.comm_name(), sub->rank() == 0);
   }
   if (c.documents) fs::remove_all(dir);
 }
