@@ -3,6 +3,7 @@
 // cuBLASLt is column-major, so we compute c^T = op(b)^T op(a)^T: a row-major (r,c) matrix is a
 // column-major (c,r) matrix with leading dimension c. Plans (descriptors + chosen algorithm) are cached
 // per shape, dtype, pointer alignment and epilogue, so a training step makes no heuristic queries after the first.
+// One-row products (M = 1, b transposed, bf16) go to gemv_rows (kernels/cuda/gemv.cu) instead.
 // gemm_with_epilogue (kernels/cuda/gemm_epilogue.h) adds cuBLASLt's GELU_AUX / DGELU epilogues for
 // linear_gelu_fwd / linear_dgelu; it reports "no algorithm" instead of failing, so those ops can fall back.
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublaslt_algo.h"
 #include "kernels/cuda/gemm_epilogue.h"
+#include "kernels/cuda/gemv.h"
 
 namespace rt {
 namespace cuda {
@@ -181,6 +183,10 @@ void gemm(Tensor c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b
     return;
   }
   require_defined(c, op, "c");
+  if (gemv_applies(c, a, b, trans_a, trans_b, M, K)) {  // one row (a decode step): gemv.cu
+    gemv_rows(c, a, b, N, K, alpha, beta, stream);
+    return;
+  }
   const PlanKey key = make_key(c, a, b, trans_a, trans_b, M, N, K);
   const Plan& plan = plan_for(key, a, b);
   CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha, b.data, plan.la, a.data, plan.lb, &beta, c.data,

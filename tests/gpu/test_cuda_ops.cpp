@@ -40,6 +40,38 @@ TEST(CudaGemm, AllTransposesAndDtypesWithBeta) {
   EXPECT_CLOSE(download(dc), ref, 1e-5);
 }
 
+// One row against (N,K)^T, the decode step's GEMMs (kernels/cuda/gemv.cu): against fp64 of the same bf16 inputs, with
+// N not a multiple of the kernel's 4 rows, K of one and of several passes over the 8 warps, c f32 and bf16, beta 0 on
+// a poisoned c (must not be read) and beta 0.5; and K % 8 != 0, which goes to cuBLASLt.
+TEST(CudaGemm, OneRowMatchesFp64) {
+  RT_REQUIRE_CUDA();
+  struct Case { int64_t N, K; DType c; float beta; };
+  const Case cases[] = {{2048, 2048, DType::bf16, 0.f}, {37, 5632, DType::f32, 0.f}, {1, 8, DType::f32, 0.5f},
+                        {513, 4104, DType::bf16, 0.5f}, {64, 100, DType::f32, 0.f}};
+  for (const Case& cs : cases) {
+    SCOPED_TRACE("N " + std::to_string(cs.N) + " K " + std::to_string(cs.K) + " c " + dtype_name(cs.c) + " beta " +
+                 std::to_string(cs.beta));
+    const uint64_t seed = 300 + uint64_t(cs.N + cs.K);
+    const std::vector<float> a = bf16_rounded(random_vector(cs.K, seed)), b = bf16_rounded(random_vector(cs.N * cs.K, seed + 1));
+    const std::vector<float> c0 = bf16_rounded(random_vector(cs.N, seed + 2));
+    Buffer da(gpu(), DType::bf16, {1, cs.K}), db(gpu(), DType::bf16, {cs.N, cs.K}), dc(gpu(), cs.c, {1, cs.N});
+    upload(da, a);
+    upload(db, b);
+    if (cs.beta == 0.f) poison(dc);
+    else upload(dc, c0);
+    gemm(dc.t(), da.t(), db.t(), false, true, 1.25f, cs.beta);
+    std::vector<float> ref(size_t(cs.N));
+    for (int64_t n = 0; n < cs.N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < cs.K; ++k) s += double(a[size_t(k)]) * double(b[size_t(n * cs.K + k)]);
+      ref[size_t(n)] = float(1.25 * s + (cs.beta != 0.f ? double(cs.beta) * c0[size_t(n)] : 0.0));
+    }
+    const std::vector<float> got = download(dc);
+    for (float v : got) ASSERT_FALSE(std::isnan(v)) << "NaN in the output";
+    EXPECT_CLOSE(got, ref, cs.c == DType::f32 ? 1e-5 : 8e-3);
+  }
+}
+
 TEST(CudaRmsnorm, ForwardBackwardF32AndBf16) {
   RT_REQUIRE_CUDA();
   const int64_t N = 33, C = 520;
