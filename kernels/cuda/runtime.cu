@@ -83,7 +83,13 @@ cublasLtHandle_t cublaslt_handle() { return state_of(t_device < 0 ? 0 : t_device
 void* cublaslt_workspace() { return state_of(t_device < 0 ? 0 : t_device).workspace; }
 size_t cublaslt_workspace_bytes() { return kWorkspaceBytes; }
 void* device_scratch() { return state_of(t_device < 0 ? 0 : t_device).scratch; }
-const cudaDeviceProp& device_props() { return state_of(t_device < 0 ? 0 : t_device).props; }
+// Initializes the device first: a caller that asks before any op ran (a test's capability check, the start-up
+// check of train.precision: fp8) must see the real properties, not a zeroed struct.
+const cudaDeviceProp& device_props() {
+  const int device = t_device < 0 ? 0 : t_device;
+  if (!state_of(device).ready) init(device);
+  return state_of(device).props;
+}
 
 void host_wait(cudaStream_t stream, const char* why) {
   count_host_wait(why);

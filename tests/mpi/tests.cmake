@@ -50,7 +50,9 @@ rt_mpi_test(zero_checkpoint 4)
 # ZeRO 3 vs 0 and activation offload on the GPU (ranks share one GPU through the mpi communicator).
 rt_mpi_test(gpu_zero 2)
 rt_mpi_test(gpu_zero 4)
-set_tests_properties(mpi_gpu_zero_np2 mpi_gpu_zero_np4 PROPERTIES LABELS "mpi;gpu")
+# These compare the GPU's used memory (every process on it) with the plans: another test's allocations on the same
+# GPU under `ctest -j` would count as theirs, so they run alone.
+set_tests_properties(mpi_gpu_zero_np2 mpi_gpu_zero_np4 PROPERTIES LABELS "mpi;gpu" RUN_SERIAL TRUE)
 # Runs that go wrong (issue 17), each through the real binary and launch/train.sh: run-directory ownership,
 # lineages and metrics de-duplication; divergence, signals with a slow save, eval against the checkpoint's
 # model, bad paths, a stopped rank (the MPI watchdog), errors printed once.
