@@ -185,6 +185,8 @@ int main(int argc, char** argv) {
                     (long long)model.zero_stats().gathers, model.zero_stats().gathered_bytes / (1 << 30),
                     (long long)model.zero_stats().reduce_scatters, model.zero_stats().scattered_bytes / (1 << 30),
                     model.zero_stats().host_s * 1e3);
+      if (model.zero_stats().fp8_code_bytes > 0)  // fp8.zero3_gather: fp8
+        std::printf(" (E4M3 codes %.2f GiB)", model.zero_stats().fp8_code_bytes / (1 << 30));
       std::printf("\n");
       std::fflush(stdout);
       if (s > warmup) {

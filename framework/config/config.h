@@ -116,6 +116,9 @@ struct Fp8Config {
   // gradients, 128x128 weights). Every scale is current: this step's amax.
   std::string recipe = "tensorwise";
   bool bf16_first_last = false;  // the first and the last block keep bf16 GEMMs
+  // parallel.zero 3: how the FP8 blocks' weights are all-gathered: bf16 (the activation dtype) | fp8 (E4M3 codes
+  // with one factor per weight matrix, half the bytes; norms stay bf16; tensorwise recipe only).
+  std::string zero3_gather = "bf16";
 };
 
 struct OptimConfig {

@@ -316,6 +316,24 @@ void check_train(const Config& c, Problems& p) {
   p.one_of("train.on_divergence", t.on_divergence, {"stop", "skip_step"});
   p.one_of("train.precision", t.precision, {"bf16", "fp8"});
   p.one_of("fp8.recipe", c.fp8.recipe, {"tensorwise", "rowwise", "block"});
+  p.one_of("fp8.zero3_gather", c.fp8.zero3_gather, {"bf16", "fp8"});
+  if (c.fp8.zero3_gather == "fp8") {
+    // framework/model/zero_fp8_gather.h: the gather's codes are re-quantized bit for bit only by tensorwise weights.
+    if (t.precision != "fp8")
+      p.add("fp8.zero3_gather=fp8 gathers the weights that FP8 GEMMs read as E4M3, but train.precision=", t.precision,
+            " runs bf16 GEMMs, which would read weights rounded to 3 mantissa bits; use fp8.zero3_gather: bf16, or "
+            "train.precision: fp8");
+    if (c.parallel.zero != 3)
+      p.add("fp8.zero3_gather=fp8 halves the ZeRO-3 weight all-gather, but parallel.zero=", c.parallel.zero,
+            " keeps full compute weights on every rank (nothing is gathered before use); use parallel.zero: 3, or "
+            "fp8.zero3_gather: bf16");
+    if (t.precision == "fp8" && c.fp8.recipe != "tensorwise")
+      p.add("fp8.zero3_gather=fp8 sends each weight matrix as E4M3 with one factor per matrix, which the "
+            "tensorwise recipe re-quantizes to the same codes; fp8.recipe=", c.fp8.recipe, " would quantize those "
+            "already rounded weights again per ", c.fp8.recipe == "rowwise" ? "row" : "128x128 block",
+            " (rows or blocks of small weights lose the precision the recipe is for); use fp8.recipe: tensorwise, or "
+            "fp8.zero3_gather: bf16");
+  }
   if (t.precision == "fp8" && c.fp8.bf16_first_last && c.model.n_layer <= 2)
     p.add("fp8.bf16_first_last keeps the first and the last block in bf16, but model.n_layer=", c.model.n_layer,
           " leaves no block in fp8; use more layers, fp8.bf16_first_last: false, or train.precision: bf16");

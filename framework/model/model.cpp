@@ -99,6 +99,13 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
     if (!problem.empty()) throw RunError(kExitUsage, problem);
     fp8_ = std::make_unique<Fp8Linear>(options.fp8_recipe, dims, int(s.L), *comms.tp, *comms.dp_cp, arena);
   }
+  // fp8.zero3_gather: fp8: the FP8 blocks' units are all-gathered as E4M3 (framework/model/zero_fp8_gather.h).
+  if (zero_ == 3 && options.fp8 && options.fp8_zero3_gather) {
+    std::vector<bool> covered(layout_.units.size(), false);  // unit 1 + l is layer l
+    for (int l = 0; l < int(s.L); ++l) covered[size_t(l + 1)] = fp8_layer(l);
+    fp8_gather_ = std::make_unique<ZeroFp8Gather>(layout_, covered, shards_, shard_rank_, act, *comms.dp_cp, comms.tp,
+                                                  arena);
+  }
   // precision fp8 under checkpointing none: ln1, ln2 and g, which the backward reads only as weight-gradient operands,
   // are kept as transposed FP8 copies (framework/model/fp8_linear.h); their bf16 buffers are one set for such layers.
   Tensor fp8_shared_ln1, fp8_shared_ln2, fp8_shared_g;  // (N, C), (N, C), (N, Fl)

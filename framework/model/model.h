@@ -38,6 +38,7 @@
 namespace rt {
 
 class Fp8Linear;
+class ZeroFp8Gather;
 
 // How a parameter is split over the tp ranks. Full shapes are (out, in) for Linear weights.
 enum class ShardKind : uint8_t {
@@ -114,6 +115,10 @@ struct ModelOptions {
   bool fp8 = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::tensorwise;
   bool fp8_bf16_first_last = false;
+  // fp8.zero3_gather: fp8 (zero 3 with fp8): the FP8 blocks' units are all-gathered as E4M3 codes with one factor per
+  // weight matrix instead of in the activation dtype, and dequantized into the gather slot
+  // (framework/model/zero_fp8_gather.h).
+  bool fp8_zero3_gather = false;
   // A model that never runs a backward (eval and generate: a session without an optimizer): the blocks share one
   // set of activation buffers, the residual stream alternates between two (N, C) buffers instead of keeping each
   // block's input, and no gradient buffer is allocated. forward_backward refuses want_grad.
@@ -217,6 +222,7 @@ class Model {
   // (P) act dtype (the same storage as master() on CPU at zero 0); (P / shards) at zero 3.
   Tensor compute() const { return compute_; }
   int zero() const { return zero_; }            // the stage in effect (0 when the dp x cp group is one rank)
+  bool fp8_zero3_gather() const { return fp8_gather_ != nullptr; }  // the E4M3 weight gather is in effect
   int offload_layers() const { return offload_layers_; }
   // Pinned host memory the offloaded block inputs take on this rank (allocated only on a real arena).
   size_t host_offload_bytes() const { return host_offload_bytes_; }
@@ -247,8 +253,11 @@ class Model {
   std::vector<Piece> writer_pieces() const;
   // ZeRO traffic since reset_zero_stats(): host seconds inside the ZeRO collectives' start and wait calls (with
   // the mpi communicator that is their whole cost: host staging and MPI; with NCCL only the enqueue), and bytes.
+  // Under fp8.zero3_gather: fp8, gathered_bytes includes fp8_code_bytes (the E4M3 codes, one byte per element the
+  // activation dtype would send) and fp8_side_bytes (the 1-D parameters in the activation dtype and the amaxes).
   struct ZeroStats {
     double host_s = 0, gathered_bytes = 0, scattered_bytes = 0;
+    double fp8_code_bytes = 0, fp8_side_bytes = 0;
     int64_t gathers = 0, reduce_scatters = 0;
   };
   const ZeroStats& zero_stats() const { return zero_stats_; }
@@ -402,6 +411,10 @@ class Model {
   int weight_pending_[4] = {-1, -1, -1, -1};    // handle of a gather not yet waited for
   int grad_pending_[4] = {-1, -1, -1, -1};      // handle of a reduce-scatter not yet waited for
   ZeroStats zero_stats_;
+  // zero 3 with fp8.zero3_gather: fp8: the E4M3 gather of the FP8 blocks' units (its codes and 1-D parameter buffers,
+  // its amaxes); null otherwise. model_shards.cpp posts and finishes its gathers.
+  std::unique_ptr<ZeroFp8Gather> fp8_gather_;
+  int fp8_plain_pending_[4] = {-1, -1, -1, -1};  // handle of the 1-D parameters' gather of a slot not yet waited for
   // The ZeRO collectives, timed into zero_stats_.
   int zero_gather(const Tensor& send, Tensor recv);
   int zero_reduce_scatter(const Tensor& send, Tensor recv);

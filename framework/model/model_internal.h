@@ -5,6 +5,7 @@
 
 #include "framework/model/fp8_linear.h"
 #include "framework/model/model.h"
+#include "framework/model/zero_fp8_gather.h"
 #include "kernels/attention.h"
 #include "kernels/host_copy.h"
 

@@ -124,7 +124,20 @@ void Model::prefetch_weights(int unit) {
   const ParamUnit& u = layout_.units[size_t(unit)];
   const OwnedRange r = owned(unit);
   const int64_t per = u.numel / shards_;
-  weight_pending_[k] = zero_gather(compute_.slice(r.local_begin, r.local_begin + per), weight_slot_[k].slice(0, u.numel));
+  const Tensor shard = compute_.slice(r.local_begin, r.local_begin + per);  // (per) act
+  if (fp8_gather_ && fp8_gather_->covers(unit)) {
+    // E4M3 codes and the 1-D parameters (framework/model/zero_fp8_gather.h); unit_weights decodes them into the slot.
+    RT_CHECK(k >= 2, "zero 3: the fp8 gather serves the layer slots only, not unit " << u.name);
+    const ZeroFp8Gather::Exchange x = fp8_gather_->encode(unit, k - 2, shard);
+    weight_pending_[k] = zero_gather(x.codes_send, x.codes_recv);
+    zero_stats_.fp8_code_bytes += double(x.codes_recv.nbytes());
+    if (x.plain_recv.defined()) {
+      fp8_plain_pending_[k] = zero_gather(x.plain_send, x.plain_recv);
+      zero_stats_.fp8_side_bytes += double(x.plain_recv.nbytes());
+    }
+  } else {
+    weight_pending_[k] = zero_gather(shard, weight_slot_[k].slice(0, u.numel));
+  }
   weight_slot_unit_[k] = unit;
 }
 
@@ -136,6 +149,11 @@ Tensor Model::unit_weights(int unit) {
   if (weight_pending_[k] >= 0) {
     zero_wait(weight_pending_[k]);
     weight_pending_[k] = -1;
+    if (fp8_plain_pending_[k] >= 0) {
+      zero_wait(fp8_plain_pending_[k]);
+      fp8_plain_pending_[k] = -1;
+    }
+    if (fp8_gather_ && fp8_gather_->covers(unit)) fp8_gather_->decode(unit, k - 2, weight_slot_[k].slice(0, u.numel));
   }
   return weight_slot_[k].slice(0, u.numel);
 }
@@ -149,8 +167,16 @@ void Model::sync_compute_weights() {
     // The shard is laid out like the master shard. Every gathered slot is stale now.
     copy_cast(compute_, master_);
     for (int k = 0; k < 4; ++k) {
-      RT_CHECK(weight_pending_[k] < 0, "zero 3: a weight gather is still in flight when the weights change");
+      RT_CHECK(weight_pending_[k] < 0 && fp8_plain_pending_[k] < 0,
+               "zero 3: a weight gather is still in flight when the weights change");
       weight_slot_unit_[k] = -1;
+    }
+    if (fp8_gather_) {  // the E4M3 gather's amaxes of the new weights, one pair of small all-gathers per change
+      const double t0 = now_s();
+      const double bytes = fp8_gather_->take_amaxes(compute_);
+      zero_stats_.host_s += now_s() - t0;
+      zero_stats_.gathers += bytes > 0 ? 1 : 0;
+      zero_stats_.gathered_bytes += bytes, zero_stats_.fp8_side_bytes += bytes;
     }
     return;
   }

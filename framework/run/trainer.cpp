@@ -471,6 +471,8 @@ class TrainLoop {
       sm.extra["zero_comm_ms"] = z.host_s * 1e3;
       sm.extra["zero_gathered_gib"] = z.gathered_bytes / double(1 << 30);
       sm.extra["zero_scattered_gib"] = z.scattered_bytes / double(1 << 30);
+      if (z.fp8_code_bytes > 0)  // fp8.zero3_gather: fp8: the E4M3 codes among the gathered bytes
+        sm.extra["zero_fp8_code_gib"] = z.fp8_code_bytes / double(1 << 30);
     }
     return sm;
   }

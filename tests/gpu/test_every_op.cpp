@@ -254,6 +254,24 @@ const std::map<std::string, OpCase>& op_cases() {
          }
          return got;
        }}},
+      {"fp8_dequantize", {4e-3, [](OpRun& r) -> Outputs {
+         // Every finite code (not 0x7F / 0xFF), 1024 of them (the 8-wide path) and 77 (element by element); out bf16
+         // on CUDA (its rounding is the tolerance), f32 on the CPU.
+         Outputs got;
+         for (const int64_t n : {int64_t(1024), int64_t(77)}) {
+           std::vector<uint8_t> codes(static_cast<size_t>(n), 0);
+           for (int64_t i = 0; i < n; ++i) {
+             const uint8_t b = uint8_t((i * 37 + 11) % 256);
+             codes[size_t(i)] = (b & 0x7F) == 0x7F ? uint8_t(b - 1) : b;
+           }
+           Tensor q = r.in_fp8({n}, codes);
+           Tensor amax = r.in(DType::f32, {1}, {3.7f});
+           Tensor out = r.out(DType::bf16, {n});
+           fp8_dequantize(out, q, amax);
+           got.push_back(download(out));
+         }
+         return got;
+       }}},
       {"gemm_fp8", {2e-3, [](OpRun& r) -> Outputs {
          const int64_t M = 128, N = 256, K = 384;
          Outputs got;

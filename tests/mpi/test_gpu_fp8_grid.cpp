@@ -74,4 +74,36 @@ INSTANTIATE_TEST_SUITE_P(Grids, GpuFp8Grid,
                                            Fp8GridCase{1, 2, 1, "rowwise", "swiglu"}),
                          [](const ::testing::TestParamInfo<Fp8GridCase>& info) { return case_name(info.param); });
 
+// fp8.zero3_gather: fp8 (framework/model/zero_fp8_gather.h): the ZeRO-3 weight all-gather in E4M3 against the bf16
+// gather on the same grid, tensorwise. The dequantized bf16 slot re-quantizes to the same codes and the same factor
+// (its largest element rounds back to the amax in bf16), so the step is expected bit for bit (deterministic attention);
+// held to 1e-6 / 1e-5 and printed, so a GPU run shows whether it was exact.
+TEST(GpuFp8Zero3Gather, MatchesTheBf16GatherOnTheSameGrid) {
+  if (!rt::test::gpu_present()) GTEST_SKIP() << "no CUDA device";
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const GpuRankPlacement placement = gpu_rank_placement();
+  ASSERT_TRUE(placement.error.empty()) << placement.error;
+  const Device gpu = Device::cuda(placement.device);
+  if (compute_capability(gpu) < 89) GTEST_SKIP() << "precision fp8 needs FP8 tensor cores (sm_89+)";
+  for (const Fp8GridCase c : {Fp8GridCase{1, 4, 1, "tensorwise", "swiglu"}, Fp8GridCase{2, 1, 2, "tensorwise", "gelu"},
+                              Fp8GridCase{1, 2, 1, "tensorwise", "gelu"}}) {
+    const int size = c.dp * c.cp * c.tp;
+    if (size > world) continue;
+    std::vector<std::string> sets = {"train.precision=fp8", "fp8.recipe=tensorwise", "parallel.zero=3",
+                                     "train.deterministic_attention=true"};
+    const Config bf16_gather = gpu_model_config(c.dp, c.cp, c.tp, c.mlp, 2, "none", sets);
+    sets.push_back("fp8.zero3_gather=fp8");
+    const Config fp8_gather = gpu_model_config(c.dp, c.cp, c.tp, c.mlp, 2, "none", sets);
+    std::shared_ptr<Comm> sub = sub_world(size, placement);
+    if (!sub) continue;  // idle in this case
+    ProcessGrid grid = ProcessGrid::create(sub, GridDims{c.dp, c.cp, c.tp});
+    const StepResult got = first_step(fp8_gather, grid, gpu);
+    const StepResult ref = first_step(bf16_gather, grid, gpu);
+    expect_grid_matches_one_rank(got, ref, {1e-6, 1e-5, 1e-5},
+                                 "fp8.zero3_gather fp8 vs bf16 " + case_name(c) + " zero 3 comm=" + placement.comm_name(),
+                                 sub->rank() == 0);
+  }
+}
+
 }  // namespace
