@@ -15,7 +15,9 @@ What it does:
      same numbers.
   2. For each prompt length: a random prompt (ids in [3, vocab), seeded), then
      - ringtrain: `ringtrain generate` on the checkpoint (device cuda, or cpu in the self-test), greedy,
-       --max-new-tokens N, --eos-id -1; prefill_s (the prompt but its last token, on the configured grid) and
+       --max-new-tokens N, --eos-id -1, --warmup (one untimed prefill of the same prompt first, as transformers
+       gets a warm-up below; its seconds are the row's prefill_cold_s, in the table as "first prefill s");
+       prefill_s (the prompt but its last token, on the configured grid) and
        decode_tokens_per_s (N steps, the first one runs the prompt's last token) from its JSON; --cuda-graph
        (default auto: one CUDA graph per decode step where supported) is passed through, and `both` runs
        ringtrain twice per length, `on` then `off` (rows "ringtrain graph on" and "ringtrain graph off"); each row
@@ -137,7 +139,7 @@ def ringtrain_generate(a, cfg, ckpt, prompt_file, new, work, cuda_graph, extra=(
     out = os.path.join(work, "ringtrain_out.json")
     cmd = [a.ringtrain, "generate", cfg, "--checkpoint", ckpt, "--prompt-ids", prompt_file,
            "--max-new-tokens", str(new), "--eos-id", "-1", "--out", out, "--overwrite",  # one file, each length
-           "--cuda-graph", cuda_graph] + list(extra)
+           "--cuda-graph", cuda_graph, "--warmup"] + list(extra)
     if a.cp > 1:
         cmd = [a.mpirun, "-np", str(a.cp)] + cmd + ["--set", f"parallel.cp={a.cp}"]
     p = run(cmd, a.timeout, env=MPI_ENV, what="ringtrain generate")
@@ -276,7 +278,8 @@ def bench(a):
             else [(a.cuda_graph, "ringtrain")]
         for setting, side in graph_runs:
             r, startup, decode_line = ringtrain_generate(a, cfg, ckpt, prompt_file, a.new_tokens, work, setting)
-            ours = dict(common, side=side, prefill_s=r["prefill_s"], decode_s=r["decode_s"],
+            ours = dict(common, side=side, prefill_s=r["prefill_s"], prefill_cold_s=r.get("prefill_warmup_s"),
+                        decode_s=r["decode_s"],
                         decode_tokens_per_s=r["decode_tokens_per_s"], grid=r["grid"], new_ids=r["new_ids"],
                         startup=startup, cuda_graph=setting, decode_cuda_graph=r.get("decode_cuda_graph", False),
                         decode_graph_nodes=r.get("decode_graph_nodes", 0), decode_line=decode_line,
@@ -284,7 +287,8 @@ def bench(a):
                         bytes_per_token=step_bytes, bound_tokens_per_s=bound,
                         bound_fraction=r["decode_tokens_per_s"] / bound)
             rows.append(ours)
-            print(f"{side:<18} {length:>8} tokens: prefill {r['prefill_s']:.3f} s, decode "
+            print(f"{side:<18} {length:>8} tokens: prefill {r['prefill_s']:.3f} s (the first, untimed: "
+                  f"{r.get('prefill_warmup_s') or 0:.3f} s), decode "
                   f"{r['decode_tokens_per_s']:.1f} tokens/s ({100 * ours['bound_fraction']:.1f}% of the "
                   f"{bound:.0f} tokens/s bound at {a.hbm_tb_s} TB/s; graph "
                   f"{'ran' if ours['decode_cuda_graph'] else 'off'}, {ours['decode_graph_nodes']} nodes)", flush=True)
@@ -319,20 +323,21 @@ def bench(a):
 
 
 def markdown(rows):
-    lines = ["| prompt | side | prefill s | prefill tokens/s | decode tokens/s | % of bandwidth bound | "
-             "greedy ids agree |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| prompt | side | prefill s | first prefill s | prefill tokens/s | decode tokens/s | "
+             "% of bandwidth bound | greedy ids agree |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("profile_only"):
             continue
         if "skipped" in r:
-            lines.append(f"| {r['prompt_tokens']} | {r['side']} | - | - | - | - | {r['skipped']} |")
+            lines.append(f"| {r['prompt_tokens']} | {r['side']} | - | - | - | - | - | {r['skipped']} |")
             continue
         agree = f"{r['ids_agree']} / {r['new_tokens']}" if "ids_agree" in r else ""
         if "ids_agree_no_graph" in r:
             agree = f"{r['ids_agree_no_graph']} / {r['new_tokens']} with no graph"
         bound = f"{100 * r['bound_fraction']:.1f}" if "bound_fraction" in r else ""
-        lines.append(f"| {r['prompt_tokens']} | {r['side']} | {r['prefill_s']:.3f} | "
+        cold = f"{r['prefill_cold_s']:.3f}" if r.get("prefill_cold_s") is not None else ""
+        lines.append(f"| {r['prompt_tokens']} | {r['side']} | {r['prefill_s']:.3f} | {cold} | "
                      f"{r['prompt_tokens'] / max(r['prefill_s'], 1e-9):.0f} | {r['decode_tokens_per_s']:.1f} | "
                      f"{bound} | {agree} |")
     return "\n".join(lines)
@@ -376,6 +381,7 @@ def self_test(a):
               "--cuda-graph on and off generate the same ids")
     check(all(len(r["new_ids"]) == a.new_tokens and r["prefill_s"] > 0 and r["decode_tokens_per_s"] > 0
               for r in ours), f"each generated {a.new_tokens} ids with a prefill time and a decode rate")
+    check(all((r.get("prefill_cold_s") or 0) > 0 for r in ours), "--warmup: each row has its untimed first prefill")
     check(all("KV cache" in r["startup"] for r in ours), "generate's start-up line names the KV cache it allocates")
     theirs = [r for r in rows if r["side"] == "transformers"]
     check(len(theirs) * per_length == len(ours), "a transformers row (measured or skipped) per prompt length")

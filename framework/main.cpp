@@ -205,6 +205,10 @@ int main(int argc, char** argv) {
   generate->add_flag("--profile", g.profile,
                      "time every CUDA op of the prefill and of the decode steps (CUDA events; the decode runs "
                      "ungraphed) and print the totals per op on stderr and in the JSON result");
+  generate->add_flag("--warmup", g.warmup,
+                     "run the prefill once untimed first (the same prompt: the GEMM plans are chosen and the kernels "
+                     "loaded), then the timed prefill and the decode; the untimed one's seconds are prefill_warmup_s "
+                     "in the JSON result");
   generate->add_option("--dump-logits", g.dump_logits, "write the logits each new token was chosen from here "
                                                        "(.npy, float32, new tokens x vocabulary)");
   generate->add_option("--out", g.out, "write the JSON result here (default: stdout)");

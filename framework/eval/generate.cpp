@@ -274,7 +274,7 @@ void print_op_profile(const OpProfile& p, int64_t new_tokens) {
 }
 
 void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, const Resolved& resolved,
-                           const GenerateLayout& layout, double prefill_s, const Decoded& d,
+                           const GenerateLayout& layout, double prefill_s, double prefill_warmup_s, const Decoded& d,
                            const OpProfile* profile) {
   const Config& config = in.config;
   const int64_t P = int64_t(in.prompt.size()), V = config.model.vocab_size;
@@ -286,6 +286,7 @@ void write_generate_result(const GenerateInputs& in, const GenerateArgs& args, c
   j["eos_id"] = in.eos >= 0 ? nlohmann::json(in.eos) : nlohmann::json(nullptr);
   j["prompt_tokens"] = P;
   j["prefill_s"] = prefill_s;
+  j["prefill_warmup_s"] = prefill_warmup_s >= 0 ? nlohmann::json(prefill_warmup_s) : nlohmann::json(nullptr);
   j["decode_s"] = d.seconds;
   if (profile != nullptr) {  // --profile: GPU ms per op
     for (const auto& [key, ops] : {std::pair<const char*, const std::vector<OpTime>*>{"prefill_profile_ms",
@@ -380,6 +381,15 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   Arena cache_arena(device, measuring.peak() + 4096);
   KvCache cache = model.make_kv_cache(cache_arena, layout.capacity, chunked);
 
+  double prefill_warmup_s = -1;  // --warmup: the untimed first prefill's seconds
+  if (args.warmup) {
+    const auto t_warmup = std::chrono::steady_clock::now();
+    prefill(model, cache, layout, in.prompt, me, in.config.parallel.cp);
+    grid.world().barrier();
+    prefill_warmup_s = seconds_since(t_warmup);
+    cache.rows = 0;  // the timed prefill fills the cache again from row 0
+    cache.capture.clear();
+  }
   const auto t_prefill = std::chrono::steady_clock::now();
   if (args.profile) op_profile_begin();
   prefill(model, cache, layout, in.prompt, me, in.config.parallel.cp);
@@ -396,7 +406,9 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
   const Decoded decoded = decode(model, cache, layout.shard_rows, grid, in, args, graphed.get());
   if (args.profile) profile.decode = op_profile_end();
   if (rank0 && args.profile) print_op_profile(profile, int64_t(decoded.tokens.size()));
-  if (rank0) write_generate_result(in, args, resolved, layout, prefill_s, decoded, args.profile ? &profile : nullptr);
+  if (rank0)
+    write_generate_result(in, args, resolved, layout, prefill_s, prefill_warmup_s, decoded,
+                          args.profile ? &profile : nullptr);
   return 0;
 }
 

@@ -34,6 +34,9 @@ struct GenerateArgs {
   std::string dump_logits;       // .npy (steps, V) f32: the logits each new token was chosen from ("" = none)
   std::string cuda_graph = "auto";  // auto | on | off: one CUDA graph per decode step (framework/eval/decode_graph.h)
   bool profile = false;  // --profile: every CUDA op of the prefill and the (ungraphed) decode timed, totals on stderr
+  // --warmup: the prefill runs once untimed before the timed one (the same prompt and shapes: cuBLASLt's plans are
+  // chosen and the kernels loaded), its seconds reported as prefill_warmup_s; the cache is emptied between the two.
+  bool warmup = false;
 };
 
 // Ids from text: a JSON array of integers, or integers separated by commas and / or white space. Throws rt::Error

@@ -146,6 +146,12 @@ def case_grids(tmp):
           prof.get("prefill_profile_ms") == {} and "generate --profile: decode" in err and
           "decode_profile_ms" not in base, f"grids: --profile on the CPU: same ids, empty profiles: "
                                            f"{[ln for ln in err.splitlines() if '--profile' in ln][:2]}")
+    # --warmup: an untimed prefill first, then the timed one into the emptied cache: the same ids, both times reported
+    warm, _ = generate(cfg, ckpt, PROMPT, extra=["--warmup"])
+    check(warm["new_ids"] == base["new_ids"] and (warm.get("prefill_warmup_s") or 0) > 0 and warm["prefill_s"] > 0
+          and base.get("prefill_warmup_s", 0) is None,
+          f"grids: --warmup: same ids, prefill_warmup_s {warm.get('prefill_warmup_s')} (none without it: "
+          f"{base.get('prefill_warmup_s', 'absent')})")
     grids = [(2, ["parallel.cp=2"]), (4, ["parallel.cp=4"]), (4, ["parallel.cp=4", "parallel.cp_a2a=2"]),
              (2, ["parallel.tp=2"]), (4, ["parallel.cp=2", "parallel.tp=2"])]
     for np_, sets in grids:
@@ -254,6 +260,14 @@ def case_chunks(tmp):
             check(out["new_ids"] == base["new_ids"] and close,
                   f"chunks {where} --prefill-chunk {chunk}: {new} ids equal the one pass's, logits within "
                   f"{rel:.2e} relative")
+        # --warmup with chunks: the cache emptied after the untimed prefill, the timed one the same logits
+        npy = os.path.join(tmp, "warm.npy")
+        warm, _ = generate(cfg, ckpt, PROMPT, new=new, np_=np_, sets=sets,
+                           extra=["--eos-id", "-1", "--prefill-chunk", str(chunks[0]), "--warmup", "--overwrite",
+                                  "--dump-logits", npy])
+        rel, close = logits_match(np.load(npy), np.load(base_npy))
+        check(warm["new_ids"] == base["new_ids"] and close and (warm.get("prefill_warmup_s") or 0) > 0,
+              f"chunks {where} --prefill-chunk {chunks[0]} --warmup: the same ids, logits within {rel:.2e}")
     # A longer prompt, so that chunks and the cache cross the CPU kernel's 128-row tiles.
     long_prompt = [int(t) for t in np.random.default_rng(4).integers(3, fx.VOCAB, 250)]
     for np_, sets in ((1, []), (2, ["parallel.cp=2"])):
