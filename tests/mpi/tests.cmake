@@ -87,6 +87,9 @@ rt_mpi_test(prefill 2)
 # train.precision: fp8 on CPU ranks: the amax reductions bit for bit, every grid against one rank per recipe, fp8
 # against f32, and a resume bit for bit (tests/mpi/test_fp8_grids.cpp).
 rt_mpi_test(fp8_grids 4)
+# fp8.zero3_gather: fp8 (the ZeRO-3 weight all-gather in E4M3) against the bf16 gather on CPU-rank grids
+# (tests/mpi/test_fp8_zero_gather.cpp).
+rt_mpi_test(fp8_zero_gather 4)
 # train.precision: fp8 through the real binary on 2 CPU ranks: bad input is exit 2 naming the layer, dimension and fix;
 # a bf16 checkpoint continues under fp8 and back; the start-up line and metrics.jsonl state the precision.
 add_dependencies(test_mpi_fp8_train ringtrain)
