@@ -21,6 +21,9 @@
 #   plan-llama3-8b.log        the Llama-3-8B shape at ZeRO 3: the longest seq_len the plan allows on this node
 #   e2e-cp<N>-fp8.log, ...    precision fp8 (tensorwise) on all GPUs beside e2e-cp<N> (bf16): the FP8 step's gain with
 #                             the amaxes reduced over NCCL; tests-nccl-fp8-grid: fp8 grids against one GPU (issue 44)
+#   zero3-gather-{bf16,fp8}.log, zero3-gather-*/metrics.jsonl
+#                             the 336M parity model in fp8 at ZeRO 3 over NCCL on all GPUs, the weight gather in bf16
+#                             and in E4M3 (fp8.zero3_gather): the same losses, zero_gathered_gib and zero_comm_ms
 # Each part runs under `timeout`; a failed part is logged and the script goes on (exit status: the number of
 # failed parts).
 set -uo pipefail
@@ -66,6 +69,17 @@ part "e2e-cp$gpus-fp8" 420 env BUILD_DIR="$build" "$root/launch/train.sh" "$root
   --set parallel.cp="$gpus" --set data.seq_len=$((65536 * gpus)) --set parallel.comm=nccl --set train.precision=fp8 \
   --set train.steps="$steps" --set train.eval_every=0 --set checkpoint.every=0 --set checkpoint.save_final=false \
   --set checkpoint.resume= --set optim.warmup_steps=1 --set train.run_dir="$out/e2e-cp$gpus-fp8"
+# ZeRO 3's weight all-gather in E4M3 against bf16 over NCCL (issue 44: fp8.zero3_gather, half the bytes): the losses
+# should agree to the bit (tensorwise), the gathered bytes halve, and zero_comm_ms says what that saved.
+for g in bf16 fp8; do
+  part "zero3-gather-$g" 300 env BUILD_DIR="$build" "$root/launch/train.sh" "$root/configs/fp8-parity-300m.yaml" \
+    --set data.source=copy --set data.path= --set data.eval_path= --set data.seq_len=$((16384 * gpus)) \
+    --set parallel.cp="$gpus" --set parallel.zero=3 --set parallel.comm=nccl --set train.precision=fp8 \
+    --set fp8.zero3_gather=$g --set train.deterministic_attention=true --set train.eval_every=0 \
+    --set train.steps="$steps" --set optim.warmup_steps=1 --set checkpoint.every=0 --set checkpoint.save_final=false \
+    --set checkpoint.resume= --set train.run_dir="$out/zero3-gather-$g"
+done
+
 # The hybrid grids (parallel.cp_a2a, issue 32): all-to-all inside the node, the ring over cp / u, on all GPUs at 64K
 # tokens per GPU: u = 2, 4 and u = GPUs (pure all-to-all; the 1.41B model has 16 heads, so u <= 16).
 for u in 2 4 "$gpus"; do
