@@ -43,8 +43,13 @@ Fp8Recipe parse_fp8_recipe(const std::string& name) {
 std::string fp8_tiling_problem(Fp8Recipe recipe, const Fp8BlockDims& d, int first_fp8_layer) {
   const Fp8Scaling a = fp8_scaling_for(recipe, false), w = fp8_scaling_for(recipe, true);
   const int64_t N = d.tokens, C = d.d_model, Fm = d.swiglu ? 2 * d.mlp_width : d.mlp_width;
-  std::vector<int64_t> chunks = {std::min(d.mlp_chunk, N)};
-  if (N % chunks[0] != 0) chunks.push_back(N % chunks[0]);
+  auto chunk_rows = [N](int64_t m) {  // the rows of a full chunk and of the last, shorter one
+    std::vector<int64_t> rows = {std::min(m, N)};
+    if (N % rows[0] != 0) rows.push_back(N % rows[0]);
+    return rows;
+  };
+  const std::vector<int64_t> chunks = chunk_rows(d.mlp_chunk);
+  const std::vector<int64_t> attention_chunks = chunk_rows(d.attention_chunk > 0 ? d.attention_chunk : d.mlp_chunk);
   struct Gemm {
     std::string what;
     Fp8Scaling sa, sb;
@@ -57,13 +62,15 @@ std::string fp8_tiling_problem(Fp8Recipe recipe, const Fp8BlockDims& d, int firs
                      a, w, tokens, out, in});
     gemms.push_back({layer + name + " data-gradient GEMM", a, w, tokens, in, out});
     gemms.push_back({layer + name + " weight-gradient GEMM (K = tokens per rank" +
-                         std::string(tokens == N ? ")" : " in one MLP chunk)"),
+                         std::string(tokens == N ? ")" : " in one token chunk)"),
                      a, a, out, in, tokens});
   };
-  linear("attn.wq", N, d.q_width, C);
-  linear("attn.wk", N, d.kv_width, C);
-  linear("attn.wv", N, d.kv_width, C);
-  linear("attn.wo", N, C, d.q_width);
+  for (int64_t a : attention_chunks) {
+    linear("attn.wq", a, d.q_width, C);
+    linear("attn.wk", a, d.kv_width, C);
+    linear("attn.wv", a, d.kv_width, C);
+    linear("attn.wo", a, C, d.q_width);
+  }
   for (int64_t m : chunks) {
     linear(d.swiglu ? "mlp.w1|w3" : "mlp.fc", m, Fm, C);
     linear(d.swiglu ? "mlp.w2" : "mlp.proj", m, C, d.mlp_width);
@@ -82,7 +89,9 @@ Fp8Linear::Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& d, int layers, Comm& 
     : recipe_(recipe), tp_(&tp), dp_cp_(&dp_cp), layers_(layers) {
   const int64_t N = d.tokens, m = std::min(d.mlp_chunk, N), C = d.d_model, qd = d.q_width, kvd = d.kv_width;
   const int64_t Fl = d.mlp_width, Fm = d.swiglu ? 2 * Fl : Fl;
-  chunks_ = (N + m - 1) / m;
+  const int64_t a = std::min(d.attention_chunk > 0 ? d.attention_chunk : m, N);  // attention-side chunk rows
+  attention_chunk_ = a;
+  chunks_ = (N + std::min(a, m) - 1) / std::min(a, m);
   // Every (R, K) each buffer is viewed as (fp8_linear.h: the GEMMs of model_forward.cpp / model_backward.cpp).
   struct Use {
     int buffer;
@@ -90,13 +99,13 @@ Fp8Linear::Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& d, int layers, Comm& 
     int64_t R, K;
   };
   const std::vector<Use> uses = {
-      {act, false, N, C},      {act, false, N, qd},      {act, false, N, kvd},     {act, false, m, C},
-      {act, false, m, Fl},     {act, false, m, Fm},      {act_t, false, C, N},     {act_t, false, qd, N},
-      {act_t, false, kvd, N},  {act_t, false, C, m},     {act_t, false, Fm, m},    {other_t, false, C, N},
-      {other_t, false, qd, N}, {other_t, false, Fl, m},  {other_t, false, C, m},   {weight0, true, qd, C},
-      {weight0, true, kvd, C}, {weight0, true, Fm, C},   {weight0, true, C, qd},   {weight0, true, C, kvd},
-      {weight0, true, C, Fm},  {weight1, true, C, qd},   {weight1, true, qd, C},   {weight1, true, C, Fl},
-      {weight1, true, Fl, C}};
+      {act, false, a, C},      {act, false, a, qd},      {act, false, a, kvd},     {act, false, m, C},
+      {act, false, m, Fl},     {act, false, m, Fm},      {act_t, false, C, a},     {act_t, false, qd, a},
+      {act_t, false, kvd, a},  {act_t, false, C, m},     {act_t, false, Fm, m},    {other_t, false, C, a},
+      {other_t, false, qd, a}, {other_t, false, Fl, m},  {other_t, false, C, m},   {weight0, true, qd, C},
+      {weight0, true, Fm, C},  {weight0, true, C, qd},   {weight0, true, C, Fm},   {weight1, true, C, qd},
+      {weight1, true, qd, C},  {weight1, true, C, Fl},   {weight1, true, Fl, C},   {weight_k, true, kvd, C},
+      {weight_k, true, C, kvd}, {weight_v, true, kvd, C}, {weight_v, true, C, kvd}};
   int64_t elems[kBuffers] = {}, factors[kBuffers] = {}, dim = 1;
   for (const Use& u : uses) {
     elems[u.buffer] = std::max(elems[u.buffer], u.R * u.K);
@@ -106,7 +115,8 @@ Fp8Linear::Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& d, int layers, Comm& 
   }
   const char* names[kBuffers] = {"fp8: activation / gradient operand", "fp8: transposed gradient operand",
                                  "fp8: transposed activation operand", "fp8: weight operand (QKV, MLP in)",
-                                 "fp8: weight operand (output projections)"};
+                                 "fp8: weight operand (output projections)", "fp8: weight operand (wk)",
+                                 "fp8: weight operand (wv)"};
   for (int b = 0; b < kBuffers; ++b) {
     data_[b] = arena.alloc(DType::e4m3, {elems[b]}, names[b]);         // (largest R*K of the buffer) e4m3
     scale_[b] = arena.alloc(DType::f32, {factors[b]}, "fp8: factors");  // (largest scale tensor) f32
@@ -114,6 +124,7 @@ Fp8Linear::Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& d, int layers, Comm& 
   amax_rows_ = arena.alloc(DType::f32, {dim}, "fp8: amaxes");  // (max dim) f32
   amax_cols_ = arena.alloc(DType::f32, {dim}, "fp8: amaxes");  // (max dim) f32
   given_amax_ = arena.alloc(DType::f32, {1}, "fp8: a producer's amax");  // (1) f32
+  for (Tensor& w : whole_) w = arena.alloc(DType::f32, {dim}, "fp8: whole-tensor amaxes");  // (max dim) f32
   const int64_t group = std::max(tp.size(), dp_cp.size());
   if (group > 1) gathered_ = arena.alloc(DType::f32, {group * dim}, "fp8: gathered amaxes");  // (group*dim) f32
   const int64_t entries = int64_t(layers) * int64_t(Fp8Site::count) * chunks_;
@@ -172,12 +183,7 @@ void Fp8Linear::quantize_into(const Tensor& x, Fp8Split split, const Fp8Operand&
   RT_CHECK(!(oq.defined() && ot.defined()) || oq.scaling == ot.scaling, "fp8: q and qt scaled differently");
   Tensor amax, amax_t;
   if (sc == Fp8Scaling::tensor) {
-    const bool given = given_for_ != nullptr && given_for_ == x.data && given_numel_ == x.numel();
-    amax = given ? given_amax_ : amax_rows_.slice(0, 1);  // (1)
-    if (given) given_for_ = nullptr;                     // used once
-    else fp8_amax(amax, Tensor{}, x, sc);
-    reduce_max(amax, split.rows);
-    reduce_max(amax, split.cols);
+    amax = tensor_amax(x, split, amax_rows_.slice(0, 1));  // (1)
   } else if (sc == Fp8Scaling::row) {
     if (oq.defined()) amax = amax_rows_.slice(0, R);    // (R): a row of q spans x's columns
     if (ot.defined()) amax_t = amax_cols_.slice(0, K);  // (K): a row of qt spans x's rows
@@ -186,6 +192,52 @@ void Fp8Linear::quantize_into(const Tensor& x, Fp8Split split, const Fp8Operand&
     if (amax_t.defined()) reduce_max(amax_t, split.rows);
   }
   fp8_quantize(oq, ot, x, amax, amax_t);
+}
+
+Tensor Fp8Linear::tensor_amax(const Tensor& x, Fp8Split split, Tensor scratch) {
+  const bool given = given_for_ != nullptr && given_for_ == x.data && given_numel_ == x.numel();
+  const Tensor amax = given ? given_amax_ : scratch;  // (1)
+  if (given) given_for_ = nullptr;                   // used once
+  else fp8_amax(amax, Tensor{}, x, Fp8Scaling::tensor);
+  reduce_max(amax, split.rows);
+  reduce_max(amax, split.cols);
+  return amax;
+}
+
+Fp8Linear::Whole Fp8Linear::whole_amax(int slot, const Tensor& x, Fp8Split split, bool transposed) {
+  RT_CHECK(x.ndim == 2 && slot >= 0 && slot < kWholeSlots, "fp8: whole_amax takes a (R,K) tensor and a slot < "
+                                                               << kWholeSlots << ", got " << x.shape_str());
+  Whole w;
+  w.split = split, w.transposed = transposed;
+  const Fp8Scaling sc = fp8_scaling_for(recipe_, false);
+  if (sc == Fp8Scaling::tensor) {
+    w.amax = whole_[slot].slice(0, 1);  // (1), held in the slot (a given amax is copied there)
+    const Tensor amax = tensor_amax(x, split, w.amax);
+    if (amax.data != w.amax.data) copy_cast(w.amax, amax);
+  } else if (sc == Fp8Scaling::row && transposed) {
+    w.amax = whole_[slot].slice(0, x.shape[1]);  // (K): a row of qt spans all of x's rows
+    fp8_amax(Tensor{}, w.amax, x, sc);
+    reduce_max(w.amax, split.rows);
+  }
+  return w;
+}
+
+void Fp8Linear::quantize_rows(const Whole& w, const Tensor& x, int64_t r0, int64_t r1, const Fp8Operand& oq,
+                              const Fp8Operand& ot) {
+  RT_CHECK(!ot.defined() || w.transposed, "fp8: quantize_rows: qt wanted but whole_amax was taken without it");
+  const Tensor rows = x.slice(r0, r1);  // (r1-r0, K)
+  const Fp8Scaling sc = oq.defined() ? oq.scaling : ot.scaling;
+  Tensor amax = w.amax, amax_t;
+  if (sc == Fp8Scaling::row) {
+    amax_t = ot.defined() ? w.amax : Tensor{};  // (K) over all rows
+    amax = Tensor{};
+    if (oq.defined()) {  // (r1-r0): per token, the chunk's own
+      amax = amax_rows_.slice(0, r1 - r0);
+      fp8_amax(amax, Tensor{}, rows, sc);
+      reduce_max(amax, w.split.cols);
+    }
+  }
+  fp8_quantize(oq, ot, rows, amax, amax_t);
 }
 
 const Fp8Operand& Fp8Linear::weight(int buffer, const Tensor& w, Fp8Split split, bool transposed, int layer,
@@ -258,7 +310,7 @@ std::string Fp8Linear::take_bad_factors(bool swiglu, Comm& world, int limit) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "%slayer %lld %s%s: FP8 factor %s on %.0f rank(s)", out.empty() ? "" : "; ",
                   (long long)layer, fp8_site_name(Fp8Site(site), swiglu),
-                  chunks_ > 1 ? (" (MLP chunk " + std::to_string(chunk) + ")").c_str() : "",
+                  chunks_ > 1 ? (" (token chunk " + std::to_string(chunk) + ")").c_str() : "",
                   nan_ranks > 0 ? "NaN (a NaN in the tensor)" : "inf (its amax overflowed)",
                   nan_ranks > 0 ? nan_ranks : inf_ranks);
     out += buf;

@@ -21,14 +21,21 @@
 //   - rowwise forward rows (one token) and block groups (1x128, 128x128 within a shard) need no reduction.
 // A reduction is an all-gather of the amaxes and their maximum on the device (NaN propagating), so a rank's NaN
 // reaches every rank. The MLP's tensors are quantized per MLP chunk (train.mlp_chunk): a chunk is the tensor.
+// The attention side's GEMMs (QKV, wo; forward, data and weight gradient) also run in token chunks of that size,
+// but their scaling groups are the whole (N, .) tensors' as without chunks: whole_amax takes the tensorwise amax,
+// or rowwise x^T's / dy^T's per-feature amaxes, over all N tokens (reduced as above) first, then quantize_rows
+// quantizes one chunk of rows with them (rowwise q rows are per token, a chunk's own; block chunks start on
+// multiples of 128, the tiling check's rule, so the blocks are the same). Weight gradients accumulate over the
+// chunks (beta 1); forward outputs and data gradients are the chunks' rows. RT_FP8_ATTENTION_CHUNKS=0 runs them
+// over all N tokens at once (an A/B of speed; the numerics are the same up to the weight gradients' f32 sums).
 // With model.n_kv_head < tp the K/V gradients are per-rank partial sums (reduced later, reduce_shared_kv_grads) and
 // are quantized as such.
 //
-// Memory: the workspaces are shared by all layers; no FP8 copy of a weight outlives the GEMM pass that needs it
+// Memory: the workspaces are shared by all layers and sized by the chunk (m rows), not by N; no FP8 copy of a weight outlives the GEMM pass that needs it
 // (the forward's W and the backward's W^T are quantized into the same two buffers, layer by layer). Under
 // train.checkpointing: none, what the backward reads only as a weight gradient's operand (ln1, ln2 and the MLP
 // activation g) is kept as its transposed FP8 copy, made in the forward's quantization pass, instead of in bf16
-// (BlockActs::ln1_t, ln2_t, g_t; the bf16 ones become one set shared by the layers).
+// (BlockActs::ln1_t, ln2_t, g_t, one per chunk; the bf16 ones become one set shared by the layers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -61,6 +68,7 @@ struct Fp8BlockDims {
   int64_t tokens = 0, mlp_chunk = 0;        // N, m (the last chunk may be shorter: N % m)
   int64_t d_model = 0, q_width = 0, kv_width = 0, mlp_width = 0;  // C, Hl*D, Hkvl*D, Fl
   bool swiglu = false;                      // the MLP's input projection is [w1; w3] (2Fl, C)
+  int64_t attention_chunk = 0;              // the QKV / wo GEMMs' token chunk (0: the MLP chunk m)
 };
 // Every forward, data-gradient and weight-gradient GEMM of an FP8 block under `recipe` against the tiling rule of
 // gemm_fp8 (kernels/fp8.h check_fp8_gemm_tiling). Returns "" or the first problem: the layer, the GEMM, the dimension
@@ -72,10 +80,12 @@ class Fp8Linear {
  public:
   // The workspaces: act holds the q of a GEMM's left operand (x or dy), act_t the transposed dy of a weight
   // gradient, other_t the transposed x of a weight gradient, weight0 / weight1 a weight or its transpose (the
-  // column-parallel QKV and MLP input in 0, the row-parallel output projections in 1).
-  enum Buffer { act = 0, act_t, other_t, weight0, weight1, kBuffers };
+  // column-parallel QKV and MLP input in 0, the row-parallel output projections in 1); weight_k / weight_v wk and
+  // wv, so that the three QKV weights stay quantized over the attention side's token chunks.
+  enum Buffer { act = 0, act_t, other_t, weight0, weight1, weight_k, weight_v, kBuffers };
 
   Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& dims, int layers, Comm& tp, Comm& dp_cp, Arena& arena);
+  int64_t attention_chunk() const { return attention_chunk_; }  // rows per attention-side chunk (<= N)
 
   Fp8Recipe recipe() const { return recipe_; }
   Comm* tp() { return tp_->size() > 1 ? tp_ : nullptr; }
@@ -90,6 +100,19 @@ class Fp8Linear {
   }
   // The same into given operands (either may be undefined; both of one scaling): a kept copy (alloc_operand).
   void quantize_into(const Tensor& x, Fp8Split split, const Fp8Operand& q, const Fp8Operand& qt);
+  // Chunked quantization of x (R,K) with the scaling groups of all of x (the header's attention side): the amaxes
+  // that span x's rows (tensorwise: the one amax; rowwise: the per-column ones of x^T, when `transposed` is
+  // wanted), reduced over `split` as quantize does, into slot 0..kWholeSlots-1 (held until that slot is taken
+  // again). Then quantize_rows: rows [r0, r1) of x into q (r1-r0, K) and / or qt (K, r1-r0) with them.
+  struct Whole {
+    Tensor amax;  // tensorwise (1) / rowwise (K) f32, or undefined (block; rowwise without qt)
+    Fp8Split split;
+    bool transposed = false;
+  };
+  static constexpr int kWholeSlots = 4;
+  Whole whole_amax(int slot, const Tensor& x, Fp8Split split, bool transposed);
+  void quantize_rows(const Whole& w, const Tensor& x, int64_t r0, int64_t r1, const Fp8Operand& q,
+                     const Fp8Operand& qt);
   // An (R,K) operand of its own (data and factors) from `arena`, scaled as this recipe scales an activation
   // (is_weight false) or a weight.
   Fp8Operand alloc_operand(Arena& arena, bool is_weight, int64_t R, int64_t K, const char* what) const;
@@ -124,16 +147,20 @@ class Fp8Linear {
  private:
   Fp8Operand view(int buffer, Fp8Scaling scaling, int64_t R, int64_t K) const;
   void reduce_max(Tensor v, Comm* comm);  // v (k) f32 <- max over comm's ranks
+  // x's tensorwise amax (1), reduced over split: the given one (given_amax) or taken into scratch; returns which.
+  Tensor tensor_amax(const Tensor& x, Fp8Split split, Tensor scratch);
 
   Fp8Recipe recipe_;
   Comm* tp_;
   Comm* dp_cp_;
   int layers_;
   int64_t chunks_ = 1;
+  int64_t attention_chunk_ = 1;
   Tensor data_[kBuffers];   // (elements) e4m3, viewed (R,K) per use
   Tensor scale_[kBuffers];  // (factors) f32, viewed fp8_scale_shape per use
   Tensor amax_rows_, amax_cols_;  // (max dim) f32: per-row and per-column amaxes (tensorwise: element 0)
   Tensor given_amax_;             // (1) f32: a producer's amax of its output (given_amax)
+  Tensor whole_[kWholeSlots];     // (max dim) f32 each: whole_amax's slots
   const void* given_for_ = nullptr;
   int64_t given_numel_ = 0;
   Tensor gathered_;               // (max group size * max dim) f32: all-gathered amaxes

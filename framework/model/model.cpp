@@ -1,5 +1,7 @@
 // Model construction: every buffer the model needs, allocated once from the arena, with its shape.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "framework/base/run_errors.h"
 #include "framework/model/fp8_linear.h"
@@ -94,7 +96,13 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   keep_mlp_hidden_ = keep_all;
   mlp_chunk_ = resolve_mlp_chunk(options.mlp_chunk, N, Fl);
   if (options.fp8) {  // precision fp8: the GEMMs must tile; the shared FP8 workspaces (framework/model/fp8_linear.h)
-    const Fp8BlockDims dims{N, mlp_chunk_, C, qd, kvd, Fl, s.swiglu};
+    // RT_FP8_ATTENTION_CHUNKS=0: the attention side's FP8 GEMMs over all N tokens at once (fp8_linear.h; an A/B).
+    const char* chunks_env = std::getenv("RT_FP8_ATTENTION_CHUNKS");
+    const std::string attention_chunks = chunks_env ? chunks_env : "1";
+    RT_CHECK(attention_chunks == "0" || attention_chunks == "1",
+             "RT_FP8_ATTENTION_CHUNKS=" << attention_chunks << " is not 0 (the attention side's FP8 GEMMs over all "
+                                        "tokens at once) or 1 (in MLP-chunk token chunks, the default)");
+    const Fp8BlockDims dims{N, mlp_chunk_, C, qd, kvd, Fl, s.swiglu, attention_chunks == "0" ? N : mlp_chunk_};
     const std::string problem = fp8_tiling_problem(options.fp8_recipe, dims, options.fp8_bf16_first_last ? 1 : 0);
     if (!problem.empty()) throw RunError(kExitUsage, problem);
     fp8_ = std::make_unique<Fp8Linear>(options.fp8_recipe, dims, int(s.L), *comms.tp, *comms.dp_cp, arena);
@@ -139,7 +147,10 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
                       : arena.alloc(act, {rows, Fl}, "block: mlp fc out");       // (rows, Fl)
       a->g = a->fp8_keep ? fp8_shared_g : arena.alloc(act, {rows, Fl}, "block: mlp activation");  // (rows, Fl)
       if (a->fp8_keep) {
-        a->ln1_t = fp8_->alloc_operand(arena, false, C, N, "block: attn norm out^T (fp8)");  // (C, N)
+        for (int64_t b = 0; b < N; b += fp8_->attention_chunk()) {
+          const int64_t m = std::min(fp8_->attention_chunk(), N - b);
+          a->ln1_t.push_back(fp8_->alloc_operand(arena, false, C, m, "block: attn norm out^T (fp8)"));  // (C, m)
+        }
         for (int64_t b = 0; b < N; b += mlp_chunk_) {
           const int64_t m = std::min(mlp_chunk_, N - b);
           a->ln2_t.push_back(fp8_->alloc_operand(arena, false, C, m, "block: mlp norm out^T (fp8)"));  // (C, m)

@@ -5,6 +5,7 @@
 // fast accumulation (no f32 promotion) in the forward only, as TransformerEngine and torchao do; RT_FP8_FAST_ACCUM=0
 // turns it off for an A/B of its effect on the loss (the GELU MLP then runs gemm_fp8 + gelu_fwd: cuBLASLt's fused
 // GELU always accumulates fast).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -39,32 +40,49 @@ std::string Model::take_fp8_bad_factors(Comm& world) {
   return fp8_ ? fp8_->take_bad_factors(shape_.swiglu, world) : "";
 }
 
-// q, k, v (N, qd | kvd) = ln1 (N, C) @ W^T: ln1 quantized once for the three.
+namespace {
+// Calls fn(chunk, r0, r1) for the attention side's token chunks [r0, r1) of N (fp8_linear.h: the scaling groups stay
+// the whole tensors', taken by whole_amax first).
+template <class Fn>
+void for_attention_chunks(const Fp8Linear& f, int64_t N, Fn fn) {
+  const int64_t m = f.attention_chunk();
+  for (int64_t c = 0, r0 = 0; r0 < N; ++c, r0 += m) fn(c, r0, std::min(N, r0 + m));
+}
+}  // namespace
+
+// q, k, v (N, qd | kvd) = ln1 (N, C) @ W^T, per chunk: a chunk of ln1 quantized once for the three.
 void Model::fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand x;  // (N, C); under checkpointing none also ln1^T (C, N), kept for the weight gradients
-  if (a.fp8_keep) {
-    x = f.view_of(Fp8Linear::act, false, a.ln1.shape[0], a.ln1.shape[1]);
-    f.quantize_into(a.ln1, {f.tokens(), nullptr}, x, a.ln1_t);
-  } else {
-    f.quantize(a.ln1, {f.tokens(), nullptr}, false, Fp8Linear::act, -1, &x, nullptr);
-  }
-  f.record(layer, Fp8Site::attn_norm_out, 0, x);
+  const int64_t N = a.ln1.shape[0], C = a.ln1.shape[1];
+  // Under checkpointing none also ln1^T, kept per chunk (C, m) for the weight gradients.
+  const Fp8Linear::Whole ln1 = f.whole_amax(0, a.ln1, {f.tokens(), nullptr}, a.fp8_keep);
   const Fp8Split col_parallel{f.tp(), nullptr};
+  const Fp8Operand& wq = f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq);
+  const Fp8Operand& wk = f.weight(Fp8Linear::weight_k, w.wk, col_parallel, false, layer, Fp8Site::wk);
+  const Fp8Operand& wv = f.weight(Fp8Linear::weight_v, w.wv, col_parallel, false, layer, Fp8Site::wv);
   const bool fast = forward_fast_accum();
-  gemm_fp8(a.q, x, f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq), 0.f, fast);
-  gemm_fp8(a.k, x, f.weight(Fp8Linear::weight0, w.wk, col_parallel, false, layer, Fp8Site::wk), 0.f, fast);
-  gemm_fp8(a.v, x, f.weight(Fp8Linear::weight0, w.wv, col_parallel, false, layer, Fp8Site::wv), 0.f, fast);
+  for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
+    const Fp8Operand x = f.view_of(Fp8Linear::act, false, r1 - r0, C);  // (m, C)
+    f.quantize_rows(ln1, a.ln1, r0, r1, x, a.fp8_keep ? a.ln1_t[size_t(c)] : Fp8Operand{});
+    f.record(layer, Fp8Site::attn_norm_out, c, x);
+    gemm_fp8(a.q.slice(r0, r1), x, wq, 0.f, fast);  // (m, qd)
+    gemm_fp8(a.k.slice(r0, r1), x, wk, 0.f, fast);  // (m, kvd)
+    gemm_fp8(a.v.slice(r0, r1), x, wv, 0.f, fast);  // (m, kvd)
+  });
 }
 
-// x_mid (N, C) = att (N, qd) @ wo (C, qd)^T, partial over tp (the caller all-reduces).
+// x_mid (N, C) = att (N, qd) @ wo (C, qd)^T, partial over tp (the caller all-reduces), per chunk.
 void Model::fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand x;  // (N, qd)
-  f.quantize(a.att, {f.tokens(), f.tp()}, false, Fp8Linear::act, -1, &x, nullptr);
-  f.record(layer, Fp8Site::attn_out, 0, x);
+  const int64_t N = a.att.shape[0], qd = a.att.shape[1];
+  const Fp8Linear::Whole att = f.whole_amax(0, a.att, {f.tokens(), f.tp()}, false);
   const Fp8Operand& wo = f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, false, layer, Fp8Site::wo);
-  gemm_fp8(a.x_mid, x, wo, 0.f, forward_fast_accum());
+  for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
+    const Fp8Operand x = f.view_of(Fp8Linear::act, false, r1 - r0, qd);  // (m, qd)
+    f.quantize_rows(att, a.att, r0, r1, x, Fp8Operand{});
+    f.record(layer, Fp8Site::attn_out, c, x);
+    gemm_fp8(a.x_mid.slice(r0, r1), x, wo, 0.f, forward_fast_accum());  // (m, C)
+  });
 }
 
 // h (m, Fm) = ln2 (m, C) @ fc (Fm, C)^T: the pre-activation; GELU: also g (m, Fl) = gelu(h) in the same cuBLASLt call,
@@ -141,42 +159,67 @@ void Model::fp8_mlp_backward(int layer, int64_t chunk, const LayerWeights& w, co
   gemm_fp8(dw.fc_or_w13, dh_t, ln2_t, 1.f, false);  // (Fm, C) += d_h^T (Fm, m) . ln2^T (C, m)
 }
 
-// d_res (N, C) -> wo's weight gradient and d_att (N, qd).
+// d_res (N, C) -> wo's weight gradient and d_att (N, qd), per chunk.
 void Model::fp8_attn_out_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand dy, dy_t, x_t;  // (N, C), (C, N), (qd, N)
-  f.quantize(d_res_, {f.tokens(), nullptr}, false, Fp8Linear::act, Fp8Linear::act_t, &dy, &dy_t);
-  f.record(layer, Fp8Site::grad_attn_proj_out, 0, dy);
-  f.quantize(a.att, {f.tokens(), f.tp()}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
-  gemm_fp8(dw.wo, dy_t, x_t, 1.f, false);  // (C, qd) += d_res^T (C, N) . att^T (qd, N)
+  const int64_t N = d_res_.shape[0], C = d_res_.shape[1], qd = a.att.shape[1];
+  const Fp8Linear::Whole d_res = f.whole_amax(0, d_res_, {f.tokens(), nullptr}, true);
+  const Fp8Linear::Whole att = f.whole_amax(1, a.att, {f.tokens(), f.tp()}, true);
   const Fp8Operand& wo_t = f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, true, layer, Fp8Site::wo);
-  gemm_fp8(d_att_, dy, wo_t, 0.f, false);  // (N, qd) = d_res (N, C) . wo^T (qd, C)
+  for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
+    const int64_t m = r1 - r0;
+    const Fp8Operand dy = f.view_of(Fp8Linear::act, false, m, C), dy_t = f.view_of(Fp8Linear::act_t, false, C, m);
+    const Fp8Operand x_t = f.view_of(Fp8Linear::other_t, false, qd, m);  // (m, C), (C, m), (qd, m)
+    f.quantize_rows(d_res, d_res_, r0, r1, dy, dy_t);
+    f.record(layer, Fp8Site::grad_attn_proj_out, c, dy);
+    f.quantize_rows(att, a.att, r0, r1, Fp8Operand{}, x_t);
+    gemm_fp8(dw.wo, dy_t, x_t, 1.f, false);                  // (C, qd) += d_res^T (C, m) . att^T (qd, m)
+    gemm_fp8(d_att_.slice(r0, r1), dy, wo_t, 0.f, false);   // (m, qd) = d_res (m, C) . wo^T (qd, C)
+  });
 }
 
-// d_q, d_k, d_v (after RoPE's backward) -> the weight gradients of wq, wk, wv and d_ln (N, C) (partial over tp).
+// d_q, d_k, d_v (after RoPE's backward) -> the weight gradients of wq, wk, wv and d_ln (N, C) (partial over tp), per
+// chunk: ln1^T's chunk (kept under checkpointing none) serves the three weight gradients.
 void Model::fp8_qkv_backward(int layer, const LayerWeights& w, const LayerWeights& dw, BlockActs& a) {
   Fp8Linear& f = *fp8_;
-  Fp8Operand x_t;  // (C, N)
-  if (a.fp8_keep) x_t = a.ln1_t;  // made by the forward
-  else f.quantize(a.ln1, {f.tokens(), nullptr}, false, -1, Fp8Linear::other_t, nullptr, &x_t);
+  const int64_t N = a.ln1.shape[0], C = a.ln1.shape[1];
   struct Part {
     const Tensor& dy;  // (N, qd | kvd)
     const Tensor& wt;  // (qd | kvd, C)
     const Tensor& dwt;
     Fp8Site grad, site;
+    int buffer;
   };
-  const Part parts[3] = {{d_q_, w.wq, dw.wq, Fp8Site::grad_q, Fp8Site::wq},
-                         {d_k_, w.wk, dw.wk, Fp8Site::grad_k, Fp8Site::wk},
-                         {d_v_, w.wv, dw.wv, Fp8Site::grad_v, Fp8Site::wv}};
+  const Part parts[3] = {{d_q_, w.wq, dw.wq, Fp8Site::grad_q, Fp8Site::wq, Fp8Linear::weight0},
+                         {d_k_, w.wk, dw.wk, Fp8Site::grad_k, Fp8Site::wk, Fp8Linear::weight_k},
+                         {d_v_, w.wv, dw.wv, Fp8Site::grad_v, Fp8Site::wv, Fp8Linear::weight_v}};
+  Fp8Linear::Whole ln1, dys[3];
+  if (!a.fp8_keep) ln1 = f.whole_amax(0, a.ln1, {f.tokens(), nullptr}, true);
+  const Fp8Operand* w_t[3];
   for (int i = 0; i < 3; ++i) {
-    const Part& p = parts[i];
-    Fp8Operand dy, dy_t;  // (N, rows), (rows, N)
-    f.quantize(p.dy, {f.tokens(), f.tp()}, false, Fp8Linear::act, Fp8Linear::act_t, &dy, &dy_t);
-    f.record(layer, p.grad, 0, dy);
-    gemm_fp8(p.dwt, dy_t, x_t, 1.f, false);  // (rows, C) += dy^T (rows, N) . ln1^T (C, N)
-    const Fp8Operand& w_t = f.weight(Fp8Linear::weight0, p.wt, {f.tp(), nullptr}, true, layer, p.site);
-    gemm_fp8(d_ln_, dy, w_t, i == 0 ? 0.f : 1.f, false);  // (N, C) (+)= dy (N, rows) . W^T (C, rows)
+    dys[i] = f.whole_amax(1 + i, parts[i].dy, {f.tokens(), f.tp()}, true);
+    w_t[i] = &f.weight(parts[i].buffer, parts[i].wt, {f.tp(), nullptr}, true, layer, parts[i].site);
   }
+  for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
+    const int64_t m = r1 - r0;
+    Fp8Operand x_t;  // (C, m)
+    if (a.fp8_keep) {
+      x_t = a.ln1_t[size_t(c)];  // made by the forward
+    } else {
+      x_t = f.view_of(Fp8Linear::other_t, false, C, m);
+      f.quantize_rows(ln1, a.ln1, r0, r1, Fp8Operand{}, x_t);
+    }
+    for (int i = 0; i < 3; ++i) {
+      const Part& p = parts[i];
+      const int64_t rows = p.dy.shape[1];
+      const Fp8Operand dy = f.view_of(Fp8Linear::act, false, m, rows);       // (m, rows)
+      const Fp8Operand dy_t = f.view_of(Fp8Linear::act_t, false, rows, m);   // (rows, m)
+      f.quantize_rows(dys[i], p.dy, r0, r1, dy, dy_t);
+      f.record(layer, p.grad, c, dy);
+      gemm_fp8(p.dwt, dy_t, x_t, 1.f, false);  // (rows, C) += dy^T (rows, m) . ln1^T (C, m)
+      gemm_fp8(d_ln_.slice(r0, r1), dy, *w_t[i], i == 0 ? 0.f : 1.f, false);  // (m, C) (+)= dy (m, rows) . W^T
+    }
+  });
 }
 
 }  // namespace rt

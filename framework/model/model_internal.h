@@ -29,7 +29,7 @@ struct Model::BlockActs {
   Tensor g;        // (N | chunk, Fl)  activated hidden (input of proj / w2)
   // precision fp8 under checkpointing none (framework/model/fp8_linear.h): the weight gradients' operands kept as
   // transposed FP8 copies, made in the forward's quantization; ln1, ln2 and g are then one set shared by the layers.
-  Fp8Operand ln1_t;               // (C, N) e4m3 and its factors
+  std::vector<Fp8Operand> ln1_t;  // per attention-side chunk (Fp8Linear::attention_chunk): (C, m) e4m3, factors
   std::vector<Fp8Operand> ln2_t;  // per MLP chunk: (C, m) e4m3 and its factors
   std::vector<Fp8Operand> g_t;    // per MLP chunk: (Fl, m) e4m3 and its factors
   bool fp8_keep = false;          // whether this layer keeps them
