@@ -184,8 +184,9 @@ struct KvCache {
   Tensor x, out, x_mid;         // (1, C) act: residual stream in / block output / after attention
   Tensor ln, ln2;               // (1, C) act
   Tensor rstd;                  // (1) f32
-  Tensor q, att;                // (1, Hl*D) act
-  Tensor k_new, v_new;          // (1, Hkvl*D) act
+  Tensor qkv;                   // (1, (Hl + 2 Hkvl)*D) act: q | k_new | v_new, adjacent (one GEMM, one RoPE)
+  Tensor q, att;                // (1, Hl*D) act; q views qkv
+  Tensor k_new, v_new;          // (1, Hkvl*D) act, views of qkv
   Tensor h;                     // (1, Fl | 2Fl) act
   Tensor g;                     // (1, Fl) act
   Tensor state;                 // (Hl*(D+2)) f32: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1) of this rank's shard

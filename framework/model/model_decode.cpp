@@ -38,6 +38,19 @@ namespace {
 // Views of a packed (Hl*(D+2)) f32 state: acc (1,Hl,1,D) | m (1,Hl,1) | l (1,Hl,1).
 AttnState state_views(const Tensor& packed, int64_t Hl, int64_t D) { return packed_state_views(packed, Hl, 1, D); }
 
+// Columns [begin, begin + width) of a one-row (1, W) tensor, as (1, width): contiguous, so a plain view.
+Tensor view_columns(const Tensor& row, int64_t begin, int64_t width) {
+  RT_CHECK(row.ndim == 2 && row.shape[0] == 1 && begin >= 0 && begin + width <= row.shape[1],
+           "decode: columns [" << begin << ", " << begin + width << ") of a " << row.shape_str() << " row");
+  return Tensor(static_cast<char*>(row.data) + begin * dtype_size(row.dtype), row.dtype, row.device, {1, width});
+}
+
+// Whether b starts where a ends (same dtype and device): two weights one GEMM can read as one matrix.
+bool adjacent(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.device == b.device &&
+         static_cast<const char*>(a.data) + a.nbytes() == static_cast<const char*>(b.data);
+}
+
 }  // namespace
 
 KvCache Model::make_kv_cache(Arena& arena, int64_t capacity, bool chunked_prefill) const {
@@ -65,10 +78,12 @@ KvCache Model::make_kv_cache(Arena& arena, int64_t capacity, bool chunked_prefil
   c.ln = arena.alloc(act, {1, s.C}, "decode: ln");                                 // (1, C)
   c.ln2 = arena.alloc(act, {1, s.C}, "decode: ln2");                               // (1, C)
   c.rstd = arena.alloc(DType::f32, {1}, "decode: rstd");                           // (1)
-  c.q = arena.alloc(act, {1, s.Hl * s.D}, "decode: q");                            // (1, Hl*D)
+  const int64_t qd = s.Hl * s.D, kvd = s.Hkvl * s.D;
+  c.qkv = arena.alloc(act, {1, qd + 2 * kvd}, "decode: q | k | v");               // (1, qd + 2 kvd)
+  c.q = view_columns(c.qkv, 0, qd);                                                // (1, Hl*D)
+  c.k_new = view_columns(c.qkv, qd, kvd);                                          // (1, Hkvl*D)
+  c.v_new = view_columns(c.qkv, qd + kvd, kvd);                                    // (1, Hkvl*D)
   c.att = arena.alloc(act, {1, s.Hl * s.D}, "decode: att");                        // (1, Hl*D)
-  c.k_new = arena.alloc(act, {1, s.Hkvl * s.D}, "decode: k");                      // (1, Hkvl*D)
-  c.v_new = arena.alloc(act, {1, s.Hkvl * s.D}, "decode: v");                      // (1, Hkvl*D)
   c.h = arena.alloc(act, {1, F2}, "decode: mlp h");                                // (1, Fl | 2Fl)
   c.g = arena.alloc(act, {1, s.Fl}, "decode: mlp g");                              // (1, Fl)
   c.state = arena.alloc(DType::f32, {s.Hl * (s.D + 2)}, "decode: state");          // (Hl*(D+2))
@@ -149,16 +164,22 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
   Comm* cp = comms_.cp;
   const int64_t cps = cp ? cp->size() : 1;
   embedding_fwd(c.x, c.token, param_view(unit_weights(0), "tok_embeddings.weight"));
-  Tensor x = c.x, out = c.out;  // (1, C) each; swapped after every block
+  // (1, C) each: the block's input, its residual after attention, and (tp > 1) its output; rotated after every block.
+  Tensor x = c.x, mid = c.x_mid, out = c.out;
   for (int layer = 0; layer < s.L; ++layer) {
     const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
     rmsnorm_fwd(c.ln, c.rstd, x, w.attn_norm, config_.norm_eps);
-    gemm(c.q, c.ln, w.wq, false, true);      // (1, Hl*D)
-    gemm(c.k_new, c.ln, w.wk, false, true);  // (1, Hkvl*D)
-    gemm(c.v_new, c.ln, w.wv, false, true);  // (1, Hkvl*D)
+    if (adjacent(w.wq, w.wk) && adjacent(w.wk, w.wv)) {  // [wq; wk; wv] one (qd + 2 kvd, C) matrix: one GEMM
+      const Tensor wqkv(w.wq.data, w.wq.dtype, w.wq.device, {c.qkv.shape[1], s.C});
+      gemm(c.qkv, c.ln, wqkv, false, true);  // (1, qd + 2 kvd) = q | k | v
+    } else {
+      gemm(c.q, c.ln, w.wq, false, true);      // (1, Hl*D)
+      gemm(c.k_new, c.ln, w.wk, false, true);  // (1, Hkvl*D)
+      gemm(c.v_new, c.ln, w.wv, false, true);  // (1, Hkvl*D)
+    }
     const Tensor q4 = c.q.view({1, 1, s.Hl, s.D});
-    rope_from_table(q4, c.rope, false);
-    rope_from_table(c.k_new.view({1, 1, s.Hkvl, s.D}), c.rope, false);
+    // q and k adjacent in qkv at the same position: one RoPE over their Hl + Hkvl heads.
+    rope_from_table(Tensor(c.qkv.data, c.qkv.dtype, c.qkv.device, {1, 1, s.Hl + s.Hkvl, s.D}), c.rope, false);
     Tensor kc = c.k[size_t(layer)], vc = c.v[size_t(layer)];  // (capacity, Hkvl*D)
     if (append_here) {
       copy_cast(kc.slice(c.rows, c.rows + 1), c.k_new);
@@ -177,14 +198,19 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
         attn_state_merge(merged, state_views(c.gathered.slice(r, r + 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D));
     }
     attn_fwd_finalize(merged, c.att.view({1, 1, s.Hl, s.D}), c.lse);
-    gemm(c.x_mid, c.att, w.wo, false, true);  // (1, C), partial over tp
-    if (s.tp > 1) tp_comm().all_reduce_sum(c.x_mid);
-    add_rmsnorm_fwd(c.x_mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // x_mid += x; ln2 = norm(x_mid)
+    gemm(mid, c.att, w.wo, false, true);  // (1, C), partial over tp
+    if (s.tp > 1) tp_comm().all_reduce_sum(mid);
+    add_rmsnorm_fwd(mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // mid += x; ln2 = norm(mid)
     mlp_hidden_forward(/*layer=*/-1, 0, w, c.ln2, c.h, c.g);  // layer -1: a decode step keeps bf16 GEMMs
-    gemm(out, c.g, w.proj_or_w2, false, true);  // (1, C), partial over tp
-    if (s.tp > 1) tp_comm().all_reduce_sum(out);
-    add_inplace(out, c.x_mid);
-    std::swap(x, out);
+    if (s.tp == 1) {  // the residual add in the GEMM (beta 1): mid += g @ w2^T is the block's output
+      gemm(mid, c.g, w.proj_or_w2, false, true, 1.f, 1.f);
+      std::swap(x, mid);  // the block's input buffer is free: the next block's mid
+    } else {
+      gemm(out, c.g, w.proj_or_w2, false, true);  // (1, C), partial over tp
+      tp_comm().all_reduce_sum(out);
+      add_inplace(out, mid);
+      std::swap(x, out);
+    }
   }
   const Tensor head = unit_weights(int(s.L) + 1);
   rmsnorm_fwd(c.ln, c.rstd, x, param_view(head, "norm.weight"), config_.norm_eps);
