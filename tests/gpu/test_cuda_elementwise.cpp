@@ -1,6 +1,8 @@
 // CUDA elementwise ops and copies against their CPU versions (rt::cpu through the dispatcher) on random
 // inputs. Tolerances (||out-ref||/||ref||): f32 paths 1e-6 (same formula, float rounding only), transcendental
 // f32 paths 1e-5 (fast exp/tanh), bf16 outputs 8e-3 (one bf16 rounding, 2^-9 relative).
+#include <cstring>
+
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {
@@ -99,6 +101,55 @@ TEST(CudaElementwise, SwigluForwardBackward) {
   RT_CPU_REFERENCE(swiglu_bwd(host_view(r_dgu, {N, 2 * F}), host_view(dout, {N, F}), host_view(gate_up, {N, 2 * F})));
   EXPECT_CLOSE(download(out), r_out, 1e-5);
   EXPECT_CLOSE(download(dgu), r_dgu, 1e-5);
+}
+
+// bf16 with F % 8 == 0 takes swiglu's 16-byte path (kernels/cuda/swiglu_common.cuh swiglu_vec8); the same call on
+// inputs one element off 16-byte alignment takes the scalar path. Both must give the same bits (the same float math
+// per element), the CPU's values within bf16 rounding, no NaN in the poisoned outputs, and swiglu_bwd in place
+// (d_gate_up = gate_up) the same as out of place.
+TEST(CudaElementwise, SwigluBf16SixteenBytePathGivesTheScalarPathsBits) {
+  RT_REQUIRE_CUDA();
+  const int64_t N = 29, F = 520;  // 65 words of 8 columns: the grid strides over words and rows
+  std::vector<float> gate_up(static_cast<size_t>(2 * N * F));
+  {
+    const std::vector<float> gate = random_vector(N * F, 16, 2.f), up = random_vector(N * F, 17);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < F; ++c) {
+        gate_up[size_t(r * 2 * F + c)] = gate[size_t(r * F + c)];
+        gate_up[size_t(r * 2 * F + F + c)] = up[size_t(r * F + c)];
+      }
+  }
+  gate_up = bf16_rounded(gate_up);
+  std::vector<float> dout = bf16_rounded(random_vector(N * F, 18));
+  // Aligned tensors, and the same shapes one bf16 element into larger buffers (2-byte aligned only).
+  Buffer gu(gpu(), DType::bf16, {N, 2 * F}), ddo(gpu(), DType::bf16, {N, F});
+  Buffer out(gpu(), DType::bf16, {N, F}), dgu(gpu(), DType::bf16, {N, 2 * F});
+  Buffer gu_b(gpu(), DType::bf16, {N * 2 * F + 8}), out_b(gpu(), DType::bf16, {N * F + 8});
+  Buffer dgu_b(gpu(), DType::bf16, {N * 2 * F + 8});
+  auto off1 = [](const Buffer& b, std::initializer_list<int64_t> dims) {
+    return Tensor(static_cast<char*>(b.t().data) + 2, DType::bf16, b.t().device, dims);
+  };
+  const Tensor gu_s = off1(gu_b, {N, 2 * F}), out_s = off1(out_b, {N, F}), dgu_s = off1(dgu_b, {N, 2 * F});
+  upload(gu, gate_up); upload(gu_s, gate_up); upload(ddo, dout);
+  poison(out); poison(dgu); poison(out_s); poison(dgu_s);
+  swiglu_fwd(out.t(), gu.t());
+  swiglu_fwd(out_s, gu_s);
+  swiglu_bwd(dgu.t(), ddo.t(), gu.t());
+  swiglu_bwd(dgu_s, ddo.t(), gu_s);
+  const std::vector<float> o = download(out), os = download(out_s), d = download(dgu), ds = download(dgu_s);
+  for (float v : o) ASSERT_FALSE(std::isnan(v)) << "NaN in swiglu_fwd's output";
+  for (float v : d) ASSERT_FALSE(std::isnan(v)) << "NaN in swiglu_bwd's output";
+  EXPECT_EQ(0, std::memcmp(o.data(), os.data(), o.size() * sizeof(float))) << "swiglu_fwd: 16-byte vs scalar path";
+  EXPECT_EQ(0, std::memcmp(d.data(), ds.data(), d.size() * sizeof(float))) << "swiglu_bwd: 16-byte vs scalar path";
+  std::vector<float> r_out(static_cast<size_t>(N * F)), r_dgu(static_cast<size_t>(2 * N * F));
+  RT_CPU_REFERENCE(swiglu_fwd(host_view(r_out, {N, F}), host_view(gate_up, {N, 2 * F})));
+  RT_CPU_REFERENCE(swiglu_bwd(host_view(r_dgu, {N, 2 * F}), host_view(dout, {N, F}), host_view(gate_up, {N, 2 * F})));
+  EXPECT_CLOSE(o, r_out, 8e-3);
+  EXPECT_CLOSE(d, r_dgu, 8e-3);
+  // In place: d_gate_up is gate_up.
+  swiglu_bwd(gu.t(), ddo.t(), gu.t());
+  const std::vector<float> in_place = download(gu);
+  EXPECT_EQ(0, std::memcmp(in_place.data(), d.data(), d.size() * sizeof(float))) << "swiglu_bwd in place";
 }
 
 }  // namespace
