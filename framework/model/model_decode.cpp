@@ -4,9 +4,10 @@
 //   decode step, on every rank of the cp x tp grid (each computes the token's embedding, norms, MLP and logits;
 //   tp splits the heads and the MLP width as in training):
 //     x = embed(token); per layer: q, k, v of the local heads -> RoPE at the token's global position -> the owner
-//     rank appends k, v to its shard -> attn_decode_partial over this rank's rows (fp32 m, l, acc) -> all-gather
-//     the states over cp, merged in cp-rank order (every rank gets bit-identical results) -> attn_fwd_finalize
-//     -> wo (all-reduce over tp) -> + x -> RMSNorm -> MLP (all-reduce over tp) -> + residual
+//     rank appends k, v to its shard -> cp = 1: attn_decode over the cache; cp > 1: attn_decode_partial over this
+//     rank's rows (fp32 m, l, acc) -> all-gather the states over cp, merged in cp-rank order (every rank gets
+//     bit-identical results) -> attn_fwd_finalize -> wo (all-reduce over tp) -> + x -> RMSNorm -> MLP (all-reduce
+//     over tp) -> + residual (at tp = 1 inside the MLP output GEMM)
 //     final RMSNorm -> logits (1, V) with the (replicated) LM head.
 // decode_step sets the step's inputs from the host and runs the launches; the graphed decode (one rank,
 // framework/eval/decode_graph.h) writes the same inputs into KvCache::step_inputs with decode_step_inputs and runs
@@ -187,17 +188,18 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
     } else if (append_on_device) {
       append_kv_row(kc, vc, c.k_new, c.v_new, c.append_row);  // at the row the step inputs name
     }
-    AttnState mine = state_views(c.state, s.Hl, s.D);
-    attn_decode_partial(q4, kc.view({1, c.capacity, s.Hkvl, s.D}), vc.view({1, c.capacity, s.Hkvl, s.D}), c.kv_len,
-                        c.work, mine);
-    AttnState merged = mine;
-    if (cps > 1) {  // every rank's (m, l, acc), merged in cp-rank order into row 0
+    const Tensor k4 = kc.view({1, c.capacity, s.Hkvl, s.D}), v4 = vc.view({1, c.capacity, s.Hkvl, s.D});
+    if (cps == 1) {  // the whole cache here: attention and its normalisation in one call
+      attn_decode(q4, k4, v4, c.kv_len, c.work, c.att.view({1, 1, s.Hl, s.D}), c.lse);
+    } else {  // every rank's (m, l, acc), merged in cp-rank order into row 0, then normalised
+      AttnState mine = state_views(c.state, s.Hl, s.D);
+      attn_decode_partial(q4, k4, v4, c.kv_len, c.work, mine);
       cp->wait(cp->all_gather_start(c.state, c.gathered.view({cps * s.Hl * (s.D + 2)})));
-      merged = state_views(c.gathered.slice(0, 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D);
+      AttnState merged = state_views(c.gathered.slice(0, 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D);
       for (int64_t r = 1; r < cps; ++r)
         attn_state_merge(merged, state_views(c.gathered.slice(r, r + 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D));
+      attn_fwd_finalize(merged, c.att.view({1, 1, s.Hl, s.D}), c.lse);
     }
-    attn_fwd_finalize(merged, c.att.view({1, 1, s.Hl, s.D}), c.lse);
     gemm(mid, c.att, w.wo, false, true);  // (1, C), partial over tp
     if (s.tp > 1) tp_comm().all_reduce_sum(mid);
     add_rmsnorm_fwd(mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // mid += x; ln2 = norm(mid)
