@@ -33,8 +33,11 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   const int64_t P = layout_.total, local = P / shards_;
   build_local_runs();
   master_ = arena.alloc(DType::f32, {local}, zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");  // (local)
-  if (zero_ <= 1) full_grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");  // (P)
-  grads_ = zero_ == 0 ? full_grads_ : arena.alloc(DType::f32, {local}, "gradients (f32 shard)");  // (local)
+  // forward_only (eval, generate): no backward ever runs, so no gradient buffer (4 bytes a parameter).
+  if (!options.forward_only) {
+    if (zero_ <= 1) full_grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");  // (P)
+    grads_ = zero_ == 0 ? full_grads_ : arena.alloc(DType::f32, {local}, "gradients (f32 shard)");  // (local)
+  }
   if (zero_ == 3) compute_ = arena.alloc(act, {local}, "parameters (compute shard)");  // (local)
   else if (act == DType::f32 && zero_ == 0) compute_ = master_;                        // (P)
   else compute_ = arena.alloc(act, {P}, "parameters (compute copy)");                  // (P)
@@ -50,7 +53,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
                                    "zero 3: layer gather slots", "zero 3: layer gather slots"};
     for (int k = 0; k < 4; ++k) {
       if (slot_numel[k] == 0) continue;
-      grad_slot_[k] = arena.alloc(DType::f32, {slot_numel[k]}, grad_names[k]);  // (unit numel) f32
+      if (!options.forward_only) grad_slot_[k] = arena.alloc(DType::f32, {slot_numel[k]}, grad_names[k]);  // (unit numel) f32
       if (zero_ == 3) weight_slot_[k] = arena.alloc(act, {slot_numel[k]}, weight_names[k]);  // (unit numel) act
     }
   }

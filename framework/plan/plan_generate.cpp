@@ -146,9 +146,15 @@ GeneratePlan plan_generate(const Config& config, Device device, int64_t prompt_t
       (fits(mid) ? good : bad) = mid;
     }
   }
-  const int64_t cp = config.parallel.cp, chunks = good > 0 ? (Pp + good - 1) / good : Pp;
-  const int64_t even = (Pp + chunks - 1) / chunks;
-  GeneratePlan p = plan_at(good > 0 ? std::min(good, (even + cp - 1) / cp * cp) : 1);
+  const int64_t cp = config.parallel.cp;
+  int64_t chunks = good > 0 ? (Pp + good - 1) / good : Pp;
+  // n chunks made even, a multiple of cp tokens each.
+  const auto even_chunk = [&](int64_t n) { return ((Pp + n - 1) / n + cp - 1) / cp * cp; };
+  // The bytes are not monotone in the chunk (the auto MLP chunk starts splitting the hidden buffers past a size, and
+  // rows round per rank), so fewer chunks than the search's largest fitting chunk implies may fit: take the fewest.
+  bool fewer = false;
+  while (good > 0 && chunks > 1 && fits(even_chunk(chunks - 1))) --chunks, fewer = true;
+  GeneratePlan p = plan_at(good > 0 ? (fewer ? even_chunk(chunks) : std::min(good, even_chunk(chunks))) : 1);
   p.one_pass_bytes = whole.device_bytes();
   const std::string what = "the whole prompt's prefill needs " + bytes_text(whole.device_bytes()) +
                            " per rank (its arena " + bytes_text(whole.prefill_bytes) + " for " +

@@ -193,6 +193,34 @@ TEST(Model, TensorParallelShardsAreSlicesOfTheFullInit) {
   }
 }
 
+// A forward-only model (eval, generate) allocates no weight-gradient buffer: its measured arena is smaller than the
+// training model's by at least the f32 gradients (4 bytes a parameter) at zero 0, and it still runs its forward.
+TEST(Model, ForwardOnlyHoldsNoGradientBuffer) {
+  const ModelConfig cfg = small_config("gelu", 4, false);
+  LocalComm tp, cp, dp_cp;
+  ModelComms comms;
+  comms.tp = &tp, comms.cp = &cp, comms.dp_cp = &dp_cp;
+  auto measured = [&](bool forward_only) {
+    ModelOptions o;
+    o.forward_only = forward_only;
+    Arena measuring = Arena::measuring(Device::cpu());
+    { Model m(cfg, o, 1, 4, comms, measuring); }
+    return double(measuring.peak());
+  };
+  const double train = measured(false), forward = measured(true);
+  LocalModel probe(cfg, ModelOptions{}, 1, 4);
+  const double grad_bytes = 4.0 * double(probe.model->master().numel());
+  EXPECT_LE(forward, train - grad_bytes) << "training arena " << train << " B, forward-only " << forward
+                                         << " B, f32 gradients " << grad_bytes << " B";
+  ModelOptions o;
+  o.forward_only = true;
+  Arena measuring = Arena::measuring(Device::cpu());
+  { Model sizing(cfg, o, 1, 4, comms, measuring); }
+  Arena arena(Device::cpu(), measuring.peak());
+  Model m(cfg, o, 1, 4, comms, arena);
+  EXPECT_FALSE(m.grads().defined()) << "a forward-only model should hold no gradient buffer";
+}
+
 TEST(Model, RefusesShapesThatDoNotDivide) {
   ModelConfig cfg = small_config("gelu", 4, false);
   EXPECT_THROW(make_model_shape(cfg, 3, 0, 1, 4), Error);  // 4 heads over tp=3
