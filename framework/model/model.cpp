@@ -196,6 +196,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   RingAttentionShape ring;
   ring.batch = s.B, ring.local_tokens = s.n, ring.heads = s.Hl, ring.kv_heads = s.Hkvl, ring.head_dim = s.D;
   ring.dtype = act;
+  ring.forward_only = options.forward_only;
   attention_ = std::make_unique<ContextAttention>(comms.ring ? *comms.ring : *comms.cp, comms.a2a ? *comms.a2a : no_a2a_,
                                                   options.layout, /*causal=*/true, ring, arena, options.dkv_wire,
                                                   /*head_groups=*/0, options.cp_gather);

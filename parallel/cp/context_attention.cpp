@@ -50,14 +50,16 @@ ContextAttention::ContextAttention(Comm& ring, Comm& a2a, Layout layout, bool ca
   grad_dtype_ = x_.replicated ? DType::f32 : act;
   q_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.q_heads");         // (G, B, u*n, hq/G, D)
   out_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.out_heads");     // (G, B, u*n, hq/G, D)
-  dout_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.dout_heads");   // (G, B, u*n, hq/G, D)
   k_h_ = arena.alloc(act, {G, B, nh, hkg, D}, "a2a.k_heads");         // (G, B, u*n, hk/G, D)
   v_h_ = arena.alloc(act, {G, B, nh, hkg, D}, "a2a.v_heads");         // (G, B, u*n, hk/G, D)
-  dq_h_ = arena.alloc(grad_dtype_, {G, B, nh, hqg, D}, "a2a.dq_heads");  // (G, B, u*n, hq/G, D)
-  dk_h_ = arena.alloc(grad_dtype_, {G, B, nh, hkg, D}, "a2a.dk_heads");  // (G, B, u*n, hk/G, D)
-  dv_h_ = arena.alloc(grad_dtype_, {G, B, nh, hkg, D}, "a2a.dv_heads");  // (G, B, u*n, hk/G, D)
-  if (x_.replicated)
-    dkv_sum_ = arena.alloc(DType::f32, {2, B, n, shape.kv_heads, D}, "a2a.dkv_replica_sum");  // (2, B, n, Hkv, D)
+  if (!shape.forward_only) {  // the backward's (eval and generate run none)
+    dout_h_ = arena.alloc(act, {G, B, nh, hqg, D}, "a2a.dout_heads");     // (G, B, u*n, hq/G, D)
+    dq_h_ = arena.alloc(grad_dtype_, {G, B, nh, hqg, D}, "a2a.dq_heads");  // (G, B, u*n, hq/G, D)
+    dk_h_ = arena.alloc(grad_dtype_, {G, B, nh, hkg, D}, "a2a.dk_heads");  // (G, B, u*n, hk/G, D)
+    dv_h_ = arena.alloc(grad_dtype_, {G, B, nh, hkg, D}, "a2a.dv_heads");  // (G, B, u*n, hk/G, D)
+    if (x_.replicated)
+      dkv_sum_ = arena.alloc(DType::f32, {2, B, n, shape.kv_heads, D}, "a2a.dkv_replica_sum");  // (2, B, n, Hkv, D)
+  }
   // Row widths in 4-byte words of one group: the way out is at most the backward's [Q|K|V|O|dO] in act, the way
   // back the forward's O in act or the backward's [dQ|dK|dV] in grad_dtype_.
   const int64_t out_bytes = (3 * hqg + 2 * hkg) * D * int64_t(dtype_size(act));
@@ -213,6 +215,8 @@ void ContextAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v
 void ContextAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                 const Tensor& dout, const Tensor& lse, Tensor dq, Tensor dk, Tensor dv) {
   if (x_.u == 1) return ring_->backward(q, k, v, out, dout, lse, dq, dk, dv);
+  RT_CHECK(!shape_.forward_only, "context_attention.backward: this attention was built forward-only (eval, "
+                                 "generate) and holds no backward buffers");
   const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, Hkv = shape_.kv_heads,
                 D = shape_.head_dim, hq = x_.q_heads, u = x_.u, G = x_.head_groups, hqg = hq / G,
                 hkg = x_.kv_heads / G;

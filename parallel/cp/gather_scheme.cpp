@@ -19,8 +19,10 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
            "ring gather: " << wire_rows << " rows per exchange do not fit the i32 row indices; lower the batch or "
                            << "seq_len per ring, or use parallel.cp_scheme: ring");
   g->kv = arena.alloc(shape.dtype, {2, B, R, Hkv, D}, "ring_gather.kv");     // (2, B, Rmax, Hkv, D) K|V
-  g->dkv = arena.alloc(DType::f32, {2, B, R, Hkv, D}, "ring_gather.dkv");    // (2, B, Rmax, Hkv, D) f32 dK|dV
-  const int64_t widest = int64_t(std::max(dtype_size(shape.dtype), dtype_size(dkv_wire)));
+  if (!shape.forward_only)  // the backward's dK|dV of the gathered rows
+    g->dkv = arena.alloc(DType::f32, {2, B, R, Hkv, D}, "ring_gather.dkv");  // (2, B, Rmax, Hkv, D) f32 dK|dV
+  const int64_t widest = int64_t(shape.forward_only ? dtype_size(shape.dtype)
+                                                    : std::max(dtype_size(shape.dtype), dtype_size(dkv_wire)));
   const int64_t words = (wire_rows * W * widest + 3) / 4;
   g->wire_send = arena.alloc(DType::f32, {words}, "ring_gather.wire_send");  // (2, B*Rmax, W) widest, as f32 words
   g->wire_recv = arena.alloc(DType::f32, {words}, "ring_gather.wire_recv");  // (2, B*Rmax, W) widest, as f32 words

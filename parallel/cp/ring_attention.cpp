@@ -65,18 +65,23 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
     kv_buf_[0] = arena.alloc(shape.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_hop0");  // (2, B, n, Hkv, D) K|V
     kv_buf_[1] = arena.alloc(shape.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_hop1");  // (2, B, n, Hkv, D) K|V
   }
-  grad_buf_[0] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop0");  // (2, B, n, Hkv, D) dK|dV
-  if (ring) {
-    grad_buf_[1] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop1");  // (2, B, n, Hkv, D) dK|dV
-    grad_local_ = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_local");   // (2, B, n, Hkv, D)
-    if (dkv_wire == DType::bf16) {
-      grad_wire_[0] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire0");  // (2, B, n, Hkv, D)
-      grad_wire_[1] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire1");  // (2, B, n, Hkv, D)
+  // The dK|dV accumulator as it travels: bf16 on a ring with dkv_wire bf16, else f32 (the bytes the planner counts).
+  dkv_block_bytes_ = double(2 * B * n * Hkv * D) * double(dtype_size(ring && dkv_wire == DType::bf16 ? DType::bf16
+                                                                                                     : DType::f32));
+  if (!shape.forward_only) {  // the backward's buffers (eval and generate run none)
+    grad_buf_[0] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop0");  // (2, B, n, Hkv, D) dK|dV
+    if (ring) {
+      grad_buf_[1] = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_hop1");  // (2, B, n, Hkv, D) dK|dV
+      grad_local_ = arena.alloc(DType::f32, {2, B, n, Hkv, D}, "ring_attn.dkv_local");   // (2, B, n, Hkv, D)
+      if (dkv_wire == DType::bf16) {
+        grad_wire_[0] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire0");  // (2, B, n, Hkv, D)
+        grad_wire_[1] = arena.alloc(DType::bf16, {2, B, n, Hkv, D}, "ring_attn.dkv_wire1");  // (2, B, n, Hkv, D)
+      }
     }
+    if (ring && cp.size() > 2)  // a dK/dV accumulator that comes home before the last step waits here
+      grad_home_ = arena.alloc(dkv_wire, {2, B, n, Hkv, D}, "ring_attn.dkv_home");  // (2, B, n, Hkv, D)
+    delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
   }
-  if (ring && cp.size() > 2)  // a dK/dV accumulator that comes home before the last step waits here
-    grad_home_ = arena.alloc(dkv_wire, {2, B, n, Hkv, D}, "ring_attn.dkv_home");  // (2, B, n, Hkv, D)
-  delta_ = arena.alloc(DType::f32, {B, H, n}, "ring_attn.delta");       // (B, H, n) f32
   if (ring && gather) gather_ = make_ring_gather(shape, cp.size(), dkv_wire, arena);
   if (arena.device().is_cuda()) {
     // The document plans of one batch (kernels/attn_doc_plans.h), per rank: the ring's call against each source
@@ -123,7 +128,7 @@ void RingAttention::set_documents(const int64_t* pos, const int64_t* doc_start, 
 }
 
 double RingAttention::planned_bytes_per_layer() const {
-  const double dkv = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
+  const double dkv = dkv_block_bytes_;
   if (scheme_ == CpScheme::gather) {  // rows received over the ranks: K|V forward and backward, dK|dV back
     const double W = double(shape_.kv_heads * shape_.head_dim);
     return gather_->total_rows * 2.0 * W *
@@ -133,7 +138,7 @@ double RingAttention::planned_bytes_per_layer() const {
 }
 
 double RingAttention::ring_bytes_per_layer() const {
-  const double dkv = grad_wire_[0].defined() ? double(grad_wire_[0].nbytes()) : double(grad_buf_[0].nbytes());
+  const double dkv = dkv_block_bytes_;
   return ring_hop_plan_full(cp_.size()).bytes_per_layer(double(kv_buf_[0].nbytes()), dkv);
 }
 
@@ -327,6 +332,8 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
 void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& dout, const Tensor& lse, Tensor dq, Tensor dk, Tensor dv) {
   const char* op = "ring_attention.backward";
+  RT_CHECK(!shape_.forward_only, "ring_attention.backward: this attention was built forward-only (eval, generate) "
+                                 "and holds no backward buffers");
   check_inputs(q, k, v, op);
   const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, Hkv = shape_.kv_heads,
                 D = shape_.head_dim;

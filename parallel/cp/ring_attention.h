@@ -124,6 +124,7 @@ class RingAttention {
   Tensor doc_plan_space_;                   // (words, 2) i32 holding int64 words: see the constructor for the size
   AttnDocPlans doc_plans_;
   std::unique_ptr<RingGather> gather_;      // the gather scheme's buffers and plan (constructed with gather = true)
+  double dkv_block_bytes_ = 0;  // one (2, B, n, Hkv, D) dK|dV block in the dtype it travels in
   Tensor grad_home_;     // (2, B, n, Hkv, D) dkv_wire dtype: this rank's dK|dV accumulator when it comes home early
   double sent_bytes_ = 0, ring_bytes_ = 0;  // since reset_timings(): this rank's bytes sent, the plain ring's
   double call_sent_bytes_ = 0, call_ring_bytes_ = 0;  // of the latest call

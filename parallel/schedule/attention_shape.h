@@ -14,6 +14,7 @@ struct RingAttentionShape {
   int64_t kv_heads = 0;     // Hkv local
   int64_t head_dim = 0;     // D
   DType dtype = DType::f32; // of q, k, v, out (bf16 on CUDA)
+  bool forward_only = false; // no backward will run (eval, generate): its buffers are not allocated
 };
 
 }  // namespace rt

@@ -94,8 +94,8 @@ TEST(GenerateChunks, ExplicitChunkIsTakenAndNamed) {
 }
 
 // The 8B shape generating from a prompt of its whole 2M context on its 8-GPU ring, with 100 GiB a GPU: the one-pass
-// prefill (262,136 tokens per rank; a forward-only model keeps no activations and no gradients for a backward, so on
-// 139 GiB it fits, at ~114 GiB) does not fit; auto chunks it into the fewest even chunks that do, each sharded over
+// prefill (262,136 tokens per rank; a forward-only model keeps no activations, gradients or attention backward
+// buffers, so on 139 GiB it fits, at ~106 GiB) does not fit; auto chunks it into the fewest even chunks that do, each sharded over
 // the 8 ranks, the cache sharded as before.
 TEST(GenerateChunks, AutoChunksTheFewestThatFitOnlyWhenOnePassDoesNot) {
   const Config c = load("llama3-8b-2m-8gpu.yaml");
