@@ -50,7 +50,7 @@ void dump_logits(Model& model, const Batch& batch, int world_size, const std::st
   std::vector<float> hidden(size_t(N * C));  // (N, C)
   Tensor host(hidden.data(), DType::f32, Device::cpu(), {N, C});
   copy_cast(host, model.final_hidden());
-  const std::vector<HostTensor> weights = model.gather_full(model.master(), "");
+  const std::vector<HostTensor> weights = model.gather_full(model.weights(), "");
   const char* head = s.tied ? "tok_embeddings.weight" : "lm_head.weight";
   const HostTensor* w = nullptr;  // (V, C)
   for (const HostTensor& t : weights)

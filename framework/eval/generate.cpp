@@ -367,7 +367,7 @@ int generate_main(const Config& loaded, const GenerateArgs& args, int world_size
                                        /*with_optimizer=*/false);
   Model& model = *session.model;
   agree_on([&] {
-    model.scatter_full(model.master(), in.weights, "");
+    model.scatter_full(model.weights(), in.weights, "");
     model.sync_compute_weights();
   }, kExitUsage);
   in.weights.clear();

@@ -129,7 +129,7 @@ int eval_main(const Config& loaded, const std::string& checkpoint, int world_siz
   std::unique_ptr<DataLoader> loader;
   EvalPlan plan;
   agree_on([&] {
-    session.model->scatter_full(session.model->master(), weights, "");
+    session.model->scatter_full(session.model->weights(), weights, "");
     session.model->sync_compute_weights();
     loader = make_loader(config, loader_rank(config, grid), "eval");
     plan = plan_eval(config, *loader);

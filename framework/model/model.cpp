@@ -32,7 +32,11 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
 
   const int64_t P = layout_.total, local = P / shards_;
   build_local_runs();
-  master_ = arena.alloc(DType::f32, {local}, zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");  // (local)
+  // A forward-only model at zero 0 with a narrower compute dtype (generate, eval on a GPU) keeps its weights in the
+  // compute copy alone: no f32 master (4 bytes a parameter); weights() is where they are loaded and read.
+  const bool compute_only = options.forward_only && zero_ == 0 && act != DType::f32;
+  if (!compute_only)
+    master_ = arena.alloc(DType::f32, {local}, zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");  // (local)
   // forward_only (eval, generate): no backward ever runs, so no gradient buffer (4 bytes a parameter).
   if (!options.forward_only) {
     if (zero_ <= 1) full_grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");  // (P)

@@ -218,7 +218,10 @@ class Model {
   const std::vector<ParamEntry>& params() const { return params_; }
   const ParamEntry& param(const std::string& name) const;
   // The local buffers: (P) at zero 0, this rank's shards (P / shards) at zero >= 1 (see owned()).
-  Tensor master() const { return master_; }    // (local) f32
+  Tensor master() const { return master_; }    // (local) f32; undefined in a forward-only model at zero 0 on a GPU
+  // The weights as loaded and read (scatter_full, gather_full, init_weights): master(), or the compute copy where a
+  // forward-only model keeps no master. (local) f32 | (P) act.
+  Tensor weights() const { return master_.defined() ? master_ : compute_; }
   Tensor grads() const { return grads_; }      // (local) f32: summed over dp x cp after reduce_gradients()
   // (P) act dtype (the same storage as master() on CPU at zero 0); (P / shards) at zero 3.
   Tensor compute() const { return compute_; }

@@ -77,6 +77,10 @@ AttnState packed_state_views(const Tensor& packed, int64_t H, int64_t rows, int6
 
 // Copies nbytes of host memory into dst (any device) and back. dst/src give dtype and size.
 void copy_host_to_tensor(Tensor dst, const void* host);
+// A host f32 vector as a 1-D tensor (for copy_cast into or out of any dtype and device).
+inline Tensor host_f32(std::vector<float>& v) {
+  return Tensor(v.data(), DType::f32, Device::cpu(), {int64_t(v.size())});
+}
 void copy_tensor_to_host(void* host, const Tensor& src);
 
 }  // namespace rt

@@ -244,13 +244,14 @@ Tensor Model::param_pair_view(const Tensor& unit_buffer, const std::string& firs
 }
 
 void Model::init_weights(uint64_t seed) {
-  fill(master_, 0.f);  // the alignment gaps between parameters stay zero
+  const Tensor w = weights();  // the f32 master, or the compute copy of a forward-only model
+  fill(w, 0.f);  // the alignment gaps between parameters stay zero
   std::vector<float> local;
   for_each_owned_piece([&](const ParamEntry& e, int64_t at, int64_t first, int64_t last) {
     const std::vector<float> full = generate_full(e, seed);
     local.resize(size_t(last - first));
     extract_piece(e, first, last, full.data(), local.data());
-    copy_host_to_tensor(master_.slice(at, at + (last - first)), local.data());
+    copy_cast(w.slice(at, at + (last - first)), host_f32(local));
   });
   sync_compute_weights();
 }

@@ -160,7 +160,7 @@ Tensor Model::unit_weights(int unit) {
 
 void Model::sync_compute_weights() {
   if (zero_ == 0) {
-    if (compute_.data != master_.data) copy_cast(compute_, master_);
+    if (master_.defined() && compute_.data != master_.data) copy_cast(compute_, master_);  // none: loaded there
     return;
   }
   if (zero_ == 3) {
@@ -256,8 +256,8 @@ void Model::sum_over(Comm& comm, std::vector<float>& values) {
 }
 
 std::vector<HostTensor> Model::gather_full(const Tensor& flat, const std::string& prefix) {
-  RT_CHECK(flat.numel() == master_.numel(), "gather_full: the buffer has " << flat.numel()
-                                                << " elements but the local buffers have " << master_.numel());
+  RT_CHECK(flat.numel() == weights().numel(), "gather_full: the buffer has " << flat.numel()
+                                                  << " elements but the local buffers have " << weights().numel());
   std::map<std::string, size_t> index;
   std::vector<HostTensor> out;
   out.reserve(params_.size());
@@ -269,7 +269,7 @@ std::vector<HostTensor> Model::gather_full(const Tensor& flat, const std::string
   for_each_owned_piece([&](const ParamEntry& e, int64_t at, int64_t first, int64_t last) {
     if (!e.owner) return;
     piece.resize(size_t(last - first));
-    copy_tensor_to_host(piece.data(), flat.slice(at, at + (last - first)));
+    copy_cast(host_f32(piece), flat.slice(at, at + (last - first)));  // f32, or the compute dtype (weights())
     add_piece(e, first, last, piece.data(), out[index[e.name]].values.data());
   });
   for (HostTensor& t : out) {
@@ -297,7 +297,7 @@ void Model::scatter_full(Tensor flat, const std::vector<HostTensor>& tensors, co
   for_each_owned_piece([&](const ParamEntry& e, int64_t at, int64_t first, int64_t last) {
     piece.resize(size_t(last - first));
     extract_piece(e, first, last, by_name[prefix + e.name]->values.data(), piece.data());
-    copy_host_to_tensor(flat.slice(at, at + (last - first)), piece.data());
+    copy_cast(flat.slice(at, at + (last - first)), host_f32(piece));  // into f32, or the compute dtype (weights())
   });
 }
 

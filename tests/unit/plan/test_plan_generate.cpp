@@ -93,15 +93,15 @@ TEST(GenerateChunks, ExplicitChunkIsTakenAndNamed) {
   EXPECT_TRUE(one.chunk_note.empty());
 }
 
-// The 8B shape generating from a prompt of its whole 2M context on its 8-GPU ring, with 100 GiB a GPU: the one-pass
-// prefill (262,136 tokens per rank; a forward-only model keeps no activations, gradients or attention backward
-// buffers, so on 139 GiB it fits, at ~106 GiB) does not fit; auto chunks it into the fewest even chunks that do, each sharded over
+// The 8B shape generating from a prompt of its whole 2M context on its 8-GPU ring, with 64 GiB a GPU: the one-pass
+// prefill (262,136 tokens per rank; a forward-only model keeps no activations, gradients, f32 masters or attention
+// backward buffers, so on 139 GiB it fits, at ~76 GiB) does not fit; auto chunks it into the fewest even chunks that do, each sharded over
 // the 8 ranks, the cache sharded as before.
 TEST(GenerateChunks, AutoChunksTheFewestThatFitOnlyWhenOnePassDoesNot) {
   const Config c = load("llama3-8b-2m-8gpu.yaml");
   ASSERT_EQ(c.parallel.cp, 8);
   const int64_t fresh = 64, prompt = (int64_t(1) << 21) - fresh, Pp = prompt - 1;
-  const double limit = 100 * kGiB;
+  const double limit = 64 * kGiB;
   const PrefillChunking auto_chunk{0, limit, "the GPU"};
   EXPECT_LE(plan_generate(c, Device::cuda(0), prompt, fresh).device_bytes(), 139 * kGiB)
       << "the one pass fits an H200's 139 GiB";
