@@ -31,7 +31,8 @@
 // With model.n_kv_head < tp the K/V gradients are per-rank partial sums (reduced later, reduce_shared_kv_grads) and
 // are quantized as such.
 //
-// Memory: the workspaces are shared by all layers and sized by the chunk (m rows), not by N; no FP8 copy of a weight outlives the GEMM pass that needs it
+// Memory: the workspaces are shared by all layers and sized by the chunk (m rows), not by N; no FP8 copy of a weight
+// outlives the GEMM pass that needs it
 // (the forward's W and the backward's W^T are quantized into the same two buffers, layer by layer). Under
 // train.checkpointing: none, what the backward reads only as a weight gradient's operand (ln1, ln2 and the MLP
 // activation g) is kept as its transposed FP8 copy, made in the forward's quantization pass, instead of in bf16

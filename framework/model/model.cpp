@@ -36,7 +36,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   // compute copy alone: no f32 master (4 bytes a parameter); weights() is where they are loaded and read.
   const bool compute_only = options.forward_only && zero_ == 0 && act != DType::f32;
   if (!compute_only)
-    master_ = arena.alloc(DType::f32, {local}, zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");  // (local)
+    master_ = arena.alloc(DType::f32, {local},  // (local) f32
+                          zero_ > 0 ? "parameters (f32 master shard)" : "parameters (f32 master)");
   // forward_only (eval, generate): no backward ever runs, so no gradient buffer (4 bytes a parameter).
   if (!options.forward_only) {
     if (zero_ <= 1) full_grads_ = arena.alloc(DType::f32, {P}, "gradients (f32)");  // (P)
@@ -57,7 +58,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
                                    "zero 3: layer gather slots", "zero 3: layer gather slots"};
     for (int k = 0; k < 4; ++k) {
       if (slot_numel[k] == 0) continue;
-      if (!options.forward_only) grad_slot_[k] = arena.alloc(DType::f32, {slot_numel[k]}, grad_names[k]);  // (unit numel) f32
+      if (!options.forward_only)
+        grad_slot_[k] = arena.alloc(DType::f32, {slot_numel[k]}, grad_names[k]);  // (unit numel) f32
       if (zero_ == 3) weight_slot_[k] = arena.alloc(act, {slot_numel[k]}, weight_names[k]);  // (unit numel) act
     }
   }

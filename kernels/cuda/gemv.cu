@@ -37,9 +37,9 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
 }
 
 template <class TC>
-__global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(const uint4* __restrict__ a, const uint4* __restrict__ b,
-                                                             TC* __restrict__ c, int64_t N, int64_t words,
-                                                             float alpha, float beta) {
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_rows_kernel(const uint4* __restrict__ a, const uint4* __restrict__ b, TC* __restrict__ c, int64_t N,
+                     int64_t words, float alpha, float beta) {
   __shared__ float part[kWarps][kRows];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row0 = int64_t(blockIdx.x) * kRows;
@@ -105,8 +105,8 @@ void gemv_rows(Tensor c, const Tensor& a, const Tensor& b, int64_t N, int64_t K,
   if (c.dtype == DType::f32)
     gemv_rows_kernel<float><<<blocks, kGemvThreads, 0, stream>>>(av, bv, c.ptr<float>(), N, words, alpha, beta);
   else
-    gemv_rows_kernel<__nv_bfloat16><<<blocks, kGemvThreads, 0, stream>>>(av, bv, c.ptr<__nv_bfloat16>(), N, words, alpha,
-                                                                     beta);
+    gemv_rows_kernel<__nv_bfloat16><<<blocks, kGemvThreads, 0, stream>>>(av, bv, c.ptr<__nv_bfloat16>(), N, words,
+                                                                         alpha, beta);
   CUDA_CHECK_LAUNCH();
 }
 
