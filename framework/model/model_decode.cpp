@@ -7,8 +7,9 @@
 //     rank appends k, v to its shard -> cp = 1: attn_decode over the cache; cp > 1: attn_decode_partial over this
 //     rank's rows (fp32 m, l, acc) -> all-gather the states over cp, merged in cp-rank order (every rank gets
 //     bit-identical results) -> attn_fwd_finalize -> wo (all-reduce over tp) -> + x -> RMSNorm -> MLP (all-reduce
-//     over tp) -> + residual (at tp = 1 inside the MLP output GEMM)
-//     final RMSNorm -> logits (1, V) with the (replicated) LM head.
+//     over tp) -> + residual; final RMSNorm -> logits (1, V) with the (replicated) LM head.
+//   At tp = 1 both residual adds run inside their GEMMs (beta 1), and each RMSNorm, and SwiGLU, inside the GEMM after
+//   it (kernels/decode_linear.h, one launch on a GPU, the same bits): 7 launches a layer.
 // decode_step sets the step's inputs from the host and runs the launches; the graphed decode (one rank,
 // framework/eval/decode_graph.h) writes the same inputs into KvCache::step_inputs with decode_step_inputs and runs
 // decode_step_from_inputs, whose launches read every per-step value on the device (a CUDA graph replays them).
@@ -18,6 +19,7 @@
 #include "framework/model/model_internal.h"
 #include "kernels/attention.h"
 #include "kernels/decode_append.h"
+#include "kernels/decode_linear.h"
 #include "kernels/ops.h"
 #include "kernels/rope_table.h"
 
@@ -165,15 +167,16 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
   Comm* cp = comms_.cp;
   const int64_t cps = cp ? cp->size() : 1;
   embedding_fwd(c.x, c.token, param_view(unit_weights(0), "tok_embeddings.weight"));
-  // (1, C) each: the block's input, its residual after attention, and (tp > 1) its output; rotated after every block.
+  // (1, C) each: the block's input (at tp = 1 also its residual and output: the adds run in the GEMMs); at tp > 1 its
+  // residual after attention and its output, rotated after every block.
   Tensor x = c.x, mid = c.x_mid, out = c.out;
   for (int layer = 0; layer < s.L; ++layer) {
     const LayerWeights w = layer_weights(unit_weights(layer + 1), layer);
-    rmsnorm_fwd(c.ln, c.rstd, x, w.attn_norm, config_.norm_eps);
     if (adjacent(w.wq, w.wk) && adjacent(w.wk, w.wv)) {  // [wq; wk; wv] one (qd + 2 kvd, C) matrix: one GEMM
       const Tensor wqkv(w.wq.data, w.wq.dtype, w.wq.device, {c.qkv.shape[1], s.C});
-      gemm(c.qkv, c.ln, wqkv, false, true);  // (1, qd + 2 kvd) = q | k | v
+      rmsnorm_linear_row(c.qkv, x, w.attn_norm, config_.norm_eps, wqkv, c.ln, c.rstd);  // (1, qd + 2 kvd) = q | k | v
     } else {
+      rmsnorm_fwd(c.ln, c.rstd, x, w.attn_norm, config_.norm_eps);
       gemm(c.q, c.ln, w.wq, false, true);      // (1, Hl*D)
       gemm(c.k_new, c.ln, w.wk, false, true);  // (1, Hkvl*D)
       gemm(c.v_new, c.ln, w.wv, false, true);  // (1, Hkvl*D)
@@ -200,14 +203,21 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
         attn_state_merge(merged, state_views(c.gathered.slice(r, r + 1).view({s.Hl * (s.D + 2)}), s.Hl, s.D));
       attn_fwd_finalize(merged, c.att.view({1, 1, s.Hl, s.D}), c.lse);
     }
-    gemm(mid, c.att, w.wo, false, true);  // (1, C), partial over tp
-    if (s.tp > 1) tp_comm().all_reduce_sum(mid);
-    add_rmsnorm_fwd(mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // mid += x; ln2 = norm(mid)
-    mlp_hidden_forward(/*layer=*/-1, 0, w, c.ln2, c.h, c.g);  // layer -1: a decode step keeps bf16 GEMMs
-    if (s.tp == 1) {  // the residual add in the GEMM (beta 1): mid += g @ w2^T is the block's output
-      gemm(mid, c.g, w.proj_or_w2, false, true, 1.f, 1.f);
-      std::swap(x, mid);  // the block's input buffer is free: the next block's mid
+    if (s.tp == 1) {  // the residual adds in the GEMMs (beta 1): x is the residual stream through the block
+      gemm(x, c.att, w.wo, false, true, 1.f, 1.f);  // x += att @ wo^T
+      if (s.swiglu) {  // the MLP's norm and SwiGLU inside its two GEMMs (one launch each on a GPU)
+        rmsnorm_linear_row(c.h, x, w.mlp_norm, config_.norm_eps, w.fc_or_w13, c.ln2, c.rstd);  // (1, 2Fl) gate | up
+        swiglu_linear_row(x, c.h, w.proj_or_w2, 1.f, c.g);  // x += swiglu(h) @ w2^T
+      } else {
+        rmsnorm_fwd(c.ln2, c.rstd, x, w.mlp_norm, config_.norm_eps);
+        mlp_hidden_forward(/*layer=*/-1, 0, w, c.ln2, c.h, c.g);  // layer -1: a decode step keeps bf16 GEMMs
+        gemm(x, c.g, w.proj_or_w2, false, true, 1.f, 1.f);
+      }
     } else {
+      gemm(mid, c.att, w.wo, false, true);  // (1, C), partial over tp
+      tp_comm().all_reduce_sum(mid);
+      add_rmsnorm_fwd(mid, x, c.ln2, c.rstd, w.mlp_norm, config_.norm_eps);  // mid += x; ln2 = norm(mid)
+      mlp_hidden_forward(/*layer=*/-1, 0, w, c.ln2, c.h, c.g);
       gemm(out, c.g, w.proj_or_w2, false, true);  // (1, C), partial over tp
       tp_comm().all_reduce_sum(out);
       add_inplace(out, mid);
@@ -215,9 +225,9 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
     }
   }
   const Tensor head = unit_weights(int(s.L) + 1);
-  rmsnorm_fwd(c.ln, c.rstd, x, param_view(head, "norm.weight"), config_.norm_eps);
   const Tensor head_w = s.tied ? param_view(unit_weights(0), "tok_embeddings.weight") : param_view(head, "lm_head.weight");
-  gemm(c.logits, c.ln, head_w, false, true);  // (1, V) = (1, C) @ (V, C)^T
+  rmsnorm_linear_row(c.logits, x, param_view(head, "norm.weight"), config_.norm_eps, head_w, c.ln,
+                     c.rstd);  // (1, V) = norm(x) (1, C) @ (V, C)^T
 }
 
 }  // namespace rt
