@@ -5,9 +5,8 @@
 // every lane streams 16-byte words of those rows, so even N = 512 gives 128 CTAs and a step reads the weights
 // near the bandwidth bound.
 //   grid: ceil(N / kRows) CTAs of 256 threads; warp w, lane l reads the 16-byte words i = w*32 + l + j*256 of
-//   each of the CTA's rows (a's word i once for all of them; kUnroll words' loads in flight together), sums in f32
-//   over its words in ascending order, reduces over the warp (shuffles) and then over the 8 warps (shared memory);
-//   thread r < kRows writes row r.
+//   each of the CTA's rows (a's word i once for all of them), sums in f32 over its words in ascending order,
+//   reduces over the warp (shuffles) and then over the 8 warps (shared memory); thread r < kRows writes row r.
 // Taken by gemm (gemm.cu) when M = 1, a not transposed, b transposed (the (N,K) weight), both bf16, K % 8 = 0 and
 // a, b 16-byte aligned; otherwise cuBLASLt. RT_GEMV=0 sends every case to cuBLASLt (an A/B knob for the decode
 // benchmark).
@@ -48,7 +47,7 @@ enum class GemvInput { plain, rmsnorm, swiglu };
 
 struct GemvIn {
   const uint4* a;       // plain (1,K) | rmsnorm: x (1,K) | swiglu: gate_up (1,2K), the gate words then the up words
-  FloatPtr norm_w;      // rmsnorm: (K) the norm's weight
+  const uint4* norm_w;  // rmsnorm: (K) bf16, the norm's weight
   float eps;            // rmsnorm
   int64_t K;
 };
@@ -72,10 +71,11 @@ __device__ __forceinline__ uint4 input_word(const GemvIn& in, int64_t i, float r
   if constexpr (kIn == GemvInput::plain) {
     return __ldg(in.a + i);
   } else if constexpr (kIn == GemvInput::rmsnorm) {  // rmsnorm_fwd: out = x * r * weight
-    float x[8], o[8];
+    float x[8], nw[8], o[8];
     bf16x8_to_float(__ldg(in.a + i), x);
+    bf16x8_to_float(__ldg(in.norm_w + i), nw);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = x[e] * rstd * in.norm_w.ld(i * 8 + e);
+    for (int e = 0; e < 8; ++e) o[e] = x[e] * rstd * nw[e];
     return float_to_bf16x8(o);
   } else {  // swiglu_fwd: out = silu(gate) * up, as swiglu_fwd_vec8_kernel
     float g[8], u[8], o[8];
@@ -87,12 +87,8 @@ __device__ __forceinline__ uint4 input_word(const GemvIn& in, int64_t i, float r
   }
 }
 
-// kUnroll words of a thread in flight at once (their weight rows' loads issued together); the sums still run
-// over a thread's words in ascending order, so the bits do not depend on kUnroll.
-constexpr int kUnroll = 3;
-
 template <class TC, GemvInput kIn>
-__global__ void __launch_bounds__(kGemvThreads)
+__global__ void __launch_bounds__(kGemvThreads, 5)  // 5 CTAs an SM: at most 51 registers
     gemv_rows_kernel(const GemvIn in, const uint4* __restrict__ b, TC* __restrict__ c, int64_t N, float alpha,
                      float beta) {
   __shared__ float part[kWarps][kRows];
@@ -101,37 +97,27 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t row0 = int64_t(blockIdx.x) * kRows, words = in.K / 8;
   const int rows = int(N - row0 < kRows ? N - row0 : kRows);  // the last CTA may hold fewer
   const int64_t first = int64_t(warp) * 32 + lane;
-  // The first words' weights are requested before the norm's reduction, so the stream starts at once.
-  uint4 w[kUnroll][kRows];
+  // The first word's weights are requested before the norm's reduction, so the stream starts at once. One word
+  // of kRows rows in flight per thread: more (unrolled) costs registers, and the CTAs resident per SM with them.
+  uint4 w[kRows];
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      if (first + u * kGemvThreads < words && r < rows)
-        w[u][r] = __ldcs(b + (row0 + r) * words + first + u * kGemvThreads);  // read once: stream past L1 / L2
+  for (int r = 0; r < kRows; ++r)
+    if (first < words && r < rows) w[r] = __ldcs(b + (row0 + r) * words + first);  // read once: stream past L1 / L2
   float rstd = 0.f;
   if constexpr (kIn == GemvInput::rmsnorm) rstd = row_rstd(in, red);
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-  for (int64_t i0 = first; i0 < words; i0 += kUnroll * kGemvThreads) {
-    if (i0 != first) {
+  for (int64_t i = first; i < words; i += kGemvThreads) {
+    if (i != first) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          if (i0 + u * kGemvThreads < words && r < rows) w[u][r] = __ldcs(b + (row0 + r) * words + i0 + u * kGemvThreads);
+      for (int r = 0; r < kRows; ++r)
+        if (r < rows) w[r] = __ldcs(b + (row0 + r) * words + i);
     }
+    const uint4 x = input_word<kIn>(in, i, rstd);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = i0 + u * kGemvThreads;
-      if (i < words) {
-        const uint4 x = input_word<kIn>(in, i, rstd);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          if (r < rows) acc[r] += dot8(x, w[u][r]);
-      }
-    }
+    for (int r = 0; r < kRows; ++r)
+      if (r < rows) acc[r] += dot8(x, w[r]);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -214,23 +200,25 @@ bool fused_applies(const Tensor& c, const Tensor& a, int64_t a_cols, const Tenso
 
 void gemv_rows(Tensor c, const Tensor& a, const Tensor& b, int64_t N, int64_t K, float alpha, float beta,
                cudaStream_t stream) {
-  launch_gemv<GemvInput::plain>(c, GemvIn{static_cast<const uint4*>(a.data), FloatPtr{}, 0.f, K}, b, N, alpha, beta,
+  launch_gemv<GemvInput::plain>(c, GemvIn{static_cast<const uint4*>(a.data), nullptr, 0.f, K}, b, N, alpha, beta,
                                 stream);
 }
 
 bool rmsnorm_gemv(Tensor c, const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& w) {
   const char* op = "rmsnorm_gemv";
-  if (!fused_applies(c, x, x.numel(), w) || x.numel() != w.size(1) || norm_weight.numel() != w.size(1)) return false;
-  const FloatPtr nw = float_arg(norm_weight, w.device, op, "norm_weight");
-  launch_gemv<GemvInput::rmsnorm>(c, GemvIn{static_cast<const uint4*>(x.data), nw, eps, w.size(1)}, w, w.size(0), 1.f,
-                                  0.f, stream_for(w, op));
+  if (!fused_applies(c, x, x.numel(), w) || x.numel() != w.size(1) || norm_weight.numel() != w.size(1) ||
+      norm_weight.dtype != DType::bf16 || !aligned16(norm_weight.data) || !(norm_weight.device == w.device))
+    return false;
+  launch_gemv<GemvInput::rmsnorm>(c, GemvIn{static_cast<const uint4*>(x.data),
+                                            static_cast<const uint4*>(norm_weight.data), eps, w.size(1)},
+                                  w, w.size(0), 1.f, 0.f, stream_for(w, op));
   return true;
 }
 
 bool swiglu_gemv(Tensor c, const Tensor& gate_up, const Tensor& w, float beta) {
   const char* op = "swiglu_gemv";
   if (!fused_applies(c, gate_up, gate_up.numel(), w) || gate_up.numel() != 2 * w.size(1)) return false;
-  launch_gemv<GemvInput::swiglu>(c, GemvIn{static_cast<const uint4*>(gate_up.data), FloatPtr{}, 0.f, w.size(1)}, w,
+  launch_gemv<GemvInput::swiglu>(c, GemvIn{static_cast<const uint4*>(gate_up.data), nullptr, 0.f, w.size(1)}, w,
                                  w.size(0), 1.f, beta, stream_for(w, op));
   return true;
 }
