@@ -225,7 +225,8 @@ void Model::decode_launches(KvCache& c, bool append_here, bool append_on_device)
     }
   }
   const Tensor head = unit_weights(int(s.L) + 1);
-  const Tensor head_w = s.tied ? param_view(unit_weights(0), "tok_embeddings.weight") : param_view(head, "lm_head.weight");
+  const Tensor head_w =
+      s.tied ? param_view(unit_weights(0), "tok_embeddings.weight") : param_view(head, "lm_head.weight");
   rmsnorm_linear_row(c.logits, x, param_view(head, "norm.weight"), config_.norm_eps, head_w, c.ln,
                      c.rstd);  // (1, V) = norm(x) (1, C) @ (V, C)^T
 }

@@ -62,7 +62,8 @@ TEST(CudaDecodeLinear, NormInTheGemvGivesTheTwoCallsBitsAndMatchesFp64) {
     std::vector<float> ref(size_t(cs.N));
     for (int64_t n = 0; n < cs.N; ++n) {
       double s = 0;
-      for (int64_t k = 0; k < cs.K; ++k) s += double(bf16_of(x[size_t(k)] * r * nw[size_t(k)])) * w[size_t(n * cs.K + k)];
+      for (int64_t k = 0; k < cs.K; ++k)
+        s += double(bf16_of(x[size_t(k)] * r * nw[size_t(k)])) * w[size_t(n * cs.K + k)];
       ref[size_t(n)] = float(s);
     }
     EXPECT_CLOSE(got, ref, cs.c == DType::f32 ? 3e-4 : 8e-3);

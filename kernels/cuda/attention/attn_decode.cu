@@ -2,9 +2,9 @@
 // sequence against a long KV cache is a memory-bound stream of the cache, so the kernel is built around keeping HBM
 // busy and paying little per call besides that stream:
 //   1. The cache rows [0, len) of each (sequence, K/V head) are cut into `splits` chunks of whole 64-token tiles,
-//      one CTA per (chunk, K/V head, head block, sequence), sized so one wave fills every SM (the split count comes
-//      from the SM count and the kernel's occupancy). A CTA holds its group's (up to 16) query heads as one mma.sync
-//      m-tile (heads past the group are zero rows), so each K/V row is read once for the whole group.
+//      one CTA per (chunk, K/V head, head block, sequence), sized so one wave puts one CTA on every SM (the split
+//      count comes from the SM count; see launch_decode). A CTA holds its group's (up to 16) query heads as one
+//      mma.sync m-tile (heads past the group are zero rows), so each K/V row is read once for the whole group.
 //   2. A CTA streams its chunk through a kDecStages-deep cp.async ring of K and V tiles (16-byte vectors into
 //      swizzled shared memory; two tiles in flight while one is computed: 64 KB of loads in flight per CTA at d128).
 //      Its 4 warps take 16 tokens each of every tile (scores, online softmax and P V on tensor cores, fp32 state),
@@ -385,7 +385,12 @@ template <int D>
 void launch_decode(DecodeParams p, int64_t B, int device, cudaStream_t stream) {
   const int64_t pairs = B * p.Hkv * p.hblocks;
   const int64_t tiles = (p.Nk + kDecTileTokens - 1) / kDecTileTokens;
-  const int64_t slots = int64_t(split_ctas_per_sm<D>(device)) * device_props().multiProcessorCount;
+  // One CTA an SM, though two fit (split_ctas_per_sm also opts into the shared memory): fewer, longer chunks halve
+  // the partials the last CTA merges after the stream, and a decode step at 32K on an H200 ran 795 tokens/s with 33
+  // splits against 758 with the 65 that filling both slots gave, 746 with 130 (bench/NOTES.md "Decode: the norms
+  // and SwiGLU in the GEMV").
+  split_ctas_per_sm<D>(device);
+  const int64_t slots = int64_t(device_props().multiProcessorCount);
   const int s = choose_splits(pairs, tiles, attn_decode_max_splits(B, p.Hkv, p.Nk), slots);
   p.chunk = std::max<int64_t>(1, (tiles + s - 1) / s) * kDecTileTokens;
   p.splits = int(std::max<int64_t>(1, (p.Nk + p.chunk - 1) / p.chunk));  // no split left wholly empty by rounding
