@@ -27,3 +27,9 @@ include(${CMAKE_CURRENT_LIST_DIR}/tensorboard.cmake)
 
 # A hostile user's options, outputs and a shard cut mid-run, through the binary on 1 and 2 ranks (issue 43).
 include(${CMAKE_CURRENT_LIST_DIR}/hostile_user.cmake)
+
+# bench/fp8_study.sh (issue 44's one-GPU measurements in one command) in DRY_RUN=1: every part prints its commands and
+# every config, script and program they name exists.
+add_test(NAME integration_fp8_study_dry_run
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fp8_study_dry_run.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(integration_fp8_study_dry_run PROPERTIES LABELS integration TIMEOUT 60)
