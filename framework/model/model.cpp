@@ -103,7 +103,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   const bool keep_all = ckpt == ActivationCheckpointing::none && !options.forward_only;
   const bool keep_attention = ckpt != ActivationCheckpointing::full && !options.forward_only;
   keep_mlp_hidden_ = keep_all;
-  mlp_chunk_ = resolve_mlp_chunk(options.mlp_chunk, N, Fl, options.fp8 && ckpt != ActivationCheckpointing::none);
+  mlp_chunk_ = resolve_mlp_chunk(options.mlp_chunk, N, Fl, options.fp8, ckpt);
   if (options.fp8) {  // precision fp8: the GEMMs must tile; the shared FP8 workspaces (framework/model/fp8_linear.h)
     // RT_FP8_ATTENTION_CHUNKS=0: the attention side's FP8 GEMMs over all N tokens at once (fp8_linear.h; an A/B).
     const char* chunks_env = std::getenv("RT_FP8_ATTENTION_CHUNKS");
@@ -209,12 +209,17 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
 }
 
 
-int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff, bool fp8_checkpointed) {
+int mlp_chunk_budget_log2(bool fp8, ActivationCheckpointing checkpointing) {
+  return fp8 && checkpointing != ActivationCheckpointing::none ? 26 : 27;
+}
+
+int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff, bool fp8,
+                          ActivationCheckpointing checkpointing) {
   RT_CHECK(requested >= -1, "train.mlp_chunk=" << requested << " must be -1 (auto), 0 (no chunking) or a token count");
   RT_CHECK(tokens > 0 && local_d_ff > 0, "mlp chunk: tokens and d_ff must be positive");
   if (requested > 0) return std::min(requested, tokens);
   if (requested == 0) return tokens;
-  const int64_t budget = int64_t(1) << (fp8_checkpointed ? 26 : 27);  // elements of one (chunk, Fl) buffer
+  const int64_t budget = int64_t(1) << mlp_chunk_budget_log2(fp8, checkpointing);  // elements of a (chunk, Fl) buffer
   if (tokens * local_d_ff <= budget) return tokens;
   const int64_t chunk = std::max<int64_t>(256, budget / local_d_ff / 256 * 256);
   return std::min(chunk, tokens);

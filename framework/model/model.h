@@ -129,11 +129,14 @@ struct ModelOptions {
 //   0 or >= N: N (no chunking);  > 0: that many tokens;
 //   -1 (auto): N when N * Fl <= 2^27 elements (a 256 MiB bf16 hidden buffer: every small config), else the
 //   largest multiple of 256 tokens with chunk * Fl <= 2^27 (16,384 tokens at Fl = 8192), at least 256.
-//   fp8_checkpointed (precision fp8 under selective or full checkpointing): a budget of 2^26, so that the halved
-//   bf16 hidden buffers pay for the FP8 workspaces (sized by the chunk too) and the arena is no larger than bf16's
-//   (tests/unit/plan/test_plan_fit.cpp). Without checkpointing fp8 keeps transposed FP8 copies instead of bf16
-//   activations and is smaller already.
-int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff, bool fp8_checkpointed = false);
+//   Precision fp8 under selective or full checkpointing: a budget of 2^26 (mlp_chunk_budget_log2), so that the
+//   halved bf16 hidden buffers pay for the FP8 workspaces (sized by the chunk too) and the arena is no larger than
+//   bf16's (tests/unit/plan/test_plan_fit.cpp). Without checkpointing fp8 keeps transposed FP8 copies instead of
+//   bf16 activations and is smaller already. The planner asks the same through resolved_mlp_chunk
+//   (framework/plan/trainer_setup.h).
+int mlp_chunk_budget_log2(bool fp8, ActivationCheckpointing checkpointing);
+int64_t resolve_mlp_chunk(int64_t requested, int64_t tokens, int64_t local_d_ff, bool fp8 = false,
+                          ActivationCheckpointing checkpointing = ActivationCheckpointing::none);
 
 // A contiguous, padded range of the flat buffers holding one unit's parameters (numel % (64 * shards) == 0).
 struct ParamUnit {

@@ -440,9 +440,7 @@ void print_model_and_flops(const Config& config, const Config& planned, const Re
                 peak);
   std::printf("  activations  %s, dtype %s, MLP chunk %lld tokens\n", config.train.checkpointing.c_str(),
               r.device.is_cuda() ? "bf16" : "f32",
-              (long long)resolve_mlp_chunk(config.train.mlp_chunk,
-                                           sequences_per_rank(planned) * tokens_per_rank(planned), m.d_ff / p.tp,
-                                           config.train.precision == "fp8" && config.train.checkpointing != "none"));
+              (long long)resolved_mlp_chunk(planned, sequences_per_rank(planned) * tokens_per_rank(planned)));
 }
 
 // --doc-lengths: the mix's visible pairs and attention FLOPs, per layout the imbalance and the kernels' efficiency,

@@ -128,14 +128,15 @@ void show_derived_step(Resolved& r) {
   const ParallelConfig& p = c.parallel;
   if (p.dp < 1 || p.cp < 1 || p.tp < 1 || c.train.batch_size % p.dp != 0 || c.data.seq_len % p.cp != 0) return;
   const int64_t tokens = int64_t(c.train.batch_size / p.dp) * (c.data.seq_len / p.cp);
-  const bool fp8_checkpointed = c.train.precision == "fp8" && c.train.checkpointing != "none";
-  const int64_t chunk = resolve_mlp_chunk(-1, tokens, c.model.d_ff / p.tp, fp8_checkpointed);
+  const int64_t chunk = resolved_mlp_chunk(c, tokens);
+  const bool halved = mlp_chunk_budget_log2(c.train.precision == "fp8", parse_checkpointing(c.train.checkpointing)) <
+                      mlp_chunk_budget_log2(false, ActivationCheckpointing::none);
   r.rows.push_back({"train.mlp_chunk", "-1 (auto)",
                     chunk < tokens ? std::to_string(chunk) + " tokens" : "none (all " + std::to_string(tokens) +
                                                                              " tokens of a rank at once)",
-                    fp8_checkpointed ? "chunks only when a rank's tokens x d_ff / tp exceed 2^26 (fp8 with "
-                                       "checkpointing: the FP8 workspaces fit in what the smaller chunk saves)"
-                                     : "chunks only when a rank's tokens x d_ff / tp exceed 2^27"});
+                    halved ? "chunks only when a rank's tokens x d_ff / tp exceed 2^26 (fp8 with checkpointing: "
+                             "the FP8 workspaces fit in what the smaller chunk saves)"
+                           : "chunks only when a rank's tokens x d_ff / tp exceed 2^27"});
 }
 
 // 8. generate: the prefill chunk (and the cache), as `ringtrain plan --generate-context` counts them.

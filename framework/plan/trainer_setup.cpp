@@ -119,6 +119,11 @@ ModelOptions model_options(const Config& config, Device device) {
   return o;
 }
 
+int64_t resolved_mlp_chunk(const Config& config, int64_t tokens) {
+  return resolve_mlp_chunk(config.train.mlp_chunk, tokens, config.model.d_ff / config.parallel.tp,
+                           config.train.precision == "fp8", parse_checkpointing(config.train.checkpointing));
+}
+
 std::string zero_note(const Config& config) {
   const ParallelConfig& p = config.parallel;
   if (p.zero == 0 || p.dp * p.cp > 1) return "";

@@ -29,6 +29,9 @@ std::string zero_note(const Config& config);
 // This rank's loader coordinates (dp, cp, layout).
 LoaderRank loader_rank(const Config& config, const ProcessGrid& grid);
 int64_t sequences_per_rank(const Config& config);
+// train.mlp_chunk as the model resolves it for a rank's `tokens` tokens (resolve_mlp_chunk with this config's
+// precision and checkpointing): what `plan` and the resolved table print.
+int64_t resolved_mlp_chunk(const Config& config, int64_t tokens);
 int64_t tokens_per_rank(const Config& config);
 
 struct ModelSession {

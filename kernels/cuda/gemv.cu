@@ -186,14 +186,14 @@ bool fusion_enabled() {
   return on;
 }
 
-// The fused calls' common conditions: a bf16 one-row input of K columns, w (N,K) bf16, c (1,N) bf16 or f32, all on
-// one device and 16-byte aligned where read as words.
-bool fused_applies(const Tensor& c, const Tensor& a, int64_t a_cols, const Tensor& w) {
+// The fused calls' common conditions: a bf16 one-row input of per_k * K columns (K = w's), w (N,K) bf16, c (1,N)
+// bf16 or f32, all on one device and 16-byte aligned where read as words.
+bool fused_applies(const Tensor& c, const Tensor& a, int64_t per_k, const Tensor& w) {
   if (!gemv_enabled() || !fusion_enabled() || w.ndim != 2) return false;
   const int64_t N = w.size(0), K = w.size(1);
   return a.dtype == DType::bf16 && w.dtype == DType::bf16 && (c.dtype == DType::bf16 || c.dtype == DType::f32) &&
-         a.numel() == a_cols && a_cols % K == 0 && c.numel() == N && K % 8 == 0 && K > 0 && N > 0 &&
-         aligned16(a.data) && aligned16(w.data) && a.device == w.device && c.device == w.device;
+         a.numel() == per_k * K && c.numel() == N && K % 8 == 0 && K > 0 && N > 0 && aligned16(a.data) &&
+         aligned16(w.data) && a.device == w.device && c.device == w.device;
 }
 
 }  // namespace
@@ -206,8 +206,8 @@ void gemv_rows(Tensor c, const Tensor& a, const Tensor& b, int64_t N, int64_t K,
 
 bool rmsnorm_gemv(Tensor c, const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& w) {
   const char* op = "rmsnorm_gemv";
-  if (!fused_applies(c, x, x.numel(), w) || x.numel() != w.size(1) || norm_weight.numel() != w.size(1) ||
-      norm_weight.dtype != DType::bf16 || !aligned16(norm_weight.data) || !(norm_weight.device == w.device))
+  if (!fused_applies(c, x, 1, w) || norm_weight.numel() != w.size(1) || norm_weight.dtype != DType::bf16 ||
+      !aligned16(norm_weight.data) || !(norm_weight.device == w.device))
     return false;
   launch_gemv<GemvInput::rmsnorm>(c, GemvIn{static_cast<const uint4*>(x.data),
                                             static_cast<const uint4*>(norm_weight.data), eps, w.size(1)},
@@ -217,7 +217,7 @@ bool rmsnorm_gemv(Tensor c, const Tensor& x, const Tensor& norm_weight, float ep
 
 bool swiglu_gemv(Tensor c, const Tensor& gate_up, const Tensor& w, float beta) {
   const char* op = "swiglu_gemv";
-  if (!fused_applies(c, gate_up, gate_up.numel(), w) || gate_up.numel() != 2 * w.size(1)) return false;
+  if (!fused_applies(c, gate_up, 2, w)) return false;
   launch_gemv<GemvInput::swiglu>(c, GemvIn{static_cast<const uint4*>(gate_up.data), nullptr, 0.f, w.size(1)}, w,
                                  w.size(0), 1.f, beta, stream_for(w, op));
   return true;

@@ -87,10 +87,14 @@ TEST(MlpChunkRule, AutoChunksOnlyLargeHiddenBuffers) {
   EXPECT_EQ(resolve_mlp_chunk(-1, 512, 64), 512);               // tiny: unchanged
   EXPECT_EQ(resolve_mlp_chunk(-1, 16384, 8192), 16384);         // exactly 2^27 elements: unchanged
   EXPECT_EQ(resolve_mlp_chunk(-1, 65536, 8192), 16384);         // 1.41B at 64K
-  EXPECT_EQ(resolve_mlp_chunk(-1, 65536, 8192, true), 8192);    // ... fp8 with checkpointing: a 2^26 budget
-  EXPECT_EQ(resolve_mlp_chunk(-1, 8192, 8192, true), 8192);     // exactly 2^26 elements: unchanged
-  EXPECT_EQ(resolve_mlp_chunk(-1, 262144, 14336, true), 4608);  // the 8B shape at 2M on 8 ranks (bf16: 9216)
-  EXPECT_EQ(resolve_mlp_chunk(1000, 65536, 8192, true), 1000);  // an explicit chunk is kept
+  // fp8 under selective or full checkpointing: a 2^26 budget; fp8 without checkpointing keeps 2^27.
+  const ActivationCheckpointing sel = ActivationCheckpointing::selective, full = ActivationCheckpointing::full;
+  EXPECT_EQ(resolve_mlp_chunk(-1, 65536, 8192, true, sel), 8192);
+  EXPECT_EQ(resolve_mlp_chunk(-1, 65536, 8192, true, ActivationCheckpointing::none), 16384);
+  EXPECT_EQ(resolve_mlp_chunk(-1, 65536, 8192, false, sel), 16384);
+  EXPECT_EQ(resolve_mlp_chunk(-1, 8192, 8192, true, sel), 8192);       // exactly 2^26 elements: unchanged
+  EXPECT_EQ(resolve_mlp_chunk(-1, 262144, 14336, true, full), 4608);   // the 8B shape at 2M on 8 ranks (bf16: 9216)
+  EXPECT_EQ(resolve_mlp_chunk(1000, 65536, 8192, true, full), 1000);   // an explicit chunk is kept
   EXPECT_EQ(resolve_mlp_chunk(-1, 524288, 8192), 16384);        // 1.41B at 512K
   EXPECT_EQ(resolve_mlp_chunk(-1, 131072, 3072), 43520);        // 125M at 128K: a multiple of 256
   EXPECT_EQ(resolve_mlp_chunk(-1, 1 << 20, 1 << 20), 256);      // at least 256 tokens
