@@ -3,7 +3,7 @@
 # give, each of ours fp8 beside ours bf16 in the same run (bench/results/2026-12-03-h200-fp8.md holds the tables).
 #   tests    the FP8 GPU tests (the GEMMs, the quantizer, the first step against the CPU per recipe)
 #   step     bench_train_step, bf16 / fp8 tensorwise / fp8 rowwise: the 1.41B at 16K and the Llama-3-8B shape at
-#            16K (12 layers, checkpointing none), with --profile (the quantization's share)
+#            16K (16 layers, as many as fit the H200; checkpointing none), with --profile (the quantization's share)
 #   chunk    the 1.41B at 64K under selective checkpointing: bf16, fp8 at its auto MLP chunk (8,192 tokens: half
 #            bf16's, so the arena is no larger) and fp8 at bf16's chunk (16,384): what the smaller chunk costs
 #   docs     the 1.41B at 64K on packed documents of a real length mix (bench/stdlib_doc_corpus.py), bf16 / fp8
@@ -50,7 +50,7 @@ if want tests; then
 fi
 run="--warmup 2 --steps 4"
 llama8b="configs/llama3-8b-2m-8gpu.yaml --set parallel.cp=1 --set parallel.zero=0 --set data.seq_len=16384
-  --set model.n_layer=12 --set train.checkpointing=none --set train.lm_head_chunk=2048"
+  --set model.n_layer=16 --set train.checkpointing=none --set train.lm_head_chunk=2048"
 if want step; then
   for p in "bf16" "fp8 --recipe tensorwise" "fp8 --recipe rowwise"; do
     tag=${p//[ -]/}; tag=${tag/recipe/-}
