@@ -2,9 +2,11 @@
 // and over which ranks each amax is reduced). Each function is the FP8 twin of the bf16 GEMMs it replaces in
 // model_forward.cpp / model_backward.cpp, with the same buffers in and out. Shapes: N = B*n tokens on this rank,
 // m the MLP chunk's rows, C d_model, qd = Hl*D, kvd = Hkvl*D, Fl the local MLP width (Fm = 2Fl for SwiGLU's [w1; w3]).
-// fast accumulation (no f32 promotion) in the forward only, as TransformerEngine and torchao do; RT_FP8_FAST_ACCUM=0
-// turns it off for an A/B of its effect on the loss (the GELU MLP then runs gemm_fp8 + gelu_fwd: cuBLASLt's fused
-// GELU always accumulates fast).
+// Fast accumulation (no f32 promotion) in the forward only, as TransformerEngine and torchao do, for tensorwise and
+// block; rowwise's forward promotes to f32, because with fast accumulation its held-out loss ended 1.16% behind bf16's
+// and with promotion 0.47% (bench/results/2026-12-03-h200-fp8.md, part 2; the goal is 0.5%). RT_FP8_FAST_ACCUM=0 / 1
+// sets it for every recipe (an A/B of its effect; with 0 the GELU MLP runs gemm_fp8 + gelu_fwd: cuBLASLt's fused GELU
+// always accumulates fast).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,18 +18,20 @@
 
 namespace rt {
 namespace {
-// RT_FP8_FAST_ACCUM: unset or 1 = the forward's FP8 GEMMs accumulate fast (the default), 0 = with f32 promotion.
-// Read once; a value other than 0 or 1 is refused naming them.
-bool forward_fast_accum() {
-  static const bool on = [] {
+// RT_FP8_FAST_ACCUM: unset = the recipe's default (fast for tensorwise and block, f32 promotion for rowwise), 0 = f32
+// promotion, 1 = fast, for every recipe. Read once; a value other than 0 or 1 is refused naming them.
+bool forward_fast_accum(Fp8Recipe recipe) {
+  static const int forced = [] {  // -1: the recipe's default
     const char* v = std::getenv("RT_FP8_FAST_ACCUM");
-    const std::string s = v ? v : "1";
+    if (v == nullptr) return -1;
+    const std::string s = v;
     RT_CHECK(s == "0" || s == "1", "RT_FP8_FAST_ACCUM=" << s << " is not 0 (f32 promotion in the forward's FP8 "
-                                   "GEMMs) or 1 (fast accumulation, the default)");
-    if (s == "0") std::fprintf(stderr, "fp8: RT_FP8_FAST_ACCUM=0: the forward's FP8 GEMMs promote to f32\n");
-    return s == "1";
+                                   "GEMMs) or 1 (fast accumulation); unset, each recipe takes its default");
+    std::fprintf(stderr, "fp8: RT_FP8_FAST_ACCUM=%s: the forward's FP8 GEMMs %s for every recipe\n", s.c_str(),
+                 s == "0" ? "promote to f32" : "accumulate fast");
+    return s == "1" ? 1 : 0;
   }();
-  return on;
+  return forced >= 0 ? forced == 1 : recipe != Fp8Recipe::rowwise;
 }
 }  // namespace
 
@@ -60,7 +64,7 @@ void Model::fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a) {
   const Fp8Operand& wq = f.weight(Fp8Linear::weight0, w.wq, col_parallel, false, layer, Fp8Site::wq);
   const Fp8Operand& wk = f.weight(Fp8Linear::weight_k, w.wk, col_parallel, false, layer, Fp8Site::wk);
   const Fp8Operand& wv = f.weight(Fp8Linear::weight_v, w.wv, col_parallel, false, layer, Fp8Site::wv);
-  const bool fast = forward_fast_accum();
+  const bool fast = forward_fast_accum(f.recipe());
   for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
     const Fp8Operand x = f.view_of(Fp8Linear::act, false, r1 - r0, C);  // (m, C)
     f.quantize_rows(ln1, a.ln1, r0, r1, x, a.fp8_keep ? a.ln1_t[size_t(c)] : Fp8Operand{});
@@ -75,13 +79,18 @@ void Model::fp8_qkv_forward(int layer, const LayerWeights& w, BlockActs& a) {
 void Model::fp8_attn_out_forward(int layer, const LayerWeights& w, BlockActs& a) {
   Fp8Linear& f = *fp8_;
   const int64_t N = a.att.shape[0], qd = a.att.shape[1];
-  const Fp8Linear::Whole att = f.whole_amax(0, a.att, {f.tokens(), f.tp()}, false);
+  // Under checkpointing none att is kept to the backward, which quantizes it again for wo's weight gradient: its amax
+  // is remembered for that (whole_amax_remembered).
+  const Fp8Split att_split{f.tokens(), f.tp()};
+  const Fp8Linear::Whole att = a.fp8_keep ? f.whole_amax_remembered(0, layer, Fp8Site::attn_out, a.att, att_split, false,
+                                                                    /*refresh=*/true)
+                                          : f.whole_amax(0, a.att, att_split, false);
   const Fp8Operand& wo = f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, false, layer, Fp8Site::wo);
   for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
     const Fp8Operand x = f.view_of(Fp8Linear::act, false, r1 - r0, qd);  // (m, qd)
     f.quantize_rows(att, a.att, r0, r1, x, Fp8Operand{});
     f.record(layer, Fp8Site::attn_out, c, x);
-    gemm_fp8(a.x_mid.slice(r0, r1), x, wo, 0.f, forward_fast_accum());  // (m, C)
+    gemm_fp8(a.x_mid.slice(r0, r1), x, wo, 0.f, forward_fast_accum(f.recipe()));  // (m, C)
   });
 }
 
@@ -100,8 +109,9 @@ void Model::fp8_mlp_in_forward(int layer, int64_t chunk, const LayerWeights& w, 
   }
   f.record(layer, Fp8Site::mlp_norm_out, chunk, x);
   const Fp8Operand& fc = f.weight(Fp8Linear::weight0, w.fc_or_w13, {f.tp(), nullptr}, false, layer, Fp8Site::fc);
-  if (shape_.swiglu || !forward_fast_accum()) {
-    gemm_fp8(h, x, fc, 0.f, forward_fast_accum());
+  const bool fast = forward_fast_accum(f.recipe());
+  if (shape_.swiglu || !fast) {
+    gemm_fp8(h, x, fc, 0.f, fast);
     if (!shape_.swiglu) gelu_fwd(g, h);
     return;
   }
@@ -122,7 +132,7 @@ void Model::fp8_mlp_out_forward(int layer, int64_t chunk, const LayerWeights& w,
   }
   f.record(layer, Fp8Site::mlp_act, chunk, x);
   gemm_fp8(out, x, f.weight(Fp8Linear::weight1, w.proj_or_w2, {nullptr, f.tp()}, false, layer, Fp8Site::proj), 0.f,
-           forward_fast_accum());
+           forward_fast_accum(f.recipe()));
 }
 
 // The MLP's backward for one chunk: d_out (m, C) -> the output projection's weight gradient and d_g (m, Fl) ->
@@ -164,7 +174,10 @@ void Model::fp8_attn_out_backward(int layer, const LayerWeights& w, const LayerW
   Fp8Linear& f = *fp8_;
   const int64_t N = d_res_.shape[0], C = d_res_.shape[1], qd = a.att.shape[1];
   const Fp8Linear::Whole d_res = f.whole_amax(0, d_res_, {f.tokens(), nullptr}, true);
-  const Fp8Linear::Whole att = f.whole_amax(1, a.att, {f.tokens(), f.tp()}, true);
+  const Fp8Split att_split{f.tokens(), f.tp()};
+  const Fp8Linear::Whole att = a.fp8_keep ? f.whole_amax_remembered(1, layer, Fp8Site::attn_out, a.att, att_split, true,
+                                                                    /*refresh=*/false)
+                                          : f.whole_amax(1, a.att, att_split, true);
   const Fp8Operand& wo_t = f.weight(Fp8Linear::weight1, w.wo, {nullptr, f.tp()}, true, layer, Fp8Site::wo);
   for_attention_chunks(f, N, [&](int64_t c, int64_t r0, int64_t r1) {
     const int64_t m = r1 - r0;

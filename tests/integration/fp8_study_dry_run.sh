@@ -12,7 +12,7 @@ cat "$out/dry.txt"
 fail=0
 for part in tests step-1b-bf16 step-1b-fp8-tensorwise step-1b-fp8-rowwise step-8b-bf16 step-8b-fp8-tensorwise \
             chunk-bf16 chunk-fp8-auto chunk-fp8-16384 docs-corpus docs-bf16 docs-fp8-tensorwise peer \
-            parity-rowwise-no-fast-accum; do
+            parity-rowwise; do
   grep -q "^\[fp8_study\] $part: " "$out/dry.txt" || { echo "FAIL: no command for $part"; fail=1; }
 done
 for f in $(grep -oE '(configs|bench)/[A-Za-z0-9_./-]+\.(yaml|py)' "$out/dry.txt" | sort -u); do
