@@ -125,6 +125,9 @@ Fp8Linear::Fp8Linear(Fp8Recipe recipe, const Fp8BlockDims& d, int layers, Comm& 
   amax_cols_ = arena.alloc(DType::f32, {dim}, "fp8: amaxes");  // (max dim) f32
   given_amax_ = arena.alloc(DType::f32, {1}, "fp8: a producer's amax");  // (1) f32
   for (Tensor& w : whole_) w = arena.alloc(DType::f32, {dim}, "fp8: whole-tensor amaxes");  // (max dim) f32
+  const int64_t sites = int64_t(layers) * int64_t(Fp8Site::count);
+  remembered_ = arena.alloc(DType::f32, {sites}, "fp8: remembered amaxes");  // (layers * sites) f32
+  remembered_meta_.assign(size_t(sites), Remembered{});
   const int64_t group = std::max(tp.size(), dp_cp.size());
   if (group > 1) gathered_ = arena.alloc(DType::f32, {group * dim}, "fp8: gathered amaxes");  // (group*dim) f32
   const int64_t entries = int64_t(layers) * int64_t(Fp8Site::count) * chunks_;
@@ -222,6 +225,28 @@ Fp8Linear::Whole Fp8Linear::whole_amax(int slot, const Tensor& x, Fp8Split split
   return w;
 }
 
+Fp8Linear::Whole Fp8Linear::whole_amax_remembered(int slot, int layer, Fp8Site site, const Tensor& x, Fp8Split split,
+                                                  bool transposed, bool refresh) {
+  if (recipe_ != Fp8Recipe::tensorwise) return whole_amax(slot, x, split, transposed);
+  Whole w;
+  w.split = split, w.transposed = transposed;
+  w.amax = remembered_amax(layer, site, x, split, refresh);  // (1)
+  return w;
+}
+
+Tensor Fp8Linear::remembered_amax(int layer, Fp8Site site, const Tensor& x, Fp8Split split, bool refresh) {
+  RT_CHECK(layer >= 0 && layer < layers_ && site < Fp8Site::count,
+           "fp8: remembered_amax for layer " << layer << " of " << layers_);
+  const int64_t i = int64_t(layer) * int64_t(Fp8Site::count) + int64_t(site);
+  Remembered& r = remembered_meta_[size_t(i)];
+  const Tensor slot = remembered_.slice(i, i + 1);  // (1) f32
+  if (!refresh && r.epoch == epoch_ && r.data == x.data && r.numel == x.numel()) return slot;
+  const Tensor amax = tensor_amax(x, split, slot);  // the given one, or taken into the slot
+  if (amax.data != slot.data) copy_cast(slot, amax);
+  r = {epoch_, x.data, x.numel()};
+  return slot;
+}
+
 void Fp8Linear::quantize_rows(const Whole& w, const Tensor& x, int64_t r0, int64_t r1, const Fp8Operand& oq,
                               const Fp8Operand& ot) {
   RT_CHECK(!ot.defined() || w.transposed, "fp8: quantize_rows: qt wanted but whole_amax was taken without it");
@@ -245,8 +270,16 @@ const Fp8Operand& Fp8Linear::weight(int buffer, const Tensor& w, Fp8Split split,
   Held& h = held_[buffer];
   if (h.epoch == epoch_ && h.layer == layer && h.which == which && h.transposed == transposed) return h.op;
   Fp8Operand o;
-  if (transposed) quantize(w, split, /*is_weight=*/true, -1, buffer, nullptr, &o);
-  else quantize(w, split, /*is_weight=*/true, buffer, -1, &o, nullptr);
+  if (recipe_ == Fp8Recipe::tensorwise) {  // one amax pass a step: W's in the forward, reused for W^T
+    const int64_t R = w.shape[0], K = w.shape[1];
+    o = transposed ? view(buffer, Fp8Scaling::tensor, K, R) : view(buffer, Fp8Scaling::tensor, R, K);
+    const Tensor amax = remembered_amax(layer, which, w, split, /*refresh=*/false);  // (1)
+    fp8_quantize(transposed ? Fp8Operand{} : o, transposed ? o : Fp8Operand{}, w, amax, Tensor{});
+  } else if (transposed) {
+    quantize(w, split, /*is_weight=*/true, -1, buffer, nullptr, &o);
+  } else {
+    quantize(w, split, /*is_weight=*/true, buffer, -1, &o, nullptr);
+  }
   h = {epoch_, layer, which, transposed, o};
   if (!transposed) record(layer, which, 0, h.op);
   return h.op;

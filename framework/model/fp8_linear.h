@@ -112,6 +112,15 @@ class Fp8Linear {
   };
   static constexpr int kWholeSlots = 4;
   Whole whole_amax(int slot, const Tensor& x, Fp8Split split, bool transposed);
+  // whole_amax for a tensor a step quantizes twice (under checkpointing none the attention output att, in the forward
+  // and again for wo's weight gradient): tensorwise, the amax is remembered per (layer, site) (remembered_amax);
+  // other recipes take whole_amax's.
+  Whole whole_amax_remembered(int slot, int layer, Fp8Site site, const Tensor& x, Fp8Split split, bool transposed,
+                              bool refresh);
+  // x's tensorwise amax (1), reduced over split, remembered per (layer, site): with refresh it is taken (the
+  // forward's pass); without, the one taken this step from the same data (pointer and size) is reused, else taken.
+  // The weights' (the forward quantizes W, the backward W^T) and att's: one amax pass each a step instead of two.
+  Tensor remembered_amax(int layer, Fp8Site site, const Tensor& x, Fp8Split split, bool refresh);
   void quantize_rows(const Whole& w, const Tensor& x, int64_t r0, int64_t r1, const Fp8Operand& q,
                      const Fp8Operand& qt);
   // An (R,K) operand of its own (data and factors) from `arena`, scaled as this recipe scales an activation
@@ -162,6 +171,13 @@ class Fp8Linear {
   Tensor amax_rows_, amax_cols_;  // (max dim) f32: per-row and per-column amaxes (tensorwise: element 0)
   Tensor given_amax_;             // (1) f32: a producer's amax of its output (given_amax)
   Tensor whole_[kWholeSlots];     // (max dim) f32 each: whole_amax's slots
+  Tensor remembered_;             // (layers * sites) f32: remembered_amax's amaxes
+  struct Remembered {
+    int64_t epoch = -1;
+    const void* data = nullptr;
+    int64_t numel = 0;
+  };
+  std::vector<Remembered> remembered_meta_;  // (layers * sites): where and when each was taken
   const void* given_for_ = nullptr;
   int64_t given_numel_ = 0;
   Tensor gathered_;               // (max group size * max dim) f32: all-gathered amaxes

@@ -6,6 +6,9 @@
 // blocks and 32 warps per SM) by default, 8 (256 threads, about 120 registers: 16 warps per SM, the first version)
 // through set_fp8_quantize_rows (kernels/cuda/fp8_tuning.h). q rows leave as 8-byte stores (16 threads write a
 // row's 128 bytes); qt goes through a transposed tile in shared memory and leaves as 8-byte stores along its rows.
+// The staging tile's rows are 128 bytes with their sixteen 8-byte slots swizzled (slot ^ row / 8), so that the
+// writes of a warp (16 tile columns 8 apart, two tile rows) and its reads (two rows, 16 slots each) touch every bank
+// once per 128 bytes; unswizzled with a 136-byte pitch the 4-byte writes were 8-way bank conflicts.
 // Amaxes: block_1x128 takes q's row amax over the tile's 128 columns (a 16-lane reduction) and qt's over the
 // tile's 128 rows (a reduction across the block); block_128x128 the tile's; tensor and row read fp8_amax's.
 #include <atomic>
@@ -18,7 +21,10 @@ namespace rt {
 namespace cuda {
 namespace {
 
-constexpr int kTile = 128, kTilePitch = kTile + 8;  // qt staging rows padded (8-byte aligned)
+constexpr int kTile = 128;
+
+// The byte of the qt staging tile's row `row` that holds its logical byte `o`: 8-byte slots swizzled by row / 8.
+__device__ __forceinline__ int staged_byte(int row, int o) { return (((o >> 3) ^ (row >> 3)) << 3) | (o & 7); }
 
 struct QuantArgs {
   int64_t R, K;
@@ -46,7 +52,7 @@ __device__ __forceinline__ uint2 pack_codes(const float* v, const float* s) {
 template <class T, int kS, int kRows>
 __global__ void __launch_bounds__(16 * kTile / kRows, 2) quantize_kernel(const T* __restrict__ x, QuantArgs a) {
   constexpr int kThreadsQ = 16 * kTile / kRows, kWarps = kThreadsQ / 32;
-  __shared__ __align__(16) uint8_t tile_t[kTile][kTilePitch];  // qt staging: (tile column, tile row)
+  __shared__ __align__(16) uint8_t tile_t[kTile][kTile];  // qt staging: (tile column, tile row), slots swizzled
   __shared__ uint32_t col_part[kWarps][kTile];                  // block_1x128: per warp, per tile column
   __shared__ float col_mult[kTile];                             // qt's multiplier per tile column
   __shared__ uint32_t warp_key[kWarps];
@@ -185,8 +191,9 @@ __global__ void __launch_bounds__(16 * kTile / kRows, 2) quantize_kernel(const T
 #pragma unroll
       for (int i = 0; i < kRows; ++i) col[i] = v[i][j], m[i] = colm[j];
       const uint2 bits = pack_codes<kRows>(col, m);
-      if constexpr (kRows == 8) *reinterpret_cast<uint2*>(&tile_t[tx * 8 + j][ty * 8]) = bits;
-      else *reinterpret_cast<uint32_t*>(&tile_t[tx * 8 + j][ty * kRows]) = bits.x;
+      const int c = tx * 8 + j;  // the staging row: x's tile column
+      if constexpr (kRows == 8) *reinterpret_cast<uint2*>(&tile_t[c][staged_byte(c, ty * 8)]) = bits;
+      else *reinterpret_cast<uint32_t*>(&tile_t[c][staged_byte(c, ty * kRows)]) = bits.x;
     }
     __syncthreads();
 #pragma unroll
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(16 * kTile / kRows, 2) quantize_kernel(const T
       const int id = tid + kThreadsQ * t, row = id >> 4, part = id & 15;
       const int64_t k = c0 + row, r = r0 + part * 8;
       if (k >= K || r >= R) continue;
-      const uint2 bits = *reinterpret_cast<const uint2*>(&tile_t[row][part * 8]);
+      const uint2 bits = *reinterpret_cast<const uint2*>(&tile_t[row][staged_byte(row, part * 8)]);
       if (a.vec_qt && r + 8 <= R) {
         *reinterpret_cast<uint2*>(a.qt + k * R + r) = bits;
       } else {

@@ -81,3 +81,53 @@ TEST(Fp8GivenAmax, OtherRecipesDoNotWantIt) {
 
 }  // namespace
 }  // namespace rt
+
+namespace rt {
+namespace {
+
+// remembered_amax (framework/model/fp8_linear.h): a tensor the step quantizes twice (a weight: W in the forward, W^T in
+// the backward; att under checkpointing none) takes one amax pass. Shown by changing the data in place between the two
+// quantizations, which a real step never does: the second quantization keeps the first one's factor, and the things
+// that must take a new amax (a new step, refresh, other data, another recipe) do.
+TEST(Fp8RememberedAmax, AWeightsTransposeReusesTheForwardsAmaxWithinAStep) {
+  Fixture fx(Fp8Recipe::tensorwise);
+  std::vector<float> w(size_t(K * K));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f * std::cos(0.11f * float(i));  // |w| <= 0.5
+  w[3] = 3.f;
+  const Tensor wt(w.data(), DType::f32, Device::cpu(), {K, K});
+  Fp8Linear& f = *fx.f;
+  EXPECT_FLOAT_EQ(f.weight(Fp8Linear::weight0, wt, {}, false, 0, Fp8Site::wq).scale.ptr<float>()[0], factor_for(3.f));
+  w[3] = 9.f;  // not what a step does: makes a second amax pass visible
+  EXPECT_FLOAT_EQ(f.weight(Fp8Linear::weight0, wt, {}, true, 0, Fp8Site::wq).scale.ptr<float>()[0], factor_for(3.f));
+  // Another site of the same layer has its own.
+  EXPECT_FLOAT_EQ(f.weight(Fp8Linear::weight1, wt, {}, false, 0, Fp8Site::wo).scale.ptr<float>()[0], factor_for(9.f));
+  f.begin_step();  // a new step takes it again
+  EXPECT_FLOAT_EQ(f.weight(Fp8Linear::weight0, wt, {}, true, 0, Fp8Site::wq).scale.ptr<float>()[0], factor_for(9.f));
+}
+
+TEST(Fp8RememberedAmax, RefreshOtherDataAndOtherRecipesTakeTheirOwn) {
+  Fixture fx(Fp8Recipe::tensorwise);
+  Fp8Linear& f = *fx.f;
+  std::vector<float> x = values(3.f), y = values(5.f);
+  const Tensor xt(x.data(), DType::f32, Device::cpu(), {R, K}), yt(y.data(), DType::f32, Device::cpu(), {R, K});
+  float got = 0.f;
+  auto amax_of = [&](const Fp8Linear::Whole& w) {
+    copy_cast(Tensor(&got, DType::f32, Device::cpu(), {1}), w.amax);
+    return got;
+  };
+  EXPECT_FLOAT_EQ(amax_of(f.whole_amax_remembered(0, 0, Fp8Site::attn_out, xt, {}, false, true)), 3.f);
+  x[7] = 4.f;
+  EXPECT_FLOAT_EQ(amax_of(f.whole_amax_remembered(1, 0, Fp8Site::attn_out, xt, {}, true, false)), 3.f);  // reused
+  EXPECT_FLOAT_EQ(amax_of(f.whole_amax_remembered(1, 0, Fp8Site::attn_out, xt, {}, true, true)), 4.f);   // refresh
+  EXPECT_FLOAT_EQ(amax_of(f.whole_amax_remembered(1, 0, Fp8Site::attn_out, yt, {}, true, false)), 5.f);  // other data
+
+  Fixture rows(Fp8Recipe::rowwise);  // rowwise: per-column amaxes of x^T, taken every time
+  const Fp8Linear::Whole w = rows.f->whole_amax_remembered(0, 0, Fp8Site::attn_out, xt, {}, true, true);
+  ASSERT_EQ(w.amax.numel(), K);
+  x[7 + K] = 11.f;  // row 1, column 7
+  const Fp8Linear::Whole again = rows.f->whole_amax_remembered(0, 0, Fp8Site::attn_out, xt, {}, true, false);
+  EXPECT_FLOAT_EQ(again.amax.ptr<float>()[7], 11.f);
+}
+
+}  // namespace
+}  // namespace rt
