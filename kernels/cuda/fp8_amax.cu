@@ -5,6 +5,9 @@
 //   of 16-byte words, four loads in flight per thread and no index arithmetic per word (the row / column form did a
 //   64-bit division per 8 elements and moved 1.4-2 TB/s); bf16 keys are folded two at a time (__vmaxu2 on the raw
 //   bits: |bf16| bits in the same NaN-propagating order as the f32 key).
+//   A small x (kSmallElems or fewer, as the guard's record of a step's factors and the rowwise amaxes' fold over
+//   ranks): one block that writes the key itself, no memset first (a step takes ~900 amaxes, most of them small, and
+//   the memset was a second launch each).
 //   row: tiles of 128 rows x 256 columns; per row a warp reduction (one atomic per row and tile), per column a
 //   reduction over the block's 8 warps in shared memory (one atomic per column and tile).
 #include <algorithm>
@@ -17,6 +20,24 @@ namespace cuda {
 namespace {
 
 constexpr int kRowTileRows = 128, kRowTileCols = 256;  // 8 warps x 16 rows; 32 lanes x 8 columns
+constexpr int64_t kSmallElems = 16384;                  // x this small: one block (amax_small_kernel)
+
+template <class T>
+__global__ void amax_small_kernel(const T* __restrict__ x, int64_t n, uint32_t* __restrict__ amax) {
+  // x: n contiguous elements; amax (1) as a key, written (not folded in: no zeroing first). One block of kThreads.
+  __shared__ uint32_t warp_key[kThreads / 32];
+  uint32_t key = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) key = max(key, amax_key(float(x[i])));
+  key = warp_max_key(key);
+  if ((threadIdx.x & 31) == 0) warp_key[threadIdx.x >> 5] = key;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t k = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) k = max(k, warp_key[w]);
+    *amax = k;
+  }
+}
 
 template <class T>
 __global__ void amax_tensor_kernel(const T* __restrict__ x, int64_t R, int64_t K, bool vec,
@@ -146,6 +167,15 @@ void fp8_amax(Tensor amax, Tensor amax_t, const Tensor& x, Fp8Scaling scaling) {
     require_dtype_on(amax, DType::f32, x.device, op, "amax");
     check_shape(amax, {1}, op, "amax (1)");
     all = static_cast<uint32_t*>(amax.data);
+    if (R * K <= kSmallElems) {
+      if (x.dtype == DType::bf16) {
+        amax_small_kernel<<<1, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x.data), R * K, all);
+      } else {
+        amax_small_kernel<<<1, kThreads, 0, stream>>>(static_cast<const float*>(x.data), R * K, all);
+      }
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     CUDA_CHECK(cudaMemsetAsync(all, 0, 4, stream));
   } else {
     RT_CHECK(scaling == Fp8Scaling::row, op << ": " << fp8_scaling_name(scaling)
