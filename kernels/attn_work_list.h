@@ -1,0 +1,99 @@
+// A document-masked attention call's work list (issue 46, bench/NOTES.md "Packed documents at cp = 8, one persistent
+// launch per rank and direction"): which key tiles each 128-row query tile visits, in which order the tiles run,
+// built once per step on the host and read by every layer's forward (and later backward) instead of the per-call
+// set-up kernels and the per-CTA live-tile scan.
+//
+// The call is attn_fwd_whole_two_kv's (kernels/op_list.inc): q (B,Nq,H,D), one or two key sources as one key list
+// (k's rows [0, Nk), the gap up to attn_second_kv_row(Nk), then k2's rows; with one source the list is k's rows),
+// the document mask only (mask.docs; no causal, no row ranges). A key tile is 128 rows of that list: tile t holds list
+// rows [128 t, 128 t + 128). A task is one query tile (rows [q_row, q_row + 128) of sample `sample`, clipped at Nq)
+// and the key tiles it visits, as segments of consecutive tiles; every head runs every task (the kernel's units are
+// task x head). Within a task the segments ascend and do not overlap, own keys (source -1) before gathered ones.
+// A list is valid for a call when every visible (query, key) pair of the call lies in exactly one segment of exactly
+// one task of its query tile; a tile it leaves out must hold no key visible to any row of the task (it would be fully
+// masked). Rows of a query tile with no visible key get out = 0 and lse = -inf, as in every attention call.
+//
+// Splits (parts > 1, merge_slot >= 0) are reserved for the split merge; until it lands every task has parts = 1 and
+// merge_slot = -1, and the ops refuse other values naming them.
+//
+// On the device the list is one i32 tensor: attn_work_list_words() below, uploaded once per step.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/attention_shapes.h"
+
+namespace rt {
+
+constexpr int64_t kAttnWorkTileRows = 128;  // query rows of a task and key rows of a tile
+
+struct AttnKeySeg {     // 8 bytes
+  int32_t first_tile;   // the first key tile (list rows [128 first_tile, ...))
+  int16_t tiles;        // consecutive tiles, >= 1
+  int8_t source;        // -1: the call's own keys (k, v); s >= 0: gathered rows (k2, v2) behind ready flag s (0: all
+                        // gathered rows land together, as one exchange delivers them; per-peer flags later)
+  int8_t spare;         // 0
+};
+
+struct AttnWorkTask {   // 16 bytes
+  int32_t q_row;        // the query tile's first row (a multiple of 128)
+  int16_t sample;       // b
+  int8_t part, parts;   // part `part` of `parts` of the tile's segments (0 of 1: unsplit)
+  int32_t first_seg;    // its segments: segs[first_seg, first_seg + segs)
+  int16_t segs;         // >= 1
+  int16_t merge_slot;   // -1: unsplit
+};
+
+struct AttnWorkList {
+  std::vector<AttnWorkTask> tasks;  // in the order the kernel takes them (heaviest first)
+  std::vector<AttnKeySeg> segs;
+  int64_t key_tiles() const;        // sum of tiles over every segment (one head's key-tile visits)
+};
+
+// The device form: words[0] = tasks, words[1] = segments, then the tasks (4 i32 each, the struct's bytes), then the
+// segments (2 i32 each). (2 + 4 T + 2 S) i32.
+std::vector<int32_t> attn_work_list_words(const AttnWorkList& list);
+// The inverse, for the CPU op and the tests: checks the counts against the words' length (names the problem).
+AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words);
+
+// attn_fwd_whole_two_kv (kernels/op_list.inc) over a work list: the same q, k, v, k2, v2, scratch, document mask,
+// out (B,Nq,H,D) and lse (B,H,Nq), plus `list` (n_words) i32 on q's device (attn_work_list_words). k2 / v2 may be
+// undefined or hold 0 rows: one source (the list then names no gathered tile). Every listed (task, head) runs an
+// online softmax over its segments' key tiles in order; rows no task covers, and rows that see no key of their tiles,
+// get out 0 and lse -inf. The list must be valid for the call (above: doc_work_list builds one,
+// parallel/schedule/doc_work_list.h); a key the list leaves out is not read. Declared here, not in
+// kernels/op_list.inc, and dispatched in kernels/attn_work_list.cpp: kernels/cpu/attention/attn_fwd_work_list.cpp
+// and kernels/cuda/attention/attn_fwd_work_list.cu.
+// attn_fwd_work_list's argument checks, shared by both backends (each adds its dtype and device checks): those of
+// attn_two_kv_dims (kernels/attention_shapes.h), except that k2 and v2 may be undefined (one source: list_rows = Nk,
+// docs.k_stride >= Nk), and `list` must be a 1-D i32 tensor on q's device of at least 2 words.
+inline AttnDims attn_work_list_dims(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2,
+                                    const Tensor& v2, const AttnMask& mask, const Tensor& list, int64_t& list_rows,
+                                    const char* op) {
+  AttnDims d;
+  if (k2.defined() || v2.defined()) {
+    d = attn_two_kv_dims(q, k, v, k2, v2, mask, list_rows, op);
+  } else {
+    d = attn_shape_dims(q, k, v, op);
+    RT_CHECK(mask.docs.on() && !mask.causal && mask.q_begin == 0 && mask.q_end == -1 && mask.k_begin == 0 &&
+                 mask.k_end == -1,
+             op << ": takes the document mask over every query and key row (no causal mask, no row ranges)");
+    list_rows = d.Nk;
+    RT_CHECK(mask.docs.k_stride >= list_rows,
+             op << ": docs.k_stride = " << mask.docs.k_stride << " is shorter than k's " << d.Nk << " rows");
+  }
+  RT_CHECK(list.defined() && list.ndim == 1 && list.shape[0] >= 2,
+           op << ": list must be the work list's words as a 1-D i32 tensor (attn_work_list_words), got "
+              << (list.defined() ? list.shape_str() : std::string("undefined")));
+  check_dtype(list, DType::i32, op, "list");
+  RT_CHECK(list.device == q.device,
+           op << ": list is on " << list.device.str() << " but q is on " << q.device.str() << "; upload it there");
+  return d;
+}
+
+void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
+
+}  // namespace rt

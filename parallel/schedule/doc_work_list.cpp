@@ -1,0 +1,218 @@
+// doc_work_list and its checker (parallel/schedule/doc_work_list.h).
+#include "parallel/schedule/doc_work_list.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace rt {
+namespace {
+
+constexpr int64_t kTile = kAttnWorkTileRows;
+
+// The call's key tiles: own tiles [0, own_tiles) hold list rows [128 t, min(128 t + 128, Nk)); gathered tiles
+// [own_tiles, list_tiles) rows [128 t, min(128 t + 128, list_rows)) (attn_second_kv_row(Nk) = 128 own_tiles, so no
+// tile holds rows of both sources and none holds only gap rows).
+struct KeyTiling {
+  int64_t Nk, list_rows, own_tiles, list_tiles;
+  int64_t row_begin(int64_t t) const { return t * kTile; }
+  int64_t row_end(int64_t t) const { return std::min(t * kTile + kTile, t < own_tiles ? Nk : list_rows); }
+  int8_t source(int64_t t) const { return t < own_tiles ? int8_t(-1) : int8_t(0); }
+};
+
+int64_t q_stride_of(const DocWorkListInputs& in) { return in.q_stride > 0 ? in.q_stride : in.Nq; }
+int64_t k_stride_of(const DocWorkListInputs& in) { return in.k_stride > 0 ? in.k_stride : in.list_rows; }
+
+KeyTiling check_inputs(const DocWorkListInputs& in, const char* op) {
+  RT_CHECK(in.B >= 0 && in.Nq >= 0 && in.Nk >= 0, op << ": B=" << in.B << ", Nq=" << in.Nq << ", Nk=" << in.Nk
+                                                     << " must not be negative");
+  const int64_t s2 = attn_second_kv_row(in.Nk);
+  RT_CHECK(in.list_rows == in.Nk || in.list_rows >= s2,
+           op << ": list_rows = " << in.list_rows << " must be Nk = " << in.Nk << " (one source) or at least "
+              << "attn_second_kv_row(Nk) = " << s2 << " (own rows, the gap, then the gathered rows)");
+  const int64_t qs = q_stride_of(in), ks = k_stride_of(in);
+  RT_CHECK(qs >= in.Nq && ks >= in.list_rows,
+           op << ": strides (" << qs << ", " << ks << ") are shorter than Nq = " << in.Nq << " / list_rows = "
+              << in.list_rows);
+  RT_CHECK(int64_t(in.q_pos.size()) >= in.B * qs && int64_t(in.q_doc_start.size()) >= in.B * qs &&
+               int64_t(in.k_pos.size()) >= in.B * ks,
+           op << ": q_pos (" << in.q_pos.size() << "), q_doc_start (" << in.q_doc_start.size() << ") and k_pos ("
+              << in.k_pos.size() << ") must hold (B, q_stride) = " << in.B * qs << " and (B, k_stride) = "
+              << in.B * ks << " positions");
+  RT_CHECK(in.B <= 32767 && in.Nq <= INT32_MAX && in.list_rows / kTile <= INT32_MAX,
+           op << ": B=" << in.B << ", Nq=" << in.Nq << ", list_rows=" << in.list_rows
+              << " exceed the list's i16 sample and i32 row / tile fields");
+  const int64_t own_tiles = s2 / kTile;
+  const int64_t list_tiles = in.list_rows == in.Nk ? own_tiles : (in.list_rows + kTile - 1) / kTile;
+  return {in.Nk, in.list_rows, own_tiles, list_tiles};
+}
+
+// A run of rows of one query tile in one document: the keys they see are the positions [lo, hi].
+struct DocRun {
+  int64_t lo, hi;
+};
+
+}  // namespace
+
+AttnWorkList doc_work_list(const DocWorkListInputs& in) {
+  const char* op = "doc_work_list";
+  const KeyTiling kt = check_inputs(in, op);
+  const int64_t qs = q_stride_of(in), ks = k_stride_of(in);
+  const int64_t q_tiles = (in.Nq + kTile - 1) / kTile;
+
+  struct Built {
+    AttnWorkTask task;
+    std::vector<AttnKeySeg> segs;
+    int64_t tiles;
+  };
+  std::vector<Built> built;
+  std::vector<int64_t> sorted;        // (list_rows) sample b's key positions, sorted within each key tile
+  std::vector<int64_t> kmin, kmax;    // (list_tiles) each key tile's smallest and largest position
+  std::vector<DocRun> runs;           // (<= 128) the query tile's runs
+  for (int64_t b = 0; b < in.B; ++b) {
+    const int64_t* kp = in.k_pos.data() + b * ks;  // (list_rows)
+    sorted.assign(kp, kp + in.list_rows);
+    kmin.assign(size_t(kt.list_tiles), INT64_MAX);
+    kmax.assign(size_t(kt.list_tiles), INT64_MIN);
+    for (int64_t t = 0; t < kt.list_tiles; ++t) {
+      auto first = sorted.begin() + kt.row_begin(t), last = sorted.begin() + kt.row_end(t);
+      std::sort(first, last);
+      kmin[size_t(t)] = *first;
+      kmax[size_t(t)] = *(last - 1);
+    }
+    const int64_t* qp = in.q_pos.data() + b * qs;        // (Nq)
+    const int64_t* qd = in.q_doc_start.data() + b * qs;  // (Nq)
+    for (int64_t qt = 0; qt < q_tiles; ++qt) {
+      const int64_t i0 = qt * kTile, i1 = std::min(in.Nq, i0 + kTile);
+      runs.clear();
+      int64_t hull_lo = INT64_MAX, hull_hi = INT64_MIN;
+      for (int64_t i = i0; i < i1;) {
+        const int64_t lo = qd[i];
+        int64_t hi = INT64_MIN;
+        for (; i < i1 && qd[i] == lo; ++i) hi = std::max(hi, qp[i]);
+        if (hi < lo) continue;  // no row of the run sees anything
+        runs.push_back({lo, hi});
+        hull_lo = std::min(hull_lo, lo);
+        hull_hi = std::max(hull_hi, hi);
+      }
+      Built task{AttnWorkTask{int32_t(i0), int16_t(b), 0, 1, 0, 0, -1}, {}, 0};
+      for (int64_t t = 0; t < kt.list_tiles && !runs.empty(); ++t) {
+        const int64_t mn = kmin[size_t(t)], mx = kmax[size_t(t)];
+        if (mx < hull_lo || mn > hull_hi) continue;
+        const auto first = sorted.begin() + kt.row_begin(t), last = sorted.begin() + kt.row_end(t);
+        bool meets = false;
+        for (const DocRun& r : runs) {
+          if (mx < r.lo || mn > r.hi) continue;
+          const auto it = std::lower_bound(first, last, r.lo);
+          if (it != last && *it <= r.hi) {
+            meets = true;
+            break;
+          }
+        }
+        if (!meets) continue;
+        ++task.tiles;
+        AttnKeySeg* prev = task.segs.empty() ? nullptr : &task.segs.back();
+        if (prev && prev->first_tile + prev->tiles == t && prev->source == kt.source(t) && prev->tiles < INT16_MAX)
+          ++prev->tiles;
+        else
+          task.segs.push_back(AttnKeySeg{int32_t(t), 1, kt.source(t), 0});
+      }
+      if (task.tiles > 0) built.push_back(std::move(task));
+    }
+  }
+  std::stable_sort(built.begin(), built.end(), [](const Built& a, const Built& b) {
+    if (a.tiles != b.tiles) return a.tiles > b.tiles;
+    if (a.task.sample != b.task.sample) return a.task.sample < b.task.sample;
+    return a.task.q_row < b.task.q_row;
+  });
+  AttnWorkList list;
+  list.tasks.reserve(built.size());
+  for (Built& t : built) {
+    RT_CHECK(t.segs.size() <= size_t(INT16_MAX) && list.segs.size() + t.segs.size() <= size_t(INT32_MAX),
+             op << ": sample " << t.task.sample << "'s query tile at row " << t.task.q_row << " has " << t.segs.size()
+                << " segments, more than the list's i16 count holds");
+    t.task.first_seg = int32_t(list.segs.size());
+    t.task.segs = int16_t(t.segs.size());
+    list.tasks.push_back(t.task);
+    list.segs.insert(list.segs.end(), t.segs.begin(), t.segs.end());
+  }
+  return list;
+}
+
+std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInputs& in) {
+  const KeyTiling kt = check_inputs(in, "doc_work_list_problem");
+  const int64_t qs = q_stride_of(in), ks = k_stride_of(in);
+  const int64_t q_tiles = (in.Nq + kTile - 1) / kTile;
+  std::ostringstream os;
+  // listed[(b q_tiles + qt) list_tiles + t]: how often key tile t is listed for query tile qt of sample b.
+  std::vector<uint8_t> listed(size_t(in.B * q_tiles * kt.list_tiles), 0);
+  std::vector<int> task_of(size_t(in.B * q_tiles), -1);  // (B, q_tiles) the task of each query tile
+  for (size_t n = 0; n < list.tasks.size(); ++n) {
+    const AttnWorkTask& task = list.tasks[n];
+    if (task.sample < 0 || task.sample >= in.B || task.q_row < 0 || task.q_row >= in.Nq || task.q_row % kTile != 0) {
+      os << "task " << n << " (sample " << task.sample << ", q_row " << task.q_row << ") is not a 128-row query "
+         << "tile of B=" << in.B << ", Nq=" << in.Nq;
+      return os.str();
+    }
+    if (task.part != 0 || task.parts != 1 || task.merge_slot != -1) {
+      os << "task " << n << " is part " << int(task.part) << " of " << int(task.parts) << " with merge slot "
+         << task.merge_slot << "; only unsplit tasks (0 of 1, -1) are valid yet";
+      return os.str();
+    }
+    const size_t tile = size_t(task.sample * q_tiles + task.q_row / kTile);
+    if (task_of[tile] >= 0) {
+      os << "tasks " << task_of[tile] << " and " << n << " both hold sample " << task.sample << "'s query tile at row "
+         << task.q_row;
+      return os.str();
+    }
+    task_of[tile] = int(n);
+    if (task.segs < 1 || task.first_seg < 0 || int64_t(task.first_seg) + task.segs > int64_t(list.segs.size())) {
+      os << "task " << n << " names segments [" << task.first_seg << ", " << task.first_seg + task.segs << ") of "
+         << list.segs.size();
+      return os.str();
+    }
+    int64_t next = 0;
+    for (int s = task.first_seg; s < task.first_seg + task.segs; ++s) {
+      const AttnKeySeg& seg = list.segs[size_t(s)];
+      const int64_t lo = seg.first_tile, hi = lo + seg.tiles;
+      const bool source_ok = seg.source == -1 ? hi <= kt.own_tiles : seg.source == 0 && lo >= kt.own_tiles;
+      if (seg.tiles < 1 || lo < next || hi > kt.list_tiles || !source_ok || seg.spare != 0) {
+        os << "task " << n << "'s segment " << s << " (tiles [" << lo << ", " << hi << "), source " << int(seg.source)
+           << ") is out of range, out of order or of the wrong source: own tiles (-1) are [0, " << kt.own_tiles
+           << "), gathered (0) [" << kt.own_tiles << ", " << kt.list_tiles << ")";
+        return os.str();
+      }
+      next = hi;
+      for (int64_t t = lo; t < hi; ++t) ++listed[tile * size_t(kt.list_tiles) + size_t(t)];
+    }
+  }
+  // Every (query tile, key tile) pair against the brute-force truth.
+  for (int64_t b = 0; b < in.B; ++b) {
+    const int64_t* qp = in.q_pos.data() + b * qs;        // (Nq)
+    const int64_t* qd = in.q_doc_start.data() + b * qs;  // (Nq)
+    const int64_t* kp = in.k_pos.data() + b * ks;        // (list_rows)
+    for (int64_t qt = 0; qt < q_tiles; ++qt)
+      for (int64_t t = 0; t < kt.list_tiles; ++t) {
+        int64_t vi = -1, vj = -1;  // a visible pair, if any
+        for (int64_t i = qt * kTile; i < std::min(in.Nq, qt * kTile + kTile) && vi < 0; ++i)
+          for (int64_t j = kt.row_begin(t); j < kt.row_end(t); ++j)
+            if (qd[i] <= kp[j] && kp[j] <= qp[i]) {
+              vi = i, vj = j;
+              break;
+            }
+        const int count = listed[size_t((b * q_tiles + qt) * kt.list_tiles + t)];
+        if (vi >= 0 && count == 0) {
+          os << "sample " << b << ": query row " << vi << " sees key row " << vj << " (key tile " << t
+             << ") but no segment of its query tile covers it";
+          return os.str();
+        }
+        if (vi < 0 && count > 0) {
+          os << "sample " << b << ": key tile " << t << " is listed for the query tile at row " << qt * kTile
+             << " but holds no key visible to its rows";
+          return os.str();
+        }
+      }
+  }
+  return "";
+}
+
+}  // namespace rt

@@ -1,0 +1,42 @@
+// The host builder of a document-masked attention call's work list (kernels/attn_work_list.h; issue 46,
+// bench/NOTES.md "Packed documents at cp = 8, one persistent launch per rank and direction"): for every 128-row query
+// tile of every sample, the 128-row key tiles of the call's key list that hold a key visible to some row of the tile,
+// as ascending segments (own keys before gathered ones). Pure and host-only: every position is known on the host when
+// a batch's documents are set (RingAttention::set_documents), so the list is built once per step and read by every
+// layer's call. The CPU op (kernels/cpu/attention/attn_fwd_work_list.cpp) and the CUDA kernel run the same list.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attn_work_list.h"
+
+namespace rt {
+
+// One call's positions (the document mask of attn_fwd_whole_two_kv, kernels/attention.h AttnDocs): key j of the list
+// is visible to query i of sample b iff q_doc_start[b, i] <= k_pos[b, j] <= q_pos[b, i].
+struct DocWorkListInputs {
+  int64_t B = 0, Nq = 0;
+  int64_t Nk = 0;         // the call's own key rows (k, v): list rows [0, Nk); the gap after them holds no key
+  int64_t list_rows = 0;  // Nk with one source, else attn_second_kv_row(Nk) + the gathered rows (k2, v2)
+  std::vector<int64_t> q_pos, q_doc_start;  // (B, q_stride) the queries' positions and document starts
+  std::vector<int64_t> k_pos;               // (B, k_stride) the key list's positions (gap rows are not read)
+  int64_t q_stride = 0, k_stride = 0;       // elements between samples; 0: Nq and list_rows
+};
+
+// The list for a call: a task per 128-row query tile (the last one partial) that sees at least one key, with the key
+// tiles that hold a visible key (exactly those: a tile meets the query tile iff one of its keys lies in
+// [doc start, largest position] of one of the tile's runs of rows of one document), merged into segments of
+// consecutive tiles of one source (own: tiles below attn_second_kv_row(Nk) / 128, source -1; gathered: from there,
+// source 0). Tasks are ordered heaviest first (most key tiles; ties by sample, then q_row) and their segments are
+// stored in that order. Every task has parts = 1, merge_slot = -1. O(B (Nq + list_rows log 128) + query tiles x key
+// tiles x runs) with each run tested against a key tile's position range first.
+AttnWorkList doc_work_list(const DocWorkListInputs& in);
+
+// "" when `list` is valid for the call and tight, else the first problem, in words: a task or segment out of range
+// or out of order, a query tile listed twice, a visible (query, key) pair that no segment covers, or a listed key tile
+// that holds no key visible to its task's rows. Brute force over every (query, key) pair: O(B Nq list_rows), for tests
+// and checks, not for a step.
+std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInputs& in);
+
+}  // namespace rt
