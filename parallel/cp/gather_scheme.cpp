@@ -2,8 +2,10 @@
 #include "parallel/cp/gather_scheme.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/attention.h"
+#include "kernels/attn_work_list.h"
 
 namespace rt {
 
@@ -34,6 +36,17 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   const int64_t H = shape.heads;
   g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
   g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
+  const char* work_list_env = std::getenv("RT_ATTN_WORK_LIST");
+  g->work_list_on = work_list_env != nullptr && work_list_env[0] == '1';
+  if (g->work_list_on) {
+    // At most a task per 128-row query tile of each sample, each with at most half the key list's tiles + 1
+    // segments (a segment needs a tile, and two segments of one source a tile left out between them; the own and the
+    // gathered tiles may split one more), plus one per 32767 tiles (a segment's i16 length).
+    const int64_t tasks = B * ((n + kAttnWorkTileRows - 1) / kAttnWorkTileRows);
+    const int64_t tiles = (attn_second_kv_row(n) + R + kAttnWorkTileRows - 1) / kAttnWorkTileRows;
+    const int64_t words = 2 + 4 * tasks + 2 * tasks * (tiles / 2 + 2 + tiles / 32767);
+    g->work_list = arena.alloc(DType::i32, {words}, "ring_gather.work_list");  // (words) i32
+  }
   return g;
 }
 

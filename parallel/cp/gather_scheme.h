@@ -65,6 +65,14 @@ struct RingGather {
   // forced by bwd_one_launch_forced >= 0 (RingAttention::set_gather_bwd_one_launch).
   bool bwd_one_launch = false;
   int bwd_one_launch_forced = -1;
+  // The one-launch forward over a work list (attn_fwd_work_list, kernels/attn_work_list.h) instead of
+  // attn_fwd_whole_two_kv: on with RT_ATTN_WORK_LIST=1 in the environment when the ring is constructed (default off;
+  // issue 46). plan_gather builds the list (parallel/schedule/doc_work_list.h) once per batch where the forward runs
+  // in one launch.
+  bool work_list_on = false;
+  Tensor work_list;             // (work_list_max) i32, allocated only when on: the list's words, viewed
+                                // (work_list_words)
+  int64_t work_list_words = 0;  // of the current plan (0: none built)
 };
 
 // The buffers for a ring of `cp` ranks (cp > 1) and RingAttention's shape, from `arena`.

@@ -74,6 +74,9 @@ class RingAttention {
   // set_documents calls, -1 restores the choice (tests and benchmarks). Needs the constructor's gather = true.
   void set_gather_fwd_one_launch(int mode);
   bool gather_fwd_one_launch() const;  // the current plan's form (false without the gather scheme)
+  // Whether that one launch runs attn_fwd_work_list over the batch's work list (kernels/attn_work_list.h) instead of
+  // attn_fwd_whole_two_kv: RT_ATTN_WORK_LIST=1 in the environment when the ring was constructed (default off).
+  bool gather_fwd_work_list() const;
   // The same for the backward: the own call (whole) and the gathered call as one attn_bwd_block_fresh_two_kv after
   // the exchange, the return waited for after it (parallel/schedule/gather_plan.h gather_bwd_one_launch).
   void set_gather_bwd_one_launch(int mode);

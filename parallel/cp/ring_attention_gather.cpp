@@ -10,7 +10,9 @@
 //   is in flight; wait; unpack the received chunks into the gathered buffer in position order, padding zeroed
 //   (unpack_index); gathered call: the query rows [lo, hi) that see a gathered key (q_rows, from the plan) x the
 //   gathered rows (document mask with the rows' positions) into out2 / lse2, merged into out / lse
-//   (parallel/cp/gather_forward.h: no pass over the fp32 state of all rows).
+//   (parallel/cp/gather_forward.h: no pass over the fp32 state of all rows). In one launch
+//   (RingGather::fwd_one_launch): wait, unpack, one attn_fwd_whole_two_kv over own keys and gathered rows, or with
+//   RT_ATTN_WORK_LIST=1 attn_fwd_work_list over the batch's work list (plan_gather builds it; kernels/attn_work_list.h).
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
 //   the same exchange again; own call part A (own keys [0, m)) backward into this rank's f32 dK|dV while it is in
 //   flight; wait; unpack; gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their
@@ -29,11 +31,13 @@
 
 #include <algorithm>
 
+#include "kernels/attn_work_list.h"
 #include "kernels/ops.h"
 #include "parallel/comm/fault.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
 #include "parallel/cp/ring_attention.h"
+#include "parallel/schedule/doc_work_list.h"
 #include "parallel/schedule/gather_plan.h"
 
 namespace rt {
@@ -183,6 +187,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
                                    ? g.bwd_one_launch_forced == 1
                                    : gather_bwd_one_launch_for_batch(tiles.data(), plans.data(), size_t(B), r,
                                                                      model_split, model_shape));
+  g.work_list_words = 0;
   if (g.fwd_one_launch || g.bwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows'
     const int64_t S = attn_second_kv_row(n), L = S + R;
     std::vector<int64_t> list(size_t(B * L), T);  // (B, S + R)
@@ -191,6 +196,24 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
       std::copy(k_pos.begin() + b * R, k_pos.begin() + (b + 1) * R, list.begin() + b * L + S);
     }
     upload_i32(g.k_list_pos, reinterpret_cast<const int32_t*>(list.data()), 2 * int64_t(list.size()));
+    if (g.work_list_on && g.fwd_one_launch) {  // the one-launch forward's work list over the same key list
+      DocWorkListInputs in;
+      in.B = B, in.Nq = n, in.Nk = n, in.list_rows = L;
+      in.k_pos = std::move(list);  // (B, S + R)
+      in.q_pos.resize(size_t(B * n));
+      in.q_doc_start.resize(size_t(B * n));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < n; ++i) {
+          in.q_pos[size_t(b * n + i)] = host_pos[b * T + r * n + i];
+          in.q_doc_start[size_t(b * n + i)] = host_doc_start[b * T + r * n + i];
+        }
+      const std::vector<int32_t> words = attn_work_list_words(doc_work_list(in));
+      RT_CHECK(int64_t(words.size()) <= g.work_list.numel(),
+               "ring gather: the work list's " << words.size() << " words overrun its buffer of "
+                                               << g.work_list.numel() << " (a bug in make_ring_gather's bound)");
+      upload_i32(g.work_list, words.data(), int64_t(words.size()));
+      g.work_list_words = int64_t(words.size());
+    }
   }
   upload_i32(g.send_index, send_index.data(), int64_t(send_index.size()));
   upload_i32(g.unpack_index, unpack_index.data(), int64_t(unpack_index.size()));
@@ -222,6 +245,10 @@ void RingAttention::set_gather_bwd_one_launch(int mode) {
                     "gather = true)");
   RT_CHECK(mode >= -1 && mode <= 1, "ring attention: set_gather_bwd_one_launch(" << mode << "): -1 (choose), 0 or 1");
   gather_->bwd_one_launch_forced = mode;
+}
+
+bool RingAttention::gather_fwd_work_list() const {
+  return gather_fwd_one_launch() && gather_->work_list_words > 0;
 }
 
 bool RingAttention::gather_bwd_one_launch() const {
@@ -316,8 +343,12 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
     }
     RingTimerScope t(*timer_, Phase::compute);
     const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
-    attn_fwd_whole_two_kv(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
-                          key_list_mask(), out, lse);
+    if (g.work_list_words > 0)  // RT_ATTN_WORK_LIST=1: the same call over the plan's work list
+      attn_fwd_work_list(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
+                         key_list_mask(), g.work_list.slice(0, g.work_list_words), out, lse);
+    else
+      attn_fwd_whole_two_kv(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
+                            key_list_mask(), out, lse);
     return;
   }
   // parallel/cp/gather_forward.h: the merge form for a light gathered call, the state form for a heavy one.

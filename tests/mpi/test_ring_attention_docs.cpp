@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -70,6 +71,7 @@ struct RingStats {
   int64_t own_split = 0;     // this rank's gather own backward split (RingAttention::gather_own_split)
   bool fwd_one_launch = false;  // this rank's gather forward in one launch (RingAttention::gather_fwd_one_launch)
   bool bwd_one_launch = false;  // and its backward (RingAttention::gather_bwd_one_launch)
+  bool fwd_work_list = false;   // its one-launch forward over the work list (RingAttention::gather_fwd_work_list)
 };
 
 // How run_docs_ring runs the ring: the scheme set_documents gets (gather: the ring is built with its buffers) and
@@ -80,6 +82,7 @@ struct RingRun {
   int64_t own_split = -1;  // gather: the own backward call's split forced at this key row (-1: the plan's choice)
   int fwd_one_launch = -1;  // gather: the forward in one launch forced off (0) or on (1) (-1: the plan's choice)
   int bwd_one_launch = -1;  // gather: the backward likewise
+  bool work_list = false;   // gather: RT_ATTN_WORK_LIST=1 while the ring is constructed (the forward's work list)
 };
 
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
@@ -120,8 +123,10 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
     test::upload(v, gather(p.v, T, kHkv * kD, order, n, T, r * n));
     test::upload(dout, gather(p.dout, T, kH * kD, order, n, T, r * n));
     for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
+    if (run.work_list) setenv("RT_ATTN_WORK_LIST", "1", 1);
     RingAttention attn(ring, layout, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena, run.dkv_wire,
                        /*gather=*/run.scheme == CpScheme::gather);
+    if (run.work_list) unsetenv("RT_ATTN_WORK_LIST");
     if (run.own_split >= 0) attn.set_gather_own_split(run.own_split);
     if (run.fwd_one_launch >= 0) attn.set_gather_fwd_one_launch(run.fwd_one_launch);
     if (run.bwd_one_launch >= 0) attn.set_gather_bwd_one_launch(run.bwd_one_launch);
@@ -133,7 +138,8 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
       double bytes[2] = {attn.timings().sent_bytes, attn.timings().ring_bytes};
       ring.all_reduce_sum(bytes, 2);
       *stats = {bytes[0], bytes[1], attn.planned_bytes_per_layer(), attn.hop_plan().kv_hops, attn.scheme(),
-                attn.gather_own_split(), attn.gather_fwd_one_launch(), attn.gather_bwd_one_launch()};
+                attn.gather_own_split(), attn.gather_fwd_one_launch(), attn.gather_bwd_one_launch(),
+                attn.gather_fwd_work_list()};
     }
     // Un-permute: this rank's rows are at the positions of its columns (the same for every sample here only if
     // the order is; compare per sample).
@@ -506,6 +512,37 @@ TEST(RingGatherDocs, ForcedOneLaunchForwardMatchesOneRank) {
         if (bwd_one) EXPECT_GT(on[1], 0) << what << ": no rank ran its backward in one launch";
         else EXPECT_EQ(on[1], 0) << what << ": a rank ran its backward in one launch, forced off";
       }
+  }
+}
+
+// The one-launch forward over the batch's work list (RT_ATTN_WORK_LIST=1: attn_fwd_work_list, kernels/
+// attn_work_list.h, the list from parallel/schedule/doc_work_list.h) against one rank, on calls of several 128-row
+// query and key tiles (T = 1200: 300 to 600 rows a rank): contiguous, zigzag and a random assignment in random local
+// order, odd documents (kMix) and two samples; every rank that runs its forward in one launch runs it over the list.
+TEST(RingGatherDocs, WorkListForwardMatchesOneRank) {
+  const int64_t T = 1200;
+  const test::AttentionProblem p = test::make_attention_problem(4242, kB, T, kH, kHkv, kD, false);
+  for (int cp = 2; cp <= std::min(4, world_size()); cp += 2) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> orders;
+    for (Layout layout : {Layout::contiguous, Layout::zigzag})
+      orders.push_back({layout_name(layout), layout_order(layout, T, cp)});
+    orders.push_back({"random unsorted", random_order(T, cp, 77 + uint64_t(cp), /*sorted=*/false)});
+    for (const auto& [name, order] : orders) {
+      double bad = 0;
+      int64_t skipped = 0;
+      RingStats stats;
+      const std::string what = "gather, forward over the work list, " + name + " cp=" + std::to_string(cp);
+      RingRun run{CpScheme::gather, DType::f32};
+      run.fwd_one_launch = 1;
+      run.work_list = true;
+      const test::RelErrors rel = run_docs_ring(p, order, kMix, cp, Layout::balanced, &bad, &skipped, &stats, run);
+      expect_close(rel, bad, what);
+      int on[2] = {0, 0};  // ranks running the forward in one launch / over the work list
+      if (world_rank() < cp) on[0] = stats.fwd_one_launch ? 1 : 0, on[1] = stats.fwd_work_list ? 1 : 0;
+      MPI_Allreduce(MPI_IN_PLACE, on, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_GT(on[1], 0) << what << ": no rank ran its forward over the work list";
+      EXPECT_EQ(on[0], on[1]) << what << ": a rank ran its one-launch forward without the work list";
+    }
   }
 }
 
