@@ -10,17 +10,19 @@
 #   peer     bench/torch_gpt_side_by_side.py: ours bf16 / fp8 beside torch.compile per block with and without
 #            torchao float8 (tensorwise, rowwise) on the 1.41B at 16K; torchao is a peer, never a dependency: put
 #            its wheel's directory in TORCHAO_PATH (../shared/peers/torchao says how), else the step says it skips
+#   peer8b   the same on the Llama-3-8B shape at 16K (SwiGLU, 32 query / 8 K/V heads), 12 layers so that the PyTorch
+#            model's fp32 weights, AdamW state and activations fit the GPU beside nothing else
 #   parity   the rowwise loss-parity run against bf16 (rowwise's forward promotes to f32 by default since its
 #            fast-accumulation run ended 1.16% behind bf16: bench/NOTES.md "Rowwise's loss gap"; RT_FP8_FAST_ACCUM=1
 #            in the environment repeats that run); ~5 minutes on an H200; not in the default parts
-# usage: bench/fp8_study.sh [build-dir (build-gpu)] [out-dir (fp8-study)] [parts (tests,step,chunk,docs,peer)]
+# usage: bench/fp8_study.sh [build-dir (build-gpu)] [out-dir (fp8-study)] [parts (tests,step,chunk,docs,peer,peer8b)]
 # Every step runs under `timeout` and logs to <out-dir>/<step>.log; a failed step is reported and the rest go on.
 # At the end one line per bench_train_step run: the median ms/step, and its speed-up over its part's bf16 run.
 # DRY_RUN=1 prints the commands instead of running them (tests/integration/fp8_study_dry_run.sh checks them).
 set -uo pipefail
 build=${1:-build-gpu}
 out=${2:-fp8-study}
-parts=",${3:-tests,step,chunk,docs,peer},"
+parts=",${3:-tests,step,chunk,docs,peer,peer8b},"
 dry=${DRY_RUN:-0}
 mkdir -p "$out"
 start=$SECONDS
@@ -90,6 +92,19 @@ if want peer; then
     [ "$dry" = 1 ] || cat "$out/peer.md" 2>/dev/null
   else
     echo "[fp8_study] peer: skipped (TORCHAO_PATH names no torchao wheel directory; ../shared/peers/torchao says how)"
+  fi
+fi
+if want peer8b; then
+  if [ -n "${TORCHAO_PATH:-}" ] || [ "$dry" = 1 ]; then
+    PYTHONPATH="${TORCHAO_PATH:-}${PYTHONPATH:+:$PYTHONPATH}" step peer8b 1200 python3 bench/torch_gpt_side_by_side.py \
+      --ours "$B" --configs configs/llama3-8b-2m-8gpu.yaml --set parallel.cp=1 --set parallel.zero=0 \
+      --set data.seq_len=16384 --set model.n_layer=12 --set train.checkpointing=none --set train.lm_head_chunk=2048 \
+      --torch-compile --fp8 --fp8-recipes tensorwise rowwise \
+      --contenders ours ours_fp8_tensorwise ours_fp8_rowwise compiled float8_tensorwise float8_rowwise \
+      --out "$out/peer8b.md"
+    [ "$dry" = 1 ] || cat "$out/peer8b.md" 2>/dev/null
+  else
+    echo "[fp8_study] peer8b: skipped (TORCHAO_PATH names no torchao wheel directory)"
   fi
 fi
 if want parity; then

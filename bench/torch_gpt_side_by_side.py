@@ -8,8 +8,12 @@ The PyTorch side is what a PyTorch user would write (the way ../shared/baselines
 fp32 weights, SDPA restricted to the cuDNN backend, fused AdamW, the full logits and F.cross_entropy, per-block
 torch.utils.checkpoint when the config says checkpointing: full, and when it says selective, the same per-block
 checkpoint with a selective policy that saves the SDPA op's outputs (O and LSE, as ours keeps them) and recomputes
-everything else. Pre-norm RMSNorm, RoPE (rotate-half), GELU (tanh) MLP 4d, untied head, vocab 50304, batch 1: the
-same FLOPs as ours. Contenders (each in its own try: one that fails, in compile or OOM, leaves the others):
+everything else. Pre-norm RMSNorm, RoPE (rotate-half), the config's MLP (GELU (tanh), or SwiGLU as w2(silu(w1 x) *
+w3 x)) and heads (grouped-query attention: the K/V heads repeated to the query heads before SDPA, as torchtitan's
+Llama does), untied head, batch 1: the same FLOPs as ours. --set KEY=VALUE (repeatable) overrides a config key for
+both sides: ours gets it as bench_train_step's --set, the PyTorch side reads the last part of the key (model.n_layer
+-> n_layer), so the Llama-3-8B shape at 16K on one GPU is `--configs configs/llama3-8b-2m-8gpu.yaml --set
+parallel.cp=1 --set parallel.zero=0 --set data.seq_len=16384 --set model.n_layer=12 --set train.checkpointing=none`. Contenders (each in its own try: one that fails, in compile or OOM, leaves the others):
   eager      that model in eager mode;
   compiled   (--torch-compile) the same with every block wrapped by torch.compile (default mode), the checkpoint
              wrapper (and its selective policy) applied before compile, as torchtitan orders them (apply_ac, then
@@ -53,10 +57,25 @@ import time
 PEAK_TFLOPS = 989.0
 
 
+SHAPE_KEYS = {"n_layer", "d_model", "n_head", "n_kv_head", "vocab_size", "d_ff", "seq_len", "batch_size",
+              "checkpointing", "mlp", "tied_embeddings"}
+
+
+def apply_sets(shape, sets):
+    """--set KEY=VALUE overrides on the PyTorch side's shape: the last part of the dotted key, where it is a shape key."""
+    for kv in sets:
+        key, _, value = kv.partition("=")
+        if not value:
+            raise SystemExit(f"--set {kv}: expected KEY=VALUE (e.g. model.n_layer=12)")
+        short = key.split(".")[-1]
+        if short in SHAPE_KEYS:
+            shape[short] = value
+    return shape
+
+
 def read_shape(path):
     """The few keys the PyTorch side needs, from the block-style YAML (no PyYAML needed)."""
-    want = {"n_layer", "d_model", "n_head", "vocab_size", "d_ff", "seq_len", "batch_size", "checkpointing", "mlp",
-            "tied_embeddings"}
+    want = SHAPE_KEYS
     out = {}
     with open(path) as f:
         for line in f:
@@ -66,9 +85,11 @@ def read_shape(path):
     return out
 
 
-def run_ours(binary, config, warmup, steps, timeout, profile=False, recipe=None):
+def run_ours(binary, config, warmup, steps, timeout, profile=False, recipe=None, sets=()):
     """bench_train_step on one config; recipe: None (bf16) or an fp8.recipe (--precision fp8 --recipe recipe)."""
     cmd = [binary, config, "--warmup", str(warmup), "--steps", str(steps)] + (["--profile"] if profile else [])
+    for kv in sets:
+        cmd += ["--set", kv]
     cmd += ["--precision", "fp8", "--recipe", recipe] if recipe else ["--precision", "bf16"]
     print("$ " + " ".join(cmd), flush=True)
     try:
@@ -135,6 +156,10 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
     L, d, H = int(shape["n_layer"]), int(shape["d_model"]), int(shape["n_head"])
     V, T = int(shape["vocab_size"]), int(shape["seq_len"])
     ff = int(shape.get("d_ff", 4 * d))
+    Hkv = int(shape.get("n_kv_head", H))
+    swiglu = shape.get("mlp", "gelu") == "swiglu"
+    if H % Hkv:
+        raise SystemExit(f"n_head {H} is not a multiple of n_kv_head {Hkv}")
     policy = shape.get("checkpointing", "none")
     if policy not in ("none", "full", "selective"):
         raise SystemExit(f"checkpointing: {policy} is not one of none, full, selective")
@@ -168,27 +193,32 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
         def __init__(self):
             super().__init__()
             self.attn_norm = nn.RMSNorm(d, eps=1e-5)
-            self.wqkv = nn.Linear(d, 3 * d, bias=False)
+            self.wqkv = nn.Linear(d, (H + 2 * Hkv) * hd, bias=False)  # [q | k | v]
             self.wo = nn.Linear(d, d, bias=False)
             self.mlp_norm = nn.RMSNorm(d, eps=1e-5)
-            self.fc = nn.Linear(d, ff, bias=False)
+            self.fc = nn.Linear(d, 2 * ff if swiglu else ff, bias=False)  # SwiGLU: [w1 | w3]
             self.proj = nn.Linear(ff, d, bias=False)
 
         def pre(self, x, cos, sin):  # norm, qkv, RoPE: q, k, v in the attention's layout
             B, T_, _ = x.shape
-            qkv = self.wqkv(self.attn_norm(x)).view(B, T_, 3, H, hd)
-            if use_fa4:
-                q, k, v = qkv.unbind(2)  # (B, T, H, hd)
+            qkv = self.wqkv(self.attn_norm(x))
+            q = qkv[..., : H * hd].view(B, T_, H, hd)
+            k = qkv[..., H * hd: (H + Hkv) * hd].view(B, T_, Hkv, hd)
+            v = qkv[..., (H + Hkv) * hd:].view(B, T_, Hkv, hd)
+            if use_fa4:  # (B, T, H, hd)
                 c, s_ = cos[:, None, :], sin[:, None, :]  # (T, 1, hd/2)
             else:
-                q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
+                q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
                 c, s_ = cos, sin
 
             def rope(t):  # rotate-half: pairs (i, i + hd/2)
                 t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
                 return torch.cat((t1 * c - t2 * s_, t2 * c + t1 * s_), dim=-1)
 
-            return rope(q), rope(k), v
+            def repeat_kv(t):  # grouped-query attention: each K/V head repeated for its query heads
+                return t if Hkv == H else t.repeat_interleave(H // Hkv, dim=2 if use_fa4 else 1)
+
+            return rope(q), repeat_kv(rope(k)), repeat_kv(v)
 
         def attend(self, q, k, v):  # -> (B, T, d)
             if use_fa4:
@@ -199,7 +229,11 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
 
         def post(self, x, y):  # out-projection, residual, MLP, residual
             x = x + self.wo(y)
-            return x + self.proj(F.gelu(self.fc(self.mlp_norm(x)), approximate="tanh"))
+            h = self.fc(self.mlp_norm(x))
+            if swiglu:
+                gate, up = h.chunk(2, dim=-1)
+                return x + self.proj(F.silu(gate) * up)
+            return x + self.proj(F.gelu(h, approximate="tanh"))
 
         def forward(self, x, cos, sin):
             return self.post(x, self.attend(*self.pre(x, cos, sin)))
@@ -322,6 +356,8 @@ def main():
     ap.add_argument("--contenders", nargs="*", default=None, choices=CONTENDERS,
                     help="run only these (default: ours eager, plus compiled fa4 with --torch-compile)")
     ap.add_argument("--profile", action="store_true", help="ours: one more step with per-op GPU times (in the log)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key on both sides (repeatable; see the top of this file)")
     ap.add_argument("--fp8", action="store_true",
                     help="add ours in fp8 (one per --fp8-recipes) and, when torchao imports, compiled + torchao float8 "
                          "(tensorwise, rowwise)")
@@ -358,14 +394,14 @@ def main():
     rows = []
     t_job = time.perf_counter()
     for n, c in enumerate(configs):
-        shape = read_shape(c)
+        shape = apply_sets(read_shape(c), a.set)
         res = {}
         for who in ours_cols + torch_cols:
             print(f"[{n + 1}/{len(configs)}] {os.path.basename(c)}: {who} "
                   f"(job at {time.perf_counter() - t_job:.0f} s)", flush=True)
             if who.startswith("ours"):
                 recipe = who[len("ours_fp8_"):] if who.startswith("ours_fp8_") else None
-                res[who] = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile, recipe)
+                res[who] = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile, recipe, a.set)
             else:
                 res[who] = run_torch(shape, a.warmup, a.steps, who, a.compile_warmup)
             print(f"{who}: " + json.dumps(res[who]), flush=True)
