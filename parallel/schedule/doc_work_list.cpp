@@ -46,7 +46,8 @@ KeyTiling check_inputs(const DocWorkListInputs& in, const char* op) {
   return {in.Nk, in.list_rows, own_tiles, list_tiles};
 }
 
-// A run of rows of one query tile in one document: the keys they see are the positions [lo, hi].
+// A run of rows of one query tile in one document: the keys they see are the positions [lo, hi] (then merged: the
+// disjoint intervals of positions some row of the tile sees).
 struct DocRun {
   int64_t lo, hi;
 };
@@ -84,29 +85,30 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in) {
     for (int64_t qt = 0; qt < q_tiles; ++qt) {
       const int64_t i0 = qt * kTile, i1 = std::min(in.Nq, i0 + kTile);
       runs.clear();
-      int64_t hull_lo = INT64_MAX, hull_hi = INT64_MIN;
       for (int64_t i = i0; i < i1;) {
         const int64_t lo = qd[i];
         int64_t hi = INT64_MIN;
         for (; i < i1 && qd[i] == lo; ++i) hi = std::max(hi, qp[i]);
-        if (hi < lo) continue;  // no row of the run sees anything
-        runs.push_back({lo, hi});
-        hull_lo = std::min(hull_lo, lo);
-        hull_hi = std::max(hull_hi, hi);
+        if (hi >= lo) runs.push_back({lo, hi});  // else no row of the run sees anything
       }
+      // The positions the tile's rows see: the union of its runs, as disjoint intervals in increasing order.
+      std::sort(runs.begin(), runs.end(), [](const DocRun& a, const DocRun& b) { return a.lo < b.lo; });
+      size_t kept = 0;
+      for (size_t k = 0; k < runs.size(); ++k) {
+        if (kept > 0 && runs[k].lo <= runs[kept - 1].hi) runs[kept - 1].hi = std::max(runs[kept - 1].hi, runs[k].hi);
+        else runs[kept++] = runs[k];
+      }
+      runs.resize(kept);
       Built task{AttnWorkTask{int32_t(i0), int16_t(b), 0, 1, 0, 0, -1}, {}, 0};
       for (int64_t t = 0; t < kt.list_tiles && !runs.empty(); ++t) {
         const int64_t mn = kmin[size_t(t)], mx = kmax[size_t(t)];
-        if (mx < hull_lo || mn > hull_hi) continue;
         const auto first = sorted.begin() + kt.row_begin(t), last = sorted.begin() + kt.row_end(t);
+        // The intervals that overlap [mn, mx]: from the first whose end reaches mn, while they start by mx.
+        auto r = std::lower_bound(runs.begin(), runs.end(), mn, [](const DocRun& a, int64_t v) { return a.hi < v; });
         bool meets = false;
-        for (const DocRun& r : runs) {
-          if (mx < r.lo || mn > r.hi) continue;
-          const auto it = std::lower_bound(first, last, r.lo);
-          if (it != last && *it <= r.hi) {
-            meets = true;
-            break;
-          }
+        for (; r != runs.end() && r->lo <= mx && !meets; ++r) {
+          const auto it = std::lower_bound(first, last, r->lo);
+          meets = it != last && *it <= r->hi;
         }
         if (!meets) continue;
         ++task.tiles;

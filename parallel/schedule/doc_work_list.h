@@ -26,11 +26,12 @@ struct DocWorkListInputs {
 
 // The list for a call: a task per 128-row query tile (the last one partial) that sees at least one key, with the key
 // tiles that hold a visible key (exactly those: a tile meets the query tile iff one of its keys lies in
-// [doc start, largest position] of one of the tile's runs of rows of one document), merged into segments of
-// consecutive tiles of one source (own: tiles below attn_second_kv_row(Nk) / 128, source -1; gathered: from there,
-// source 0). Tasks are ordered heaviest first (most key tiles; ties by sample, then q_row) and their segments are
-// stored in that order. Every task has parts = 1, merge_slot = -1. O(B (Nq + list_rows log 128) + query tiles x key
-// tiles x runs) with each run tested against a key tile's position range first.
+// [doc start, largest position] of one of the tile's runs of rows of one document; the runs' union is kept as
+// disjoint sorted intervals and a key tile, its positions sorted, is tested against those overlapping its range),
+// merged into segments of consecutive tiles of one source (own: tiles below attn_second_kv_row(Nk) / 128, source -1;
+// gathered: from there, source 0). Tasks are ordered heaviest first (most key tiles; ties by sample, then q_row) and
+// their segments are stored in that order. Every task has parts = 1, merge_slot = -1. O(B list_rows log 128 + query
+// tiles x key tiles x (log runs + overlapping runs x log 128)).
 AttnWorkList doc_work_list(const DocWorkListInputs& in);
 
 // "" when `list` is valid for the call and tight, else the first problem, in words: a task or segment out of range

@@ -140,6 +140,48 @@ TEST(DocWorkList, OwnRowsOutOfPositionOrder) {
   expect_exact(in, "shuffled own rows");
 }
 
+TEST(DocWorkList, RandomSmallCasesEqualBruteForce) {
+  // Many small random calls: short documents, the rank's rows a random subset of positions in random order (its own
+  // keys), gathered rows a random subset of the others (sorted or not), so that key tiles often touch a run's first or
+  // last visible position exactly.
+  std::mt19937_64 rng(2024);
+  for (int c = 0; c < 300; ++c) {
+    DocWorkListInputs in;
+    const int64_t T = 20 + int64_t(rng() % 700);
+    in.B = 1 + int64_t(rng() % 2);
+    in.Nq = in.Nk = 1 + int64_t(rng() % std::min<int64_t>(T - 1, 300));
+    const int64_t R = rng() % 3 == 0 ? 0 : 1 + int64_t(rng() % (T - in.Nq));
+    in.list_rows = R == 0 ? in.Nk : attn_second_kv_row(in.Nk) + R;
+    for (int64_t b = 0; b < in.B; ++b) {
+      std::vector<int64_t> start(static_cast<size_t>(T));
+      for (int64_t p = 0; p < T;) {
+        const int64_t len = 1 + int64_t(rng() % (rng() % 2 ? 5 : 60));
+        for (int64_t t = p; t < std::min(T, p + len); ++t) start[size_t(t)] = p;
+        p += len;
+      }
+      std::vector<int64_t> perm(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) perm[size_t(t)] = t;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      if (rng() % 2) std::sort(perm.begin(), perm.begin() + in.Nq);
+      for (int64_t i = 0; i < in.Nq; ++i) {
+        in.q_pos.push_back(perm[size_t(i)]);
+        in.q_doc_start.push_back(start[size_t(perm[size_t(i)])]);
+      }
+      std::vector<int64_t> list(perm.begin(), perm.begin() + in.Nq);  // own keys, then the gap, then gathered rows
+      if (R > 0) {
+        list.resize(size_t(attn_second_kv_row(in.Nk)), T);
+        std::vector<int64_t> other(perm.begin() + in.Nq, perm.begin() + in.Nq + R);
+        if (rng() % 2) std::sort(other.begin(), other.end());
+        list.insert(list.end(), other.begin(), other.end());
+      }
+      in.k_pos.insert(in.k_pos.end(), list.begin(), list.end());
+    }
+    const std::string what = "random case " + std::to_string(c);
+    expect_exact(in, what.c_str());
+    if (HasFailure()) return;
+  }
+}
+
 TEST(DocWorkList, ProblemCatchesBrokenLists) {
   const DocWorkListInputs in =
       inputs_of(test::make_two_kv_case(2, 1, 1, 1, 1400, 150, 380, 900, 1090, 71, no_round));
