@@ -54,17 +54,26 @@ struct FwdDocKeys {
   int64_t lo0, hi0, lo1, hi1;
 };
 
-template <bool kDocs>
+// kWarpSummary (fwd v5's list mode, which has no per-call summaries): r.wg is instead the min / max over the 16 rows of
+// this thread's warp (every lane of the warp calls it), a tighter range than the warpgroup's; the tile test needs only
+// a range that holds the rows.
+template <bool kDocs, bool kWarpSummary = false>
 __device__ __forceinline__ FwdDocRows fwd_doc_rows(const AttnFwdParams& p, int64_t b, int64_t q0, int wg_row0,
                                                   int lrow0) {
   FwdDocRows r{};
   if constexpr (kDocs) {
-    r.wg = doc_q_range(p.docs, b, int((q0 + wg_row0 - p.q_begin) / kDocTileRows), 1);
+    if constexpr (!kWarpSummary) r.wg = doc_q_range(p.docs, b, int((q0 + wg_row0 - p.q_begin) / kDocTileRows), 1);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t row = b * p.docs.q_stride + min(q0 + lrow0 + 8 * i, p.q_end - 1);
       r.pos[i] = p.docs.q_pos[row];
       r.doc[i] = p.docs.q_doc[row];
+    }
+    if constexpr (kWarpSummary) {
+      r.wg = DocRange{min(r.pos[0], r.pos[1]), max(r.pos[0], r.pos[1]), min(r.doc[0], r.doc[1]),
+                      max(r.doc[0], r.doc[1])};
+      warp_min_max(r.wg.pos_lo, r.wg.pos_hi);
+      warp_min_max(r.wg.doc_lo, r.wg.doc_hi);
     }
   }
   return r;

@@ -30,7 +30,8 @@
 //   attn_fwd_sm90ws_producer.inc   warpgroup 0: TMA loads of Q and of the K/V ring (a fragment of the kernel);
 //   attn_fwd_sm90ws_docs_warp.cuh  warp 1 of warpgroup 0, documents only: the key positions in shared memory;
 //   attn_fwd_sm90ws_consumer.inc   warpgroups 1 .. kCons: S = Q K^T, softmax, O += P V (a fragment of the kernel);
-//   this file                      the host side: tensor maps, grid and launch, the tile height, the entry points.
+//   this file                      the host side: tensor maps, grid and launch, the tile height, the entry points;
+//   attn_fwd_work_list.cu / .cuh   the list mode (kList): the same kernel driven by a host-built work list.
 #include <algorithm>
 #include <climits>
 
@@ -99,7 +100,7 @@ void launch(const AttnFwdParams& p, int64_t B, int device, cudaStream_t stream) 
   const dim3 grid(unsigned(tiles + extra), unsigned(p.H), unsigned(B));
   const int head_window = kDocs ? fwd_doc_head_window(p, D, B) : 1;
   launch_dependent_kernel(attn_fwd_ws_kernel<D, kDocs, kCons>, grid, dim3(kWsThreads<kCons>), smem, stream, tq, tk,
-                          tv, tk2, tv2, p, int(tiles), head_window);
+                          tv, tk2, tv2, p, int(tiles), head_window, WsWorkList{});
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // fwd v5's grid (kernels/cuda/attention/attn_fwd_sm90ws.cu): the CTAs before the query tiles that own the rows outside
 // [q_begin, q_end) in the fresh and finalized forms, and what a CTA writes to rows that no key of the call reaches
-// (no_key_rows; also a query tile that sees no key). Included by the fwd v5 files only (one translation unit,
-// attn_fwd_sm90ws.cu: its names stay in that unit's anonymous namespace); keep C++17.
+// (no_key_rows; also a query tile that sees no key). Included by the fwd v5 files only (attn_fwd_sm90ws.cu and the
+// list mode's attn_fwd_work_list.cu: its names stay in each unit's anonymous namespace); keep C++17.
 #pragma once
 #include <cmath>
 #include <cstdint>

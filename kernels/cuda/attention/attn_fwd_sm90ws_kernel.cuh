@@ -4,8 +4,12 @@
 // (attn_fwd_sm90ws_grid.cuh), initializes the mbarriers, then runs warpgroup 0 as the producer
 // (attn_fwd_sm90ws_producer.inc) and warpgroups 1 .. kCons as the consumers (attn_fwd_sm90ws_consumer.inc). The two
 // roles' code is included into this function, not called: as functions they compiled to other SASS
-// (bench/NOTES.md "fwd v5 by role"). Included by attn_fwd_sm90ws.cu only (the kernel stays in its anonymous
-// namespace); keep C++17.
+// (bench/NOTES.md "fwd v5 by role"). Included by attn_fwd_sm90ws.cu and, for the list mode only, attn_fwd_work_list.cu
+// (the kernel stays in each unit's anonymous namespace); keep C++17.
+// kList (with kDocs; attn_fwd_work_list.cuh): the CTA's (task, head), its query tile and its key tiles come from the
+// work list instead of the grid, the per-call summaries and spans; the roles run unchanged over the tiles (`live`),
+// except that the tile tests take the rows' range over each warp (fwd_doc_rows) and each key tile's range from the
+// docs warp (key_sum). Every other instantiation compiles to the code it had before kList existed.
 #pragma once
 #include <cstdint>
 
@@ -14,6 +18,7 @@
 #include "kernels/cuda/attention/attn_fwd_sm90ws_docs_warp.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_fwd_work_list.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
@@ -27,13 +32,15 @@ using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128); in the rol
                         // softmax_tile, rescale_o, load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
-template <int D, bool kDocs, int kCons>
+// kList: the list mode (above; needs kDocs); `wl` is read only there.
+template <int D, bool kDocs, int kCons, bool kList = false>
 __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k2,
                        const __grid_constant__ CUtensorMap tm_v2, const AttnFwdParams p, int num_q_tiles,
-                       int head_window) {
+                       int head_window, const WsWorkList wl) {
 #if RT_WGMMA_AVAILABLE
+  static_assert(!kList || kDocs, "fwd v5's list mode runs the document mask");
   constexpr int kRows = 64 * kCons;  // query rows per CTA
   constexpr int kStages = kWsStages<D, kCons>;
   using Smem = WsSmem<D, kRows, kStages>;
@@ -43,6 +50,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   const WsBars<kStages> bars{base};
   // Documents: (kStages, 128) u32, the low word of each key's position of the stage's tile (key_positions_warp).
   uint32_t* key_pos = reinterpret_cast<uint32_t*>(smem_raw + (base - smem_addr(smem_raw)) + Smem::kBarBytes);
+  // List mode: (kStages, 2) i64 at this shared address, each stage's least and greatest key position.
+  const uint32_t key_sum = base + Smem::kKeySumOffset;
   const uint32_t q_tile = base + Smem::kBarBytes + Smem::kKeyPosBytes;  // (kRows, D) bf16 sw128
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
@@ -50,10 +59,17 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   int64_t h = blockIdx.y, b = blockIdx.z;  // documents: remapped below with the query tile
   grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
   allow_dependent_launch();
+  // List mode: this CTA's (task, head), or none (a fill CTA, done inside, or a unit past the list's tasks).
+  WorkListUnit unit{};
+  if constexpr (kList) {
+    if (!work_list_unit<D>(p, wl, num_q_tiles, head_window, unit)) return;
+    h = unit.h;
+    b = unit.b;
+  }
   // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
   // run side by side on every SM (after the query tiles, they queued on the few SMs a one-wave step leaves free).
   const int outside = int(gridDim.x) - num_q_tiles;
-  if (int(blockIdx.x) < outside) {
+  if (!kList && int(blockIdx.x) < outside) {
     int64_t r0, r1;
     outside_tile_rows(p, int(blockIdx.x), r0, r1);
     no_key_rows<D>(p, b, h, r0, r1);
@@ -62,7 +78,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   int tile = num_q_tiles - 1 - (int(blockIdx.x) - outside);  // heaviest (causal) tiles first
   int64_t k_lo = p.k_begin;  // keys this CTA visits: [k_lo, k_hi)
   int64_t k_hi = p.k_end;
-  if constexpr (kDocs) {
+  if constexpr (kList) tile = unit.tile;  // keys: the list's tiles from k_begin (below)
+  if constexpr (kDocs && !kList) {
     // Documents: the query tiles in the order of bwd v5's unit list (attn_bwd_sm90ws_units.cuh). The CTAs' dispatch
     // rank d runs over windows of head_window (batch, head) pairs, heads fastest, whose K/V share an L2 budget (the
     // launcher's fwd_doc_head_window); within a window rank by rank of attn_doc_q128_order (most key tiles first)
@@ -94,7 +111,12 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   if (p.causal) k_hi = min(k_hi, q_last + p.diag + 1);
   int n_tiles = k_hi > k_lo ? int((k_hi - k_lo + kBc - 1) / kBc) : 0;
   const unsigned short* live = nullptr;  // documents: the span's tiles some row may see (doc_live_key_tiles)
-  if constexpr (kDocs) {
+  if constexpr (kList) {  // the unit's segments, expanded: list tiles from k_lo = k_begin (0)
+    // Through a shuffle, so that the compiler knows the count is warp-uniform (as wg below).
+    n_tiles = __shfl_sync(0xffffffffu, work_list_tiles<kWsThreads<kCons>>(p, wl, unit, work_list_scratch()), 0);
+    live = work_list_scratch().tiles;
+  }
+  if constexpr (kDocs && !kList) {
     // A tile of several runs of rows (documents) lists the span's tiles they may see; one run needs no list, but
     // with two key sources its span may reach from its own keys to the second source's past every key between.
     __shared__ DocLiveScratch live_scratch;

@@ -1,6 +1,7 @@
 // fwd v5's layout (kernels/cuda/attention/attn_fwd_sm90ws.cu): the warpgroups and their register split, the K/V ring's
 // stages, the shared-memory layout and its mbarriers, and the TMA tile load the producer uses. Included by the fwd v5
-// files only (one translation unit, attn_fwd_sm90ws.cu: its names stay in that unit's anonymous namespace); keep C++17.
+// files only (attn_fwd_sm90ws.cu and the list mode's attn_fwd_work_list.cu: its names stay in each unit's anonymous
+// namespace); keep C++17.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,10 +40,14 @@ struct WsSmem {
   static constexpr uint32_t kQBytes = kRows * D * 2;            // (kRows, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
+  // List mode only (attn_fwd_work_list.cu): (kStages, 2) i64 at this offset of the mbarriers' block, each stage's
+  // least and greatest key position (key_positions_warp), the tile's summary for the document mask.
+  static constexpr uint32_t kKeySumOffset = 512;
   static constexpr uint32_t kKeyPosBytes = 1024;                // (kStages, 128) u32: documents, the keys' positions
   static constexpr size_t kBytes =
       1024 + kBarBytes + kKeyPosBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
-  static_assert(8 + 32 * kStages <= kBarBytes, "mbarriers do not fit");
+  static_assert(8 + 32 * kStages <= kKeySumOffset && kKeySumOffset + 16 * kStages <= kBarBytes,
+                "mbarriers and the list mode's key summaries do not fit");
   static_assert(kStages * kWgKeysPerTile * 4 <= kKeyPosBytes, "key positions do not fit");
 };
 

@@ -1,0 +1,220 @@
+// attn_fwd_work_list on CUDA (kernels/attn_work_list.h has the op's contract): fwd v5's document-masked kernel
+// (attn_fwd_sm90ws.cu) in its list mode, one launch per call with no set-up kernel (no summaries, spans, order or
+// live-tile scan): a CTA per (task, head) unit, in the list's order within windows of heads, visits exactly its
+// segments' key tiles; fill CTAs write out = 0, lse = -inf for the query tiles no task names
+// (attn_fwd_work_list.cuh has the grid). Hopper only (fwd v5), D = 64 or 128, bf16 out, unsplit tasks.
+//
+// Why the bits equal attn_fwd_whole_two_kv's (one source: attn_fwd_whole's, where its tiles start on the 128-row
+// grid) when the list holds, per query tile, that call's key tiles less those fully masked for the tile:
+//   * both run the same consumer code (S = Q K^T per 128-key tile, the online softmax, P V) on the same 128-row query
+//     tile and the same 128-key tiles (two sources: that kernel's tiles start at a multiple of 128, as the list's),
+//     in the same order (ascending list rows: own keys, then gathered);
+//   * a tile fully masked for a row changes nothing for it: its scores are -inf, so mx = -inf, m is kept, alpha =
+//     exp2(m - m) = 1 (or, before the row's first visible key, m = -inf, l = 0, O = 0 stay so with alpha = 0),
+//     P = exp2(-inf) = 0 and O + 0 V = O: leaving such tiles out, or visiting tiles that call leaves out, gives the
+//     same m, l and O;
+//   * the element mask is exact in both: where the tile test says "every pair visible" no score is masked, otherwise
+//     each pair is tested; so each visited tile's scores are the same whether the test used the per-call summaries
+//     (64-row warpgroup, two 64-key summaries) or the list mode's ranges (16-row warp, the docs warp's key range).
+// (Rows that see no key end as O = 0 · 0 and lse -inf in both; only the sign of such a zero could in principle
+// differ, if an O accumulator of zeros ever came out -0.)
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/attn_work_list.h"
+#include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_kernel.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_fwd_work_list.cuh"
+#include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_variant.h"
+#include "kernels/cuda/pdl.cuh"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+using namespace wgfwd;  // kWgRowsPerCta, kWgKeysPerTile (128)
+
+constexpr int kCons = 2;  // 128 query rows per CTA, as fwd v5 with documents
+
+// Heads per window of the unit order: whole GQA groups of as many K/V heads as fit the L2 budget with their K and V
+// over every sample (the list's tasks span the samples), as fwd_doc_head_window (attn_fwd_sm90ws.cu); 1 where one K/V
+// head's exceed it. The budget: AttnVariantOverride::fwd_doc_l2_kb (RT_ATTN_FWD_DOC_L2_KB, KiB; 0: head by head).
+int list_head_window(int64_t H, int64_t group, int64_t key_rows, int64_t D, int64_t B) {
+  const int64_t budget = int64_t(attn_variant_override().fwd_doc_l2_kb) << 10;
+  const int64_t kv_head_bytes = std::max<int64_t>(1, B * key_rows * D * 2 * 2);
+  const int64_t kv_heads = budget / kv_head_bytes;
+  if (kv_heads < 1) return 1;
+  return int(std::min<int64_t>(H, kv_heads * group));
+}
+
+void require_device_array(const int64_t* p, int device, const char* op, const char* name) {
+  RT_CHECK(p != nullptr, op << ": the document mask has no " << name
+                            << "; set AttnDocs::q_pos, q_doc_start and k_pos together");
+  cudaPointerAttributes a{};
+  CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+  RT_CHECK((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == device,
+           op << ": document-mask array " << name << " is not memory of CUDA device " << device
+              << "; copy the positions to the device of q first");
+}
+
+// RT_ATTN_WORK_LIST_CHECK=1: the list is copied to the host (a wait) and checked field by field before the launch,
+// so that a bad list fails with an RT_CHECK instead of the kernel's trap.
+bool host_check_requested() {
+  const char* e = std::getenv("RT_ATTN_WORK_LIST_CHECK");
+  return e != nullptr && e[0] != '\0' && e[0] != '0';
+}
+
+void check_list_on_host(const Tensor& list, const AttnDims& d, int64_t list_rows, bool two, cudaStream_t stream,
+                        const char* op) {
+  std::vector<int32_t> words(size_t(list.shape[0]));
+  CUDA_CHECK(cudaMemcpyAsync(words.data(), list.data, words.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const AttnWorkList wl = attn_work_list_from_words(words.data(), int64_t(words.size()));
+  const int64_t nqt = (d.Nq + kWgRowsPerCta - 1) / kWgRowsPerCta;
+  const int64_t own_tiles = (d.Nk + kWgKeysPerTile - 1) / kWgKeysPerTile;
+  const int64_t first_gathered = two ? attn_second_kv_row(d.Nk) / kWgKeysPerTile : own_tiles;
+  const int64_t list_tiles = (list_rows + kWgKeysPerTile - 1) / kWgKeysPerTile;
+  std::vector<char> seen(size_t(d.B * nqt), 0);
+  for (size_t t = 0; t < wl.tasks.size(); ++t) {
+    const AttnWorkTask& task = wl.tasks[t];
+    RT_CHECK(task.part == 0 && task.parts == 1 && task.merge_slot == -1,
+             op << ": task " << t << " has part " << int(task.part) << ", parts " << int(task.parts)
+                << ", merge_slot " << task.merge_slot
+                << "; split tasks are not supported yet: build the list with parts = 1, merge_slot = -1");
+    RT_CHECK(task.sample >= 0 && task.sample < d.B && task.q_row >= 0 && task.q_row < d.Nq &&
+                 task.q_row % kWgRowsPerCta == 0,
+             op << ": task " << t << " (sample " << task.sample << ", q_row " << task.q_row
+                << ") is not a 128-row query tile of the call's B=" << d.B << ", Nq=" << d.Nq);
+    char& s = seen[size_t(task.sample * nqt + task.q_row / kWgRowsPerCta)];
+    RT_CHECK(!s, op << ": task " << t << " names query tile " << task.q_row << " of sample " << task.sample
+                    << " again; an unsplit list has one task per query tile");
+    s = 1;
+    RT_CHECK(task.segs >= 1 && task.first_seg >= 0 && int64_t(task.first_seg) + task.segs <= int64_t(wl.segs.size()),
+             op << ": task " << t << " names segments [" << task.first_seg << ", " << task.first_seg + task.segs
+                << ") of " << wl.segs.size());
+    int64_t next = 0;
+    for (int i = task.first_seg; i < task.first_seg + task.segs; ++i) {
+      const AttnKeySeg& seg = wl.segs[size_t(i)];
+      const int64_t lo = seg.first_tile, hi = lo + seg.tiles;
+      const bool own = seg.source == -1, gathered = two && seg.source == 0;
+      RT_CHECK(seg.tiles >= 1 && lo >= next && (own || gathered) &&
+                   (own ? hi <= own_tiles : lo >= first_gathered && hi <= list_tiles),
+               op << ": task " << t << "'s segment " << i << " (tiles [" << lo << ", " << hi << "), source "
+                  << int(seg.source) << ") is out of range or order: own tiles are [0, " << own_tiles
+                  << "), gathered tiles (source 0) [" << first_gathered << ", " << list_tiles
+                  << "), ascending without overlap");
+      next = hi;
+    }
+  }
+}
+
+template <int D>
+void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_window, int device,
+            cudaStream_t stream) {
+  constexpr int kRows = 64 * kCons;
+  constexpr size_t smem = WsSmem<D, kRows, kWsStages<D, kCons>>::kBytes;
+  auto* kernel = attn_fwd_ws_kernel<D, true, kCons, true>;
+  static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
+  if (!configured[device_slot(device)]) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    configured[device_slot(device)] = true;
+  }
+  const bool two = p.k2_row > 0;
+  const int64_t k1_end = two ? p.Nk : p.k_end, n2 = p.k_end - p.k2_row;
+  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, kRows);
+  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, k1_end, p.Hkv, D, kWgKeysPerTile);
+  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, k1_end, p.Hkv, D, kWgKeysPerTile);
+  const CUtensorMap tk2 = two ? make_rows_heads_tma_map(p.k2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tk;
+  const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tv;
+  const int64_t nqt = (p.Nq + kRows - 1) / kRows, slots = B * nqt;
+  const int64_t fill = (slots + kWorkListFillSlots - 1) / kWorkListFillSlots;
+  const int64_t ctas = p.H * slots + fill;
+  RT_CHECK(ctas <= INT_MAX, "attn_fwd_work_list: H x B x ceil(Nq / 128) = " << p.H * slots
+                                                                            << " units do not fit one grid");
+  launch_dependent_kernel(kernel, dim3(unsigned(ctas)), dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv, tk2, tv2,
+                          p, int(nqt), head_window, wl);
+}
+
+}  // namespace
+
+void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse) {
+  const char* op = "attn_fwd_work_list";
+  cudaStream_t stream = stream_for(q, op);
+  int64_t list_rows = 0;
+  const AttnDims d = attn_work_list_dims(q, k, v, k2, v2, mask, list, list_rows, op);
+  attn_dims(q, k, v, op);  // bf16 on q's device, D 64 or 128
+  const bool two = k2.defined() && k2.shape[1] > 0;
+  const int64_t Nk2 = two ? k2.shape[1] : 0;
+  if (two) {
+    require_attn_tensor(k2, DType::bf16, q.device, op, "k2");
+    require_attn_tensor(v2, DType::bf16, q.device, op, "v2");
+  }
+  require_attn_tensor(out, DType::bf16, q.device, op, "out");
+  require_dtype_on(lse, DType::f32, q.device, op, "lse");
+  check_shape(out, {d.B, d.Nq, d.H, d.D}, op, "out (B,Nq,H,D)");
+  check_shape(lse, {d.B, d.H, d.Nq}, op, "lse (B,H,Nq)");
+  check_attn_state_shapes(d, scratch, op);  // the contract's; this kernel keeps its state in registers
+  if (d.B == 0 || d.H == 0 || d.Nq == 0) return;
+  const int device = q.device.index;
+  RT_CHECK(attn_fwd_ws_supported(device, d.D),
+           op << ": the CUDA work-list kernel is fwd v5's (compute capability 9.0 with an sm_90a build); this device "
+                 "cannot run it: use attn_fwd_whole_two_kv, or the CPU op");
+  // TMA boxes of 128 rows must fit each tensor map's row extent.
+  RT_CHECK(d.Nq >= kWgRowsPerCta && d.Nk >= kWgKeysPerTile && (!two || Nk2 >= kWgKeysPerTile),
+           op << ": the CUDA kernel needs at least " << kWgRowsPerCta << " query rows and " << kWgKeysPerTile
+              << " rows in each key source (Nq = " << d.Nq << ", Nk = " << d.Nk << ", Nk2 = " << Nk2
+              << "); run attn_fwd_whole_two_kv for such small calls");
+  const int64_t key_rows = two ? list_rows : d.Nk;  // one source: k's rows only (a 0-row k2 adds none)
+  RT_CHECK((key_rows + kWgKeysPerTile - 1) / kWgKeysPerTile <= kWorkListTilesMax,
+           op << ": the key list's " << key_rows << " rows exceed the kernel's " << kWorkListTilesMax
+              << " tiles of 128 (kWorkListTilesMax, attn_fwd_work_list.cuh)");
+  RT_CHECK(list.shape[0] <= INT_MAX, op << ": the list's " << list.shape[0] << " words exceed 2^31");
+  require_device_array(mask.docs.q_pos, device, op, "q_pos");
+  require_device_array(mask.docs.q_doc_start, device, op, "q_doc_start");
+  require_device_array(mask.docs.k_pos, device, op, "k_pos");
+  if (host_check_requested()) check_list_on_host(list, d, key_rows, two, stream, op);
+
+  AttnFwdParams p;
+  p.q = q.ptr<__nv_bfloat16>();
+  p.k = k.ptr<__nv_bfloat16>();
+  p.v = v.ptr<__nv_bfloat16>();
+  p.acc = p.m = p.l = nullptr;  // no state: fresh in, finalized out
+  p.Nq = d.Nq, p.Nk = d.Nk, p.H = d.H, p.Hkv = d.Hkv, p.group = d.group;
+  p.q_begin = 0, p.q_end = d.Nq, p.k_begin = 0, p.k_end = key_rows;
+  p.diag = 0;
+  p.causal = false;
+  p.scale2 = float(1.0 / std::sqrt(double(d.D))) * kLog2e;
+  p.num_q_tiles = 0;
+  p.docs.on = true;  // the positions only: the list replaces the summaries, spans and order
+  p.docs.q_pos = mask.docs.q_pos;
+  p.docs.q_doc = mask.docs.q_doc_start;
+  p.docs.k_pos = mask.docs.k_pos;
+  p.docs.q_stride = mask.docs.q_stride;
+  p.docs.k_stride = mask.docs.k_stride;
+  p.fresh = true;
+  p.out = out.ptr<__nv_bfloat16>();
+  p.lse = lse.ptr<float>();
+  if (two) {
+    p.k2_row = attn_second_kv_row(d.Nk);
+    p.k2 = k2.ptr<__nv_bfloat16>();
+    p.v2 = v2.ptr<__nv_bfloat16>();
+  }
+  RT_CHECK(d.Nq <= INT_MAX && key_rows <= INT_MAX, op << ": TMA coordinates are 32-bit; Nq = " << d.Nq
+                                                       << ", key rows = " << key_rows);
+  const WsWorkList wl{list.ptr<int32_t>(), int(list.shape[0]), int(d.B)};
+  const int window = list_head_window(d.H, d.group, key_rows, d.D, d.B);
+  if (d.D == 64) launch<64>(p, d.B, wl, window, device, stream);
+  else launch<128>(p, d.B, wl, window, device, stream);
+}
+
+}  // namespace cuda
+}  // namespace rt

@@ -1,0 +1,211 @@
+// fwd v5's list mode (attn_fwd_ws_kernel<D, true, 2, true>, host side in attn_fwd_work_list.cu): the device pieces that
+// read the work list (kernels/attn_work_list.h) instead of the per-call document set-up (summaries, q128 spans and
+// order, doc_live_key_tiles). A CTA is one (task, head) unit or a fill CTA:
+//   * units: blockIdx.x in [0, H * B * ceil(Nq / 128)), an upper bound on H x tasks (the host does not read the list);
+//     unit d < H * T runs one (task, head) pair in windows of W heads (fwd_doc_head_window's L2 rule, over heads only, as
+//     the list spans every sample): window w holds heads [w W, w W + W), its units task-major with the heads fastest,
+//     so the list's order (heaviest first) holds inside each window; units past H * T exit at once;
+//   * fill CTAs after them: one per 32 (sample, query tile) slots, writing out = 0, lse = -inf for every head of the
+//     slots no task names (the host list leaves out tiles that see no key).
+// A unit's key tiles (its segments expanded, in order) go into shared memory as the kernel's `live` list, so the
+// producer, the docs warp and the consumers run unchanged over them.
+// A list that does not fit the call (counts, ranges, order, a split task) stops the kernel (__trap(): the launch fails
+// with an unspecified launch failure). Set RT_ATTN_WORK_LIST_CHECK=1 to have the host check the list first (a
+// device-to-host copy and a wait per call) and fail with an RT_CHECK naming the task and the field. Included by attn_fwd_sm90ws_kernel.cuh; keep C++17.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
+#include "kernels/cuda/attention/attn_params.cuh"
+
+namespace rt {
+namespace cuda {
+
+// The list of a list-mode launch (a kernel argument; words null for every other instantiation).
+struct WsWorkList {
+  const int32_t* words = nullptr;  // (n_words) i32: attn_work_list_words (2 counts, 4 per task, 2 per segment)
+  int n_words = 0;
+  int B = 0;                       // samples of the call
+};
+
+// A unit's key tiles are expanded into shared memory as 16-bit tile indices: the call's key list may hold at most this
+// many 128-row tiles (1M rows; the host refuses longer lists).
+constexpr int kWorkListTilesMax = 8192;
+constexpr int kWorkListFillSlots = 32;  // (sample, query tile) slots per fill CTA (one u32 of coverage bits)
+
+namespace {
+
+using namespace wgfwd;  // kWgRowsPerCta, kWgKeysPerTile (128), FwdDocKeys
+
+struct WorkListScratch {                           // shared memory, one per CTA
+  unsigned short tiles[kWorkListTilesMax];         // the unit's key tiles in visit order (the kernel's `live`)
+  int seg_end[512], seg_first[512], seg_last[512];  // per segment of a chunk: end offset, first tile, end tile
+  int warp_total[16];
+  unsigned covered;                                // fill CTAs: bit k = slot s0 + k has a task
+};
+
+__device__ __forceinline__ WorkListScratch& work_list_scratch() {
+  __shared__ WorkListScratch s;
+  return s;
+}
+
+// What a unit CTA runs: sample b, head h, query tile `tile` (rows 128 tile ..), segments [first_seg, first_seg + segs).
+struct WorkListUnit {
+  int64_t b, h;
+  int tile, first_seg, segs, tasks;
+};
+
+// A list that does not fit the call stops the kernel. No message: a printf (a function call) anywhere in the kernel
+// makes ptxas serialize its wgmma pipeline (C7510); the host check (RT_ATTN_WORK_LIST_CHECK=1) names the field.
+// `what`, `task` and `value` document the check at the call site only.
+__device__ __forceinline__ void work_list_fault(const char* /*what*/, long long /*task*/, long long /*value*/) {
+  __trap();
+}
+
+// Fill CTA f: out = 0, lse = -inf (no_key_rows of the fresh, finalized form) for every head of the slots
+// [32 f, 32 f + 32) (slot = sample * nqt + query tile) that no task names. Every thread calls it.
+template <int D>
+__device__ void work_list_fill(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int64_t f) {
+  WorkListScratch& sh = work_list_scratch();
+  const int64_t slots = int64_t(wl.B) * nqt, s0 = f * kWorkListFillSlots;
+  const int T = min(max(wl.words[0], 0), (wl.n_words - 2) / 4);  // a bad count is the units' to report
+  if (threadIdx.x == 0) sh.covered = 0u;
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < T; i += int(blockDim.x)) {
+    const int32_t* t = wl.words + 2 + 4 * int64_t(i);
+    const int64_t q_row = t[0], sample = int16_t(t[1] & 0xffff);
+    const int64_t slot = q_row >= 0 ? sample * nqt + q_row / kWgRowsPerCta : -1;
+    if (slot >= s0 && slot < s0 + kWorkListFillSlots) atomicOr(&sh.covered, 1u << int(slot - s0));
+  }
+  __syncthreads();
+  const unsigned covered = sh.covered;
+  for (int k = 0; k < kWorkListFillSlots && s0 + k < slots; ++k) {
+    if ((covered >> k) & 1u) continue;
+    const int64_t b = (s0 + k) / nqt, r0 = (s0 + k) % nqt * kWgRowsPerCta, r1 = min(r0 + kWgRowsPerCta, p.Nq);
+    for (int64_t h = 0; h < p.H; ++h) no_key_rows<D>(p, b, h, r0, r1);
+  }
+}
+
+// Which unit blockIdx.x is (true) or that it has none (false: a fill CTA, done here, or a unit past H x tasks). Checks
+// the counts and the task's fields (every thread reads the same words, so every thread decides the same).
+template <int D>
+__device__ __forceinline__ bool work_list_unit(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int window,
+                                               WorkListUnit& u) {
+  const int64_t slots = int64_t(wl.B) * nqt, units = p.H * slots, d = blockIdx.x;
+  if (d >= units) {
+    work_list_fill<D>(p, wl, nqt, d - units);
+    return false;
+  }
+  const int T = wl.words[0], S = wl.words[1];
+  if (T < 0 || S < 0 || T > slots || 2 + 4 * int64_t(T) + 2 * int64_t(S) != wl.n_words)
+    work_list_fault("the counts (words[0] tasks, words[1] segments) do not match the words or exceed one task per "
+                    "query tile; value = words[0]",
+                    -1, T);
+  if (d >= p.H * T) return false;
+  const int64_t w = d / (int64_t(window) * T), rem = d % (int64_t(window) * T);
+  const int64_t width = min(int64_t(window), p.H - w * window);  // the last window may hold fewer heads
+  const int task = int(rem / width);
+  u.h = w * window + rem % width;
+  const int32_t* t = wl.words + 2 + 4 * int64_t(task);
+  const int32_t q_row = t[0], w1 = t[1], w3 = t[3];
+  const int sample = int16_t(w1 & 0xffff), part = int8_t((w1 >> 16) & 0xff), parts = int8_t((w1 >> 24) & 0xff);
+  const int segs = int16_t(w3 & 0xffff), merge_slot = int16_t((w3 >> 16) & 0xffff);
+  u.first_seg = t[2];
+  u.segs = segs;
+  u.tasks = T;
+  if (part != 0 || parts != 1) work_list_fault("split task: parts must be 1 (value = parts)", task, parts);
+  if (merge_slot != -1) work_list_fault("split task: merge_slot must be -1 (value = merge_slot)", task, merge_slot);
+  if (sample < 0 || sample >= wl.B) work_list_fault("sample out of range (value = sample)", task, sample);
+  if (q_row < 0 || q_row >= p.Nq || q_row % kWgRowsPerCta != 0)
+    work_list_fault("q_row is not a 128-row query tile of the call (value = q_row)", task, q_row);
+  if (segs < 1 || u.first_seg < 0 || int64_t(u.first_seg) + segs > S)
+    work_list_fault("segments [first_seg, first_seg + segs) out of range (value = first_seg)", task, u.first_seg);
+  u.b = sample;
+  u.tile = q_row / kWgRowsPerCta;
+  return true;
+}
+
+// Expands the unit's segments into sh.tiles (tile indices of the key list, in order) and returns their count. Checks
+// each segment: tiles >= 1; source -1 within the own tiles [0, ceil(Nk / 128)), source 0 (two sources only) within the
+// gathered ones [k2_row / 128, ceil(k_end / 128)); ascending without overlap. Every thread of the block (kThreads)
+// calls it; it synchronises the block.
+template <int kThreads>
+__device__ __forceinline__ int work_list_tiles(const AttnFwdParams& p, const WsWorkList& wl, const WorkListUnit& u,
+                                               WorkListScratch& sh) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 512, "work_list_tiles: whole warps, at most 512 threads");
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const bool two = p.k2_row > 0;
+  const int own_tiles = int((p.Nk + kWgKeysPerTile - 1) / kWgKeysPerTile);
+  const int list_tiles = int((p.k_end + kWgKeysPerTile - 1) / kWgKeysPerTile);
+  const int first_gathered = two ? int(p.k2_row / kWgKeysPerTile) : list_tiles;
+  const int32_t* segw = wl.words + 2 + 4 * int64_t(u.tasks) + 2 * int64_t(u.first_seg);  // (segs, 2) i32
+  int total = 0, prev_last = 0;  // tiles so far; the tile after the previous chunk's last segment
+  for (int c0 = 0; c0 < u.segs; c0 += kThreads) {
+    const int i = c0 + tid, m = min(kThreads, u.segs - c0);
+    int first = 0, n = 0, src = -1;
+    if (i < u.segs) {
+      first = segw[2 * i];
+      const int32_t w = segw[2 * i + 1];
+      n = int16_t(w & 0xffff);
+      src = int8_t((w >> 16) & 0xff);
+    }
+    int x = n;  // inclusive scan over the chunk: the warp's, then the warps before
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    if (c0 > 0) __syncthreads();  // the previous chunk's readers are done
+    if (lane == 31) sh.warp_total[warp] = x;
+    __syncthreads();
+    int before = 0, chunk = 0;
+    for (int v = 0; v < kThreads / 32; ++v) {
+      const int c = sh.warp_total[v];
+      if (v < warp) before += c;
+      chunk += c;
+    }
+    if (i < u.segs) {
+      sh.seg_end[tid] = before + x;
+      sh.seg_first[tid] = first;
+      sh.seg_last[tid] = first + n;
+    }
+    __syncthreads();
+    bool bad = false;
+    if (i < u.segs) {
+      const int prev_end = tid > 0 ? sh.seg_last[tid - 1] : prev_last;
+      const bool own = src == -1, gathered = two && src == 0;
+      bad = n < 1 || first < prev_end || !(own || gathered) ||
+            (own ? first + n > own_tiles : first < first_gathered || first + n > list_tiles);
+    }
+    if (__syncthreads_or(bad)) work_list_fault("a segment is empty, out of its source's tiles or out of order", -1, i);
+    if (total + chunk > kWorkListTilesMax) work_list_fault("more key tiles than the kernel holds", -1, total + chunk);
+    for (int idx = tid; idx < chunk; idx += kThreads) {  // the chunk's segment holding tile idx: binary search
+      int lo = 0, hi = m - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (sh.seg_end[mid] > idx) hi = mid;
+        else lo = mid + 1;
+      }
+      const int start = lo > 0 ? sh.seg_end[lo - 1] : 0;
+      sh.tiles[total + idx] = static_cast<unsigned short>(sh.seg_first[lo] + idx - start);
+    }
+    prev_last = sh.seg_last[m - 1];
+    total += chunk;
+  }
+  __syncthreads();
+  return total;
+}
+
+// The summary of the key tile in stage s (key_positions_warp wrote it before the stage's K-full arrival): its least
+// and greatest key position, as the two halves of a FwdDocKeys. key_sum: the (kStages, 2) i64's shared address.
+__device__ __forceinline__ FwdDocKeys list_tile_keys(uint32_t key_sum, int s) {
+  int64_t lo, hi;
+  // volatile: kept after the K-full wait (also volatile asm); no memory clobber, which would pin the other loads too.
+  asm volatile("ld.shared.v2.s64 {%0, %1}, [%2];\n" : "=l"(lo), "=l"(hi) : "r"(key_sum + 16u * uint32_t(s)));
+  return FwdDocKeys{lo, hi, lo, hi};
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace rt
