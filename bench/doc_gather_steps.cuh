@@ -23,12 +23,17 @@
 // Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
 // (predict_gather_time's formula, parallel/schedule/gather_plan.h) on the measured calls with the stated NVLink model:
 // backward max over r of max(A, C_kv) + gathered + max(B, C_dkv); and the same with the one own call (B = 0).
+// --work-list (issue 46): every receiving rank's one-launch forward also as attn_fwd_work_list over the call's work
+// list (parallel/schedule/doc_work_list.h, built on the host as RingAttention builds it, untimed), timed as the others,
+// its out / lse compared bit for bit with attn_fwd_whole_two_kv's on the same call (a difference is printed and counted,
+// not fatal: the timings stay of the same computation up to rounding).
 // Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
 // same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
 // timings would be of a wrong scheme.
 #pragma once
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -38,8 +43,10 @@
 
 #include "bench/cuda_bench_util.cuh"
 #include "kernels/attn_doc_plans.h"
+#include "kernels/attn_work_list.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
+#include "parallel/schedule/doc_work_list.h"
 #include "parallel/schedule/gather_plan.h"
 
 namespace rt::bench {
@@ -165,6 +172,8 @@ struct GatherMeasured {
   std::vector<double> own_bwd_one_ms;              // (cp) the own backward as one call (= A where unsplit)
   std::vector<double> one_fwd_ms;  // (cp) the forward in one launch over own + gathered keys (0: receives nothing)
   std::vector<double> one_bwd_ms;  // (cp) the backward likewise
+  std::vector<double> list_fwd_ms;  // (cp) --work-list: the one-launch forward as attn_fwd_work_list (0: not run)
+  int64_t list_out_mismatch = 0, list_lse_mismatch = 0;  // its out / lse elements whose bits differ from two_kv's
   // Both directions with every rank's separate calls / every receiving rank's one launch.
   RingTimePrediction path_two_calls, path_one_launch;
   RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
@@ -179,7 +188,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
                                      int reps, CallTiming timing = CallTiming::queued,
-                                     AttnDocPlans* plans = nullptr) {
+                                     AttnDocPlans* plans = nullptr, bool work_list = false) {
   const KvGatherPlan& plan = g.plan;
   const int cp = plan.cp;
   const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
@@ -282,6 +291,36 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     m.own_fwd_ms.push_back(call_ms(timing, own_fwd, warmup, reps));
     m.got_fwd_ms.push_back(R > 0 ? call_after_ms(timing, own_fwd, got_fwd, warmup, reps) : 0.0);
     m.one_fwd_ms.push_back(R > 0 ? call_ms(timing, one_fwd, warmup, reps) : 0.0);
+    m.list_fwd_ms.push_back(0.0);
+    if (work_list && R > 0 && n >= 128 && Rc >= 128) {  // the kernel's TMA boxes need 128 rows in each source
+      DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows
+      in.B = 1, in.Nq = n, in.Nk = n, in.list_rows = attn_second_kv_row(n) + Rc;
+      in.q_pos.assign(order.begin() + r * n, order.begin() + (r + 1) * n);
+      in.q_doc_start.assign(ring_start.begin() + r * n, ring_start.begin() + (r + 1) * n);
+      in.k_pos.assign(size_t(attn_second_kv_row(n)), N);
+      std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, in.k_pos.begin());
+      in.k_pos.insert(in.k_pos.end(), pos.begin(), pos.end());
+      in.k_pos.resize(size_t(in.list_rows), N);
+      const std::vector<int32_t> words = attn_work_list_words(doc_work_list(in));
+      DeviceBuffer wl(words.size() * 4);  // (words) i32
+      CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, stream));
+      const Tensor wlt(wl.p, DType::i32, Device::cuda(0), {int64_t(words.size())});
+      auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, out, lse); };
+      m.list_fwd_ms.back() = call_ms(timing, list_fwd, warmup, reps);
+      std::vector<uint16_t> out_one(size_t(n * H * D)), out_list(out_one.size());  // (n, H, D) bf16 bits
+      std::vector<float> lse_one(size_t(H * n)), lse_list(lse_one.size());          // (H, n)
+      auto fetch = [&](std::vector<uint16_t>& o, std::vector<float>& l) {
+        CUDA_CHECK(cudaMemcpyAsync(o.data(), out.data, o.size() * 2, cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaMemcpyAsync(l.data(), lse.data, l.size() * 4, cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+      };
+      one_fwd();
+      fetch(out_one, lse_one);
+      list_fwd();
+      fetch(out_list, lse_list);
+      for (size_t i = 0; i < out_one.size(); ++i) m.list_out_mismatch += out_one[i] != out_list[i];
+      for (size_t i = 0; i < lse_one.size(); ++i) m.list_lse_mismatch += std::memcmp(&lse_one[i], &lse_list[i], 4) != 0;
+    }
     // The rank's out and lse, what its backward reads, in its form (so the check covers the one launch too).
     if (one_launch) {
       one_fwd();
@@ -376,6 +415,21 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
                 m.own_bwd_ms[size_t(r)], m.own_bwd_a_ms[size_t(r)], m.own_bwd_b_ms[size_t(r)],
                 long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)],
                 m.one_bwd_ms[size_t(r)], g.one_launch_bwd[size_t(r)] ? " (runs)" : "");
+  if (std::any_of(m.list_fwd_ms.begin(), m.list_fwd_ms.end(), [](double x) { return x > 0; })) {
+    double one_max = 0, list_max = 0;
+    std::printf("  work list fwd (attn_fwd_work_list / attn_fwd_whole_two_kv, ms):");
+    for (int r = 0; r < cp; ++r) {
+      if (m.list_fwd_ms[size_t(r)] <= 0) continue;
+      std::printf(" r%d %.3f/%.3f", r, m.list_fwd_ms[size_t(r)], m.one_fwd_ms[size_t(r)]);
+      one_max = std::max(one_max, m.one_fwd_ms[size_t(r)]);
+      list_max = std::max(list_max, m.list_fwd_ms[size_t(r)]);
+    }
+    std::printf("\n  work list fwd max over ranks %.3f ms vs %.3f ms (%.3fx); bits differing from two_kv: out %lld, lse "
+                "%lld%s\n",
+                list_max, one_max, one_max > 0 ? list_max / one_max : 0.0, (long long)m.list_out_mismatch,
+                (long long)m.list_lse_mismatch,
+                m.list_out_mismatch + m.list_lse_mismatch > 0 ? "  <-- NOT BITWISE EQUAL" : "");
+  }
   const RingTimePrediction& p = m.path;
   const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
   auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
@@ -451,6 +505,10 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                m->path_two_calls.fwd_us * 1e-3, m->path_one_launch.fwd_us * 1e-3, list(m->one_bwd_ms).c_str(),
                gather_join(std::vector<int64_t>(g.one_launch_bwd.begin(), g.one_launch_bwd.end())).c_str(),
                m->path_two_calls.bwd_us * 1e-3, m->path_one_launch.bwd_us * 1e-3);
+  if (std::any_of(m->list_fwd_ms.begin(), m->list_fwd_ms.end(), [](double x) { return x > 0; }))
+    std::fprintf(json, ",\"work_list_fwd_ms\":%s,\"work_list_out_bit_mismatches\":%lld,"
+                       "\"work_list_lse_bit_mismatches\":%lld",
+                 list(m->list_fwd_ms).c_str(), (long long)m->list_out_mismatch, (long long)m->list_lse_mismatch);
 }
 
 }  // namespace rt::bench

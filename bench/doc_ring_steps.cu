@@ -40,6 +40,8 @@
 // --doc-plans step (default) | call: step makes each distinct call's document set-up (tile summaries, spans, order)
 // once and reuses it in every later call, as a training step does over its layers (kernels/attn_doc_plans.h); the
 // warm-up calls make it, so the timed calls launch no set-up kernel. call: every call makes its own (before issue 46).
+// --work-list (with --scheme gather): also times each receiving rank's one-launch forward as attn_fwd_work_list over
+// the call's work list, beside attn_fwd_whole_two_kv, and compares their bits (bench/doc_gather_steps.cuh).
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
   int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
   bool ring = true, plan_only = false, list_candidates = false, scheme_given = false, plans_per_step = true;
+  bool work_list = false;
   std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring", candidate;
   bench::CallTiming timing = bench::CallTiming::queued;
   for (int i = 1; i < argc; ++i) {
@@ -107,13 +110,14 @@ int main(int argc, char** argv) {
       }
       plans_per_step = m == "step";
     } else if (a == "--no-ring") ring = false;
+    else if (a == "--work-list") work_list = true;
     else if (a == "--plan-only") plan_only = true;
     else if (a == "--json") json_path = next();
     else {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
                            "[--scheme ring|gather|auto] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
                            "[--timing queued|lone] [--doc-plans step|call] [--no-ring] [--plan-only] [--json FILE] "
-                           "[--candidate LABEL] [--list-candidates]\n");
+                           "[--candidate LABEL] [--list-candidates] [--work-list]\n");
       return 2;
     }
   }
@@ -292,7 +296,7 @@ int main(int argc, char** argv) {
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
       gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps,
-                                      timing, plans_per_step ? &plans : nullptr);
+                                      timing, plans_per_step ? &plans : nullptr, work_list);
     if (ring && !gather) {
       t_ring.fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads
