@@ -5,6 +5,8 @@
 // fp32 state rows read before the key loop and written after it, and the document mask of a tile (kDocs).
 // A consumer warpgroup owns 64 query rows of a 128-row Q tile. Keep C++17.
 #pragma once
+#include <climits>
+
 #include "kernels/cuda/attention/attn_params.cuh"
 #include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 
@@ -54,9 +56,9 @@ struct FwdDocKeys {
   int64_t lo0, hi0, lo1, hi1;
 };
 
-// kWarpSummary (fwd v5's list mode, which has no per-call summaries): r.wg is instead the min / max over the 16 rows of
-// this thread's warp (every lane of the warp calls it), a tighter range than the warpgroup's; the tile test needs only
-// a range that holds the rows.
+// kWarpSummary (fwd v5's list mode, which has no per-call summaries): r.wg is instead the least position and greatest
+// document start over the 16 rows of this thread's warp (every lane of the warp calls it; a tighter range than the
+// warpgroup's), with pos_hi = +max and doc_lo = -max: softmax_tile only asks whether every pair is visible.
 template <bool kDocs, bool kWarpSummary = false>
 __device__ __forceinline__ FwdDocRows fwd_doc_rows(const AttnFwdParams& p, int64_t b, int64_t q0, int wg_row0,
                                                   int lrow0) {
@@ -70,10 +72,11 @@ __device__ __forceinline__ FwdDocRows fwd_doc_rows(const AttnFwdParams& p, int64
       r.doc[i] = p.docs.q_doc[row];
     }
     if constexpr (kWarpSummary) {
-      r.wg = DocRange{min(r.pos[0], r.pos[1]), max(r.pos[0], r.pos[1]), min(r.doc[0], r.doc[1]),
-                      max(r.doc[0], r.doc[1])};
-      warp_min_max(r.wg.pos_lo, r.wg.pos_hi);
-      warp_min_max(r.wg.doc_lo, r.wg.doc_hi);
+      // Only the least position and the greatest document start decide "every pair visible"; the other two are
+      // constants that make the tile test's "no pair visible" branch fold away (and free their registers).
+      int64_t pos_lo = min(r.pos[0], r.pos[1]), doc_hi = max(r.doc[0], r.doc[1]);
+      warp_min_max(pos_lo, doc_hi);
+      r.wg = DocRange{pos_lo, LLONG_MAX, LLONG_MIN, doc_hi};
     }
   }
   return r;
