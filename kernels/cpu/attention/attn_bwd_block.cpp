@@ -8,56 +8,11 @@
 #include <cstring>
 
 #include "kernels/cpu/attention/attention_common.h"
+#include "kernels/cpu/attention/attn_bwd_probs.h"
 
 namespace rt {
 namespace cpu {
-namespace {
-
-// Turns the score tile s into P and the dP tile dp into dS, row by row.
-// vis (tq, kAttnTileK), when not null, is the document mask of the tile (1 = visible); else the mask's prefix rule.
-__attribute__((always_inline)) inline void probs_and_dscores(float* s, float* dp, int64_t tq, int64_t nj, int64_t i0,
-                                                             int64_t j0, const AttnMask& mask, const uint8_t* vis,
-                                                             const float* lse, const float* delta, float scale) {
-  for (int64_t r = 0; r < tq; ++r) {
-    float* p = s + r * kAttnTileK;    // (nj)
-    float* ds = dp + r * kAttnTileK;  // (nj)
-    const int64_t i = i0 + r;
-    if (vis) {  // document edge inside the tile
-      const uint8_t* vrow = vis + r * kAttnTileK;  // (nj)
-      if (lse[i] == -INFINITY) {
-        for (int64_t jj = 0; jj < nj; ++jj) p[jj] = ds[jj] = 0.f;
-        continue;
-      }
-      const float lse2 = lse[i] * kLog2e;
-      for (int64_t jj = 0; jj < nj; ++jj)
-        if (!vrow[jj]) p[jj] = lse2 - 1000.f;  // exp2 gives exactly 0
-      simd_exp2_sum(p, p, nj, lse2, 1.f);
-      const float di = delta[i];
-      for (int64_t jj = 0; jj < nj; ++jj) ds[jj] = vrow[jj] ? p[jj] * (ds[jj] - di) * scale : 0.f;
-      continue;
-    }
-    const int64_t nv = lse[i] == -INFINITY ? 0 : attn_visible_keys(mask, i, j0, nj);
-    const float lse2 = lse[i] * kLog2e;
-    const float di = delta[i];
-    simd_exp2_sum(p, p, nv, lse2, 1.f);
-    for (int64_t jj = 0; jj < nv; ++jj) ds[jj] = p[jj] * (ds[jj] - di) * scale;
-    for (int64_t jj = nv; jj < nj; ++jj) p[jj] = ds[jj] = 0.f;
-  }
-}
-
-__attribute__((target("avx2,fma"))) void probs_and_dscores_avx2(float* s, float* dp, int64_t tq, int64_t nj,
-                                                                 int64_t i0, int64_t j0, const AttnMask& mask,
-                                                                 const uint8_t* vis, const float* lse,
-                                                                 const float* delta, float scale) {
-  probs_and_dscores(s, dp, tq, nj, i0, j0, mask, vis, lse, delta, scale);
-}
-void probs_and_dscores_baseline(float* s, float* dp, int64_t tq, int64_t nj, int64_t i0, int64_t j0,
-                                const AttnMask& mask, const uint8_t* vis, const float* lse, const float* delta,
-                                float scale) {
-  probs_and_dscores(s, dp, tq, nj, i0, j0, mask, vis, lse, delta, scale);
-}
-
-}  // namespace
+using attn_bwd_detail::probs_and_dscores_dispatch;
 
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask) {
@@ -110,10 +65,7 @@ void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           std::memset(s, 0, sizeof(float) * size_t(2 * kAttnTileQ * kAttnTileK));  // s and dp
           gemm_strided_accumulate(tq, nj, D, scale2, qt, q_row, 1, kt, 1, k_row, s, kAttnTileK);  // S
           gemm_strided_accumulate(tq, nj, D, 1.f, dot, q_row, 1, vt, 1, k_row, dp, kAttnTileK);   // dP
-          if (avx2)
-            probs_and_dscores_avx2(s, dp, tq, nj, i0, j0, *tile.mask, tile.vis, lse_h, delta_h, scale);
-          else
-            probs_and_dscores_baseline(s, dp, tq, nj, i0, j0, *tile.mask, tile.vis, lse_h, delta_h, scale);
+          probs_and_dscores_dispatch(avx2, s, dp, tq, nj, i0, j0, *tile.mask, tile.vis, lse_h, delta_h, scale);
           gemm_strided_accumulate(nj, D, tq, 1.f, s, 1, kAttnTileK, dot, q_row, 1, dvt, k_row);   // dV += P^T dO
           gemm_strided_accumulate(nj, D, tq, 1.f, dp, 1, kAttnTileK, qt, q_row, 1, dkt, k_row);   // dK += dS^T Q
           gemm_strided_accumulate(tq, D, nj, 1.f, dp, kAttnTileK, 1, kt, k_row, 1, dqt, q_row);   // dQ += dS K
