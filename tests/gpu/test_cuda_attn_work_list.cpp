@@ -13,6 +13,8 @@
 //     fill CTAs write their out = 0, lse = -inf;
 //   * both: out within 1e-2 relative and lse within 1e-4 absolute of the fp64 attention, -inf exactly where it has it,
 //     no NaN;
+//   * a task of 400 one-tile segments (more than the CTA's threads: the expansion's second chunk) gives the bits of one
+//     400-tile segment and of attn_fwd_whole;
 //   * the host check (RT_ATTN_WORK_LIST_CHECK=1) refuses a split task by name.
 // Skips without a CUDA device (or without fwd v5: a device other than compute capability 9.0).
 #include <algorithm>
@@ -313,6 +315,69 @@ TEST(AttnWorkListCuda, OneSourceQueryTilesThatSeeNoKeyAreFilled) {
       make_two_kv_case(2, 4, 2, 128, 3000, 200, 840, 2000, 2128, 53, round_bf16, {600, 400, 2000}, 0);
   ASSERT_EQ(c.R, 1200);
   check_one_source(c, /*gathered=*/true);
+}
+
+TEST(AttnWorkListCuda, ATaskOfMoreSegmentsThanTheCtaHasThreads) {
+  RT_REQUIRE_FWD_V5(64);
+  // One query tile (the last 128 of 400 x 128 positions, one document) against all 400 key tiles, listed once as 400
+  // one-tile segments (the kernel expands them in two chunks of its 384 threads) and once as one segment: the same
+  // bits, equal to attn_fwd_whole's, and within the fp64 bound.
+  const int64_t tiles = 400, Nk = tiles * kTile, Nq = kTile, H = 2, Hkv = 1, D = 64;
+  std::vector<int64_t> k_pos(static_cast<size_t>(Nk)), q_pos(static_cast<size_t>(Nq));  // (Nk), (Nq)
+  std::vector<int64_t> q_doc(static_cast<size_t>(Nq), 0);                                 // (Nq): one document
+  for (int64_t j = 0; j < Nk; ++j) k_pos[size_t(j)] = j;
+  for (int64_t i = 0; i < Nq; ++i) q_pos[size_t(i)] = Nk - Nq + i;
+  const std::vector<float> q = bf16_rounded(random_vector(Nq * H * D, 61));
+  const std::vector<float> k = bf16_rounded(random_vector(Nk * Hkv * D, 62));
+  const std::vector<float> v = bf16_rounded(random_vector(Nk * Hkv * D, 63));
+  Buffer qd(gpu(), DType::bf16, {1, Nq, H, D}), kd(gpu(), DType::bf16, {1, Nk, Hkv, D}),
+      vd(gpu(), DType::bf16, {1, Nk, Hkv, D}), qp(gpu(), DType::i32, {2 * Nq}), qs(gpu(), DType::i32, {2 * Nq}),
+      kp(gpu(), DType::i32, {2 * Nk});
+  upload(qd.t(), q);
+  upload(kd.t(), k);
+  upload(vd.t(), v);
+  upload_i32(qp.t(), words(q_pos));  // + kBase: 64-bit positions
+  upload_i32(qs.t(), words(q_doc));
+  upload_i32(kp.t(), words(k_pos));
+  AttnMask mask, host_mask;
+  host_mask.docs.q_pos = q_pos.data(), host_mask.docs.q_doc_start = q_doc.data(), host_mask.docs.k_pos = k_pos.data();
+  host_mask.docs.q_stride = Nq, host_mask.docs.k_stride = Nk;
+  mask = host_mask;
+  mask.docs.q_pos = static_cast<const int64_t*>(qp.t().data);
+  mask.docs.q_doc_start = static_cast<const int64_t*>(qs.t().data);
+  mask.docs.k_pos = static_cast<const int64_t*>(kp.t().data);
+  AttnWorkList many, one;
+  many.tasks.push_back(AttnWorkTask{0, 0, 0, 1, 0, int16_t(tiles), -1});
+  for (int t = 0; t < int(tiles); ++t) many.segs.push_back(AttnKeySeg{t, 1, -1, 0});
+  one.tasks.push_back(AttnWorkTask{0, 0, 0, 1, 0, 1, -1});
+  one.segs.push_back(AttnKeySeg{0, int16_t(tiles), -1, 0});
+  auto run = [&](const AttnWorkList* list) {
+    Buffer acc(gpu(), DType::f32, {1, H, Nq, D}), m(gpu(), DType::f32, {1, H, Nq}), l(gpu(), DType::f32, {1, H, Nq}),
+        out(gpu(), DType::bf16, {1, Nq, H, D}), lse(gpu(), DType::f32, {1, H, Nq});
+    poison(out.t());
+    poison(lse.t());
+    AttnState st{acc.t(), m.t(), l.t()};
+    if (list != nullptr) {
+      const std::vector<int32_t> w = attn_work_list_words(*list);
+      Buffer wl(gpu(), DType::i32, {int64_t(w.size())});
+      upload_i32(wl.t(), w);
+      attn_fwd_work_list(qd.t(), kd.t(), vd.t(), Tensor(), Tensor(), st, mask, wl.t(), out.t(), lse.t());
+      return Got{download(out.t()), download(lse.t())};
+    }
+    attn_fwd_whole(qd.t(), kd.t(), vd.t(), st, mask, out.t(), lse.t());
+    return Got{download(out.t()), download(lse.t())};
+  };
+  const Got got_many = run(&many), got_one = run(&one), whole = run(nullptr);
+  TwoKvCase shape;  // expect_bitwise reads B, n, H, D
+  shape.B = 1, shape.n = Nq, shape.H = H, shape.D = D;
+  const std::vector<char> all(size_t(Nq), 1);
+  expect_bitwise(shape, got_many, got_one, all, "400 one-tile segments vs one segment of 400");
+  expect_bitwise(shape, got_many, whole, all, "400 one-tile segments vs attn_fwd_whole");
+  std::vector<double> ref_out, ref_lse;
+  attention_forward_ref({1, Nq, Nk, H, Hkv, D}, q.data(), k.data(), v.data(), host_mask, ref_out, ref_lse);
+  const std::vector<float> out_f(ref_out.begin(), ref_out.end()), lse_f(ref_lse.begin(), ref_lse.end());
+  EXPECT_LT(rel_error(got_many.out, out_f), 1e-2) << worst_mismatch(got_many.out, out_f);
+  EXPECT_LT(lse_max_abs_error(got_many.lse, lse_f), 1e-4);
 }
 
 TEST(AttnWorkListCuda, HostCheckRefusesASplitTask) {
