@@ -15,6 +15,7 @@
 //     no NaN;
 //   * a task of 400 one-tile segments (more than the CTA's threads: the expansion's second chunk) gives the bits of one
 //     400-tile segment and of attn_fwd_whole;
+//   * windows of heads (the L2 budget forced) change no bit;
 //   * the host check (RT_ATTN_WORK_LIST_CHECK=1) refuses a split task by name.
 // Skips without a CUDA device (or without fwd v5: a device other than compute capability 9.0).
 #include <algorithm>
@@ -258,9 +259,38 @@ TwoKvCase random_docs(int64_t H, int64_t Hkv, int64_t D, uint64_t seed) {
   return make_two_kv_case(2, H, Hkv, D, 2100, 300, 700, 1200, 1500, seed, round_bf16);
 }
 
+// Forces the L2 budget of the kernels' head windows (RT_ATTN_FWD_DOC_L2_KB) for its scope.
+class ScopedDocL2 {
+ public:
+  explicit ScopedDocL2(int kb) : old_(cuda::attn_variant_override()) {
+    cuda::AttnVariantOverride o = old_;
+    o.fwd_doc_l2_kb = kb;
+    cuda::set_attn_variant_override(o);
+  }
+  ~ScopedDocL2() { cuda::set_attn_variant_override(old_); }
+  ScopedDocL2(const ScopedDocL2&) = delete;
+  ScopedDocL2& operator=(const ScopedDocL2&) = delete;
+
+ private:
+  cuda::AttnVariantOverride old_;
+};
+
 TEST(AttnWorkListCuda, TwoSourcesD128GqaBitwiseEqualsTwoKv) {
   RT_REQUIRE_FWD_V5(128);
   check_two_sources(random_docs(4, 2, 128, 17));
+}
+
+TEST(AttnWorkListCuda, HeadWindowsChangeNoBit) {
+  RT_REQUIRE_FWD_V5(128);
+  // K and V of one K/V head over both samples: 2 x 1383 rows x 128 x 2 x 2 bytes = 1.4 MB. A 1500 KiB budget makes
+  // windows of one GQA group (2 heads, two windows); 0 runs head by head (4 windows).
+  const TwoKvCase c = random_docs(4, 2, 128, 17);
+  ASSERT_EQ(c.list, 1383);
+  for (int kb : {1500, 0}) {
+    SCOPED_TRACE("RT_ATTN_FWD_DOC_L2_KB " + std::to_string(kb));
+    const ScopedDocL2 budget(kb);
+    check_two_sources(c);
+  }
 }
 
 TEST(AttnWorkListCuda, TwoSourcesD64BitwiseEqualsTwoKv) {
