@@ -1,7 +1,9 @@
-// The work list's device form (kernels/attn_work_list.h) and the dispatch of attn_fwd_work_list on its tensors'
-// device: kernels/cpu/attention/attn_fwd_work_list.cpp, kernels/cuda/attention/attn_fwd_work_list.cu.
+// The work lists' device forms (kernels/attn_work_list.h) and the dispatch of attn_fwd_work_list and
+// attn_bwd_work_list on their tensors' device: kernels/cpu/attention/attn_{fwd,bwd}_work_list.cpp,
+// kernels/cuda/attention/attn_fwd_work_list.cu (the backward has no CUDA kernel yet).
 #include "kernels/attn_work_list.h"
 
+#include <cstddef>
 #include <cstring>
 
 #ifdef RINGTRAIN_HAVE_CUDA
@@ -12,10 +14,20 @@ namespace rt {
 
 static_assert(sizeof(AttnKeySeg) == 8, "AttnKeySeg is 2 i32 words of the device form");
 static_assert(sizeof(AttnWorkTask) == 16, "AttnWorkTask is 4 i32 words of the device form");
+static_assert(sizeof(AttnQuerySeg) == 8 && offsetof(AttnQuerySeg, tiles) == offsetof(AttnKeySeg, tiles) &&
+                  offsetof(AttnQuerySeg, source) == offsetof(AttnKeySeg, source),
+              "AttnQuerySeg keeps AttnKeySeg's layout");
+static_assert(sizeof(AttnBwdTask) == 16 && offsetof(AttnBwdTask, sample) == offsetof(AttnWorkTask, sample) &&
+                  offsetof(AttnBwdTask, first_seg) == offsetof(AttnWorkTask, first_seg) &&
+                  offsetof(AttnBwdTask, merge_slot) == offsetof(AttnWorkTask, merge_slot),
+              "AttnBwdTask keeps AttnWorkTask's layout");
 
 namespace cpu {
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
+void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
+                        Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list);
 }
 #ifdef RINGTRAIN_HAVE_CUDA
 namespace cuda {
@@ -45,18 +57,74 @@ std::vector<int32_t> attn_work_list_words(const AttnWorkList& list) {
   return words;
 }
 
-AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words) {
+int64_t AttnBwdWorkList::query_tiles() const {
+  int64_t n = 0;
+  for (const AttnQuerySeg& s : segs) n += s.tiles;
+  return n;
+}
+
+std::vector<int32_t> attn_work_list_words(const AttnBwdWorkList& list) {
+  RT_CHECK(list.tasks.size() <= size_t(INT32_MAX / 4) && list.segs.size() <= size_t(INT32_MAX / 4),
+           "attn_work_list_words: " << list.tasks.size() << " backward tasks and " << list.segs.size()
+                                    << " segments do not fit i32 counts");
+  const size_t T = list.tasks.size(), S = list.segs.size();
+  std::vector<int32_t> words(4 + 4 * T + 2 * S);  // (4 + 4 T + 2 S)
+  words[0] = int32_t(T);
+  words[1] = int32_t(S);
+  words[2] = kAttnBwdWorkListTag;
+  words[3] = 0;
+  if (T) std::memcpy(words.data() + 4, list.tasks.data(), T * sizeof(AttnBwdTask));
+  if (S) std::memcpy(words.data() + 4 + 4 * T, list.segs.data(), S * sizeof(AttnQuerySeg));
+  return words;
+}
+
+namespace {
+
+bool holds_backward(const int32_t* words, int64_t n_words) {
+  return n_words >= 4 && words[2] == kAttnBwdWorkListTag && words[3] == 0 && words[0] >= 0 && words[1] >= 0 &&
+         n_words == 4 + 4 * int64_t(words[0]) + 2 * int64_t(words[1]);
+}
+
+bool holds_forward(const int32_t* words, int64_t n_words) {
+  return n_words >= 2 && words[0] >= 0 && words[1] >= 0 && n_words == 2 + 4 * int64_t(words[0]) + 2 * int64_t(words[1]);
+}
+
+}  // namespace
+
+AttnWorkListKind attn_work_list_kind(const int32_t* words, int64_t n_words) {
+  if (holds_backward(words, n_words)) return AttnWorkListKind::backward;
   RT_CHECK(n_words >= 2, "attn work list: " << n_words << " words, expected at least 2 (the task and segment "
                                                "counts); build it with attn_work_list_words");
+  RT_CHECK(holds_forward(words, n_words),
+           "attn work list: " << n_words << " words do not hold " << words[0] << " tasks and " << words[1]
+                              << " segments (forward: 2 + 4 T + 2 S words; backward: 4 + 4 T + 2 S with the tag "
+                              << kAttnBwdWorkListTag << " at word 2); build it with attn_work_list_words");
+  return AttnWorkListKind::forward;
+}
+
+AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words) {
+  RT_CHECK(attn_work_list_kind(words, n_words) == AttnWorkListKind::forward,
+           "attn work list: these " << n_words << " words are a backward list (AttnBwdWorkList, doc_bwd_work_list); "
+                                       "the forward takes doc_work_list's list");
   const int64_t T = words[0], S = words[1];
-  RT_CHECK(T >= 0 && S >= 0 && n_words == 2 + 4 * T + 2 * S,
-           "attn work list: " << n_words << " words do not hold " << T << " tasks and " << S
-                              << " segments (2 + 4 T + 2 S words); build it with attn_work_list_words");
   AttnWorkList list;
   list.tasks.resize(size_t(T));
   list.segs.resize(size_t(S));
   if (T) std::memcpy(list.tasks.data(), words + 2, size_t(T) * sizeof(AttnWorkTask));
   if (S) std::memcpy(list.segs.data(), words + 2 + 4 * T, size_t(S) * sizeof(AttnKeySeg));
+  return list;
+}
+
+AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_words) {
+  RT_CHECK(attn_work_list_kind(words, n_words) == AttnWorkListKind::backward,
+           "attn work list: these " << n_words << " words are a forward list (AttnWorkList, doc_work_list); "
+                                       "the backward takes doc_bwd_work_list's list");
+  const int64_t T = words[0], S = words[1];
+  AttnBwdWorkList list;
+  list.tasks.resize(size_t(T));
+  list.segs.resize(size_t(S));
+  if (T) std::memcpy(list.tasks.data(), words + 4, size_t(T) * sizeof(AttnBwdTask));
+  if (S) std::memcpy(list.segs.data(), words + 4 + 4 * T, size_t(S) * sizeof(AttnQuerySeg));
   return list;
 }
 
@@ -75,6 +143,15 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 #endif
   }
   cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, out, lse);
+}
+
+void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
+                        Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list) {
+  RT_CHECK(!q.device.is_cuda(),
+           "attn_bwd_work_list has no CUDA kernel yet; on the GPU run attn_bwd_block_fresh_two_kv (bwd v5 over the "
+           "whole key list), or keep the call's tensors on the CPU for the list's host op");
+  cpu::attn_bwd_work_list(q, k, v, k2, v2, dout, lse, delta, dq_acc, dk, dv, dk2, dv2, mask, list);
 }
 
 }  // namespace rt

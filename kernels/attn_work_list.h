@@ -17,6 +17,17 @@
 // merge_slot = -1, and the ops refuse other values naming them.
 //
 // On the device the list is one i32 tensor: attn_work_list_words() below, uploaded once per step.
+//
+// The backward's list (AttnBwdWorkList, the second kind) is the forward's transposed, for bwd v5's key-tile-major
+// units: a task is one 128-row key tile of the same key list (list rows [k_row, k_row + 128) of sample `sample`,
+// clipped at its source's end; never a gap row) and the query tiles that see it, as segments of consecutive 128-row
+// query tiles (ascending, not overlapping). A segment's `source` is the source of the keys its (query, key) pairs
+// read, as in the forward: the task's key tile's (-1 own, s >= 0 gathered behind ready flag s), the same in every
+// segment of a task. A backward list is valid for a call when every key tile of the call has exactly one task and
+// its segments list exactly the query tiles holding a row that sees a key of the tile; a key tile no query sees has a
+// task with no segment (segs = 0), whose dK / dV are stored as zero. Order: own key tiles with segments, heaviest
+// first (most query tiles), then gathered ones likewise, then the tasks with no segment; doc_bwd_work_list
+// (parallel/schedule/doc_work_list.h) builds it. Splits (parts, merge_slot) are reserved as in the forward.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,11 +63,46 @@ struct AttnWorkList {
   int64_t key_tiles() const;        // sum of tiles over every segment (one head's key-tile visits)
 };
 
-// The device form: words[0] = tasks, words[1] = segments, then the tasks (4 i32 each, the struct's bytes), then the
-// segments (2 i32 each). (2 + 4 T + 2 S) i32.
+// The backward's task and segment: the forward's layouts (16 and 8 bytes, the same fields in the same places) under
+// the backward's names.
+struct AttnQuerySeg {   // 8 bytes
+  int32_t first_tile;   // the first query tile (query rows [128 first_tile, ...))
+  int16_t tiles;        // consecutive query tiles, >= 1
+  int8_t source;        // the task's key tile's source: -1 own (k, v), s >= 0 gathered (k2, v2) behind ready flag s
+  int8_t spare;         // 0
+};
+
+struct AttnBwdTask {    // 16 bytes
+  int32_t k_row;        // the key tile's first row in the key list (a multiple of 128; >= attn_second_kv_row(Nk)
+                        // for a gathered tile, whose rows in k2 start at k_row - attn_second_kv_row(Nk))
+  int16_t sample;       // b
+  int8_t part, parts;   // reserved for splits: 0 of 1
+  int32_t first_seg;    // its segments: segs[first_seg, first_seg + segs)
+  int16_t segs;         // >= 0: 0 for a key tile no query sees (dK, dV stored as zero)
+  int16_t merge_slot;   // -1: unsplit
+};
+
+struct AttnBwdWorkList {
+  std::vector<AttnBwdTask> tasks;  // one per key tile of the call, in the order the kernel takes them
+  std::vector<AttnQuerySeg> segs;
+  int64_t query_tiles() const;     // sum of tiles over every segment (one head's (query tile, key tile) visits)
+};
+
+// The device forms. Forward: words[0] = tasks, words[1] = segments, then the tasks (4 i32 each, the struct's bytes),
+// then the segments (2 i32 each): (2 + 4 T + 2 S) i32. Backward: words[0] = tasks, words[1] = segments,
+// words[2] = kAttnBwdWorkListTag, words[3] = 0, then the tasks (4 i32 each, 16-byte aligned) and the segments
+// (2 i32 each): (4 + 4 T + 2 S) i32. A forward list's words[2] is its first task's q_row (a multiple of 128) and the
+// tag is odd, so the two kinds never read as each other.
+constexpr int32_t kAttnBwdWorkListTag = 0x42774c31;  // "BwL1"
+enum class AttnWorkListKind { forward, backward };
 std::vector<int32_t> attn_work_list_words(const AttnWorkList& list);
-// The inverse, for the CPU op and the tests: checks the counts against the words' length (names the problem).
+std::vector<int32_t> attn_work_list_words(const AttnBwdWorkList& list);
+// Which kind the words hold (by the tag and the length; refuses words that are neither, naming the problem).
+AttnWorkListKind attn_work_list_kind(const int32_t* words, int64_t n_words);
+// The inverses, for the CPU ops and the tests: check the kind and the counts against the words' length (each refuses
+// the other kind's words, naming the builder to use).
 AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words);
+AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_words);
 
 // attn_fwd_whole_two_kv (kernels/op_list.inc) over a work list: the same q, k, v, k2, v2, scratch, document mask,
 // out (B,Nq,H,D) and lse (B,H,Nq), plus `list` (n_words) i32 on q's device (attn_work_list_words). k2 / v2 may be
@@ -95,5 +141,17 @@ inline AttnDims attn_work_list_dims(const Tensor& q, const Tensor& k, const Tens
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
+
+// attn_bwd_block_fresh_two_kv (kernels/op_list.inc) over a backward work list (AttnBwdWorkList, words from
+// attn_work_list_words): the same q, k, v, k2, v2, dout, lse, delta, document mask; dq_acc (B,Nq,H,D) f32 accumulates;
+// dk, dv (B,Nk,Hkv,D) and dk2, dv2 (B,Nk2,Hkv,D) f32 are overwritten with their sources' gradients (zero for a key
+// tile no query sees). k2, v2, dk2, dv2 may be undefined or hold 0 rows: one source (the list then names no gathered
+// tile). Argument checks: attn_work_list_dims. Per task, every head runs its key tile against its segments' query
+// tiles in order. The list must be valid for the call (doc_bwd_work_list builds one); a query tile the list leaves
+// out of a task is not read for it. kernels/cpu/attention/attn_bwd_work_list.cpp runs it on the host (bit for bit
+// attn_bwd_block_fresh_two_kv's results: it visits the tasks in key order, see there); there is no CUDA kernel yet.
+void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
+                        Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list);
 
 }  // namespace rt

@@ -1,4 +1,4 @@
-// doc_work_list and its checker (parallel/schedule/doc_work_list.h).
+// doc_work_list, doc_bwd_work_list (the mirror) and their checkers (parallel/schedule/doc_work_list.h).
 #include "parallel/schedule/doc_work_list.h"
 
 #include <algorithm>
@@ -210,6 +210,179 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
         if (vi < 0 && count > 0) {
           os << "sample " << b << ": key tile " << t << " is listed for the query tile at row " << qt * kTile
              << " but holds no key visible to its rows";
+          return os.str();
+        }
+      }
+  }
+  return "";
+}
+
+AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in) { return doc_bwd_work_list_mirror(doc_work_list(in), in); }
+
+AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in) {
+  const char* op = "doc_bwd_work_list_mirror";
+  const KeyTiling kt = check_inputs(in, op);
+  // (sample, key tile) -> its query tiles, and the source its forward segments name (-2: none yet).
+  std::vector<std::vector<int32_t>> seen_by(size_t(in.B * kt.list_tiles));  // (B, list_tiles)
+  std::vector<int8_t> source(size_t(in.B * kt.list_tiles), int8_t(-2));       // (B, list_tiles)
+  for (size_t n = 0; n < fwd.tasks.size(); ++n) {
+    const AttnWorkTask& task = fwd.tasks[n];
+    RT_CHECK(task.sample >= 0 && task.sample < in.B && task.q_row >= 0 && task.q_row < in.Nq &&
+                 task.q_row % kTile == 0 && task.part == 0 && task.parts == 1 && task.first_seg >= 0 &&
+                 task.segs >= 0 && int64_t(task.first_seg) + task.segs <= int64_t(fwd.segs.size()),
+             op << ": forward task " << n << " (sample " << task.sample << ", q_row " << task.q_row << ", part "
+                << int(task.part) << " of " << int(task.parts) << ", segments [" << task.first_seg << ", "
+                << task.first_seg + task.segs << ") of " << fwd.segs.size() << ") is not an unsplit query tile of "
+                << "B=" << in.B << ", Nq=" << in.Nq << "; mirror doc_work_list's list of the same call");
+    for (int s = task.first_seg; s < task.first_seg + task.segs; ++s) {
+      const AttnKeySeg& seg = fwd.segs[size_t(s)];
+      RT_CHECK(seg.tiles >= 1 && seg.first_tile >= 0 && int64_t(seg.first_tile) + seg.tiles <= kt.list_tiles,
+               op << ": forward task " << n << "'s segment " << s << " (tiles [" << seg.first_tile << ", "
+                  << seg.first_tile + seg.tiles << ")) is outside the call's " << kt.list_tiles << " key tiles");
+      for (int64_t t = seg.first_tile; t < int64_t(seg.first_tile) + seg.tiles; ++t) {
+        const size_t at = size_t(task.sample * kt.list_tiles + t);
+        RT_CHECK((seg.source == -1) == (kt.source(t) == -1) && (source[at] == -2 || source[at] == seg.source),
+                 op << ": forward task " << n << "'s segment " << s << " names key tile " << t << " under source "
+                    << int(seg.source) << ", but it is "
+                    << (kt.source(t) == -1 ? "an own tile (source -1)" : "a gathered tile (source >= 0)")
+                    << (source[at] == -2 ? "" : " named before under source " + std::to_string(source[at])));
+        source[at] = seg.source;
+        seen_by[at].push_back(int32_t(task.q_row / kTile));
+      }
+    }
+  }
+  struct Built {
+    AttnBwdTask task;
+    std::vector<AttnQuerySeg> segs;
+    int64_t tiles;
+    int cls;  // 0 own with segments, 1 gathered with segments, 2 no segment
+  };
+  std::vector<Built> built;
+  built.reserve(size_t(in.B * kt.list_tiles));
+  for (int64_t b = 0; b < in.B; ++b)
+    for (int64_t t = 0; t < kt.list_tiles; ++t) {
+      const size_t at = size_t(b * kt.list_tiles + t);
+      std::vector<int32_t>& qts = seen_by[at];
+      std::sort(qts.begin(), qts.end());
+      Built task{AttnBwdTask{int32_t(t * kTile), int16_t(b), 0, 1, 0, 0, -1}, {}, int64_t(qts.size()), 2};
+      for (size_t k = 0; k < qts.size(); ++k) {
+        RT_CHECK(k == 0 || qts[k] != qts[k - 1],
+                 op << ": the forward list names key tile " << t << " twice for sample " << b
+                    << "'s query tile at row " << int64_t(qts[k]) * kTile << "; it lists every pair once");
+        AttnQuerySeg* prev = task.segs.empty() ? nullptr : &task.segs.back();
+        if (prev && prev->first_tile + prev->tiles == qts[k] && prev->tiles < INT16_MAX)
+          ++prev->tiles;
+        else
+          task.segs.push_back(AttnQuerySeg{qts[k], 1, source[at], 0});
+      }
+      if (!task.segs.empty()) task.cls = kt.source(t) == -1 ? 0 : 1;
+      built.push_back(std::move(task));
+    }
+  std::stable_sort(built.begin(), built.end(), [](const Built& a, const Built& b) {
+    if (a.cls != b.cls) return a.cls < b.cls;
+    if (a.tiles != b.tiles) return a.tiles > b.tiles;
+    if (a.task.sample != b.task.sample) return a.task.sample < b.task.sample;
+    return a.task.k_row < b.task.k_row;
+  });
+  AttnBwdWorkList list;
+  list.tasks.reserve(built.size());
+  for (Built& t : built) {
+    RT_CHECK(t.segs.size() <= size_t(INT16_MAX) && list.segs.size() + t.segs.size() <= size_t(INT32_MAX),
+             op << ": sample " << t.task.sample << "'s key tile at row " << t.task.k_row << " has " << t.segs.size()
+                << " segments, more than the list's i16 count holds");
+    t.task.first_seg = int32_t(list.segs.size());
+    t.task.segs = int16_t(t.segs.size());
+    list.tasks.push_back(t.task);
+    list.segs.insert(list.segs.end(), t.segs.begin(), t.segs.end());
+  }
+  return list;
+}
+
+std::string doc_bwd_work_list_problem(const AttnBwdWorkList& list, const DocWorkListInputs& in) {
+  const KeyTiling kt = check_inputs(in, "doc_bwd_work_list_problem");
+  const int64_t qs = q_stride_of(in), ks = k_stride_of(in);
+  const int64_t q_tiles = (in.Nq + kTile - 1) / kTile;
+  std::ostringstream os;
+  // listed[(b list_tiles + t) q_tiles + qt]: how often query tile qt is listed for key tile t of sample b.
+  std::vector<uint8_t> listed(size_t(in.B * kt.list_tiles * q_tiles), 0);
+  std::vector<int> task_of(size_t(in.B * kt.list_tiles), -1);  // (B, list_tiles) the task of each key tile
+  for (size_t n = 0; n < list.tasks.size(); ++n) {
+    const AttnBwdTask& task = list.tasks[n];
+    if (task.sample < 0 || task.sample >= in.B || task.k_row < 0 || task.k_row % kTile != 0 ||
+        task.k_row / kTile >= kt.list_tiles) {
+      os << "task " << n << " (sample " << task.sample << ", k_row " << task.k_row << ") is not a 128-row key tile "
+         << "of B=" << in.B << " and the call's " << kt.list_tiles << " key tiles";
+      return os.str();
+    }
+    if (task.part != 0 || task.parts != 1 || task.merge_slot != -1) {
+      os << "task " << n << " is part " << int(task.part) << " of " << int(task.parts) << " with merge slot "
+         << task.merge_slot << "; only unsplit tasks (0 of 1, -1) are valid yet";
+      return os.str();
+    }
+    const int64_t t = task.k_row / kTile;
+    const size_t tile = size_t(task.sample * kt.list_tiles + t);
+    if (task_of[tile] >= 0) {
+      os << "tasks " << task_of[tile] << " and " << n << " both hold sample " << task.sample << "'s key tile at row "
+         << task.k_row;
+      return os.str();
+    }
+    task_of[tile] = int(n);
+    if (task.segs < 0 || task.first_seg < 0 || int64_t(task.first_seg) + task.segs > int64_t(list.segs.size())) {
+      os << "task " << n << " names segments [" << task.first_seg << ", " << task.first_seg + task.segs << ") of "
+         << list.segs.size();
+      return os.str();
+    }
+    int64_t next = 0;
+    for (int s = task.first_seg; s < task.first_seg + task.segs; ++s) {
+      const AttnQuerySeg& seg = list.segs[size_t(s)];
+      const int64_t lo = seg.first_tile, hi = lo + seg.tiles;
+      if (seg.tiles >= 1 && lo >= 0 && lo < next) {
+        os << "task " << n << "'s segment " << s << " repeats query tiles [" << lo << ", " << std::min(hi, next)
+           << ") of the task's earlier segments";
+        return os.str();
+      }
+      const bool source_ok = kt.source(t) == -1 ? seg.source == -1 : seg.source == 0;
+      if (seg.tiles < 1 || lo < 0 || hi > q_tiles || !source_ok || seg.spare != 0) {
+        os << "task " << n << "'s segment " << s << " (query tiles [" << lo << ", " << hi << "), source "
+           << int(seg.source) << ") is out of range or of the wrong source: the call has " << q_tiles
+           << " query tiles, and key tile " << t << " is " << (kt.source(t) == -1 ? "own (-1)" : "gathered (0)");
+        return os.str();
+      }
+      next = hi;
+      for (int64_t qt = lo; qt < hi; ++qt) ++listed[tile * size_t(q_tiles) + size_t(qt)];
+    }
+  }
+  for (int64_t b = 0; b < in.B; ++b)
+    for (int64_t t = 0; t < kt.list_tiles; ++t)
+      if (task_of[size_t(b * kt.list_tiles + t)] < 0) {
+        os << "sample " << b << "'s key tile " << t << " (list rows [" << kt.row_begin(t) << ", " << kt.row_end(t)
+           << ")) has no task: its dK / dV would not be written";
+        return os.str();
+      }
+  // Every (key tile, query tile) pair against the brute-force truth.
+  for (int64_t b = 0; b < in.B; ++b) {
+    const int64_t* qp = in.q_pos.data() + b * qs;        // (Nq)
+    const int64_t* qd = in.q_doc_start.data() + b * qs;  // (Nq)
+    const int64_t* kp = in.k_pos.data() + b * ks;        // (list_rows)
+    for (int64_t t = 0; t < kt.list_tiles; ++t)
+      for (int64_t qt = 0; qt < q_tiles; ++qt) {
+        int64_t vi = -1, vj = -1;  // a visible pair, if any
+        for (int64_t j = kt.row_begin(t); j < kt.row_end(t) && vj < 0; ++j)
+          for (int64_t i = qt * kTile; i < std::min(in.Nq, qt * kTile + kTile); ++i)
+            if (qd[i] <= kp[j] && kp[j] <= qp[i]) {
+              vi = i, vj = j;
+              break;
+            }
+        const int count = listed[size_t((b * kt.list_tiles + t) * q_tiles + qt)];
+        const int n = task_of[size_t(b * kt.list_tiles + t)];
+        if (vi >= 0 && count == 0) {
+          os << "sample " << b << ": query row " << vi << " sees key row " << vj << " (key tile " << t
+             << "), but task " << n << "'s segments do not list query tile " << qt;
+          return os.str();
+        }
+        if (vi < 0 && count > 0) {
+          os << "sample " << b << ": task " << n << " (key tile " << t << ") lists the query tile at row "
+             << qt * kTile << ", but none of its rows sees a key of the tile";
           return os.str();
         }
       }

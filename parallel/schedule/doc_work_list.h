@@ -3,7 +3,9 @@
 // tile of every sample, the 128-row key tiles of the call's key list that hold a key visible to some row of the tile,
 // as ascending segments (own keys before gathered ones). Pure and host-only: every position is known on the host when
 // a batch's documents are set (RingAttention::set_documents), so the list is built once per step and read by every
-// layer's call. The CPU op (kernels/cpu/attention/attn_fwd_work_list.cpp) and the CUDA kernel run the same list.
+// layer's call. The CPU op (kernels/cpu/attention/attn_fwd_work_list.cpp) and the CUDA kernel run the same list. The
+// backward's list (key-tile-major, for bwd v5's units) is the forward's mirrored: doc_bwd_work_list below, run by
+// attn_bwd_work_list (kernels/cpu/attention/attn_bwd_work_list.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,5 +41,25 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in);
 // that holds no key visible to its task's rows. Brute force over every (query, key) pair: O(B Nq list_rows), for tests
 // and checks, not for a step.
 std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInputs& in);
+
+// The backward's list (AttnBwdWorkList, kernels/attn_work_list.h) for the call: doc_work_list's list mirrored
+// (doc_bwd_work_list_mirror), so that it is exact in the same sense: a key tile's segments list a query tile iff one of
+// its rows sees one of the tile's keys.
+AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in);
+
+// The mirror of a valid forward list `fwd` of the call: every (query tile, key tile) pair of its segments becomes a
+// query tile of the key tile's task, the query tiles of a task sorted and merged into segments of consecutive tiles
+// (source: the forward segment's); every key tile of the call gets a task, one that no query sees with no segment.
+// Order: own key tiles with segments, heaviest first (most query tiles; ties by sample, then k_row), then gathered ones
+// likewise, then the tasks with no segment (by sample, then k_row). Refuses (names the task) a forward list that
+// names a tile outside the call, a pair twice, or one key tile under two sources. O(pairs log pairs).
+AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in);
+
+// "" when the backward `list` is valid for the call and tight, else the first problem, in words: a task or segment
+// out of range or of the wrong source, a key tile with no task or two, segments out of order or repeating a query
+// tile, a visible (query, key) pair whose query tile its key tile's task does not list, or a listed query tile with
+// no row seeing a key of the tile. Brute force over every (query, key) pair: O(B Nq list_rows), for tests and checks.
+// The order is not checked (doc_bwd_work_list_mirror states it; the tests check it).
+std::string doc_bwd_work_list_problem(const AttnBwdWorkList& list, const DocWorkListInputs& in);
 
 }  // namespace rt
