@@ -73,6 +73,13 @@ struct RingGather {
   Tensor work_list;             // (work_list_max) i32, allocated only when on: the list's words, viewed
                                 // (work_list_words)
   int64_t work_list_words = 0;  // of the current plan (0: none built)
+  // The one-launch backward over the backward's work list (attn_bwd_work_list, the forward's list mirrored:
+  // doc_bwd_work_list) instead of attn_bwd_block_fresh_two_kv, with the same knob, on CPU ranks only (the op has no
+  // CUDA kernel yet; GPU ranks keep attn_bwd_block_fresh_two_kv and build no list), and not with the FP8 backward
+  // (RingAttention::set_fp8_backward: the list op has no FP8 form).
+  Tensor bwd_work_list;             // (bwd_work_list_max) i32, allocated only when on and the ring has a backward:
+                                    // the backward list's words, viewed (bwd_work_list_words)
+  int64_t bwd_work_list_words = 0;  // of the current plan (0: none built)
 };
 
 // The buffers for a ring of `cp` ranks (cp > 1) and RingAttention's shape, from `arena`.

@@ -81,6 +81,9 @@ class RingAttention {
   // the exchange, the return waited for after it (parallel/schedule/gather_plan.h gather_bwd_one_launch).
   void set_gather_bwd_one_launch(int mode);
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
+  // Whether that one launch runs attn_bwd_work_list over the batch's backward work list (kernels/attn_work_list.h):
+  // RT_ATTN_WORK_LIST=1 when the ring was constructed, CPU ranks only (no CUDA kernel yet), not with the FP8 backward.
+  bool gather_bwd_work_list() const;
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
   // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).
   int64_t skipped_steps() const { return skipped_steps_; }

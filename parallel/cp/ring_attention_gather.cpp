@@ -27,6 +27,8 @@
 //   plan_gather by kv_gather.h gather_bwd_one_launch where the exchange and the return are shorter than the call's
 //   fixed cost it saves): nothing before the wait; one attn_bwd_block_fresh_two_kv over own keys and gathered rows
 //   (the forward's key list) into this rank's dK|dV and the gathered rows'; the return as above, nothing under it.
+//   With RT_ATTN_WORK_LIST=1 on CPU ranks that call is attn_bwd_work_list over the backward's list (the forward's
+//   mirrored, doc_bwd_work_list_mirror; the same bits; not with the FP8 backward, which has no list form).
 #include "parallel/cp/gather_scheme.h"
 
 #include <algorithm>
@@ -188,6 +190,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
                                    : gather_bwd_one_launch_for_batch(tiles.data(), plans.data(), size_t(B), r,
                                                                      model_split, model_shape));
   g.work_list_words = 0;
+  g.bwd_work_list_words = 0;
   if (g.fwd_one_launch || g.bwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows'
     const int64_t S = attn_second_kv_row(n), L = S + R;
     std::vector<int64_t> list(size_t(B * L), T);  // (B, S + R)
@@ -196,7 +199,10 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
       std::copy(k_pos.begin() + b * R, k_pos.begin() + (b + 1) * R, list.begin() + b * L + S);
     }
     upload_i32(g.k_list_pos, reinterpret_cast<const int32_t*>(list.data()), 2 * int64_t(list.size()));
-    if (g.work_list_on && g.fwd_one_launch) {  // the one-launch forward's work list over the same key list
+    // RT_ATTN_WORK_LIST=1: the one-launch forward's work list over the same key list, and on CPU ranks the
+    // one-launch backward's (the forward's mirrored).
+    const bool fwd_list = g.work_list_on && g.fwd_one_launch, bwd_list = g.bwd_work_list.defined() && g.bwd_one_launch;
+    if (fwd_list || bwd_list) {
       DocWorkListInputs in;
       in.B = B, in.Nq = n, in.Nk = n, in.list_rows = L;
       in.k_pos = std::move(list);  // (B, S + R)
@@ -207,12 +213,24 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
           in.q_pos[size_t(b * n + i)] = host_pos[b * T + r * n + i];
           in.q_doc_start[size_t(b * n + i)] = host_doc_start[b * T + r * n + i];
         }
-      const std::vector<int32_t> words = attn_work_list_words(doc_work_list(in));
-      RT_CHECK(int64_t(words.size()) <= g.work_list.numel(),
-               "ring gather: the work list's " << words.size() << " words overrun its buffer of "
-                                               << g.work_list.numel() << " (a bug in make_ring_gather's bound)");
-      upload_i32(g.work_list, words.data(), int64_t(words.size()));
-      g.work_list_words = int64_t(words.size());
+      const AttnWorkList fwd = doc_work_list(in);
+      if (fwd_list) {
+        const std::vector<int32_t> words = attn_work_list_words(fwd);
+        RT_CHECK(int64_t(words.size()) <= g.work_list.numel(),
+                 "ring gather: the work list's " << words.size() << " words overrun its buffer of "
+                                                 << g.work_list.numel() << " (a bug in make_ring_gather's bound)");
+        upload_i32(g.work_list, words.data(), int64_t(words.size()));
+        g.work_list_words = int64_t(words.size());
+      }
+      if (bwd_list) {
+        const std::vector<int32_t> words = attn_work_list_words(doc_bwd_work_list_mirror(fwd, in));
+        RT_CHECK(int64_t(words.size()) <= g.bwd_work_list.numel(),
+                 "ring gather: the backward work list's " << words.size() << " words overrun its buffer of "
+                                                          << g.bwd_work_list.numel()
+                                                          << " (a bug in make_ring_gather's bound)");
+        upload_i32(g.bwd_work_list, words.data(), int64_t(words.size()));
+        g.bwd_work_list_words = int64_t(words.size());
+      }
     }
   }
   upload_i32(g.send_index, send_index.data(), int64_t(send_index.size()));
@@ -253,6 +271,10 @@ bool RingAttention::gather_fwd_work_list() const {
 
 bool RingAttention::gather_bwd_one_launch() const {
   return scheme_ == CpScheme::gather && gather_->bwd_one_launch;
+}
+
+bool RingAttention::gather_bwd_work_list() const {
+  return gather_bwd_one_launch() && gather_->bwd_work_list_words > 0;
 }
 
 int64_t RingAttention::gather_own_split() const {
@@ -424,7 +446,11 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
       const Tensor kv = gathered_kv();                                        // (2, B, R, Hkv, D)
       const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
       auto part = [&](const Tensor& t, int64_t h) { return gathered_half(t, h, B, R, Hkv, D); };
-      if (one_launch)
+      if (one_launch && gather_bwd_work_list())  // RT_ATTN_WORK_LIST=1, CPU: the same call over the plan's list
+        attn_bwd_work_list(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1),
+                           part(dkv, 0), part(dkv, 1), key_list_mask(),
+                           g.bwd_work_list.slice(0, g.bwd_work_list_words));
+      else if (one_launch)
         attn_bwd_block_fresh_two_kv(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0),
                                     half(own, 1), part(dkv, 0), part(dkv, 1), key_list_mask());
       else

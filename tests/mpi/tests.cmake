@@ -4,6 +4,7 @@ rt_mpi_test(comm 3)
 rt_mpi_test(comm 4)
 rt_mpi_test(ring_attention 4)
 rt_mpi_test(ring_attention_docs 4)  # the ring and the gather scheme of packed documents
+rt_mpi_test(ring_gather_work_list 4)  # the gather scheme's backward over the work list (RT_ATTN_WORK_LIST=1)
 rt_mpi_test(ring_attention 8 --gtest_filter=RingAttentionLongRing.*)  # cp up to 8 (oversubscribed on CI)
 rt_mpi_test(tensor_parallel 2)
 
