@@ -222,9 +222,11 @@ AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in) { return doc_bwd_
 AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in) {
   const char* op = "doc_bwd_work_list_mirror";
   const KeyTiling kt = check_inputs(in, op);
-  // (sample, key tile) -> its query tiles, and the source its forward segments name (-2: none yet).
-  std::vector<std::vector<int32_t>> seen_by(size_t(in.B * kt.list_tiles));  // (B, list_tiles)
-  std::vector<int8_t> source(size_t(in.B * kt.list_tiles), int8_t(-2));       // (B, list_tiles)
+  const size_t key_tiles = size_t(in.B * kt.list_tiles);
+  // Pass 1: the forward tasks checked; per (sample, key tile) its pair count and the source its segments name (-2:
+  // none yet).
+  std::vector<int64_t> first(key_tiles + 1, 0);          // (B list_tiles + 1) pair counts, then offsets
+  std::vector<int8_t> source(key_tiles, int8_t(-2));     // (B, list_tiles)
   for (size_t n = 0; n < fwd.tasks.size(); ++n) {
     const AttnWorkTask& task = fwd.tasks[n];
     RT_CHECK(task.sample >= 0 && task.sample < in.B && task.q_row >= 0 && task.q_row < in.Nq &&
@@ -247,53 +249,70 @@ AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkL
                     << (kt.source(t) == -1 ? "an own tile (source -1)" : "a gathered tile (source >= 0)")
                     << (source[at] == -2 ? "" : " named before under source " + std::to_string(source[at])));
         source[at] = seg.source;
-        seen_by[at].push_back(int32_t(task.q_row / kTile));
+        ++first[at + 1];
       }
     }
   }
-  struct Built {
-    AttnBwdTask task;
-    std::vector<AttnQuerySeg> segs;
-    int64_t tiles;
-    int cls;  // 0 own with segments, 1 gathered with segments, 2 no segment
-  };
-  std::vector<Built> built;
-  built.reserve(size_t(in.B * kt.list_tiles));
-  for (int64_t b = 0; b < in.B; ++b)
-    for (int64_t t = 0; t < kt.list_tiles; ++t) {
-      const size_t at = size_t(b * kt.list_tiles + t);
-      std::vector<int32_t>& qts = seen_by[at];
-      std::sort(qts.begin(), qts.end());
-      Built task{AttnBwdTask{int32_t(t * kTile), int16_t(b), 0, 1, 0, 0, -1}, {}, int64_t(qts.size()), 2};
-      for (size_t k = 0; k < qts.size(); ++k) {
-        RT_CHECK(k == 0 || qts[k] != qts[k - 1],
-                 op << ": the forward list names key tile " << t << " twice for sample " << b
-                    << "'s query tile at row " << int64_t(qts[k]) * kTile << "; it lists every pair once");
-        AttnQuerySeg* prev = task.segs.empty() ? nullptr : &task.segs.back();
-        if (prev && prev->first_tile + prev->tiles == qts[k] && prev->tiles < INT16_MAX)
-          ++prev->tiles;
-        else
-          task.segs.push_back(AttnQuerySeg{qts[k], 1, source[at], 0});
-      }
-      if (!task.segs.empty()) task.cls = kt.source(t) == -1 ? 0 : 1;
-      built.push_back(std::move(task));
+  for (size_t at = 0; at < key_tiles; ++at) first[at + 1] += first[at];
+  // Pass 2: the forward tasks by (sample, q_row), so that every key tile's query tiles arrive in ascending order.
+  std::vector<size_t> by_row(fwd.tasks.size());  // (tasks) forward task indices
+  for (size_t n = 0; n < by_row.size(); ++n) by_row[n] = n;
+  std::sort(by_row.begin(), by_row.end(), [&](size_t x, size_t y) {
+    const AttnWorkTask &a = fwd.tasks[x], &b = fwd.tasks[y];
+    return a.sample != b.sample ? a.sample < b.sample : a.q_row < b.q_row;
+  });
+  std::vector<int32_t> qts(size_t(first[key_tiles]));  // (pairs) per key tile, its query tiles ascending
+  std::vector<int64_t> next(first.begin(), first.end() - 1);  // (B list_tiles) the next free slot of each key tile
+  for (const size_t n : by_row) {
+    const AttnWorkTask& task = fwd.tasks[n];
+    for (int s = task.first_seg; s < task.first_seg + task.segs; ++s) {
+      const AttnKeySeg& seg = fwd.segs[size_t(s)];
+      for (int64_t t = seg.first_tile; t < int64_t(seg.first_tile) + seg.tiles; ++t)
+        qts[size_t(next[size_t(task.sample * kt.list_tiles + t)]++)] = int32_t(task.q_row / kTile);
     }
-  std::stable_sort(built.begin(), built.end(), [](const Built& a, const Built& b) {
-    if (a.cls != b.cls) return a.cls < b.cls;
-    if (a.tiles != b.tiles) return a.tiles > b.tiles;
-    if (a.task.sample != b.task.sample) return a.task.sample < b.task.sample;
-    return a.task.k_row < b.task.k_row;
+  }
+  // Per key tile its segments (runs of consecutive query tiles), in key order.
+  std::vector<AttnQuerySeg> segs;         // (segments) every key tile's, in key order
+  std::vector<int64_t> seg_first(key_tiles + 1, 0);  // (B list_tiles + 1) offsets into segs
+  for (size_t at = 0; at < key_tiles; ++at) {
+    const int64_t t = int64_t(at) % kt.list_tiles;
+    for (int64_t k = first[at]; k < first[at + 1]; ++k) {
+      RT_CHECK(k == first[at] || qts[size_t(k)] != qts[size_t(k - 1)],
+               op << ": the forward list names key tile " << t << " twice for sample " << int64_t(at) / kt.list_tiles
+                  << "'s query tile at row " << int64_t(qts[size_t(k)]) * kTile << "; it lists every pair once");
+      AttnQuerySeg* prev = int64_t(segs.size()) > seg_first[at] ? &segs.back() : nullptr;
+      if (prev && prev->first_tile + prev->tiles == qts[size_t(k)] && prev->tiles < INT16_MAX)
+        ++prev->tiles;
+      else
+        segs.push_back(AttnQuerySeg{qts[size_t(k)], 1, source[at], 0});
+    }
+    seg_first[at + 1] = int64_t(segs.size());
+    RT_CHECK(seg_first[at + 1] - seg_first[at] <= INT16_MAX && segs.size() <= size_t(INT32_MAX),
+             op << ": sample " << int64_t(at) / kt.list_tiles << "'s key tile " << t << " has "
+                << seg_first[at + 1] - seg_first[at] << " segments, more than the list's i16 count holds");
+  }
+  // The order: own tiles with segments, then gathered ones, heaviest first in each (ties by sample, then key row),
+  // then the tiles no query sees (by sample, then key row).
+  auto cls = [&](size_t at) {
+    return first[at + 1] == first[at] ? 2 : kt.source(int64_t(at) % kt.list_tiles) == -1 ? 0 : 1;
+  };
+  std::vector<size_t> order(key_tiles);  // (B list_tiles) key tile indices b list_tiles + t
+  for (size_t at = 0; at < key_tiles; ++at) order[at] = at;
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    const int cx = cls(x), cy = cls(y);
+    if (cx != cy) return cx < cy;
+    const int64_t wx = first[x + 1] - first[x], wy = first[y + 1] - first[y];
+    if (wx != wy) return wx > wy;
+    return x < y;  // by sample, then key row
   });
   AttnBwdWorkList list;
-  list.tasks.reserve(built.size());
-  for (Built& t : built) {
-    RT_CHECK(t.segs.size() <= size_t(INT16_MAX) && list.segs.size() + t.segs.size() <= size_t(INT32_MAX),
-             op << ": sample " << t.task.sample << "'s key tile at row " << t.task.k_row << " has " << t.segs.size()
-                << " segments, more than the list's i16 count holds");
-    t.task.first_seg = int32_t(list.segs.size());
-    t.task.segs = int16_t(t.segs.size());
-    list.tasks.push_back(t.task);
-    list.segs.insert(list.segs.end(), t.segs.begin(), t.segs.end());
+  list.tasks.reserve(key_tiles);
+  list.segs.reserve(segs.size());
+  for (const size_t at : order) {
+    const int64_t b = int64_t(at) / kt.list_tiles, t = int64_t(at) % kt.list_tiles;
+    list.tasks.push_back(AttnBwdTask{int32_t(t * kTile), int16_t(b), 0, 1, int32_t(list.segs.size()),
+                                     int16_t(seg_first[at + 1] - seg_first[at]), -1});
+    list.segs.insert(list.segs.end(), segs.begin() + seg_first[at], segs.begin() + seg_first[at + 1]);
   }
   return list;
 }
