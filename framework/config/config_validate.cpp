@@ -13,6 +13,11 @@
 #include "kernels/tensor.h"
 
 namespace rt {
+
+const char* const kFp8AttentionNoCuda =
+    "fp8.attention has no CUDA kernel yet (issue 47): the FP8 attention backward runs on CPU ranks only; set "
+    "fp8.attention: false on the GPU (FP8 linear layers stay on with train.precision: fp8), or device: cpu";
+
 namespace {
 
 class Problems {
@@ -294,6 +299,23 @@ void check_data(const Config& c, Problems& p) {
   }
 }
 
+// fp8.attention (kernels/attn_fp8.h): with train.precision fp8, head dims 64 and 128, and no CUDA kernel yet. device:
+// auto that resolves to a GPU is refused at start-up (framework/plan/resolve.cpp).
+void check_fp8_attention(const Config& c, Problems& p) {
+  if (!c.fp8.attention) return;
+  if (c.train.precision != "fp8")
+    p.add("fp8.attention=true runs the attention backward's products in FP8, but train.precision=", c.train.precision,
+          "; set train.precision: fp8 (FP8 linear layers with it), or fp8.attention: false");
+  const ModelConfig& m = c.model;
+  const bool shape_set = c.is_explicit("model.d_model") || c.is_explicit("model.n_head");  // as check_model's
+  if (shape_set && m.n_head >= 1 && m.d_model % m.n_head == 0 && m.head_dim() != 64 && m.head_dim() != 128)
+    p.add("fp8.attention=true takes head dims 64 and 128 (the FP8 attention kernel's tiles), but head_dim = "
+          "model.d_model / model.n_head = ", m.d_model, " / ", m.n_head, " = ", m.head_dim(), "; choose d_model / n_head "
+          "= 64 or 128, or set fp8.attention: false");
+  if (c.device == "cuda")
+    p.add(kFp8AttentionNoCuda);
+}
+
 void check_train(const Config& c, Problems& p) {
   const TrainConfig& t = c.train;
   p.at_least("train.batch_size", t.batch_size, 1);
@@ -334,6 +356,7 @@ void check_train(const Config& c, Problems& p) {
             " (rows or blocks of small weights lose the precision the recipe is for); use fp8.recipe: tensorwise, or "
             "fp8.zero3_gather: bf16");
   }
+  check_fp8_attention(c, p);
   if (t.precision == "fp8" && c.fp8.bf16_first_last && c.model.n_layer <= 2)
     p.add("fp8.bf16_first_last keeps the first and the last block in bf16, but model.n_layer=", c.model.n_layer,
           " leaves no block in fp8; use more layers, fp8.bf16_first_last: false, or train.precision: bf16");

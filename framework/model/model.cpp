@@ -206,6 +206,7 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   attention_ = std::make_unique<ContextAttention>(comms.ring ? *comms.ring : *comms.cp, comms.a2a ? *comms.a2a : no_a2a_,
                                                   options.layout, /*causal=*/true, ring, arena, options.dkv_wire,
                                                   /*head_groups=*/0, options.cp_gather);
+  attention_->ring().set_fp8_backward(options.fp8 && options.fp8_attention);
 }
 
 

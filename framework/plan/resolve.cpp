@@ -29,6 +29,12 @@ void resolve_device_step(Resolved& r, const ResolveInputs& in) {
   const Config& c = r.config;
   const bool planning = r.purpose == Purpose::plan || in.planning;
   r.device = planning && c.device == "cuda" ? Device::cuda(0) : resolve_device(c);
+  // device: cuda is validate_config's refusal; auto that lands on a GPU is refused here, once for every rank. A plan
+  // says so in its table instead.
+  if (c.fp8.attention && c.device == "auto" && r.device.is_cuda()) {
+    RT_CHECK(planning, kFp8AttentionNoCuda);
+    r.rows.push_back({"fp8.attention", "true", "refused on this GPU at start-up", kFp8AttentionNoCuda});
+  }
   if (c.device == "auto")
     r.rows.push_back({"device", "auto", r.device.str(),
                       r.device.is_cuda() ? "a GPU is visible" : "no GPU is visible here (or the build has no CUDA)"});

@@ -18,6 +18,7 @@
 // does nothing.
 #pragma once
 #include "kernels/attention.h"
+#include "parallel/cp/attn_bwd_ops.h"
 
 namespace rt {
 
@@ -26,8 +27,9 @@ enum class OwnBwdPart { a, b };
 // q, dout (B, n, H, D); k, v (B, n, Hkv, D); lse, delta (B, H, n) f32; dq_acc (B, n, H, D) f32, added to;
 // dk, dv (B, n, Hkv, D) f32: part A writes every row (B = 1: rows [0, m)), part B rows [m, n).
 // own: the own call's mask for all n rows and keys (document mask, k_pos of key row 0 of sample 0, no q or k range).
-// 0 <= m <= n.
+// 0 <= m <= n. ops: the backward ops it calls (their FP8 forms with fp8.attention).
 void own_bwd_part(OwnBwdPart part, int64_t m, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                  const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& own);
+                  const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& own,
+                  const AttnBwdOps& ops = AttnBwdOps{});
 
 }  // namespace rt

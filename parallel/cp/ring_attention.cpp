@@ -403,8 +403,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
         if (doc_pos_) ++skipped_steps_;
         fill(contrib, 0.f);
       } else {  // overwrites contrib (on an H100/H200 without a separate zero-fill where the mask allows)
-        attn_bwd_block_fresh(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1),
-                             plan.mask);
+        bwd_ops_.fresh(q, k_blk, v_blk, dout, lse, delta_, dq_acc_, half(contrib, 0), half(contrib, 1), plan.mask);
       }
     }
     if (step > 0) {

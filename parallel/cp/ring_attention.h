@@ -9,6 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels/attn_doc_plans.h"
 #include "parallel/comm/comm.h"
+#include "parallel/cp/attn_bwd_ops.h"
 #include "parallel/cp/ring_timing.h"
 #include "parallel/schedule/attention_shape.h"
 #include "parallel/schedule/cp_scheme.h"
@@ -80,6 +81,10 @@ class RingAttention {
   // The same for the backward: the own call (whole) and the gathered call as one attn_bwd_block_fresh_two_kv after
   // the exchange, the return waited for after it (parallel/schedule/gather_plan.h gather_bwd_one_launch).
   void set_gather_bwd_one_launch(int mode);
+  // fp8.attention (kernels/attn_fp8.h): the following backward calls run the FP8 forms of the block ops (dV, dQ, dK
+  // on E4M3 operands; their contracts are the same); off by default. CPU ranks only: the ops refuse CUDA tensors.
+  void set_fp8_backward(bool on) { bwd_ops_ = attn_bwd_ops(on); }
+  bool fp8_backward() const { return bwd_ops_.fp8; }
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Whether that one launch runs attn_bwd_work_list over the batch's backward work list (kernels/attn_work_list.h):
   // RT_ATTN_WORK_LIST=1 when the ring was constructed, CPU ranks only (no CUDA kernel yet), not with the FP8 backward.
@@ -130,6 +135,7 @@ class RingAttention {
   Tensor doc_plan_space_;                   // (words, 2) i32 holding int64 words: see the constructor for the size
   AttnDocPlans doc_plans_;
   std::unique_ptr<RingGather> gather_;      // the gather scheme's buffers and plan (constructed with gather = true)
+  AttnBwdOps bwd_ops_;                      // the backward's block ops (set_fp8_backward)
   double dkv_block_bytes_ = 0;  // one (2, B, n, Hkv, D) dK|dV block in the dtype it travels in
   Tensor grad_home_;     // (2, B, n, Hkv, D) dkv_wire dtype: this rank's dK|dV accumulator when it comes home early
   double sent_bytes_ = 0, ring_bytes_ = 0;  // since reset_timings(): this rank's bytes sent, the plain ring's

@@ -274,7 +274,7 @@ bool RingAttention::gather_bwd_one_launch() const {
 }
 
 bool RingAttention::gather_bwd_work_list() const {
-  return gather_bwd_one_launch() && gather_->bwd_work_list_words > 0;
+  return gather_bwd_one_launch() && gather_->bwd_work_list_words > 0 && !bwd_ops_.fp8;
 }
 
 int64_t RingAttention::gather_own_split() const {
@@ -428,7 +428,8 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
     if (one_launch) {
       // nothing before the exchange: the launch below writes every own row's dK / dV
     } else if (own_runs) {
-      own_bwd_part(OwnBwdPart::a, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
+      own_bwd_part(OwnBwdPart::a, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask(),
+                   bwd_ops_);
     } else {
       ++skipped_steps_;
       fill(own, 0.f);
@@ -451,11 +452,11 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
                            part(dkv, 0), part(dkv, 1), key_list_mask(),
                            g.bwd_work_list.slice(0, g.bwd_work_list_words));
       else if (one_launch)
-        attn_bwd_block_fresh_two_kv(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0),
-                                    half(own, 1), part(dkv, 0), part(dkv, 1), key_list_mask());
+        bwd_ops_.fresh_two_kv(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0),
+                              half(own, 1), part(dkv, 0), part(dkv, 1), key_list_mask());
       else
-        attn_bwd_block_fresh(q, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, part(dkv, 0), part(dkv, 1),
-                             gathered_mask());
+        bwd_ops_.fresh(q, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, part(dkv, 0), part(dkv, 1),
+                       gathered_mask());
       gather_rows(rows_of(g.wire_send, g.wire, 0, 2 * g.received_total, W), dkv.view({2 * B * R, W}),
                   g.return_index.slice(0, 2 * g.received_total));  // the owners' chunks, in dkv_wire
     }
@@ -468,7 +469,8 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
   }
   if (m > 0 && m < n) {
     RingTimerScope t(*timer_, Phase::compute);
-    own_bwd_part(OwnBwdPart::b, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask());
+    own_bwd_part(OwnBwdPart::b, m, q, k, v, dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1), own_mask(),
+                 bwd_ops_);
   }
   {
     RingTimerScope t(*timer_, Phase::comm);
