@@ -26,8 +26,9 @@
 // segment of a task. A backward list is valid for a call when every key tile of the call has exactly one task and
 // its segments list exactly the query tiles holding a row that sees a key of the tile; a key tile no query sees has a
 // task with no segment (segs = 0), whose dK / dV are stored as zero. Order: own key tiles with segments, heaviest
-// first (most query tiles), then gathered ones likewise, then the tasks with no segment; doc_bwd_work_list
-// (parallel/schedule/doc_work_list.h) builds it. Splits (parts, merge_slot) are reserved as in the forward.
+// first (most query tiles), then gathered ones likewise, then (optionally) the own tiles of the own call's part B,
+// then the tasks with no segment; doc_bwd_work_list (parallel/schedule/doc_work_list.h) builds it. Splits (parts,
+// merge_slot) are reserved as in the forward.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -217,11 +217,17 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
   return "";
 }
 
-AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in) { return doc_bwd_work_list_mirror(doc_work_list(in), in); }
+AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in, int64_t own_b_row) {
+  return doc_bwd_work_list_mirror(doc_work_list(in), in, own_b_row);
+}
 
-AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in) {
+AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in, int64_t own_b_row) {
   const char* op = "doc_bwd_work_list_mirror";
   const KeyTiling kt = check_inputs(in, op);
+  RT_CHECK(own_b_row == -1 || (own_b_row >= 0 && own_b_row % kTile == 0 && own_b_row <= kt.own_tiles * kTile),
+           op << ": own_b_row = " << own_b_row << " must be -1 (no part B) or a multiple of 128 in [0, "
+              << kt.own_tiles * kTile << "] (the own key rows' tiles)");
+  const int64_t own_b_tile = own_b_row < 0 ? kt.own_tiles : own_b_row / kTile;  // own tiles [own_b_tile, own_tiles): B
   const size_t key_tiles = size_t(in.B * kt.list_tiles);
   // Pass 1: the forward tasks checked; per (sample, key tile) its pair count and the source its segments name (-2:
   // none yet).
@@ -291,10 +297,11 @@ AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkL
              op << ": sample " << int64_t(at) / kt.list_tiles << "'s key tile " << t << " has "
                 << seg_first[at + 1] - seg_first[at] << " segments, more than the list's i16 count holds");
   }
-  // The order: own tiles with segments, then gathered ones, heaviest first in each (ties by sample, then key row),
-  // then the tiles no query sees (by sample, then key row).
+  // The order: own tiles with segments (part A), then gathered ones, then own tiles of part B, heaviest first in each
+  // (ties by sample, then key row), then the tiles no query sees (by sample, then key row).
   auto cls = [&](size_t at) {
-    return first[at + 1] == first[at] ? 2 : kt.source(int64_t(at) % kt.list_tiles) == -1 ? 0 : 1;
+    const int64_t t = int64_t(at) % kt.list_tiles;
+    return first[at + 1] == first[at] ? 3 : t >= kt.own_tiles ? 1 : t < own_b_tile ? 0 : 2;
   };
   std::vector<size_t> order(key_tiles);  // (B list_tiles) key tile indices b list_tiles + t
   for (size_t at = 0; at < key_tiles; ++at) order[at] = at;

@@ -45,16 +45,20 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
 // The backward's list (AttnBwdWorkList, kernels/attn_work_list.h) for the call: doc_work_list's list mirrored
 // (doc_bwd_work_list_mirror), so that it is exact in the same sense: a key tile's segments list a query tile iff one of
 // its rows sees one of the tile's keys.
-AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in);
+// own_b_row: see doc_bwd_work_list_mirror.
+AttnBwdWorkList doc_bwd_work_list(const DocWorkListInputs& in, int64_t own_b_row = -1);
 
 // The mirror of a valid forward list `fwd` of the call: every (query tile, key tile) pair of its segments becomes a
 // query tile of the key tile's task, the query tiles of a task sorted and merged into segments of consecutive tiles
 // (source: the forward segment's); every key tile of the call gets a task, one that no query sees with no segment.
 // Order: own key tiles with segments, heaviest first (most query tiles; ties by sample, then k_row), then gathered ones
-// likewise, then the tasks with no segment (by sample, then k_row). Refuses (names the task) a forward list that
+// likewise, then the tasks with no segment (by sample, then k_row). With own_b_row >= 0 (a multiple of 128, at most
+// attn_second_kv_row(Nk)) the own tiles from that key row on (the own call's part B, parallel/cp/gather_backward.h,
+// to run under the dK / dV return) come after the gathered ones instead, heaviest first, before the empty tasks; -1:
+// no part B. Refuses (names the task) a forward list that
 // names a tile outside the call, a pair twice, or one key tile under two sources. O(pairs + key tiles log key
 // tiles): under 1 ms for a 16K-row rank at cp 8 with 6 x 16K gathered rows, its rows in random local order.
-AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in);
+AttnBwdWorkList doc_bwd_work_list_mirror(const AttnWorkList& fwd, const DocWorkListInputs& in, int64_t own_b_row = -1);
 
 // "" when the backward `list` is valid for the call and tight, else the first problem, in words: a task or segment
 // out of range or of the wrong source, a key tile with no task or two, segments out of order or repeating a query

@@ -1,11 +1,11 @@
 // The gather scheme's one-launch backward over the backward's work list on CPU ranks (RT_ATTN_WORK_LIST=1:
-// attn_bwd_work_list, kernels/attn_work_list.h, the list from parallel/schedule/doc_work_list.h doc_bwd_work_list_mirror,
-// built in plan_gather): against the whole sample on one rank (test::document_attention_reference), and bit for bit
-// against the same ring with the lists off (attn_fwd_whole_two_kv and attn_bwd_block_fresh_two_kv, whose bits the
-// list ops keep on the host). Calls of several 128-row tiles (T = 1200: 300 to 600 rows a rank), contiguous, zigzag
-// and a random assignment in random local order; sample 0 short documents (length 1 among them), sample 1 one
-// document across every rank; GQA (H = 4, Hkv = 2), B = 2; outputs NaN-poisoned first. Every rank whose backward runs
-// in one launch must run it over the list.
+// attn_bwd_work_list, kernels/attn_work_list.h, the list from doc_bwd_work_list_mirror in
+// parallel/schedule/doc_work_list.h, built in plan_gather): against the whole sample on one rank
+// (test::document_attention_reference), and bit for bit against the same ring with the lists off (attn_fwd_whole_two_kv
+// and attn_bwd_block_fresh_two_kv, whose bits the list ops keep on the host). Calls of several 128-row tiles (T = 1200:
+// 300 to 600 rows a rank), contiguous, zigzag and a random assignment in random local order; sample 0 short documents
+// (length 1 among them), sample 1 one document across every rank; GQA (H = 4, Hkv = 2), B = 2; outputs NaN-poisoned
+// first. Every rank whose backward runs in one launch must run it over the list.
 #include <gtest/gtest.h>
 #include <mpi.h>
 

@@ -110,7 +110,8 @@ void expect_matches(const test::TwoKvCase& c, const char* what) {
   expect_same_bits(got.dk2, ref.dk2, "dk2");
   expect_same_bits(got.dv2, ref.dv2, "dv2");
 
-  // The list's order is the device's; the host runs the same tasks in key order, so a shuffled list gives the same bits.
+  // The list's order is the device's; the host runs the same tasks in key order, so a shuffled list gives the same
+  // bits.
   AttnBwdWorkList shuffled = list;
   std::shuffle(shuffled.tasks.begin(), shuffled.tasks.end(), std::mt19937_64(17));
   const test::HostTensor shuffled_words = words_tensor(attn_work_list_words(shuffled));

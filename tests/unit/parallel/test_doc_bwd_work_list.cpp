@@ -1,11 +1,12 @@
 // doc_bwd_work_list (parallel/schedule/doc_work_list.h), the backward's key-tile-major list, against brute force: for
-// every 128-row key tile exactly the query tiles holding a row that sees one of its keys, as maximal ascending
-// segments carrying the key tile's source; one task per key tile (none seen: no segment); own tiles with segments
-// heaviest first, then gathered ones, then the empty tasks. Over documents of length 1, one document across
-// everything, random odd lengths, B = 2, two sources with a gap, own rows out of position order, one source, and 300
-// random small calls. It is the forward's list transposed (the same pairs). doc_bwd_work_list_problem must pass the
-// built list and catch a dropped or duplicated query segment, a dropped task, a key tile listed twice, a listed query
-// tile without a visible pair and a wrong source. The backward words round trip and never read as a forward list.
+// every 128-row key tile exactly the query tiles holding a row that sees one of its keys, as maximal ascending segments
+// carrying the key tile's source; one task per key tile (none seen: no segment); own tiles with segments heaviest
+// first, then gathered ones, then (optionally) the own call's part B, then the empty tasks. Over documents of length 1,
+// one document across everything, random odd lengths, B = 2, two sources with a gap, own rows out of position order,
+// one source, and 300 random small calls. It is the forward's list transposed (the same pairs).
+// doc_bwd_work_list_problem must pass the built list and catch a dropped or duplicated query segment, a dropped task, a
+// key tile listed twice, a listed query tile without a visible pair and a wrong source. The backward words round trip
+// and never read as a forward list.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,15 +67,20 @@ int64_t tiles_of(const AttnBwdWorkList& list, const AttnBwdTask& t) {
 
 // Checks a built backward list against brute force, its segments' merging and sources, its order, and that it holds
 // the forward list's pairs.
-void expect_exact(const DocWorkListInputs& in, const char* what) {
+// own_b_row >= 0: the own tiles from that row on are part B, after the gathered ones.
+void expect_exact(const DocWorkListInputs& in, const char* what, int64_t own_b_row = -1) {
   SCOPED_TRACE(what);
-  const AttnBwdWorkList list = doc_bwd_work_list(in);
+  const AttnBwdWorkList list = doc_bwd_work_list(in, own_b_row);
   EXPECT_EQ(doc_bwd_work_list_problem(list, in), "");
   const auto truth = seeing_tiles(in);
   ASSERT_EQ(int64_t(list.tasks.size()), in.B * list_tiles_of(in)) << "one task per key tile";
   const int64_t own_tiles = own_tiles_of(in);
   std::set<std::tuple<int64_t, int64_t, int64_t>> pairs;  // (b, query tile, key tile)
-  auto cls = [&](const AttnBwdTask& t) { return t.segs == 0 ? 2 : t.k_row / 128 < own_tiles ? 0 : 1; };
+  auto cls = [&](const AttnBwdTask& t) {
+    if (t.segs == 0) return 3;
+    if (t.k_row / 128 >= own_tiles) return 1;
+    return own_b_row >= 0 && t.k_row >= own_b_row ? 2 : 0;
+  };
   for (size_t n = 0; n < list.tasks.size(); ++n) {
     const AttnBwdTask& t = list.tasks[n];
     EXPECT_EQ(t.part, 0);
@@ -97,7 +103,7 @@ void expect_exact(const DocWorkListInputs& in, const char* what) {
     const auto it = truth.find({t.sample, t.k_row / 128});
     ASSERT_TRUE(it != truth.end()) << "task " << n << " names a key tile outside the call";
     EXPECT_EQ(qts, it->second) << "sample " << t.sample << ", k_row " << t.k_row;
-    if (n > 0) {  // own with segments, gathered with segments, empty; heaviest first; then sample, then k_row
+    if (n > 0) {  // own (A), gathered, own part B, empty; heaviest first; then sample, then k_row
       const AttnBwdTask& p = list.tasks[n - 1];
       const auto key = [&](const AttnBwdTask& x) {
         return std::make_tuple(cls(x), -tiles_of(list, x), int64_t(x.sample), int64_t(x.k_row));
@@ -210,9 +216,31 @@ TEST(DocBwdWorkList, RandomSmallCasesEqualBruteForce) {
       in.k_pos.insert(in.k_pos.end(), list.begin(), list.end());
     }
     const std::string what = "random case " + std::to_string(c);
-    expect_exact(in, what.c_str());
+    // Every other call with a part B from a random own tile on.
+    const int64_t own_b_row = c % 2 ? -1 : 128 * int64_t(rng() % uint64_t(attn_second_kv_row(in.Nk) / 128 + 1));
+    expect_exact(in, what.c_str(), own_b_row);
     if (HasFailure()) return;
   }
+}
+
+TEST(DocBwdWorkList, OwnPartBComesAfterTheGatheredTiles) {
+  // n = 420 own rows (4 own tiles): part B from row 256 (tiles 2 and 3) after every gathered tile with segments.
+  const DocWorkListInputs in =
+      inputs_of(test::make_two_kv_case(2, 1, 1, 1, 1400, 150, 380, 900, 1090, 71, no_round));
+  expect_exact(in, "part B from row 256", 256);
+  expect_exact(in, "part B the whole own call", 0);
+  expect_exact(in, "part B empty", attn_second_kv_row(in.Nk));
+  const AttnBwdWorkList a = doc_bwd_work_list(in), b = doc_bwd_work_list(in, 256);
+  ASSERT_EQ(a.tasks.size(), b.tasks.size());
+  EXPECT_EQ(a.query_tiles(), b.query_tiles());
+  bool gathered_seen = false, b_after = false;
+  for (const AttnBwdTask& t : b.tasks) {
+    gathered_seen |= t.k_row >= attn_second_kv_row(in.Nk) && t.segs > 0;
+    b_after |= gathered_seen && t.k_row >= 256 && t.k_row < attn_second_kv_row(in.Nk);
+  }
+  EXPECT_TRUE(b_after) << "no part B task after a gathered one";
+  EXPECT_THROW(doc_bwd_work_list(in, 100), Error) << "not a multiple of 128";
+  EXPECT_THROW(doc_bwd_work_list(in, attn_second_kv_row(in.Nk) + 128), Error) << "past the own tiles";
 }
 
 // A task with at least `segs` segments, or -1.
