@@ -206,6 +206,7 @@ struct RingTensors {
   size_t arena_bytes;  // inputs, outputs and the ring's own scratch
   // The ring's communicator over the members' MPI communicator (taken over); empty: MpiComm.
   std::function<std::shared_ptr<Comm>(MPI_Comm)> make_comm = {};
+  bool fp8_backward = false;  // RingAttention::set_fp8_backward (fp8.attention; CPU only)
 };
 
 // Ring attention on a ring of `cp` ranks (world ranks [0, cp); the others only join the error reduction):
@@ -242,6 +243,7 @@ inline RelErrors run_ring(const AttentionProblem& p, const AttentionReference& r
     upload(dout, gather_tokens(p.dout, B, p.T, H * D, pos));
     for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
     RingAttention attn(ring, layout, causal, {B, n, H, Hkv, D, dt}, arena);
+    attn.set_fp8_backward(on.fp8_backward);
     attn.forward(q, k, v, out, lse);
     attn.backward(q, k, v, out, dout, lse, dq, dk, dv);
     accumulate(err[kOut], download(out), ref.out, B, p.T, H * D, pos, true);

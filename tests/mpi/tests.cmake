@@ -6,6 +6,7 @@ rt_mpi_test(ring_attention 4)
 rt_mpi_test(ring_attention_docs 4)  # the ring and the gather scheme of packed documents
 rt_mpi_test(ring_gather_work_list 4)  # the gather scheme's backward over the work list (RT_ATTN_WORK_LIST=1)
 rt_mpi_test(ring_attention 8 --gtest_filter=RingAttentionLongRing.*)  # cp up to 8 (oversubscribed on CI)
+rt_mpi_test(ring_attention_fp8 4)  # fp8.attention's backward on the ring against the one-rank FP8 call
 rt_mpi_test(tensor_parallel 2)
 
 # Fault handling: the launcher test starts `mpirun -np 2 rt_fault_victim` itself.
