@@ -62,6 +62,7 @@ void Model::prefill_forward(const Batch& batch) {
   const ModelShape& s = shape_;
   upload_batch(batch);
   offload_begin_step(/*want_grad=*/false);
+  if (fp8_) fp8_->begin_step();  // the weights may have changed since the last pass: no held FP8 copy or amax reused
   prefetch_weights(0);
   const Tensor embedding = unit_weights(0);
   prefetch_weights(1);
