@@ -31,8 +31,7 @@ void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 #ifdef RINGTRAIN_HAVE_CUDA
 namespace cuda {
-// kernels/cuda/attention/attn_fwd_work_list.cu. CMakeLists.txt defines RT_HAVE_CUDA_ATTN_WORK_LIST for this file
-// once that file exists, so the tree links before it lands.
+// kernels/cuda/attention/attn_fwd_work_list.cu (fwd v5's list mode).
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
 }  // namespace cuda
@@ -131,12 +130,9 @@ AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_wo
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse) {
   if (q.device.is_cuda()) {
-#if defined(RINGTRAIN_HAVE_CUDA) && defined(RT_HAVE_CUDA_ATTN_WORK_LIST)
+#ifdef RINGTRAIN_HAVE_CUDA
     const cuda::OpProfileScope rt_op_timer_("attn_fwd_work_list");
     return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, out, lse);
-#elif defined(RINGTRAIN_HAVE_CUDA)
-    RT_CHECK(false, "attn_fwd_work_list: the CUDA kernel is not built yet (kernels/cuda/attention/"
-                    "attn_fwd_work_list.cu is absent); use attn_fwd_whole_two_kv on the GPU");
 #else
     RT_CHECK(false, "attn_fwd_work_list: CUDA tensor given, but this ringtrain was built without CUDA. Set device: "
                     "cpu, or rebuild with nvcc available (-DRINGTRAIN_CUDA=ON)");
