@@ -17,16 +17,9 @@ using attn_bwd_detail::probs_and_dscores_dispatch;
 void attn_bwd_block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                     const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask) {
   const char* op = "attn_bwd_block";
-  const AttnDims d = attn_dims(q, k, v, op);
-  require_cpu_f32(dout, op, "dout");
-  require_cpu_f32(lse, op, "lse");
-  require_cpu_f32(delta, op, "delta");
-  require_cpu_f32(dq_acc, op, "dq_acc");
-  require_cpu_f32(dk_acc, op, "dk_acc");
-  require_cpu_f32(dv_acc, op, "dv_acc");
-  check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
-  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  check_attn_docs(mask.docs, d.Nq, d.Nk, op);
+  AttnRanges r;
+  const AttnDims d =
+      attn_bwd_detail::check_bwd_block_args(q, k, v, dout, lse, delta, dq_acc, dk_acc, dv_acc, mask, op, r);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end || d.D == 0) return;
   const bool docs = mask.docs.on();
   AttnMask unmasked;  // a document tile wholly visible runs the unmasked path

@@ -44,19 +44,12 @@ void attn_bwd_block_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const
   const char* op = "attn_bwd_block_fp8";
   static_assert(kAttnTileQ == kAttnFp8RowBlock && kAttnTileK == kAttnFp8RowBlock,
                 "the FP8 backward's tiles are the scale groups' 128-row blocks");
-  const AttnDims d = attn_dims(q, k, v, op);
-  require_cpu_f32(dout, op, "dout");
-  require_cpu_f32(lse, op, "lse");
-  require_cpu_f32(delta, op, "delta");
-  require_cpu_f32(dq_acc, op, "dq_acc");
-  require_cpu_f32(dk_acc, op, "dk_acc");
-  require_cpu_f32(dv_acc, op, "dv_acc");
-  check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
+  AttnRanges r;
+  const AttnDims d =
+      attn_bwd_detail::check_bwd_block_args(q, k, v, dout, lse, delta, dq_acc, dk_acc, dv_acc, mask, op, r);
   RT_CHECK(attn_fp8_head_dim_supported(d.D),
            op << ": head dim D=" << d.D << " is not supported by the FP8 attention (64 or 128, the FP8 kernel's "
               "tiles); change model.d_model / model.n_head, or set fp8.attention: false");
-  const AttnRanges r = attn_ranges(mask, d.Nq, d.Nk, op);
-  check_attn_docs(mask.docs, d.Nq, d.Nk, op);
   if (r.q_begin == r.q_end || r.k_begin == r.k_end) return;
   const bool docs = mask.docs.on();
   AttnMask unmasked;  // a document tile wholly visible runs the unmasked path

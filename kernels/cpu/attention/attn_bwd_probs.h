@@ -1,7 +1,7 @@
-// The step between the backward's products shared by attn_bwd_block and attn_bwd_block_fp8 (kernels/cpu/attention):
-// the score tile S into P = exp2(S - lse log2 e) and the dP tile into dS = P (dP - delta) scale, row by row, with
-// the tile's mask (the prefix rule, or a document tile's pair-by-pair `vis`); masked pairs and rows with
-// lse = -inf get 0 in both.
+// What attn_bwd_block and attn_bwd_block_fp8 (kernels/cpu/attention) share: their argument checks, and the step
+// between the backward's products: the score tile S into P = exp2(S - lse log2 e) and the dP tile into
+// dS = P (dP - delta) scale, row by row, with the tile's mask (the prefix rule, or a document tile's pair-by-pair
+// `vis`); masked pairs and rows with lse = -inf get 0 in both.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -11,6 +11,24 @@
 namespace rt {
 namespace cpu {
 namespace attn_bwd_detail {
+
+// attn_bwd_block's argument checks, shared with attn_bwd_block_fp8: the shapes, every gradient tensor f32 on the CPU,
+// the document mask; returns the dims and fills the mask's row ranges.
+inline AttnDims check_bwd_block_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                     const Tensor& lse, const Tensor& delta, const Tensor& dq_acc, const Tensor& dk_acc,
+                                     const Tensor& dv_acc, const AttnMask& mask, const char* op, AttnRanges& r) {
+  const AttnDims d = attn_dims(q, k, v, op);
+  require_cpu_f32(dout, op, "dout");
+  require_cpu_f32(lse, op, "lse");
+  require_cpu_f32(delta, op, "delta");
+  require_cpu_f32(dq_acc, op, "dq_acc");
+  require_cpu_f32(dk_acc, op, "dk_acc");
+  require_cpu_f32(dv_acc, op, "dv_acc");
+  check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
+  r = attn_ranges(mask, d.Nq, d.Nk, op);
+  check_attn_docs(mask.docs, d.Nq, d.Nk, op);
+  return d;
+}
 
 // Turns the score tile s into P and the dP tile dp into dS, row by row.
 // vis (tq, kAttnTileK), when not null, is the document mask of the tile (1 = visible); else the mask's prefix rule.
