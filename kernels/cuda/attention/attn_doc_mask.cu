@@ -201,8 +201,10 @@ int64_t* summary_buffer(cudaStream_t stream, size_t count) {
   return slot.first;
 }
 
+}  // namespace
+
 void require_device_positions(const int64_t* p, int device, const char* op, const char* name) {
-  RT_CHECK(p != nullptr, op << ": the document mask has q_pos but no " << name
+  RT_CHECK(p != nullptr, op << ": the document mask has no " << name
                             << "; set AttnDocs::q_pos, q_doc_start and k_pos together");
   cudaPointerAttributes a{};
   CUDA_CHECK(cudaPointerGetAttributes(&a, p));
@@ -210,8 +212,6 @@ void require_device_positions(const int64_t* p, int device, const char* op, cons
            op << ": document-mask array " << name << " is not memory of CUDA device " << device
               << "; copy the positions to the device of q first");
 }
-
-}  // namespace
 
 DocMaskDev attn_doc_mask_setup(const AttnDocs& docs, int64_t B, int64_t Nq, int64_t Nk, const AttnRanges& r,
                                int device, cudaStream_t stream, const char* op) {

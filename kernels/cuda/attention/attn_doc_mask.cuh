@@ -21,6 +21,10 @@
 namespace rt {
 namespace cuda {
 
+// Refuses a document-mask position array (q_pos, q_doc_start or k_pos, `name`) that is null or not memory of CUDA
+// device `device`, naming the op and the fix (attn_doc_mask.cu).
+void require_device_positions(const int64_t* p, int device, const char* op, const char* name);
+
 constexpr int kDocTileRows = 64;  // rows per summary tile
 
 constexpr int kDocRuns = 4;        // runs of one document start kept apart per 128-row query tile

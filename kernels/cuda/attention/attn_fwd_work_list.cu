@@ -26,6 +26,7 @@
 
 #include "kernels/attn_work_list.h"
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attn_doc_mask.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
@@ -53,16 +54,6 @@ int list_head_window(int64_t H, int64_t group, int64_t key_rows, int64_t D, int6
   const int64_t kv_heads = budget / kv_head_bytes;
   if (kv_heads < 1) return 1;
   return int(std::min<int64_t>(H, kv_heads * group));
-}
-
-void require_device_array(const int64_t* p, int device, const char* op, const char* name) {
-  RT_CHECK(p != nullptr, op << ": the document mask has no " << name
-                            << "; set AttnDocs::q_pos, q_doc_start and k_pos together");
-  cudaPointerAttributes a{};
-  CUDA_CHECK(cudaPointerGetAttributes(&a, p));
-  RT_CHECK((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == device,
-           op << ": document-mask array " << name << " is not memory of CUDA device " << device
-              << "; copy the positions to the device of q first");
 }
 
 // RT_ATTN_WORK_LIST_CHECK=1: the list is copied to the host (a wait) and checked field by field before the launch,
@@ -178,9 +169,9 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
            op << ": the key list's " << key_rows << " rows exceed the kernel's " << kWorkListTilesMax
               << " tiles of 128 (kWorkListTilesMax, attn_fwd_work_list.cuh)");
   RT_CHECK(list.shape[0] <= INT_MAX, op << ": the list's " << list.shape[0] << " words exceed 2^31");
-  require_device_array(mask.docs.q_pos, device, op, "q_pos");
-  require_device_array(mask.docs.q_doc_start, device, op, "q_doc_start");
-  require_device_array(mask.docs.k_pos, device, op, "k_pos");
+  require_device_positions(mask.docs.q_pos, device, op, "q_pos");
+  require_device_positions(mask.docs.q_doc_start, device, op, "q_doc_start");
+  require_device_positions(mask.docs.k_pos, device, op, "k_pos");
   if (host_check_requested()) check_list_on_host(list, d, key_rows, two, stream, op);
 
   AttnFwdParams p;
