@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -140,6 +141,43 @@ inline AttentionReference document_attention_reference(const AttentionProblem& p
   r.dk.assign(dk.begin(), dk.end());
   r.dv.assign(dv.begin(), dv.end());
   return r;
+}
+
+// Document start of every position of a T-token sample cut into the given lengths (cycled).
+inline std::vector<int64_t> document_starts(int64_t T, const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> start(static_cast<size_t>(T));
+  int64_t p = 0;
+  for (size_t k = 0; p < T; k = (k + 1) % lengths.size()) {
+    for (int64_t t = 0; t < lengths[k] && p + t < T; ++t) start[size_t(p + t)] = p;
+    p += lengths[k];
+  }
+  return start;
+}
+
+// The ring order (B, T) of a layout: per sample, rank s's layout_positions at columns [s n, (s + 1) n).
+inline std::vector<int64_t> layout_ring_order(Layout layout, int64_t B, int64_t T, int cp) {
+  std::vector<int64_t> order;
+  for (int64_t b = 0; b < B; ++b)
+    for (int s = 0; s < cp; ++s) {
+      const std::vector<int64_t> pos = layout_positions(layout, T, cp, s);
+      order.insert(order.end(), pos.begin(), pos.end());
+    }
+  return order;
+}
+
+// A random assignment of positions to ranks (B, T), different per sample; each rank's positions sorted, or (sorted =
+// false) in random local order.
+inline std::vector<int64_t> random_ring_order(int64_t B, int64_t T, int cp, uint64_t seed, bool sorted) {
+  std::vector<int64_t> order;
+  std::mt19937_64 rng(seed);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> perm(static_cast<size_t>(T));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int s = 0; s < cp && sorted; ++s) std::sort(perm.begin() + s * (T / cp), perm.begin() + (s + 1) * (T / cp));
+    order.insert(order.end(), perm.begin(), perm.end());
+  }
+  return order;
 }
 
 // Rows of a (B, T, row) array at the given global positions: (B, n, row).

@@ -38,18 +38,16 @@ namespace {
 constexpr double kTolerance = 2e-5;  // relative L2 error vs the one-rank result (f32 compute)
 const int64_t kB = 2, kH = 4, kHkv = 2, kD = 8;
 
+using rt::test::document_starts;
 using rt::test::world_rank;
 using rt::test::world_size;
 
-// Document start of every position of a T-token sample cut into the given lengths (cycled).
-std::vector<int64_t> starts_of(int64_t T, const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> start(static_cast<size_t>(T));
-  int64_t p = 0;
-  for (size_t k = 0; p < T; k = (k + 1) % lengths.size()) {
-    for (int64_t t = 0; t < lengths[k] && p + t < T; ++t) start[size_t(p + t)] = p;
-    p += lengths[k];
-  }
-  return start;
+// The harness's ring orders (tests/mpi/ring_attention_harness.h) for this file's kB samples.
+std::vector<int64_t> layout_order(Layout layout, int64_t T, int cp) {
+  return test::layout_ring_order(layout, kB, T, cp);
+}
+std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed, bool sorted = true) {
+  return test::random_ring_order(kB, T, cp, seed, sorted);
 }
 
 // Rows of x (B, T, row) at per-sample positions order (B, n): (B, n, row).
@@ -95,7 +93,7 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
   std::vector<std::vector<int64_t>> nat_start;  // [b] (T) natural order
   std::vector<int64_t> ring_pos(size_t(kB * T)), ring_start(size_t(kB * T));  // (B, T) ring order
   for (int64_t b = 0; b < kB; ++b) {
-    nat_start.push_back(starts_of(T, lengths[size_t(b) % lengths.size()]));
+    nat_start.push_back(document_starts(T, lengths[size_t(b) % lengths.size()]));
     const std::vector<int64_t>& s = nat_start.back();
     for (int64_t t = 0; t < T; ++t) {
       ring_pos[size_t(b * T + t)] = order[size_t(b * T + t)];
@@ -165,32 +163,6 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
   return test::reduce_errors(err, bad);
 }
 
-// The ring order (B, T) of a layout: rank s's layout_positions at columns [s*n, (s+1)*n), every sample alike.
-std::vector<int64_t> layout_order(Layout layout, int64_t T, int cp) {
-  std::vector<int64_t> order;
-  for (int64_t b = 0; b < kB; ++b)
-    for (int s = 0; s < cp; ++s) {
-      const std::vector<int64_t> pos = layout_positions(layout, T, cp, s);
-      order.insert(order.end(), pos.begin(), pos.end());
-    }
-  return order;
-}
-
-// A random assignment of positions to ranks, different per sample, each rank's positions sorted (sorted = false:
-// in random local order).
-std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed, bool sorted = true) {
-  std::vector<int64_t> order;
-  std::mt19937_64 rng(seed);
-  for (int64_t b = 0; b < kB; ++b) {
-    std::vector<int64_t> perm(static_cast<size_t>(T));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int s = 0; s < cp && sorted; ++s) std::sort(perm.begin() + s * (T / cp), perm.begin() + (s + 1) * (T / cp));
-    order.insert(order.end(), perm.begin(), perm.end());
-  }
-  return order;
-}
-
 // parallel.layout: balanced: each sample's ring order from its documents (balanced_ring_order, as the loader
 // picks it); the candidates chosen are appended to *chosen.
 std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::vector<int64_t>>& lengths,
@@ -198,7 +170,8 @@ std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::ve
   std::vector<int64_t> order;
   for (int64_t b = 0; b < kB; ++b) {
     std::string name;
-    const std::vector<int64_t> o = balanced_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, &name);
+    const std::vector<int64_t> starts = document_starts(T, lengths[size_t(b) % lengths.size()]);
+    const std::vector<int64_t> o = balanced_ring_order(starts, cp, &name);
     order.insert(order.end(), o.begin(), o.end());
     chosen->push_back(name);
   }
@@ -209,7 +182,7 @@ std::vector<int64_t> balanced_order(int64_t T, int cp, const std::vector<std::ve
 std::vector<int64_t> dispatch_order(int64_t T, int cp, const std::vector<std::vector<int64_t>>& lengths) {
   std::vector<int64_t> order;
   for (int64_t b = 0; b < kB; ++b) {
-    const std::vector<int64_t> o = dispatch_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, 5);
+    const std::vector<int64_t> o = dispatch_ring_order(document_starts(T, lengths[size_t(b) % lengths.size()]), cp, 5);
     order.insert(order.end(), o.begin(), o.end());
   }
   return order;
@@ -220,7 +193,8 @@ std::vector<int64_t> docpack_order(int64_t T, int cp, const std::vector<std::vec
                                    int64_t split_min) {
   std::vector<int64_t> order;
   for (int64_t b = 0; b < kB; ++b) {
-    const std::vector<int64_t> o = docpack_ring_order(starts_of(T, lengths[size_t(b) % lengths.size()]), cp, split_min);
+    const std::vector<int64_t> starts = document_starts(T, lengths[size_t(b) % lengths.size()]);
+    const std::vector<int64_t> o = docpack_ring_order(starts, cp, split_min);
     order.insert(order.end(), o.begin(), o.end());
   }
   return order;
@@ -403,10 +377,10 @@ TEST(RingGatherDocs, SendsExactlyThePlannedRows) {
   const std::vector<std::vector<int64_t>> mix = {{1, 7, 1, 3, 2, 5, 5, 1}, {4, 1, 2, 3}};
   const std::vector<int64_t> order = layout_order(Layout::contiguous, T, cp);
   double rows = 0;  // rows received over the ranks and samples, from the plan
-  for (int64_t b = 0; b < kB; ++b)
-    rows += double(kv_gather_plan_for_order(starts_of(T, mix[size_t(b)]),
-                                            std::vector<int64_t>(order.begin() + b * T, order.begin() + (b + 1) * T), cp)
-                       .total_rows());
+  for (int64_t b = 0; b < kB; ++b) {
+    const std::vector<int64_t> sample_order(order.begin() + b * T, order.begin() + (b + 1) * T);  // (T)
+    rows += double(kv_gather_plan_for_order(document_starts(T, mix[size_t(b)]), sample_order, cp).total_rows());
+  }
   ASSERT_GT(rows, 0) << "documents cross the ranks' edges: some row is needed";
   const double row_bytes = double(kHkv * kD * 4);  // one f32 row of K (or V, dK, dV)
   double bad = 0;
@@ -443,7 +417,7 @@ TEST(RingGatherDocs, ForcedOwnSplitMatchesOneRank) {
   const test::AttentionProblem p = test::make_attention_problem(8642, kB, T, kH, kHkv, kD, false);
   for (int cp = 2; cp <= std::min(4, world_size()); ++cp) {
     const int64_t n = T / cp;
-    const std::vector<int64_t> sample0 = starts_of(T, kMix[0]);  // by position
+    const std::vector<int64_t> sample0 = document_starts(T, kMix[0]);  // by position
     std::vector<std::pair<std::string, std::vector<int64_t>>> orders;
     for (Layout layout : {Layout::contiguous, Layout::zigzag})
       orders.push_back({layout_name(layout), layout_order(layout, T, cp)});

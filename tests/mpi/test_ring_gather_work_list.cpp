@@ -36,42 +36,16 @@ const int64_t kB = 2, kH = 4, kHkv = 2, kD = 8;
 // Sample 0: short documents (length 1 among them); sample 1: one document over every rank.
 const std::vector<std::vector<int64_t>> kMix = {{1, 7, 1, 23, 2, 40, 5, 1}, {1 << 20}};
 
+using rt::test::document_starts;
 using rt::test::world_rank;
 using rt::test::world_size;
 
-// Document start of every position of a T-token sample cut into the given lengths (cycled).
-std::vector<int64_t> starts_of(int64_t T, const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> start(static_cast<size_t>(T));
-  int64_t p = 0;
-  for (size_t k = 0; p < T; k = (k + 1) % lengths.size()) {
-    for (int64_t t = 0; t < lengths[k] && p + t < T; ++t) start[size_t(p + t)] = p;
-    p += lengths[k];
-  }
-  return start;
-}
-
-// The ring order (B, T) of a layout: rank s's layout_positions at columns [s n, (s + 1) n), every sample alike.
+// The harness's ring orders (tests/mpi/ring_attention_harness.h) for this file's kB samples.
 std::vector<int64_t> layout_order(Layout layout, int64_t T, int cp) {
-  std::vector<int64_t> order;
-  for (int64_t b = 0; b < kB; ++b)
-    for (int s = 0; s < cp; ++s) {
-      const std::vector<int64_t> pos = layout_positions(layout, T, cp, s);
-      order.insert(order.end(), pos.begin(), pos.end());
-    }
-  return order;
+  return test::layout_ring_order(layout, kB, T, cp);
 }
-
-// A random assignment of positions to ranks, different per sample, each rank's positions in random local order.
-std::vector<int64_t> random_order(int64_t T, uint64_t seed) {
-  std::vector<int64_t> order;
-  std::mt19937_64 rng(seed);
-  for (int64_t b = 0; b < kB; ++b) {
-    std::vector<int64_t> perm(static_cast<size_t>(T));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    order.insert(order.end(), perm.begin(), perm.end());
-  }
-  return order;
+std::vector<int64_t> random_order(int64_t T, int cp, uint64_t seed, bool sorted = true) {
+  return test::random_ring_order(kB, T, cp, seed, sorted);
 }
 
 // One member rank's outputs of a gather ring: O, LSE, dQ, dK, dV as computed (this rank's rows), and its plan's forms.
@@ -157,13 +131,13 @@ TEST(RingGatherWorkList, BackwardOverTheListMatchesOneRankAndTheTwoSourceCall) {
   const int64_t T = 1200;
   const test::AttentionProblem p = test::make_attention_problem(4243, kB, T, kH, kHkv, kD, false);
   std::vector<std::vector<int64_t>> nat_start;  // [b] (T) natural order
-  for (int64_t b = 0; b < kB; ++b) nat_start.push_back(starts_of(T, kMix[size_t(b)]));
+  for (int64_t b = 0; b < kB; ++b) nat_start.push_back(document_starts(T, kMix[size_t(b)]));
   const test::AttentionReference ref = test::document_attention_reference(p, nat_start);
   for (int cp = 2; cp <= std::min(4, world_size()); cp += 2) {
     std::vector<std::pair<std::string, std::vector<int64_t>>> orders;
     orders.push_back({"contiguous", layout_order(Layout::contiguous, T, cp)});
     orders.push_back({"zigzag", layout_order(Layout::zigzag, T, cp)});
-    orders.push_back({"random unsorted", random_order(T, 91 + uint64_t(cp))});
+    orders.push_back({"random unsorted", random_order(T, cp, 91 + uint64_t(cp), /*sorted=*/false)});
     for (const auto& [name, order] : orders) {
       const std::string what = "gather, backward over the work list, " + name + " cp=" + std::to_string(cp);
       test::ErrSum err[test::kNumQuantities], unused[test::kNumQuantities];
