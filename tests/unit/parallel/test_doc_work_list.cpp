@@ -14,19 +14,13 @@
 
 #include "parallel/schedule/doc_work_list.h"
 #include "tests/unit/kernels/two_kv_case.h"
+#include "tests/unit/parallel/doc_work_list_cases.h"
 
 namespace rt {
 namespace {
 
 float no_round(float x) { return x; }
-
-// The builder's inputs from a two-source case (its own rows are its queries; the gap rows hold position T).
-DocWorkListInputs inputs_of(const test::TwoKvCase& c) {
-  DocWorkListInputs in;
-  in.B = c.B, in.Nq = c.n, in.Nk = c.n, in.list_rows = c.list;
-  in.q_pos = c.q_pos, in.q_doc_start = c.q_doc, in.k_pos = c.k_pos;
-  return in;
-}
+DocWorkListInputs inputs_of(const test::TwoKvCase& c) { return test::work_list_inputs_of(c); }
 
 // The same queries against their own keys only: one source (list_rows = Nk).
 DocWorkListInputs one_source(const test::TwoKvCase& c) {
@@ -127,17 +121,8 @@ TEST(DocWorkList, EqualsBruteForce) {
 TEST(DocWorkList, OwnRowsOutOfPositionOrder) {
   // The rank's chunks in the other order, then its rows shuffled: runs are rows of one document start that lie
   // together, whatever their order, and key tiles are tested by their sorted positions.
-  test::TwoKvCase c = test::make_two_kv_case(1, 1, 1, 1, 1200, 100, 300, 700, 1000, 17, no_round);
-  DocWorkListInputs in = inputs_of(c);
-  std::vector<size_t> perm(size_t(c.n));
-  for (size_t k = 0; k < perm.size(); ++k) perm[k] = k;
-  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(3));
-  for (size_t k = 0; k < perm.size(); ++k) {
-    in.q_pos[k] = c.q_pos[perm[k]];
-    in.q_doc_start[k] = c.q_doc[perm[k]];
-    in.k_pos[k] = c.q_pos[perm[k]];
-  }
-  expect_exact(in, "shuffled own rows");
+  const test::TwoKvCase c = test::make_two_kv_case(1, 1, 1, 1, 1200, 100, 300, 700, 1000, 17, no_round);
+  expect_exact(test::shuffled_own_rows(c, 3), "shuffled own rows");
 }
 
 TEST(DocWorkList, RandomSmallCasesEqualBruteForce) {
@@ -146,36 +131,7 @@ TEST(DocWorkList, RandomSmallCasesEqualBruteForce) {
   // last visible position exactly.
   std::mt19937_64 rng(2024);
   for (int c = 0; c < 300; ++c) {
-    DocWorkListInputs in;
-    const int64_t T = 20 + int64_t(rng() % 700);
-    in.B = 1 + int64_t(rng() % 2);
-    in.Nq = in.Nk = 1 + int64_t(rng() % std::min<int64_t>(T - 1, 300));
-    const int64_t R = rng() % 3 == 0 ? 0 : 1 + int64_t(rng() % (T - in.Nq));
-    in.list_rows = R == 0 ? in.Nk : attn_second_kv_row(in.Nk) + R;
-    for (int64_t b = 0; b < in.B; ++b) {
-      std::vector<int64_t> start(static_cast<size_t>(T));
-      for (int64_t p = 0; p < T;) {
-        const int64_t len = 1 + int64_t(rng() % (rng() % 2 ? 5 : 60));
-        for (int64_t t = p; t < std::min(T, p + len); ++t) start[size_t(t)] = p;
-        p += len;
-      }
-      std::vector<int64_t> perm(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) perm[size_t(t)] = t;
-      std::shuffle(perm.begin(), perm.end(), rng);
-      if (rng() % 2) std::sort(perm.begin(), perm.begin() + in.Nq);
-      for (int64_t i = 0; i < in.Nq; ++i) {
-        in.q_pos.push_back(perm[size_t(i)]);
-        in.q_doc_start.push_back(start[size_t(perm[size_t(i)])]);
-      }
-      std::vector<int64_t> list(perm.begin(), perm.begin() + in.Nq);  // own keys, then the gap, then gathered rows
-      if (R > 0) {
-        list.resize(size_t(attn_second_kv_row(in.Nk)), T);
-        std::vector<int64_t> other(perm.begin() + in.Nq, perm.begin() + in.Nq + R);
-        if (rng() % 2) std::sort(other.begin(), other.end());
-        list.insert(list.end(), other.begin(), other.end());
-      }
-      in.k_pos.insert(in.k_pos.end(), list.begin(), list.end());
-    }
+    const DocWorkListInputs in = test::random_work_list_inputs(rng);
     const std::string what = "random case " + std::to_string(c);
     expect_exact(in, what.c_str());
     if (HasFailure()) return;
