@@ -9,35 +9,25 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <random>
 
 #include "kernels/attn_work_list.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "tests/unit/kernels/two_kv_case.h"
+#include "tests/unit/parallel/doc_work_list_cases.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {
 namespace {
+
+DocWorkListInputs inputs_of(const test::TwoKvCase& c) { return test::work_list_inputs_of(c); }
+test::HostTensor words_tensor(const std::vector<int32_t>& w) { return test::work_list_words_tensor(w); }
 
 using test::bf16_round;
 using test::host;
 
 test::HostTensor host(const std::vector<double>& v, const std::vector<int64_t>& dims) {
   return host(std::vector<float>(v.begin(), v.end()), dims);
-}
-
-DocWorkListInputs inputs_of(const test::TwoKvCase& c) {
-  DocWorkListInputs in;
-  in.B = c.B, in.Nq = c.n, in.Nk = c.n, in.list_rows = c.list;
-  in.q_pos = c.q_pos, in.q_doc_start = c.q_doc, in.k_pos = c.k_pos;
-  return in;
-}
-
-test::HostTensor words_tensor(const std::vector<int32_t>& w) {
-  test::HostTensor t = test::i32({int64_t(w.size())});  // (n_words) i32
-  std::memcpy(t.i(), w.data(), w.size() * 4);
-  return t;
 }
 
 std::vector<float> random_dout(const test::TwoKvCase& c, uint64_t seed) {

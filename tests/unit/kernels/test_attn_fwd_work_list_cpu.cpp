@@ -5,15 +5,17 @@
 // out 0, lse -inf. And the refusals: a split task, a segment past its source, a list on the wrong dtype.
 #include <gtest/gtest.h>
 
-#include <cstring>
 
 #include "kernels/attn_work_list.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "tests/unit/kernels/two_kv_case.h"
+#include "tests/unit/parallel/doc_work_list_cases.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt {
 namespace {
+
+DocWorkListInputs inputs_of(const test::TwoKvCase& c) { return test::work_list_inputs_of(c); }
 
 using test::bf16_round;
 using test::host;
@@ -22,18 +24,8 @@ struct Out {
   test::HostTensor out, lse;
 };
 
-DocWorkListInputs inputs_of(const test::TwoKvCase& c) {
-  DocWorkListInputs in;
-  in.B = c.B, in.Nq = c.n, in.Nk = c.n, in.list_rows = c.list;
-  in.q_pos = c.q_pos, in.q_doc_start = c.q_doc, in.k_pos = c.k_pos;
-  return in;
-}
-
 test::HostTensor words_tensor(const AttnWorkList& list) {
-  const std::vector<int32_t> w = attn_work_list_words(list);
-  test::HostTensor t = test::i32({int64_t(w.size())});  // (2 + 4 T + 2 S) i32
-  std::memcpy(t.i(), w.data(), w.size() * 4);
-  return t;
+  return test::work_list_words_tensor(attn_work_list_words(list));  // (2 + 4 T + 2 S) i32
 }
 
 // two_sources false: k2 / v2 undefined (the list must then name own tiles only).

@@ -1,14 +1,17 @@
 // The inputs the work-list builders' tests share (tests/unit/parallel/test_doc_work_list.cpp for the forward's list,
 // test_doc_bwd_work_list.cpp for the backward's): a two-source case as builder inputs, the same with the rank's own
-// rows shuffled, and a small random call.
+// rows shuffled, a small random call; and a list's device words as a host tensor (the CPU ops' tests).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include <cstring>
+
 #include "parallel/schedule/doc_work_list.h"
 #include "tests/unit/kernels/two_kv_case.h"
+#include "tests/unit/test_reference.h"
 
 namespace rt::test {
 
@@ -70,6 +73,13 @@ inline DocWorkListInputs random_work_list_inputs(std::mt19937_64& rng) {
     in.k_pos.insert(in.k_pos.end(), list.begin(), list.end());
   }
   return in;
+}
+
+// A list's device words (attn_work_list_words) as the op's i32 tensor on the host.
+inline HostTensor work_list_words_tensor(const std::vector<int32_t>& words) {
+  HostTensor t = i32({int64_t(words.size())});  // (words) i32
+  std::memcpy(t.i(), words.data(), words.size() * 4);
+  return t;
 }
 
 }  // namespace rt::test
