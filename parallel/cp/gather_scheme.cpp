@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/attn_work_list.h"
@@ -36,8 +37,12 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   const int64_t H = shape.heads;
   g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
   g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
-  const char* work_list_env = std::getenv("RT_ATTN_WORK_LIST");
-  g->work_list_on = work_list_env != nullptr && work_list_env[0] == '1';
+  const char* work_list_env = std::getenv("RT_ATTN_WORK_LIST");  // unset or 0: off (the default), 1: on
+  const std::string work_list = work_list_env ? work_list_env : "0";
+  RT_CHECK(work_list == "0" || work_list == "1",
+           "RT_ATTN_WORK_LIST=" << work_list << " is not 0 (the default: attn_fwd_whole_two_kv) or 1 (the gather "
+                                "scheme's one launch over the batch's work list)");
+  g->work_list_on = work_list == "1";
   if (g->work_list_on) {
     // At most a task per 128-row query tile of each sample, each with at most half the key list's tiles + 1
     // segments (a segment needs a tile, and two segments of one source a tile left out between them; the own and the
