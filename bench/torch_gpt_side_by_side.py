@@ -28,6 +28,16 @@ parallel.cp=1 --set parallel.zero=0 --set data.seq_len=16384 --set model.n_layer
              checkpoint(pre-attention) -> FA4 (not checkpointed, so autograd keeps its inputs and output) ->
              checkpoint(post-attention): the same "keep the attention, recompute the rest" policy.
 
+Packed documents (`--set data.documents=eot` with a bytes corpus, as bench/fp8_study.sh's docs part): ours runs
+first and its RESULT line lists every step's document lengths (sample 0's); each PyTorch step i then runs on step i's
+lengths (cycled), so both sides attend over the same documents: RoPE positions restart at each document, and the
+attention is causal within each document only. The PyTorch attention for documents is --doc-attention: `flex`
+(default; FlexAttention with a document block mask, compiled with the block, as torchtitan masks documents) or `fa4`
+(FA4's flash_attn_varlen_func with cu_seqlens, outside the compiled graphs); the `fa4` contender always uses FA4.
+Token ids are random on the PyTorch side (the speed does not depend on them). The eager contender and selective
+checkpointing are refused with documents. MFU with documents counts 6*P_matmul*T + 12*L*d*pairs per step (ours'
+formula), where pairs is the step's visible (query, key) pairs.
+
 Ours: `ours` is bench_train_step in bf16; with --fp8 also `ours_fp8_<recipe>` (--precision fp8 --recipe <recipe>,
 recipes from --fp8-recipes, default tensorwise rowwise block), each its own process; with --profile their log says the
 quantization's share of the step. The table adds ours fp8 / ours bf16 and ours fp8 / the best torchao float8.
@@ -43,7 +53,6 @@ included); torch = torch.cuda.max_memory_allocated.
     torchao on the GPU machine: carry .torchao (../shared/peers/torchao/fetch.sh), then
         python3 -m pip install -q --no-deps --target /tmp/ao .torchao/*.whl && PYTHONPATH=/tmp/ao python3 bench/...
 """
-import argparse
 import argparse
 import glob
 import json
@@ -125,6 +134,18 @@ def have_torchao():
         return False
 
 
+def document_arrays(lengths, device):
+    """(positions (T,) int64: each token's position in its document, doc_ids (T,) int32, cu_seqlens (n + 1,) int32)
+    for documents of these lengths, in order."""
+    import torch
+    lens = torch.tensor(lengths, dtype=torch.int64, device=device)
+    starts = torch.cumsum(lens, 0) - lens  # (n) each document's first token
+    doc_ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), lens)  # (T)
+    positions = torch.arange(int(lens.sum()), device=device) - starts[doc_ids]  # (T)
+    cu = torch.cat([torch.zeros(1, dtype=torch.int64, device=device), torch.cumsum(lens, 0)]).to(torch.int32)
+    return positions, doc_ids.to(torch.int32), cu
+
+
 def run_torch(shape, warmup, steps, contender="eager", compile_warmup=2):
     """One PyTorch contender (eager | compiled | fa4 | float8_<recipe>) on one shape. Returns its numbers, or
     {"error": ...}."""
@@ -165,6 +186,17 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
         raise SystemExit(f"checkpointing: {policy} is not one of none, full, selective")
     compiled = contender in ("compiled", "fa4") or contender.startswith("float8_")
     use_fa4 = contender == "fa4"
+    doc_steps = shape.get("doc_lengths") or None  # packed documents: each step's lengths (ours' RESULT)
+    doc_attention = ("fa4" if use_fa4 else shape.get("doc_attention", "flex")) if doc_steps else None
+    if doc_steps:
+        if not compiled:
+            raise SystemExit("documents: the eager contender is not run (FlexAttention is only fast compiled)")
+        if policy == "selective":
+            raise SystemExit("documents: the PyTorch side has no selective checkpointing; set train.checkpointing "
+                             "to full or none")
+        if any(sum(l) != T for l in doc_steps):
+            raise SystemExit(f"documents: a step's lengths do not sum to seq_len {T}")
+        use_fa4 = doc_attention == "fa4"
     float8_recipe = contender[len("float8_"):] if contender.startswith("float8_") else None
     context_fn = None
     if policy == "selective":
@@ -182,12 +214,24 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
     hd = d // H
 
     if use_fa4:
-        from flash_attn.cute import flash_attn_func
+        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+
+        # Documents: the step's (cu_seqlens (n + 1) i32, longest document), set before each step and read here, outside
+        # the compiled graphs (passed through them, the int would make dynamo recompile for every new length).
+        fa4_docs = [None]
 
         @torch.compiler.disable
         def fa4_attention(q, k, v):  # (B, T, H, hd) each
-            r = flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
-            return r[0] if isinstance(r, tuple) else r
+            docs = fa4_docs[0]
+            if docs is None:
+                r = flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+                return r[0] if isinstance(r, tuple) else r
+            cu, longest = docs  # batch 1: the packed (T, H, hd) rows
+            r = flash_attn_varlen_func(q[0].contiguous(), k[0].contiguous(), v[0].contiguous(), cu_seqlens_q=cu,
+                                       cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest, causal=True)
+            return (r[0] if isinstance(r, tuple) else r).unsqueeze(0)
+    if doc_attention == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     class Block(nn.Module):
         def __init__(self):
@@ -220,11 +264,14 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
 
             return rope(q), repeat_kv(rope(k)), repeat_kv(v)
 
-        def attend(self, q, k, v):  # -> (B, T, d)
+        def attend(self, q, k, v, docs):  # -> (B, T, d); docs: the step's document mask (None: causal)
             if use_fa4:
-                y = fa4_attention(q, k, v)  # (B, T, H, hd)
+                y = fa4_attention(q, k, v)  # (B, T, H, hd); documents: fa4_docs
                 return y.reshape(y.shape[0], y.shape[1], d)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+            if docs is not None:  # FlexAttention: docs is the step's BlockMask
+                y = flex_attention(q, k, v, block_mask=docs)  # (B, H, T, hd)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
             return y.transpose(1, 2).reshape(y.shape[0], y.shape[2], d)
 
         def post(self, x, y):  # out-projection, residual, MLP, residual
@@ -235,8 +282,8 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
                 return x + self.proj(F.silu(gate) * up)
             return x + self.proj(F.gelu(h, approximate="tanh"))
 
-        def forward(self, x, cos, sin):
-            return self.post(x, self.attend(*self.pre(x, cos, sin)))
+        def forward(self, x, cos, sin, docs=None):
+            return self.post(x, self.attend(*self.pre(x, cos, sin), docs))
 
     class Checkpointed(nn.Module):
         """The block under per-block activation checkpointing (full, or selective through context_fn)."""
@@ -245,10 +292,10 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
             super().__init__()
             self.block = block
 
-        def forward(self, x, cos, sin):
+        def forward(self, x, cos, sin, docs=None):
             if context_fn is None:
-                return checkpoint(self.block, x, cos, sin, use_reentrant=False)
-            return checkpoint(self.block, x, cos, sin, use_reentrant=False, context_fn=context_fn)
+                return checkpoint(self.block, x, cos, sin, docs, use_reentrant=False)
+            return checkpoint(self.block, x, cos, sin, docs, use_reentrant=False, context_fn=context_fn)
 
     class KeepAttention(nn.Module):
         """Selective checkpointing around an attention the SAC policy cannot see (FA4): the parts before and after
@@ -258,9 +305,9 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
             super().__init__()
             self.block = block
 
-        def forward(self, x, cos, sin):
+        def forward(self, x, cos, sin, docs=None):
             q, k, v = checkpoint(self.block.pre, x, cos, sin, use_reentrant=False)
-            return checkpoint(self.block.post, x, self.block.attend(q, k, v), use_reentrant=False)
+            return checkpoint(self.block.post, x, self.block.attend(q, k, v, docs), use_reentrant=False)
 
     def wrap(block):  # checkpointing first, then compile (torchtitan's order)
         if policy == "selective" and use_fa4:
@@ -281,14 +328,15 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
             self.head = nn.Linear(d, V, bias=False)
             self.run_blocks = [wrap(b) for b in self.blocks]  # not registered: the parameters stay in self.blocks
 
-        def forward(self, idx, tgt):
+        def forward(self, idx, tgt, positions=None, docs=None):  # positions (T): RoPE's, restarting per document
             T_ = idx.shape[1]
             inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, device=idx.device).float() / hd))
-            ang = torch.outer(torch.arange(T_, device=idx.device).float(), inv)
+            pos = positions if positions is not None else torch.arange(T_, device=idx.device)
+            ang = torch.outer(pos.float(), inv)
             cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
             x = self.tok(idx)
             for b in self.run_blocks:
-                x = b(x, cos, sin)
+                x = b(x, cos, sin, docs)
             logits = self.head(self.norm(x))
             return F.cross_entropy(logits.float().view(-1, V), tgt.view(-1))
 
@@ -305,6 +353,26 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
     tgt = torch.randint(0, V, (1, T), device="cuda")
     n_warm = max(warmup, compile_warmup) if compiled else warmup
     times, loss, first_s = [], float("nan"), None
+    # Documents: per step of ours, (positions (T), doc ids (T), the attention's mask input, visible pairs).
+    # FlexAttention: one mask function over one doc-id buffer that each step overwrites, so the compiled blocks see
+    # the same function and tensor every step (a new closure per step would recompile them); each step's BlockMask is
+    # built while the buffer holds that step's ids.
+    step_inputs = []
+    doc_ids_now = torch.zeros(T, dtype=torch.int32, device="cuda")  # (T) the running step's document ids
+
+    def doc_causal(b, h, q_idx, kv_idx):
+        return (doc_ids_now[q_idx] == doc_ids_now[kv_idx]) & (q_idx >= kv_idx)
+
+    for lengths in doc_steps or []:
+        positions, doc_ids, cu = document_arrays(lengths, "cuda")
+        pairs = sum(n * (n + 1) // 2 for n in lengths)
+        if doc_attention == "fa4":
+            mask = (cu, max(lengths))
+        else:
+            doc_ids_now.copy_(doc_ids)
+            mask = create_block_mask(doc_causal, None, None, T, T, device="cuda", _compile=True)  # not T x T in memory
+        step_inputs.append((positions, doc_ids, mask, pairs))
+    timed_flop = []  # documents: each timed step's FLOPs (6*P_matmul*T + 12*L*d*pairs)
     print(f"  torch {contender}: {L} blocks, ckpt {policy}{', compiling each block' if compiled else ''}; "
           f"{n_warm} warm-up + {steps} timed steps", flush=True)
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
@@ -312,7 +380,19 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                l = model(idx, tgt)
+                if step_inputs:
+                    # Timed step j runs on ours' timed step j's documents; warm-up steps on the lists in order.
+                    w0 = int(shape.get("doc_warmup", 0))
+                    j = w0 + (i - n_warm) if i >= n_warm else i
+                    positions, doc_ids, mask, pairs = step_inputs[j % len(step_inputs)]
+                    doc_ids_now.copy_(doc_ids)
+                    if doc_attention == "fa4":
+                        fa4_docs[0], mask = mask, None
+                    l = model(idx, tgt, positions, mask)
+                    if i >= n_warm:
+                        timed_flop.append(6 * P_matmul * T + 12 * L * d * pairs)
+                else:
+                    l = model(idx, tgt)
             l.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -328,8 +408,10 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
     times.sort()
     k = len(times)
     med = times[k // 2] if k % 2 else 0.5 * (times[k // 2 - 1] + times[k // 2])
+    step_flop = sum(timed_flop) / len(timed_flop) if timed_flop else flop_per_token * T
     return {"contender": contender, "ms_per_step": med * 1e3, "tok_s": T / med,
-            "mfu": flop_per_token * T / med / (PEAK_TFLOPS * 1e12), "first_step_s": first_s,
+            "mfu": step_flop / med / (PEAK_TFLOPS * 1e12), "first_step_s": first_s,
+            "attention": doc_attention or ("fa4" if use_fa4 else "sdpa-cudnn"),
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
             "reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "params": P, "flop_per_token": flop_per_token,
             "loss": loss, "steps": k, "warmup": n_warm, "raw_ms": [round(t * 1e3, 1) for t in times]}
@@ -337,6 +419,11 @@ def _run_torch(shape, warmup, steps, contender, compile_warmup):
 
 def fmt(x, spec):
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def documents_wanted(sets):
+    """Whether --set asks for packed documents (data.documents=eot)."""
+    return any(kv.replace(" ", "") == "data.documents=eot" for kv in sets)
 
 
 def main():
@@ -361,6 +448,8 @@ def main():
     ap.add_argument("--fp8", action="store_true",
                     help="add ours in fp8 (one per --fp8-recipes) and, when torchao imports, compiled + torchao float8 "
                          "(tensorwise, rowwise)")
+    ap.add_argument("--doc-attention", choices=["flex", "fa4"], default="flex",
+                    help="packed documents: the PyTorch side's attention (see the top of this file)")
     ap.add_argument("--fp8-recipes", nargs="*", default=["tensorwise", "rowwise", "block"],
                     choices=["tensorwise", "rowwise", "block"], help="ours' fp8.recipe values with --fp8")
     a = ap.parse_args()
@@ -402,9 +491,14 @@ def main():
             if who.startswith("ours"):
                 recipe = who[len("ours_fp8_"):] if who.startswith("ours_fp8_") else None
                 res[who] = run_ours(a.ours, c, a.warmup, a.steps, a.timeout, a.profile, recipe, a.set)
+                if res[who].get("doc_lengths") and "doc_lengths" not in shape:  # packed documents: ours' steps
+                    shape["doc_lengths"], shape["doc_attention"] = res[who]["doc_lengths"], a.doc_attention
+                    shape["doc_warmup"] = a.warmup  # ours' first timed step's list
+            elif documents_wanted(a.set) and "doc_lengths" not in shape:
+                res[who] = {"error": "documents: no run of ours listed its document lengths"}
             else:
                 res[who] = run_torch(shape, a.warmup, a.steps, who, a.compile_warmup)
-            print(f"{who}: " + json.dumps(res[who]), flush=True)
+            print(f"{who}: " + json.dumps({k: v for k, v in res[who].items() if k != "doc_lengths"}), flush=True)
             if a.json:
                 with open(a.json, "a") as f:
                     f.write(json.dumps({"config": c, "contender": who, **res[who]}) + "\n")

@@ -5,7 +5,8 @@
 // waits, the GPU never idles for the host, and CUDA graphs could only save the per-launch gaps.
 // Prints ms/step (median over the steps after warm-up), tok/s, MFU with the DESIGN.md formula, and memory
 // (the arena, i.e. every buffer of the model, and the device's used memory), then one line
-// "RESULT {json}" for bench/torch_gpt_side_by_side.py.
+// "RESULT {json}" for bench/torch_gpt_side_by_side.py (with data.documents: eot, every step's document lengths in
+// "doc_lengths", sample 0's, warm-up steps first, so that the PyTorch side runs on the same documents).
 //
 //   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--profile]
 //                    [--precision bf16|fp8] [--recipe tensorwise|rowwise|block] [--set key=value ...]
@@ -85,6 +86,30 @@ double device_used_bytes(Device device) {
   return 0;
 }
 
+// [[a, b], [c]]: nested integer lists as JSON.
+std::string json_int_lists(const std::vector<std::vector<int64_t>>& lists) {
+  std::string out = "[";
+  for (size_t i = 0; i < lists.size(); ++i) {
+    out += i ? ",[" : "[";
+    for (size_t j = 0; j < lists[i].size(); ++j) out += (j ? "," : "") + std::to_string(lists[i][j]);
+    out += "]";
+  }
+  return out + "]";
+}
+
+// Sample 0's documents, in order: the length of each run that starts at a position 0 of its document (a window's
+// first, partial document included). (T) positions in, one length per document out.
+std::vector<int64_t> sample_document_lengths(const Batch& batch, int64_t T) {
+  RT_CHECK(int64_t(batch.document_positions.size()) >= T,
+           "the batch has " << batch.document_positions.size() << " document positions for " << T << " tokens");
+  std::vector<int64_t> lengths;
+  for (int64_t t = 0; t < T; ++t) {
+    if (t == 0 || batch.document_positions[size_t(t)] == 0) lengths.push_back(0);
+    ++lengths.back();
+  }
+  return lengths;
+}
+
 // Every weight from a pool of 1M N(0, 1) values, tiled with a per-tensor offset and scaled by init_std;
 // norm weights 1.
 void fast_init(Model& model, uint64_t seed) {
@@ -162,11 +187,15 @@ int main(int argc, char** argv) {
 
     std::vector<double> times, enqueue_times;
     double timed_pairs = 0;  // packed documents: the timed steps' visible (query, key) pairs (one rank: the batch's)
+    // Packed documents: each step's document lengths in tokens, sample 0's, in the RESULT line (warm-up steps first),
+    // so that bench/torch_gpt_side_by_side.py runs its model on the same documents: (warmup + steps) lists.
+    std::vector<std::vector<int64_t>> doc_lengths;
     uint64_t max_waits = 0;
     double last_loss = 0;
     for (int s = 1; s <= warmup + steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       const Batch batch = loader->next();
+      if (config.data.documents == "eot") doc_lengths.push_back(sample_document_lengths(batch, config.data.seq_len));
       const uint64_t waits0 = cuda_host_waits();
       model.reset_zero_stats();
       train_step(model, optimizer, batch, s, learning_rate(config.optim, s, config.train.steps));
@@ -251,13 +280,15 @@ int main(int argc, char** argv) {
                 "\"ckpt\":\"%s\",\"ms_per_step\":%.3f,\"tok_s\":%.1f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                 "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu,"
                 "\"enqueue_ms\":%.3f,\"host_waits\":%llu,\"precision\":\"%s\",\"recipe\":\"%s\",\"fp8_peak_tflops\":%.0f,"
-                "\"fp8_quant_ms\":%.3f,\"fp8_gemm_ms\":%.3f,\"profile_wall_ms\":%.3f}\n",
+                "\"fp8_quant_ms\":%.3f,\"fp8_gemm_ms\":%.3f,\"profile_wall_ms\":%.3f,\"visible_pairs\":%.6g,"
+                "\"doc_lengths\":%s}\n",
                 path.c_str(), int(m.n_layer), int(m.d_model), int(m.n_head), int(m.vocab_size),
                 (long long)config.data.seq_len, int(config.train.batch_size), config.train.checkpointing.c_str(),
                 median * 1e3, tok_s, frac, peak, arena_gib, used_gib, flops.per_token(), last_loss, k,
                 enqueue_median * 1e3, (unsigned long long)max_waits, config.train.precision.c_str(),
                 fp8 ? config.fp8.recipe.c_str() : "", fp8 ? fp8_peak_tflops_for_gpu(device_name(device)) : 0.0,
-                quant_ms, fp8_gemm_ms, profile_wall_ms);
+                quant_ms, fp8_gemm_ms, profile_wall_ms, documents ? timed_pairs / double(times.size()) : 0.0,
+                json_int_lists(doc_lengths).c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
