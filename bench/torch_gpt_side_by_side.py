@@ -73,8 +73,8 @@ SHAPE_KEYS = {"n_layer", "d_model", "n_head", "n_kv_head", "vocab_size", "d_ff",
 def apply_sets(shape, sets):
     """--set KEY=VALUE overrides on the PyTorch side's shape: the last part of the dotted key, where it is a shape key."""
     for kv in sets:
-        key, _, value = kv.partition("=")
-        if not value:
+        key, eq, value = kv.partition("=")
+        if not eq or not key:
             raise SystemExit(f"--set {kv}: expected KEY=VALUE (e.g. model.n_layer=12)")
         short = key.split(".")[-1]
         if short in SHAPE_KEYS:
