@@ -12,6 +12,9 @@
 #            its wheel's directory in TORCHAO_PATH (../shared/peers/torchao says how), else the step says it skips
 #   peer8b   the same on the Llama-3-8B shape at 16K (SwiGLU, 32 query / 8 K/V heads), 12 layers so that the PyTorch
 #            model's fp32 weights, AdamW state and activations fit the GPU beside nothing else
+#   peerdocs the packed-documents step (the docs part's corpus and shape) beside torch.compile with and without
+#            torchao float8: the PyTorch model runs on ours' document lengths step by step, its attention a
+#            FlexAttention document mask (torchtitan's); TORCHAO_PATH as for peer; not in the default parts
 #   parity   the rowwise loss-parity run against bf16 (rowwise's forward promotes to f32 by default since its
 #            fast-accumulation run ended 1.16% behind bf16: bench/NOTES.md "Rowwise's loss gap"; RT_FP8_FAST_ACCUM=1
 #            in the environment repeats that run); ~5 minutes on an H200; not in the default parts
@@ -105,6 +108,21 @@ if want peer8b; then
     [ "$dry" = 1 ] || cat "$out/peer8b.md" 2>/dev/null
   else
     echo "[fp8_study] peer8b: skipped (TORCHAO_PATH names no torchao wheel directory)"
+  fi
+fi
+if want peerdocs; then
+  if [ -n "${TORCHAO_PATH:-}" ] || [ "$dry" = 1 ]; then
+    corpus=$out/stdlib_corpus.bin
+    [ -f "$corpus" ] || step docs-corpus 300 python3 bench/stdlib_doc_corpus.py --out "$corpus"
+    PYTHONPATH="${TORCHAO_PATH:-}${PYTHONPATH:+:$PYTHONPATH}" step peerdocs 1500 python3 bench/torch_gpt_side_by_side.py \
+      --ours "$B" --configs configs/bench/gpt-1b-64k.yaml --set data.source=bytes --set "data.path=$corpus" \
+      --set data.eval_path= --set data.documents=eot --set data.eot_token=0 --doc-attention flex \
+      --torch-compile --fp8 --fp8-recipes tensorwise rowwise --warmup 1 --steps 3 \
+      --contenders ours ours_fp8_tensorwise ours_fp8_rowwise compiled float8_tensorwise float8_rowwise \
+      --out "$out/peerdocs.md"
+    [ "$dry" = 1 ] || cat "$out/peerdocs.md" 2>/dev/null
+  else
+    echo "[fp8_study] peerdocs: skipped (TORCHAO_PATH names no torchao wheel directory)"
   fi
 fi
 if want parity; then

@@ -7,11 +7,11 @@ build=${1:?usage: fp8_study_dry_run.sh <build-dir>}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cd "$root"
-DRY_RUN=1 bash bench/fp8_study.sh "$build" "$out" tests,step,chunk,docs,peer,peer8b,parity > "$out/dry.txt"
+DRY_RUN=1 bash bench/fp8_study.sh "$build" "$out" tests,step,chunk,docs,peer,peer8b,peerdocs,parity > "$out/dry.txt"
 cat "$out/dry.txt"
 fail=0
 for part in tests step-1b-bf16 step-1b-fp8-tensorwise step-1b-fp8-rowwise step-8b-bf16 step-8b-fp8-tensorwise \
-            chunk-bf16 chunk-fp8-auto chunk-fp8-16384 docs-corpus docs-bf16 docs-fp8-tensorwise peer peer8b \
+            chunk-bf16 chunk-fp8-auto chunk-fp8-16384 docs-corpus docs-bf16 docs-fp8-tensorwise peer peer8b peerdocs \
             parity-rowwise; do
   grep -q "^\[fp8_study\] $part: " "$out/dry.txt" || { echo "FAIL: no command for $part"; fail=1; }
 done
