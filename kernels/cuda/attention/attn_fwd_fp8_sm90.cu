@@ -141,7 +141,6 @@ __global__ void __launch_bounds__(kFp8FwdThreads, 1)
   for (int i = 0; i < 64; ++i) s[i] = 0.f;
 
   // S_0 and its softmax.
-  float c_next = qc * kf[0];
   mbar_wait(bars.q_full(), 0);
   mbar_wait(bars.k_full(0), 0);
   wgmma_fence_regs(s);
@@ -151,33 +150,44 @@ __global__ void __launch_bounds__(kFp8FwdThreads, 1)
   wgmma_wait<0>();
   wgmma_fence_regs(s);
   mbar_arrive(bars.k_empty(0));
-  softmax_tile_fp8(s, pf, alpha, m_run, l_run, c_next, p.causal && n_tiles == 1, lrow, t);
+  softmax_tile_fp8(s, pf, alpha, m_run, l_run, qc * kf[0], p.causal && n_tiles == 1, lrow, t);
 
-  for (int j = 0; j + 1 < n_tiles; ++j) {
+  // One step: S_{j+1} with P_j V_j (P_j in pin), the softmax of S_{j+1} into pout. The loop runs the steps in
+  // pairs with the two fragments' roles swapped, so that no register copy defines a wgmma input (copying the new P
+  // over the old one made ptxas serialize the wgmmas: C7513).
+  auto step = [&](int j, uint32_t(&pin)[16], uint32_t(&pout)[16]) {
     const int s1 = (j + 1) % kFp8Stages, s0 = j % kFp8Stages;
-    c_next = qc * kf[j + 1];  // a load in flight under the MMAs
+    const float c = qc * kf[j + 1];
     mbar_wait(bars.k_full(s1), uint32_t(((j + 1) / kFp8Stages) & 1));
     mbar_wait(bars.v_full(s0), uint32_t((j / kFp8Stages) & 1));
     wgmma_fence_regs(s);
     wgmma_fence_regs(o);
-    fence_regs_u32(pf);
+    fence_regs_u32(pin);
     wgmma_fence();
     issue_qk_fp8(s, q_wg, k_tiles + uint32_t(s1) * kFp8TileBytes);
     wgmma_commit();
-    issue_pv_fp8(o, pf, v_tiles + uint32_t(s0) * kFp8TileBytes);
+    issue_pv_fp8(o, pin, v_tiles + uint32_t(s0) * kFp8TileBytes);
     wgmma_commit();
     wgmma_wait<1>();  // S_{j+1} is ready; P_j V_j may still run
     wgmma_fence_regs(s);
     mbar_arrive(bars.k_empty(s1));
-    uint32_t pn[16];
-    softmax_tile_fp8(s, pn, alpha, m_run, l_run, c_next, p.causal && j + 2 == n_tiles, lrow, t);
+    softmax_tile_fp8(s, pout, alpha, m_run, l_run, c, p.causal && j + 2 == n_tiles, lrow, t);
     wgmma_wait<0>();
     wgmma_fence_regs(o);
-    fence_regs_u32(pf);
+    fence_regs_u32(pin);
     mbar_arrive(bars.v_empty(s0));
     rescale_o_fp8(o, alpha);
+  };
+  uint32_t pg[16];  // the other P fragment
+  int j = 0;
+  for (; j + 2 < n_tiles; j += 2) {
+    step(j, pf, pg);
+    step(j + 1, pg, pf);
+  }
+  if (j + 1 < n_tiles) {
+    step(j, pf, pg);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) pf[i] = pn[i];
+    for (int i = 0; i < 16; ++i) pf[i] = pg[i];
   }
 
   // P V of the last tile.
