@@ -301,11 +301,13 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, in.k_pos.begin());
       in.k_pos.insert(in.k_pos.end(), pos.begin(), pos.end());
       in.k_pos.resize(size_t(in.list_rows), N);
-      const std::vector<int32_t> words = attn_work_list_words(doc_work_list(in));
+      const AttnWorkList wlist = doc_work_list(in);
+      const std::vector<int32_t> words = attn_work_list_words(wlist);
+      const int64_t tasks = int64_t(wlist.tasks.size());
       DeviceBuffer wl(words.size() * 4);  // (words) i32
       CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, stream));
       const Tensor wlt(wl.p, DType::i32, Device::cuda(0), {int64_t(words.size())});
-      auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, out, lse); };
+      auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, tasks, out, lse); };
       m.list_fwd_ms.back() = call_ms(timing, list_fwd, warmup, reps);
       std::vector<uint16_t> out_one(size_t(n * H * D)), out_list(out_one.size());  // (n, H, D) bf16 bits
       std::vector<float> lse_one(size_t(H * n)), lse_list(lse_one.size());          // (H, n)

@@ -14,6 +14,8 @@ namespace rt {
 
 static_assert(sizeof(AttnKeySeg) == 8, "AttnKeySeg is 2 i32 words of the device form");
 static_assert(sizeof(AttnWorkTask) == 16, "AttnWorkTask is 4 i32 words of the device form");
+static_assert(sizeof(AttnRowBounds) == 16 && sizeof(AttnKeyRange) == 16,
+              "a row group's bounds and a key tile's range are 4 i32 words each of the device form");
 static_assert(sizeof(AttnQuerySeg) == 8 && offsetof(AttnQuerySeg, tiles) == offsetof(AttnKeySeg, tiles) &&
                   offsetof(AttnQuerySeg, source) == offsetof(AttnKeySeg, source),
               "AttnQuerySeg keeps AttnKeySeg's layout");
@@ -24,7 +26,8 @@ static_assert(sizeof(AttnBwdTask) == 16 && offsetof(AttnBwdTask, sample) == offs
 
 namespace cpu {
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
-                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse);
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
                         Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list);
@@ -33,7 +36,8 @@ void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 namespace cuda {
 // kernels/cuda/attention/attn_fwd_work_list.cu (fwd v5's list mode).
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
-                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse);
 }  // namespace cuda
 #endif
 
@@ -44,15 +48,25 @@ int64_t AttnWorkList::key_tiles() const {
 }
 
 std::vector<int32_t> attn_work_list_words(const AttnWorkList& list) {
-  RT_CHECK(list.tasks.size() <= size_t(INT32_MAX / 4) && list.segs.size() <= size_t(INT32_MAX / 4),
-           "attn_work_list_words: " << list.tasks.size() << " tasks and " << list.segs.size()
-                                    << " segments do not fit i32 counts");
-  const size_t T = list.tasks.size(), S = list.segs.size();
-  std::vector<int32_t> words(2 + 4 * T + 2 * S);  // (2 + 4 T + 2 S)
+  const size_t T = list.tasks.size(), S = list.segs.size(), K = list.keys.size();
+  RT_CHECK(T <= size_t(INT32_MAX / 64) && S <= size_t(INT32_MAX / 4) && K <= size_t(INT32_MAX / 16),
+           "attn_work_list_words: " << T << " tasks, " << S << " segments and " << K
+                                    << " key ranges do not fit i32 counts");
+  RT_CHECK(list.rows.size() == T * size_t(kAttnWorkRowGroups) && (K > 0 || T == 0),
+           "attn_work_list_words: " << T << " tasks need " << T * size_t(kAttnWorkRowGroups) << " row bounds and "
+                                    << "the key ranges of every sample's key tiles; the list has " << list.rows.size()
+                                    << " and " << K << ": fill them with doc_work_list_bounds "
+                                    << "(parallel/schedule/doc_work_list.h)");
+  const size_t rows_at = 4 + 4 * T, keys_at = rows_at + 32 * T, segs_at = keys_at + 4 * K;
+  std::vector<int32_t> words(segs_at + 2 * S);  // (4 + 36 T + 4 K + 2 S)
   words[0] = int32_t(T);
   words[1] = int32_t(S);
-  if (T) std::memcpy(words.data() + 2, list.tasks.data(), T * sizeof(AttnWorkTask));
-  if (S) std::memcpy(words.data() + 2 + 4 * T, list.segs.data(), S * sizeof(AttnKeySeg));
+  words[2] = kAttnFwdWorkListTag;
+  words[3] = int32_t(K);
+  if (T) std::memcpy(words.data() + 4, list.tasks.data(), T * sizeof(AttnWorkTask));
+  if (T) std::memcpy(words.data() + rows_at, list.rows.data(), list.rows.size() * sizeof(AttnRowBounds));
+  if (K) std::memcpy(words.data() + keys_at, list.keys.data(), K * sizeof(AttnKeyRange));
+  if (S) std::memcpy(words.data() + segs_at, list.segs.data(), S * sizeof(AttnKeySeg));
   return words;
 }
 
@@ -85,19 +99,21 @@ bool holds_backward(const int32_t* words, int64_t n_words) {
 }
 
 bool holds_forward(const int32_t* words, int64_t n_words) {
-  return n_words >= 2 && words[0] >= 0 && words[1] >= 0 && n_words == 2 + 4 * int64_t(words[0]) + 2 * int64_t(words[1]);
+  return n_words >= 4 && words[2] == kAttnFwdWorkListTag && words[0] >= 0 && words[1] >= 0 && words[3] >= 0 &&
+         n_words == 4 + 36 * int64_t(words[0]) + 4 * int64_t(words[3]) + 2 * int64_t(words[1]);
 }
 
 }  // namespace
 
 AttnWorkListKind attn_work_list_kind(const int32_t* words, int64_t n_words) {
   if (holds_backward(words, n_words)) return AttnWorkListKind::backward;
-  RT_CHECK(n_words >= 2, "attn work list: " << n_words << " words, expected at least 2 (the task and segment "
-                                               "counts); build it with attn_work_list_words");
+  RT_CHECK(n_words >= 4, "attn work list: " << n_words << " words, expected at least 4 (the counts and the kind's "
+                                               "tag); build it with attn_work_list_words");
   RT_CHECK(holds_forward(words, n_words),
-           "attn work list: " << n_words << " words do not hold " << words[0] << " tasks and " << words[1]
-                              << " segments (forward: 2 + 4 T + 2 S words; backward: 4 + 4 T + 2 S with the tag "
-                              << kAttnBwdWorkListTag << " at word 2); build it with attn_work_list_words");
+           "attn work list: " << n_words << " words do not hold " << words[0] << " tasks, " << words[1]
+                              << " segments and " << words[3] << " key ranges (forward: 4 + 36 T + 4 K + 2 S words "
+                              << "with the tag " << kAttnFwdWorkListTag << " at word 2; backward: 4 + 4 T + 2 S with "
+                              << "the tag " << kAttnBwdWorkListTag << "); build it with attn_work_list_words");
   return AttnWorkListKind::forward;
 }
 
@@ -105,12 +121,17 @@ AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words) {
   RT_CHECK(attn_work_list_kind(words, n_words) == AttnWorkListKind::forward,
            "attn work list: these " << n_words << " words are a backward list (AttnBwdWorkList, doc_bwd_work_list); "
                                        "the forward takes doc_work_list's list");
-  const int64_t T = words[0], S = words[1];
+  const int64_t T = words[0], S = words[1], K = words[3];
+  const int64_t rows_at = 4 + 4 * T, keys_at = rows_at + 32 * T, segs_at = keys_at + 4 * K;
   AttnWorkList list;
   list.tasks.resize(size_t(T));
   list.segs.resize(size_t(S));
-  if (T) std::memcpy(list.tasks.data(), words + 2, size_t(T) * sizeof(AttnWorkTask));
-  if (S) std::memcpy(list.segs.data(), words + 2 + 4 * T, size_t(S) * sizeof(AttnKeySeg));
+  list.rows.resize(size_t(T * kAttnWorkRowGroups));
+  list.keys.resize(size_t(K));
+  if (T) std::memcpy(list.tasks.data(), words + 4, size_t(T) * sizeof(AttnWorkTask));
+  if (T) std::memcpy(list.rows.data(), words + rows_at, list.rows.size() * sizeof(AttnRowBounds));
+  if (K) std::memcpy(list.keys.data(), words + keys_at, size_t(K) * sizeof(AttnKeyRange));
+  if (S) std::memcpy(list.segs.data(), words + segs_at, size_t(S) * sizeof(AttnKeySeg));
   return list;
 }
 
@@ -128,17 +149,18 @@ AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_wo
 }
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
-                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse) {
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse) {
   if (q.device.is_cuda()) {
 #ifdef RINGTRAIN_HAVE_CUDA
     const cuda::OpProfileScope rt_op_timer_("attn_fwd_work_list");
-    return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, out, lse);
+    return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse);
 #else
     RT_CHECK(false, "attn_fwd_work_list: CUDA tensor given, but this ringtrain was built without CUDA. Set device: "
                     "cpu, or rebuild with nvcc available (-DRINGTRAIN_CUDA=ON)");
 #endif
   }
-  cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, out, lse);
+  cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse);
 }
 
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,

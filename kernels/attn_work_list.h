@@ -13,6 +13,12 @@
 // one task of its query tile; a tile it leaves out must hold no key visible to any row of the task (it would be fully
 // masked). Rows of a query tile with no visible key get out = 0 and lse = -inf, as in every attention call.
 //
+// The list also carries what the CUDA kernel's tile test would otherwise compute per call (bench/NOTES.md "The work
+// list's bounds in the list"): per task, per 16-row group of its query tile, the least position and greatest document
+// start (AttnRowBounds); per sample and key tile of the list, the least and greatest position of its 128 list rows
+// (AttnKeyRange). Both are functions of the call's positions only: doc_work_list_bounds (parallel/schedule/
+// doc_work_list.h) fills them for any list.
+//
 // Splits (parts > 1, merge_slot >= 0) are reserved for the split merge; until it lands every task has parts = 1 and
 // merge_slot = -1, and the ops refuse other values naming them.
 //
@@ -58,9 +64,26 @@ struct AttnWorkTask {   // 16 bytes
   int16_t merge_slot;   // -1: unsplit
 };
 
+// A task's query tile in groups of 16 rows (a consumer warp's rows in the CUDA kernel).
+constexpr int64_t kAttnWorkRowGroupRows = 16;
+constexpr int64_t kAttnWorkRowGroups = kAttnWorkTileRows / kAttnWorkRowGroupRows;  // 8
+
+struct AttnRowBounds {  // 16 bytes: one 16-row group of a task's query tile (rows past Nq read row Nq - 1)
+  int64_t pos_lo;       // the least query position of the group's rows
+  int64_t doc_hi;       // the greatest document start of the group's rows
+};
+
+struct AttnKeyRange {   // 16 bytes: one 128-row key tile of a sample's key list
+  int64_t lo, hi;       // the least and greatest position of its list rows [128 t, 128 t + 128), rows past the list's
+                        // end reading its last row; the gap rows after an own partial tile count (the caller fills
+                        // them with a position no query sees, as the kernels' element masks read them too)
+};
+
 struct AttnWorkList {
   std::vector<AttnWorkTask> tasks;  // in the order the kernel takes them (heaviest first)
   std::vector<AttnKeySeg> segs;
+  std::vector<AttnRowBounds> rows;  // (tasks, kAttnWorkRowGroups): task n's groups at [8 n, 8 n + 8)
+  std::vector<AttnKeyRange> keys;   // (B, key tiles of the list): sample b's tile t at b * tiles + t
   int64_t key_tiles() const;        // sum of tiles over every segment (one head's key-tile visits)
 };
 
@@ -89,11 +112,13 @@ struct AttnBwdWorkList {
   int64_t query_tiles() const;     // sum of tiles over every segment (one head's (query tile, key tile) visits)
 };
 
-// The device forms. Forward: words[0] = tasks, words[1] = segments, then the tasks (4 i32 each, the struct's bytes),
-// then the segments (2 i32 each): (2 + 4 T + 2 S) i32. Backward: words[0] = tasks, words[1] = segments,
+// The device forms. Forward: words[0] = tasks T, words[1] = segments S, words[2] = kAttnFwdWorkListTag, words[3] =
+// key ranges K (B x key tiles, or 0 for a list without tasks), then the tasks (4 i32 each, the struct's bytes), the
+// row bounds (32 i32 per task), the key ranges (4 i32 each) and the segments (2 i32 each): (4 + 36 T + 4 K + 2 S) i32,
+// every section 16-byte aligned but the segments'. Backward: words[0] = tasks, words[1] = segments,
 // words[2] = kAttnBwdWorkListTag, words[3] = 0, then the tasks (4 i32 each, 16-byte aligned) and the segments
-// (2 i32 each): (4 + 4 T + 2 S) i32. A forward list's words[2] is its first task's q_row (a multiple of 128) and the
-// tag is odd, so the two kinds never read as each other.
+// (2 i32 each): (4 + 4 T + 2 S) i32. The tags tell the two kinds apart.
+constexpr int32_t kAttnFwdWorkListTag = 0x46774c32;  // "FwL2"
 constexpr int32_t kAttnBwdWorkListTag = 0x42774c31;  // "BwL1"
 enum class AttnWorkListKind { forward, backward };
 std::vector<int32_t> attn_work_list_words(const AttnWorkList& list);
@@ -106,7 +131,9 @@ AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words);
 AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_words);
 
 // attn_fwd_whole_two_kv (kernels/op_list.inc) over a work list: the same q, k, v, k2, v2, scratch, document mask,
-// out (B,Nq,H,D) and lse (B,H,Nq), plus `list` (n_words) i32 on q's device (attn_work_list_words). k2 / v2 may be
+// out (B,Nq,H,D) and lse (B,H,Nq), plus `list` (n_words) i32 on q's device (attn_work_list_words) and `tasks`, its task
+// count (words[0]; the host knows it from building the list, and the CUDA kernel's grid is exactly tasks x H units, so
+// it never reads the list back; both backends refuse a count other than the words'). k2 / v2 may be
 // undefined or hold 0 rows: one source (the list then names no gathered tile). Every listed (task, head) runs an
 // online softmax over its segments' key tiles in order; rows no task covers, and rows that see no key of their tiles,
 // get out 0 and lse -inf. The list must be valid for the call (above: doc_work_list builds one,
@@ -141,7 +168,8 @@ inline AttnDims attn_work_list_dims(const Tensor& q, const Tensor& k, const Tens
 }
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
-                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse);
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse);
 
 // attn_bwd_block_fresh_two_kv (kernels/op_list.inc) over a backward work list (AttnBwdWorkList, words from
 // attn_work_list_words): the same q, k, v, k2, v2, dout, lse, delta, document mask; dq_acc (B,Nq,H,D) f32 accumulates;

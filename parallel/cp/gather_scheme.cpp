@@ -46,10 +46,11 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   if (g->work_list_on) {
     // At most a task per 128-row query tile of each sample, each with at most half the key list's tiles + 1
     // segments (a segment needs a tile, and two segments of one source a tile left out between them; the own and the
-    // gathered tiles may split one more), plus one per 32767 tiles (a segment's i16 length).
+    // gathered tiles may split one more), plus one per 32767 tiles (a segment's i16 length); 32 words of row bounds
+    // per task and 4 of key range per sample and key tile.
     const int64_t tasks = B * ((n + kAttnWorkTileRows - 1) / kAttnWorkTileRows);
     const int64_t tiles = (attn_second_kv_row(n) + R + kAttnWorkTileRows - 1) / kAttnWorkTileRows;
-    const int64_t words = 2 + 4 * tasks + 2 * tasks * (tiles / 2 + 2 + tiles / 32767);
+    const int64_t words = 4 + 36 * tasks + 4 * B * tiles + 2 * tasks * (tiles / 2 + 2 + tiles / 32767);
     g->work_list = arena.alloc(DType::i32, {words}, "ring_gather.work_list");  // (words) i32
     if (!shape.forward_only && arena.device().is_cpu()) {
       // The backward's list: a task per key tile of each sample, each with at most half the query tiles + 1

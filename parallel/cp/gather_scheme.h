@@ -73,6 +73,7 @@ struct RingGather {
   Tensor work_list;             // (work_list_max) i32, allocated only when on: the list's words, viewed
                                 // (work_list_words)
   int64_t work_list_words = 0;  // of the current plan (0: none built)
+  int64_t work_list_tasks = 0;  // its task count (the CUDA kernel's grid: tasks x heads units)
   // The one-launch backward over the backward's work list (attn_bwd_work_list, the forward's list mirrored:
   // doc_bwd_work_list) instead of attn_bwd_block_fresh_two_kv, with the same knob, on CPU ranks only (the op has no
   // CUDA kernel yet; GPU ranks keep attn_bwd_block_fresh_two_kv and build no list), and not with the FP8 backward

@@ -190,6 +190,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
                                    : gather_bwd_one_launch_for_batch(tiles.data(), plans.data(), size_t(B), r,
                                                                      model_split, model_shape));
   g.work_list_words = 0;
+  g.work_list_tasks = 0;
   g.bwd_work_list_words = 0;
   if (g.fwd_one_launch || g.bwd_one_launch) {  // the key list: own rows' positions, T in the gap, the gathered rows'
     const int64_t S = attn_second_kv_row(n), L = S + R;
@@ -221,6 +222,7 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
                                                  << g.work_list.numel() << " (a bug in make_ring_gather's bound)");
         upload_i32(g.work_list, words.data(), int64_t(words.size()));
         g.work_list_words = int64_t(words.size());
+        g.work_list_tasks = int64_t(fwd.tasks.size());
       }
       if (bwd_list) {
         const std::vector<int32_t> words = attn_work_list_words(doc_bwd_work_list_mirror(fwd, in));
@@ -367,7 +369,7 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
     const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
     if (g.work_list_words > 0)  // RT_ATTN_WORK_LIST=1: the same call over the plan's work list
       attn_fwd_work_list(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
-                         key_list_mask(), g.work_list.slice(0, g.work_list_words), out, lse);
+                         key_list_mask(), g.work_list.slice(0, g.work_list_words), g.work_list_tasks, out, lse);
     else
       attn_fwd_whole_two_kv(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
                             key_list_mask(), out, lse);

@@ -137,7 +137,39 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in) {
     list.tasks.push_back(t.task);
     list.segs.insert(list.segs.end(), t.segs.begin(), t.segs.end());
   }
+  doc_work_list_bounds(list, in);
   return list;
+}
+
+void doc_work_list_bounds(AttnWorkList& list, const DocWorkListInputs& in) {
+  const char* op = "doc_work_list_bounds";
+  const KeyTiling kt = check_inputs(in, op);
+  const int64_t qs = q_stride_of(in), ks = k_stride_of(in);
+  list.keys.assign(size_t(in.B * kt.list_tiles), AttnKeyRange{INT64_MAX, INT64_MIN});  // (B, list_tiles)
+  for (int64_t b = 0; b < in.B; ++b)
+    for (int64_t t = 0; t < kt.list_tiles; ++t) {
+      AttnKeyRange& r = list.keys[size_t(b * kt.list_tiles + t)];
+      for (int64_t j = t * kTile; j < t * kTile + kTile; ++j) {
+        const int64_t kp = in.k_pos[size_t(b * ks + std::min(j, in.list_rows - 1))];
+        r.lo = std::min(r.lo, kp);
+        r.hi = std::max(r.hi, kp);
+      }
+    }
+  list.rows.assign(list.tasks.size() * size_t(kAttnWorkRowGroups), AttnRowBounds{INT64_MAX, INT64_MIN});
+  for (size_t n = 0; n < list.tasks.size(); ++n) {
+    const AttnWorkTask& task = list.tasks[n];
+    RT_CHECK(task.sample >= 0 && task.sample < in.B && task.q_row >= 0 && task.q_row < in.Nq,
+             op << ": task " << n << " (sample " << task.sample << ", q_row " << task.q_row << ") is outside B="
+                << in.B << ", Nq=" << in.Nq);
+    for (int64_t g = 0; g < kAttnWorkRowGroups; ++g) {
+      AttnRowBounds& r = list.rows[n * size_t(kAttnWorkRowGroups) + size_t(g)];
+      for (int64_t i = 0; i < kAttnWorkRowGroupRows; ++i) {
+        const int64_t row = task.sample * qs + std::min(task.q_row + g * kAttnWorkRowGroupRows + i, in.Nq - 1);
+        r.pos_lo = std::min(r.pos_lo, in.q_pos[size_t(row)]);
+        r.doc_hi = std::max(r.doc_hi, in.q_doc_start[size_t(row)]);
+      }
+    }
+  }
 }
 
 std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInputs& in) {
@@ -214,6 +246,45 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
         }
       }
   }
+  // The row bounds and key ranges against the positions, row by row.
+  if (list.rows.size() != list.tasks.size() * size_t(kAttnWorkRowGroups) ||
+      list.keys.size() != size_t(in.B * kt.list_tiles)) {
+    os << "the list holds " << list.rows.size() << " row bounds and " << list.keys.size() << " key ranges, not "
+       << list.tasks.size() * size_t(kAttnWorkRowGroups) << " (8 per task) and " << in.B * kt.list_tiles
+       << " (B x key tiles): fill them with doc_work_list_bounds";
+    return os.str();
+  }
+  for (size_t n = 0; n < list.tasks.size(); ++n)
+    for (int64_t g = 0; g < kAttnWorkRowGroups; ++g) {
+      const AttnWorkTask& task = list.tasks[n];
+      int64_t pos_lo = INT64_MAX, doc_hi = INT64_MIN;
+      for (int64_t i = task.q_row + g * kAttnWorkRowGroupRows; i < task.q_row + (g + 1) * kAttnWorkRowGroupRows; ++i) {
+        const size_t row = size_t(task.sample * qs + std::min(i, in.Nq - 1));
+        pos_lo = std::min(pos_lo, in.q_pos[row]);
+        doc_hi = std::max(doc_hi, in.q_doc_start[row]);
+      }
+      const AttnRowBounds& r = list.rows[n * size_t(kAttnWorkRowGroups) + size_t(g)];
+      if (r.pos_lo != pos_lo || r.doc_hi != doc_hi) {
+        os << "task " << n << "'s row group " << g << " has bounds (least position " << r.pos_lo
+           << ", greatest document start " << r.doc_hi << "), its rows (" << pos_lo << ", " << doc_hi << ")";
+        return os.str();
+      }
+    }
+  for (int64_t b = 0; b < in.B; ++b)
+    for (int64_t t = 0; t < kt.list_tiles; ++t) {
+      int64_t lo = INT64_MAX, hi = INT64_MIN;
+      for (int64_t j = t * kTile; j < t * kTile + kTile; ++j) {
+        const int64_t kp = in.k_pos[size_t(b * ks + std::min(j, in.list_rows - 1))];
+        lo = std::min(lo, kp);
+        hi = std::max(hi, kp);
+      }
+      const AttnKeyRange& r = list.keys[size_t(b * kt.list_tiles + t)];
+      if (r.lo != lo || r.hi != hi) {
+        os << "sample " << b << "'s key tile " << t << " has the range [" << r.lo << ", " << r.hi
+           << "], its rows [" << lo << ", " << hi << "]";
+        return os.str();
+      }
+    }
   return "";
 }
 

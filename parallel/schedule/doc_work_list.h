@@ -22,7 +22,8 @@ struct DocWorkListInputs {
   int64_t Nk = 0;         // the call's own key rows (k, v): list rows [0, Nk); the gap after them holds no key
   int64_t list_rows = 0;  // Nk with one source, else attn_second_kv_row(Nk) + the gathered rows (k2, v2)
   std::vector<int64_t> q_pos, q_doc_start;  // (B, q_stride) the queries' positions and document starts
-  std::vector<int64_t> k_pos;               // (B, k_stride) the key list's positions (gap rows are not read)
+  std::vector<int64_t> k_pos;               // (B, k_stride) the key list's positions (the gap rows after an own
+                                            // partial tile go into its key range only: a position no query sees)
   int64_t q_stride = 0, k_stride = 0;       // elements between samples; 0: Nq and list_rows
 };
 
@@ -33,12 +34,21 @@ struct DocWorkListInputs {
 // merged into segments of consecutive tiles of one source (own: tiles below attn_second_kv_row(Nk) / 128, source -1;
 // gathered: from there, source 0). Tasks are ordered heaviest first (most key tiles; ties by sample, then q_row) and
 // their segments are stored in that order. Every task has parts = 1, merge_slot = -1. O(B list_rows log 128 + query
-// tiles x key tiles x (log runs + overlapping runs x log 128)).
+// tiles x key tiles x (log runs + overlapping runs x log 128)). The row bounds and key ranges are filled
+// (doc_work_list_bounds).
 AttnWorkList doc_work_list(const DocWorkListInputs& in);
 
+// Fills list.rows (per task, per 16-row group of its query tile: the least position and greatest document start,
+// rows past Nq reading row Nq - 1) and list.keys (per sample and key tile of the list: the least and greatest position
+// of its 128 list rows, rows past list_rows reading the last) from the call's positions, for the CUDA kernel's tile
+// test (kernels/attn_work_list.h). For a list built by other means (tests); doc_work_list calls it. O(B list_rows +
+// tasks x 128).
+void doc_work_list_bounds(AttnWorkList& list, const DocWorkListInputs& in);
+
 // "" when `list` is valid for the call and tight, else the first problem, in words: a task or segment out of range
-// or out of order, a query tile listed twice, a visible (query, key) pair that no segment covers, or a listed key tile
-// that holds no key visible to its task's rows. Brute force over every (query, key) pair: O(B Nq list_rows), for tests
+// or out of order, a query tile listed twice, a visible (query, key) pair that no segment covers, a listed key tile
+// that holds no key visible to its task's rows, or a row bound or key range other than the positions' (recomputed
+// row by row). Brute force over every (query, key) pair: O(B Nq list_rows), for tests
 // and checks, not for a step.
 std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInputs& in);
 

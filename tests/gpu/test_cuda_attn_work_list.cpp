@@ -16,7 +16,11 @@
 //   * a task of 400 one-tile segments (more than the CTA's threads: the expansion's second chunk) gives the bits of one
 //     400-tile segment and of attn_fwd_whole;
 //   * windows of heads (the L2 budget forced) change no bit;
-//   * the host check (RT_ATTN_WORK_LIST_CHECK=1) refuses a split task by name.
+//   * the kernel's tile test takes the list's bounds (AttnRowBounds, AttnKeyRange): row bounds that make no tile wholly
+//     visible (every tile element-masked) change no bit, row bounds that make every tile wholly visible change the
+//     out of rows with keys of other documents in their tiles;
+//   * the host check (RT_ATTN_WORK_LIST_CHECK=1) refuses a split task, a wrong task count, and a key range or row
+//     bound other than the device's positions', by name.
 // Skips without a CUDA device (or without fwd v5: a device other than compute capability 9.0).
 #include <algorithm>
 #include <cstdint>
@@ -53,9 +57,40 @@ struct HostKeys {
   int64_t gathered_row;  // 0: one source
 };
 
+// The list's row bounds and key ranges (kernels/attn_work_list.h), by brute force here too: per task and 16-row group
+// the least position and greatest document start (rows past Nq read row Nq - 1), per sample and 128-row key tile the
+// least and greatest position of its rows (rows past the key list read its last row; gap rows count); + kBase, as the
+// device's positions (two_kv_device_case.h).
+void add_bounds(AttnWorkList& list, int64_t B, const int64_t* q_pos, const int64_t* q_doc, int64_t Nq,
+                const HostKeys& keys) {
+  const int64_t tiles = (keys.rows + kTile - 1) / kTile;
+  list.keys.clear();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < tiles; ++t) {
+      AttnKeyRange r{INT64_MAX, INT64_MIN};
+      for (int64_t j = t * kTile; j < (t + 1) * kTile; ++j) {
+        const int64_t kp = keys.pos[b * keys.stride + std::min(j, keys.rows - 1)];
+        r.lo = std::min(r.lo, kp);
+        r.hi = std::max(r.hi, kp);
+      }
+      list.keys.push_back(AttnKeyRange{r.lo + kBase, r.hi + kBase});
+    }
+  list.rows.clear();
+  for (const AttnWorkTask& task : list.tasks)
+    for (int64_t g = 0; g < kAttnWorkRowGroups; ++g) {
+      AttnRowBounds r{INT64_MAX, INT64_MIN};
+      for (int64_t i = task.q_row + 16 * g; i < task.q_row + 16 * g + 16; ++i) {
+        const int64_t row = task.sample * Nq + std::min(i, Nq - 1);
+        r.pos_lo = std::min(r.pos_lo, q_pos[row]);
+        r.doc_hi = std::max(r.doc_hi, q_doc[row]);
+      }
+      list.rows.push_back(AttnRowBounds{r.pos_lo + kBase, r.doc_hi + kBase});
+    }
+}
+
 // The brute-force list: per sample and 128-row query tile, the 128-key tiles with a visible (query, key) pair, as
 // segments of consecutive tiles split where the source changes; tasks heaviest (most tiles) first, ties by sample
-// and row.
+// and row; with its row bounds and key ranges (add_bounds).
 AttnWorkList brute_force_list(const TwoKvCase& c, const HostKeys& keys) {
   struct Built {
     AttnWorkTask task;
@@ -102,6 +137,7 @@ AttnWorkList brute_force_list(const TwoKvCase& c, const HostKeys& keys) {
     list.tasks.push_back(x.task);
     list.segs.insert(list.segs.end(), x.segs.begin(), x.segs.end());
   }
+  add_bounds(list, c.B, c.q_pos.data(), c.q_doc.data(), c.n, keys);
   return list;
 }
 
@@ -133,7 +169,7 @@ Got run_list(const TwoKvCase& c, const DeviceCase& d, const Tensor& k, const Ten
   upload_i32(wl.t(), words);
   Outputs o(c);
   AttnState st = o.state();
-  attn_fwd_work_list(d.q.t(), k, v, k2, v2, st, mask, wl.t(), o.out.t(), o.lse.t());
+  attn_fwd_work_list(d.q.t(), k, v, k2, v2, st, mask, wl.t(), int64_t(list.tasks.size()), o.out.t(), o.lse.t());
   return o.get();
 }
 
@@ -381,6 +417,9 @@ TEST(AttnWorkListCuda, ATaskOfMoreSegmentsThanTheCtaHasThreads) {
   for (int t = 0; t < int(tiles); ++t) many.segs.push_back(AttnKeySeg{t, 1, -1, 0});
   one.tasks.push_back(AttnWorkTask{0, 0, 0, 1, 0, 1, -1});
   one.segs.push_back(AttnKeySeg{0, int16_t(tiles), -1, 0});
+  const HostKeys keys{k_pos.data(), Nk, Nk, Nk, 0};
+  add_bounds(many, 1, q_pos.data(), q_doc.data(), Nq, keys);
+  add_bounds(one, 1, q_pos.data(), q_doc.data(), Nq, keys);
   auto run = [&](const AttnWorkList* list) {
     Buffer acc(gpu(), DType::f32, {1, H, Nq, D}), m(gpu(), DType::f32, {1, H, Nq}), l(gpu(), DType::f32, {1, H, Nq}),
         out(gpu(), DType::bf16, {1, Nq, H, D}), lse(gpu(), DType::f32, {1, H, Nq});
@@ -391,7 +430,8 @@ TEST(AttnWorkListCuda, ATaskOfMoreSegmentsThanTheCtaHasThreads) {
       const std::vector<int32_t> w = attn_work_list_words(*list);
       Buffer wl(gpu(), DType::i32, {int64_t(w.size())});
       upload_i32(wl.t(), w);
-      attn_fwd_work_list(qd.t(), kd.t(), vd.t(), Tensor(), Tensor(), st, mask, wl.t(), out.t(), lse.t());
+      attn_fwd_work_list(qd.t(), kd.t(), vd.t(), Tensor(), Tensor(), st, mask, wl.t(), int64_t(list->tasks.size()),
+                         out.t(), lse.t());
       return Got{download(out.t()), download(lse.t())};
     }
     attn_fwd_whole(qd.t(), kd.t(), vd.t(), st, mask, out.t(), lse.t());
@@ -408,6 +448,68 @@ TEST(AttnWorkListCuda, ATaskOfMoreSegmentsThanTheCtaHasThreads) {
   const std::vector<float> out_f(ref_out.begin(), ref_out.end()), lse_f(ref_lse.begin(), ref_lse.end());
   EXPECT_LT(rel_error(got_many.out, out_f), 1e-2) << worst_mismatch(got_many.out, out_f);
   EXPECT_LT(lse_max_abs_error(got_many.lse, lse_f), 1e-4);
+}
+
+// The list's row bounds decide the tile test: bounds below every key's position (no tile "every pair visible") send
+// every tile through the exact element mask, the same bits; bounds above (every tile "every pair visible") mask no
+// document and must change out.
+TEST(AttnWorkListCuda, TheTileTestTakesTheListsBounds) {
+  RT_REQUIRE_FWD_V5(128);
+  const TwoKvCase c = random_docs(4, 2, 128, 67);
+  const auto d = to_device(c);
+  const AttnWorkList good =
+      brute_force_list(c, HostKeys{c.k_pos.data(), c.list, c.list, c.n, attn_second_kv_row(c.n)});
+  ASSERT_FALSE(good.tasks.empty());
+  const Got want = run_list(c, *d, d->k1.t(), d->v1.t(), d->k2.t(), d->v2.t(), d->mask, good);
+  AttnWorkList masked = good;  // least position below every key: never wholly visible
+  for (AttnRowBounds& r : masked.rows) r.pos_lo = kBase - 1;
+  const Got got_masked = run_list(c, *d, d->k1.t(), d->v1.t(), d->k2.t(), d->v2.t(), d->mask, masked);
+  expect_bitwise(c, got_masked, want, std::vector<char>(size_t(c.B * c.n), 1), "row bounds that mask every tile");
+  AttnWorkList open = good;  // every tile wholly visible: the element mask never runs
+  for (AttnRowBounds& r : open.rows) r = AttnRowBounds{INT64_MAX, INT64_MIN};
+  const Got got_open = run_list(c, *d, d->k1.t(), d->v1.t(), d->k2.t(), d->v2.t(), d->mask, open);
+  int64_t differ = 0;
+  for (size_t i = 0; i < want.out.size(); ++i) differ += std::memcmp(&want.out[i], &got_open.out[i], 4) != 0;
+  EXPECT_GT(differ, 0) << "row bounds that call every tile wholly visible changed no bit: the kernel does not take "
+                          "the list's bounds";
+}
+
+TEST(AttnWorkListCuda, HostCheckRefusesWrongCountsAndBounds) {
+  RT_REQUIRE_FWD_V5(128);
+  const TwoKvCase c = random_docs(4, 2, 128, 71);
+  const auto d = to_device(c);
+  const AttnWorkList good =
+      brute_force_list(c, HostKeys{c.k_pos.data(), c.list, c.list, c.n, attn_second_kv_row(c.n)});
+  ASSERT_GE(good.tasks.size(), 2u);
+  struct Bad {
+    const char* what;
+    AttnWorkList list;
+    int64_t tasks;
+    const char* says;
+  };
+  std::vector<Bad> bad;
+  bad.push_back(Bad{"one task too few told", good, int64_t(good.tasks.size()) - 1, "tasks"});
+  bad.push_back(Bad{"a key range one short", good, int64_t(good.tasks.size()), "key range"});
+  bad.back().list.keys[bad.back().list.keys.size() / 2].hi -= 1;
+  bad.push_back(Bad{"a row bound one too high", good, int64_t(good.tasks.size()), "row group"});
+  bad.back().list.rows[3].pos_lo += 1;
+  ::setenv("RT_ATTN_WORK_LIST_CHECK", "1", 1);
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    const std::vector<int32_t> words = list_words(b.list);
+    Buffer wl(gpu(), DType::i32, {int64_t(words.size())});
+    upload_i32(wl.t(), words);
+    Outputs o(c);
+    AttnState st = o.state();
+    try {
+      attn_fwd_work_list(d->q.t(), d->k1.t(), d->v1.t(), d->k2.t(), d->v2.t(), st, d->mask, wl.t(), b.tasks,
+                         o.out.t(), o.lse.t());
+      ADD_FAILURE() << "accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("RT_ATTN_WORK_LIST_CHECK");
 }
 
 TEST(AttnWorkListCuda, HostCheckRefusesASplitTask) {

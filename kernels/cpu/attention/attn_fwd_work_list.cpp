@@ -56,7 +56,8 @@ void check_tasks(const AttnWorkList& wl, const AttnDims& d, int64_t list_rows, b
 }  // namespace
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
-                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse) {
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse) {
   const char* op = "attn_fwd_work_list";
   int64_t list_rows = 0;
   const AttnDims d = attn_work_list_dims(q, k, v, k2, v2, mask, list, list_rows, op);
@@ -65,7 +66,15 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_attn_state_shapes(d, scratch, op);
   check_attn_docs(mask.docs, d.Nq, list_rows, op);
   const AttnWorkList wl = attn_work_list_from_words(list.ptr<int32_t>(), list.shape[0]);
+  RT_CHECK(tasks == int64_t(wl.tasks.size()),
+           op << ": told " << tasks << " tasks, but the list holds " << wl.tasks.size() << "; pass its words[0]");
   check_tasks(wl, d, list_rows, two_sources, op);
+  // The kernels' tile-test bounds (unused here): one key range per sample and key tile of this call, so that a list
+  // built for another call is refused on the host as on the device.
+  const int64_t list_tiles = (list_rows + kAttnWorkTileRows - 1) / kAttnWorkTileRows;
+  RT_CHECK(wl.tasks.empty() || int64_t(wl.keys.size()) == d.B * list_tiles,
+           op << ": the list holds " << wl.keys.size() << " key ranges, the call's B x key tiles are " << d.B << " x "
+              << list_tiles << "; build the list for this call (doc_work_list)");
 
   cpu::attn_state_reset(scratch);  // rows no task reaches finalize to out 0, lse -inf
   const int64_t s2 = attn_second_kv_row(d.Nk);

@@ -3,7 +3,6 @@
 // files only (attn_fwd_sm90ws.cu and the list mode's attn_fwd_work_list.cu: its names stay in each unit's anonymous
 // namespace); keep C++17.
 #pragma once
-#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
@@ -24,16 +23,12 @@ using namespace wgfwd;  // kWgKeysPerTile (128)
 // V is released (after its P V, so after its softmax read them). The element mask then reads shared memory, not
 // 32 dependent global loads per thread on the softmax's critical path (bench/NOTES.md "key positions in shared
 // memory").
-// kSums (the list mode, attn_fwd_work_list.cu, which has no per-call summaries): lane 0 also writes the tile's least and
-// greatest key position (64-bit, over the same 128 keys) into the (kStages, 2) i64 at shared address key_sum (stage s
-// at key_sum + 16 s) before its arrival, for the consumers' tile test (list_tile_keys). Within 24 registers: the
-// extremes are taken as 32-bit offsets from the tile's first key (exact: a sample's positions lie within 2^31 of each
-// other, DESIGN.md "Document masks").
-template <int kStages, bool kSums = false>
+// The list mode (attn_fwd_work_list.cu) runs it as is over its unit's tiles: the tile test's key ranges come from the
+// list (list_tile_keys), so nothing here waits on more than the positions' loads before the arrival.
+template <int kStages>
 __device__ __forceinline__ void key_positions_warp(const AttnFwdParams& p, int64_t b, int64_t k_lo,
                                                    const unsigned short* live, int n_tiles,
-                                                   const WsBars<kStages>& bars, uint32_t* key_pos, int lane,
-                                                   uint32_t key_sum = 0) {
+                                                   const WsBars<kStages>& bars, uint32_t* key_pos, int lane) {
   const int64_t* k_pos = p.docs.k_pos + b * p.docs.k_stride;
 #pragma unroll 1
   for (int j = 0; j < n_tiles; ++j) {
@@ -43,22 +38,6 @@ __device__ __forceinline__ void key_positions_warp(const AttnFwdParams& p, int64
     uint32_t w[kWgKeysPerTile / 32];
 #pragma unroll
     for (int i = 0; i < kWgKeysPerTile / 32; ++i) w[i] = uint32_t(k_pos[min(k0 + lane + 32 * i, p.k_end - 1)]);
-    if constexpr (kSums) {
-      const int64_t first = k_pos[min(k0, p.k_end - 1)];  // the same address in every lane
-      int lo = INT_MAX, hi = INT_MIN;
-#pragma unroll
-      for (int i = 0; i < kWgKeysPerTile / 32; ++i) {
-        const int off = int(w[i] - uint32_t(first));
-        lo = min(lo, off);
-        hi = max(hi, off);
-      }
-      warp_min_max(lo, hi);
-      if (lane == 0) {
-        asm volatile("st.shared.v2.s64 [%0], {%1, %2};\n" ::"r"(key_sum + 16u * uint32_t(s)), "l"(first + lo),
-                     "l"(first + hi)
-                     : "memory");
-      }
-    }
 #pragma unroll
     for (int i = 0; i < kWgKeysPerTile / 32; ++i) key_pos[s * kWgKeysPerTile + lane + 32 * i] = w[i];
     mbar_arrive(bars.k_full(s));

@@ -7,9 +7,11 @@
 // (bench/NOTES.md "fwd v5 by role"). Included by attn_fwd_sm90ws.cu and, for the list mode only, attn_fwd_work_list.cu
 // (the kernel stays in each unit's anonymous namespace); keep C++17.
 // kList (with kDocs; attn_fwd_work_list.cuh): the CTA's (task, head), its query tile and its key tiles come from the
-// work list instead of the grid, the per-call summaries and spans; the roles run unchanged over the tiles (`live`),
-// except that the tile tests take the rows' range over each warp (fwd_doc_rows) and each key tile's range from the
-// docs warp (key_sum). Every other instantiation compiles to the code it had before kList existed.
+// work list instead of the grid, the per-call summaries and spans; the roles run over the tiles (`live`) as over a
+// document CTA's, except that the tile tests take each consumer warp's row bounds and each key tile's range from the
+// list (list_doc_rows, list_tile_keys), and that thread 0 initializes the mbarriers and issues the Q load before the
+// segments' expansion (whose block barriers then run under it). Every other instantiation compiles to the code it had
+// before kList existed.
 #pragma once
 #include <cstdint>
 
@@ -41,6 +43,8 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
                        int head_window, const WsWorkList wl) {
 #if RT_WGMMA_AVAILABLE
   static_assert(!kList || kDocs, "fwd v5's list mode runs the document mask");
+  static_assert(!kList || 16 * 4 * kCons == kAttnWorkRowGroupRows * kAttnWorkRowGroups,
+                "the list's row bounds are per 16-row warp of a 128-row tile (kernels/attn_work_list.h)");
   constexpr int kRows = 64 * kCons;  // query rows per CTA
   constexpr int kStages = kWsStages<D, kCons>;
   using Smem = WsSmem<D, kRows, kStages>;
@@ -50,8 +54,6 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   const WsBars<kStages> bars{base};
   // Documents: (kStages, 128) u32, the low word of each key's position of the stage's tile (key_positions_warp).
   uint32_t* key_pos = reinterpret_cast<uint32_t*>(smem_raw + (base - smem_addr(smem_raw)) + Smem::kBarBytes);
-  // List mode: (kStages, 2) i64 at this shared address, each stage's least and greatest key position.
-  const uint32_t key_sum = base + Smem::kKeySumOffset;
   const uint32_t q_tile = base + Smem::kBarBytes + Smem::kKeyPosBytes;  // (kRows, D) bf16 sw128
   const uint32_t k_tiles = q_tile + Smem::kQBytes;         // (kStages, 128, D) bf16 sw128
   const uint32_t v_tiles = k_tiles + kStages * Smem::kKVBytes;  // (kStages, 128, D) bf16 sw128
@@ -65,6 +67,23 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     if (!work_list_unit<D>(p, wl, num_q_tiles, head_window, unit)) return;
     h = unit.h;
     b = unit.b;
+    if (threadIdx.x == 0) {
+      // The mbarriers, then Q on its way before the expansion below, whose block barriers publish the initialization
+      // to the other threads (a unit always has a tile: work_list_tiles traps on an empty segment, so the CTA never
+      // leaves with the load in flight). K_0 stays the producer's: issued here too, it cost the D = 128 kernel 76 more
+      // bytes of spill (44 -> 120; ptxas -v).
+      mbar_init(bars.q_full(), 1);
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(bars.k_full(s), 1 + 32);  // + the key-position warp's lanes
+        mbar_init(bars.v_full(s), 1);
+        mbar_init(bars.k_empty(s), 128 * kCons);
+        mbar_init(bars.v_empty(s), 128 * kCons);
+      }
+      mbar_init_fence();
+      tma_prefetch_desc(&tm_q);
+      mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);
+      tma_tile<D, kRows>(q_tile, &tm_q, bars.q_full(), int(h), unit.tile * kRows, int(b));
+    }
   }
   // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
   // run side by side on every SM (after the query tiles, they queued on the few SMs a one-wave step leaves free).
@@ -132,17 +151,19 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   // The key row of the CTA's j-th tile: the span's j-th, or with documents its j-th live one.
   auto key_tile = [&](int j) { return k_lo + int64_t(live != nullptr ? live[j] : j) * kBc; };
 
-  if (threadIdx.x == 0) {
-    mbar_init(bars.q_full(), 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(bars.k_full(s), kDocs ? 1 + 32 : 1);  // documents: + the key-position warp's lanes
-      mbar_init(bars.v_full(s), 1);
-      mbar_init(bars.k_empty(s), 128 * kCons);
-      mbar_init(bars.v_empty(s), 128 * kCons);
+  if constexpr (!kList) {  // (the list mode initialized them before its expansion)
+    if (threadIdx.x == 0) {
+      mbar_init(bars.q_full(), 1);
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(bars.k_full(s), kDocs ? 1 + 32 : 1);  // documents: + the key-position warp's lanes
+        mbar_init(bars.v_full(s), 1);
+        mbar_init(bars.k_empty(s), 128 * kCons);
+        mbar_init(bars.v_empty(s), 128 * kCons);
+      }
+      mbar_init_fence();
     }
-    mbar_init_fence();
+    __syncthreads();
   }
-  __syncthreads();
 
   // Through a shuffle, so the compiler knows wg is warp-uniform (addresses derived from it stay in uniform
   // registers).

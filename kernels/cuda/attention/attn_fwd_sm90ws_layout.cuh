@@ -40,14 +40,10 @@ struct WsSmem {
   static constexpr uint32_t kQBytes = kRows * D * 2;            // (kRows, D) bf16, sw128
   static constexpr uint32_t kKVBytes = kWgKeysPerTile * D * 2;  // (128, D) bf16, sw128
   static constexpr uint32_t kBarBytes = 1024;                   // mbarriers: q_full, k/v full/empty per stage
-  // List mode only (attn_fwd_work_list.cu): (kStages, 2) i64 at this offset of the mbarriers' block, each stage's
-  // least and greatest key position (key_positions_warp), the tile's summary for the document mask.
-  static constexpr uint32_t kKeySumOffset = 512;
   static constexpr uint32_t kKeyPosBytes = 1024;                // (kStages, 128) u32: documents, the keys' positions
   static constexpr size_t kBytes =
       1024 + kBarBytes + kKeyPosBytes + size_t(kQBytes) + 2 * kStages * size_t(kKVBytes);
-  static_assert(8 + 32 * kStages <= kKeySumOffset && kKeySumOffset + 16 * kStages <= kBarBytes,
-                "mbarriers and the list mode's key summaries do not fit");
+  static_assert(8 + 32 * kStages <= kBarBytes, "the mbarriers do not fit");
   static_assert(kStages * kWgKeysPerTile * 4 <= kKeyPosBytes, "key positions do not fit");
 };
 

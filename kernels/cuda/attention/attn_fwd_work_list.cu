@@ -15,7 +15,10 @@
 //     same m, l and O;
 //   * the element mask is exact in both: where the tile test says "every pair visible" no score is masked, otherwise
 //     each pair is tested; so each visited tile's scores are the same whether the test used the per-call summaries
-//     (64-row warpgroup, two 64-key summaries) or the list mode's ranges (16-row warp, the docs warp's key range).
+//     (64-row warpgroup, two 64-key summaries) or the list mode's ranges (the list's bounds of a 16-row warp and of
+//     the 128-key tile, doc_work_list_bounds). That holds only while the list's bounds are the call's positions'
+//     (a list built for other positions may call a partly visible tile wholly visible): RT_ATTN_WORK_LIST_CHECK=1
+//     recomputes them from the device's positions.
 // (Rows that see no key end as O = 0 · 0 and lse -inf in both; only the sign of such a zero could in principle
 // differ, if an O accumulator of zeros ever came out -0.)
 #include <algorithm>
@@ -63,12 +66,66 @@ bool host_check_requested() {
   return e != nullptr && e[0] != '\0' && e[0] != '0';
 }
 
-void check_list_on_host(const Tensor& list, const AttnDims& d, int64_t list_rows, bool two, cudaStream_t stream,
-                        const char* op) {
+// The positions of (B, stride) i64 on the device, rows [0, rows) of each sample, to the host: (B, rows).
+std::vector<int64_t> download_positions(const int64_t* dev, int64_t B, int64_t stride, int64_t rows,
+                                        cudaStream_t stream) {
+  std::vector<int64_t> host(size_t(B * rows));  // (B, rows)
+  if (B == 1)
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), dev, size_t(rows) * 8, cudaMemcpyDeviceToHost, stream));
+  else
+    CUDA_CHECK(cudaMemcpy2DAsync(host.data(), size_t(rows) * 8, dev, size_t(stride) * 8, size_t(rows) * 8,
+                                 size_t(B), cudaMemcpyDeviceToHost, stream));
+  return host;
+}
+
+// The list's row bounds and key ranges against the device's positions (what doc_work_list_bounds computes on the
+// host): the kernel's tile test trusts them.
+void check_bounds_on_host(const AttnWorkList& wl, const AttnDocs& docs, const AttnDims& d, int64_t list_rows,
+                          cudaStream_t stream, const char* op) {
+  const std::vector<int64_t> q_pos = download_positions(docs.q_pos, d.B, docs.q_stride, d.Nq, stream);
+  const std::vector<int64_t> q_doc = download_positions(docs.q_doc_start, d.B, docs.q_stride, d.Nq, stream);
+  const std::vector<int64_t> k_pos = download_positions(docs.k_pos, d.B, docs.k_stride, list_rows, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int64_t tiles = (list_rows + kWgKeysPerTile - 1) / kWgKeysPerTile;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t t = 0; t < tiles; ++t) {
+      int64_t lo = LLONG_MAX, hi = LLONG_MIN;
+      for (int64_t j = t * kWgKeysPerTile; j < (t + 1) * kWgKeysPerTile; ++j) {
+        const int64_t kp = k_pos[size_t(b * list_rows + std::min(j, list_rows - 1))];
+        lo = std::min(lo, kp);
+        hi = std::max(hi, kp);
+      }
+      const AttnKeyRange& r = wl.keys[size_t(b * tiles + t)];
+      RT_CHECK(r.lo == lo && r.hi == hi, op << ": the list's key range of sample " << b << "'s key tile " << t << " is ["
+                                            << r.lo << ", " << r.hi << "], its positions' [" << lo << ", " << hi
+                                            << "]: build the list for this call's positions (doc_work_list_bounds)");
+    }
+  for (size_t n = 0; n < wl.tasks.size(); ++n)
+    for (int64_t g = 0; g < kAttnWorkRowGroups; ++g) {
+      const AttnWorkTask& task = wl.tasks[n];
+      int64_t pos_lo = LLONG_MAX, doc_hi = LLONG_MIN;
+      for (int64_t i = 0; i < kAttnWorkRowGroupRows; ++i) {
+        const int64_t row = task.q_row + g * kAttnWorkRowGroupRows + i;
+        const size_t at = size_t(task.sample * d.Nq + std::min(row, d.Nq - 1));
+        pos_lo = std::min(pos_lo, q_pos[at]);
+        doc_hi = std::max(doc_hi, q_doc[at]);
+      }
+      const AttnRowBounds& r = wl.rows[n * size_t(kAttnWorkRowGroups) + size_t(g)];
+      RT_CHECK(r.pos_lo == pos_lo && r.doc_hi == doc_hi,
+               op << ": task " << n << "'s row group " << g << " has the bounds (least position " << r.pos_lo
+                  << ", greatest document start " << r.doc_hi << "), its rows' (" << pos_lo << ", " << doc_hi
+                  << "): build the list for this call's positions (doc_work_list_bounds)");
+    }
+}
+
+void check_list_on_host(const Tensor& list, const AttnDims& d, const AttnDocs& docs, int64_t list_rows, bool two,
+                        int64_t tasks, cudaStream_t stream, const char* op) {
   std::vector<int32_t> words(size_t(list.shape[0]));
   CUDA_CHECK(cudaMemcpyAsync(words.data(), list.data, words.size() * 4, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const AttnWorkList wl = attn_work_list_from_words(words.data(), int64_t(words.size()));
+  RT_CHECK(int64_t(wl.tasks.size()) == tasks,
+           op << ": told " << tasks << " tasks, but the list holds " << wl.tasks.size() << "; pass its words[0]");
   const int64_t nqt = (d.Nq + kWgRowsPerCta - 1) / kWgRowsPerCta;
   const int64_t own_tiles = (d.Nk + kWgKeysPerTile - 1) / kWgKeysPerTile;
   const int64_t first_gathered = two ? attn_second_kv_row(d.Nk) / kWgKeysPerTile : own_tiles;
@@ -105,6 +162,12 @@ void check_list_on_host(const Tensor& list, const AttnDims& d, int64_t list_rows
       next = hi;
     }
   }
+  if (wl.tasks.empty()) return;  // no unit runs: the bounds are not read
+  const int64_t list_tiles_all = (list_rows + kWgKeysPerTile - 1) / kWgKeysPerTile;
+  RT_CHECK(int64_t(wl.keys.size()) == d.B * list_tiles_all,
+           op << ": the list holds " << wl.keys.size() << " key ranges, the call's B x key tiles are " << d.B << " x "
+              << list_tiles_all << "; build the list for this call (doc_work_list)");
+  check_bounds_on_host(wl, docs, d, list_rows, stream, op);
 }
 
 template <int D>
@@ -126,10 +189,12 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
   const CUtensorMap tk2 = two ? make_rows_heads_tma_map(p.k2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tk;
   const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tv;
   const int64_t nqt = (p.Nq + kRows - 1) / kRows, slots = B * nqt;
-  const int64_t fill = (slots + kWorkListFillSlots - 1) / kWorkListFillSlots;
-  const int64_t ctas = p.H * slots + fill;
-  RT_CHECK(ctas <= INT_MAX, "attn_fwd_work_list: H x B x ceil(Nq / 128) = " << p.H * slots
-                                                                            << " units do not fit one grid");
+  // Fill CTAs only where some (sample, query tile) slot may have no task: a valid unsplit list holds at most one task
+  // per slot, so T = B x ceil(Nq / 128) names every one.
+  const int64_t fill = wl.tasks == slots ? 0 : (slots + kWorkListFillSlots - 1) / kWorkListFillSlots;
+  const int64_t ctas = p.H * wl.tasks + fill;
+  RT_CHECK(ctas <= INT_MAX, "attn_fwd_work_list: H x T = " << p.H * wl.tasks << " units do not fit one grid");
+  if (ctas == 0) return;
   launch_dependent_kernel(kernel, dim3(unsigned(ctas)), dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv, tk2, tv2,
                           p, int(nqt), head_window, wl);
 }
@@ -137,7 +202,8 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
 }  // namespace
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
-                        AttnState& scratch, const AttnMask& mask, const Tensor& list, Tensor out, Tensor lse) {
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse) {
   const char* op = "attn_fwd_work_list";
   cudaStream_t stream = stream_for(q, op);
   int64_t list_rows = 0;
@@ -169,10 +235,25 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
            op << ": the key list's " << key_rows << " rows exceed the kernel's " << kWorkListTilesMax
               << " tiles of 128 (kWorkListTilesMax, attn_fwd_work_list.cuh)");
   RT_CHECK(list.shape[0] <= INT_MAX, op << ": the list's " << list.shape[0] << " words exceed 2^31");
+  // The sections' offsets from what the host knows (kernels/attn_work_list.h; the kernel checks the header against
+  // them): T tasks, then per task 8 row bounds, per sample and key tile a key range, the rest segments.
+  const int64_t nqt = (d.Nq + kWgRowsPerCta - 1) / kWgRowsPerCta;
+  const int64_t key_tiles = (key_rows + kWgKeysPerTile - 1) / kWgKeysPerTile;
+  // A list without tasks runs fill CTAs only, which read no section (its words[3] may be 0 or B x key tiles).
+  const int64_t segs_at = tasks > 0 ? 4 + 36 * tasks + 4 * d.B * key_tiles : 4;
+  RT_CHECK(tasks >= 0 && tasks <= d.B * nqt,
+           op << ": " << tasks << " tasks; an unsplit list has at most one per 128-row query tile (B x "
+              << nqt << ")");
+  RT_CHECK(list.shape[0] >= segs_at && (tasks == 0 || (list.shape[0] - segs_at) % 2 == 0),
+           op << ": the list's " << list.shape[0] << " words cannot hold " << tasks << " tasks and the call's " << d.B
+              << " x " << key_tiles << " key ranges (4 + 36 T + 4 B tiles + 2 S words): build it for this call with "
+              << "attn_work_list_words (kernels/attn_work_list.h) and pass its task count");
+  RT_CHECK(reinterpret_cast<uintptr_t>(list.data) % 16 == 0,
+           op << ": the list's words must be 16-byte aligned (the kernel reads its bounds as 16-byte vectors)");
   require_device_positions(mask.docs.q_pos, device, op, "q_pos");
   require_device_positions(mask.docs.q_doc_start, device, op, "q_doc_start");
   require_device_positions(mask.docs.k_pos, device, op, "k_pos");
-  if (host_check_requested()) check_list_on_host(list, d, key_rows, two, stream, op);
+  if (host_check_requested()) check_list_on_host(list, d, mask.docs, key_rows, two, tasks, stream, op);
 
   AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
@@ -201,7 +282,13 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
   RT_CHECK(d.Nq <= INT_MAX && key_rows <= INT_MAX, op << ": TMA coordinates are 32-bit; Nq = " << d.Nq
                                                        << ", key rows = " << key_rows);
-  const WsWorkList wl{list.ptr<int32_t>(), int(list.shape[0]), int(d.B)};
+  WsWorkList wl;
+  wl.words = list.ptr<int32_t>();
+  wl.n_words = int(list.shape[0]);
+  wl.B = int(d.B);
+  wl.tasks = int(tasks);
+  wl.key_tiles = tasks > 0 ? int(key_tiles) : 0;  // a list without tasks holds no key range (words[3] = 0)
+  wl.segs = tasks > 0 ? int((list.shape[0] - segs_at) / 2) : 0;
   const int window = list_head_window(d.H, d.group, key_rows, d.D, d.B);
   if (d.D == 64) launch<64>(p, d.B, wl, window, device, stream);
   else launch<128>(p, d.B, wl, window, device, stream);

@@ -1,20 +1,26 @@
 // fwd v5's list mode (attn_fwd_ws_kernel<D, true, 2, true>, host side in attn_fwd_work_list.cu): the device pieces that
 // read the work list (kernels/attn_work_list.h) instead of the per-call document set-up (summaries, q128 spans and
 // order, doc_live_key_tiles). A CTA is one (task, head) unit or a fill CTA:
-//   * units: blockIdx.x in [0, H * B * ceil(Nq / 128)), an upper bound on H x tasks (the host does not read the list);
-//     unit d < H * T runs one (task, head) pair in windows of W heads (fwd_doc_head_window's L2 rule, over heads only, as
-//     the list spans every sample): window w holds heads [w W, w W + W), its units task-major with the heads fastest,
-//     so the list's order (heaviest first) holds inside each window; units past H * T exit at once;
-//   * fill CTAs after them: one per 32 (sample, query tile) slots, writing out = 0, lse = -inf for every head of the
-//     slots no task names (the host list leaves out tiles that see no key).
+//   * units: blockIdx.x in [0, H x T), T the list's task count, which the host passes (it built the list): unit d runs
+//     one (task, head) pair in windows of W heads (fwd_doc_head_window's L2 rule, over heads only, as the list spans
+//     every sample): window w holds heads [w W, w W + W), its units task-major with the heads fastest, so the list's
+//     order (heaviest first) holds inside each window;
+//   * fill CTAs after them (none when T is every (sample, query tile) slot): one per 32 slots, writing out = 0, lse =
+//     -inf for every head of the slots no task names (the host list leaves out tiles that see no key).
 // A unit's key tiles (its segments expanded, in order) go into shared memory as the kernel's `live` list, so the
-// producer, the docs warp and the consumers run unchanged over them.
-// A list that does not fit the call (counts, ranges, order, a split task) stops the kernel (__trap(): the launch fails
-// with an unspecified launch failure). Set RT_ATTN_WORK_LIST_CHECK=1 to have the host check the list first (a
-// device-to-host copy and a wait per call) and fail with an RT_CHECK naming the task and the field. Included by attn_fwd_sm90ws_kernel.cuh; keep C++17.
+// producer, the docs warp and the consumers run over them as over a document CTA's live tiles. The tile test's ranges
+// come from the list too (doc_work_list_bounds): each consumer warp's rows' least position and greatest document start
+// (list_doc_rows), each key tile's least and greatest position (list_tile_keys, read a tile ahead as fwd_doc_keys
+// reads the summaries), so the docs warp only writes the keys' positions, as in the document kernel.
+// A list that does not fit the call (counts, tag, ranges, order, a split task) stops the kernel (__trap(): the launch
+// fails with an unspecified launch failure). Set RT_ATTN_WORK_LIST_CHECK=1 to have the host check the list first (a
+// device-to-host copy and a wait per call) and fail with an RT_CHECK naming the task and the field. Included by
+// attn_fwd_sm90ws_kernel.cuh; keep C++17.
 #pragma once
 #include <cstdint>
 
+#include "kernels/attn_work_list.h"
+#include "kernels/cuda/attention/attn_doc_mask.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90_tile.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
@@ -22,11 +28,21 @@
 namespace rt {
 namespace cuda {
 
-// The list of a list-mode launch (a kernel argument; words null for every other instantiation).
+// The list of a list-mode launch (a kernel argument; words null for every other instantiation). The host fills the
+// counts from what it knows (the task count it was given, the call's key tiles, the words' length); the kernel checks
+// the words' own header against them (work_list_unit).
 struct WsWorkList {
-  const int32_t* words = nullptr;  // (n_words) i32: attn_work_list_words (2 counts, 4 per task, 2 per segment)
+  const int32_t* words = nullptr;  // (n_words) i32, 16-byte aligned: attn_work_list_words (a 4-word header, 4 per
+                                   // task, 32 row-bound words per task, 4 per key range, 2 per segment)
   int n_words = 0;
-  int B = 0;                       // samples of the call
+  int B = 0;          // samples of the call
+  int tasks = 0;      // T: the list's tasks (words[0]); the grid holds H x T units
+  int key_tiles = 0;  // the call's 128-row key tiles per sample: the list holds B x key_tiles key ranges (words[3])
+  int segs = 0;       // S = (n_words - 4 - 36 T - 4 B key_tiles) / 2 (words[1])
+  // Word offsets of the sections (kernels/attn_work_list.h): tasks at 4, then the rest.
+  __host__ __device__ int rows_at() const { return 4 + 4 * tasks; }      // (T, 8) AttnRowBounds
+  __host__ __device__ int keys_at() const { return 4 + 36 * tasks; }     // (B, key_tiles) AttnKeyRange
+  __host__ __device__ int segs_at() const { return keys_at() + 4 * B * key_tiles; }  // (S) AttnKeySeg
 };
 
 // A unit's key tiles are expanded into shared memory as 16-bit tile indices: the call's key list may hold at most this
@@ -50,10 +66,11 @@ __device__ __forceinline__ WorkListScratch& work_list_scratch() {
   return s;
 }
 
-// What a unit CTA runs: sample b, head h, query tile `tile` (rows 128 tile ..), segments [first_seg, first_seg + segs).
+// What a unit CTA runs: task `task` of the list, sample b, head h, query tile `tile` (rows 128 tile ..), segments
+// [first_seg, first_seg + segs).
 struct WorkListUnit {
   int64_t b, h;
-  int tile, first_seg, segs, tasks;
+  int task, tile, first_seg, segs;
 };
 
 // A list that does not fit the call stops the kernel. No message: a printf (a function call) anywhere in the kernel
@@ -69,11 +86,11 @@ template <int D>
 __device__ void work_list_fill(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int64_t f) {
   WorkListScratch& sh = work_list_scratch();
   const int64_t slots = int64_t(wl.B) * nqt, s0 = f * kWorkListFillSlots;
-  const int T = min(max(wl.words[0], 0), (wl.n_words - 2) / 4);  // a bad count is the units' to report
+  const int T = wl.tasks;  // the host's count (the words hold at least T tasks); a mismatch is the units' to report
   if (threadIdx.x == 0) sh.covered = 0u;
   __syncthreads();
   for (int i = int(threadIdx.x); i < T; i += int(blockDim.x)) {
-    const int32_t* t = wl.words + 2 + 4 * int64_t(i);
+    const int32_t* t = wl.words + 4 + 4 * int64_t(i);
     const int64_t q_row = t[0], sample = int16_t(t[1] & 0xffff);
     const int64_t slot = q_row >= 0 ? sample * nqt + q_row / kWgRowsPerCta : -1;
     if (slot >= s0 && slot < s0 + kWorkListFillSlots) atomicOr(&sh.covered, 1u << int(slot - s0));
@@ -87,33 +104,34 @@ __device__ void work_list_fill(const AttnFwdParams& p, const WsWorkList& wl, int
   }
 }
 
-// Which unit blockIdx.x is (true) or that it has none (false: a fill CTA, done here, or a unit past H x tasks). Checks
-// the counts and the task's fields (every thread reads the same words, so every thread decides the same).
+// Which unit blockIdx.x is (true) or that it has none (false: a fill CTA, done here). Checks the words' header against
+// the host's counts and the task's fields (every thread reads the same words, so every thread decides the same).
 template <int D>
 __device__ __forceinline__ bool work_list_unit(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int window,
                                                WorkListUnit& u) {
-  const int64_t slots = int64_t(wl.B) * nqt, units = p.H * slots, d = blockIdx.x;
+  const int64_t slots = int64_t(wl.B) * nqt, units = p.H * wl.tasks, d = blockIdx.x;
   if (d >= units) {
     work_list_fill<D>(p, wl, nqt, d - units);
     return false;
   }
-  const int T = wl.words[0], S = wl.words[1];
-  if (T < 0 || S < 0 || T > slots || 2 + 4 * int64_t(T) + 2 * int64_t(S) != wl.n_words)
-    work_list_fault("the counts (words[0] tasks, words[1] segments) do not match the words or exceed one task per "
-                    "query tile; value = words[0]",
-                    -1, T);
-  if (d >= p.H * T) return false;
+  const int T = wl.tasks, S = wl.segs;
+  if (wl.words[0] != T || wl.words[1] != S || wl.words[2] != kAttnFwdWorkListTag ||
+      wl.words[3] != wl.B * wl.key_tiles || T > slots)
+    work_list_fault("the header (words[0] tasks, words[1] segments, words[2] the forward tag, words[3] key ranges) "
+                    "does not match the host's task count, the words' length and the call's key tiles, or the tasks "
+                    "exceed one per query tile; value = words[0]",
+                    -1, wl.words[0]);
   const int64_t w = d / (int64_t(window) * T), rem = d % (int64_t(window) * T);
   const int64_t width = min(int64_t(window), p.H - w * window);  // the last window may hold fewer heads
   const int task = int(rem / width);
   u.h = w * window + rem % width;
-  const int32_t* t = wl.words + 2 + 4 * int64_t(task);
+  const int32_t* t = wl.words + 4 + 4 * int64_t(task);
   const int32_t q_row = t[0], w1 = t[1], w3 = t[3];
   const int sample = int16_t(w1 & 0xffff), part = int8_t((w1 >> 16) & 0xff), parts = int8_t((w1 >> 24) & 0xff);
   const int segs = int16_t(w3 & 0xffff), merge_slot = int16_t((w3 >> 16) & 0xffff);
+  u.task = task;
   u.first_seg = t[2];
   u.segs = segs;
-  u.tasks = T;
   if (part != 0 || parts != 1) work_list_fault("split task: parts must be 1 (value = parts)", task, parts);
   if (merge_slot != -1) work_list_fault("split task: merge_slot must be -1 (value = merge_slot)", task, merge_slot);
   if (sample < 0 || sample >= wl.B) work_list_fault("sample out of range (value = sample)", task, sample);
@@ -139,7 +157,7 @@ __device__ __forceinline__ int work_list_tiles(const AttnFwdParams& p, const WsW
   const int own_tiles = int((p.Nk + kWgKeysPerTile - 1) / kWgKeysPerTile);
   const int list_tiles = int((p.k_end + kWgKeysPerTile - 1) / kWgKeysPerTile);
   const int first_gathered = two ? int(p.k2_row / kWgKeysPerTile) : list_tiles;
-  const int32_t* segw = wl.words + 2 + 4 * int64_t(u.tasks) + 2 * int64_t(u.first_seg);  // (segs, 2) i32
+  const int32_t* segw = wl.words + wl.segs_at() + 2 * int64_t(u.first_seg);  // (segs, 2) i32
   int total = 0, prev_last = 0;  // tiles so far; the tile after the previous chunk's last segment
   for (int c0 = 0; c0 < u.segs; c0 += kThreads) {
     const int i = c0 + tid, m = min(kThreads, u.segs - c0);
@@ -197,13 +215,32 @@ __device__ __forceinline__ int work_list_tiles(const AttnFwdParams& p, const WsW
   return total;
 }
 
-// The summary of the key tile in stage s (key_positions_warp wrote it before the stage's K-full arrival): its least
-// and greatest key position, as the two halves of a FwdDocKeys. key_sum: the (kStages, 2) i64's shared address.
-__device__ __forceinline__ FwdDocKeys list_tile_keys(uint32_t key_sum, int s) {
-  int64_t lo, hi;
-  // volatile: kept after the K-full wait (also volatile asm); no memory clobber, which would pin the other loads too.
-  asm volatile("ld.shared.v2.s64 {%0, %1}, [%2];\n" : "=l"(lo), "=l"(hi) : "r"(key_sum + 16u * uint32_t(s)));
-  return FwdDocKeys{lo, hi, lo, hi};
+// The document-mask rows of one consumer thread in the list mode: its two rows' positions and document starts (as
+// fwd_doc_rows reads them), and as the tile test's range the list's bounds of its warp's 16 rows (AttnRowBounds of
+// row group `group` of the unit's task: least position, greatest document start), with pos_hi = +max and doc_lo =
+// -max: softmax_tile only asks whether every pair is visible, and those constants fold its "no pair visible" branch
+// away. Broadcast from lane 0, so that the compiler knows they are warp-uniform (uniform registers).
+__device__ __forceinline__ void list_doc_rows(const AttnFwdParams& p, const WsWorkList& wl, const WorkListUnit& u,
+                                              int64_t q0, int lrow0, int group, FwdDocRows& r) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t row = u.b * p.docs.q_stride + min(q0 + lrow0 + 8 * i, p.q_end - 1);
+    r.pos[i] = p.docs.q_pos[row];
+    r.doc[i] = p.docs.q_doc[row];
+  }
+  const longlong2 bounds = __ldg(reinterpret_cast<const longlong2*>(wl.words + wl.rows_at()) +
+                                 (int64_t(u.task) * kAttnWorkRowGroups + group));
+  const int64_t pos_lo = __shfl_sync(0xffffffffu, static_cast<int64_t>(bounds.x), 0);
+  const int64_t doc_hi = __shfl_sync(0xffffffffu, static_cast<int64_t>(bounds.y), 0);
+  r.wg = DocRange{pos_lo, LLONG_MAX, LLONG_MIN, doc_hi};
+}
+
+// The key range of the key tile at key-list row kt0 of sample b (AttnKeyRange: the least and greatest position of its
+// 128 rows), as the two halves of a FwdDocKeys; a global load issued a tile ahead of its softmax, as fwd_doc_keys.
+__device__ __forceinline__ FwdDocKeys list_tile_keys(const WsWorkList& wl, int64_t b, int64_t kt0) {
+  const longlong2 r = __ldg(reinterpret_cast<const longlong2*>(wl.words + wl.keys_at()) +
+                            (b * wl.key_tiles + kt0 / kWgKeysPerTile));
+  return FwdDocKeys{r.x, r.y, r.x, r.y};
 }
 
 }  // namespace

@@ -25,11 +25,17 @@ struct Out {
 };
 
 test::HostTensor words_tensor(const AttnWorkList& list) {
-  return test::work_list_words_tensor(attn_work_list_words(list));  // (2 + 4 T + 2 S) i32
+  return test::work_list_words_tensor(attn_work_list_words(list));  // (4 + 36 T + 4 K + 2 S) i32
+}
+
+// The task count the op is told: the words' own (words[0]) unless `tasks` >= 0.
+int64_t tasks_of(const test::HostTensor& list, int64_t tasks) {
+  return tasks >= 0 ? tasks : int64_t(static_cast<const int32_t*>(list.t.data)[0]);
 }
 
 // two_sources false: k2 / v2 undefined (the list must then name own tiles only).
-Out run(const test::TwoKvCase& c, const test::HostTensor& list, bool use_list, bool two_sources = true) {
+Out run(const test::TwoKvCase& c, const test::HostTensor& list, bool use_list, bool two_sources = true,
+        int64_t tasks = -1) {
   const test::HostTensor q = host(c.q, {c.B, c.n, c.H, c.D}), k1 = host(c.k1, {c.B, c.n, c.Hkv, c.D}),
                          v1 = host(c.v1, {c.B, c.n, c.Hkv, c.D}), k2 = host(c.k2, {c.B, c.R, c.Hkv, c.D}),
                          v2 = host(c.v2, {c.B, c.R, c.Hkv, c.D});
@@ -43,9 +49,10 @@ Out run(const test::TwoKvCase& c, const test::HostTensor& list, bool use_list, b
   if (!use_list)
     attn_fwd_whole_two_kv(q, k1, v1, k2, v2, scratch, c.mask(), r.out, r.lse);
   else if (two_sources)
-    attn_fwd_work_list(q, k1, v1, k2, v2, scratch, c.mask(), list, r.out, r.lse);
+    attn_fwd_work_list(q, k1, v1, k2, v2, scratch, c.mask(), list, tasks_of(list, tasks), r.out, r.lse);
   else
-    attn_fwd_work_list(q, k1, v1, Tensor{}, Tensor{}, scratch, c.mask(), list, r.out, r.lse);
+    attn_fwd_work_list(q, k1, v1, Tensor{}, Tensor{}, scratch, c.mask(), list, tasks_of(list, tasks), r.out,
+                       r.lse);
   return r;
 }
 
@@ -102,6 +109,7 @@ TEST(AttnFwdWorkListCpu, RowsNoTaskCoversGetZeroAndMinusInfinity) {
   ASSERT_GE(list.tasks.size(), 1u);
   const AttnWorkTask kept = list.tasks[0];
   list.tasks = {kept};  // every other query tile left out
+  list.rows.resize(size_t(kAttnWorkRowGroups));  // the kept task's row bounds
   const Out got = run(c, words_tensor(list), true);
   EXPECT_FALSE(test::any_nan(got.out));
   int empty = 0;
@@ -133,6 +141,11 @@ TEST(AttnFwdWorkListCpu, RefusesListsItCannotRun) {
   for (const AttnKeySeg& s : gathered.segs) has_gathered |= s.source == 0;
   ASSERT_TRUE(has_gathered) << "the case must have gathered tiles";
   EXPECT_THROW(run(c, words_tensor(gathered), true, false), Error);
+  const test::HostTensor good_words = words_tensor(good);
+  EXPECT_THROW(run(c, good_words, true, true, int64_t(good.tasks.size()) + 1), Error) << "a wrong task count";
+  AttnWorkList other_call = good;  // key ranges of a call with fewer key tiles
+  other_call.keys.pop_back();
+  EXPECT_THROW(run(c, words_tensor(other_call), true), Error) << "key ranges of another call";
   test::HostTensor f = test::f32({4});  // the words as f32: refused
   EXPECT_THROW(run(c, f, true), Error);
 }

@@ -326,7 +326,7 @@ TEST(DocBwdWorkList, WordsRoundTripAndKindsDoNotMix) {
   EXPECT_THROW(attn_bwd_work_list_from_words(fwd.data(), int64_t(fwd.size())), Error) << "a forward list as backward";
   EXPECT_EQ(attn_work_list_words(AttnBwdWorkList{}), (std::vector<int32_t>{0, 0, kAttnBwdWorkListTag, 0}));
   const std::vector<int32_t> empty_fwd = attn_work_list_words(AttnWorkList{});
-  EXPECT_EQ(attn_work_list_kind(empty_fwd.data(), 2), AttnWorkListKind::forward);
+  EXPECT_EQ(attn_work_list_kind(empty_fwd.data(), 4), AttnWorkListKind::forward);
 }
 
 }  // namespace

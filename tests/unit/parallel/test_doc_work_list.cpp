@@ -187,25 +187,98 @@ TEST(DocWorkList, ProblemCatchesBrokenLists) {
 }
 
 TEST(DocWorkList, WordsRoundTrip) {
-  const AttnWorkList list =
-      doc_work_list(inputs_of(test::make_two_kv_case(2, 1, 1, 1, 1400, 150, 380, 900, 1090, 71, no_round)));
+  const DocWorkListInputs in =
+      inputs_of(test::make_two_kv_case(2, 1, 1, 1, 1400, 150, 380, 900, 1090, 71, no_round));
+  const AttnWorkList list = doc_work_list(in);
   const std::vector<int32_t> words = attn_work_list_words(list);
-  const size_t T = list.tasks.size(), S = list.segs.size();
-  ASSERT_EQ(words.size(), 2 + 4 * T + 2 * S);
+  const size_t T = list.tasks.size(), S = list.segs.size(), K = list.keys.size();
+  ASSERT_EQ(list.rows.size(), 8 * T);
+  ASSERT_EQ(K, size_t(in.B * ((in.list_rows + 127) / 128))) << "B x key tiles";
+  ASSERT_EQ(words.size(), 4 + 36 * T + 4 * K + 2 * S);
   EXPECT_EQ(words[0], int32_t(T));
   EXPECT_EQ(words[1], int32_t(S));
-  EXPECT_EQ(words[2], list.tasks[0].q_row);      // a task's first word is its q_row
-  EXPECT_EQ(words[4], list.tasks[0].first_seg);  // its third the first segment
-  EXPECT_EQ(words[2 + 4 * T], list.segs[0].first_tile);
+  EXPECT_EQ(words[2], kAttnFwdWorkListTag);
+  EXPECT_EQ(words[3], int32_t(K));
+  EXPECT_EQ(words[4], list.tasks[0].q_row);      // a task's first word is its q_row
+  EXPECT_EQ(words[6], list.tasks[0].first_seg);  // its third the first segment
+  int64_t pos_lo = 0, key_lo = 0;                // the first row group's least position, the first key tile's least
+  std::memcpy(&pos_lo, words.data() + 4 + 4 * T, 8);
+  std::memcpy(&key_lo, words.data() + 4 + 36 * T, 8);
+  EXPECT_EQ(pos_lo, list.rows[0].pos_lo);
+  EXPECT_EQ(key_lo, list.keys[0].lo);
+  EXPECT_EQ(words[4 + 36 * T + 4 * K], list.segs[0].first_tile);
   const AttnWorkList back = attn_work_list_from_words(words.data(), int64_t(words.size()));
   ASSERT_EQ(back.tasks.size(), T);
   ASSERT_EQ(back.segs.size(), S);
+  ASSERT_EQ(back.rows.size(), 8 * T);
+  ASSERT_EQ(back.keys.size(), K);
   EXPECT_EQ(std::memcmp(back.tasks.data(), list.tasks.data(), T * sizeof(AttnWorkTask)), 0);
   EXPECT_EQ(std::memcmp(back.segs.data(), list.segs.data(), S * sizeof(AttnKeySeg)), 0);
+  EXPECT_EQ(std::memcmp(back.rows.data(), list.rows.data(), 8 * T * sizeof(AttnRowBounds)), 0);
+  EXPECT_EQ(std::memcmp(back.keys.data(), list.keys.data(), K * sizeof(AttnKeyRange)), 0);
   EXPECT_EQ(back.key_tiles(), list.key_tiles());
   EXPECT_THROW(attn_work_list_from_words(words.data(), int64_t(words.size()) - 1), Error);
   const std::vector<int32_t> empty = attn_work_list_words(AttnWorkList{});
-  EXPECT_EQ(empty, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(empty, (std::vector<int32_t>{0, 0, kAttnFwdWorkListTag, 0}));
+  AttnWorkList no_bounds = list;  // words need the bounds (doc_work_list_bounds)
+  no_bounds.rows.clear();
+  EXPECT_THROW(attn_work_list_words(no_bounds), Error);
+}
+
+// The row bounds and key ranges: what the kernel's tile test reads. Each recomputed from the rows here, and the
+// checker must catch one that is off by one position (a range that would call a partly visible tile wholly visible,
+// or the reverse).
+TEST(DocWorkList, BoundsEqualTheRowsAndTheCheckerCatchesAWrongOne) {
+  for (const bool one : {false, true}) {
+    SCOPED_TRACE(one ? "one source" : "two sources");
+    const test::TwoKvCase c = test::make_two_kv_case(2, 1, 1, 1, 1400, 150, 380, 900, 1090, 71, no_round);
+    const DocWorkListInputs in = one ? one_source(c) : inputs_of(c);
+    const AttnWorkList good = doc_work_list(in);
+    ASSERT_EQ(doc_work_list_problem(good, in), "");
+    const int64_t tiles = (in.list_rows + 127) / 128;
+    ASSERT_EQ(good.keys.size(), size_t(in.B * tiles));
+    for (int64_t b = 0; b < in.B; ++b)
+      for (int64_t t = 0; t < tiles; ++t) {
+        int64_t lo = INT64_MAX, hi = INT64_MIN;  // rows past the list read its last row; the gap's count
+        for (int64_t j = t * 128; j < t * 128 + 128; ++j) {
+          lo = std::min(lo, in.k_pos[size_t(b * in.list_rows + std::min(j, in.list_rows - 1))]);
+          hi = std::max(hi, in.k_pos[size_t(b * in.list_rows + std::min(j, in.list_rows - 1))]);
+        }
+        EXPECT_EQ(good.keys[size_t(b * tiles + t)].lo, lo) << "sample " << b << ", tile " << t;
+        EXPECT_EQ(good.keys[size_t(b * tiles + t)].hi, hi) << "sample " << b << ", tile " << t;
+      }
+    for (size_t n = 0; n < good.tasks.size(); ++n)
+      for (int64_t g = 0; g < 8; ++g) {
+        const AttnWorkTask& task = good.tasks[n];
+        int64_t pos_lo = INT64_MAX, doc_hi = INT64_MIN;
+        for (int64_t i = task.q_row + 16 * g; i < task.q_row + 16 * g + 16; ++i) {
+          const size_t row = size_t(task.sample * in.Nq + std::min(i, in.Nq - 1));
+          pos_lo = std::min(pos_lo, in.q_pos[row]);
+          doc_hi = std::max(doc_hi, in.q_doc_start[row]);
+        }
+        EXPECT_EQ(good.rows[n * 8 + size_t(g)].pos_lo, pos_lo) << "task " << n << ", group " << g;
+        EXPECT_EQ(good.rows[n * 8 + size_t(g)].doc_hi, doc_hi) << "task " << n << ", group " << g;
+      }
+    AttnWorkList narrow = good;  // a key range one position short of its tile's greatest key
+    narrow.keys[narrow.keys.size() / 2].hi -= 1;
+    EXPECT_NE(doc_work_list_problem(narrow, in).find("has the range"), std::string::npos)
+        << doc_work_list_problem(narrow, in);
+    AttnWorkList wide = good;  // one reaching a position below its least key
+    wide.keys[0].lo -= 1;
+    EXPECT_NE(doc_work_list_problem(wide, in).find("has the range"), std::string::npos);
+    AttnWorkList rows = good;  // a row group's least position one too high
+    rows.rows[rows.rows.size() - 1].pos_lo += 1;
+    EXPECT_NE(doc_work_list_problem(rows, in).find("row group"), std::string::npos) << doc_work_list_problem(rows, in);
+    AttnWorkList docs = good;  // a row group's greatest document start one too low
+    docs.rows[3].doc_hi -= 1;
+    EXPECT_NE(doc_work_list_problem(docs, in).find("row group"), std::string::npos);
+    AttnWorkList missing = good;  // no bounds at all
+    missing.keys.clear();
+    EXPECT_NE(doc_work_list_problem(missing, in).find("doc_work_list_bounds"), std::string::npos);
+    AttnWorkList refilled = narrow;  // doc_work_list_bounds restores them
+    doc_work_list_bounds(refilled, in);
+    EXPECT_EQ(doc_work_list_problem(refilled, in), "");
+  }
 }
 
 TEST(DocWorkList, RefusesBadInputs) {
