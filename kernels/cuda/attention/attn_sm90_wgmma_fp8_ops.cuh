@@ -49,7 +49,7 @@ __device__ __forceinline__ void wgmma_m64n128k32_rs_e4m3(float (&d)[64], uint32_
 
 // Four f32 to E4M3 codes in one register, round to nearest even, saturating: bytes 0..3 from x0..x3 (cvt puts its
 // first source in the upper byte of each pair). Only for values that are not NaN (the softmax's probabilities). One
-// asm block with a 32-bit result: two 16-bit results packed in C++ made ptxas serialize the wgmmas (C7513).
+// asm block with a 32-bit result, so that the A register is written once.
 __device__ __forceinline__ uint32_t cvt_e4m3x4(float x0, float x1, float x2, float x3) {
   uint32_t r;
   asm("{\n.reg .b16 lo, hi;\n"
