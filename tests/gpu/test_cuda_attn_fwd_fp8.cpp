@@ -247,7 +247,10 @@ void run_case(const Case& s, uint64_t seed) {
   std::vector<float> o_emu, lse_emu;
   emulate(s, qc_ref, qf_ref, kc_ref, kf_ref, vtc_ref, vf_ref, scale, o_emu, lse_emu);
   const double err_emu = rel_error(o_gpu, o_emu), lse_err = lse_max_abs_error(lse_gpu, lse_emu);
-  EXPECT_LE(err_emu, 5e-3) << "O vs the fp64 emulation: " << worst_mismatch(o_gpu, o_emu);
+  // 1e-2: Hopper's FP8 wgmma adds its products in a truncated accumulator (DeepSeek-V3 reports ~14 bits), which the
+  // fp64 emulation does not model; measured 3.2e-3 to 5.3e-3 on the H200 at N <= 1024 (2026-12-04), larger with the
+  // full mask (more keys per row). A fragment or key-order error gives O(1); E4M3's own error is ~4.5e-2.
+  EXPECT_LE(err_emu, 1e-2) << "O vs the fp64 emulation: " << worst_mismatch(o_gpu, o_emu);
   EXPECT_LE(lse_err, 1e-3) << "lse vs the fp64 emulation: " << worst_mismatch(lse_gpu, lse_emu);
 
   // (c) the FP8 error against plain fp64 attention.
