@@ -3,6 +3,7 @@
 // kernels/cuda/attention/attn_fwd_work_list.cu (the backward has no CUDA kernel yet).
 #include "kernels/attn_work_list.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -27,7 +28,7 @@ static_assert(sizeof(AttnBwdTask) == 16 && offsetof(AttnBwdTask, sample) == offs
 namespace cpu {
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
-                        Tensor lse);
+                        Tensor lse, const AttnSplitScratch& split);
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
                         Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list);
@@ -37,7 +38,7 @@ namespace cuda {
 // kernels/cuda/attention/attn_fwd_work_list.cu (fwd v5's list mode).
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
-                        Tensor lse);
+                        Tensor lse, const AttnSplitScratch& split);
 }  // namespace cuda
 #endif
 
@@ -132,6 +133,7 @@ AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words) {
   if (T) std::memcpy(list.rows.data(), words + rows_at, list.rows.size() * sizeof(AttnRowBounds));
   if (K) std::memcpy(list.keys.data(), words + keys_at, size_t(K) * sizeof(AttnKeyRange));
   if (S) std::memcpy(list.segs.data(), words + segs_at, size_t(S) * sizeof(AttnKeySeg));
+  for (const AttnWorkTask& t : list.tasks) list.merge_slots = std::max<int32_t>(list.merge_slots, t.merge_slot + 1);
   return list;
 }
 
@@ -151,16 +153,23 @@ AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_wo
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse) {
+  attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, AttnSplitScratch{});
+}
+
+void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse, const AttnSplitScratch& split) {
+  RT_CHECK(split.slots >= 0, "attn_fwd_work_list: split.slots = " << split.slots << " (the list's merge slots, >= 0)");
   if (q.device.is_cuda()) {
 #ifdef RINGTRAIN_HAVE_CUDA
     const cuda::OpProfileScope rt_op_timer_("attn_fwd_work_list");
-    return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse);
+    return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split);
 #else
     RT_CHECK(false, "attn_fwd_work_list: CUDA tensor given, but this ringtrain was built without CUDA. Set device: "
                     "cpu, or rebuild with nvcc available (-DRINGTRAIN_CUDA=ON)");
 #endif
   }
-  cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse);
+  cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split);
 }
 
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,

@@ -19,8 +19,16 @@
 // (AttnKeyRange). Both are functions of the call's positions only: doc_work_list_bounds (parallel/schedule/
 // doc_work_list.h) fills them for any list.
 //
-// Splits (parts > 1, merge_slot >= 0) are reserved for the split merge; until it lands every task has parts = 1 and
-// merge_slot = -1, and the ops refuse other values naming them.
+// Splits (the split merge, bench/NOTES.md "Split merge"; the forward only): a query tile's key tiles may be cut at
+// tile boundaries into `parts` (2 .. kAttnWorkMaxParts) part tasks of the same sample and q_row: part p (0 .. parts - 1)
+// holds the p-th contiguous run of the tile's key tiles as its segments, so the parts' segments in part order are the
+// unsplit task's. Each part has a merge slot: a split tile's parts take the slots [s0, s0 + parts), part p slot
+// s0 + p, and a list's slots are numbered densely from 0 (AttnWorkList::merge_slots of them; the device words carry
+// them in the tasks only). An unsplit task is part 0 of 1 with merge_slot -1. Valid as above: every visible (query,
+// key) pair in exactly one segment of exactly one part of its query tile. An op runs each part from a fresh state
+// into its unnormalized state (O, m, l per row) and merges the parts in part order (attn_state_merge's math) before
+// the finalize, so the result does not depend on which part finishes first; it is within rounding of the unsplit
+// list's, not bitwise equal. doc_work_list (parallel/schedule/doc_work_list.h) splits only when asked.
 //
 // On the device the list is one i32 tensor: attn_work_list_words() below, uploaded once per step.
 //
@@ -46,6 +54,7 @@
 namespace rt {
 
 constexpr int64_t kAttnWorkTileRows = 128;  // query rows of a task and key rows of a tile
+constexpr int kAttnWorkMaxParts = 8;        // parts of one split query tile at most
 
 struct AttnKeySeg {     // 8 bytes
   int32_t first_tile;   // the first key tile (list rows [128 first_tile, ...))
@@ -58,10 +67,10 @@ struct AttnKeySeg {     // 8 bytes
 struct AttnWorkTask {   // 16 bytes
   int32_t q_row;        // the query tile's first row (a multiple of 128)
   int16_t sample;       // b
-  int8_t part, parts;   // part `part` of `parts` of the tile's segments (0 of 1: unsplit)
+  int8_t part, parts;   // part `part` of `parts` of the tile's key tiles (0 of 1: unsplit; parts <= 8)
   int32_t first_seg;    // its segments: segs[first_seg, first_seg + segs)
   int16_t segs;         // >= 1
-  int16_t merge_slot;   // -1: unsplit
+  int16_t merge_slot;   // -1: unsplit; else the part's state slot (the tile's first slot + part)
 };
 
 // A task's query tile in groups of 16 rows (a consumer warp's rows in the CUDA kernel).
@@ -84,6 +93,7 @@ struct AttnWorkList {
   std::vector<AttnKeySeg> segs;
   std::vector<AttnRowBounds> rows;  // (tasks, kAttnWorkRowGroups): task n's groups at [8 n, 8 n + 8)
   std::vector<AttnKeyRange> keys;   // (B, key tiles of the list): sample b's tile t at b * tiles + t
+  int32_t merge_slots = 0;          // the split parts' state slots [0, merge_slots) (0: no split task)
   int64_t key_tiles() const;        // sum of tiles over every segment (one head's key-tile visits)
 };
 
@@ -126,7 +136,7 @@ std::vector<int32_t> attn_work_list_words(const AttnBwdWorkList& list);
 // Which kind the words hold (by the tag and the length; refuses words that are neither, naming the problem).
 AttnWorkListKind attn_work_list_kind(const int32_t* words, int64_t n_words);
 // The inverses, for the CPU ops and the tests: check the kind and the counts against the words' length (each refuses
-// the other kind's words, naming the builder to use).
+// the other kind's words, naming the builder to use). The forward's merge_slots is the tasks' greatest merge_slot + 1.
 AttnWorkList attn_work_list_from_words(const int32_t* words, int64_t n_words);
 AttnBwdWorkList attn_bwd_work_list_from_words(const int32_t* words, int64_t n_words);
 
@@ -170,6 +180,36 @@ inline AttnDims attn_work_list_dims(const Tensor& q, const Tensor& k, const Tens
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse);
+
+// The split merge's scratch, for a list with split tasks (AttnWorkList::merge_slots > 0). `slots` is the list's
+// merge_slots (the host knows it from building the list, as it knows the task count; both backends refuse a list
+// whose tasks name another count). On CUDA, state and count are required (on q's device; at least `slots` slots):
+//   state (>= slots, H, 128, D + 2) f32: the part with merge slot s, head h, query row q_row + r of its tile at
+//          [s, h, r]: its unnormalized O (D), m (log2 units, as AttnState's) and l;
+//   count (>= slots, H, 8) i32: per split tile's first slot, head and 16-row group, how many of its parts have stored
+//          their state; zero when allocated (memset once), and every call leaves it zero (the part that merges resets
+//          it), so calls need no memset.
+// The CPU op keeps its parts' states in temporaries and reads `slots` only (state and count may be undefined).
+struct AttnSplitScratch {
+  Tensor state;       // (slots, H, 128, D + 2) f32
+  Tensor count;       // (slots, H, 8) i32, zero between calls
+  int64_t slots = 0;  // the list's merge slots
+};
+// The shapes above for `slots` slots of H heads, head dim D.
+inline std::vector<int64_t> attn_split_state_shape(int64_t slots, int64_t H, int64_t D) {
+  return {slots, H, kAttnWorkTileRows, D + 2};
+}
+inline std::vector<int64_t> attn_split_count_shape(int64_t slots, int64_t H) {
+  return {slots, H, kAttnWorkRowGroups};
+}
+
+// attn_fwd_work_list over a list that may hold split tasks (the overload above is this one with split.slots = 0: an
+// unsplit list). A list with splits and split.slots = 0 is refused (the CPU op reads the list and names the fix; the
+// CUDA op does not read the words on the host: its kernel stops on a split task, or with RT_ATTN_WORK_LIST_CHECK=1 the
+// host check names it).
+void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse, const AttnSplitScratch& split);
 
 // attn_bwd_block_fresh_two_kv (kernels/op_list.inc) over a backward work list (AttnBwdWorkList, words from
 // attn_work_list_words): the same q, k, v, k2, v2, dout, lse, delta, document mask; dq_acc (B,Nq,H,D) f32 accumulates;

@@ -141,6 +141,18 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in) {
   return list;
 }
 
+AttnWorkList doc_work_list(const DocWorkListInputs& in, const DocWorkListSplit& split) {
+  AttnWorkList list = doc_work_list(in);
+  if (!split.on) return list;
+  std::vector<int64_t> tiles(list.tasks.size());  // (tasks) key tiles of each, heaviest first
+  for (size_t i = 0; i < tiles.size(); ++i)
+    for (int k = list.tasks[i].first_seg; k < list.tasks[i].first_seg + list.tasks[i].segs; ++k)
+      tiles[i] += list.segs[size_t(k)].tiles;
+  const std::vector<int> parts = doc_work_list_split_parts(tiles, split);
+  if (std::all_of(parts.begin(), parts.end(), [](int p) { return p == 1; })) return list;
+  return doc_work_list_apply_splits(list, parts, split);
+}
+
 void doc_work_list_bounds(AttnWorkList& list, const DocWorkListInputs& in) {
   const char* op = "doc_work_list_bounds";
   const KeyTiling kt = check_inputs(in, op);
@@ -179,7 +191,15 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
   std::ostringstream os;
   // listed[(b q_tiles + qt) list_tiles + t]: how often key tile t is listed for query tile qt of sample b.
   std::vector<uint8_t> listed(size_t(in.B * q_tiles * kt.list_tiles), 0);
-  std::vector<int> task_of(size_t(in.B * q_tiles), -1);  // (B, q_tiles) the task of each query tile
+  struct TileParts {          // one query tile's tasks: how many parts, which seen, the first slot, each part's tiles
+    int parts = 0;
+    int64_t first = -1;  // the first task naming the tile
+    unsigned seen = 0;
+    int32_t s0 = -1;
+    int64_t lo[kAttnWorkMaxParts], hi[kAttnWorkMaxParts];  // the part's first tile and its last tile + 1
+  };
+  std::vector<TileParts> parts_of(size_t(in.B * q_tiles));  // (B, q_tiles)
+  std::vector<uint8_t> slot_used(size_t(std::max<int32_t>(0, list.merge_slots)), 0);  // (merge_slots)
   for (size_t n = 0; n < list.tasks.size(); ++n) {
     const AttnWorkTask& task = list.tasks[n];
     if (task.sample < 0 || task.sample >= in.B || task.q_row < 0 || task.q_row >= in.Nq || task.q_row % kTile != 0) {
@@ -187,18 +207,34 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
          << "tile of B=" << in.B << ", Nq=" << in.Nq;
       return os.str();
     }
-    if (task.part != 0 || task.parts != 1 || task.merge_slot != -1) {
+    const bool split = task.parts > 1;
+    if (task.parts < 1 || task.parts > kAttnWorkMaxParts || task.part < 0 || task.part >= task.parts ||
+        (!split && task.merge_slot != -1) ||
+        (split && (task.merge_slot < task.part || task.merge_slot >= list.merge_slots))) {
       os << "task " << n << " is part " << int(task.part) << " of " << int(task.parts) << " with merge slot "
-         << task.merge_slot << "; only unsplit tasks (0 of 1, -1) are valid yet";
+         << task.merge_slot << ": parts is 1 to " << kAttnWorkMaxParts << ", part below it, the slot -1 when "
+         << "unsplit, else in [part, merge_slots = " << list.merge_slots << ")";
       return os.str();
     }
     const size_t tile = size_t(task.sample * q_tiles + task.q_row / kTile);
-    if (task_of[tile] >= 0) {
-      os << "tasks " << task_of[tile] << " and " << n << " both hold sample " << task.sample << "'s query tile at row "
-         << task.q_row;
+    TileParts& tp = parts_of[tile];
+    const int32_t s0 = split ? task.merge_slot - task.part : -1;
+    if (tp.parts == 0) {
+      tp.parts = task.parts;
+      tp.s0 = s0;
+      tp.first = int64_t(n);
+    } else if (tp.parts != task.parts || ((tp.seen >> task.part) & 1u) || tp.s0 != s0) {
+      os << "tasks " << tp.first << " and " << n << " both hold sample " << task.sample << "'s query tile at row "
+         << task.q_row << " and are not its parts: task " << n << " is part " << int(task.part) << " of "
+         << int(task.parts) << " (first slot " << s0 << "), the tile has " << tp.parts << " parts (first slot "
+         << tp.s0 << ")";
       return os.str();
     }
-    task_of[tile] = int(n);
+    tp.seen |= 1u << task.part;
+    if (split && slot_used[size_t(task.merge_slot)]++) {
+      os << "task " << n << "'s merge slot " << task.merge_slot << " is another part's too";
+      return os.str();
+    }
     if (task.segs < 1 || task.first_seg < 0 || int64_t(task.first_seg) + task.segs > int64_t(list.segs.size())) {
       os << "task " << n << " names segments [" << task.first_seg << ", " << task.first_seg + task.segs << ") of "
          << list.segs.size();
@@ -216,9 +252,36 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
         return os.str();
       }
       next = hi;
-      for (int64_t t = lo; t < hi; ++t) ++listed[tile * size_t(kt.list_tiles) + size_t(t)];
+      for (int64_t t = lo; t < hi; ++t) {
+        uint8_t& c = listed[tile * size_t(kt.list_tiles) + size_t(t)];
+        c = uint8_t(std::min(2, c + 1));
+      }
     }
+    tp.lo[task.part] = list.segs[size_t(task.first_seg)].first_tile;
+    tp.hi[task.part] = next;
   }
+  // Every split tile has all its parts, each part's tiles after the previous part's; the slots are dense.
+  for (size_t tile = 0; tile < parts_of.size(); ++tile) {
+    const TileParts& tp = parts_of[tile];
+    if (tp.parts == 0) continue;
+    if (tp.seen != (1u << tp.parts) - 1u) {
+      os << "sample " << int64_t(tile) / q_tiles << "'s query tile at row " << int64_t(tile) % q_tiles * kTile
+         << " has parts (mask " << tp.seen << ") other than all " << tp.parts;
+      return os.str();
+    }
+    for (int p = 1; p < tp.parts; ++p)
+      if (tp.lo[p] < tp.hi[p - 1]) {
+        os << "sample " << int64_t(tile) / q_tiles << "'s query tile at row " << int64_t(tile) % q_tiles * kTile
+           << ": part " << p << " starts at key tile " << tp.lo[p] << ", before part " << p - 1 << " ends ("
+           << tp.hi[p - 1] << ")";
+        return os.str();
+      }
+  }
+  for (size_t slot = 0; slot < slot_used.size(); ++slot)
+    if (slot_used[slot] != 1) {
+      os << "merge slot " << slot << " of " << list.merge_slots << " has no part (the slots are not dense)";
+      return os.str();
+    }
   // Every (query tile, key tile) pair against the brute-force truth.
   for (int64_t b = 0; b < in.B; ++b) {
     const int64_t* qp = in.q_pos.data() + b * qs;        // (Nq)
@@ -242,6 +305,11 @@ std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInp
         if (vi < 0 && count > 0) {
           os << "sample " << b << ": key tile " << t << " is listed for the query tile at row " << qt * kTile
              << " but holds no key visible to its rows";
+          return os.str();
+        }
+        if (count > 1) {
+          os << "sample " << b << ": key tile " << t << " is listed twice for the query tile at row " << qt * kTile
+             << " (in two parts)";
           return os.str();
         }
       }

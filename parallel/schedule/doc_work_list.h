@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/attn_work_list.h"
+#include "parallel/schedule/doc_work_list_split.h"
 
 namespace rt {
 
@@ -38,6 +39,13 @@ struct DocWorkListInputs {
 // (doc_work_list_bounds).
 AttnWorkList doc_work_list(const DocWorkListInputs& in);
 
+// The same list with split tasks where `split` asks (parallel/schedule/doc_work_list_split.h: the rule, its time model
+// and its knobs; split.on = false, the default, gives doc_work_list(in)): the unsplit list, its tasks' parts from
+// doc_work_list_split_parts, cut and reordered heaviest first by doc_work_list_apply_splits, merge slots numbered
+// densely (list.merge_slots of them). Splitting is off unless asked: the gather path builds unsplit lists (the CUDA op
+// needs a split scratch for a list with splits, attn_work_list.h AttnSplitScratch).
+AttnWorkList doc_work_list(const DocWorkListInputs& in, const DocWorkListSplit& split);
+
 // Fills list.rows (per task, per 16-row group of its query tile: the least position and greatest document start,
 // rows past Nq reading row Nq - 1) and list.keys (per sample and key tile of the list: the least and greatest position
 // of its 128 list rows, rows past list_rows reading the last) from the call's positions, for the CUDA kernel's tile
@@ -46,9 +54,11 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in);
 void doc_work_list_bounds(AttnWorkList& list, const DocWorkListInputs& in);
 
 // "" when `list` is valid for the call and tight, else the first problem, in words: a task or segment out of range
-// or out of order, a query tile listed twice, a visible (query, key) pair that no segment covers, a listed key tile
-// that holds no key visible to its task's rows, or a row bound or key range other than the positions' (recomputed
-// row by row). Brute force over every (query, key) pair: O(B Nq list_rows), for tests
+// or out of order, a query tile listed twice (unsplit) or its parts inconsistent (the same parts count on every part,
+// each part 0 .. parts - 1 once, the merge slots [s0, s0 + parts) in part order, the list's slots dense and
+// list.merge_slots of them, each part's tiles after the previous part's), a visible (query, key) pair that no segment
+// covers or two cover, a listed key tile that holds no key visible to its task's rows, or a row bound or key range
+// other than the positions' (recomputed row by row). Brute force over every (query, key) pair: O(B Nq list_rows), for tests
 // and checks, not for a step.
 std::string doc_work_list_problem(const AttnWorkList& list, const DocWorkListInputs& in);
 

@@ -9,8 +9,9 @@
 // kList (with kDocs; attn_fwd_work_list.cuh): the CTA's (task, head), its query tile and its key tiles come from the
 // work list instead of the grid, the per-call summaries and spans; the roles run over the tiles (`live`) as over a
 // document CTA's, except that the tile tests take each consumer warp's row bounds and each key tile's range from the
-// list (list_doc_rows, list_tile_keys), and that thread 0 initializes the mbarriers and issues the Q load before the
-// segments' expansion (whose block barriers then run under it). Every other instantiation compiles to the code it had
+// list (list_doc_rows, list_tile_keys), that thread 0 initializes the mbarriers and issues the Q load before the
+// segments' expansion (whose block barriers then run under it), and that the consumers end in work_list_epilogue (a
+// split task's part stores its state and the last part merges; attn_fwd_work_list_split.cuh). Every other instantiation compiles to the code it had
 // before kList existed.
 #pragma once
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
 #include "kernels/cuda/attention/attn_fwd_work_list.cuh"
+#include "kernels/cuda/attention/attn_fwd_work_list_split.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"

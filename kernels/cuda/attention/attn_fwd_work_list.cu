@@ -2,7 +2,9 @@
 // (attn_fwd_sm90ws.cu) in its list mode, one launch per call with no set-up kernel (no summaries, spans, order or
 // live-tile scan): a CTA per (task, head) unit, in the list's order within windows of heads, visits exactly its
 // segments' key tiles; fill CTAs write out = 0, lse = -inf for the query tiles no task names
-// (attn_fwd_work_list.cuh has the grid). Hopper only (fwd v5), D = 64 or 128, bf16 out, unsplit tasks.
+// (attn_fwd_work_list.cuh has the grid). Hopper only (fwd v5), D = 64 or 128, bf16 out. Split tasks store their
+// parts' states into the caller's split scratch and the last part of a tile merges them in part order
+// (attn_fwd_work_list_split.cuh); the bits below hold for unsplit lists only (a split list is within rounding).
 //
 // Why the bits equal attn_fwd_whole_two_kv's (one source: attn_fwd_whole's, where its tiles start on the 128-row
 // grid) when the list holds, per query tile, that call's key tiles less those fully masked for the tile:
@@ -25,6 +27,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/attn_work_list.h"
@@ -119,7 +122,7 @@ void check_bounds_on_host(const AttnWorkList& wl, const AttnDocs& docs, const At
 }
 
 void check_list_on_host(const Tensor& list, const AttnDims& d, const AttnDocs& docs, int64_t list_rows, bool two,
-                        int64_t tasks, cudaStream_t stream, const char* op) {
+                        int64_t tasks, int64_t slots, cudaStream_t stream, const char* op) {
   std::vector<int32_t> words(size_t(list.shape[0]));
   CUDA_CHECK(cudaMemcpyAsync(words.data(), list.data, words.size() * 4, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -130,21 +133,37 @@ void check_list_on_host(const Tensor& list, const AttnDims& d, const AttnDocs& d
   const int64_t own_tiles = (d.Nk + kWgKeysPerTile - 1) / kWgKeysPerTile;
   const int64_t first_gathered = two ? attn_second_kv_row(d.Nk) / kWgKeysPerTile : own_tiles;
   const int64_t list_tiles = (list_rows + kWgKeysPerTile - 1) / kWgKeysPerTile;
-  std::vector<char> seen(size_t(d.B * nqt), 0);
+  RT_CHECK(wl.merge_slots == slots,
+           op << ": the list's tasks name " << wl.merge_slots << " merge slots, the caller passed split.slots = " << slots
+              << (slots == 0 ? ": a list with split tasks needs an AttnSplitScratch (the attn_fwd_work_list overload "
+                               "with split, kernels/attn_work_list.h), or build it unsplit (DocWorkListSplit::on = "
+                               "false)"
+                             : ": pass the list's merge_slots"));
+  std::vector<unsigned> seen(size_t(d.B * nqt), 0u);  // (B, nqt) bit p: part p seen; bit 8: an unsplit task
+  std::vector<char> slot_used(size_t(slots), 0);       // (slots)
   for (size_t t = 0; t < wl.tasks.size(); ++t) {
     const AttnWorkTask& task = wl.tasks[t];
-    RT_CHECK(task.part == 0 && task.parts == 1 && task.merge_slot == -1,
+    const bool split = task.parts > 1;
+    RT_CHECK(task.parts >= 1 && task.parts <= kAttnWorkMaxParts && task.part >= 0 && task.part < task.parts &&
+                 (split ? task.merge_slot >= task.part && task.merge_slot < slots : task.merge_slot == -1),
              op << ": task " << t << " has part " << int(task.part) << ", parts " << int(task.parts)
-                << ", merge_slot " << task.merge_slot
-                << "; split tasks are not supported yet: build the list with parts = 1, merge_slot = -1");
+                << ", merge_slot " << task.merge_slot << ": parts 1 to 8, the slot -1 when unsplit, else in [part, "
+                << slots << ")");
     RT_CHECK(task.sample >= 0 && task.sample < d.B && task.q_row >= 0 && task.q_row < d.Nq &&
                  task.q_row % kWgRowsPerCta == 0,
              op << ": task " << t << " (sample " << task.sample << ", q_row " << task.q_row
                 << ") is not a 128-row query tile of the call's B=" << d.B << ", Nq=" << d.Nq);
-    char& s = seen[size_t(task.sample * nqt + task.q_row / kWgRowsPerCta)];
-    RT_CHECK(!s, op << ": task " << t << " names query tile " << task.q_row << " of sample " << task.sample
-                    << " again; an unsplit list has one task per query tile");
-    s = 1;
+    unsigned& s = seen[size_t(task.sample * nqt + task.q_row / kWgRowsPerCta)];
+    const unsigned bit = split ? 1u << task.part : 1u << 8;
+    RT_CHECK(!(s & bit) && (split ? !(s & (1u << 8)) : s == 0u),
+             op << ": task " << t << " names query tile " << task.q_row << " of sample " << task.sample
+                << " again (a tile has one unsplit task or its parts once each)");
+    s |= bit;
+    if (split) {
+      RT_CHECK(!slot_used[size_t(task.merge_slot)], op << ": task " << t << "'s merge slot " << task.merge_slot
+                                                        << " is another part's too");
+      slot_used[size_t(task.merge_slot)] = 1;
+    }
     RT_CHECK(task.segs >= 1 && task.first_seg >= 0 && int64_t(task.first_seg) + task.segs <= int64_t(wl.segs.size()),
              op << ": task " << t << " names segments [" << task.first_seg << ", " << task.first_seg + task.segs
                 << ") of " << wl.segs.size());
@@ -190,8 +209,11 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
   const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kWgKeysPerTile) : tv;
   const int64_t nqt = (p.Nq + kRows - 1) / kRows, slots = B * nqt;
   // Fill CTAs only where some (sample, query tile) slot may have no task: a valid unsplit list holds at most one task
-  // per slot, so T = B x ceil(Nq / 128) names every one.
-  const int64_t fill = wl.tasks == slots ? 0 : (slots + kWorkListFillSlots - 1) / kWorkListFillSlots;
+  // per slot, so T = B x ceil(Nq / 128) names every one. With splits the host does not know how many tiles the tasks
+  // cover: fill CTAs always (they scan the tasks and leave).
+  const int64_t fill = wl.tasks == slots && wl.split_slots == 0
+                           ? 0
+                           : (slots + kWorkListFillSlots - 1) / kWorkListFillSlots;
   const int64_t ctas = p.H * wl.tasks + fill;
   RT_CHECK(ctas <= INT_MAX, "attn_fwd_work_list: H x T = " << p.H * wl.tasks << " units do not fit one grid");
   if (ctas == 0) return;
@@ -203,7 +225,7 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
-                        Tensor lse) {
+                        Tensor lse, const AttnSplitScratch& split) {
   const char* op = "attn_fwd_work_list";
   cudaStream_t stream = stream_for(q, op);
   int64_t list_rows = 0;
@@ -241,9 +263,27 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t key_tiles = (key_rows + kWgKeysPerTile - 1) / kWgKeysPerTile;
   // A list without tasks runs fill CTAs only, which read no section (its words[3] may be 0 or B x key tiles).
   const int64_t segs_at = tasks > 0 ? 4 + 36 * tasks + 4 * d.B * key_tiles : 4;
-  RT_CHECK(tasks >= 0 && tasks <= d.B * nqt,
-           op << ": " << tasks << " tasks; an unsplit list has at most one per 128-row query tile (B x "
-              << nqt << ")");
+  RT_CHECK(tasks >= 0 && tasks <= d.B * nqt + split.slots,
+           op << ": " << tasks << " tasks; a list has at most one per 128-row query tile (B x " << nqt
+              << ") plus one per merge slot (" << split.slots << ")");
+  if (split.slots > 0) {  // the split merge's scratch (kernels/attn_work_list.h AttnSplitScratch)
+    const std::string fix = " (allocate them on q's device as attn_split_state_shape(slots, H, D) f32 and "
+                            "attn_split_count_shape(slots, H) i32, the count zeroed once)";
+    RT_CHECK(split.state.defined() && split.count.defined(),
+             op << ": the list has " << split.slots << " merge slots (split tasks) but no split scratch: pass "
+                << "AttnSplitScratch{state, count, slots}" << fix << ", or build the list without splits "
+                << "(DocWorkListSplit::on = false)");
+    require_dtype_on(split.state, DType::f32, q.device, op, "split.state");
+    require_dtype_on(split.count, DType::i32, q.device, op, "split.count");
+    RT_CHECK(split.state.ndim == 4 && split.state.shape[0] >= split.slots && split.state.shape[1] == d.H &&
+                 split.state.shape[2] == kAttnWorkTileRows && split.state.shape[3] == d.D + 2 &&
+                 split.count.ndim == 3 && split.count.shape[0] >= split.slots && split.count.shape[1] == d.H &&
+                 split.count.shape[2] == kAttnWorkRowGroups,
+             op << ": split.state " << split.state.shape_str() << " and split.count " << split.count.shape_str()
+                << " must be at least (" << split.slots << ", " << d.H << ", 128, " << d.D + 2 << ") and ("
+                << split.slots << ", " << d.H << ", 8) for the list's " << split.slots << " merge slots" << fix);
+    RT_CHECK(split.slots <= INT_MAX, op << ": " << split.slots << " merge slots");
+  }
   RT_CHECK(list.shape[0] >= segs_at && (tasks == 0 || (list.shape[0] - segs_at) % 2 == 0),
            op << ": the list's " << list.shape[0] << " words cannot hold " << tasks << " tasks and the call's " << d.B
               << " x " << key_tiles << " key ranges (4 + 36 T + 4 B tiles + 2 S words): build it for this call with "
@@ -253,7 +293,7 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   require_device_positions(mask.docs.q_pos, device, op, "q_pos");
   require_device_positions(mask.docs.q_doc_start, device, op, "q_doc_start");
   require_device_positions(mask.docs.k_pos, device, op, "k_pos");
-  if (host_check_requested()) check_list_on_host(list, d, mask.docs, key_rows, two, tasks, stream, op);
+  if (host_check_requested()) check_list_on_host(list, d, mask.docs, key_rows, two, tasks, split.slots, stream, op);
 
   AttnFwdParams p;
   p.q = q.ptr<__nv_bfloat16>();
@@ -289,6 +329,11 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   wl.tasks = int(tasks);
   wl.key_tiles = tasks > 0 ? int(key_tiles) : 0;  // a list without tasks holds no key range (words[3] = 0)
   wl.segs = tasks > 0 ? int((list.shape[0] - segs_at) / 2) : 0;
+  if (split.slots > 0) {
+    wl.split_state = split.state.ptr<float>();
+    wl.split_count = split.count.ptr<int32_t>();
+    wl.split_slots = int(split.slots);
+  }
   const int window = list_head_window(d.H, d.group, key_rows, d.D, d.B);
   if (d.D == 64) launch<64>(p, d.B, wl, window, device, stream);
   else launch<128>(p, d.B, wl, window, device, stream);

@@ -12,8 +12,8 @@
 // come from the list too (doc_work_list_bounds): each consumer warp's rows' least position and greatest document start
 // (list_doc_rows), each key tile's least and greatest position (list_tile_keys, read a tile ahead as fwd_doc_keys
 // reads the summaries), so the docs warp only writes the keys' positions, as in the document kernel.
-// A list that does not fit the call (counts, tag, ranges, order, a split task) stops the kernel (__trap(): the launch
-// fails with an unspecified launch failure). Set RT_ATTN_WORK_LIST_CHECK=1 to have the host check the list first (a
+// A list that does not fit the call (counts, tag, ranges, order, a split task without the split scratch) stops the
+// kernel (__trap(): the launch fails with an unspecified launch failure). Set RT_ATTN_WORK_LIST_CHECK=1 to have the host check the list first (a
 // device-to-host copy and a wait per call) and fail with an RT_CHECK naming the task and the field. Included by
 // attn_fwd_sm90ws_kernel.cuh; keep C++17.
 #pragma once
@@ -39,6 +39,10 @@ struct WsWorkList {
   int tasks = 0;      // T: the list's tasks (words[0]); the grid holds H x T units
   int key_tiles = 0;  // the call's 128-row key tiles per sample: the list holds B x key_tiles key ranges (words[3])
   int segs = 0;       // S = (n_words - 4 - 36 T - 4 B key_tiles) / 2 (words[1])
+  // Split tasks (kernels/attn_work_list.h "Splits"; attn_fwd_work_list_split.cuh): the host's AttnSplitScratch.
+  float* split_state = nullptr;  // (split_slots, H, 128, D + 2) f32: each part's unnormalized O, m, l per row
+  int* split_count = nullptr;    // (split_slots, H, 8) i32: parts landed per (tile's first slot, head, 16-row group)
+  int split_slots = 0;           // the list's merge slots; 0: a split task stops the kernel
   // Word offsets of the sections (kernels/attn_work_list.h): tasks at 4, then the rest.
   __host__ __device__ int rows_at() const { return 4 + 4 * tasks; }      // (T, 8) AttnRowBounds
   __host__ __device__ int keys_at() const { return 4 + 36 * tasks; }     // (B, key_tiles) AttnKeyRange
@@ -116,10 +120,10 @@ __device__ __forceinline__ bool work_list_unit(const AttnFwdParams& p, const WsW
   }
   const int T = wl.tasks, S = wl.segs;
   if (wl.words[0] != T || wl.words[1] != S || wl.words[2] != kAttnFwdWorkListTag ||
-      wl.words[3] != wl.B * wl.key_tiles || T > slots)
+      wl.words[3] != wl.B * wl.key_tiles || T > slots + wl.split_slots)
     work_list_fault("the header (words[0] tasks, words[1] segments, words[2] the forward tag, words[3] key ranges) "
                     "does not match the host's task count, the words' length and the call's key tiles, or the tasks "
-                    "exceed one per query tile; value = words[0]",
+                    "exceed one per query tile plus one per merge slot; value = words[0]",
                     -1, wl.words[0]);
   const int64_t w = d / (int64_t(window) * T), rem = d % (int64_t(window) * T);
   const int64_t width = min(int64_t(window), p.H - w * window);  // the last window may hold fewer heads
@@ -132,8 +136,12 @@ __device__ __forceinline__ bool work_list_unit(const AttnFwdParams& p, const WsW
   u.task = task;
   u.first_seg = t[2];
   u.segs = segs;
-  if (part != 0 || parts != 1) work_list_fault("split task: parts must be 1 (value = parts)", task, parts);
-  if (merge_slot != -1) work_list_fault("split task: merge_slot must be -1 (value = merge_slot)", task, merge_slot);
+  if (parts < 1 || parts > kAttnWorkMaxParts || part < 0 || part >= parts)
+    work_list_fault("parts must be 1 to 8 and part below it (value = parts)", task, parts);
+  if (parts == 1 ? merge_slot != -1 : merge_slot < part || merge_slot >= wl.split_slots)
+    work_list_fault("merge_slot must be -1 unsplit, else in [part, split slots): a list with splits needs the split "
+                    "scratch (value = merge_slot)",
+                    task, merge_slot);
   if (sample < 0 || sample >= wl.B) work_list_fault("sample out of range (value = sample)", task, sample);
   if (q_row < 0 || q_row >= p.Nq || q_row % kWgRowsPerCta != 0)
     work_list_fault("q_row is not a 128-row query tile of the call (value = q_row)", task, q_row);

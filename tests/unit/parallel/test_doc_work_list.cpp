@@ -170,7 +170,7 @@ TEST(DocWorkList, ProblemCatchesBrokenLists) {
   twice.tasks.push_back(twice.tasks[0]);
   EXPECT_NE(doc_work_list_problem(twice, in).find("both hold"), std::string::npos);
 
-  AttnWorkList split = good;  // splits are not valid yet
+  AttnWorkList split = good;  // a part with no merge slot and no other part (test_doc_work_list_split.cpp: splits)
   split.tasks[0].parts = 2;
   EXPECT_NE(doc_work_list_problem(split, in), "");
 
