@@ -265,7 +265,8 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t segs_at = tasks > 0 ? 4 + 36 * tasks + 4 * d.B * key_tiles : 4;
   RT_CHECK(tasks >= 0 && tasks <= d.B * nqt + split.slots,
            op << ": " << tasks << " tasks; a list has at most one per 128-row query tile (B x " << nqt
-              << ") plus one per merge slot (" << split.slots << ")");
+              << ") plus one per merge slot (split.slots = " << split.slots << "; a list with splits needs its merge "
+              << "slots passed, kernels/attn_work_list.h AttnSplitScratch)");
   if (split.slots > 0) {  // the split merge's scratch (kernels/attn_work_list.h AttnSplitScratch)
     const std::string fix = " (allocate them on q's device as attn_split_state_shape(slots, H, D) f32 and "
                             "attn_split_count_shape(slots, H) i32, the count zeroed once)";
