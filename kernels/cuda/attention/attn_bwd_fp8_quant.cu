@@ -1,0 +1,144 @@
+// attn_bwd_fp8_quantize on CUDA (kernels/attn_bwd_fp8.h has the layouts): bf16 Q, dO and K into the transposed E4M3
+// codes and f32 factors of the FP8 attention backward, with kernels/fp8.h's rounding (fp8_common.cuh: the host rule
+// bit for bit; tests/gpu/test_cuda_attn_bwd_fp8.cpp checks it against a host quantizer).
+// One CTA per (128-row block, head, sample); blockIdx.y walks the H query heads of Q, then the H heads of dO, then
+// the Hkv heads of K. A CTA loads its (128 rows, D = 128) group into registers (256 threads, each 8 chunks of 8 bf16:
+// chunk c = thread + 256 j is row c / 16, columns (c % 16) * 8 .. + 8), takes the amax over the CTA, writes the codes
+// transposed into a shared (D, 128) tile (Q and dO with their rows permuted per 16 as the kernel's register
+// fragments hold them), and stores the tile's D rows of 128 bytes to the (.., D, N) output. Keep C++17.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/attn_fwd_fp8.h"  // attn_fp8_vt_column_of_key: the query order of Q^T and dO^T
+#include "kernels/cuda/attention/attn_bwd_fp8_launch.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_common.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace rt {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRows = 128;  // kAttnFp8BwdBlock
+constexpr int kD = 128;
+constexpr int kChunks = kRows * kD / 8 / kThreads;  // 8 chunks of 8 values a thread
+
+struct BwdQuantArgs {
+  const __nv_bfloat16* q;     // (B,N,H,D)
+  const __nv_bfloat16* dout;  // (B,N,H,D)
+  const __nv_bfloat16* k;     // (B,N,Hkv,D)
+  uint8_t* qt;                // (B,H,D,N), queries permuted per 16
+  uint8_t* dot;               // (B,H,D,N), queries permuted per 16
+  uint8_t* kt;                // (B,Hkv,D,N), natural order
+  float* q_factor;            // (B,H,nblk)
+  float* do_factor;           // (B,H,nblk)
+  float* k_factor;            // (B,Hkv,nblk)
+  int64_t N, H, Hkv;
+};
+
+__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&v)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+// The byte offset of (row d, column col) in the shared (D, 128) tile: the 16-byte chunk of the column XORed with
+// bits 3..5 of d, so that a warp's byte stores (16 d's, d0 + 8 m) spread over 8 bank groups.
+__device__ __forceinline__ int tile_offset_t(int d, int col) {
+  return d * kRows + ((((col >> 4) ^ (d >> 3)) & 7) << 4) + (col & 15);
+}
+
+__global__ void __launch_bounds__(kThreads) attn_bwd_fp8_quantize_kernel(const BwdQuantArgs a) {
+  __shared__ uint32_t red[kThreads / 32];
+  __shared__ __align__(16) uint8_t tile[kD * kRows];  // (D, 128 rows of the group) codes, tile_offset_t's order
+  const int64_t blk = blockIdx.x, y = blockIdx.y, b = blockIdx.z, nblk = gridDim.x;
+  // Which tensor this CTA quantizes: 0 Q, 1 dO, 2 K.
+  const int which = y < a.H ? 0 : y < 2 * a.H ? 1 : 2;
+  const int64_t head = which == 0 ? y : which == 1 ? y - a.H : y - 2 * a.H;
+  const int64_t heads = which == 2 ? a.Hkv : a.H;
+  const __nv_bfloat16* src = which == 0 ? a.q : which == 1 ? a.dout : a.k;
+  uint8_t* dst = which == 0 ? a.qt : which == 1 ? a.dot : a.kt;
+  float* factor = which == 0 ? a.q_factor : which == 1 ? a.do_factor : a.k_factor;
+  const bool permute = which != 2;
+
+  // The group: rows blk*128 .. +127 of head `head`, row stride heads * D.
+  const __nv_bfloat16* x = src + ((b * a.N + blk * kRows) * heads + head) * kD;
+  const int64_t row_stride = heads * kD;
+  uint4 raw[kChunks];
+  uint32_t key = 0;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = int(threadIdx.x) + kThreads * j, row = c / 16, col = (c % 16) * 8;
+    raw[j] = *reinterpret_cast<const uint4*>(x + int64_t(row) * row_stride + col);
+    float v[8];
+    unpack_bf16x8(raw[j], v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) key = max(key, amax_key(v[i]));
+  }
+  key = warp_max_key(key);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = key;
+  __syncthreads();
+  uint32_t m = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) m = max(m, red[w]);
+  const float s = fp8_scale_of(amax_of_key(m));
+
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = int(threadIdx.x) + kThreads * j, row = c / 16, d0 = (c % 16) * 8;
+    const int col = permute ? int(attn_fp8_vt_column_of_key(row)) : row;
+    float v[8];
+    unpack_bf16x8(raw[j], v);
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      const uint32_t two = e4m3x2_bits(v[i] * s, v[i + 1] * s);
+      tile[tile_offset_t(d0 + i, col)] = uint8_t(two & 0xFFu);
+      tile[tile_offset_t(d0 + i + 1, col)] = uint8_t(two >> 8);
+    }
+  }
+  __syncthreads();
+  uint8_t* out = dst + (b * heads + head) * kD * a.N + blk * kRows;  // row d at out + d * N
+#pragma unroll
+  for (int j = 0; j < kD * kRows / 16 / kThreads; ++j) {
+    const int c = int(threadIdx.x) + kThreads * j, d = c / 8, cc = c % 8;
+    *reinterpret_cast<uint4*>(out + int64_t(d) * a.N + cc * 16) =
+        *reinterpret_cast<const uint4*>(tile + tile_offset_t(d, cc * 16));
+  }
+  if (threadIdx.x == 0) factor[(b * heads + head) * nblk + blk] = fp8_factor_of(s);
+}
+
+}  // namespace
+
+void launch_attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor& dout, const AttnFp8BwdCodes& codes,
+                                  const AttnFp8BwdDims& dims) {
+  cudaStream_t stream = stream_for(q, "attn_bwd_fp8_quantize");
+  RT_CHECK(dims.D == kD && dims.N % kRows == 0,
+           "attn_bwd_fp8_quantize: D = " << dims.D << ", N = " << dims.N << "; the kernel takes D = 128 and N % 128 == 0");
+  const int64_t nblk = dims.N / kRows;
+  RT_CHECK(nblk <= 0x7FFFFFFF && 2 * dims.H + dims.Hkv <= 65535 && dims.B <= 65535,
+           "attn_bwd_fp8_quantize: grid too large (N / 128 = " << nblk << ", 2 H + Hkv = " << 2 * dims.H + dims.Hkv
+                                                               << ", B = " << dims.B << ")");
+  if (dims.B == 0 || nblk == 0) return;
+  BwdQuantArgs a;
+  a.q = q.ptr<const __nv_bfloat16>();
+  a.dout = dout.ptr<const __nv_bfloat16>();
+  a.k = k.ptr<const __nv_bfloat16>();
+  a.qt = codes.qt.ptr<uint8_t>();
+  a.dot = codes.dot.ptr<uint8_t>();
+  a.kt = codes.kt.ptr<uint8_t>();
+  a.q_factor = codes.q_factor.ptr<float>();
+  a.do_factor = codes.do_factor.ptr<float>();
+  a.k_factor = codes.k_factor.ptr<float>();
+  a.N = dims.N, a.H = dims.H, a.Hkv = dims.Hkv;
+  const dim3 grid(unsigned(nblk), unsigned(2 * dims.H + dims.Hkv), unsigned(dims.B));
+  attn_bwd_fp8_quantize_kernel<<<grid, kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cuda
+}  // namespace rt
