@@ -7,7 +7,9 @@ query heads, --kv-heads K/V heads (default H; fewer is GQA), d = 128, bf16), and
               --scheme ring (default) the cp=8 ring's document-masked kernel calls run in sequence on this GPU (as
               bench_ring_steps does) against that whole call, plus the ring's critical path (per step the slowest
               rank's call); with --scheme gather the gather scheme's calls (parallel/schedule/gather_plan.h: per rank its own
-              keys and exactly the key rows it sees) and their paths, compute only and with the NVLink model;
+              keys and exactly the key rows it sees) and their paths, compute only and with the NVLink model, the
+              one-launch forward as RingAttention runs it: attn_fwd_work_list by default, attn_fwd_whole_two_kv with
+              RT_ATTN_WORK_LIST=0 in the environment (the row's ours.one_fwd_work_list says which, per rank);
   fa4         FlashAttention-4's flash_attn_varlen_func with cu_seqlens (when flash_attn.cute imports);
   flex        PyTorch FlexAttention with a document block mask, torch.compile'd (the block mask is built once per
               sample, outside the timing, as a trainer builds it once per batch);

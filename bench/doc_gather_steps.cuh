@@ -12,10 +12,14 @@
 //             [lo, hi) that see a gathered key, then attn_fwd_merge into out / lse; timed together), backward
 //             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
 //             over both calls.
-// one launch: its forward as one attn_fwd_whole_two_kv over own keys and gathered rows as one key list (after the
-//             exchange), and its backward as one attn_bwd_block_fresh_two_kv (the own call whole), each timed for
-//             every rank that receives rows; the ranks whose model picks it (predict_gather_calls' one_fwd /
-//             one_bwd, as RingAttention picks per batch) run it in the paths and in the check.
+// one launch: its forward as one call over own keys and gathered rows as one key list (after the exchange), and its
+//             backward as one attn_bwd_block_fresh_two_kv (the own call whole), each timed for every rank that
+//             receives rows; the ranks whose model picks it (predict_gather_calls' one_fwd / one_bwd, as RingAttention
+//             picks per batch) run it in the paths and in the check. The forward's call is RingAttention's default:
+//             attn_fwd_work_list over the call's work list (parallel/schedule/doc_work_list.h, built on the host as
+//             RingAttention builds it, untimed) where the list kernel runs the call (attn_fwd_work_list_runs: sm_90a,
+//             D 64 / 128, 128 own and gathered rows), else attn_fwd_whole_two_kv; with RT_ATTN_WORK_LIST=0 in the
+//             environment attn_fwd_whole_two_kv everywhere, as RingAttention then runs it.
 // Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
 // K / V into one device buffer, their k_pos on the device. Each call is timed as --timing says (call_ms,
 // bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
@@ -23,10 +27,10 @@
 // Paths: compute only, max over ranks of own + gathered each way; with communication, gather_time_from_calls
 // (predict_gather_time's formula, parallel/schedule/gather_plan.h) on the measured calls with the stated NVLink model:
 // backward max over r of max(A, C_kv) + gathered + max(B, C_dkv); and the same with the one own call (B = 0).
-// --work-list (issue 46): every receiving rank's one-launch forward also as attn_fwd_work_list over the call's work
-// list (parallel/schedule/doc_work_list.h, built on the host as RingAttention builds it, untimed), timed as the others,
-// its out / lse compared bit for bit with attn_fwd_whole_two_kv's on the same call (a difference is printed and counted,
-// not fatal: the timings stay of the same computation up to rounding).
+// Side by side (issue 46): wherever the list kernel runs a receiving rank's one-launch forward, it is timed both as
+// attn_fwd_work_list and as attn_fwd_whole_two_kv, and their out / lse compared bit for bit (a difference is printed
+// and counted, not fatal: the timings stay of the same computation up to rounding). Always with the list on (the
+// default); with RT_ATTN_WORK_LIST=0 only with --work-list (compare_list), the paths then keeping two_kv.
 // Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
 // same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
 // timings would be of a wrong scheme.
@@ -43,9 +47,11 @@
 
 #include "bench/cuda_bench_util.cuh"
 #include "kernels/attn_doc_plans.h"
+#include "kernels/attn_fwd_work_list_runs.h"
 #include "kernels/attn_work_list.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
+#include "parallel/cp/gather_scheme.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "parallel/schedule/gather_plan.h"
 
@@ -170,9 +176,14 @@ struct GatherMeasured {
   std::vector<double> own_fwd_ms, got_fwd_ms, own_bwd_ms, got_bwd_ms;  // (cp) each; 0 where a call does not run
   std::vector<double> own_bwd_a_ms, own_bwd_b_ms;  // (cp) the own backward's parts (own_bwd_ms = A + B; B 0 unsplit)
   std::vector<double> own_bwd_one_ms;              // (cp) the own backward as one call (= A where unsplit)
-  std::vector<double> one_fwd_ms;  // (cp) the forward in one launch over own + gathered keys (0: receives nothing)
+  std::vector<double> one_fwd_ms;  // (cp) the forward in one launch over own + gathered keys (0: receives nothing),
+                                   // in RingAttention's form: attn_fwd_work_list where one_fwd_list, else two_kv
+  std::vector<char> one_fwd_list;  // (cp) 1 where that launch is attn_fwd_work_list
+  bool list_on = true;             // the list where its kernel runs the call (RT_ATTN_WORK_LIST unset or 1)
   std::vector<double> one_bwd_ms;  // (cp) the backward likewise
-  std::vector<double> list_fwd_ms;  // (cp) --work-list: the one-launch forward as attn_fwd_work_list (0: not run)
+  // (cp) side by side, where the list kernel runs the call (0: not run): the one-launch forward as attn_fwd_work_list
+  // and as attn_fwd_whole_two_kv (one of them one_fwd_ms itself)
+  std::vector<double> list_fwd_ms, two_kv_fwd_ms;
   int64_t list_out_mismatch = 0, list_lse_mismatch = 0;  // its out / lse elements whose bits differ from two_kv's
   // Both directions with every rank's separate calls / every receiving rank's one launch.
   RingTimePrediction path_two_calls, path_one_launch;
@@ -183,12 +194,15 @@ struct GatherMeasured {
 };
 
 // buf: the sample in ring order (rank r's rows [r n, (r + 1) n)); rp / rs: (N) device positions and document starts
-// of those rows, ring_start (N) the same document starts on the host (order holds the positions); ring_mask: the ring's calls (the check's reference). Throws rt::Error when the check fails.
+// of those rows, ring_start (N) the same document starts on the host (order holds the positions); ring_mask: the
+// ring's calls (the check's reference). list_on: the one-launch forward is attn_fwd_work_list where its kernel runs the
+// call (RingAttention's default; gather_work_list_from_env); compare_list: time the list beside two_kv with the list
+// off too. Throws rt::Error when the check fails.
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
                                      int reps, CallTiming timing = CallTiming::queued,
-                                     AttnDocPlans* plans = nullptr, bool work_list = false) {
+                                     AttnDocPlans* plans = nullptr, bool list_on = true, bool compare_list = false) {
   const KvGatherPlan& plan = g.plan;
   const int cp = plan.cp;
   const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
@@ -221,6 +235,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
   for (int64_t i = 0; i < N; ++i) row_of[size_t(order[size_t(i)])] = i;
 
   GatherMeasured m;
+  m.list_on = list_on;
   GatherCallTimes us, us_one;  // the measured calls: the own backward in its parts, and as one call
   for (int r = 0; r < cp; ++r) {
     if (plans) plans->new_batch();  // gpos / klist are rewritten with rank r's rows: no earlier plan holds
@@ -270,7 +285,37 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     key_list.docs.k_stride = attn_second_kv_row(n) + Rc;
     const bool one_launch = R > 0 && g.one_launch[size_t(r)];  // as RingAttention picks the form
     const bool one_launch_bwd = R > 0 && g.one_launch_bwd[size_t(r)];
-    auto one_fwd = [&] { attn_fwd_whole_two_kv(q, k, v, gkt, gvt, st, key_list, out, lse); };
+    // The one-launch forward's work list (untimed: RingAttention builds it once per set_documents) where the list
+    // kernel runs the call and either times it: as the form (list_on) or side by side (compare_list).
+    const int64_t list_rows = attn_second_kv_row(n) + Rc;  // the call's key list: own rows, the gap, Rc gathered
+    const bool list_runs = R > 0 && (list_on || compare_list) &&
+                           attn_fwd_work_list_runs(q.device, DType::bf16, 1, H, D, n, n, Rc, list_rows);
+    const bool list_form = list_on && list_runs;  // the one-launch forward as RingAttention runs it
+    std::vector<int32_t> words;                   // the list's device form (attn_work_list_words)
+    int64_t tasks = 0;
+    if (list_runs) {
+      DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows
+      in.B = 1, in.Nq = n, in.Nk = n, in.list_rows = list_rows;
+      in.q_pos.assign(order.begin() + r * n, order.begin() + (r + 1) * n);
+      in.q_doc_start.assign(ring_start.begin() + r * n, ring_start.begin() + (r + 1) * n);
+      in.k_pos.assign(size_t(attn_second_kv_row(n)), N);
+      std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, in.k_pos.begin());
+      in.k_pos.insert(in.k_pos.end(), pos.begin(), pos.end());
+      in.k_pos.resize(size_t(in.list_rows), N);
+      const AttnWorkList wlist = doc_work_list(in);
+      words = attn_work_list_words(wlist);
+      tasks = int64_t(wlist.tasks.size());
+    }
+    DeviceBuffer wl(std::max<size_t>(words.size(), 1) * 4);  // (words) i32, for every call of this rank
+    if (!words.empty())
+      CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, stream));
+    const Tensor wlt(wl.p, DType::i32, q.device, {int64_t(words.size())});
+    auto two_kv_fwd = [&] { attn_fwd_whole_two_kv(q, k, v, gkt, gvt, st, key_list, out, lse); };
+    auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, tasks, out, lse); };
+    auto one_fwd = [&] {
+      if (list_form) list_fwd();
+      else two_kv_fwd();
+    };
     auto one_bwd = [&] {
       attn_bwd_block_fresh_two_kv(q, k, v, gkt, gvt, dout, lse, delta, dq, dk, dv, gdkt, gdvt, key_list);
     };
@@ -291,37 +336,25 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     m.own_fwd_ms.push_back(call_ms(timing, own_fwd, warmup, reps));
     m.got_fwd_ms.push_back(R > 0 ? call_after_ms(timing, own_fwd, got_fwd, warmup, reps) : 0.0);
     m.one_fwd_ms.push_back(R > 0 ? call_ms(timing, one_fwd, warmup, reps) : 0.0);
+    m.one_fwd_list.push_back(list_form ? 1 : 0);
     m.list_fwd_ms.push_back(0.0);
-    if (work_list && R > 0 && n >= 128 && Rc >= 128) {  // the kernel's TMA boxes need 128 rows in each source
-      DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows
-      in.B = 1, in.Nq = n, in.Nk = n, in.list_rows = attn_second_kv_row(n) + Rc;
-      in.q_pos.assign(order.begin() + r * n, order.begin() + (r + 1) * n);
-      in.q_doc_start.assign(ring_start.begin() + r * n, ring_start.begin() + (r + 1) * n);
-      in.k_pos.assign(size_t(attn_second_kv_row(n)), N);
-      std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, in.k_pos.begin());
-      in.k_pos.insert(in.k_pos.end(), pos.begin(), pos.end());
-      in.k_pos.resize(size_t(in.list_rows), N);
-      const AttnWorkList wlist = doc_work_list(in);
-      const std::vector<int32_t> words = attn_work_list_words(wlist);
-      const int64_t tasks = int64_t(wlist.tasks.size());
-      DeviceBuffer wl(words.size() * 4);  // (words) i32
-      CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, stream));
-      const Tensor wlt(wl.p, DType::i32, Device::cuda(0), {int64_t(words.size())});
-      auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, tasks, out, lse); };
-      m.list_fwd_ms.back() = call_ms(timing, list_fwd, warmup, reps);
-      std::vector<uint16_t> out_one(size_t(n * H * D)), out_list(out_one.size());  // (n, H, D) bf16 bits
-      std::vector<float> lse_one(size_t(H * n)), lse_list(lse_one.size());          // (H, n)
+    m.two_kv_fwd_ms.push_back(0.0);
+    if (list_runs) {  // side by side: the other form timed too (the form's time is one_fwd_ms), and the bits compared
+      m.list_fwd_ms.back() = list_form ? m.one_fwd_ms.back() : call_ms(timing, list_fwd, warmup, reps);
+      m.two_kv_fwd_ms.back() = list_form ? call_ms(timing, two_kv_fwd, warmup, reps) : m.one_fwd_ms.back();
+      std::vector<uint16_t> out_two(size_t(n * H * D)), out_list(out_two.size());  // (n, H, D) bf16 bits
+      std::vector<float> lse_two(size_t(H * n)), lse_list(lse_two.size());          // (H, n)
       auto fetch = [&](std::vector<uint16_t>& o, std::vector<float>& l) {
         CUDA_CHECK(cudaMemcpyAsync(o.data(), out.data, o.size() * 2, cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaMemcpyAsync(l.data(), lse.data, l.size() * 4, cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
       };
-      one_fwd();
-      fetch(out_one, lse_one);
+      two_kv_fwd();
+      fetch(out_two, lse_two);
       list_fwd();
       fetch(out_list, lse_list);
-      for (size_t i = 0; i < out_one.size(); ++i) m.list_out_mismatch += out_one[i] != out_list[i];
-      for (size_t i = 0; i < lse_one.size(); ++i) m.list_lse_mismatch += std::memcmp(&lse_one[i], &lse_list[i], 4) != 0;
+      for (size_t i = 0; i < out_two.size(); ++i) m.list_out_mismatch += out_two[i] != out_list[i];
+      for (size_t i = 0; i < lse_two.size(); ++i) m.list_lse_mismatch += std::memcmp(&lse_two[i], &lse_list[i], 4) != 0;
     }
     // The rank's out and lse, what its backward reads, in its form (so the check covers the one launch too).
     if (one_launch) {
@@ -409,29 +442,40 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
 inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, double whole_fwd_ms,
                                 double whole_bwd_ms, double flops_fwd, double flops_bwd) {
   const int cp = g.plan.cp;
+  auto one_kernel = [&](int r) {  // the one-launch forward's kernel, where it was timed
+    return m.one_fwd_ms[size_t(r)] <= 0 ? "" : m.one_fwd_list[size_t(r)] ? " [list]" : " [two_kv]";
+  };
   for (int r = 0; r < cp; ++r)
-    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms, one launch %8.3f ms%s | bwd own "
-                "%8.3f ms (A %.3f + B %.3f, split at %ld; one call %.3f) + gathered %8.3f ms, one launch %8.3f ms%s\n",
+    std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms, one launch %8.3f ms%s%s | bwd "
+                "own %8.3f ms (A %.3f + B %.3f, split at %ld; one call %.3f) + gathered %8.3f ms, one launch %8.3f "
+                "ms%s\n",
                 r, long(g.plan.recv_rows[size_t(r)]), m.own_fwd_ms[size_t(r)], m.got_fwd_ms[size_t(r)],
-                m.one_fwd_ms[size_t(r)], g.one_launch[size_t(r)] ? " (runs)" : "",
+                m.one_fwd_ms[size_t(r)], one_kernel(r),
+                g.one_launch[size_t(r)] ? " (runs)" : "",
                 m.own_bwd_ms[size_t(r)], m.own_bwd_a_ms[size_t(r)], m.own_bwd_b_ms[size_t(r)],
                 long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)],
                 m.one_bwd_ms[size_t(r)], g.one_launch_bwd[size_t(r)] ? " (runs)" : "");
   if (std::any_of(m.list_fwd_ms.begin(), m.list_fwd_ms.end(), [](double x) { return x > 0; })) {
-    double one_max = 0, list_max = 0;
+    double two_kv_max = 0, list_max = 0;
     std::printf("  work list fwd (attn_fwd_work_list / attn_fwd_whole_two_kv, ms):");
     for (int r = 0; r < cp; ++r) {
       if (m.list_fwd_ms[size_t(r)] <= 0) continue;
-      std::printf(" r%d %.3f/%.3f", r, m.list_fwd_ms[size_t(r)], m.one_fwd_ms[size_t(r)]);
-      one_max = std::max(one_max, m.one_fwd_ms[size_t(r)]);
+      std::printf(" r%d %.3f/%.3f", r, m.list_fwd_ms[size_t(r)], m.two_kv_fwd_ms[size_t(r)]);
+      two_kv_max = std::max(two_kv_max, m.two_kv_fwd_ms[size_t(r)]);
       list_max = std::max(list_max, m.list_fwd_ms[size_t(r)]);
     }
     std::printf("\n  work list fwd max over ranks %.3f ms vs %.3f ms (%.3fx); bits differing from two_kv: out %lld, lse "
                 "%lld%s\n",
-                list_max, one_max, one_max > 0 ? list_max / one_max : 0.0, (long long)m.list_out_mismatch,
+                list_max, two_kv_max, two_kv_max > 0 ? list_max / two_kv_max : 0.0, (long long)m.list_out_mismatch,
                 (long long)m.list_lse_mismatch,
                 m.list_out_mismatch + m.list_lse_mismatch > 0 ? "  <-- NOT BITWISE EQUAL" : "");
   }
+  const int lists = int(std::count(m.one_fwd_list.begin(), m.one_fwd_list.end(), 1));
+  const int launches = int(std::count_if(m.one_fwd_ms.begin(), m.one_fwd_ms.end(), [](double x) { return x > 0; }));
+  std::printf("  one-launch forward in the paths: attn_fwd_work_list on %d of %d receiving ranks, "
+              "attn_fwd_whole_two_kv on the rest (%s)\n",
+              lists, launches, m.list_on ? "the list where its kernel runs the call: the default"
+                                         : "RT_ATTN_WORK_LIST=0: two_kv everywhere");
   const RingTimePrediction& p = m.path;
   const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
   auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
@@ -495,7 +539,8 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                "\"path_bwd_one_call_ms\":%.4f,\"path_comm_bwd_one_call_ms\":%.4f,\"eff_comm_bwd_one_call\":%.4f,"
                "\"one_fwd_ms\":%s,\"one_launch\":[%s],\"path_comm_fwd_two_calls_ms\":%.4f,"
                "\"path_comm_fwd_one_launch_ms\":%.4f,\"one_bwd_ms\":%s,\"one_launch_bwd\":[%s],"
-               "\"path_comm_bwd_calls_ms\":%.4f,\"path_comm_bwd_one_launch_ms\":%.4f",
+               "\"path_comm_bwd_calls_ms\":%.4f,\"path_comm_bwd_one_launch_ms\":%.4f,\"one_fwd_work_list\":[%s],"
+               "\"work_list_on\":%s",
                list(m->own_fwd_ms).c_str(), list(m->got_fwd_ms).c_str(), list(m->own_bwd_ms).c_str(),
                list(m->got_bwd_ms).c_str(), pf, pb, cf, cb, whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb),
                whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb), per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb),
@@ -506,11 +551,14 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                gather_join(std::vector<int64_t>(g.one_launch.begin(), g.one_launch.end())).c_str(),
                m->path_two_calls.fwd_us * 1e-3, m->path_one_launch.fwd_us * 1e-3, list(m->one_bwd_ms).c_str(),
                gather_join(std::vector<int64_t>(g.one_launch_bwd.begin(), g.one_launch_bwd.end())).c_str(),
-               m->path_two_calls.bwd_us * 1e-3, m->path_one_launch.bwd_us * 1e-3);
+               m->path_two_calls.bwd_us * 1e-3, m->path_one_launch.bwd_us * 1e-3,
+               gather_join(std::vector<int64_t>(m->one_fwd_list.begin(), m->one_fwd_list.end())).c_str(),
+               m->list_on ? "true" : "false");
   if (std::any_of(m->list_fwd_ms.begin(), m->list_fwd_ms.end(), [](double x) { return x > 0; }))
-    std::fprintf(json, ",\"work_list_fwd_ms\":%s,\"work_list_out_bit_mismatches\":%lld,"
+    std::fprintf(json, ",\"work_list_fwd_ms\":%s,\"two_kv_fwd_ms\":%s,\"work_list_out_bit_mismatches\":%lld,"
                        "\"work_list_lse_bit_mismatches\":%lld",
-                 list(m->list_fwd_ms).c_str(), (long long)m->list_out_mismatch, (long long)m->list_lse_mismatch);
+                 list(m->list_fwd_ms).c_str(), list(m->two_kv_fwd_ms).c_str(), (long long)m->list_out_mismatch,
+                 (long long)m->list_lse_mismatch);
 }
 
 }  // namespace rt::bench

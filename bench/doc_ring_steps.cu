@@ -40,8 +40,14 @@
 // --doc-plans step (default) | call: step makes each distinct call's document set-up (tile summaries, spans, order)
 // once and reuses it in every later call, as a training step does over its layers (kernels/attn_doc_plans.h); the
 // warm-up calls make it, so the timed calls launch no set-up kernel. call: every call makes its own (before issue 46).
-// --work-list (with --scheme gather): also times each receiving rank's one-launch forward as attn_fwd_work_list over
-// the call's work list, beside attn_fwd_whole_two_kv, and compares their bits (bench/doc_gather_steps.cuh).
+// The gather's one-launch forward is RingAttention's default (issue 46): attn_fwd_work_list over the call's work list
+// where the list kernel runs the call, so the paths, the efficiencies and the JSON's path_* / eff_* / one_fwd_ms hold
+// the list's times ("one_fwd_work_list" marks the ranks); with RT_ATTN_WORK_LIST=0 in the environment they hold
+// attn_fwd_whole_two_kv's, as RingAttention then runs it. The other form is always timed beside it where the list
+// runs, their bits compared: the "work list fwd" lines, and work_list_fwd_ms / two_kv_fwd_ms / *_bit_mismatches in
+// the JSON (bench/doc_gather_steps.cuh). --work-list (with --scheme gather) asks for that side by side with
+// RT_ATTN_WORK_LIST=0 too; with the list on (the default) it changes nothing, and it stays accepted for the older
+// commands in bench/NOTES.md and bench/results.
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
   }
   bool gather = scheme == "gather";
   try {
+    const bool list_on = gather_work_list_from_env();  // RT_ATTN_WORK_LIST: unset or 1 the list, 0 two_kv
     const std::vector<int64_t> lengths = read_doc_lengths(lengths_path);
     int64_t N = 0;
     double pairs = 0;  // visible (query, key) pairs of the sample: sum of L (L + 1) / 2
@@ -296,7 +303,7 @@ int main(int argc, char** argv) {
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
       gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps,
-                                      timing, plans_per_step ? &plans : nullptr, work_list);
+                                      timing, plans_per_step ? &plans : nullptr, list_on, work_list);
     if (ring && !gather) {
       t_ring.fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads

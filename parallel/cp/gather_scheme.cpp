@@ -10,6 +10,15 @@
 
 namespace rt {
 
+bool gather_work_list_from_env() {
+  const char* env = std::getenv("RT_ATTN_WORK_LIST");  // unset or 1: on (the default), 0: off
+  const std::string value = env ? env : "1";
+  RT_CHECK(value == "0" || value == "1",
+           "RT_ATTN_WORK_LIST=" << value << " is not 1 (the default, also when unset: the gather scheme's one launch "
+                                "over the batch's work list, attn_fwd_work_list) or 0 (attn_fwd_whole_two_kv)");
+  return value == "1";
+}
+
 std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, int cp, DType dkv_wire, Arena& arena) {
   RT_CHECK(cp > 1, "ring gather: a ring of one rank gathers nothing");
   const int64_t B = shape.batch, n = shape.local_tokens, Hkv = shape.kv_heads, D = shape.head_dim;
@@ -37,12 +46,7 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   const int64_t H = shape.heads;
   g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
   g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
-  const char* work_list_env = std::getenv("RT_ATTN_WORK_LIST");  // unset or 0: off (the default), 1: on
-  const std::string work_list = work_list_env ? work_list_env : "0";
-  RT_CHECK(work_list == "0" || work_list == "1",
-           "RT_ATTN_WORK_LIST=" << work_list << " is not 0 (the default: attn_fwd_whole_two_kv) or 1 (the gather "
-                                "scheme's one launch over the batch's work list)");
-  g->work_list_on = work_list == "1";
+  g->work_list_on = gather_work_list_from_env();
   if (g->work_list_on) {
     // At most a task per 128-row query tile of each sample, each with at most half the key list's tiles + 1
     // segments (a segment needs a tile, and two segments of one source a tile left out between them; the own and the

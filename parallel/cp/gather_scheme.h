@@ -66,22 +66,31 @@ struct RingGather {
   bool bwd_one_launch = false;
   int bwd_one_launch_forced = -1;
   // The one-launch forward over a work list (attn_fwd_work_list, kernels/attn_work_list.h) instead of
-  // attn_fwd_whole_two_kv: on with RT_ATTN_WORK_LIST=1 in the environment when the ring is constructed (default off;
-  // issue 46). plan_gather builds the list (parallel/schedule/doc_work_list.h) once per batch where the forward runs
-  // in one launch.
-  bool work_list_on = false;
+  // attn_fwd_whole_two_kv: on by default (issue 46: the H200 measured the list kernel at 0.93-0.97x two_kv's time,
+  // the same bits); RT_ATTN_WORK_LIST=0 in the environment when the ring is constructed turns it off
+  // (gather_work_list_from_env). plan_gather builds the list (parallel/schedule/doc_work_list.h) once per batch where
+  // the forward runs in one launch and the list op runs the call (kernels/attn_fwd_work_list_runs.h: on CUDA, fwd
+  // v5's list mode needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows); elsewhere that launch stays
+  // attn_fwd_whole_two_kv.
+  bool work_list_on = true;
   Tensor work_list;             // (work_list_max) i32, allocated only when on: the list's words, viewed
                                 // (work_list_words)
   int64_t work_list_words = 0;  // of the current plan (0: none built)
   int64_t work_list_tasks = 0;  // its task count (the CUDA kernel's grid: tasks x heads units)
   // The one-launch backward over the backward's work list (attn_bwd_work_list, the forward's list mirrored:
-  // doc_bwd_work_list) instead of attn_bwd_block_fresh_two_kv, with the same knob, on CPU ranks only (the op has no
+  // doc_bwd_work_list) instead of attn_bwd_block_fresh_two_kv, with the same knob (so on by default: the host op gives
+  // attn_bwd_block_fresh_two_kv's bits, tests/mpi/test_ring_gather_work_list.cpp), on CPU ranks only (the op has no
   // CUDA kernel yet; GPU ranks keep attn_bwd_block_fresh_two_kv and build no list), and not with the FP8 backward
   // (RingAttention::set_fp8_backward: the list op has no FP8 form).
   Tensor bwd_work_list;             // (bwd_work_list_max) i32, allocated only when on and the ring has a backward:
                                     // the backward list's words, viewed (bwd_work_list_words)
   int64_t bwd_work_list_words = 0;  // of the current plan (0: none built)
 };
+
+// RT_ATTN_WORK_LIST in the environment: unset or 1 (the default): the gather scheme's one launches over work lists
+// (RingGather::work_list_on); 0: attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv; any other value is refused,
+// naming both. Read once per RingAttention (make_ring_gather) and by bench_doc_ring_steps --scheme gather.
+bool gather_work_list_from_env();
 
 // The buffers for a ring of `cp` ranks (cp > 1) and RingAttention's shape, from `arena`.
 std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, int cp, DType dkv_wire, Arena& arena);

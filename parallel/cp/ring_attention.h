@@ -76,7 +76,9 @@ class RingAttention {
   void set_gather_fwd_one_launch(int mode);
   bool gather_fwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Whether that one launch runs attn_fwd_work_list over the batch's work list (kernels/attn_work_list.h) instead of
-  // attn_fwd_whole_two_kv: RT_ATTN_WORK_LIST=1 in the environment when the ring was constructed (default off).
+  // attn_fwd_whole_two_kv: the default, unless RT_ATTN_WORK_LIST=0 was in the environment when the ring was
+  // constructed, where the list op runs the call (attn_fwd_work_list_runs: on CUDA sm_90a, bf16, D 64 / 128, 128 own
+  // and gathered rows).
   bool gather_fwd_work_list() const;
   // The same for the backward: the own call (whole) and the gathered call as one attn_bwd_block_fresh_two_kv after
   // the exchange, the return waited for after it (parallel/schedule/gather_plan.h gather_bwd_one_launch).
@@ -87,7 +89,8 @@ class RingAttention {
   bool fp8_backward() const { return bwd_ops_.fp8; }
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Whether that one launch runs attn_bwd_work_list over the batch's backward work list (kernels/attn_work_list.h):
-  // RT_ATTN_WORK_LIST=1 when the ring was constructed, CPU ranks only (no CUDA kernel yet), not with the FP8 backward.
+  // the default too (not with RT_ATTN_WORK_LIST=0 when the ring was constructed), CPU ranks only (no CUDA kernel
+  // yet), not with the FP8 backward.
   bool gather_bwd_work_list() const;
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
   // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).

@@ -11,8 +11,10 @@
 //   (unpack_index); gathered call: the query rows [lo, hi) that see a gathered key (q_rows, from the plan) x the
 //   gathered rows (document mask with the rows' positions) into out2 / lse2, merged into out / lse
 //   (parallel/cp/gather_forward.h: no pass over the fp32 state of all rows). In one launch
-//   (RingGather::fwd_one_launch): wait, unpack, one attn_fwd_whole_two_kv over own keys and gathered rows, or with
-//   RT_ATTN_WORK_LIST=1 attn_fwd_work_list over the batch's work list (plan_gather builds it; kernels/attn_work_list.h).
+//   (RingGather::fwd_one_launch): wait, unpack, one attn_fwd_work_list over the batch's work list (plan_gather builds
+//   it; kernels/attn_work_list.h), the default; attn_fwd_whole_two_kv over own keys and gathered rows instead with
+//   RT_ATTN_WORK_LIST=0, or where the list op cannot run the call (attn_fwd_work_list_runs: on CUDA, fwd v5's list
+//   mode needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows). Both give the same bits.
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
 //   the same exchange again; own call part A (own keys [0, m)) backward into this rank's f32 dK|dV while it is in
 //   flight; wait; unpack; gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their
@@ -27,12 +29,14 @@
 //   plan_gather by kv_gather.h gather_bwd_one_launch where the exchange and the return are shorter than the call's
 //   fixed cost it saves): nothing before the wait; one attn_bwd_block_fresh_two_kv over own keys and gathered rows
 //   (the forward's key list) into this rank's dK|dV and the gathered rows'; the return as above, nothing under it.
-//   With RT_ATTN_WORK_LIST=1 on CPU ranks that call is attn_bwd_work_list over the backward's list (the forward's
-//   mirrored, doc_bwd_work_list_mirror; the same bits; not with the FP8 backward, which has no list form).
+//   On CPU ranks that call is attn_bwd_work_list over the backward's list by default (the forward's mirrored,
+//   doc_bwd_work_list_mirror; the same bits; not with RT_ATTN_WORK_LIST=0, nor with the FP8 backward, which has no
+//   list form).
 #include "parallel/cp/gather_scheme.h"
 
 #include <algorithm>
 
+#include "kernels/attn_fwd_work_list_runs.h"
 #include "kernels/attn_work_list.h"
 #include "kernels/ops.h"
 #include "parallel/comm/fault.h"
@@ -200,9 +204,12 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
       std::copy(k_pos.begin() + b * R, k_pos.begin() + (b + 1) * R, list.begin() + b * L + S);
     }
     upload_i32(g.k_list_pos, reinterpret_cast<const int32_t*>(list.data()), 2 * int64_t(list.size()));
-    // RT_ATTN_WORK_LIST=1: the one-launch forward's work list over the same key list, and on CPU ranks the
-    // one-launch backward's (the forward's mirrored).
-    const bool fwd_list = g.work_list_on && g.fwd_one_launch, bwd_list = g.bwd_work_list.defined() && g.bwd_one_launch;
+    // The work lists (on unless RT_ATTN_WORK_LIST=0): the one-launch forward's over the same key list where the list
+    // op runs the call (on CUDA its kernel needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows; elsewhere
+    // the launch stays attn_fwd_whole_two_kv), and on CPU ranks the one-launch backward's (the forward's mirrored).
+    const bool fwd_list = g.work_list_on && g.fwd_one_launch &&
+                          attn_fwd_work_list_runs(g.kv.device, g.act, B, shape_.heads, shape_.head_dim, n, n, R, L);
+    const bool bwd_list = g.bwd_work_list.defined() && g.bwd_one_launch;
     if (fwd_list || bwd_list) {
       DocWorkListInputs in;
       in.B = B, in.Nq = n, in.Nk = n, in.list_rows = L;
@@ -367,7 +374,7 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
     }
     RingTimerScope t(*timer_, Phase::compute);
     const Tensor kv = gathered_kv();  // (2, B, R, Hkv, D)
-    if (g.work_list_words > 0)  // RT_ATTN_WORK_LIST=1: the same call over the plan's work list
+    if (g.work_list_words > 0)  // the default (RT_ATTN_WORK_LIST unset or 1): the same call over the plan's list
       attn_fwd_work_list(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
                          key_list_mask(), g.work_list.slice(0, g.work_list_words), g.work_list_tasks, out, lse);
     else
@@ -449,7 +456,7 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
       const Tensor kv = gathered_kv();                                        // (2, B, R, Hkv, D)
       const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
       auto part = [&](const Tensor& t, int64_t h) { return gathered_half(t, h, B, R, Hkv, D); };
-      if (one_launch && gather_bwd_work_list())  // RT_ATTN_WORK_LIST=1, CPU: the same call over the plan's list
+      if (one_launch && gather_bwd_work_list())  // CPU, unless RT_ATTN_WORK_LIST=0: the same call over the list
         attn_bwd_work_list(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1),
                            part(dkv, 0), part(dkv, 1), key_list_mask(),
                            g.bwd_work_list.slice(0, g.bwd_work_list_words));

@@ -8,7 +8,9 @@
 // fraction
 // of the plain ring's bytes. The gather scheme (RingGatherDocs, parallel.cp_scheme: gather) on the same cases, the
 // mask-area dispatch and positions in random local order added: the same results, and exactly its plan's bytes; and
-// with the backward's own call split in two at forced key rows (middle, inside a document, edges).
+// with the backward's own call split in two at forced key rows (middle, inside a document, edges). Every ring is built
+// with RT_ATTN_WORK_LIST set: 0 (the one launches as attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv) but in
+// WorkListForwardMatchesOneRank, 1 (the default, the work lists; tests/mpi/test_ring_gather_work_list.cpp has more).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -30,6 +32,7 @@
 #include "parallel/schedule/gather_plan.h"
 #include "tests/mpi/mpi_world.h"
 #include "tests/mpi/ring_attention_harness.h"
+#include "tests/mpi/scoped_env.h"
 
 using namespace rt;
 
@@ -80,7 +83,9 @@ struct RingRun {
   int64_t own_split = -1;  // gather: the own backward call's split forced at this key row (-1: the plan's choice)
   int fwd_one_launch = -1;  // gather: the forward in one launch forced off (0) or on (1) (-1: the plan's choice)
   int bwd_one_launch = -1;  // gather: the backward likewise
-  bool work_list = false;   // gather: RT_ATTN_WORK_LIST=1 while the ring is constructed (the forward's work list)
+  // gather: RT_ATTN_WORK_LIST=1 while the ring is constructed (the forward's work list, the default), else
+  // RT_ATTN_WORK_LIST=0 (attn_fwd_whole_two_kv): set explicitly either way, so each form is tested by name
+  bool work_list = false;
 };
 
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... (each rank's in its local order).
@@ -121,10 +126,10 @@ test::RelErrors run_docs_ring(const test::AttentionProblem& p, const std::vector
     test::upload(v, gather(p.v, T, kHkv * kD, order, n, T, r * n));
     test::upload(dout, gather(p.dout, T, kH * kD, order, n, T, r * n));
     for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
-    if (run.work_list) setenv("RT_ATTN_WORK_LIST", "1", 1);
+    test::ScopedEnv work_list_env("RT_ATTN_WORK_LIST", run.work_list ? "1" : "0");
     RingAttention attn(ring, layout, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena, run.dkv_wire,
                        /*gather=*/run.scheme == CpScheme::gather);
-    if (run.work_list) unsetenv("RT_ATTN_WORK_LIST");
+    work_list_env.restore();
     if (run.own_split >= 0) attn.set_gather_own_split(run.own_split);
     if (run.fwd_one_launch >= 0) attn.set_gather_fwd_one_launch(run.fwd_one_launch);
     if (run.bwd_one_launch >= 0) attn.set_gather_bwd_one_launch(run.bwd_one_launch);
@@ -489,7 +494,7 @@ TEST(RingGatherDocs, ForcedOneLaunchForwardMatchesOneRank) {
   }
 }
 
-// The one-launch forward over the batch's work list (RT_ATTN_WORK_LIST=1: attn_fwd_work_list, kernels/
+// The one-launch forward over the batch's work list (the default, RT_ATTN_WORK_LIST=1: attn_fwd_work_list, kernels/
 // attn_work_list.h, the list from parallel/schedule/doc_work_list.h) against one rank, on calls of several 128-row
 // query and key tiles (T = 1200: 300 to 600 rows a rank): contiguous, zigzag and a random assignment in random local
 // order, odd documents (kMix) and two samples; every rank that runs its forward in one launch runs it over the list.

@@ -1,11 +1,13 @@
-// The gather scheme's one-launch backward over the backward's work list on CPU ranks (RT_ATTN_WORK_LIST=1:
-// attn_bwd_work_list, kernels/attn_work_list.h, the list from doc_bwd_work_list_mirror in
+// The gather scheme's one-launch backward over the backward's work list on CPU ranks (RT_ATTN_WORK_LIST=1, the
+// default: attn_bwd_work_list, kernels/attn_work_list.h, the list from doc_bwd_work_list_mirror in
 // parallel/schedule/doc_work_list.h, built in plan_gather): against the whole sample on one rank
-// (test::document_attention_reference), and bit for bit against the same ring with the lists off (attn_fwd_whole_two_kv
-// and attn_bwd_block_fresh_two_kv, whose bits the list ops keep on the host). Calls of several 128-row tiles (T = 1200:
-// 300 to 600 rows a rank), contiguous, zigzag and a random assignment in random local order; sample 0 short documents
-// (length 1 among them), sample 1 one document across every rank; GQA (H = 4, Hkv = 2), B = 2; outputs NaN-poisoned
-// first. Every rank whose backward runs in one launch must run it over the list.
+// (test::document_attention_reference), and bit for bit against the same ring with the lists off (RT_ATTN_WORK_LIST=0:
+// attn_fwd_whole_two_kv and attn_bwd_block_fresh_two_kv, whose bits the list ops keep on the host). Calls of several
+// 128-row tiles (T = 1200: 300 to 600 rows a rank), contiguous, zigzag and a random assignment in random local order;
+// sample 0 short documents (length 1 among them), sample 1 one document across every rank; GQA (H = 4, Hkv = 2),
+// B = 2; outputs NaN-poisoned first. Every rank whose backward runs in one launch must run it over the list.
+// The default: a ring built with RT_ATTN_WORK_LIST unset runs both lists, with the bits of RT_ATTN_WORK_LIST=1; any
+// value but 0 and 1 is refused, the message naming both and the default.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -22,10 +24,12 @@
 #include "kernels/arena.h"
 #include "kernels/ops.h"
 #include "parallel/comm/mpi_comm.h"
+#include "parallel/cp/gather_scheme.h"
 #include "parallel/cp/ring_attention.h"
 #include "parallel/schedule/layout.h"
 #include "tests/mpi/mpi_world.h"
 #include "tests/mpi/ring_attention_harness.h"
+#include "tests/mpi/scoped_env.h"
 
 using namespace rt;
 
@@ -55,11 +59,12 @@ struct GatherOutputs {
 };
 
 // order (B, T): per sample, the positions held by rank 0, then rank 1, ... Runs the gather scheme (forward and
-// backward in one launch where the rank receives rows) on world ranks [0, cp), RT_ATTN_WORK_LIST=1 while the ring is
-// constructed when `lists`. Members return their outputs and add their errors against `ref` into err.
+// backward in one launch where the rank receives rows) on world ranks [0, cp), RT_ATTN_WORK_LIST=list_env while the
+// ring is constructed (nullptr: unset, the default). Members return their outputs and add their errors against `ref`
+// into err.
 GatherOutputs run_gather(const test::AttentionProblem& p, const test::AttentionReference& ref,
                          const std::vector<int64_t>& order, const std::vector<std::vector<int64_t>>& nat_start, int cp,
-                         bool lists, test::ErrSum (&err)[test::kNumQuantities]) {
+                         const char* list_env, test::ErrSum (&err)[test::kNumQuantities]) {
   const int64_t T = p.T, n = T / cp;
   std::vector<int64_t> ring_pos(size_t(kB * T)), ring_start(size_t(kB * T));  // (B, T) ring order
   for (int64_t b = 0; b < kB; ++b)
@@ -96,10 +101,10 @@ GatherOutputs run_gather(const test::AttentionProblem& p, const test::AttentionR
   test::upload(v, rows_of(p.v, kHkv * kD));
   test::upload(dout, rows_of(p.dout, kH * kD));
   for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
-  if (lists) setenv("RT_ATTN_WORK_LIST", "1", 1);
+  test::ScopedEnv env("RT_ATTN_WORK_LIST", list_env);
   RingAttention attn(ring, Layout::contiguous, /*causal=*/true, {kB, n, kH, kHkv, kD, DType::f32}, arena, DType::f32,
                      /*gather=*/true);
-  if (lists) unsetenv("RT_ATTN_WORK_LIST");
+  env.restore();
   attn.set_gather_fwd_one_launch(1);
   attn.set_gather_bwd_one_launch(1);
   attn.set_documents(ring_pos.data(), ring_start.data(), nullptr, nullptr, CpScheme::gather);
@@ -141,8 +146,8 @@ TEST(RingGatherWorkList, BackwardOverTheListMatchesOneRankAndTheTwoSourceCall) {
     for (const auto& [name, order] : orders) {
       const std::string what = "gather, backward over the work list, " + name + " cp=" + std::to_string(cp);
       test::ErrSum err[test::kNumQuantities], unused[test::kNumQuantities];
-      const GatherOutputs with = run_gather(p, ref, order, nat_start, cp, /*lists=*/true, err);
-      const GatherOutputs without = run_gather(p, ref, order, nat_start, cp, /*lists=*/false, unused);
+      const GatherOutputs with = run_gather(p, ref, order, nat_start, cp, "1", err);
+      const GatherOutputs without = run_gather(p, ref, order, nat_start, cp, "0", unused);
       double bad = 0;
       const test::RelErrors rel = test::reduce_errors(err, &bad);
       EXPECT_EQ(bad, 0) << "non-finite outputs: " << what;
@@ -163,8 +168,62 @@ TEST(RingGatherWorkList, BackwardOverTheListMatchesOneRankAndTheTwoSourceCall) {
       MPI_Allreduce(MPI_IN_PLACE, on, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
       EXPECT_GT(on[1], 0) << what << ": no rank ran its backward over the work list";
       EXPECT_EQ(on[0], on[1]) << what << ": a rank ran its one-launch backward without the work list";
-      EXPECT_EQ(on[2], 0) << what << ": a ring built without RT_ATTN_WORK_LIST ran a list";
+      EXPECT_EQ(on[2], 0) << what << ": a ring built with RT_ATTN_WORK_LIST=0 ran a list";
     }
+  }
+}
+
+// RT_ATTN_WORK_LIST unset: the lists run (forward and, on these CPU ranks, backward), with the bits of
+// RT_ATTN_WORK_LIST=1; a value other than 0 and 1 is refused, naming both and the default.
+TEST(RingGatherWorkList, TheListsAreTheDefault) {
+  const int64_t T = 1200;
+  const test::AttentionProblem p = test::make_attention_problem(4244, kB, T, kH, kHkv, kD, false);
+  std::vector<std::vector<int64_t>> nat_start;  // [b] (T) natural order
+  for (int64_t b = 0; b < kB; ++b) nat_start.push_back(document_starts(T, kMix[size_t(b)]));
+  const test::AttentionReference ref = test::document_attention_reference(p, nat_start);
+  const int cp = std::min(4, world_size());
+  if (cp < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::string what = "gather, RT_ATTN_WORK_LIST unset, zigzag cp=" + std::to_string(cp);
+  const std::vector<int64_t> order = layout_order(Layout::zigzag, T, cp);
+  test::ErrSum err[test::kNumQuantities], unused[test::kNumQuantities];
+  const GatherOutputs unset = run_gather(p, ref, order, nat_start, cp, nullptr, err);
+  const GatherOutputs forced = run_gather(p, ref, order, nat_start, cp, "1", unused);
+  double bad = 0;
+  const test::RelErrors rel = test::reduce_errors(err, &bad);
+  EXPECT_EQ(bad, 0) << "non-finite outputs: " << what;
+  for (int i = 0; i < test::kNumQuantities; ++i) EXPECT_LT(rel[size_t(i)], kTolerance) << test::kQuantityNames[i];
+  for (int i = 0; i < test::kNumQuantities; ++i)
+    EXPECT_TRUE(unset.got[i].size() == forced.got[i].size() &&
+                (unset.got[i].empty() ||  // a rank outside the ring
+                 std::memcmp(unset.got[i].data(), forced.got[i].data(), unset.got[i].size() * sizeof(float)) == 0))
+        << what << ": rank " << world_rank() << "'s " << test::kQuantityNames[i] << " differs from RT_ATTN_WORK_LIST=1";
+  // Ranks whose forward / backward ran in one launch (set_gather_*_one_launch(1): those that receive rows), and
+  // those of them that ran it over a list.
+  int on[3] = {unset.bwd_one_launch, unset.fwd_work_list, unset.bwd_work_list};
+  MPI_Allreduce(MPI_IN_PLACE, on, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GT(on[0], 0) << what << ": no rank ran its backward in one launch";
+  EXPECT_EQ(on[1], on[0]) << what << ": a rank ran its one-launch forward without the work list";
+  EXPECT_EQ(on[2], on[0]) << what << ": a rank ran its one-launch backward without the work list";
+
+  for (const char* value : {"2", "", "on"}) {
+    test::ScopedEnv env("RT_ATTN_WORK_LIST", value);
+    try {
+      gather_work_list_from_env();
+      ADD_FAILURE() << "RT_ATTN_WORK_LIST=" << value << " was taken";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::string("RT_ATTN_WORK_LIST=") + value + " is not 1"), std::string::npos) << m;
+      EXPECT_NE(m.find("default"), std::string::npos) << m;
+      EXPECT_NE(m.find("or 0"), std::string::npos) << m;
+    }
+  }
+  {
+    test::ScopedEnv env("RT_ATTN_WORK_LIST", nullptr);
+    EXPECT_TRUE(gather_work_list_from_env());
+  }
+  {
+    test::ScopedEnv env("RT_ATTN_WORK_LIST", "0");
+    EXPECT_FALSE(gather_work_list_from_env());
   }
 }
 
