@@ -189,7 +189,8 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 //   count (>= slots, H, 8) i32: per split tile's first slot, head and 16-row group, how many of its parts have stored
 //          their state; zero when allocated (memset once), and every call leaves it zero (the part that merges resets
 //          it), so calls need no memset.
-// The CPU op keeps its parts' states in temporaries and reads `slots` only (state and count may be undefined).
+// One call at a time per scratch (calls on one stream; two streams need two scratches). The CPU op keeps its parts'
+// states in temporaries and reads `slots` only (state and count may be undefined).
 struct AttnSplitScratch {
   Tensor state;       // (slots, H, 128, D + 2) f32
   Tensor count;       // (slots, H, 8) i32, zero between calls

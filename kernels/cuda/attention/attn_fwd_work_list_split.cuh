@@ -2,9 +2,10 @@
 // "Split merge"). Called once per consumer thread after the key loop (attn_fwd_sm90ws_consumer.inc), never inside it:
 //   * an unsplit task (parts 1): store_final_rows, as before splits existed;
 //   * a part of a split task: each warp stores its 16 rows' unnormalized state (O f32, m in log2 units, l summed over
-//     the quad) into split_state[merge_slot, h, row], each lane fences (__threadfence: release), then lane 0 adds 1
-//     to the counter of (the tile's first slot, h, the warp's 16-row group). The warp that reads parts - 1 from its
-//     add is the last of the group's parts: it fences (acquire), reads every part's state of its rows from L2
+//     the quad) into split_state[merge_slot, h, row], the lanes fence and meet at the warp's barrier, then lane 0
+//     fences and adds 1 (release) to the counter of (the tile's first slot, h, the warp's 16-row group). The warp that
+//     reads parts - 1 from its add is the last of the group's parts: it fences (acquire), reads every part's state of
+//     its rows from L2
 //     (__ldcg) in part order 0, 1, ..., merges them with attn_state_merge's math (m' = max, rescale by exp2(m - m'),
 //     a part whose m is -inf adds nothing), writes out and lse (store_final_rows) and resets the counter to 0, so the
 //     next call needs no memset. The merge reads stored states in part order, never registers in arrival order, so
@@ -65,14 +66,21 @@ __device__ __forceinline__ void work_list_epilogue(const AttnFwdParams& p, const
       if (t == 0) *reinterpret_cast<float2*>(row + D) = make_float2(m_run[r], lx);
     }
   }
+  // Release: each lane's stores, the warp's barrier (which orders them before lane 0's next operations), lane 0's
+  // fence, then its add.
   __threadfence();
   __syncwarp();
   int* count = wl.split_count + (int64_t(s0) * p.H + h) * kAttnWorkRowGroups + lrow0 / kAttnWorkRowGroupRows;
   int landed = 0;
-  if (lane == 0) landed = atomicAdd(count, 1);
+  if (lane == 0) {
+    __threadfence();
+    landed = atomicAdd(count, 1);
+    __threadfence();  // acquire, for the merge below
+  }
   landed = __shfl_sync(0xffffffffu, landed, 0);
   if (landed != parts - 1) return;  // another part's warp merges these rows
-  __threadfence();  // acquire: every part's rows were fenced before its add
+  __syncwarp();     // lane 0's acquire before every lane's reads
+  __threadfence();
   // The merge, in part order.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
