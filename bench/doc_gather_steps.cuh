@@ -292,7 +292,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
                            attn_fwd_work_list_runs(q.device, DType::bf16, 1, H, D, n, n, Rc, list_rows);
     const bool list_form = list_on && list_runs;  // the one-launch forward as RingAttention runs it
     std::vector<int32_t> words;                   // the list's device form (attn_work_list_words)
-    int64_t tasks = 0;
+    int64_t tasks = 0, slots = 0;                 // slots: the list's merge slots (RT_ATTN_WORK_LIST_SPLIT=1)
     if (list_runs) {
       DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows
       in.B = 1, in.Nq = n, in.Nk = n, in.list_rows = list_rows;
@@ -302,16 +302,30 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, in.k_pos.begin());
       in.k_pos.insert(in.k_pos.end(), pos.begin(), pos.end());
       in.k_pos.resize(size_t(in.list_rows), N);
-      const AttnWorkList wlist = doc_work_list(in);
+      int sms = 0;
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      const AttnWorkList wlist = doc_work_list(
+          in, doc_work_list_split_from_env(H, D, sms, attn_fwd_work_list_head_window(H, Hkv, list_rows, D, 1)));
       words = attn_work_list_words(wlist);
       tasks = int64_t(wlist.tasks.size());
+      slots = wlist.merge_slots;
+      if (slots > 0) std::printf("  rank %d: work list split into %lld merge slots\n", r, (long long)slots);
     }
+    // The split merge's scratch (kernels/attn_work_list.h AttnSplitScratch): state (slots, H, 128, D + 2) f32, count
+    // (slots, H, 8) i32 zeroed once.
+    DeviceBuffer split_state(size_t(std::max<int64_t>(slots, 1) * H * 128 * (D + 2)) * 4);
+    DeviceBuffer split_count(size_t(std::max<int64_t>(slots, 1) * H * 8) * 4);
+    CUDA_CHECK(cudaMemsetAsync(split_count.p, 0, size_t(std::max<int64_t>(slots, 1) * H * 8) * 4, stream));
+    AttnSplitScratch list_split;
+    if (slots > 0)
+      list_split = AttnSplitScratch{Tensor(split_state.p, DType::f32, q.device, {slots, H, 128, D + 2}),
+                                    Tensor(split_count.p, DType::i32, q.device, {slots, H, 8}), slots};
     DeviceBuffer wl(std::max<size_t>(words.size(), 1) * 4);  // (words) i32, for every call of this rank
     if (!words.empty())
       CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, stream));
     const Tensor wlt(wl.p, DType::i32, q.device, {int64_t(words.size())});
     auto two_kv_fwd = [&] { attn_fwd_whole_two_kv(q, k, v, gkt, gvt, st, key_list, out, lse); };
-    auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, tasks, out, lse); };
+    auto list_fwd = [&] { attn_fwd_work_list(q, k, v, gkt, gvt, st, key_list, wlt, tasks, out, lse, list_split); };
     auto one_fwd = [&] {
       if (list_form) list_fwd();
       else two_kv_fwd();

@@ -39,6 +39,7 @@ namespace cuda {
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse, const AttnSplitScratch& split);
+int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows, int64_t D, int64_t B);
 }  // namespace cuda
 #endif
 
@@ -170,6 +171,15 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 #endif
   }
   cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split);
+}
+
+int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows, int64_t D, int64_t B) {
+#ifdef RINGTRAIN_HAVE_CUDA
+  return cuda::attn_fwd_work_list_head_window(H, Hkv, key_rows, D, B);
+#else
+  (void)H, (void)Hkv, (void)key_rows, (void)D, (void)B;
+  return 1;
+#endif
 }
 
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,

@@ -204,6 +204,12 @@ inline std::vector<int64_t> attn_split_count_shape(int64_t slots, int64_t H) {
   return {slots, H, kAttnWorkRowGroups};
 }
 
+// The heads per window in which attn_fwd_work_list's CUDA kernel runs its units (the L2 rule of its launcher, for a
+// call of H query and Hkv K/V heads over key_rows key rows of B samples at head dim D; the current variant override's
+// budget), so that the split rule (parallel/schedule/doc_work_list_split.h) simulates the kernel's order; 1 in a
+// build without CUDA.
+int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows, int64_t D, int64_t B);
+
 // attn_fwd_work_list over a list that may hold split tasks (the overload above is this one with split.slots = 0: an
 // unsplit list). A list with splits and split.slots = 0 is refused (the CPU op reads the list and names the fix; the
 // CUDA op does not read the words on the host: its kernel stops on a split task, or with RT_ATTN_WORK_LIST_CHECK=1 the

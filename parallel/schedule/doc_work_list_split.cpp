@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <queue>
+#include <string>
 
 #include "parallel/schedule/ring_time_model.h"
 
@@ -19,6 +21,15 @@ DocWorkListSplit doc_work_list_split_for(int64_t heads, int64_t head_dim, int64_
   s.head_window = head_window;
   s.task_tiles = m.full_us > 0 ? m.query_tile_us / m.full_us : s.task_tiles;
   return s;
+}
+
+DocWorkListSplit doc_work_list_split_from_env(int64_t heads, int64_t head_dim, int64_t ctas, int64_t head_window) {
+  const char* e = std::getenv("RT_ATTN_WORK_LIST_SPLIT");
+  const std::string v = e ? e : "";
+  RT_CHECK(v.empty() || v == "0" || v == "1",
+           "RT_ATTN_WORK_LIST_SPLIT=" << v << ": 0 (or unset) builds unsplit work lists, 1 splits by the rule");
+  if (v != "1") return DocWorkListSplit{};
+  return doc_work_list_split_for(heads, head_dim, ctas, head_window);
 }
 
 double doc_work_list_unit_cost(int64_t tiles, bool part, const DocWorkListSplit& s) {

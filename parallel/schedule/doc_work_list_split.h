@@ -52,6 +52,10 @@ struct DocWorkListSplit {
 // On, for H heads of head dim head_dim on `ctas` SMs, with task_tiles from gather_kernel_time_model(false, head_dim).
 DocWorkListSplit doc_work_list_split_for(int64_t heads, int64_t head_dim, int64_t ctas, int64_t head_window = 1);
 
+// RT_ATTN_WORK_LIST_SPLIT for benches and callers that opt in: unset, "" or "0" off (DocWorkListSplit{}); "1"
+// doc_work_list_split_for(heads, head_dim, ctas, head_window); any other value is refused naming both.
+DocWorkListSplit doc_work_list_split_from_env(int64_t heads, int64_t head_dim, int64_t ctas, int64_t head_window);
+
 // The cost of one unit of a task of `tiles` key tiles (parts 1) or of one part of `tiles` key tiles (parts > 1), in
 // key-tile times.
 double doc_work_list_unit_cost(int64_t tiles, bool part, const DocWorkListSplit& s);

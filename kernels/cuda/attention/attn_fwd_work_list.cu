@@ -223,6 +223,11 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
 
 }  // namespace
 
+int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows, int64_t D, int64_t B) {
+  RT_CHECK(H >= 1 && Hkv >= 1 && H % Hkv == 0, "attn_fwd_work_list_head_window: H = " << H << ", Hkv = " << Hkv);
+  return list_head_window(H, H / Hkv, key_rows, D, B);
+}
+
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse, const AttnSplitScratch& split) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -234,6 +235,22 @@ TEST(DocWorkListSplit, OnFromTheFit) {
   const AttnWorkList a = doc_work_list(in), b = doc_work_list(in, s);
   EXPECT_EQ(b.merge_slots, 0);
   EXPECT_EQ(attn_work_list_words(a), attn_work_list_words(b));
+}
+
+TEST(DocWorkListSplit, FromTheEnvironment) {
+  ::unsetenv("RT_ATTN_WORK_LIST_SPLIT");
+  EXPECT_FALSE(doc_work_list_split_from_env(16, 128, 132, 1).on) << "unset: off";
+  ::setenv("RT_ATTN_WORK_LIST_SPLIT", "0", 1);
+  EXPECT_FALSE(doc_work_list_split_from_env(16, 128, 132, 1).on);
+  ::setenv("RT_ATTN_WORK_LIST_SPLIT", "1", 1);
+  const DocWorkListSplit on = doc_work_list_split_from_env(8, 128, 100, 2);
+  EXPECT_TRUE(on.on);
+  EXPECT_EQ(on.heads, 8);
+  EXPECT_EQ(on.ctas, 100);
+  EXPECT_EQ(on.head_window, 2);
+  ::setenv("RT_ATTN_WORK_LIST_SPLIT", "yes", 1);
+  EXPECT_THROW(doc_work_list_split_from_env(16, 128, 132, 1), Error);
+  ::unsetenv("RT_ATTN_WORK_LIST_SPLIT");
 }
 
 }  // namespace
