@@ -86,4 +86,62 @@ void attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor& dout,
 #endif
 }
 
+void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                             const Tensor& delta, const AttnFp8BwdCodes& codes, bool causal, Tensor dq_acc,
+                             Tensor dk_acc, Tensor dv_acc) {
+  const char* op = "attn_bwd_fp8_from_codes";
+  const AttnDims d = fp8_bwd_dims(q, k, v, dout, op);
+  check_codes(codes, d, q.device, op);
+  check_operand(lse, DType::f32, {d.B, d.H, d.Nq}, q.device, op, "lse (B,H,N)");
+  check_operand(delta, DType::f32, {d.B, d.H, d.Nq}, q.device, op, "delta (B,H,N)");
+  check_operand(dq_acc, DType::f32, {d.B, d.Nq, d.H, d.D}, q.device, op, "dq_acc (B,N,H,D)");
+  check_operand(dk_acc, DType::f32, {d.B, d.Nk, d.Hkv, d.D}, q.device, op, "dk_acc (B,N,Hkv,D)");
+  check_operand(dv_acc, DType::f32, {d.B, d.Nk, d.Hkv, d.D}, q.device, op, "dv_acc (B,N,Hkv,D)");
+#if RINGTRAIN_HAVE_CUDA
+  cuda::launch_attn_bwd_fp8(q, k, v, dout, lse, delta, codes, launch_dims(d), causal, dq_acc, dk_acc, dv_acc);
+#else
+  (void)causal;
+  refuse_no_cuda(op);
+#endif
+}
+
+void attn_bwd_fp8_experiment(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+                             const Tensor& delta, bool causal, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc) {
+  const char* op = "attn_bwd_fp8_experiment";
+  const AttnDims d = fp8_bwd_dims(q, k, v, dout, op);
+#if RINGTRAIN_HAVE_CUDA
+  const int64_t nblk = d.Nq / kAttnFp8BwdBlock;
+  const Device dev = q.device;
+  // One allocation for the codes and factors, each part 256-byte aligned.
+  const int64_t sizes[6] = {d.B * d.H * d.D * d.Nq, d.B * d.H * nblk * 4, d.B * d.H * d.D * d.Nq,
+                            d.B * d.H * nblk * 4,   d.B * d.Hkv * d.D * d.Nq, d.B * d.Hkv * nblk * 4};
+  size_t offsets[6], total = 0;
+  for (int i = 0; i < 6; ++i) {
+    offsets[i] = total;
+    total += (size_t(sizes[i]) + 255) / 256 * 256;
+  }
+  cuda::stream_for(q, op);  // selects q's device
+  char* scratch = static_cast<char*>(device_alloc(dev, total));
+  AttnFp8BwdCodes c;
+  c.qt = Tensor(scratch + offsets[0], DType::e4m3, dev, {d.B, d.H, d.D, d.Nq});
+  c.q_factor = Tensor(scratch + offsets[1], DType::f32, dev, {d.B, d.H, nblk});
+  c.dot = Tensor(scratch + offsets[2], DType::e4m3, dev, {d.B, d.H, d.D, d.Nq});
+  c.do_factor = Tensor(scratch + offsets[3], DType::f32, dev, {d.B, d.H, nblk});
+  c.kt = Tensor(scratch + offsets[4], DType::e4m3, dev, {d.B, d.Hkv, d.D, d.Nq});
+  c.k_factor = Tensor(scratch + offsets[5], DType::f32, dev, {d.B, d.Hkv, nblk});
+  try {
+    attn_bwd_fp8_quantize(q, k, dout, c);
+    attn_bwd_fp8_from_codes(q, k, v, dout, lse, delta, c, causal, dq_acc, dk_acc, dv_acc);
+  } catch (...) {
+    device_free(dev, scratch);
+    throw;
+  }
+  cuda::host_wait(cuda::current_stream(), "attn_bwd_fp8_experiment frees its scratch");
+  device_free(dev, scratch);
+#else
+  (void)d, (void)lse, (void)delta, (void)causal, (void)dq_acc, (void)dk_acc, (void)dv_acc;
+  refuse_no_cuda(op);
+#endif
+}
+
 }  // namespace rt
