@@ -15,6 +15,7 @@
 //     split list passed without its merge-slot count.
 // Skips without a CUDA device (or without fwd v5: a device other than compute capability 9.0).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -105,19 +106,21 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // The largest distance in bf16 ulps between two vectors of bf16 values (as f32); NaN: a huge number.
-int64_t max_bf16_ulps(const std::vector<float>& a, const std::vector<float>& b) {
-  int64_t worst = 0;
+// Elements of a further than one bf16 ulp of the larger magnitude (2^-7 relative) plus 1e-5 of b's largest magnitude
+// (values near zero), or NaN.
+int64_t count_beyond_one_ulp(const std::vector<float>& a, const std::vector<float>& b) {
+  float scale = 0.f;
+  for (float x : b) scale = std::max(scale, std::fabs(x));
+  int64_t bad = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INT64_MAX;
-    auto key = [](float x) {  // bf16 bits as a monotonic integer
-      uint32_t u;
-      std::memcpy(&u, &x, 4);
-      const int32_t h = int32_t(u >> 16);
-      return h & 0x8000 ? -(h & 0x7fff) : h;
-    };
-    worst = std::max<int64_t>(worst, std::abs(int64_t(key(a[i])) - int64_t(key(b[i]))));
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      ++bad;
+      continue;
+    }
+    const float tol = 0.0078125f * std::max(std::fabs(a[i]), std::fabs(b[i])) + 1e-5f * scale;
+    if (std::fabs(a[i] - b[i]) > tol) ++bad;
   }
-  return worst;
+  return bad;
 }
 
 void check_case(const TwoKvCase& c, bool two_sources, const char* what) {
@@ -144,8 +147,11 @@ void check_case(const TwoKvCase& c, bool two_sources, const char* what) {
     EXPECT_LT(rel_error(got.out, out_f), 1e-2) << "fp64: " << worst_mismatch(got.out, out_f);
     EXPECT_LT(lse_max_abs_error(got.lse, lse_f), 1e-4) << "fp64";
     EXPECT_LT(lse_max_abs_error(got.lse, unsplit.lse), 1e-5) << "lse against the unsplit list";
-    EXPECT_LT(rel_error(got.out, unsplit.out), 1e-4) << "out against the unsplit list";
-    EXPECT_LE(max_bf16_ulps(got.out, unsplit.out), 1) << "out against the unsplit list, in bf16 ulps";
+    // out is bf16: a split sums the same f32 terms in another order, so some elements round to the neighbouring bf16
+    // value (one ulp, 2^-8 relative; measured 6-8e-4 RMS on the H200), and a value near zero may change sign. A lost
+    // or doubled part is O(1e-1) off.
+    EXPECT_LT(rel_error(got.out, unsplit.out), 2e-3) << "out against the unsplit list";
+    EXPECT_EQ(count_beyond_one_ulp(got.out, unsplit.out), 0) << "out against the unsplit list, past one bf16 ulp";
     for (int32_t x : download_i32(scratch.count.t())) ASSERT_EQ(x, 0) << "a counter left non-zero";
     for (int rep = 0; rep < 2; ++rep) {  // no memset between calls
       const Got again = run(c, *d, two_sources, list, scratch.arg());
