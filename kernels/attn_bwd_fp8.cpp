@@ -105,6 +105,14 @@ void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, 
 #endif
 }
 
+const char* attn_bwd_fp8_kernel_name() {
+#if RINGTRAIN_HAVE_CUDA
+  return cuda::attn_bwd_fp8_kernel_version() == 1 ? "v1" : "v2";
+#else
+  return "none";
+#endif
+}
+
 void attn_bwd_fp8_experiment(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                              const Tensor& delta, bool causal, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc) {
   const char* op = "attn_bwd_fp8_experiment";

@@ -20,6 +20,8 @@ void launch_attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor
 void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                          const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims, bool causal,
                          Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
+// The kernel launch_attn_bwd_fp8 runs: 1 or 2 (RT_ATTN_FP8_BWD_KERNEL=v1|v2, read once; default 2).
+int attn_bwd_fp8_kernel_version();
 
 }  // namespace cuda
 }  // namespace rt

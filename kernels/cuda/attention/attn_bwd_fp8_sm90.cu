@@ -50,8 +50,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/attention/attn_bwd_fp8_launch.h"
+#include "kernels/cuda/attention/attn_bwd_fp8_sm90_args.cuh"
 #include "kernels/cuda/attention/attn_bwd_fp8_sm90_tile.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/check.h"
@@ -64,45 +67,8 @@ namespace {
 
 using namespace fp8bwd;
 
-constexpr int kFp8BwdThreads = 256;
-// Shared memory, from a 1024-byte aligned base.
-constexpr uint32_t kSmK = 0;                                // (128 keys, 128) bf16 sw128
-constexpr uint32_t kSmV = kSmK + kBf16TileBytes;            // (128 keys, 128) bf16 sw128
-constexpr uint32_t kSmQ = kSmV + kBf16TileBytes;            // (128 queries, 128) bf16 sw128
-constexpr uint32_t kSmDo = kSmQ + kBf16TileBytes;           // (128 queries, 128) bf16 sw128
-constexpr uint32_t kSmKt = kSmDo + kBf16TileBytes;          // (128 D, 128 keys) e4m3 sw128
-constexpr uint32_t kSmQt = kSmKt + kFp8TileBytes;           // (128 D, 128 queries) e4m3 sw128, permuted per 16
-constexpr uint32_t kSmDot = kSmQt + kFp8TileBytes;          // (128 D, 128 queries) e4m3 sw128, permuted per 16
-constexpr uint32_t kSmDs = kSmDot + kFp8TileBytes;          // (128 queries, 128 keys) e4m3 sw128
-constexpr uint32_t kSmStage = kSmDs + kFp8TileBytes;        // (8, 256 threads) float4: half 0's dS^T, per thread
-constexpr uint32_t kSmLse = kSmStage + 8 * kFp8BwdThreads * 16;   // (128) f32
-constexpr uint32_t kSmDelta = kSmLse + kQueries * 4;        // (128) f32
-constexpr uint32_t kSmBars = kSmDelta + kQueries * 4;       // 3 mbarriers: kv, q (bf16 + stats), t (Q^T, dO^T)
-constexpr uint32_t kSmRed = kSmBars + 32;                   // (8 warps) u32 amax keys
-constexpr size_t kSmemBytes = size_t(kSmRed) + 32 + 1024;  // + alignment slack
-static_assert(kSmemBytes <= 232448, "attn_bwd_fp8: shared memory over the sm_90 opt-in limit (227 KB)");
-
-struct Fp8BwdParams {
-  const float* lse;        // (B,H,N)
-  const float* delta;      // (B,H,N)
-  const float* q_factor;   // (B,H,nblk)
-  const float* do_factor;  // (B,H,nblk)
-  const float* k_factor;   // (B,Hkv,nblk)
-  float* dq;               // (B,N,H,D) accumulated
-  float* dk;               // (B,N,Hkv,D) accumulated
-  float* dv;               // (B,N,Hkv,D) accumulated
-  int64_t N, H, Hkv, group;
-  int nblk;
-  bool causal;
-  float scale;   // 1 / sqrt(D)
-  float scale2;  // scale x log2(e)
-  float p_factor;  // fp8_factor_from_scale(448): P's factor
-};
-
-struct Maps {
-  CUtensorMap q, dout, k, v;  // bf16 (D, heads, N, B), boxes (64 columns, 1, 128 rows, 1)
-  CUtensorMap qt, dot, kt;    // e4m3 (N, D, heads, B), boxes (128, 128, 1, 1)
-};
+// The shared-memory map (kSm*), Fp8BwdParams and Fp8BwdMaps: attn_bwd_fp8_sm90_args.cuh (shared with v2).
+using Maps = Fp8BwdMaps;
 
 __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_kernel(const __grid_constant__ Maps maps,
                                                                   const Fp8BwdParams p) {
@@ -367,8 +333,23 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
   p.scale2 = p.scale * 1.4426950408889634f;
   p.p_factor = fp8_factor_from_scale(kPScale);
   const dim3 grid(unsigned(p.nblk), unsigned(dims.Hkv), unsigned(dims.B));
+  if (attn_bwd_fp8_kernel_version() == 2) {
+    launch_attn_bwd_fp8_v2_kernel(m, p, grid, stream, device);
+    return;
+  }
   attn_bwd_fp8_kernel<<<grid, kFp8BwdThreads, kSmemBytes, stream>>>(m, p);
   CUDA_CHECK_LAUNCH();
+}
+
+int attn_bwd_fp8_kernel_version() {
+  // Read once: RT_ATTN_FP8_BWD_KERNEL=v1 (this file's kernel) or v2 (attn_bwd_fp8_sm90_v2.cu, the default).
+  static const int version = [] {
+    const char* e = std::getenv("RT_ATTN_FP8_BWD_KERNEL");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "v2") == 0) return 2;
+    RT_CHECK(std::strcmp(e, "v1") == 0, "RT_ATTN_FP8_BWD_KERNEL=" << e << ": expected v1 or v2");
+    return 1;
+  }();
+  return version;
 }
 
 }  // namespace cuda
