@@ -37,15 +37,38 @@ namespace cuda {
 namespace fp8bwd {
 namespace {
 
-// f x dq (64 queries x 128, the accumulator layout) added into 2 rows of a (.., 128) f32 tensor with f32x2
-// reductions: row0 the thread's query row g, row0 + 8 row_stride its row g + 8.
-__device__ __forceinline__ void red_add_rows(float* row0, int64_t row_stride, const float (&dq)[64], float f, int t) {
+// d (64 x 64 f32 per warpgroup) = A B^T: A (64 x 32) and B^T's rows (64 x 32) e4m3 in shared memory, K-major.
+__device__ __forceinline__ void wgmma_m64n64k32_ss_e4m3(float (&d)[32], uint64_t a_desc, uint64_t b_desc,
+                                                        int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      RT_WGMMA_D32_REGS
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : RT_WGMMA_D32_OUT(d)
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// x (64 queries x 64 columns of D per warpgroup) = dS K over the tile's 128 keys (4 k32 steps): ds_rows the
+// warpgroup's first row of the (128 queries, 128 keys) dS tile, kt_rows the first of 64 D rows of the (128 D, 128
+// keys) K^T tile, both sw128 e4m3. issue_dq's product, one half of D.
+__device__ __forceinline__ void issue_dq_part(float (&x)[32], uint32_t ds_rows, uint32_t kt_rows) {
+  const uint64_t a0 = sw128_desc(opaque_u32(ds_rows), 16, 1024), b0 = sw128_desc(opaque_u32(kt_rows), 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 32; ++kk)
+    wgmma_m64n64k32_ss_e4m3(x, a0 + uint64_t((kk * 32) >> 4), b0 + uint64_t((kk * 32) >> 4), kk > 0 ? 1 : 0);
+}
+
+// f x (a (64 queries x 64 columns) accumulator part) added into columns col0 .. col0 + 63 of 2 rows of a (.., 128)
+// f32 tensor with f32x2 reductions: row0 the thread's query row g, row0 + 8 row_stride its row g + 8.
+__device__ __forceinline__ void red_add_part(float* row0, int64_t row_stride, int col0, const float (&x)[32], float f,
+                                             int t) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float* row = row0 + 8 * r * row_stride;
+    float* row = row0 + 8 * r * row_stride + col0;
 #pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-      atomic_add_f32x2(row + nt * 8 + 2 * t, dq[nt * 4 + 2 * r] * f, dq[nt * 4 + 2 * r + 1] * f);
+    for (int nt = 0; nt < 8; ++nt)
+      atomic_add_f32x2(row + nt * 8 + 2 * t, x[nt * 4 + 2 * r] * f, x[nt * 4 + 2 * r + 1] * f);
   }
 }
 
@@ -62,6 +85,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
   const float* delta_s = reinterpret_cast<const float*>(gbase + kSmDelta);
   uint32_t* red = reinterpret_cast<uint32_t*>(gbase + kSmRed);
   const uint32_t bar_kv = base + kSmBars, bar_q = bar_kv + 8, bar_t = bar_kv + 16;
+  const uint32_t bar_free = bar_kv + 24;  // every warp is past this tile's reads of Q^T, dO^T (8 warp arrivals)
 
   const int tid = int(threadIdx.x);
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid % 128) / 32, lane = tid % 32;
@@ -98,6 +122,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     mbar_init(bar_kv, 1);
     mbar_init(bar_q, 1);
     mbar_init(bar_t, 1);
+    mbar_init(bar_free, kFp8BwdThreads / 32);
     mbar_init_fence();
   }
   __syncthreads();
@@ -223,7 +248,9 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     fence_regs_u32(pf1);
     fold_half(dv, lo, 1, p.p_factor * dof);
 
-    // ---- dK += (f_dS x f_Q) dS'^T Q': both parts in flight, part 0 folded under part 1 ----
+    // ---- dK += (f_dS x f_Q) dS'^T Q' (both parts in flight), the dS barrier under them, then dQ += (f_dS x f_K)
+    //      dS' K' for queries 64 wg .. + 63 in two n64 parts of D, each issued as soon as lo / hi is folded, each
+    //      part's f32x2 reductions under the next MMA ----
     wgmma_fence_regs(lo);
     wgmma_fence_regs(hi);
     fence_regs_u32(df0);
@@ -233,32 +260,38 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     wgmma_commit();
     issue_rs_half(hi, df0, df1, base + kSmQt + 64 * 128);
     wgmma_commit();
-    const float kq = ds_f * qf;
-    wgmma_wait<1>();
+    __syncthreads();  // the dS tile is complete (every thread's bytes stored and fenced)
+    const float kq = ds_f * qf, qk = ds_f * kf;
+    const uint32_t ds_rows = base + kSmDs + uint32_t(wg) * 64 * 128;
+    wgmma_wait<1>();  // dK part 0 done
     wgmma_fence_regs(lo);
     fold_half(dk, lo, 0, kq);
-    wgmma_wait<0>();
+    wgmma_fence_regs(lo);
+    wgmma_fence();
+    issue_dq_part(lo, ds_rows, base + kSmKt);
+    wgmma_commit();
+    wgmma_wait<1>();  // dK part 1 done: this warp reads Q^T, dO^T no more
     wgmma_fence_regs(hi);
     fence_regs_u32(df0);
     fence_regs_u32(df1);
     fold_half(dk, hi, 1, kq);
-    __syncthreads();  // the dS tile is complete; every warpgroup is past its reads of Q^T, dO^T
-    if (tid == 0 && it + 1 < n_iter) issue_t(it + 1);
-
-    // ---- dQ += (f_dS x f_K) dS' K' for queries 64 wg .. + 63, then f32x2 reductions (as v1) ----
-    {
-      float dq[64];  // (64 queries, 128) of this warpgroup, the accumulator layout
-#pragma unroll
-      for (int i = 0; i < 64; ++i) dq[i] = 0.f;
-      wgmma_fence_regs(dq);
-      wgmma_fence();
-      issue_dq(dq, base + kSmDs + uint32_t(wg) * 64 * 128, base + kSmKt);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_regs(dq);
-      const int64_t query = int64_t(tile) * kQueries + wg * 64 + warp * 16 + g;
-      red_add_rows(p.dq + ((b * p.N + query) * p.H + h) * kD, p.H * kD, dq, ds_f * kf, t);  // (D) of query row g
+    mbar_arrive_warp(bar_free);
+    wgmma_fence_regs(hi);
+    wgmma_fence();
+    issue_dq_part(hi, ds_rows, base + kSmKt + 64 * 128);
+    wgmma_commit();
+    const int64_t query = int64_t(tile) * kQueries + wg * 64 + warp * 16 + g;
+    float* const dq_row = p.dq + ((b * p.N + query) * p.H + h) * kD;  // (D) of query row g; row g + 8: 8 H D further
+    wgmma_wait<1>();  // dQ part 0 done
+    wgmma_fence_regs(lo);
+    red_add_part(dq_row, p.H * kD, 0, lo, qk, t);
+    if (tid == 0 && it + 1 < n_iter) {  // the next tile's Q^T, dO^T once every warp is past this tile's dK
+      mbar_wait(bar_free, phase);
+      issue_t(it + 1);
     }
+    wgmma_wait<0>();  // dQ part 1 done
+    wgmma_fence_regs(hi);
+    red_add_part(dq_row, p.H * kD, 64, hi, qk, t);
   }
 
   // dK, dV rows: each belongs to this CTA alone (one add per element per launch).
