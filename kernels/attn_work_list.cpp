@@ -38,7 +38,7 @@ namespace cuda {
 // kernels/cuda/attention/attn_fwd_work_list.cu (fwd v5's list mode).
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
-                        Tensor lse, const AttnSplitScratch& split);
+                        Tensor lse, const AttnSplitScratch& split, const AttnReadyFlags& ready);
 int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows, int64_t D, int64_t B);
 }  // namespace cuda
 #endif
@@ -160,16 +160,23 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse, const AttnSplitScratch& split) {
+  attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split, AttnReadyFlags{});
+}
+
+void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse, const AttnSplitScratch& split, const AttnReadyFlags& ready) {
   RT_CHECK(split.slots >= 0, "attn_fwd_work_list: split.slots = " << split.slots << " (the list's merge slots, >= 0)");
   if (q.device.is_cuda()) {
 #ifdef RINGTRAIN_HAVE_CUDA
     const cuda::OpProfileScope rt_op_timer_("attn_fwd_work_list");
-    return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split);
+    return cuda::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split, ready);
 #else
     RT_CHECK(false, "attn_fwd_work_list: CUDA tensor given, but this ringtrain was built without CUDA. Set device: "
                     "cpu, or rebuild with nvcc available (-DRINGTRAIN_CUDA=ON)");
 #endif
   }
+  (void)ready;  // CPU ranks: the caller's cp_.wait ordered the gathered rows before the call
   cpu::attn_fwd_work_list(q, k, v, k2, v2, scratch, mask, list, tasks, out, lse, split);
 }
 

@@ -50,6 +50,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_shapes.h"
+#include "kernels/attn_ready_flags.h"
 
 namespace rt {
 
@@ -217,6 +218,14 @@ int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows,
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse, const AttnSplitScratch& split);
+
+// attn_fwd_work_list with ready flags (kernels/attn_ready_flags.h): the same call, launched before the gathered rows
+// (k2, v2) have landed; a unit reading a gathered tile waits for ready[s] == ready.epoch of its sources first, under a
+// watchdog of ready.timeout_s whose fault the caller reads with attn_ready_fault_check. ready.on() false: the overload
+// above. On CUDA only; the CPU op ignores the flags (the caller's wait has ordered the rows before the call).
+void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
+                        Tensor lse, const AttnSplitScratch& split, const AttnReadyFlags& ready);
 
 // attn_bwd_block_fresh_two_kv (kernels/op_list.inc) over a backward work list (AttnBwdWorkList, words from
 // attn_work_list_words): the same q, k, v, k2, v2, dout, lse, delta, document mask; dq_acc (B,Nq,H,D) f32 accumulates;

@@ -13,6 +13,9 @@
 // segments' expansion (whose block barriers then run under it), and that the consumers end in work_list_epilogue (a
 // split task's part stores its state and the last part merges; attn_fwd_work_list_split.cuh). Every other instantiation compiles to the code it had
 // before kList existed.
+// kFlags (with kList; attn_fwd_work_list_ready.cuh): the ready flags' wait before a unit's first gathered tile, its
+// watchdog, and the NaN rows of a unit that gave up; the kList instantiation without it compiles to the code it had
+// before kFlags existed.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +25,7 @@
 #include "kernels/cuda/attention/attn_fwd_sm90ws_grid.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
 #include "kernels/cuda/attention/attn_fwd_work_list.cuh"
+#include "kernels/cuda/attention/attn_fwd_work_list_ready.cuh"
 #include "kernels/cuda/attention/attn_fwd_work_list_split.cuh"
 #include "kernels/cuda/attention/attn_params.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
@@ -36,8 +40,8 @@ using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128); in the rol
                         // softmax_tile, rescale_o, load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
-// kList: the list mode (above; needs kDocs); `wl` is read only there.
-template <int D, bool kDocs, int kCons, bool kList = false>
+// kList: the list mode (above; needs kDocs); `wl` is read only there. kFlags: its ready flags (needs kList).
+template <int D, bool kDocs, int kCons, bool kList = false, bool kFlags = false>
 __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
     attn_fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_k2,
@@ -45,6 +49,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
                        int head_window, const WsWorkList wl) {
 #if RT_WGMMA_AVAILABLE
   static_assert(!kList || kDocs, "fwd v5's list mode runs the document mask");
+  static_assert(!kFlags || kList, "the ready flags are the list mode's");
   static_assert(!kList || 16 * 4 * kCons == kAttnWorkRowGroupRows * kAttnWorkRowGroups,
                 "the list's row bounds are per 16-row warp of a 128-row tile (kernels/attn_work_list.h)");
   constexpr int kRows = 64 * kCons;  // query rows per CTA
@@ -81,6 +86,7 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
         mbar_init(bars.k_empty(s), 128 * kCons);
         mbar_init(bars.v_empty(s), 128 * kCons);
       }
+      if constexpr (kFlags) work_list_ready_init();
       mbar_init_fence();
       tma_prefetch_desc(&tm_q);
       mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);

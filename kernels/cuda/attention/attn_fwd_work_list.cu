@@ -5,6 +5,9 @@
 // (attn_fwd_work_list.cuh has the grid). Hopper only (fwd v5), D = 64 or 128, bf16 out. Split tasks store their
 // parts' states into the caller's split scratch and the last part of a tile merges them in part order
 // (attn_fwd_work_list_split.cuh); the bits below hold for unsplit lists only (a split list is within rounding).
+// With ready flags (kernels/attn_ready_flags.h) the same kernel's kFlags instantiation runs: a unit waits for its
+// gathered tiles' flags before loading them (attn_fwd_work_list_ready.cuh); the flags change when a tile is loaded,
+// never what is computed, so the bits are the same once the flags have passed.
 //
 // Why the bits equal attn_fwd_whole_two_kv's (one source: attn_fwd_whole's, where its tiles start on the 128-row
 // grid) when the list holds, per query tile, that call's key tiles less those fully masked for the tile:
@@ -30,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attn_ready_flags.h"
 #include "kernels/attn_work_list.h"
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_doc_mask.cuh"
@@ -189,12 +193,12 @@ void check_list_on_host(const Tensor& list, const AttnDims& d, const AttnDocs& d
   check_bounds_on_host(wl, docs, d, list_rows, stream, op);
 }
 
-template <int D>
+template <int D, bool kFlags>
 void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_window, int device,
             cudaStream_t stream) {
   constexpr int kRows = 64 * kCons;
   constexpr size_t smem = WsSmem<D, kRows, kWsStages<D, kCons>>::kBytes;
-  auto* kernel = attn_fwd_ws_kernel<D, true, kCons, true>;
+  auto* kernel = attn_fwd_ws_kernel<D, true, kCons, true, kFlags>;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -230,7 +234,7 @@ int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows,
 
 void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
-                        Tensor lse, const AttnSplitScratch& split) {
+                        Tensor lse, const AttnSplitScratch& split, const AttnReadyFlags& ready) {
   const char* op = "attn_fwd_work_list";
   cudaStream_t stream = stream_for(q, op);
   int64_t list_rows = 0;
@@ -299,6 +303,7 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   require_device_positions(mask.docs.q_pos, device, op, "q_pos");
   require_device_positions(mask.docs.q_doc_start, device, op, "q_doc_start");
   require_device_positions(mask.docs.k_pos, device, op, "k_pos");
+  check_attn_ready_flags(ready, q.device, op);
   if (host_check_requested()) check_list_on_host(list, d, mask.docs, key_rows, two, tasks, split.slots, stream, op);
 
   AttnFwdParams p;
@@ -340,9 +345,21 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
     wl.split_count = split.count.ptr<int32_t>();
     wl.split_slots = int(split.slots);
   }
+  if (ready.on()) {  // the flags instantiation (attn_fwd_work_list_ready.cuh)
+    wl.ready = static_cast<const unsigned*>(ready.ready.data);
+    wl.n_ready = int(ready.ready.shape[0]);
+    wl.epoch = ready.epoch;
+    wl.timeout_ns = attn_ready_timeout_ns(ready.timeout_s, op);
+    wl.fault = static_cast<unsigned long long*>(ready.fault.data);
+  }
   const int window = list_head_window(d.H, d.group, key_rows, d.D, d.B);
-  if (d.D == 64) launch<64>(p, d.B, wl, window, device, stream);
-  else launch<128>(p, d.B, wl, window, device, stream);
+  if (d.D == 64) ready.on() ? launch<64, true>(p, d.B, wl, window, device, stream)
+                            : launch<64, false>(p, d.B, wl, window, device, stream);
+  else ready.on() ? launch<128, true>(p, d.B, wl, window, device, stream)
+                  : launch<128, false>(p, d.B, wl, window, device, stream);
+  // RT_ATTN_WORK_LIST_CHECK=1: wait for the call and raise a timed-out wait here (the caller's own check is
+  // attn_ready_fault_check at its next host wait, kernels/attn_ready_flags.h).
+  if (ready.on() && host_check_requested()) attn_ready_fault_check(ready, op);
 }
 
 }  // namespace cuda

@@ -43,6 +43,12 @@ struct WsWorkList {
   float* split_state = nullptr;  // (split_slots, H, 128, D + 2) f32: each part's unnormalized O, m, l per row
   int* split_count = nullptr;    // (split_slots, H, 8) i32: parts landed per (tile's first slot, head, 16-row group)
   int split_slots = 0;           // the list's merge slots; 0: a split task stops the kernel
+  // Ready flags (kernels/attn_ready_flags.h; read by the flags instantiation only, attn_fwd_work_list_ready.cuh).
+  const unsigned* ready = nullptr;       // (n_ready) u32: source s's gathered rows are in once ready[s] == epoch
+  int n_ready = 0;                       // 1 .. kAttnReadySourcesMax
+  unsigned epoch = 0;                    // this call's exchange
+  unsigned long long timeout_ns = 0;     // the watchdog's limit per wait
+  unsigned long long* fault = nullptr;   // the fault word (attn_ready_fault_word, atomicMax)
   // Word offsets of the sections (kernels/attn_work_list.h): tasks at 4, then the rest.
   __host__ __device__ int rows_at() const { return 4 + 4 * tasks; }      // (T, 8) AttnRowBounds
   __host__ __device__ int keys_at() const { return 4 + 36 * tasks; }     // (B, key_tiles) AttnKeyRange
