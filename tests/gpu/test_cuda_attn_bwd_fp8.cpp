@@ -10,6 +10,7 @@
 //       and at least 1e-2 (under it the FP8 products are not FP8);
 //   (d) attn_bwd_fp8_experiment against the two steps: dK, dV bit for bit (each row is one CTA's single add), dQ
 //       within 1e-5 (f32 atomics in another order).
+// The kernel is v2 unless RT_ATTN_FP8_BWD_KERNEL=v1 (the same checks hold for both; each case's line names it).
 // Fresh random inputs per case; quantizer outputs poisoned first; the accumulators start from fresh random values
 // (the op adds), so a row left unwritten or overwritten fails, and any NaN fails (rel_error is infinite). Skipped only without a CUDA device; a GPU other than an
 // H100 / H200 fails with the op's refusal.
@@ -269,10 +270,10 @@ void run_backward_case(const Case& s, uint64_t seed) {
   // (c) against fp64.
   const double rq = rel_error(dq_gpu, ref.dq), rk = rel_error(dk_gpu, ref.dk), rv = rel_error(dv_gpu, ref.dv);
   const double cq = rel_error(dq_cpu, ref.dq), ck = rel_error(dk_cpu, ref.dk), cv = rel_error(dv_cpu, ref.dv);
-  std::printf("[ fp8 bwd ] B %ld N %ld H %ld Hkv %ld %s: vs CPU op dq %.3e dk %.3e dv %.3e; vs fp64 GPU dq %.4e dk "
-              "%.4e dv %.4e (CPU op %.4e %.4e %.4e)\n",
-              long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full", eq, ek, ev, rq, rk, rv, cq,
-              ck, cv);
+  std::printf("[ fp8 bwd %s ] B %ld N %ld H %ld Hkv %ld %s: vs CPU op dq %.3e dk %.3e dv %.3e; vs fp64 GPU dq %.4e "
+              "dk %.4e dv %.4e (CPU op %.4e %.4e %.4e)\n",
+              attn_bwd_fp8_kernel_name(), long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full",
+              eq, ek, ev, rq, rk, rv, cq, ck, cv);
   EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(dq_gpu, dq_cpu);
   EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(dk_gpu, dk_cpu);
   EXPECT_LE(ev, 1e-2) << "dV vs the CPU op: " << worst_mismatch(dv_gpu, dv_cpu);
