@@ -16,12 +16,13 @@ namespace {
 // (bench/results/2026-12-01-h200-doc-cp8, -a2a-per-rank), by bench/fit_ring_time_model.py. Only d = 128 was measured.
 const KernelTimeModel kForward[] = {{128, 56.5, 0.0138, 0.00694, 0.0155}};
 const KernelTimeModel kBackward[] = {{128, 74.0, 0.0334, 0.0178, 0.0197}};
-// The gather scheme's calls (own, gathered, the own backward's parts), fitted to 889 of them measured one by one on
-// the H200 (cp 4 and 8, 16 and 32/8 heads, 64K-512K; bench/results/2026-12-02-h200-doc-cp8-gather/session3.jsonl,
-// bench/fit_ring_time_model.py --gather; bench/NOTES.md "Ring time model: the gather calls"): mean |error| of the
-// gathered backward 0.41 -> 0.14, of the own backward's part B 0.16 -> 0.09 against the ring's coefficients.
-const KernelTimeModel kGatherForward[] = {{128, 56.97, 0.03538, 0.007818, 0.00331}};
-const KernelTimeModel kGatherBackward[] = {{128, 21.02, 0.1033, 0.01811, 0.0}};
+// The gather scheme's calls (own, gathered, the own backward's parts), refitted on 2026-12-04 to 1,814 of them measured
+// one by one on the H200: the 925 of bench/results/2026-12-04-h200-doc-cp8-default.jsonl (cp 8, 16 heads, 64K and 128K,
+// the work list the one-launch forward) and the 889 of bench/results/2026-12-02-h200-doc-cp8-gather/session3.jsonl
+// (cp 4 and 8, 16 and 32/8 heads, 64K-512K), by bench/fit_ring_time_model.py --gather (bench/NOTES.md "The gather
+// time model refitted on the list kernel"). The forward's fixed cost fell with the list's lost set-up kernels.
+const KernelTimeModel kGatherForward[] = {{128, 45.56, 0.0343, 0.007807, 0.00221}};
+const KernelTimeModel kGatherBackward[] = {{128, 17.91, 0.01543, 0.01883, 0.03641}};
 
 // The entry of `table` (count entries) nearest head_dim, its tile terms scaled by head_dim / its head dim.
 KernelTimeModel nearest_model(const KernelTimeModel* table, size_t count, int64_t head_dim) {

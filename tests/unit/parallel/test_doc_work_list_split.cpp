@@ -15,6 +15,7 @@
 #include <string>
 
 #include "parallel/schedule/doc_work_list.h"
+#include "parallel/schedule/ring_time_model.h"
 #include "tests/unit/kernels/two_kv_case.h"
 #include "tests/unit/parallel/doc_work_list_cases.h"
 
@@ -228,7 +229,9 @@ TEST(DocWorkListSplit, RuleSplitsALongTaskInTheLastWindowOnly) {
 TEST(DocWorkListSplit, OnFromTheFit) {
   const DocWorkListSplit s = doc_work_list_split_for(16, 128, 132);
   EXPECT_TRUE(s.on);
-  EXPECT_NEAR(s.task_tiles, 4.5, 0.1);  // gather forward: query_tile_us / full_us
+  const KernelTimeModel fwd = gather_kernel_time_model(false, 128);
+  EXPECT_NEAR(s.task_tiles, fwd.query_tile_us / fwd.full_us, 1e-9);  // the gather forward's per-task cost in tiles
+  EXPECT_GT(s.task_tiles, 1.0);
   // doc_work_list with the rule on a small call (nothing stands out at 132 CTAs): the unsplit list.
   const DocWorkListInputs in =
       test::work_list_inputs_of(test::make_two_kv_case(1, 1, 1, 1, 1400, 150, 380, 900, 1090, 71, no_round));
