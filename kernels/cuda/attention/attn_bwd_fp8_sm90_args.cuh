@@ -56,8 +56,9 @@ struct Fp8BwdMaps {
   CUtensorMap qt, dot, kt;    // e4m3 (N, D, heads, B), boxes (128, 128, 1, 1)
 };
 
-// The v2 kernel (attn_bwd_fp8_sm90_v2.cu) on `grid` (key tiles, Hkv, B) x kFp8BwdThreads, kSmemBytes of dynamic
-// shared memory, on `stream`; sets its shared-memory attribute on first use per device.
+// The v2 kernel (attn_bwd_fp8_sm90_v2.cu) over the CTAs of `grid` (key tiles, Hkv, B), launched as one flat grid of
+// that many (key tile slowest), kFp8BwdThreads each, kSmemBytes of dynamic shared memory, on `stream`; sets its
+// shared-memory attribute on first use per device.
 void launch_attn_bwd_fp8_v2_kernel(const Fp8BwdMaps& maps, const Fp8BwdParams& p, dim3 grid, cudaStream_t stream,
                                    int device);
 

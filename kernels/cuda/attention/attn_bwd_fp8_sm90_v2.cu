@@ -23,6 +23,7 @@
 // D = 128 and N a multiple of 128 only. Keep C++17.
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -90,8 +91,12 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
   const int tid = int(threadIdx.x);
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int kt_idx = int(blockIdx.x);
-  const int64_t hk = blockIdx.y, b = blockIdx.z;
+  // CTA order (a 1-D grid, launch_attn_bwd_fp8_v2_kernel): key tile slowest, then K/V head, then sample, so the
+  // causal CTAs start longest first across all (sample, head) pairs (v1's grid ran them head by head: the last
+  // head's longest CTAs started last, and most SMs idled behind them).
+  const int64_t pairs = int64_t(gridDim.x) / p.nblk;  // (sample, K/V head) pairs
+  const int kt_idx = int(int64_t(blockIdx.x) / pairs);
+  const int64_t pair = int64_t(blockIdx.x) % pairs, hk = pair % p.Hkv, b = pair / p.Hkv;
   const int64_t k0 = int64_t(kt_idx) * kKeys;
   const int i_first = p.causal ? kt_idx : 0;  // the first query tile that sees these keys
   const int n_qt = p.nblk - i_first;
@@ -321,7 +326,11 @@ void launch_attn_bwd_fp8_v2_kernel(const Fp8BwdMaps& maps, const Fp8BwdParams& p
         cudaFuncSetAttribute(attn_bwd_fp8_v2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     configured[device_slot(device)] = true;
   }
-  attn_bwd_fp8_v2_kernel<<<grid, kFp8BwdThreads, kSmemBytes, stream>>>(maps, p);
+  const uint64_t ctas = uint64_t(grid.x) * grid.y * grid.z;  // (key tiles x K/V heads x samples), decoded by the kernel
+  RT_CHECK(ctas <= uint64_t(INT32_MAX), "attn_bwd_fp8_from_codes: " << ctas << " CTAs (N / 128 x Hkv x B) past the "
+                                                                           "v2 kernel's flat grid (2^31 - 1)");
+  const dim3 flat(static_cast<unsigned>(ctas), 1, 1);
+  attn_bwd_fp8_v2_kernel<<<flat, kFp8BwdThreads, kSmemBytes, stream>>>(maps, p);
   CUDA_CHECK_LAUNCH();
 }
 
