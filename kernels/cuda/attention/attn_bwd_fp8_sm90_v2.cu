@@ -60,6 +60,29 @@ __device__ __forceinline__ void issue_dq_part(float (&x)[32], uint32_t ds_rows, 
     wgmma_m64n64k32_ss_e4m3(x, a0 + uint64_t((kk * 32) >> 4), b0 + uint64_t((kk * 32) >> 4), kk > 0 ? 1 : 0);
 }
 
+// store_ds_half's stores (the dS codes of a half into the (128 queries, 128 keys) sw128 e4m3 dS tile at the same
+// bytes) with the addresses reduced to two per thread: the thread's keys krow, krow + 8 share one 16-key chunk
+// (krow >> 4), and its queries q_half + 8 nt + 2t + e have q & 7 = 2t + e, so the swizzled chunk depends on e only
+// and every byte is one of two per-thread offsets plus a constant (an immediate of the store).
+__device__ __forceinline__ void store_ds_half_fast(uint8_t* ds_tile, const uint32_t (&f)[8], int krow, int q_half,
+                                                   int t) {
+  const int chunk = (krow >> 4) & 7, key_lo = krow & 15;  // krow & 15 < 8: key krow + 8 is in the same chunk
+  uint8_t* const row_e[2] = {
+      ds_tile + (2 * t) * 128 + (((chunk ^ (2 * t)) & 7) << 4) + key_lo,
+      ds_tile + (2 * t + 1) * 128 + (((chunk ^ (2 * t + 1)) & 7) << 4) + key_lo,
+  };
+#pragma unroll
+  for (int nt = 0; nt < kHalf / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t word = f[4 * (nt / 4) + 2 * ((nt % 4) / 2) + r];
+        const int byte = (nt % 2) * 2 + e;
+        row_e[e][(q_half + nt * 8) * 128 + 8 * r] = uint8_t(word >> (8 * byte));
+      }
+}
+
 // f x (a (64 queries x 64 columns) accumulator part) added into columns col0 .. col0 + 63 of 2 rows of a (.., 128)
 // f32 tensor with f32x2 reductions: row0 the thread's query row g, row0 + 8 row_stride its row g + 8.
 __device__ __forceinline__ void red_add_part(float* row0, int64_t row_stride, int col0, const float (&x)[32], float f,
@@ -236,7 +259,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
 
     uint32_t df0[8], df1[8];  // dS' = e4m3(dS^T s_dS) as E4M3 A fragments: queries 0..63, 64..127
     pack_e4m3_half(hi, ds_s, df1);
-    store_ds_half(ds_bytes, df1, krow, kHalf, t);
+    store_ds_half_fast(ds_bytes, df1, krow, kHalf, t);
     // Half 0's dS^T back from the staging area (into hi, free now).
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -244,7 +267,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
       hi[4 * j] = x.x, hi[4 * j + 1] = x.y, hi[4 * j + 2] = x.z, hi[4 * j + 3] = x.w;
     }
     pack_e4m3_half(hi, ds_s, df0);
-    store_ds_half(ds_bytes, df0, krow, 0, t);
+    store_ds_half_fast(ds_bytes, df0, krow, 0, t);
     fence_proxy_async_smem();  // the dS bytes, for the dQ wgmma after the dS barrier
 
     wgmma_wait<0>();  // dV part 1 done: pf0, pf1 are free
