@@ -1,5 +1,7 @@
 // The FP8 (E4M3) attention backward on Hopper (sm_90a), issue 47's first GPU backward (kernels/attn_bwd_fp8.h has the
-// contract; the CPU op attn_bwd_block_fp8, kernels/attn_fp8.h, is its reference). Design, written before any GPU run:
+// contract; the CPU op attn_bwd_block_fp8, kernels/attn_fp8.h, is its reference). v1: it runs under
+// RT_ATTN_FP8_BWD_KERNEL=v1; the default is v2 (attn_bwd_fp8_sm90_v2.cu: the same tiles, reordered), which
+// launch_attn_bwd_fp8 below picks. Design, written before any GPU run:
 //
 // Operands. FP8 wgmma takes no transpose: both operands must be K-major (contiguous along the contraction).
 //   * S^T = K Q^T and dP^T = V dO^T stay bf16 (the recipe): bf16 K, V, Q, dO tiles, K-major as stored (contract

@@ -3,23 +3,29 @@
 // CTA shape as v1 (attn_bwd_fp8_sm90.cu has the design of both: one CTA per (128-key tile, K/V head, sample), 2
 // warpgroups x 64 keys, dK / dV in registers, 128-query tiles worked in two halves of 64 queries, thread 0 issuing
 // single-buffered TMA loads); v2 reorders the tile so the wgmma pipe is drained less often and the FP8 products run
-// under the work between them (v1 drained it 11 times a tile, every fold and exp with the tensor cores idle):
+// under the work between them (v1 drained it 11 times a tile, every fold with the tensor cores idle):
 //   * one work accumulator of 64 registers per tile in two halves, lo and hi: S_h -> lo and dP_h -> hi in the
-//     halves, the (64 keys x 64 columns of D) FP8 products in lo / hi; dQ (64 queries x 128) in its own, as v1;
+//     halves, the (64 keys x 64 columns of D) FP8 products in lo / hi (a pair carried across the loop, or a third
+//     64 for dQ beside it, made ptxas serialize the wgmmas: C7511);
 //   * the halves form S, dP, P (E4M3 A fragments pf0, pf1 kept for the tile) and dS (half 0 staged in shared memory
 //     as v1, half 1 in hi), with no FP8 product between them; half 1's S is issued as soon as lo is free;
 //   * dV sums the tile's 128 queries in one FP8 accumulator (the CPU op's tile sum; v1 folded per 64-query half):
 //     part 0 (columns 0..63) is issued before the amax barrier and runs under the amax, part 1 after it, under the
-//     dS codes and byte stores; then dK parts 0 and 1 both in flight, part 0's fold under part 1;
-//   * dO^T is first read before the amax barrier (dV part 0), Q^T after it (dK), so the next tile's copies, issued
-//     at the dS barrier as in v1, have a whole tile of slack.
-// Drains a tile: S/dP 4 (as v1), dV 2 (each behind the amax / the dS codes), dK 1, dQ 1. Register peak as v1's
-// (dK, dV 128 + work 64 + P and dS fragments 16 or 24).
-// PREDICTION (H200, d128 causal, B 1, H 16; before any GPU run): +10-20% over v1: 4K ~310-340, 16K ~420-460, 32K
-// ~440-480 TF/s, 0.6-0.8x our bf16 backward; same error as v1 (vs the CPU op ~1e-4..1e-3, vs fp64 3.6-3.8e-2).
-// Not >= 1.0x: the exps, packs and the two CTA barriers still leave the tensor pipe idle in both warpgroups at
-// once, and dQ and its 64 f32 reductions a thread stay serial at the end of the tile (/tmp notes: the shared memory
-// left no room for a second stage, the registers none for a producer warpgroup).
+//     dS codes and byte stores (two per-thread offsets plus immediates: store_ds_half_fast);
+//   * dK parts 0 and 1 both in flight, the dS barrier under them; dQ in two n64 parts of D, each issued as soon as
+//     lo / hi is folded, part 0's f32x2 reductions under part 1; the next tile's Q^T / dO^T load waits on an
+//     mbarrier of 8 warp arrivals (every warp past dK) instead of a CTA barrier;
+//   * a flat grid with the key tile slowest: the causal CTAs start longest first across all (sample, K/V head) pairs
+//     (v1: head by head; a list-scheduling model of 4K, B 1, H 16 gives 0.78 of ideal for v1's order, 0.98 for
+//     this one; 16K and 32K ~1.0 either way).
+// Drains a tile: S/dP 4 (as v1), dV 2 (each behind the amax / the dS codes), then one at the end (dQ part 1).
+// ptxas (sm_90a): 253 registers, 0 spill, no C751x (v1: 255, 8 bytes spill).
+// PREDICTION (H200, d128 causal, B 1, H 16; before any GPU run): 4K ~370-430 (1.3-1.5x v1's 287: the grid order
+// ~1.25x, the tile ~1.1-1.2x), 16K ~420-470 (v1 381), 32K ~440-490 (v1 404) TF/s: 0.7-0.8x our bf16 backward, not
+// >= 1.0x. Same error as v1 (vs the CPU op ~1e-4..1e-3, vs fp64 3.6-3.8e-2). What stays serial: the exps and packs
+// leave the tensor pipe idle in both warpgroups at once (they run in phase between 2 CTA barriers a tile), and the
+// next tile's S waits for dQ (a wgmma in flight across the loop edge made ptxas serialize: C7514). The shared memory
+// leaves no room for a second Q / dO stage (96 KB a stage), the registers none for a producer warpgroup.
 // D = 128 and N a multiple of 128 only. Keep C++17.
 #include <cuda_bf16.h>
 
