@@ -189,8 +189,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     const float dof = p.do_factor[(b * p.H + h) * p.nblk + tile];
     mbar_wait(bar_q, phase);
     // The work accumulator of the tile: (64 keys, 64 queries) S^T / dP^T, (64 keys, 64 columns of D) products. Local
-    // to the tile (as v1's s, dp), so it is dead at dQ, which takes its own 64 (a loop-carried pair made ptxas
-    // serialize the wgmmas: C7511).
+    // to the tile (as v1's s, dp): carried across the loop, ptxas serialized the wgmmas (C7511).
     float lo[32], hi[32];
 
     // ---- half 0: S^T -> lo, dP^T -> hi; P^T to E4M3 (pf0); dS^T (f32) staged; half 1's S^T issued early ----
