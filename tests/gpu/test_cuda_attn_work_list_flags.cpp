@@ -236,13 +236,16 @@ TEST(AttnWorkListFlagsCuda, StaleFlagWaitsForTheNewRows) {
   Fixture fx(random_docs(128, 109));
   ASSERT_GT(fx.gathered_tasks, 0);
   const Got want = fx.run(nullptr);
-  // Stale rows: another case's (finite, other values), under the flag of the previous epoch.
-  const TwoKvCase stale = random_docs(128, 991);
-  upload(fx.d->k2.t(), stale.k2);
-  upload(fx.d->v2.t(), stale.v2);
+  // Stale rows: the new rows in reverse order (finite, the same count, other values at every position), under the flag
+  // of the previous epoch.
+  std::vector<float> stale_k2 = fx.c.k2, stale_v2 = fx.c.v2;
+  std::reverse(stale_k2.begin(), stale_k2.end());
+  std::reverse(stale_v2.begin(), stale_v2.end());
+  upload(fx.d->k2.t(), stale_k2);
+  upload(fx.d->v2.t(), stale_v2);
   const Got on_stale = fx.run(nullptr);
   EXPECT_FALSE(same_bits(on_stale.out, want.out)) << "the stale rows give the new rows' result: the test cannot fail";
-  const Got got = run_delayed(fx, &stale.k2, &stale.v2);
+  const Got got = run_delayed(fx, &stale_k2, &stale_v2);
   EXPECT_TRUE(same_bits(got.out, want.out)) << "out over a stale flag differs from the new rows' result";
   EXPECT_TRUE(same_bits(got.lse, want.lse)) << "lse over a stale flag differs from the new rows' result";
 }
