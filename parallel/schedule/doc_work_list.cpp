@@ -153,6 +153,12 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in, const DocWorkListSplit& 
   return doc_work_list_apply_splits(list, parts, split);
 }
 
+AttnWorkList doc_work_list_ordered(const DocWorkListInputs& in, DocWorkListOrder order, const DocWorkListSplit& costs) {
+  AttnWorkList list = doc_work_list(in);
+  if (order == DocWorkListOrder::heaviest_first) return list;
+  return doc_work_list_own_first(list, costs);
+}
+
 void doc_work_list_bounds(AttnWorkList& list, const DocWorkListInputs& in) {
   const char* op = "doc_work_list_bounds";
   const KeyTiling kt = check_inputs(in, op);

@@ -46,6 +46,14 @@ AttnWorkList doc_work_list(const DocWorkListInputs& in);
 // needs a split scratch for a list with splits, attn_work_list.h AttnSplitScratch).
 AttnWorkList doc_work_list(const DocWorkListInputs& in, const DocWorkListSplit& split);
 
+// The forward list's order: heaviest_first, doc_work_list(in) (the default, every caller's); own_first,
+// doc_work_list_own_first over it (parallel/schedule/doc_work_list_split.h: every unit of own work before any unit
+// that reads a gathered tile, the mixed tasks cut in two), for a call launched under ready flags before its gathered
+// rows land (the exchange under the launch). `costs` gives the unit costs that rank the tasks (its `on` is ignored).
+enum class DocWorkListOrder { heaviest_first, own_first };
+AttnWorkList doc_work_list_ordered(const DocWorkListInputs& in, DocWorkListOrder order,
+                                   const DocWorkListSplit& costs = DocWorkListSplit{});
+
 // Fills list.rows (per task, per 16-row group of its query tile: the least position and greatest document start,
 // rows past Nq reading row Nq - 1) and list.keys (per sample and key tile of the list: the least and greatest position
 // of its 128 list rows, rows past list_rows reading the last) from the call's positions, for the CUDA kernel's tile

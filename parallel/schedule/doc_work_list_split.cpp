@@ -207,4 +207,91 @@ AttnWorkList doc_work_list_apply_splits(const AttnWorkList& list, const std::vec
   return res;
 }
 
+AttnWorkList doc_work_list_own_first(const AttnWorkList& list, const DocWorkListSplit& s) {
+  const char* op = "doc_work_list_own_first";
+  RT_CHECK(list.rows.size() == list.tasks.size() * size_t(kAttnWorkRowGroups),
+           op << ": " << list.rows.size() << " row bounds for " << list.tasks.size() << " tasks (8 per task)");
+  struct Unit {
+    AttnWorkTask task;
+    std::vector<AttnKeySeg> segs;
+    size_t from;  // the unsplit task's index (its row bounds)
+    double cost;
+    int phase;    // 0: own work, 1: gathered work
+  };
+  std::vector<Unit> units;
+  for (size_t i = 0; i < list.tasks.size(); ++i) {
+    const AttnWorkTask& t = list.tasks[i];
+    RT_CHECK(t.parts == 1 && t.part == 0 && t.merge_slot == -1,
+             op << ": task " << i << " is already part " << int(t.part) << " of " << int(t.parts)
+                << "; pass doc_work_list's unsplit list");
+    Unit own{t, {}, i, 0, 0}, got{t, {}, i, 0, 1};
+    int64_t own_tiles = 0, got_tiles = 0;
+    for (int k = t.first_seg; k < t.first_seg + t.segs; ++k) {
+      const AttnKeySeg& g = list.segs[size_t(k)];
+      if (g.source < 0) {
+        RT_CHECK(got.segs.empty(), op << ": task " << i << " lists an own segment after a gathered one");
+        own.segs.push_back(g);
+        own_tiles += g.tiles;
+      } else {
+        got.segs.push_back(g);
+        got_tiles += g.tiles;
+      }
+    }
+    const bool cut = own_tiles > 0 && got_tiles > 0;
+    if (cut) {
+      own.task.part = 0, got.task.part = 1;
+      own.task.parts = got.task.parts = 2;
+    }
+    if (own_tiles > 0) {
+      own.cost = doc_work_list_unit_cost(own_tiles, cut, s);
+      units.push_back(std::move(own));
+    }
+    if (got_tiles > 0) {
+      got.cost = doc_work_list_unit_cost(got_tiles, cut, s);
+      units.push_back(std::move(got));
+    }
+  }
+  std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) {
+    if (a.phase != b.phase) return a.phase < b.phase;
+    if (a.cost != b.cost) return a.cost > b.cost;
+    if (a.task.sample != b.task.sample) return a.task.sample < b.task.sample;
+    return a.task.q_row < b.task.q_row;
+  });
+  AttnWorkList res;
+  res.keys = list.keys;
+  std::vector<int32_t> first_slot(list.tasks.size(), -1);  // (unsplit tasks) s0 of each cut tile
+  for (Unit& u : units) {
+    if (u.task.parts > 1) {
+      int32_t& s0 = first_slot[u.from];
+      if (s0 < 0) {
+        RT_CHECK(res.merge_slots <= INT16_MAX - 2, op << ": more than " << INT16_MAX << " merge slots (the i16 field)");
+        s0 = res.merge_slots;
+        res.merge_slots += 2;
+      }
+      u.task.merge_slot = int16_t(s0 + u.task.part);
+    }
+    RT_CHECK(res.segs.size() + u.segs.size() <= size_t(INT32_MAX), op << ": too many segments for the i32 offsets");
+    u.task.first_seg = int32_t(res.segs.size());
+    u.task.segs = int16_t(u.segs.size());
+    res.tasks.push_back(u.task);
+    res.segs.insert(res.segs.end(), u.segs.begin(), u.segs.end());
+    const auto rows = list.rows.begin() + std::ptrdiff_t(u.from * size_t(kAttnWorkRowGroups));
+    res.rows.insert(res.rows.end(), rows, rows + kAttnWorkRowGroups);
+  }
+  return res;
+}
+
+DocWorkListPhases doc_work_list_phases(const AttnWorkList& list) {
+  DocWorkListPhases ph;
+  ph.first_gathered = list.tasks.size();
+  for (size_t i = 0; i < list.tasks.size(); ++i) {
+    const AttnWorkTask& t = list.tasks[i];
+    bool own = false, got = false;
+    for (int k = t.first_seg; k < t.first_seg + t.segs; ++k) (list.segs[size_t(k)].source < 0 ? own : got) = true;
+    if (got && ph.first_gathered == list.tasks.size()) ph.first_gathered = i;
+    if (own && ph.first_gathered < list.tasks.size()) ph.own_first = false;
+  }
+  return ph;
+}
+
 }  // namespace rt

@@ -77,4 +77,26 @@ std::vector<int> doc_work_list_split_parts(const std::vector<int64_t>& tiles, co
 AttnWorkList doc_work_list_apply_splits(const AttnWorkList& list, const std::vector<int>& parts,
                                         const DocWorkListSplit& s);
 
+// The own-first order (issue 46, bench/NOTES.md "ready flags": a list launched before its gathered rows land, under
+// ready flags, kernels/attn_ready_flags.h): every unit of own work before any unit that reads a gathered tile, so that
+// no unit waiting for the exchange holds an SM while own work is still queued. `list` is unsplit (doc_work_list's);
+// a task with both own and gathered tiles is cut into two parts at the source boundary (part 0 its own tiles, part 1
+// its gathered tiles: the parts' tiles in part order are the task's, as every split's), merged in part order as any
+// split (attn_fwd_work_list_split.cuh; the CPU op likewise). Order: phase 1, the own-only tasks and the own parts,
+// heaviest first by doc_work_list_unit_cost (ties: sample, q_row); phase 2, the gathered parts and the gathered-only
+// tasks, heaviest first likewise. Merge slots: two per cut task, numbered densely in phase-1 order. The split rule
+// (DocWorkListSplit::on) is not applied: s gives the unit costs only (task_tiles, part_tiles). A list with no gathered
+// tile comes back in its order (no cut). Note the CUDA kernel's unit order is window-major (attn_fwd_work_list.cuh):
+// the own-first order holds across the whole launch only when its head window is every head
+// (AttnVariantOverride::fwd_doc_l2_kb large enough); inside each window otherwise.
+AttnWorkList doc_work_list_own_first(const AttnWorkList& list, const DocWorkListSplit& s);
+
+// The index of the first task of `list` that names a gathered tile (source >= 0), and whether every task from there
+// on names only gathered tiles: the own-first property (tasks.size() when none names one).
+struct DocWorkListPhases {
+  size_t first_gathered = 0;  // the first task with a gathered segment
+  bool own_first = true;      // no task from first_gathered on has an own segment
+};
+DocWorkListPhases doc_work_list_phases(const AttnWorkList& list);
+
 }  // namespace rt
