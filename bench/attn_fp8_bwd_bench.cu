@@ -10,72 +10,21 @@
 // The FP8 kernel is v2 unless RT_ATTN_FP8_BWD_KERNEL=v1 (the first line says which ran).
 #include <cmath>
 #include <cstdio>
-#include <sstream>
-#include <string>
-#include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "bench/fp8_attn_bench_util.h"
 #include "kernels/attn_bwd_fp8.h"
-
-namespace rt::bench {
-namespace {
-
-// ||a - b|| / ||b|| over two f32 device tensors of one shape (through the host); infinity on a NaN in a.
-double rel_rms(const Tensor& a, const Tensor& b) {
-  std::vector<float> ha(size_t(a.numel())), hb(size_t(b.numel()));
-  copy_cast(Tensor(ha.data(), DType::f32, Device::cpu(), {a.numel()}), a);
-  copy_cast(Tensor(hb.data(), DType::f32, Device::cpu(), {b.numel()}), b);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ha.size(); ++i) {
-    if (std::isnan(ha[i])) return INFINITY;
-    num += (double(ha[i]) - hb[i]) * (double(ha[i]) - hb[i]);
-    den += double(hb[i]) * hb[i];
-  }
-  return std::sqrt(num / den);
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
-
-}  // namespace
-}  // namespace rt::bench
 
 int main(int argc, char** argv) {
   using namespace rt;
   using namespace rt::bench;
-  std::vector<int64_t> ns = {4096, 16384, 32768};
-  int64_t B = 1, H = 16, Hkv = 16;
-  int warmup = 3, reps = 10;
-  bool causal = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--n") ns = parse_list(next());
-    else if (a == "--b") B = std::stoll(next());
-    else if (a == "--h") H = std::stoll(next());
-    else if (a == "--hkv") Hkv = std::stoll(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--full") causal = false;
-    else {
-      std::fprintf(stderr, "usage: bench_attn_fp8_bwd_bench [--n 4096,16384,32768] [--b 1] [--h 16] [--hkv 16] "
-                           "[--warmup 3] [--reps 10] [--full]\n");
-      return 2;
-    }
-  }
-  if (!cuda_available()) {
-    std::fprintf(stderr, "bench_attn_fp8_bwd_bench: no CUDA device\n");
-    return 1;
-  }
-  try {
-    cuda::init(0);
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  Fp8AttnBenchArgs args;
+  args.ns = {4096, 16384, 32768};
+  if (!parse_fp8_attn_bench_args(argc, argv, "bench_attn_fp8_bwd_bench", /*takes_batch=*/true, args)) return 2;
+  const int64_t B = args.B, H = args.H, Hkv = args.Hkv;
+  const int warmup = args.warmup, reps = args.reps;
+  const bool causal = args.causal;
+  return run_on_gpu0("bench_attn_fp8_bwd_bench", [&](const cudaDeviceProp& prop) {
     std::printf("device: %s, %d SMs; B %ld, H %ld, Hkv %ld, D 128, %s; fp8 kernel %s (RT_ATTN_FP8_BWD_KERNEL)\n",
                 prop.name, prop.multiProcessorCount, long(B), long(H), long(Hkv), causal ? "causal" : "full",
                 attn_bwd_fp8_kernel_name());
@@ -83,7 +32,7 @@ int main(int argc, char** argv) {
                 "dq rel  dk rel  dv rel (fp8 vs bf16)\n");
     const Device gpu = Device::cuda(0);
     const int64_t D = 128;
-    for (int64_t N : ns) {
+    for (int64_t N : args.ns) {
       const int64_t nblk = N / 128, nq = B * N * H * D, nk = B * N * Hkv * D;
       DeviceBuffer q(size_t(nq * 2)), k(size_t(nk * 2)), v(size_t(nk * 2)), dout(size_t(nq * 2)), out(size_t(nq * 2));
       DeviceBuffer acc(size_t(nq * 4)), m(size_t(B * N * H * 4)), l(size_t(B * N * H * 4));  // forward state
@@ -135,14 +84,9 @@ int main(int argc, char** argv) {
           [&] { attn_bwd_fp8_from_codes(tq, tk, tv, tdo, tlse, tdelta, codes, causal, tdq8, tdk8, tdv8); }, warmup,
           reps);
       const double flops = 10.0 * double(B) * H * double(N) * double(N) * D * (causal ? 0.5 : 1.0);
-      const double bf16_tf = flops / (bf16_ms * 1e-3) / 1e12, fp8_tf = flops / (fp8_ms * 1e-3) / 1e12;
-      std::printf("%7ld %8.3f %10.1f %9.3f %7.3f %9.1f %9.2f %17.2f  %.3e %.3e %.3e\n", long(N), bf16_ms, bf16_tf,
-                  quant_ms, fp8_ms, fp8_tf, bf16_ms / fp8_ms, bf16_ms / (fp8_ms + quant_ms), eq, ek, ev);
+      print_fp8_attn_times(N, flops, bf16_ms, quant_ms, fp8_ms);
+      std::printf("  %.3e %.3e %.3e\n", eq, ek, ev);
       std::fflush(stdout);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_attn_fp8_bwd_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

@@ -7,77 +7,28 @@
 //   bench_attn_fp8_fwd_bench [--n 16384,32768,65536] [--h 16] [--hkv 16] [--warmup 3] [--reps 10] [--full]
 #include <cmath>
 #include <cstdio>
-#include <sstream>
-#include <string>
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "bench/fp8_attn_bench_util.h"
 #include "kernels/attn_fwd_fp8.h"
-
-namespace rt::bench {
-namespace {
-
-// ||a - b|| / ||b|| over two bf16 device tensors of one shape (through the host).
-double rel_rms(const Tensor& a, const Tensor& b) {
-  std::vector<float> ha(size_t(a.numel())), hb(size_t(b.numel()));
-  copy_cast(Tensor(ha.data(), DType::f32, Device::cpu(), {a.numel()}), a);
-  copy_cast(Tensor(hb.data(), DType::f32, Device::cpu(), {b.numel()}), b);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ha.size(); ++i) {
-    if (std::isnan(ha[i])) return INFINITY;
-    num += (double(ha[i]) - hb[i]) * (double(ha[i]) - hb[i]);
-    den += double(hb[i]) * hb[i];
-  }
-  return std::sqrt(num / den);
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
-
-}  // namespace
-}  // namespace rt::bench
 
 int main(int argc, char** argv) {
   using namespace rt;
   using namespace rt::bench;
-  std::vector<int64_t> ns = {16384, 32768, 65536};
-  int64_t H = 16, Hkv = 16;
-  int warmup = 3, reps = 10;
-  bool causal = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--n") ns = parse_list(next());
-    else if (a == "--h") H = std::stoll(next());
-    else if (a == "--hkv") Hkv = std::stoll(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--full") causal = false;
-    else {
-      std::fprintf(stderr, "usage: bench_attn_fp8_fwd_bench [--n 16384,32768,65536] [--h 16] [--hkv 16] "
-                           "[--warmup 3] [--reps 10] [--full]\n");
-      return 2;
-    }
-  }
-  if (!cuda_available()) {
-    std::fprintf(stderr, "bench_attn_fp8_fwd_bench: no CUDA device\n");
-    return 1;
-  }
-  try {
-    cuda::init(0);
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  Fp8AttnBenchArgs args;
+  args.ns = {16384, 32768, 65536};
+  if (!parse_fp8_attn_bench_args(argc, argv, "bench_attn_fp8_fwd_bench", /*takes_batch=*/false, args)) return 2;
+  const int64_t H = args.H, Hkv = args.Hkv;
+  const int warmup = args.warmup, reps = args.reps;
+  const bool causal = args.causal;
+  return run_on_gpu0("bench_attn_fp8_fwd_bench", [&](const cudaDeviceProp& prop) {
     std::printf("device: %s, %d SMs; B 1, H %ld, Hkv %ld, D 128, %s\n", prop.name, prop.multiProcessorCount, long(H),
                 long(Hkv), causal ? "causal" : "full");
     std::printf("\n      N  bf16 ms  bf16 TF/s  quant ms  fp8 ms  fp8 TF/s  fp8/bf16  (fp8+quant)/bf16  O rel vs bf16\n");
     const Device gpu = Device::cuda(0);
     const int64_t D = 128, B = 1;
-    for (int64_t N : ns) {
+    for (int64_t N : args.ns) {
       const int64_t nblk = N / 128;
       DeviceBuffer q(size_t(N * H * D * 2)), k(size_t(N * Hkv * D * 2)), v(size_t(N * Hkv * D * 2));
       DeviceBuffer out(size_t(N * H * D * 2)), out8(size_t(N * H * D * 2));  // (1,N,H,D) bf16 each
@@ -108,15 +59,10 @@ int main(int argc, char** argv) {
       const double quant_ms = time_ms([&] { attn_fwd_fp8_quantize(tq, tk, tv, codes); }, warmup, reps);
       const double fp8_ms = time_ms([&] { attn_fwd_fp8_from_codes(codes, causal, scale, tout8, tlse8); }, warmup, reps);
       const double flops = 4.0 * double(B) * H * double(N) * double(N) * D * (causal ? 0.5 : 1.0);
-      const double bf16_tf = flops / (bf16_ms * 1e-3) / 1e12, fp8_tf = flops / (fp8_ms * 1e-3) / 1e12;
       const double err = rel_rms(tout8, tout);
-      std::printf("%7ld %8.3f %10.1f %9.3f %7.3f %9.1f %9.2f %17.2f %14.4e\n", long(N), bf16_ms, bf16_tf, quant_ms,
-                  fp8_ms, fp8_tf, bf16_ms / fp8_ms, bf16_ms / (fp8_ms + quant_ms), err);
+      print_fp8_attn_times(N, flops, bf16_ms, quant_ms, fp8_ms);
+      std::printf(" %14.4e\n", err);
       std::fflush(stdout);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_attn_fp8_fwd_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }
