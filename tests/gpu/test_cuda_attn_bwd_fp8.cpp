@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -26,42 +25,13 @@
 #include "kernels/attn_fp8.h"
 #include "kernels/attn_fwd_fp8.h"
 #include "kernels/fp8.h"
+#include "tests/gpu/fp8_attn_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {
 namespace {
 
-struct Case {
-  int64_t B, N, H, Hkv;
-  bool causal;
-};
-
-std::vector<uint8_t> download_codes(const Tensor& t) {
-  std::vector<uint8_t> c(size_t(t.numel()));
-  copy_cast(Tensor(c.data(), DType::e4m3, Device::cpu(), {t.numel()}), t);
-  return c;
-}
-void poison_codes(const Tensor& t) {
-  std::vector<uint8_t> c(size_t(t.numel()), 0xEE);
-  copy_cast(t, Tensor(c.data(), DType::e4m3, Device::cpu(), {t.numel()}));
-}
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-int64_t count_code_mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  if (got.size() != want.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
-  return bad;
-}
-int64_t count_factor_mismatches(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += bits(got[i]) != bits(want[i]);
-  return bad;
-}
+using Case = Fp8AttnCase;
 
 // The device codes of one case and their buffers.
 struct Codes {
@@ -85,23 +55,12 @@ struct Codes {
 // column attn_fp8_vt_column_of_key(n) when `permute` (else column n), and factors (B,heads,N/128).
 void host_transposed(const std::vector<float>& x, int64_t B, int64_t N, int64_t heads, bool permute,
                      std::vector<uint8_t>& codes, std::vector<float>& factors) {
-  const int64_t D = 128, nblk = N / 128;
-  codes.assign(x.size(), 0);
-  factors.assign(size_t(B * heads * nblk), 0.f);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        auto at = [&](int64_t r, int64_t d) { return size_t(((b * N + blk * 128 + r) * heads + h) * D + d); };
-        float amax = 0.f;
-        for (int64_t r = 0; r < 128; ++r)
-          for (int64_t d = 0; d < D; ++d) amax = fp8_amax_join(amax, x[at(r, d)]);
-        const float s = fp8_scale_from_amax(amax);
-        for (int64_t r = 0; r < 128; ++r) {
-          const int64_t col = blk * 128 + (permute ? attn_fp8_vt_column_of_key(r) : r);
-          for (int64_t d = 0; d < D; ++d) codes[size_t(((b * heads + h) * D + d) * N + col)] = float_to_e4m3(x[at(r, d)] * s);
-        }
-        factors[size_t((b * heads + h) * nblk + blk)] = fp8_factor_from_scale(s);
-      }
+  const int64_t D = 128;
+  auto code_at = [&](int64_t b, int64_t h, int64_t blk, int64_t r, int64_t d) {
+    const int64_t col = blk * 128 + (permute ? attn_fp8_vt_column_of_key(r) : r);
+    return size_t(((b * heads + h) * D + d) * N + col);
+  };
+  host_quantize_row_blocks(x, B, N, heads, code_at, codes, factors);
 }
 
 // The host's codes of one case.
@@ -169,16 +128,8 @@ Fp64Grads reference_grads(const Case& s, const std::vector<float>& q, const std:
         const int64_t keys = s.causal ? i + 1 : N;
         const float* qr = &q[qat(b, i, h)];
         const float* dor = &dout[qat(b, i, h)];
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < keys; ++j) {
-          const float* kr = &k[kat(b, j, hk)];
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += double(qr[d]) * double(kr[d]);
-          p[size_t(j)] = dot * scale;
-          mx = std::max(mx, p[size_t(j)]);
-        }
-        double l = 0;
-        for (int64_t j = 0; j < keys; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+        double mx;
+        const double l = fp64_softmax_row(qr, [&](int64_t j) { return &k[kat(b, j, hk)]; }, keys, D, scale, p, mx);
         std::fill(o.begin(), o.end(), 0.0);
         for (int64_t j = 0; j < keys; ++j) {
           p[size_t(j)] /= l;
@@ -223,9 +174,7 @@ void run_backward_case(const Case& s, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "B " << s.B << " N " << s.N << " H " << s.H << " Hkv " << s.Hkv
                                     << (s.causal ? " causal" : " full"));
   const int64_t D = 128;
-  std::vector<float> q = bf16_rounded(random_vector(s.B * s.N * s.H * D, seed));
-  std::vector<float> k = bf16_rounded(random_vector(s.B * s.N * s.Hkv * D, seed + 1));
-  std::vector<float> v = bf16_rounded(random_vector(s.B * s.N * s.Hkv * D, seed + 2));
+  auto [q, k, v] = random_fp8_attn_inputs(s, seed);
   std::vector<float> dout = bf16_rounded(random_vector(s.B * s.N * s.H * D, seed + 3));
   Fp64Grads ref = reference_grads(s, q, k, v, dout);
   // The accumulators' starting values: small and fresh, so that the increments keep their precision.

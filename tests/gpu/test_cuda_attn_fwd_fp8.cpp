@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -21,30 +20,13 @@
 #include "kernels/attn_fwd_fp8.h"
 #include "kernels/fp8.h"
 #include "tests/gpu/attention_test_util.h"
+#include "tests/gpu/fp8_attn_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::test {
 namespace {
 
-struct Case {
-  int64_t B, N, H, Hkv;
-  bool causal;
-};
-
-std::vector<uint8_t> download_codes(const Tensor& t) {
-  std::vector<uint8_t> c(size_t(t.numel()));
-  copy_cast(Tensor(c.data(), DType::e4m3, Device::cpu(), {t.numel()}), t);
-  return c;
-}
-void poison_codes(const Tensor& t) {
-  std::vector<uint8_t> c(size_t(t.numel()), 0xEE);
-  copy_cast(t, Tensor(c.data(), DType::e4m3, Device::cpu(), {t.numel()}));
-}
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
+using Case = Fp8AttnCase;
 
 // The device codes of one case and their buffers.
 struct Codes {
@@ -68,21 +50,11 @@ struct Codes {
 // Host quantization of one row-blocked tensor x (B,N,heads,D): codes (same layout) and factors (B,heads,N/128).
 void host_row_blocks(const std::vector<float>& x, int64_t B, int64_t N, int64_t heads, std::vector<uint8_t>& codes,
                      std::vector<float>& factors) {
-  const int64_t D = 128, nblk = N / 128;
-  codes.assign(x.size(), 0);
-  factors.assign(size_t(B * heads * nblk), 0.f);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        auto at = [&](int64_t r, int64_t d) { return size_t(((b * N + blk * 128 + r) * heads + h) * D + d); };
-        float amax = 0.f;
-        for (int64_t r = 0; r < 128; ++r)
-          for (int64_t d = 0; d < D; ++d) amax = fp8_amax_join(amax, x[at(r, d)]);
-        const float s = fp8_scale_from_amax(amax);
-        for (int64_t r = 0; r < 128; ++r)
-          for (int64_t d = 0; d < D; ++d) codes[at(r, d)] = float_to_e4m3(x[at(r, d)] * s);
-        factors[size_t((b * heads + h) * nblk + blk)] = fp8_factor_from_scale(s);
-      }
+  const int64_t D = 128;
+  auto code_at = [&](int64_t b, int64_t h, int64_t blk, int64_t r, int64_t d) {
+    return size_t(((b * N + blk * 128 + r) * heads + h) * D + d);
+  };
+  host_quantize_row_blocks(x, B, N, heads, code_at, codes, factors);
 }
 
 // Host V^T codes (B,Hkv,D,N) in the kernel's key order and factors (B,Hkv).
@@ -103,17 +75,6 @@ void host_vt(const std::vector<float>& v, int64_t B, int64_t N, int64_t Hkv, std
               float_to_e4m3(v[size_t(((b * N + n) * Hkv + hk) * D + d)] * s);
       factors[size_t(b * Hkv + hk)] = fp8_factor_from_scale(s);
     }
-}
-
-int64_t count_code_mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
-  return bad;
-}
-int64_t count_factor_mismatches(const std::vector<float>& got, const std::vector<float>& want) {
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += bits(got[i]) != bits(want[i]);
-  return bad;
 }
 
 // (b): the kernel's algorithm in fp64 from the codes. out (B,N,H,D), lse (B,H,N).
@@ -186,16 +147,9 @@ std::vector<float> reference(const Case& s, const std::vector<float>& q, const s
       for (int64_t i = 0; i < N; ++i) {
         const int64_t hk = h / group, keys = s.causal ? i + 1 : N;
         const float* qr = &q[size_t(((b * N + i) * s.H + h) * D)];
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < keys; ++j) {
-          const float* kr = &k[size_t(((b * N + j) * s.Hkv + hk) * D)];
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += double(qr[d]) * double(kr[d]);
-          p[size_t(j)] = dot * scale;
-          mx = std::max(mx, p[size_t(j)]);
-        }
-        double l = 0;
-        for (int64_t j = 0; j < keys; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+        auto k_row = [&](int64_t j) { return &k[size_t(((b * N + j) * s.Hkv + hk) * D)]; };
+        double mx;
+        const double l = fp64_softmax_row(qr, k_row, keys, D, scale, p, mx);
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
           for (int64_t j = 0; j < keys; ++j) o += p[size_t(j)] * double(v[size_t(((b * N + j) * s.Hkv + hk) * D + d)]);
@@ -210,9 +164,7 @@ void run_case(const Case& s, uint64_t seed) {
                                     << (s.causal ? " causal" : " full"));
   const int64_t D = 128;
   const float scale = 1.f / std::sqrt(float(D));
-  const std::vector<float> q = bf16_rounded(random_vector(s.B * s.N * s.H * D, seed));
-  const std::vector<float> k = bf16_rounded(random_vector(s.B * s.N * s.Hkv * D, seed + 1));
-  const std::vector<float> v = bf16_rounded(random_vector(s.B * s.N * s.Hkv * D, seed + 2));
+  const auto [q, k, v] = random_fp8_attn_inputs(s, seed);
   Buffer dq(gpu(), DType::bf16, {s.B, s.N, s.H, D}), dk(gpu(), DType::bf16, {s.B, s.N, s.Hkv, D}),
       dv(gpu(), DType::bf16, {s.B, s.N, s.Hkv, D});
   Buffer out(gpu(), DType::bf16, {s.B, s.N, s.H, D}), lse(gpu(), DType::f32, {s.B, s.H, s.N});
