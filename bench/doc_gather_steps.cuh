@@ -31,6 +31,9 @@
 // attn_fwd_work_list and as attn_fwd_whole_two_kv, and their out / lse compared bit for bit (a difference is printed
 // and counted, not fatal: the timings stay of the same computation up to rounding). Always with the list on (the
 // default); with RT_ATTN_WORK_LIST=0 only with --work-list (compare_list), the paths then keeping two_kv.
+// --deliver model: per receiving rank the one-launch forward with the exchange under it (own-first list, ready flags,
+// rows delivered at C_kv by a side stream), and the forward's path with comm taking the best of the three forms per
+// rank: bench/doc_gather_deliver.cuh.
 // Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
 // same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
 // timings would be of a wrong scheme.
@@ -46,6 +49,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "bench/doc_gather_deliver.cuh"
 #include "kernels/attn_doc_plans.h"
 #include "kernels/attn_fwd_work_list_runs.h"
 #include "kernels/attn_work_list.h"
@@ -189,6 +193,11 @@ struct GatherMeasured {
   RingTimePrediction path_two_calls, path_one_launch;
   RingTimePrediction path;  // gather_time_from_calls on the measured calls: *_compute_us without comm, *_us with
   RingTimePrediction path_one;  // the same with the one own backward call
+  // --deliver model (bench/doc_gather_deliver.cuh): (cp) per rank, empty measurements where it receives nothing or
+  // the list kernel does not run its call; the forward's path with comm over the three forms.
+  bool deliver_on = false;
+  std::vector<DeliverRank> deliver;
+  DeliverPath deliver_path;
   // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
   double check_lse = 0, check_out = 0, check_dq = 0, check_dk = 0, check_dv = 0;
 };
@@ -197,12 +206,13 @@ struct GatherMeasured {
 // of those rows, ring_start (N) the same document starts on the host (order holds the positions); ring_mask: the
 // ring's calls (the check's reference). list_on: the one-launch forward is attn_fwd_work_list where its kernel runs the
 // call (RingAttention's default; gather_work_list_from_env); compare_list: time the list beside two_kv with the list
-// off too. Throws rt::Error when the check fails.
+// off too; deliver: --deliver model (bench/doc_gather_deliver.cuh). Throws rt::Error when the check fails.
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
                                      int reps, CallTiming timing = CallTiming::queued,
-                                     AttnDocPlans* plans = nullptr, bool list_on = true, bool compare_list = false) {
+                                     AttnDocPlans* plans = nullptr, bool list_on = true, bool compare_list = false,
+                                     bool deliver = false) {
   const KvGatherPlan& plan = g.plan;
   const int cp = plan.cp;
   const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
@@ -236,6 +246,7 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
 
   GatherMeasured m;
   m.list_on = list_on;
+  m.deliver_on = deliver;
   GatherCallTimes us, us_one;  // the measured calls: the own backward in its parts, and as one call
   for (int r = 0; r < cp; ++r) {
     if (plans) plans->new_batch();  // gpos / klist are rewritten with rank r's rows: no earlier plan holds
@@ -288,13 +299,13 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     // The one-launch forward's work list (untimed: RingAttention builds it once per set_documents) where the list
     // kernel runs the call and either times it: as the form (list_on) or side by side (compare_list).
     const int64_t list_rows = attn_second_kv_row(n) + Rc;  // the call's key list: own rows, the gap, Rc gathered
-    const bool list_runs = R > 0 && (list_on || compare_list) &&
+    const bool list_runs = R > 0 && (list_on || compare_list || deliver) &&
                            attn_fwd_work_list_runs(q.device, DType::bf16, 1, H, D, n, n, Rc, list_rows);
     const bool list_form = list_on && list_runs;  // the one-launch forward as RingAttention runs it
     std::vector<int32_t> words;                   // the list's device form (attn_work_list_words)
     int64_t tasks = 0, slots = 0;                 // slots: the list's merge slots (RT_ATTN_WORK_LIST_SPLIT=1)
+    DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows (list_runs)
     if (list_runs) {
-      DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows
       in.B = 1, in.Nq = n, in.Nk = n, in.list_rows = list_rows;
       in.q_pos.assign(order.begin() + r * n, order.begin() + (r + 1) * n);
       in.q_doc_start.assign(ring_start.begin() + r * n, ring_start.begin() + (r + 1) * n);
@@ -370,6 +381,24 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       for (size_t i = 0; i < out_two.size(); ++i) m.list_out_mismatch += out_two[i] != out_list[i];
       for (size_t i = 0; i < lse_two.size(); ++i) m.list_lse_mismatch += std::memcmp(&lse_two[i], &lse_list[i], 4) != 0;
     }
+    if (deliver) {  // the one launch with the exchange under it (bench/doc_gather_deliver.cuh)
+      DeliverRank d;
+      if (list_runs) {
+        DeliverCall dc;
+        dc.q = q, dc.k = k, dc.v = v, dc.k2 = gkt, dc.v2 = gvt, dc.out = out, dc.lse = lse;
+        dc.state = &st;
+        dc.mask = key_list;
+        dc.in = &in;
+        dc.H = H, dc.D = D;
+        dc.kv_bytes = size_t(Rc * kv_width) * 2;
+        dc.c_kv_us = g.c_kv_us;
+        dc.warmup = warmup, dc.reps = std::max(reps, 1);
+        dc.reference_fwd = list_fwd;
+        const std::string where = "bench deliver rank " + std::to_string(r);
+        d = measure_deliver(dc, where.c_str());
+      }
+      m.deliver.push_back(d);
+    }
     // The rank's out and lse, what its backward reads, in its form (so the check covers the one launch too).
     if (one_launch) {
       one_fwd();
@@ -432,6 +461,8 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     us_one.own_bwd_b[size_t(r)] = 0;
   }
   m.path = gather_time_from_calls(us, plan, shape);
+  if (deliver)
+    m.deliver_path = deliver_fwd_path(m.own_fwd_ms, m.got_fwd_ms, m.one_fwd_ms, m.deliver, plan.recv_rows, g.c_kv_us);
   m.path_one = gather_time_from_calls(us_one, plan, shape);
 
   auto rel = [](std::pair<float, float> d) { return d.second > 0 ? double(d.first) / d.second : double(d.first); };
@@ -507,6 +538,7 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
               "%.3f; split: %.3f)\n",
               m.path_one.bwd_compute_us * 1e-3, m.path_one.bwd_us * 1e-3,
               whole_bwd_ms / (cp * m.path_one.bwd_us * 1e-3), whole_bwd_ms / (cp * cb));
+  if (m.deliver_on) print_deliver_result(m.deliver_path, m.deliver, g.c_kv_us, whole_fwd_ms);
   const double share = p.ring_bytes_per_layer > 0 ? 100 * p.bytes_per_layer / p.ring_bytes_per_layer : 0.0;
   std::printf("  bytes per layer %.0f of the ring's %.0f (%.2f%%), %ld rows received in all\n", p.bytes_per_layer,
               p.ring_bytes_per_layer, share, long(g.plan.total_rows()));
@@ -573,6 +605,7 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                        "\"work_list_lse_bit_mismatches\":%lld",
                  list(m->list_fwd_ms).c_str(), list(m->two_kv_fwd_ms).c_str(), (long long)m->list_out_mismatch,
                  (long long)m->list_lse_mismatch);
+  if (m->deliver_on) json_deliver(json, m->deliver_path, m->deliver, whole_fwd_ms);
 }
 
 }  // namespace rt::bench

@@ -31,7 +31,7 @@
 // The time model's shape (RingShape) is --h / --kv-heads / --d: balanced's candidates are priced for it.
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
 //                        [--kv-heads H] [--warmup 3] [--reps 10] [--timing queued|lone] [--no-ring] [--plan-only]
-//                        [--json FILE] [--candidate LABEL] [--list-candidates]
+//                        [--json FILE] [--candidate LABEL] [--list-candidates] [--deliver model|none]
 // --plan-only: the sample's pairs, the ring's skipped calls and imbalance, and with --scheme gather the gather plan
 // (rows per rank, bytes, the model's path), computed on the host; no GPU needed. --no-ring: the whole call only.
 // --candidate LABEL: any one candidate of the chooser (the ring and gather candidates --scheme auto chooses among),
@@ -48,6 +48,16 @@
 // the JSON (bench/doc_gather_steps.cuh). --work-list (with --scheme gather) asks for that side by side with
 // RT_ATTN_WORK_LIST=0 too; with the list on (the default) it changes nothing, and it stays accepted for the older
 // commands in bench/NOTES.md and bench/results.
+// --deliver model (with the gather scheme; none, the default, leaves it out): per receiving rank, the one-launch
+// forward timed WITH the exchange under it on this GPU: its own-first work list (doc_work_list_ordered own_first) launched
+// at t = 0 under ready flags with its gathered rows poisoned, a side stream delivering the rows (copy engine) and
+// raising the flag at the NVLink model's exchange time C_kv after a 1-thread delay kernel (one SM at most until C_kv,
+// <= 0.8% of the launch's throughput then; the stamp kernel's ~2-3 us are inside the timing). Printed beside the
+// two-call and one-launch candidates per rank ("forward with comm per rank"), the forward's path with comm taking the
+// best of the three per rank ("the best form per rank", t / o / d for each rank), the delivered result's bits against
+// the same list with the flag preset ("bits vs preset"; they must be equal); JSON: fwd_comm_two_calls_ms,
+// fwd_comm_one_launch_ms, fwd_comm_delivered_ms, fwd_comm_form, path_comm_fwd_best_ms, eff_comm_fwd_best,
+// deliver_*. What is timed and how much the delivery perturbs it: bench/doc_gather_deliver.cuh.
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -85,7 +95,7 @@ int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
   int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
   bool ring = true, plan_only = false, list_candidates = false, scheme_given = false, plans_per_step = true;
-  bool work_list = false;
+  bool work_list = false, deliver = false;
   std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring", candidate;
   bench::CallTiming timing = bench::CallTiming::queued;
   for (int i = 1; i < argc; ++i) {
@@ -117,13 +127,21 @@ int main(int argc, char** argv) {
       plans_per_step = m == "step";
     } else if (a == "--no-ring") ring = false;
     else if (a == "--work-list") work_list = true;
+    else if (a == "--deliver") {
+      const std::string d = next();
+      if (d != "model" && d != "none") {
+        std::fprintf(stderr, "bench_doc_ring_steps: --deliver %s: valid are model and none\n", d.c_str());
+        return 2;
+      }
+      deliver = d == "model";
+    }
     else if (a == "--plan-only") plan_only = true;
     else if (a == "--json") json_path = next();
     else {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
                            "[--scheme ring|gather|auto] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
                            "[--timing queued|lone] [--doc-plans step|call] [--no-ring] [--plan-only] [--json FILE] "
-                           "[--candidate LABEL] [--list-candidates] [--work-list]\n");
+                           "[--candidate LABEL] [--list-candidates] [--work-list] [--deliver model|none]\n");
       return 2;
     }
   }
@@ -239,6 +257,8 @@ int main(int argc, char** argv) {
                 "skipped, imbalance %.3f; tile model: whole / ring work %.3f, whole / (cp x critical path) %.3f\n",
                 long(N), lengths.size(), pairs, pairs / (double(N) * double(N + 1) / 2), cp, layout_str.c_str(),
                 chosen.c_str(), skipped, cp * cp, ring_imbalance(work, cp), model_work_eff, model_ring_eff);
+    if (deliver && !gather)
+      std::printf("note: --deliver model applies to the gather scheme only; this run is the ring's (ignored)\n");
     bench::GatherBench gather_plan;  // --scheme gather: the plan of this order
     if (gather) {
       gather_plan = bench::gather_bench(starts, order, cp, shape);
@@ -303,7 +323,7 @@ int main(int argc, char** argv) {
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
       gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps,
-                                      timing, plans_per_step ? &plans : nullptr, list_on, work_list);
+                                      timing, plans_per_step ? &plans : nullptr, list_on, work_list, deliver);
     if (ring && !gather) {
       t_ring.fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads
