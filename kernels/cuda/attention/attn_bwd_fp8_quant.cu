@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "kernels/attn_fwd_fp8.h"  // attn_fp8_vt_column_of_key: the query order of Q^T and dO^T
 #include "kernels/cuda/attention/attn_bwd_fp8_launch.h"
+#include "kernels/cuda/attention/attn_fp8_quant_common.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fp8_common.cuh"
 #include "kernels/cuda/runtime.h"
@@ -20,10 +20,7 @@ namespace rt {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kRows = 128;  // kAttnFp8BwdBlock
-constexpr int kD = 128;
-constexpr int kChunks = kRows * kD / 8 / kThreads;  // 8 chunks of 8 values a thread
+using namespace attn_fp8_quant;  // kThreads, kRows (kAttnFp8BwdBlock), kD, kChunks; the group's load, amax, transpose
 
 struct BwdQuantArgs {
   const __nv_bfloat16* q;     // (B,N,H,D)
@@ -38,24 +35,9 @@ struct BwdQuantArgs {
   int64_t N, H, Hkv;
 };
 
-__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&v)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-  }
-}
-
-// The byte offset of (row d, column col) in the shared (D, 128) tile: the 16-byte chunk of the column XORed with
-// bits 3..5 of d, so that a warp's byte stores (16 d's, d0 + 8 m) spread over 8 bank groups.
-__device__ __forceinline__ int tile_offset_t(int d, int col) {
-  return d * kRows + ((((col >> 4) ^ (d >> 3)) & 7) << 4) + (col & 15);
-}
-
 __global__ void __launch_bounds__(kThreads) attn_bwd_fp8_quantize_kernel(const BwdQuantArgs a) {
   __shared__ uint32_t red[kThreads / 32];
-  __shared__ __align__(16) uint8_t tile[kD * kRows];  // (D, 128 rows of the group) codes, tile_offset_t's order
+  __shared__ __align__(16) uint8_t tile[kD * kRows];  // (D, 128 rows of the group) codes, swizzled
   const int64_t blk = blockIdx.x, y = blockIdx.y, b = blockIdx.z, nblk = gridDim.x;
   // Which tensor this CTA quantizes: 0 Q, 1 dO, 2 K.
   const int which = y < a.H ? 0 : y < 2 * a.H ? 1 : 2;
@@ -67,48 +49,11 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_fp8_quantize_kernel(const B
   const bool permute = which != 2;
 
   // The group: rows blk*128 .. +127 of head `head`, row stride heads * D.
-  const __nv_bfloat16* x = src + ((b * a.N + blk * kRows) * heads + head) * kD;
-  const int64_t row_stride = heads * kD;
   uint4 raw[kChunks];
-  uint32_t key = 0;
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int c = int(threadIdx.x) + kThreads * j, row = c / 16, col = (c % 16) * 8;
-    raw[j] = *reinterpret_cast<const uint4*>(x + int64_t(row) * row_stride + col);
-    float v[8];
-    unpack_bf16x8(raw[j], v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) key = max(key, amax_key(v[i]));
-  }
-  key = warp_max_key(key);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = key;
-  __syncthreads();
-  uint32_t m = 0;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) m = max(m, red[w]);
-  const float s = fp8_scale_of(amax_of_key(m));
-
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int c = int(threadIdx.x) + kThreads * j, row = c / 16, d0 = (c % 16) * 8;
-    const int col = permute ? int(attn_fp8_vt_column_of_key(row)) : row;
-    float v[8];
-    unpack_bf16x8(raw[j], v);
-#pragma unroll
-    for (int i = 0; i < 8; i += 2) {
-      const uint32_t two = e4m3x2_bits(v[i] * s, v[i + 1] * s);
-      tile[tile_offset_t(d0 + i, col)] = uint8_t(two & 0xFFu);
-      tile[tile_offset_t(d0 + i + 1, col)] = uint8_t(two >> 8);
-    }
-  }
-  __syncthreads();
+  load_group(src + ((b * a.N + blk * kRows) * heads + head) * kD, heads * kD, raw);
+  const float s = fp8_scale_of(amax_of_key(cta_max_key(thread_amax_key(raw), red)));
   uint8_t* out = dst + (b * heads + head) * kD * a.N + blk * kRows;  // row d at out + d * N
-#pragma unroll
-  for (int j = 0; j < kD * kRows / 16 / kThreads; ++j) {
-    const int c = int(threadIdx.x) + kThreads * j, d = c / 8, cc = c % 8;
-    *reinterpret_cast<uint4*>(out + int64_t(d) * a.N + cc * 16) =
-        *reinterpret_cast<const uint4*>(tile + tile_offset_t(d, cc * 16));
-  }
+  store_codes_transposed(raw, s, permute, tile, out, a.N);
   if (threadIdx.x == 0) factor[(b * heads + head) * nblk + blk] = fp8_factor_of(s);
 }
 
