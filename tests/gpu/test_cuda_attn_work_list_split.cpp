@@ -28,6 +28,7 @@
 #include "tests/gpu/attention_test_util.h"
 #include "tests/gpu/two_kv_device_case.h"
 #include "tests/unit/kernels/two_kv_case.h"
+#include "tests/unit/parallel/doc_work_list_cases.h"
 #include "tests/unit/test_reference.h"
 
 namespace rt::test {
@@ -49,15 +50,6 @@ DocWorkListInputs device_inputs(const TwoKvCase& c, bool two_sources) {
   for (int64_t p : c.q_doc) in.q_doc_start.push_back(p + kBase);
   for (int64_t p : c.k_pos) in.k_pos.push_back(p + kBase);
   return in;
-}
-
-DocWorkListSplit forced(int64_t parts) {
-  DocWorkListSplit s;
-  s.on = true;
-  s.force_parts = parts;
-  s.min_part_tiles = 1;
-  s.max_slots = 1 << 12;
-  return s;
 }
 
 struct Got {
@@ -121,7 +113,7 @@ void check_case(const TwoKvCase& c, bool two_sources, const char* what) {
   int split_lists = 0;
   for (int64_t parts : {2, 3, 8}) {
     SCOPED_TRACE(std::to_string(parts) + " parts");
-    const AttnWorkList list = doc_work_list(in, forced(parts));
+    const AttnWorkList list = doc_work_list(in, forced_split(parts, 1 << 12));
     ASSERT_EQ(doc_work_list_problem(list, in), "");
     if (list.merge_slots == 0) continue;
     ++split_lists;
@@ -192,7 +184,7 @@ TEST(AttnWorkListSplitCuda, RefusesASplitListWithoutItsScratch) {
   RT_REQUIRE_FWD_V5(128);
   const TwoKvCase c = make_two_kv_case(2, 4, 2, 128, 2100, 300, 700, 1200, 1500, 31, round_bf16, {2100}, 0);
   const auto d = to_device(c);
-  const AttnWorkList list = doc_work_list(device_inputs(c, true), forced(3));
+  const AttnWorkList list = doc_work_list(device_inputs(c, true), forced_split(3, 1 << 12));
   ASSERT_GT(list.merge_slots, 0);
   auto refused = [&](const AttnSplitScratch& split, const char* says) {
     try {

@@ -44,15 +44,6 @@ Out run(const test::TwoKvCase& c, const AttnWorkList& list, int64_t slots = -1) 
   return r;
 }
 
-DocWorkListSplit forced(int64_t parts) {
-  DocWorkListSplit s;
-  s.on = true;
-  s.force_parts = parts;
-  s.min_part_tiles = 1;
-  s.max_slots = 1 << 14;
-  return s;
-}
-
 // Largest |a - b| / max(|b|, 1e-3 scale) over the finite entries, and whether the -inf entries agree.
 double max_rel_diff(const test::HostTensor& a, const test::HostTensor& b) {
   double scale = 0, diff = 0;
@@ -78,7 +69,7 @@ void expect_split_matches(const test::TwoKvCase& c, const char* what) {
   int split_seen = 0;
   for (int64_t parts : {2, 3, 8}) {
     SCOPED_TRACE(std::to_string(parts) + " parts");
-    const AttnWorkList list = doc_work_list(in, forced(parts));
+    const AttnWorkList list = doc_work_list(in, test::forced_split(parts));
     ASSERT_EQ(doc_work_list_problem(list, in), "");
     split_seen += list.merge_slots > 0;
     const Out got = run(c, list);
@@ -122,7 +113,7 @@ TEST(AttnFwdWorkListSplitCpu, WithinRoundingOfUnsplitAndFp64) {
 
 TEST(AttnFwdWorkListSplitCpu, RefusesAWrongSlotCount) {
   const test::TwoKvCase c = test::make_two_kv_case(1, 2, 1, 16, 1500, 200, 455, 1000, 1129, 9, bf16_round, {1500});
-  const AttnWorkList list = doc_work_list(test::work_list_inputs_of(c), forced(2));
+  const AttnWorkList list = doc_work_list(test::work_list_inputs_of(c), test::forced_split(2));
   ASSERT_GT(list.merge_slots, 0);
   EXPECT_NO_THROW(run(c, list));
   EXPECT_THROW(run(c, list, 0), Error) << "a split list with no merge slots passed";

@@ -1,6 +1,7 @@
 // The inputs the work-list builders' tests share (tests/unit/parallel/test_doc_work_list.cpp for the forward's list,
 // test_doc_bwd_work_list.cpp for the backward's): a two-source case as builder inputs, the same with the rank's own
-// rows shuffled, a small random call; and a list's device words as a host tensor (the CPU ops' tests).
+// rows shuffled, a small random call; forced split options (the split lists' tests); and a list's device words as a
+// host tensor (the CPU ops' tests).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -73,6 +74,17 @@ inline DocWorkListInputs random_work_list_inputs(std::mt19937_64& rng) {
     in.k_pos.insert(in.k_pos.end(), list.begin(), list.end());
   }
   return in;
+}
+
+// Split options that cut every task into `parts` parts where it has the tiles (parts of one key tile or more,
+// without the rule's simulation: DocWorkListSplit::force_parts), with room for max_slots merge slots.
+inline DocWorkListSplit forced_split(int64_t parts, int64_t max_slots = 1 << 14) {
+  DocWorkListSplit s;
+  s.on = true;
+  s.force_parts = parts;
+  s.min_part_tiles = 1;
+  s.max_slots = max_slots;
+  return s;
 }
 
 // A list's device words (attn_work_list_words) as the op's i32 tensor on the host.

@@ -60,19 +60,10 @@ std::vector<int64_t> tiles_of(const AttnWorkList& list, const AttnWorkTask& task
   return out;
 }
 
-DocWorkListSplit forced(int64_t parts) {
-  DocWorkListSplit s;
-  s.on = true;
-  s.force_parts = parts;
-  s.min_part_tiles = 1;
-  s.max_slots = 1 << 14;
-  return s;
-}
-
 // Every check of a split list against the unsplit one of the same call.
 void expect_split_valid(const DocWorkListInputs& in, int64_t parts, const char* what) {
   SCOPED_TRACE(std::string(what) + ", " + std::to_string(parts) + " parts");
-  const DocWorkListSplit s = forced(parts);
+  const DocWorkListSplit s = test::forced_split(parts);
   const AttnWorkList whole = doc_work_list(in), list = doc_work_list(in, s);
   EXPECT_EQ(doc_work_list_problem(list, in), "");
   EXPECT_EQ(pairs_covered_once(list, in), "");
@@ -150,7 +141,7 @@ TEST(DocWorkListSplit, RandomSmallCallsCoverEveryPairOnce) {
 TEST(DocWorkListSplit, ProblemCatchesBrokenSplits) {
   const DocWorkListInputs in =
       test::work_list_inputs_of(test::make_two_kv_case(2, 1, 1, 1, 1500, 200, 455, 1000, 1129, 9, no_round, {1500}));
-  const AttnWorkList good = doc_work_list(in, forced(3));
+  const AttnWorkList good = doc_work_list(in, test::forced_split(3));
   ASSERT_EQ(doc_work_list_problem(good, in), "");
   ASSERT_GT(good.merge_slots, 0);
   size_t first = 0;  // a part 1 with a part 0 of more than one tile before it
