@@ -2,23 +2,25 @@
 // bench/NOTES.md "ready flags"): per receiving rank, its one-launch forward WITH the K/V exchange under it, on one GPU.
 // The list is the own-first order (parallel/schedule/doc_work_list.h doc_work_list_ordered own_first: own work first,
 // mixed query tiles cut into an own part and a gathered part, merged in part order), launched at t = 0 under ready
-// flags (kernels/attn_ready_flags.h) while its gathered rows (k2, v2) are poisoned (0xFFFF: bf16 NaN); a delivery plays
-// the exchange and lands them at the NVLink model's exchange time C_kv (GatherBench::c_kv_us, the same
-// gather_exchange_us the paths charge). The time from t = 0 to the list kernel's end is the rank's forward-with-comm
-// candidate "delivered" (the other two: two calls, max(own, C_kv) + gathered; one launch, C_kv + the launch).
+// flags (kernels/attn_ready_flags.h); a delivery plays the exchange by raising the flag at the NVLink model's exchange
+// time C_kv (GatherBench::c_kv_us, the same gather_exchange_us the paths charge). The gathered rows (k2, v2) are
+// staged in place before the run: the first form also poisoned them and copied them back from t = 0 with
+// cudaMemcpyAsync device to device, but on the H200 (job 8 of 2026-12-04) that copy ran on SMs, which the waiting
+// units held: the flag rose 200-270 us late on the short mix and never (the watchdog's error) on the others. The rows'
+// own landing is tested on one GPU in tests/gpu/test_cuda_attn_work_list_flags.cpp (a resident harness kernel writes
+// them, then the flag). The time from t = 0 to the list kernel's end is the rank's forward-with-comm candidate
+// "delivered" (the other two: two calls, max(own, C_kv) + gathered; one launch, C_kv + the launch).
 //
-// One timed run, in stream order (main = the op's stream; s1, s2 side streams, non-blocking):
-//   main: poison k2 / v2 (memset), a 1-thread gate kernel that waits until the host has enqueued everything below (a
-//         host-mapped word, so no host enqueue gap lies inside the timing), event e0, a 1-thread stamp kernel (writes
-//         %globaltimer as t = 0, then the run's epoch with st.release), event e_stamp, the list kernel with flags,
-//         event e1;
+// One timed run, in stream order (main = the op's stream; s1 a side stream, non-blocking):
+//   main: a 1-thread gate kernel that waits until the host has enqueued everything below (a host-mapped word, so no
+//         host enqueue gap lies inside the timing), event e0, a 1-thread stamp kernel (writes %globaltimer as t = 0,
+//         then the run's epoch with st.release), event e_stamp, the list kernel with flags, event e1;
 //   s1:   (launched first, before the gate, so that it is resident before the list kernel takes every SM) a 1-thread
 //         delay kernel: waits for the stamp's epoch, then spins on %globaltimer (__nanosleep between reads) until
-//         t = C_kv; then, after s2's rows (event), cudaMemcpyAsync of the epoch from pinned host memory into ready[0]
-//         (the copy engine: no SM), event e_flag;
-//   s2:   after e_stamp, cudaMemcpyAsync device to device of the staged rows into k2 and v2 (the copy engine), event.
-// The flag rises at max(C_kv, the rows' copy) after t = 0 (flag_us, printed). Measured: e0 -> e1 (median of --reps runs
-// after --warmup), each run alone (the device synchronized between runs): it holds the stamp kernel (~2-3 us: a
+//         t = C_kv; then cudaMemcpyAsync of the epoch from pinned host memory into ready[0] (the copy engine: no SM),
+//         event e_flag.
+// The flag rises at C_kv after t = 0 plus the copy's latency (flag_us, printed). Measured: e0 -> e1 (median of --reps
+// runs after --warmup), each run alone (the device synchronized between runs): it holds the stamp kernel (~2-3 us: a
 // launch) on top of the list. Beside it, timed the same way: the same list with the flag preset (ready = epoch
 // before the gate: no wait anywhere), with the list kernel's head window set to every head (below) and with its
 // default window (the L2 rule), so the delivered time reads against a compute-only time of the same method.
@@ -31,9 +33,7 @@
 // How much the delivery perturbs the measurement: the delay kernel is one thread on one SM for C_kv: when a list CTA
 // (a full SM's registers / shared memory) cannot share that SM, the list has 131 of 132 SMs until C_kv, <= 0.8% of its
 // throughput over that span (its __nanosleep loop issues almost nothing); the gate and stamp kernels run before the
-// list starts (the stamp inside the timing, ~2-3 us). The rows' copy reads and writes HBM at the copy engine's rate
-// (bytes x 2 in a burst from t = 0) where a real exchange writes them at the NVLink rate spread over C_kv: a little
-// more HBM contention early in the launch than the real exchange. Both make the delivered number pessimistic.
+// list starts (the stamp inside the timing, ~2-3 us). The rows' HBM writes of a real exchange are not played.
 // Bits: the delivered result (out, lse) is compared bit for bit with the preset result (the flags change when a tile
 // is loaded, never what is computed), counted and printed; and with the heaviest-first list's (within rounding: the
 // cut tiles merge two parts). A watchdog fault (the flag not seen within 1 s) is caught, printed with its message, and
@@ -112,7 +112,7 @@ struct DeliverRank {
 };
 
 // The rank's call as measure_gather holds it. k2 / v2 point at the gathered rows' buffers (kv_bytes each, what the
-// list reads), already holding the rows (they are staged from there, poisoned and delivered, and left holding them).
+// list reads), already holding the rows (left in place: only the flag is delivered).
 struct DeliverCall {
   Tensor q, k, v, k2, v2, out, lse;  // out (1, n, H, D) bf16, lse (1, H, n) f32
   AttnState* state = nullptr;
@@ -142,12 +142,9 @@ inline DeliverRank measure_deliver(const DeliverCall& c, const char* where) {
   DeviceBuffer split_state(size_t(slots * c.H * 128 * (c.D + 2)) * 4);      // (slots, H, 128, D + 2) f32
   DeviceBuffer split_count(size_t(slots * c.H * 8) * 4);                    // (slots, H, 8) i32, zero between calls
   DeviceBuffer ready_buf(16), fault_buf(16), stamp_buf(16), late_buf(16);  // (1) i32; (2) i32; (2) u64; (1) u32
-  DeviceBuffer stage_k(c.kv_bytes), stage_v(c.kv_bytes);                    // (Rc, Hkv, D) bf16 each: the rows
   CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, main));
   CUDA_CHECK(cudaMemsetAsync(split_count.p, 0, size_t(slots * c.H * 8) * 4, main));
   for (DeviceBuffer* b : {&ready_buf, &fault_buf, &stamp_buf, &late_buf}) CUDA_CHECK(cudaMemsetAsync(b->p, 0, 16, main));
-  CUDA_CHECK(cudaMemcpyAsync(stage_k.p, c.k2.data, c.kv_bytes, cudaMemcpyDeviceToDevice, main));
-  CUDA_CHECK(cudaMemcpyAsync(stage_v.p, c.v2.data, c.kv_bytes, cudaMemcpyDeviceToDevice, main));
   const Tensor wlt(wl.p, DType::i32, dev, {int64_t(words.size())});
   AttnSplitScratch split;
   if (list.merge_slots > 0)
@@ -168,11 +165,10 @@ inline DeliverRank measure_deliver(const DeliverCall& c, const char* where) {
   *static_cast<volatile unsigned*>(go_host) = 0;
   unsigned* go_dev = nullptr;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&go_dev), go_host, 0));
-  cudaStream_t s1 = nullptr, s2 = nullptr;
+  cudaStream_t s1 = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1, e_stamp, e_rows, e_flag;
-  for (cudaEvent_t* e : {&e0, &e1, &e_stamp, &e_rows, &e_flag}) CUDA_CHECK(cudaEventCreate(e));
+  cudaEvent_t e0, e1, e_stamp, e_flag;
+  for (cudaEvent_t* e : {&e0, &e1, &e_stamp, &e_flag}) CUDA_CHECK(cudaEventCreate(e));
   const cuda::AttnVariantOverride saved = cuda::attn_variant_override();
   int run = 0;  // the next run's index: its epoch is epochs[run]
   const unsigned long long delay_ns = (unsigned long long)(std::max(0.0, c.c_kv_us) * 1e3);
@@ -184,9 +180,7 @@ inline DeliverRank measure_deliver(const DeliverCall& c, const char* where) {
     const unsigned epoch = epochs[run];
     flags.epoch = epoch;
     if (deliver) {
-      CUDA_CHECK(cudaMemsetAsync(c.k2.data, 0xff, c.kv_bytes, main));  // poison: bf16 NaN
-      CUDA_CHECK(cudaMemsetAsync(c.v2.data, 0xff, c.kv_bytes, main));
-      CUDA_CHECK(cudaStreamSynchronize(main));
+      // The rows stay in place: only the flag is delivered (the header says why).
       deliver_delay_kernel<<<1, 1, 0, s1>>>(static_cast<const unsigned long long*>(stamp_buf.p), epoch, delay_ns,
                                             static_cast<unsigned*>(late_buf.p));
       CUDA_CHECK_LAUNCH();
@@ -202,19 +196,13 @@ inline DeliverRank measure_deliver(const DeliverCall& c, const char* where) {
     attn_fwd_work_list(c.q, c.k, c.v, c.k2, c.v2, *c.state, c.mask, wlt, res.tasks, c.out, c.lse, split, flags);
     CUDA_CHECK(cudaEventRecord(e1, main));
     if (deliver) {
-      CUDA_CHECK(cudaStreamWaitEvent(s2, e_stamp, 0));
-      CUDA_CHECK(cudaMemcpyAsync(c.k2.data, stage_k.p, c.kv_bytes, cudaMemcpyDeviceToDevice, s2));
-      CUDA_CHECK(cudaMemcpyAsync(c.v2.data, stage_v.p, c.kv_bytes, cudaMemcpyDeviceToDevice, s2));
-      CUDA_CHECK(cudaEventRecord(e_rows, s2));
-      CUDA_CHECK(cudaStreamWaitEvent(s1, e_rows, 0));
-      CUDA_CHECK(cudaMemcpyAsync(ready_buf.p, &epochs[run], 4, cudaMemcpyHostToDevice, s1));
+      CUDA_CHECK(cudaMemcpyAsync(ready_buf.p, &epochs[run], 4, cudaMemcpyHostToDevice, s1));  // after the delay
       CUDA_CHECK(cudaEventRecord(e_flag, s1));
     }
     *static_cast<volatile unsigned*>(go_host) = epoch;  // everything is enqueued: the gate opens
     ++run;
     CUDA_CHECK(cudaStreamSynchronize(main));
     CUDA_CHECK(cudaStreamSynchronize(s1));
-    CUDA_CHECK(cudaStreamSynchronize(s2));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     if (deliver && flag_us) {
@@ -298,13 +286,9 @@ inline DeliverRank measure_deliver(const DeliverCall& c, const char* where) {
   cuda::set_attn_variant_override(saved);
   // Leave the rows in place for the calls after this one.
   CUDA_CHECK(cudaStreamSynchronize(s1));
-  CUDA_CHECK(cudaStreamSynchronize(s2));
-  CUDA_CHECK(cudaMemcpyAsync(c.k2.data, stage_k.p, c.kv_bytes, cudaMemcpyDeviceToDevice, main));
-  CUDA_CHECK(cudaMemcpyAsync(c.v2.data, stage_v.p, c.kv_bytes, cudaMemcpyDeviceToDevice, main));
   CUDA_CHECK(cudaStreamSynchronize(main));
-  for (cudaEvent_t e : {e0, e1, e_stamp, e_rows, e_flag}) CUDA_CHECK(cudaEventDestroy(e));
+  for (cudaEvent_t e : {e0, e1, e_stamp, e_flag}) CUDA_CHECK(cudaEventDestroy(e));
   CUDA_CHECK(cudaStreamDestroy(s1));
-  CUDA_CHECK(cudaStreamDestroy(s2));
   CUDA_CHECK(cudaFreeHost(epochs));
   CUDA_CHECK(cudaFreeHost(go_host));
   return res;

@@ -50,8 +50,8 @@
 // commands in bench/NOTES.md and bench/results.
 // --deliver model (with the gather scheme; none, the default, leaves it out): per receiving rank, the one-launch
 // forward timed WITH the exchange under it on this GPU: its own-first work list (doc_work_list_ordered own_first) launched
-// at t = 0 under ready flags with its gathered rows poisoned, a side stream delivering the rows (copy engine) and
-// raising the flag at the NVLink model's exchange time C_kv after a 1-thread delay kernel (one SM at most until C_kv,
+// at t = 0 under ready flags, its gathered rows in place, a side stream raising the flag (a copy-engine copy of the
+// epoch) at the NVLink model's exchange time C_kv after a 1-thread delay kernel (one SM at most until C_kv,
 // <= 0.8% of the launch's throughput then; the stamp kernel's ~2-3 us are inside the timing). Printed beside the
 // two-call and one-launch candidates per rank ("forward with comm per rank"), the forward's path with comm taking the
 // best of the three per rank ("the best form per rank", t / o / d for each rank), the delivered result's bits against
