@@ -20,41 +20,8 @@ namespace {
 using test::bf16_round;
 using test::host;
 
-struct Out {
-  test::HostTensor out, lse;
-};
-
-Out run(const test::TwoKvCase& c, const AttnWorkList& list) {
-  const test::HostTensor q = host(c.q, {c.B, c.n, c.H, c.D}), k1 = host(c.k1, {c.B, c.n, c.Hkv, c.D}),
-                         v1 = host(c.v1, {c.B, c.n, c.Hkv, c.D}), k2 = host(c.k2, {c.B, c.R, c.Hkv, c.D}),
-                         v2 = host(c.v2, {c.B, c.R, c.Hkv, c.D});
-  test::HostTensor acc = test::f32({c.B, c.H, c.n, c.D}), m = test::f32({c.B, c.H, c.n}),
-                   l = test::f32({c.B, c.H, c.n});  // scratch, poisoned
-  test::poison(acc), test::poison(m), test::poison(l);
-  AttnState scratch{acc.t, m.t, l.t};
-  Out r{test::f32({c.B, c.n, c.H, c.D}), test::f32({c.B, c.H, c.n})};  // (B,Nq,H,D), (B,H,Nq)
-  test::poison(r.out);
-  test::poison(r.lse);
-  const test::HostTensor words = test::work_list_words_tensor(attn_work_list_words(list));
-  AttnSplitScratch split;
-  split.slots = list.merge_slots;
-  attn_fwd_work_list(q, k1, v1, k2, v2, scratch, c.mask(), words, int64_t(list.tasks.size()), r.out, r.lse, split);
-  return r;
-}
-
-// Largest |a - b| over the finite entries of b relative to max |b|; 1e30 where b's -inf entries differ in a.
-double max_rel_diff(const test::HostTensor& a, const test::HostTensor& b) {
-  double scale = 0, diff = 0;
-  for (int64_t e = 0; e < a.numel(); ++e) {
-    if (std::isinf(b.f()[e])) {
-      if (a.f()[e] != b.f()[e]) return 1e30;
-      continue;
-    }
-    scale = std::max(scale, double(std::fabs(b.f()[e])));
-    diff = std::max(diff, double(std::fabs(a.f()[e] - b.f()[e])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+using Out = test::WorkListOut;
+using test::max_rel_diff;
 
 // need_cut: the case has query tiles that see own and gathered keys (so the list holds cut tasks).
 void expect_own_first_matches(const test::TwoKvCase& c, const char* what, bool need_cut = true) {
@@ -66,7 +33,7 @@ void expect_own_first_matches(const test::TwoKvCase& c, const char* what, bool n
   if (need_cut) {
     ASSERT_GT(list.merge_slots, 0) << "the case must have query tiles that see own and gathered keys";
   }
-  const Out ref_whole = run(c, whole), got = run(c, list);
+  const Out ref_whole = test::run_work_list(c, whole), got = test::run_work_list(c, list);
   std::vector<double> ref_out, ref_lse;
   test::attention_forward_ref({c.B, c.n, c.list, c.H, c.Hkv, c.D}, c.q.data(), c.k_list.data(), c.v_list.data(),
                               c.mask(), ref_out, ref_lse);

@@ -21,48 +21,14 @@ namespace {
 using test::bf16_round;
 using test::host;
 
-struct Out {
-  test::HostTensor out, lse;
-};
-
-// The op over `list` with split.slots = slots (-1: the list's merge_slots).
-Out run(const test::TwoKvCase& c, const AttnWorkList& list, int64_t slots = -1) {
-  const test::HostTensor q = host(c.q, {c.B, c.n, c.H, c.D}), k1 = host(c.k1, {c.B, c.n, c.Hkv, c.D}),
-                         v1 = host(c.v1, {c.B, c.n, c.Hkv, c.D}), k2 = host(c.k2, {c.B, c.R, c.Hkv, c.D}),
-                         v2 = host(c.v2, {c.B, c.R, c.Hkv, c.D});
-  test::HostTensor acc = test::f32({c.B, c.H, c.n, c.D}), m = test::f32({c.B, c.H, c.n}),
-                   l = test::f32({c.B, c.H, c.n});  // scratch, poisoned: the op must reset what it reads
-  test::poison(acc), test::poison(m), test::poison(l);
-  AttnState scratch{acc.t, m.t, l.t};
-  Out r{test::f32({c.B, c.n, c.H, c.D}), test::f32({c.B, c.H, c.n})};  // (B,Nq,H,D), (B,H,Nq)
-  test::poison(r.out);
-  test::poison(r.lse);
-  const test::HostTensor words = test::work_list_words_tensor(attn_work_list_words(list));
-  AttnSplitScratch split;
-  split.slots = slots >= 0 ? slots : list.merge_slots;
-  attn_fwd_work_list(q, k1, v1, k2, v2, scratch, c.mask(), words, int64_t(list.tasks.size()), r.out, r.lse, split);
-  return r;
-}
-
-// Largest |a - b| / max(|b|, 1e-3 scale) over the finite entries, and whether the -inf entries agree.
-double max_rel_diff(const test::HostTensor& a, const test::HostTensor& b) {
-  double scale = 0, diff = 0;
-  for (int64_t e = 0; e < a.numel(); ++e) {
-    if (std::isinf(b.f()[e])) {
-      if (a.f()[e] != b.f()[e]) return 1e30;
-      continue;
-    }
-    scale = std::max(scale, double(std::fabs(b.f()[e])));
-    diff = std::max(diff, double(std::fabs(a.f()[e] - b.f()[e])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+using Out = test::WorkListOut;
+using test::max_rel_diff;
 
 void expect_split_matches(const test::TwoKvCase& c, const char* what) {
   SCOPED_TRACE(what);
   const DocWorkListInputs in = test::work_list_inputs_of(c);
   const AttnWorkList whole = doc_work_list(in);
-  const Out ref_whole = run(c, whole);
+  const Out ref_whole = test::run_work_list(c, whole);
   std::vector<double> ref_out, ref_lse;
   test::attention_forward_ref({c.B, c.n, c.list, c.H, c.Hkv, c.D}, c.q.data(), c.k_list.data(), c.v_list.data(),
                               c.mask(), ref_out, ref_lse);
@@ -72,7 +38,7 @@ void expect_split_matches(const test::TwoKvCase& c, const char* what) {
     const AttnWorkList list = doc_work_list(in, test::forced_split(parts));
     ASSERT_EQ(doc_work_list_problem(list, in), "");
     split_seen += list.merge_slots > 0;
-    const Out got = run(c, list);
+    const Out got = test::run_work_list(c, list);
     EXPECT_FALSE(test::any_nan(got.out));
     EXPECT_FALSE(test::any_nan(got.lse));
     EXPECT_LT(test::rel_err(got.out, ref_out), 1e-5) << "against fp64";
@@ -90,7 +56,7 @@ void expect_split_matches(const test::TwoKvCase& c, const char* what) {
                 list.rows.begin() + std::ptrdiff_t((perm[k] + 1) * kAttnWorkRowGroups),
                 shuffled.rows.begin() + std::ptrdiff_t(k * kAttnWorkRowGroups));
     }
-    const Out again = run(c, shuffled);
+    const Out again = test::run_work_list(c, shuffled);
     EXPECT_EQ(std::memcmp(got.out.f(), again.out.f(), size_t(got.out.numel()) * 4), 0) << "order changed out";
     EXPECT_EQ(std::memcmp(got.lse.f(), again.lse.f(), size_t(got.lse.numel()) * 4), 0) << "order changed lse";
   }
@@ -115,16 +81,16 @@ TEST(AttnFwdWorkListSplitCpu, RefusesAWrongSlotCount) {
   const test::TwoKvCase c = test::make_two_kv_case(1, 2, 1, 16, 1500, 200, 455, 1000, 1129, 9, bf16_round, {1500});
   const AttnWorkList list = doc_work_list(test::work_list_inputs_of(c), test::forced_split(2));
   ASSERT_GT(list.merge_slots, 0);
-  EXPECT_NO_THROW(run(c, list));
-  EXPECT_THROW(run(c, list, 0), Error) << "a split list with no merge slots passed";
-  EXPECT_THROW(run(c, list, list.merge_slots + 1), Error) << "another count";
+  EXPECT_NO_THROW(test::run_work_list(c, list));
+  EXPECT_THROW(test::run_work_list(c, list, 0), Error) << "a split list with no merge slots passed";
+  EXPECT_THROW(test::run_work_list(c, list, list.merge_slots + 1), Error) << "another count";
   AttnWorkList bad = list;  // two parts of one tile on one slot
   for (AttnWorkTask& t : bad.tasks)
     if (t.parts > 1 && t.part == 1) {
       t.merge_slot = int16_t(t.merge_slot - 1);
       break;
     }
-  EXPECT_THROW(run(c, bad), Error);
+  EXPECT_THROW(test::run_work_list(c, bad), Error);
 }
 
 }  // namespace

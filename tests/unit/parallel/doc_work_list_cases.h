@@ -4,12 +4,14 @@
 // host tensor (the CPU ops' tests).
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include <cstring>
 
+#include "kernels/attn_work_list.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "tests/unit/kernels/two_kv_case.h"
 #include "tests/unit/test_reference.h"
@@ -92,6 +94,43 @@ inline HostTensor work_list_words_tensor(const std::vector<int32_t>& words) {
   HostTensor t = i32({int64_t(words.size())});  // (words) i32
   std::memcpy(t.i(), words.data(), words.size() * 4);
   return t;
+}
+
+// attn_fwd_work_list's host op over `list` for a two-source case: out (B,Nq,H,D) f32, lse (B,H,Nq) f32, both and the
+// op's scratch poisoned first (the op must write every row and reset what it reads). split.slots = slots (-1: the
+// list's merge_slots).
+struct WorkListOut {
+  HostTensor out, lse;
+};
+inline WorkListOut run_work_list(const TwoKvCase& c, const AttnWorkList& list, int64_t slots = -1) {
+  const HostTensor q = host(c.q, {c.B, c.n, c.H, c.D}), k1 = host(c.k1, {c.B, c.n, c.Hkv, c.D}),
+                   v1 = host(c.v1, {c.B, c.n, c.Hkv, c.D}), k2 = host(c.k2, {c.B, c.R, c.Hkv, c.D}),
+                   v2 = host(c.v2, {c.B, c.R, c.Hkv, c.D});
+  HostTensor acc = f32({c.B, c.H, c.n, c.D}), m = f32({c.B, c.H, c.n}), l = f32({c.B, c.H, c.n});  // scratch
+  poison(acc), poison(m), poison(l);
+  AttnState scratch{acc.t, m.t, l.t};
+  WorkListOut r{f32({c.B, c.n, c.H, c.D}), f32({c.B, c.H, c.n})};
+  poison(r.out);
+  poison(r.lse);
+  const HostTensor words = work_list_words_tensor(attn_work_list_words(list));
+  AttnSplitScratch split;
+  split.slots = slots >= 0 ? slots : list.merge_slots;
+  attn_fwd_work_list(q, k1, v1, k2, v2, scratch, c.mask(), words, int64_t(list.tasks.size()), r.out, r.lse, split);
+  return r;
+}
+
+// Largest |a - b| over the finite entries of b relative to max |b|; 1e30 where b's -inf entries differ in a.
+inline double max_rel_diff(const HostTensor& a, const HostTensor& b) {
+  double scale = 0, diff = 0;
+  for (int64_t e = 0; e < a.numel(); ++e) {
+    if (std::isinf(b.f()[e])) {
+      if (a.f()[e] != b.f()[e]) return 1e30;
+      continue;
+    }
+    scale = std::max(scale, double(std::fabs(b.f()[e])));
+    diff = std::max(diff, double(std::fabs(a.f()[e] - b.f()[e])));
+  }
+  return scale > 0 ? diff / scale : diff;
 }
 
 }  // namespace rt::test
