@@ -7,7 +7,7 @@
 // (both from zeroed accumulators after one forward; expected ~3.7e-2, the E4M3 floor: bench/NOTES.md "FP8 attention
 // numerics, emulated"). Inputs: hashed uniform values of unit variance (bench/cuda_bench_util.cuh random_bf16).
 //   bench_attn_fp8_bwd_bench [--n 4096,16384,32768] [--b 1] [--h 16] [--hkv 16] [--warmup 3] [--reps 10] [--full]
-// The FP8 kernel is v2 unless RT_ATTN_FP8_BWD_KERNEL=v1 (the first line says which ran).
+// The FP8 kernel is v2 unless RT_ATTN_FP8_BWD_KERNEL=v1 or v3 (the first line says which ran).
 #include <cmath>
 #include <cstdio>
 

@@ -4,6 +4,7 @@
 #include "kernels/attn_bwd_fp8.h"
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/attn_fp8_common.h"
 
@@ -72,9 +73,21 @@ void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 const char* attn_bwd_fp8_kernel_name() {
 #if RINGTRAIN_HAVE_CUDA
-  return cuda::attn_bwd_fp8_kernel_version() == 1 ? "v1" : "v2";
+  const int v = cuda::attn_bwd_fp8_kernel_version();
+  return v == 1 ? "v1" : v == 3 ? "v3" : "v2";
 #else
   return "none";
+#endif
+}
+
+void attn_bwd_fp8_select_kernel(const char* name) {
+  const std::string n = name == nullptr ? std::string() : std::string(name);
+  const int v = n.empty() ? 0 : n == "v1" ? 1 : n == "v2" ? 2 : n == "v3" ? 3 : -1;
+  RT_CHECK(v >= 0, "attn_bwd_fp8_select_kernel(\"" << n << "\"): expected v1, v2, v3 or nullptr");
+#if RINGTRAIN_HAVE_CUDA
+  cuda::set_attn_bwd_fp8_kernel_version(v);
+#else
+  RT_CHECK(v == 0, "attn_bwd_fp8_select_kernel: this build has no CUDA kernels");
 #endif
 }
 

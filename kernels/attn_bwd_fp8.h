@@ -49,9 +49,14 @@ void attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor& dout,
 void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                              const Tensor& delta, const AttnFp8BwdCodes& codes, bool causal, Tensor dq_acc,
                              Tensor dk_acc, Tensor dv_acc);
-// The kernel attn_bwd_fp8_from_codes runs, for logs and benchmarks: "v1" or "v2" (RT_ATTN_FP8_BWD_KERNEL=v1|v2, read
-// once; default v2: kernels/cuda/attention/attn_bwd_fp8_sm90_v2.cu), "none" in a build without CUDA.
+// The kernel attn_bwd_fp8_from_codes runs, for logs and benchmarks: "v1", "v2" or "v3" (RT_ATTN_FP8_BWD_KERNEL=
+// v1|v2|v3, read once; default v2: kernels/cuda/attention/attn_bwd_fp8_sm90_v2.cu; v3: _v3.cu, v2 with dQ through
+// TMA reduces), "none" in a build without CUDA.
 const char* attn_bwd_fp8_kernel_name();
+// Runs `name` ("v1", "v2", "v3") from now on in this process whatever RT_ATTN_FP8_BWD_KERNEL says, or the
+// environment's choice again for nullptr (tests comparing the kernels; not thread-safe). Refuses other names, and
+// any name in a build without CUDA.
+void attn_bwd_fp8_select_kernel(const char* name);
 void attn_bwd_fp8_experiment(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                              const Tensor& delta, bool causal, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
 

@@ -16,12 +16,16 @@ struct AttnFp8BwdDims {
 // attn_bwd_fp8_quantize on the tensors' stream (kernels/cuda/attention/attn_bwd_fp8_quant.cu).
 void launch_attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor& dout, const AttnFp8BwdCodes& codes,
                                   const AttnFp8BwdDims& dims);
-// The backward kernel (kernels/cuda/attention/attn_bwd_fp8_sm90.cu); refuses a device without sm_90a.
+// The backward kernel (kernels/cuda/attention/attn_bwd_fp8_sm90.cu, _v2.cu, _v3.cu); refuses a device without sm_90a.
 void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                          const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims, bool causal,
                          Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
-// The kernel launch_attn_bwd_fp8 runs: 1 or 2 (RT_ATTN_FP8_BWD_KERNEL=v1|v2, read once; default 2).
+// The kernel launch_attn_bwd_fp8 runs: 1, 2 or 3 (RT_ATTN_FP8_BWD_KERNEL=v1|v2|v3, read once; default 2), unless
+// set_attn_bwd_fp8_kernel_version chose one.
 int attn_bwd_fp8_kernel_version();
+// Overrides the environment's choice for this process (1, 2, 3), or restores it (0). Not thread-safe: tests and
+// benchmarks, between launches.
+void set_attn_bwd_fp8_kernel_version(int version);
 
 }  // namespace cuda
 }  // namespace rt

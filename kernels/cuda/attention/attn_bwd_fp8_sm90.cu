@@ -1,7 +1,8 @@
 // The FP8 (E4M3) attention backward on Hopper (sm_90a), issue 47's first GPU backward (kernels/attn_bwd_fp8.h has the
 // contract; the CPU op attn_bwd_block_fp8, kernels/attn_fp8.h, is its reference). v1: it runs under
-// RT_ATTN_FP8_BWD_KERNEL=v1; the default is v2 (attn_bwd_fp8_sm90_v2.cu: the same tiles, reordered), which
-// launch_attn_bwd_fp8 below picks. Design, written before any GPU run:
+// RT_ATTN_FP8_BWD_KERNEL=v1; the default is v2 (attn_bwd_fp8_sm90_v2.cu: the same tiles, reordered; v3,
+// attn_bwd_fp8_sm90_v3.cu, is v2 with dQ through TMA reduces), which launch_attn_bwd_fp8 below picks. Design,
+// written before any GPU run:
 //
 // Operands. FP8 wgmma takes no transpose: both operands must be K-major (contiguous along the contraction).
 //   * S^T = K Q^T and dP^T = V dO^T stay bf16 (the recipe): bf16 K, V, Q, dO tiles, K-major as stored (contract
@@ -335,23 +336,41 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
   p.scale2 = p.scale * 1.4426950408889634f;
   p.p_factor = fp8_factor_from_scale(kPScale);
   const dim3 grid(unsigned(p.nblk), unsigned(dims.Hkv), unsigned(dims.B));
-  if (attn_bwd_fp8_kernel_version() == 2) {
+  const int version = attn_bwd_fp8_kernel_version();
+  if (version == 2) {
     launch_attn_bwd_fp8_v2_kernel(m, p, grid, stream, device);
+    return;
+  }
+  if (version == 3) {  // dq_acc (B,N,H,D) f32, boxes of (32 columns, 1 head, 64 query rows, 1 sample)
+    const CUtensorMap dq_map = make_rows_heads_tma_map(dq_acc.data, dims.B, dims.N, dims.N, dims.H, dims.D, 64, 4);
+    launch_attn_bwd_fp8_v3_kernel(m, dq_map, p, grid, stream, device);
     return;
   }
   attn_bwd_fp8_kernel<<<grid, kFp8BwdThreads, kSmemBytes, stream>>>(m, p);
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+int g_kernel_override = 0;  // set_attn_bwd_fp8_kernel_version: 0 none, else the version
+}  // namespace
+
 int attn_bwd_fp8_kernel_version() {
-  // Read once: RT_ATTN_FP8_BWD_KERNEL=v1 (this file's kernel) or v2 (attn_bwd_fp8_sm90_v2.cu, the default).
+  if (g_kernel_override != 0) return g_kernel_override;
+  // Read once: RT_ATTN_FP8_BWD_KERNEL=v1 (this file's kernel), v2 (attn_bwd_fp8_sm90_v2.cu, the default) or v3
+  // (attn_bwd_fp8_sm90_v3.cu).
   static const int version = [] {
     const char* e = std::getenv("RT_ATTN_FP8_BWD_KERNEL");
     if (e == nullptr || *e == '\0' || std::strcmp(e, "v2") == 0) return 2;
-    RT_CHECK(std::strcmp(e, "v1") == 0, "RT_ATTN_FP8_BWD_KERNEL=" << e << ": expected v1 or v2");
+    if (std::strcmp(e, "v3") == 0) return 3;
+    RT_CHECK(std::strcmp(e, "v1") == 0, "RT_ATTN_FP8_BWD_KERNEL=" << e << ": expected v1, v2 or v3");
     return 1;
   }();
   return version;
+}
+
+void set_attn_bwd_fp8_kernel_version(int version) {
+  RT_CHECK(version >= 0 && version <= 3, "set_attn_bwd_fp8_kernel_version(" << version << "): expected 0..3");
+  g_kernel_override = version;
 }
 
 }  // namespace cuda

@@ -1,6 +1,7 @@
-// What the two FP8 attention backward kernels (issue 47) share: the launch arguments, the shared-memory map and the
-// v2 kernel's launcher. v1: attn_bwd_fp8_sm90.cu (it also holds launch_attn_bwd_fp8, which checks, builds these
-// arguments and picks the kernel: RT_ATTN_FP8_BWD_KERNEL=v1|v2, default v2); v2: attn_bwd_fp8_sm90_v2.cu. Both run
+// What the FP8 attention backward kernels (issue 47) share: the launch arguments, the shared-memory map and the
+// v2 / v3 kernels' launchers. v1: attn_bwd_fp8_sm90.cu (it also holds launch_attn_bwd_fp8, which checks, builds these
+// arguments and picks the kernel: RT_ATTN_FP8_BWD_KERNEL=v1|v2|v3, default v2); v2: attn_bwd_fp8_sm90_v2.cu; v3:
+// attn_bwd_fp8_sm90_v3.cu (v2 with dQ through shared memory and TMA reduces). All run
 // one CTA of 256 threads (2 warpgroups x 64 keys) per (128-key tile, K/V head, sample) over the same shared memory.
 // Keep C++17.
 #pragma once
@@ -61,6 +62,11 @@ struct Fp8BwdMaps {
 // shared-memory attribute on first use per device.
 void launch_attn_bwd_fp8_v2_kernel(const Fp8BwdMaps& maps, const Fp8BwdParams& p, dim3 grid, cudaStream_t stream,
                                    int device);
+// The v3 kernel (attn_bwd_fp8_sm90_v3.cu): v2's, with dQ added by TMA tensor reduces through dq_map, an f32 map over
+// dq_acc (B,N,H,D) with (32 columns, 1 head, 64 rows, 1) sw128 boxes (make_rows_heads_tma_map(..., 64, 4)); p.dq
+// unused. Same grid, threads and shared memory as v2.
+void launch_attn_bwd_fp8_v3_kernel(const Fp8BwdMaps& maps, const CUtensorMap& dq_map, const Fp8BwdParams& p,
+                                   dim3 grid, cudaStream_t stream, int device);
 
 }  // namespace fp8bwd
 }  // namespace cuda
