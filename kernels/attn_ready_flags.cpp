@@ -11,6 +11,12 @@
 
 namespace rt {
 
+#ifdef RINGTRAIN_HAVE_CUDA
+namespace cuda {
+void attn_ready_release(const AttnReadyFlags& flags, int source);  // kernels/cuda/attention/attn_ready_release.cu
+}
+#endif
+
 AttnReadyFault attn_ready_fault_decode(uint64_t word) {
   AttnReadyFault f;
   if (word == 0) return f;
@@ -56,6 +62,8 @@ void check_attn_ready_flags(const AttnReadyFlags& flags, const Device& device, c
   RT_CHECK(reinterpret_cast<uintptr_t>(flags.fault.data) % 8 == 0,
            op << ": the fault word must be 8-byte aligned (the kernel writes it as one 64-bit atomic)");
   attn_ready_timeout_ns(flags.timeout_s, op);
+  RT_CHECK(flags.free_sms >= 0, op << ": the ready flags' free_sms = " << flags.free_sms
+                                   << " must be >= 0 (0: one CTA per unit; M > 0: M SMs left free of units)");
 }
 
 void attn_ready_fault_check(const AttnReadyFlags& flags, const std::string& where) {
@@ -71,6 +79,22 @@ void attn_ready_fault_check(const AttnReadyFlags& flags, const std::string& wher
   int32_t zero[2] = {0, 0};
   copy_cast(flags.fault, Tensor(zero, DType::i32, Device::cpu(), {2}));
   RT_CHECK(false, attn_ready_fault_message(fault, flags.timeout_s, where));
+}
+
+void attn_ready_release(const AttnReadyFlags& flags, int source) {
+  const char* op = "attn_ready_release";
+  RT_CHECK(flags.on(), op << ": the ready flags are off (no ready words)");
+  RT_CHECK(flags.ready.ndim == 1 && flags.ready.dtype == DType::i32 && source >= 0 && source < flags.ready.shape[0],
+           op << ": source " << source << " is not one of the ready words " << flags.ready.shape_str() << " i32");
+  if (flags.ready.device.is_cuda()) {
+#ifdef RINGTRAIN_HAVE_CUDA
+    cuda::attn_ready_release(flags, source);
+    return;
+#else
+    RT_CHECK(false, op << ": the ready words are on " << flags.ready.device.str() << " but this build has no CUDA");
+#endif
+  }
+  static_cast<uint32_t*>(flags.ready.data)[source] = flags.epoch;
 }
 
 }  // namespace rt

@@ -29,8 +29,13 @@
 //     debugging. A fault is never lost: the word keeps the latest until a check clears it, and the NaN rows poison
 //     the loss in between.
 //   * Deadlock: a waiting unit holds its SM. Whatever raises the flag must not need an SM the waiting units hold: a
-//     copy engine (cudaMemcpyAsync of the epoch after the rows), or kernels on SMs left free (the plan's M SMs for
-//     NCCL, its unpack and the flag kernel). Otherwise the watchdog ends the call with the fault, not a hang.
+//     copy engine (cudaMemcpyAsync of the epoch after the rows), or kernels on SMs left free. free_sms = M > 0 (the
+//     default, kAttnReadyFreeSmsDefault) runs the kernel's persistent form: min(units, (SMs - M) x CTAs per SM) CTAs
+//     that take the units in list order from a counter (attn_fwd_work_list_persistent.cuh), so M SMs hold no unit
+//     and the exchange's kernels (NCCL), the unpack (gather_rows) and the flag kernel run there while units wait;
+//     the same bits as one CTA per unit. M = 0: one CTA per unit (the grid without flags), whose waiting units may
+//     hold every SM; then only a copy engine can deliver, and otherwise the watchdog ends the call with the fault,
+//     not a hang.
 // The CPU op ignores the flags: on CPU ranks the caller's cp_.wait has ordered the gathered rows before the call.
 #pragma once
 #include <cstdint>
@@ -40,12 +45,21 @@
 
 namespace rt {
 
+// The default M: the gather exchange's NCCL kernel (one CTA per channel it runs: up to 8 for the exchange's few peers
+// on one NVLink node with NCCL's defaults, NCCL_MAX_NCHANNELS caps it), the unpack (gather_rows, a grid-stride copy
+// that makes progress on any number of SMs) and the 1-thread flag kernel must find SMs while every other SM may hold
+// a waiting unit: 8 of the H200's 132 (6% of the forward's SMs while nothing waits; the units that would run there
+// are the ones that wait anyway when the rows are late).
+constexpr int kAttnReadyFreeSmsDefault = 8;
+
 struct AttnReadyFlags {
   Tensor ready;           // (sources) i32 on q's device, read as u32: source s's rows are in once ready[s] == epoch
   uint32_t epoch = 0;     // this call's exchange
   double timeout_s = 0;   // the watchdog's limit per wait, > 0 (parallel.timeout_s in a run)
   Tensor fault;           // (2) i32 on q's device, 8-byte aligned, zero when allocated: attn_ready_fault_word's
                           // low and high words (little-endian) of the latest fault, zero while none
+  int free_sms = kAttnReadyFreeSmsDefault;  // M: SMs the kernel leaves free of units for whatever delivers the
+                                            // rows (the persistent form); 0: one CTA per unit
   bool on() const { return ready.defined(); }
 };
 
@@ -74,5 +88,10 @@ void check_attn_ready_flags(const AttnReadyFlags& flags, const Device& device, c
 // Reads the fault word (a host wait on the device's work up to here) and, if a wait timed out, clears it and raises
 // attn_ready_fault_message(..., where). Does nothing when the flags are off.
 void attn_ready_fault_check(const AttnReadyFlags& flags, const std::string& where);
+// Raises ready[source] to flags.epoch after the work queued before it on the current stream: on CUDA a 1-thread
+// kernel's st.release.gpu (kernels/cuda/attention/attn_ready_release.cu), so that the rows that work wrote are
+// visible to the units that wait for the word; on the host a plain store (the caller's order is the program's).
+// Refuses flags that are off or a source outside the ready words.
+void attn_ready_release(const AttnReadyFlags& flags, int source = 0);
 
 }  // namespace rt

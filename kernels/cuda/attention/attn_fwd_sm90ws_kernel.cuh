@@ -39,6 +39,28 @@ namespace {
 using namespace wgfwd;  // kWgRowsPerCta (128), kWgKeysPerTile (128); in the role fragments issue_qk, issue_pv,
                         // softmax_tile, rescale_o, load_state_rows, store_state_rows, fresh_state_rows, store_final_rows
 
+// The list mode's unit start, thread 0 (kList; also the persistent form's, attn_fwd_work_list_persistent.cuh): the
+// mbarriers (and with kFlags the ready barrier), then Q on its way before the segments' expansion, whose block
+// barriers publish the initialization to the other threads (a unit always has a tile: work_list_tiles traps on an
+// empty segment, so the CTA never leaves with the load in flight). K_0 stays the producer's: issued here too, it cost
+// the D = 128 kernel 76 more bytes of spill (44 -> 120; ptxas -v).
+template <int D, int kCons, int kRows, int kStages, bool kFlags>
+__device__ __forceinline__ void work_list_unit_start(const WsBars<kStages>& bars, const CUtensorMap* tm_q,
+                                                     uint32_t q_tile, const WorkListUnit& unit) {
+  mbar_init(bars.q_full(), 1);
+  for (int s = 0; s < kStages; ++s) {
+    mbar_init(bars.k_full(s), 1 + 32);  // + the key-position warp's lanes
+    mbar_init(bars.v_full(s), 1);
+    mbar_init(bars.k_empty(s), 128 * kCons);
+    mbar_init(bars.v_empty(s), 128 * kCons);
+  }
+  if constexpr (kFlags) work_list_ready_init();
+  mbar_init_fence();
+  tma_prefetch_desc(tm_q);
+  mbar_arrive_expect_tx(bars.q_full(), WsSmem<D, kRows, kStages>::kQBytes);
+  tma_tile<D, kRows>(q_tile, tm_q, bars.q_full(), int(unit.h), unit.tile * kRows, int(unit.b));
+}
+
 // kDocs: the document mask (p.docs) is on; a separate instantiation, so the unmasked kernel has none of its code.
 // kList: the list mode (above; needs kDocs); `wl` is read only there. kFlags: its ready flags (needs kList).
 template <int D, bool kDocs, int kCons, bool kList = false, bool kFlags = false>
@@ -69,29 +91,14 @@ __global__ void __launch_bounds__(kWsThreads<kCons>, kWsCtasPerSm<kCons>)
   grid_dependency_wait();  // launched as a dependent kernel (pdl.cuh): no global access before this
   allow_dependent_launch();
   // List mode: this CTA's (task, head), or none (a fill CTA, done inside, or a unit past the list's tasks).
+  constexpr bool kPersistent = false;  // the role fragments' (attn_fwd_work_list_persistent.cuh has the other form)
+  const int64_t unit_d = blockIdx.x;   // the list mode's unit
   WorkListUnit unit{};
   if constexpr (kList) {
-    if (!work_list_unit<D>(p, wl, num_q_tiles, head_window, unit)) return;
+    if (!work_list_unit<D>(p, wl, num_q_tiles, head_window, unit_d, unit)) return;
     h = unit.h;
     b = unit.b;
-    if (threadIdx.x == 0) {
-      // The mbarriers, then Q on its way before the expansion below, whose block barriers publish the initialization
-      // to the other threads (a unit always has a tile: work_list_tiles traps on an empty segment, so the CTA never
-      // leaves with the load in flight). K_0 stays the producer's: issued here too, it cost the D = 128 kernel 76 more
-      // bytes of spill (44 -> 120; ptxas -v).
-      mbar_init(bars.q_full(), 1);
-      for (int s = 0; s < kStages; ++s) {
-        mbar_init(bars.k_full(s), 1 + 32);  // + the key-position warp's lanes
-        mbar_init(bars.v_full(s), 1);
-        mbar_init(bars.k_empty(s), 128 * kCons);
-        mbar_init(bars.v_empty(s), 128 * kCons);
-      }
-      if constexpr (kFlags) work_list_ready_init();
-      mbar_init_fence();
-      tma_prefetch_desc(&tm_q);
-      mbar_arrive_expect_tx(bars.q_full(), Smem::kQBytes);
-      tma_tile<D, kRows>(q_tile, &tm_q, bars.q_full(), int(h), unit.tile * kRows, int(b));
-    }
+    if (threadIdx.x == 0) work_list_unit_start<D, kCons, kRows, kStages, kFlags>(bars, &tm_q, q_tile, unit);
   }
   // The fresh and finalized forms' tiles of the rows outside [q_begin, q_end) come first: short CTAs that then
   // run side by side on every SM (after the query tiles, they queued on the few SMs a one-wave step leaves free).

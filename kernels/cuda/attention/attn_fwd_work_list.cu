@@ -7,7 +7,9 @@
 // (attn_fwd_work_list_split.cuh); the bits below hold for unsplit lists only (a split list is within rounding).
 // With ready flags (kernels/attn_ready_flags.h) the same kernel's kFlags instantiation runs: a unit waits for its
 // gathered tiles' flags before loading them (attn_fwd_work_list_ready.cuh); the flags change when a tile is loaded,
-// never what is computed, so the bits are the same once the flags have passed.
+// never what is computed, so the bits are the same once the flags have passed. With flags and free_sms = M > 0 (the
+// default) its persistent form runs instead, leaving M SMs free for the rows' delivery
+// (attn_fwd_work_list_persistent.cuh); the same unit code, so the same bits.
 //
 // Why the bits equal attn_fwd_whole_two_kv's (one source: attn_fwd_whole's, where its tiles start on the 128-row
 // grid) when the list holds, per query tile, that call's key tiles less those fully masked for the tile:
@@ -30,6 +32,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,7 @@
 #include "kernels/cuda/attention/attn_fwd_sm90ws_kernel.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
 #include "kernels/cuda/attention/attn_fwd_work_list.cuh"
+#include "kernels/cuda/attention/attn_fwd_work_list_persistent.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
 #include "kernels/cuda/pdl.cuh"
@@ -193,15 +197,49 @@ void check_list_on_host(const Tensor& list, const AttnDims& d, const AttnDocs& d
   check_bounds_on_host(wl, docs, d, list_rows, stream, op);
 }
 
+// The counter from which the persistent form's CTAs fetch their units after the first, per device: zeroed once, and
+// set back to 0 by each launch's last fetch (attn_fwd_work_list_persistent.cuh; one launch at a time per device).
+int* persistent_unit_counter(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static int* counters[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mutex);
+  int*& c = counters[device_slot(device)];
+  if (c == nullptr) {
+    CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
+    CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
+  }
+  return c;
+}
+
+// The persistent form's CTAs for M free SMs: (SMs - M) x the kernel's CTAs per SM (per device, found once).
+template <typename Kernel>
+int64_t persistent_ctas(Kernel* kernel, size_t smem, int device, int free_sms, const char* op) {
+  static std::mutex mutex;
+  static int sms[kMaxDevices] = {}, per_sm[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mutex);
+  const int slot = device_slot(device);
+  if (sms[slot] == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms[slot], cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm[slot], kernel, kWsThreads<kCons>, smem));
+  }
+  RT_CHECK(per_sm[slot] >= 1, op << ": the persistent list kernel fits no SM (occupancy 0)");
+  RT_CHECK(free_sms < sms[slot], op << ": the ready flags' free_sms = " << free_sms << " leaves none of the device's "
+                                    << sms[slot] << " SMs to the kernel; pass fewer (0: one CTA per unit)");
+  return int64_t(sms[slot] - free_sms) * per_sm[slot];
+}
+
+// free_sms > 0 (kFlags only): the persistent form on min(units, (SMs - free_sms) x CTAs per SM) CTAs.
 template <int D, bool kFlags>
-void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_window, int device,
+void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_window, int free_sms, int device,
             cudaStream_t stream) {
   constexpr int kRows = 64 * kCons;
   constexpr size_t smem = WsSmem<D, kRows, kWsStages<D, kCons>>::kBytes;
   auto* kernel = attn_fwd_ws_kernel<D, true, kCons, true, kFlags>;
+  auto* persistent = attn_fwd_ws_list_persistent_kernel<D>;
   static bool configured[kMaxDevices] = {};  // the shared-memory opt-in is per device
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(persistent, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     configured[device_slot(device)] = true;
   }
   const bool two = p.k2_row > 0;
@@ -221,6 +259,15 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
   const int64_t ctas = p.H * wl.tasks + fill;
   RT_CHECK(ctas <= INT_MAX, "attn_fwd_work_list: H x T = " << p.H * wl.tasks << " units do not fit one grid");
   if (ctas == 0) return;
+  if (kFlags && free_sms > 0) {
+    WsPersistent ps;
+    ps.units = int(ctas);
+    ps.ctas = int(std::min(ctas, persistent_ctas(persistent, smem, device, free_sms, "attn_fwd_work_list")));
+    ps.next_unit = persistent_unit_counter(device, stream);
+    launch_dependent_kernel(persistent, dim3(unsigned(ps.ctas)), dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv,
+                            tk2, tv2, p, int(nqt), head_window, wl, ps);
+    return;
+  }
   launch_dependent_kernel(kernel, dim3(unsigned(ctas)), dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv, tk2, tv2,
                           p, int(nqt), head_window, wl);
 }
@@ -353,10 +400,11 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
     wl.fault = static_cast<unsigned long long*>(ready.fault.data);
   }
   const int window = list_head_window(d.H, d.group, key_rows, d.D, d.B);
-  if (d.D == 64) ready.on() ? launch<64, true>(p, d.B, wl, window, device, stream)
-                            : launch<64, false>(p, d.B, wl, window, device, stream);
-  else ready.on() ? launch<128, true>(p, d.B, wl, window, device, stream)
-                  : launch<128, false>(p, d.B, wl, window, device, stream);
+  const int free_sms = ready.on() ? ready.free_sms : 0;  // without flags: one CTA per unit, as always
+  if (d.D == 64) ready.on() ? launch<64, true>(p, d.B, wl, window, free_sms, device, stream)
+                            : launch<64, false>(p, d.B, wl, window, free_sms, device, stream);
+  else ready.on() ? launch<128, true>(p, d.B, wl, window, free_sms, device, stream)
+                  : launch<128, false>(p, d.B, wl, window, free_sms, device, stream);
   // RT_ATTN_WORK_LIST_CHECK=1: wait for the call and raise a timed-out wait here (the caller's own check is
   // attn_ready_fault_check at its next host wait, kernels/attn_ready_flags.h).
   if (ready.on() && host_check_requested()) attn_ready_fault_check(ready, op);

@@ -90,10 +90,28 @@ __device__ __forceinline__ void work_list_fault(const char* /*what*/, long long 
   __trap();
 }
 
-// Fill CTA f: out = 0, lse = -inf (no_key_rows of the fresh, finalized form) for every head of the slots
-// [32 f, 32 f + 32) (slot = sample * nqt + query tile) that no task names. Every thread calls it.
+// The persistent form's rows of a fill unit: out = 0 (bf16) and lse = -inf for rows [r0, r1) of sample b, head h
+// (the list mode's no_key_rows: fresh and finalized), written by `writers` threads, this one `tid` of them.
 template <int D>
-__device__ void work_list_fill(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int64_t f) {
+__device__ void work_list_fill_rows(const AttnFwdParams& p, int64_t b, int64_t h, int64_t r0, int64_t r1, int tid,
+                                    int writers) {
+  constexpr int kVecs = D / 8;  // uint4 (8 bf16) per row
+  const int n = int(r1 - r0) * kVecs;
+  for (int i = tid; i < n; i += writers) {
+    const int64_t row = r0 + i / kVecs;
+    const int c = (i % kVecs) * 8;
+    *reinterpret_cast<uint4*>(p.out + ((b * p.Nq + row) * p.H + h) * D + c) = make_uint4(0u, 0u, 0u, 0u);
+    if (c == 0) p.lse[(b * p.H + h) * p.Nq + row] = -INFINITY;
+  }
+}
+
+// Fill CTA f: out = 0, lse = -inf (no_key_rows of the fresh, finalized form) for every head of the slots
+// [32 f, 32 f + 32) (slot = sample * nqt + query tile) that no task names. Every thread calls it. kPart (the
+// persistent form): threads [0, writers) write the rows (tid: this thread's index among them, -1: none), so that its
+// producer warpgroup, at 24 registers, only meets the barriers.
+template <int D, bool kPart = false>
+__device__ void work_list_fill(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int64_t f, int tid = 0,
+                               int writers = 0) {
   WorkListScratch& sh = work_list_scratch();
   const int64_t slots = int64_t(wl.B) * nqt, s0 = f * kWorkListFillSlots;
   const int T = wl.tasks;  // the host's count (the words hold at least T tasks); a mismatch is the units' to report
@@ -110,18 +128,25 @@ __device__ void work_list_fill(const AttnFwdParams& p, const WsWorkList& wl, int
   for (int k = 0; k < kWorkListFillSlots && s0 + k < slots; ++k) {
     if ((covered >> k) & 1u) continue;
     const int64_t b = (s0 + k) / nqt, r0 = (s0 + k) % nqt * kWgRowsPerCta, r1 = min(r0 + kWgRowsPerCta, p.Nq);
-    for (int64_t h = 0; h < p.H; ++h) no_key_rows<D>(p, b, h, r0, r1);
+    if constexpr (kPart) {
+      if (tid >= 0)
+        for (int64_t h = 0; h < p.H; ++h) work_list_fill_rows<D>(p, b, h, r0, r1, tid, writers);
+    } else {
+      for (int64_t h = 0; h < p.H; ++h) no_key_rows<D>(p, b, h, r0, r1);
+    }
   }
 }
 
-// Which unit blockIdx.x is (true) or that it has none (false: a fill CTA, done here). Checks the words' header against
-// the host's counts and the task's fields (every thread reads the same words, so every thread decides the same).
-template <int D>
+// Which unit the grid's CTA d is (true) or that it has none (false: a fill CTA, done here; kPart, fill_tid and
+// fill_writers as work_list_fill's); d = blockIdx.x, or in the persistent form the unit it took
+// (attn_fwd_work_list_persistent.cuh). Checks the words' header against the host's counts and the task's fields
+// (every thread reads the same words, so every thread decides the same).
+template <int D, bool kPart = false>
 __device__ __forceinline__ bool work_list_unit(const AttnFwdParams& p, const WsWorkList& wl, int nqt, int window,
-                                               WorkListUnit& u) {
-  const int64_t slots = int64_t(wl.B) * nqt, units = p.H * wl.tasks, d = blockIdx.x;
+                                               int64_t d, WorkListUnit& u, int fill_tid = 0, int fill_writers = 0) {
+  const int64_t slots = int64_t(wl.B) * nqt, units = p.H * wl.tasks;
   if (d >= units) {
-    work_list_fill<D>(p, wl, nqt, d - units);
+    work_list_fill<D, kPart>(p, wl, nqt, d - units, fill_tid, fill_writers);
     return false;
   }
   const int T = wl.tasks, S = wl.segs;

@@ -13,7 +13,7 @@
 // Per warp, not per CTA: the 8 consumer warps of a part's CTA each signal and merge their own rows, with no block
 // barrier among the consumers (the producer warpgroup has left by then).
 // The task's part, parts and merge slot are read again from the list here (the unit's task index recomputed from
-// blockIdx.x), so that nothing of them is live across the key loop. Included by attn_fwd_sm90ws_kernel.cuh; keep
+// its unit index), so that nothing of them is live across the key loop. Included by attn_fwd_sm90ws_kernel.cuh; keep
 // C++17.
 #pragma once
 #include <cstdint>
@@ -29,21 +29,22 @@ namespace {
 
 using namespace wgfwd;  // kWgRowsPerCta, quad_sum, store_final_rows
 
-// The list task of this unit CTA (work_list_unit's mapping of blockIdx.x, for the host's T and the head window).
-__device__ __forceinline__ int work_list_task_of(const AttnFwdParams& p, const WsWorkList& wl, int window) {
-  const int64_t d = blockIdx.x, T = wl.tasks;
+// The list task of unit d (work_list_unit's mapping of its d, for the host's T and the head window).
+__device__ __forceinline__ int work_list_task_of(const AttnFwdParams& p, const WsWorkList& wl, int window, int64_t d) {
+  const int64_t T = wl.tasks;
   const int64_t w = d / (int64_t(window) * T), rem = d % (int64_t(window) * T);
   const int64_t width = min(int64_t(window), p.H - w * window);
   return int(rem / width);
 }
 
 // The epilogue of one consumer thread: rows row0 and row0 + 8 of the tile (absolute query rows; lrow0 = row0 - q0,
-// the tile-local row), quad thread t, the state of its two rows (m_run, per-thread partial l_run, o).
+// the tile-local row), quad thread t, the state of its two rows (m_run, per-thread partial l_run, o); d: the unit
+// (blockIdx.x, or the persistent form's unit).
 template <int D>
 __device__ __forceinline__ void work_list_epilogue(const AttnFwdParams& p, const WsWorkList& wl, int window, int64_t b,
                                                    int64_t h, int64_t q0, int lrow0, int t, float (&m_run)[2],
-                                                   float (&l_run)[2], float (&o)[D / 2]) {
-  const int32_t* task = wl.words + 4 + 4 * int64_t(work_list_task_of(p, wl, window));
+                                                   float (&l_run)[2], float (&o)[D / 2], int64_t d) {
+  const int32_t* task = wl.words + 4 + 4 * int64_t(work_list_task_of(p, wl, window, d));
   const int32_t w1 = __ldg(task + 1), w3 = __ldg(task + 3);
   const int part = int8_t((w1 >> 16) & 0xff), parts = int8_t((w1 >> 24) & 0xff);
   if (parts <= 1) {
