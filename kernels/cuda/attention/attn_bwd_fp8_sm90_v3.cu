@@ -14,20 +14,21 @@
 // K^T, Q^T, dO^T, dS e4m3 16 KB each, the half-0 dS^T staging 32 KB, lse / delta / barriers / amax keys ~1 KB:
 // 225.6 KB + 1 KB alignment slack of the 227 KB opt-in; no room for a 64 KB dQ buffer, let alone two. The dQ parts
 // reuse regions that are idle at the end of a tile:
-//   * part 0 (columns 0..63) of warpgroup wg: its half of the staging area (16 KB at kSmStage + 16 KB wg; v3 splits
-//     the staging per warpgroup: entry j of thread i of wg at float4 index wg * 1024 + j * 128 + i). The staging is
-//     read back before the dS barrier and written again only in the next tile's half 0;
-//   * part 1 (columns 64..127): warpgroup 0 into the dO^T tile (16 KB, read by dV only: free after the dS barrier),
-//     warpgroup 1 into the Q^T tile (read by both warpgroups' dK: free once bar_free has its 8 warp arrivals).
-// The waits: the warpgroup's issuing thread (tid 0 / tid 128) waits for its bulk groups' shared-memory reads
-// (cp.async.bulk.wait_group.read 0) in the NEXT tile, under that tile's half-0 S / dP MMAs, then issues that tile's
-// load of the region it owns (dO^T for warpgroup 0, Q^T for warpgroup 1: bar_t takes 2 arrivals), and the
-// warpgroup's named barrier (ids 5, 6) releases the staging before half 0's dS^T is stored there. So the reduces
-// have the tile's first S / dP MMAs to read 32 KB a warpgroup (v2 issued the next Q^T / dO^T load at the end of the
-// tile; here it starts ~1/4 tile later and still has half 1's S / dP to land before dV part 0 needs it). The
-// per-part hand-off to the issuing thread is a named barrier per warpgroup and part (ids 1..4: warps 1-3 arrive,
-// warp 0 syncs, so only the issuing warp waits). Before the CTA ends the issuing threads wait for their reduces'
-// completion (cp.async.bulk.wait_group 0).
+//   * part 0 (columns 0..63, issued first): warpgroup 0 into the dO^T tile (16 KB, read by dV only: free after the
+//     dS barrier), warpgroup 1 into the Q^T tile (read by both warpgroups' dK: free once bar_free has its 8 warp
+//     arrivals);
+//   * part 1 (columns 64..127) of warpgroup wg: its half of the staging area (16 KB at kSmStage + 16 KB wg; v3
+//     splits the staging per warpgroup: entry j of thread i of wg at float4 index wg * 1024 + j * 128 + i). The
+//     staging is read back before the dS barrier and written again only in the next tile's half 0.
+// The waits, each as late as its region's next use allows: in the NEXT tile, under its half-0 S / dP MMAs, the
+// warpgroup's issuing thread (tid 0 / tid 128) waits for part 0's shared-memory reads (the older bulk group:
+// cp.async.bulk.wait_group.read 1) and issues that tile's load of the tile it owns (dO^T for warpgroup 0, Q^T for
+// warpgroup 1: bar_t takes 2 arrivals; v2 issued both at the end of the previous tile, here they start ~1/4 tile
+// later and still have half 1's S / dP before dV part 0 needs them); after half 0's exps and dS it waits for part
+// 1's reads (wait_group.read 0), and the warpgroup's named barrier (ids 5, 6) releases the staging before half 0's
+// dS^T is stored there. The per-part hand-off to the issuing thread is a named barrier per warpgroup and part
+// (ids 1..4: warps 1-3 arrive, warp 0 syncs, so only the issuing warp waits). Before the CTA ends the issuing
+// threads wait for their reduces' completion (cp.async.bulk.wait_group 0).
 // PREDICTION (H200, d128 causal, B 1, H 16; before any GPU run; v2 measured 369.9 / 391.6 / 418.9 TF/s at
 // 4K / 16K / 32K): 4K ~390-420, 16K ~420-460, 32K ~440-490 TF/s (+5-15%): the 32 reductions a thread a tile become
 // 32 8-byte shared stores (2 wavefronts each) and 2 bulk ops, the LSU queue no longer throttles the dQ epilogue or
@@ -105,8 +106,10 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
   const bool issuer = (tid % 128) == 0;  // the warpgroup's bulk-reduce thread
   // (8, 128 threads) float4 of warpgroup wg: half 0's dS^T of each thread (the staging area split per warpgroup).
   float4* stage = reinterpret_cast<float4*>(gbase + kSmStage) + wg * 8 * 128;
-  const uint32_t dq_part0 = base + kSmStage + uint32_t(wg) * kDqPartBytes;  // (2 boxes of 64 x 32) f32 sw128
-  const uint32_t dq_part1 = base + (wg == 0 ? kSmDot : kSmQt);              // (2 boxes of 64 x 32) f32 sw128
+  // dQ part 0 (columns 0..63, issued first) into the tile this warpgroup reloads (dO^T / Q^T), part 1 into its
+  // staging: each (64 queries, 64 columns) f32 as 2 sw128 boxes of (64 rows, 32 columns).
+  const uint32_t dq_part0 = base + (wg == 0 ? kSmDot : kSmQt);
+  const uint32_t dq_part1 = base + kSmStage + uint32_t(wg) * kDqPartBytes;
   // CTA order as v2: key tile slowest, then K/V head, then sample (causal CTAs longest first).
   const int64_t pairs = int64_t(gridDim.x) / p.nblk;  // (sample, K/V head) pairs
   const int kt_idx = int(int64_t(blockIdx.x) / pairs);
@@ -187,11 +190,11 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
     wgmma_commit();
     issue_bf16_half(hi, v_wg, base + kSmDo);
     wgmma_commit();
-    // The previous tile's dQ reduces have read their shared memory: this tile's load of the region this warpgroup
-    // owns (dO^T / Q^T) may start, and (after the named barrier below) the staging may be written.
-    if (issuer) {
-      bulk_wait_read<0>();
-      if (it > 0) issue_t(it, wg);
+    // The previous tile's dQ part 0 reduces (the older bulk group) have read the dO^T / Q^T tile this warpgroup
+    // owns: this tile's load of it may start.
+    if (issuer && it > 0) {
+      bulk_wait_read<1>();
+      issue_t(it, wg);
     }
     wgmma_wait<1>();  // S^T ready; dP^T may still run
     wgmma_fence_regs(lo);
@@ -205,7 +208,8 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
     wgmma_fence();
     issue_bf16_half(lo, k_wg, base + kSmQ + uint32_t(kHalf) * 128);
     wgmma_commit();
-    named_bar_sync(kBarStageFree + wg, 128);  // the issuing thread has seen the reads of the staging done
+    if (issuer) bulk_wait_read<0>();          // the previous tile's part 1 reduces have read the staging
+    named_bar_sync(kBarStageFree + wg, 128);  // ... as every thread of the warpgroup now knows
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       stage[j * 128 + (tid % 128)] = make_float4(hi[4 * j], hi[4 * j + 1], hi[4 * j + 2], hi[4 * j + 3]);
@@ -304,10 +308,10 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
     const int q_wg = tile * kQueries + wg * 64;  // the warpgroup's first query row
     wgmma_wait<1>();  // dQ part 0 done
     wgmma_fence_regs(lo);
+    if (wg == 1) mbar_wait(bar_free, phase);  // warpgroup 0's dK has read the Q^T tile too
     dq_part_out(&dq_map, dq_part0, lo, qk, kBarDqPart0 + wg, 0, h, q_wg, int(b), warp, lane);
     wgmma_wait<0>();  // dQ part 1 done
     wgmma_fence_regs(hi);
-    if (wg == 1) mbar_wait(bar_free, phase);  // warpgroup 0's dK has read the Q^T tile too
     dq_part_out(&dq_map, dq_part1, hi, qk, kBarDqPart1 + wg, 64, h, q_wg, int(b), warp, lane);
   }
   if (issuer) bulk_wait<0>();  // the reduces performed before the CTA (and its shared memory) ends
