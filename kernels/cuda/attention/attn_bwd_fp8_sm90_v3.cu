@@ -55,8 +55,8 @@ namespace fp8bwd {
 namespace {
 
 constexpr uint32_t kDqPartBytes = 64 * 64 * 4;  // (64 queries, 64 columns) f32 of a warpgroup: 2 boxes of 8 KB
-static_assert(kDqPartBytes * 2 == 8 * kFp8BwdThreads * 16, "v3: the staging area holds both warpgroups' part 0");
-static_assert(kDqPartBytes == kFp8TileBytes, "v3: a Q^T / dO^T tile holds one warpgroup's part 1");
+static_assert(kDqPartBytes * 2 == 8 * kFp8BwdThreads * 16, "v3: the staging area holds both warpgroups' part 1");
+static_assert(kDqPartBytes == kFp8TileBytes, "v3: a Q^T / dO^T tile holds one warpgroup's part 0");
 static_assert(kSmStage % 1024 == 0 && kSmQt % 1024 == 0 && kSmDot % 1024 == 0, "v3: sw128 boxes need 1 KB alignment");
 
 // Named barriers (id 0 is __syncthreads): per warpgroup wg, part 0 handed to the issuing thread (1 + wg), part 1
