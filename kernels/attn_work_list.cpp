@@ -1,6 +1,6 @@
 // The work lists' device forms (kernels/attn_work_list.h) and the dispatch of attn_fwd_work_list and
 // attn_bwd_work_list on their tensors' device: kernels/cpu/attention/attn_{fwd,bwd}_work_list.cpp,
-// kernels/cuda/attention/attn_fwd_work_list.cu (the backward has no CUDA kernel yet).
+// kernels/cuda/attention/attn_{fwd,bwd}_work_list.cu.
 #include "kernels/attn_work_list.h"
 
 #include <algorithm>
@@ -40,6 +40,10 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
                         AttnState& scratch, const AttnMask& mask, const Tensor& list, int64_t tasks, Tensor out,
                         Tensor lse, const AttnSplitScratch& split, const AttnReadyFlags& ready);
 int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows, int64_t D, int64_t B);
+// kernels/cuda/attention/attn_bwd_work_list.cu (bwd v5's list mode).
+void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
+                        const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
+                        Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list);
 }  // namespace cuda
 #endif
 
@@ -192,9 +196,15 @@ int64_t attn_fwd_work_list_head_window(int64_t H, int64_t Hkv, int64_t key_rows,
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
                         Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list) {
-  RT_CHECK(!q.device.is_cuda(),
-           "attn_bwd_work_list has no CUDA kernel yet; on the GPU run attn_bwd_block_fresh_two_kv (bwd v5 over the "
-           "whole key list), or keep the call's tensors on the CPU for the list's host op");
+  if (q.device.is_cuda()) {
+#ifdef RINGTRAIN_HAVE_CUDA
+    const cuda::OpProfileScope rt_op_timer_("attn_bwd_work_list");
+    return cuda::attn_bwd_work_list(q, k, v, k2, v2, dout, lse, delta, dq_acc, dk, dv, dk2, dv2, mask, list);
+#else
+    RT_CHECK(false, "attn_bwd_work_list: CUDA tensor given, but this ringtrain was built without CUDA. Set device: "
+                    "cpu, or rebuild with nvcc available (-DRINGTRAIN_CUDA=ON)");
+#endif
+  }
   cpu::attn_bwd_work_list(q, k, v, k2, v2, dout, lse, delta, dq_acc, dk, dv, dk2, dv2, mask, list);
 }
 

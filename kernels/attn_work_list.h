@@ -234,7 +234,11 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
 // tile). Argument checks: attn_work_list_dims. Per task, every head runs its key tile against its segments' query
 // tiles in order. The list must be valid for the call (doc_bwd_work_list builds one); a query tile the list leaves
 // out of a task is not read for it. kernels/cpu/attention/attn_bwd_work_list.cpp runs it on the host (bit for bit
-// attn_bwd_block_fresh_two_kv's results: it visits the tasks in key order, see there); there is no CUDA kernel yet.
+// attn_bwd_block_fresh_two_kv's results: it visits the tasks in key order, see there); kernels/cuda/attention/
+// attn_bwd_work_list.cu on Hopper (bwd v5's list mode, one launch, the tasks in the list's order: dK / dV bitwise
+// attn_bwd_block_fresh_two_kv's, dq_acc within fp32 rounding; it writes dK / dV only through their tile's task, so its
+// list must name every key tile; ask attn_bwd_work_list_runs, kernels/attn_bwd_work_list_runs.h, before building one).
+// Neither waits on the segments' ready flags (source s >= 0): the caller orders the gathered rows before the call.
 void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k2, const Tensor& v2,
                         const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk,
                         Tensor dv, Tensor dk2, Tensor dv2, const AttnMask& mask, const Tensor& list);

@@ -21,6 +21,7 @@
 
 #include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_list.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
 #include "kernels/cuda/attention/attn_doc_mask.cuh"
 
@@ -69,19 +70,30 @@ __device__ __forceinline__ uint32_t doc_rel16(int64_t x) {
   return uint32_t(uint16_t(int16_t(x < -32768 ? -32768 : x > 32767 ? 32767 : x)));
 }
 
+// The key range of warpgroup `half`'s 64 keys of the unit: from the summaries, or in list mode from the positions.
+template <bool kList>
+__device__ __forceinline__ DocRange unit_key_range(const AttnBwdParams& p, const BwdUnit& w, int half, int lane) {
+  if constexpr (kList) return list_key_range(p, w, half, lane);
+  else return doc_k_range(p.docs, w.b, 2 * w.kt + half, 1);
+}
+
 // The docs warp: per unit with work, per iteration (the producer's stage order), the stage's row offsets and
-// class bits, then one arrival per lane on the stage's full barrier.
+// class bits, then one arrival per lane on the stage's full barrier. kList: the unit and its stages from the work
+// list (attn_bwd_sm90ws_list.cuh).
+template <bool kList = false>
 __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const BwdV5Grid& grid, const BwdV5Shared& sh,
-                                                 const BwdV5DocShared& ds, int lane) {
+                                                 const BwdV5DocShared& ds, const BwdWorkListDev& wl, int lane) {
   uint32_t J = 0;  // stages so far (as the producer counts them)
 #pragma unroll 1
   for (int f = 0;; ++f) {
     int2 span;
     const int u = read_unit_span(sh.unit_slots, ds.spans, sh.unit_full_bar, sh.unit_empty_bar, f, lane, span);
     if (u < 0) break;
-    const BwdUnit w = bwd_unit<true>(p, grid, u, span);
+    BwdUnit w;
+    if constexpr (kList) w = bwd_list_unit(p, wl, grid, u, span.x);
+    else w = bwd_unit<true>(p, grid, u, span);
     if (w.n_iter == 0) continue;
-    const DocRange k0 = doc_k_range(p.docs, w.b, 2 * w.kt, 1), k1 = doc_k_range(p.docs, w.b, 2 * w.kt + 1, 1);
+    const DocRange k0 = unit_key_range<kList>(p, w, 0, lane), k1 = unit_key_range<kList>(p, w, 1, lane);
     const int64_t base = min(k0.pos_lo, k1.pos_lo);  // k1 is empty (LLONG_MAX, LLONG_MIN) past k_end
     const bool wide = max(k0.pos_hi, k1.pos_hi) - base > kDocRel;
     // Each warpgroup's key range as 16-bit offsets (an empty one: lo 32767, hi -32768, seen by every row).
@@ -91,11 +103,19 @@ __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const B
     const int hi1 = k1_empty ? -32768 : int16_t(doc_rel16(k1.pos_hi - base));
     const int64_t* q_pos = p.docs.q_pos + int64_t(w.b) * p.docs.q_stride;
     const int64_t* q_doc = p.docs.q_doc + int64_t(w.b) * p.docs.q_stride;
+    BwdListCursor cur;
+    if constexpr (kList) cur.begin(p, wl, grid, w);
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++J) {
       const uint32_t st = J & 1u;
       if (J >= 2) mbar_wait(sh.empty_bar + 8 * st, ((J >> 1) - 1u) & 1u);
-      const int q0 = w.q_first + ((w.it_begin + j) % w.n_qt) * kBr;
+      int q0;
+      if constexpr (kList) {
+        q0 = cur.q0;
+        cur.next();
+      } else {
+        q0 = w.q_first + ((w.it_begin + j) % w.n_qt) * kBr;
+      }
       bool full0 = !wide, full1 = !wide;  // wide: every pair takes the (global) element mask
 #pragma unroll
       for (int r = lane; r < kBr; r += 32) {
@@ -119,8 +139,14 @@ __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const B
 
 // A consumer thread's two keys (tile rows krow0, krow0 + 8 of the unit) as offsets from the unit's base, packed as
 // 16 bits each (exact unless the unit is wide, where they are not used). Loaded once per unit.
-__device__ __forceinline__ uint32_t doc_thread_keys(const AttnBwdParams& p, const BwdUnit& w, int krow0) {
-  const int64_t base = doc_key_base(p, w);
+// kList: the base from the positions (list_key_range over both halves, by each consumer warp: lane = its lane), the
+// docs warp's base.
+template <bool kList = false>
+__device__ __forceinline__ uint32_t doc_thread_keys(const AttnBwdParams& p, const BwdUnit& w, int krow0,
+                                                    int lane = 0) {
+  int64_t base;
+  if constexpr (kList) base = min(list_key_range(p, w, 0, lane).pos_lo, list_key_range(p, w, 1, lane).pos_lo);
+  else base = doc_key_base(p, w);
   const int64_t* k_pos = p.docs.k_pos + int64_t(w.b) * p.docs.k_stride;
   const int64_t key0 = int64_t(w.k0) + krow0;
   return doc_rel16(k_pos[min(key0, p.k_end - 1)] - base) | doc_rel16(k_pos[min(key0 + 8, p.k_end - 1)] - base) << 16;

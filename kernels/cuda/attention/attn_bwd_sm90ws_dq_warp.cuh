@@ -17,13 +17,13 @@ namespace wgbwd {
 // The dQ warp (warpgroup 2, warp 1): per unit, the staged dQ tiles into dq_acc with TMA tensor reduces (lane 0),
 // then the unit's epilogue tiles into dk / dv (TMA stores when overwriting, else reduces). Each buffer's empty barrier
 // (one per consumer warpgroup, kDqParts) gets 1 arrival up front and one after each tile; the consumers sync
-// once per tile and twice at the end.
-template <int D, bool kDocs, int R>
+// once per tile and twice at the end. kList: the unit and its iterations from the work list (attn_bwd_sm90ws_list.cuh).
+template <int D, bool kDocs, int R, bool kList = false>
 __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const CUtensorMap& tm_dk,
                                                const CUtensorMap& tm_dv, const CUtensorMap& tm_dk2,
                                                const CUtensorMap& tm_dv2, const AttnBwdParams& p,
                                                const BwdV5Grid& grid, const BwdV5Shared& sh,
-                                               const BwdV5DocShared& ds, int lane) {
+                                               const BwdV5DocShared& ds, const BwdWorkListDev& wl, int lane) {
   using Smem = WgBwdV5Smem<D, R>;
   constexpr int kEpilogueTiles = 2 * D / 64;  // dK, then dV, 64 columns each
   const uint32_t dq_bufs = sh.dq_bufs;
@@ -49,14 +49,26 @@ __device__ __forceinline__ void bwd_v5_dq_warp(const CUtensorMap& tm_dq, const C
     const int u = kDocs ? read_unit_span(unit_slots, ds.spans, unit_full_bar, unit_empty_bar, f, lane, span)
                         : read_unit(unit_slots, unit_full_bar, unit_empty_bar, f, lane);
     if (u < 0) break;
-    const BwdUnit w = bwd_unit<kDocs, R>(p, grid, u, span);
+    BwdUnit w;
+    if constexpr (kList) w = bwd_list_unit(p, wl, grid, u, span.x);
+    else w = bwd_unit<kDocs, R>(p, grid, u, span);
     if (w.n_iter == 0) continue;
     const int mine = w.kt;  // deterministic mode never splits: the unit is the whole key tile
+    BwdListCursor cur;
+    if constexpr (kList) cur.begin(p, wl, grid, w);
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++jq) {
-      const int it = w.it_begin + j, sb = int(jq & 1u);
-      const int h = w.hk * int(p.group) + it / w.n_qt;
-      const int q0 = w.q_first + (it % w.n_qt) * R;
+      const int sb = int(jq & 1u);
+      int h, q0;
+      if constexpr (kList) {
+        h = w.hk * int(p.group) + cur.head;
+        q0 = cur.q0;
+        cur.next();
+      } else {
+        const int it = w.it_begin + j;
+        h = w.hk * int(p.group) + it / w.n_qt;
+        q0 = w.q_first + (it % w.n_qt) * R;
+      }
       // The tile's coordinates (as the producer computes them) and, in deterministic mode, its turn counter.
       const int64_t q_tiles_per_head = (p.q_end - p.q_begin + kBr - 1) / kBr;
       int* turn = p.dq_turn == nullptr

@@ -20,13 +20,15 @@ namespace wgbwd {
 // iteration into stage J & 1 of a ring that runs on across units, and K / V (TMA, lane 0, their own
 // barrier) once the first stage is in flight and the consumers are done with the previous unit's K / V.
 // kDocs: the unit's span (attn_bwd_sm90ws_docs.cuh) is loaded here and published with the unit. R: query rows per
-// tile (kV5WideRows).
-template <int D, bool kDocs, int R>
+// tile (kV5WideRows). kList (with kDocs): the unit from the work list, its stage count published as span.x, its
+// iterations from the task's segments (attn_bwd_sm90ws_list.cuh).
+template <int D, bool kDocs, int R, bool kList = false>
 __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const CUtensorMap& tm_do,
                                                 const CUtensorMap& tm_k, const CUtensorMap& tm_v,
                                                 const CUtensorMap& tm_k2, const CUtensorMap& tm_v2,
                                                 const AttnBwdParams& p, const BwdV5Grid& grid, int* next_unit,
-                                                const BwdV5Shared& sh, const BwdV5DocShared& ds, int lane) {
+                                                const BwdV5Shared& sh, const BwdV5DocShared& ds,
+                                                const BwdWorkListDev& wl, int lane) {
   using Smem = WgBwdV5Smem<D, R>;
   const uint32_t k_tile = sh.k_tile, v_tile = sh.v_tile, q_tiles = sh.q_tiles, do_tiles = sh.do_tiles;
   float* const lse_s = sh.lse_s;
@@ -50,7 +52,8 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
 #pragma unroll 1
   for (int f = 0;; ++f) {
     int2 span{0, 0};
-    if constexpr (kDocs) span = u < grid.units ? doc_unit_span(p, grid, u) : span;
+    if constexpr (kList) span.x = u < grid.units ? bwd_list_stages(p, wl, grid, u) : 0;
+    else if constexpr (kDocs) span = u < grid.units ? doc_unit_span(p, grid, u) : span;
     if (lane == 0) {
       if (f >= 2) mbar_wait(unit_empty_bar + 8 * (f & 1), uint32_t((f >> 1) - 1) & 1u);
       unit_slots[f & 1] = u < grid.units ? u : -1;
@@ -58,14 +61,26 @@ __device__ __forceinline__ void bwd_v5_producer(const CUtensorMap& tm_q, const C
       mbar_arrive(unit_full_bar + 8 * (f & 1));
     }
     if (u >= grid.units) break;
-    const BwdUnit w = bwd_unit<kDocs, R>(p, grid, u, span);
+    BwdUnit w;
+    if constexpr (kList) w = bwd_list_unit(p, wl, grid, u, span.x);
+    else w = bwd_unit<kDocs, R>(p, grid, u, span);
+    BwdListCursor cur;
+    if constexpr (kList)
+      if (w.n_iter > 0) cur.begin(p, wl, grid, w);
 #pragma unroll 1
     for (int j = 0; j < w.n_iter; ++j, ++J) {
-      const int it = w.it_begin + j;
       const uint32_t st = J & 1u;
       if (J >= 2) mbar_wait(empty_bar + 8 * st, ((J >> 1) - 1u) & 1u);
-      const int h = w.hk * int(p.group) + it / w.n_qt;
-      const int q0 = w.q_first + (it % w.n_qt) * R;
+      int h, q0;
+      if constexpr (kList) {
+        h = w.hk * int(p.group) + cur.head;
+        q0 = cur.q0;
+        cur.next();
+      } else {
+        const int it = w.it_begin + j;
+        h = w.hk * int(p.group) + it / w.n_qt;
+        q0 = w.q_first + (it % w.n_qt) * R;
+      }
       const int64_t stats_row = (int64_t(w.b) * p.H + h) * p.Nq + q0;
       const float* lse_src = p.lse + stats_row;
       const float* delta_src = p.delta + stats_row;
