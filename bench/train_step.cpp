@@ -9,10 +9,14 @@
 // "doc_lengths", sample 0's, warm-up steps first, so that the PyTorch side runs on the same documents).
 //
 //   bench_train_step <config.yaml> [--warmup N] [--steps N] [--init fast|exact] [--profile]
-//                    [--precision bf16|fp8] [--recipe tensorwise|rowwise|block] [--set key=value ...]
+//                    [--precision bf16|fp8] [--recipe tensorwise|rowwise|block] [--fp8-attention]
+//                    [--set key=value ...]
 //
 // --precision and --recipe set train.precision and fp8.recipe (framework/model/fp8_linear.h); run the binary once per
-// setting in one job to compare ours bf16 with ours fp8 per recipe on the same GPU. With --profile the FP8 ops'
+// setting in one job to compare ours bf16 with ours fp8 per recipe on the same GPU. --fp8-attention sets
+// fp8.attention: true (with --precision fp8: the attention backward's dV, dQ, dK in FP8, kernels/attn_fp8.h; on a GPU
+// parallel.cp 1, no documents, head_dim 128); its ops show in --profile as attn_bwd_fp8_quantize and
+// attn_bwd_fp8_from_codes, where the bf16 backward shows attn_bwd_block_fresh. With --profile the FP8 ops'
 // share of the step (the quantization: fp8_amax + fp8_quantize; the FP8 GEMMs) is printed and in RESULT.
 //
 // --profile runs one more step after the timed ones with every CUDA op timed by events (kernels/op_profile.h)
@@ -51,7 +55,7 @@ namespace {
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr, "bench_train_step: %s\nusage: bench_train_step <config.yaml> [--warmup N] [--steps N] "
                        "[--init fast|exact] [--profile] [--precision bf16|fp8] [--recipe tensorwise|rowwise|block] "
-                       "[--set key=value ...]\n", msg);
+                       "[--fp8-attention] [--set key=value ...]\n", msg);
   std::exit(2);
 }
 
@@ -152,6 +156,7 @@ int main(int argc, char** argv) {
     else if (a == "--set") sets.push_back(value());
     else if (a == "--precision") sets.push_back("train.precision=" + value());
     else if (a == "--recipe") sets.push_back("fp8.recipe=" + value());
+    else if (a == "--fp8-attention") sets.push_back("fp8.attention=true");
     else usage(("unknown argument " + a).c_str());
   }
   if (steps < 1 || warmup < 0) usage("--steps must be >= 1 and --warmup >= 0");
@@ -177,7 +182,9 @@ int main(int argc, char** argv) {
     const ModelConfig& m = config.model;
     const int64_t tokens = int64_t(config.train.batch_size) * config.data.seq_len;
     const bool fp8 = config.train.precision == "fp8";
-    const std::string precision = fp8 ? "fp8 " + config.fp8.recipe : config.train.precision;
+    const bool fp8_attention = fp8 && config.fp8.attention;
+    const std::string precision =
+        fp8 ? "fp8 " + config.fp8.recipe + (fp8_attention ? " + fp8.attention" : "") : config.train.precision;
     std::printf("train_step: %s on %s | L%d d%d H%d V%d | T %lld x batch %d = %lld tokens/step | checkpointing %s "
                 "| precision %s | setup %.1f s\n",
                 path.c_str(), device_name(device).c_str(), int(m.n_layer), int(m.d_model), int(m.n_head),
@@ -280,14 +287,15 @@ int main(int argc, char** argv) {
                 "\"ckpt\":\"%s\",\"ms_per_step\":%.3f,\"tok_s\":%.1f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                 "\"arena_gib\":%.3f,\"device_used_gib\":%.3f,\"flop_per_token\":%.6g,\"loss\":%.4f,\"steps\":%zu,"
                 "\"enqueue_ms\":%.3f,\"host_waits\":%llu,\"precision\":\"%s\",\"recipe\":\"%s\",\"fp8_peak_tflops\":%.0f,"
-                "\"fp8_quant_ms\":%.3f,\"fp8_gemm_ms\":%.3f,\"profile_wall_ms\":%.3f,\"visible_pairs\":%.6g,"
-                "\"doc_lengths\":%s}\n",
+                "\"fp8_attention\":%s,\"fp8_quant_ms\":%.3f,\"fp8_gemm_ms\":%.3f,\"profile_wall_ms\":%.3f,"
+                "\"visible_pairs\":%.6g,\"doc_lengths\":%s}\n",
                 path.c_str(), int(m.n_layer), int(m.d_model), int(m.n_head), int(m.vocab_size),
                 (long long)config.data.seq_len, int(config.train.batch_size), config.train.checkpointing.c_str(),
                 median * 1e3, tok_s, frac, peak, arena_gib, used_gib, flops.per_token(), last_loss, k,
                 enqueue_median * 1e3, (unsigned long long)max_waits, config.train.precision.c_str(),
                 fp8 ? config.fp8.recipe.c_str() : "", fp8 ? fp8_peak_tflops_for_gpu(device_name(device)) : 0.0,
-                quant_ms, fp8_gemm_ms, profile_wall_ms, documents ? timed_pairs / double(times.size()) : 0.0,
+                fp8_attention ? "true" : "false", quant_ms, fp8_gemm_ms, profile_wall_ms,
+                documents ? timed_pairs / double(times.size()) : 0.0,
                 json_int_lists(doc_lengths).c_str());
     return 0;
   } catch (const std::exception& e) {

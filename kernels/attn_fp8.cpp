@@ -1,5 +1,6 @@
 // The FP8 attention backward's host quantizers and its dispatch (kernels/attn_fp8.h): the CPU runs
-// kernels/cpu/attention/attn_bwd_fp8.cpp; CUDA tensors are refused until the sm_90 kernel exists (issue 47).
+// kernels/cpu/attention/attn_bwd_fp8.cpp, CUDA tensors kernels/attn_fp8_gpu.cpp (the sm_90a kernel where the call is in
+// its scope; the two_kv form has no CUDA path and is refused).
 #include "kernels/attn_fp8.h"
 
 #include <algorithm>
@@ -18,16 +19,12 @@ void attn_bwd_block_fresh_two_kv_fp8(const Tensor& q, const Tensor& k, const Ten
                                      const AttnMask& mask);
 }  // namespace cpu
 
-namespace {
-
-// Refuses CUDA tensors: there is no FP8 attention kernel on the GPU yet.
-void refuse_cuda(const Tensor& q, const char* op) {
-  RT_CHECK(!q.device.is_cuda(),
-           op << ": no CUDA kernel yet (the FP8 attention backward exists only on the CPU backend, issue 47); train "
-                 "on CPU ranks (device: cpu), or set fp8.attention: false to run the bf16 attention backward");
-}
-
-}  // namespace
+namespace attn_fp8_cuda {  // kernels/attn_fp8_gpu.cpp
+void block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+           const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask, const char* op);
+void fresh(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
+           const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& mask, const char* op);
+}  // namespace attn_fp8_cuda
 
 bool attn_fp8_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
 
@@ -70,13 +67,15 @@ void attn_fp8_quantize_row_blocks(const float* x, int64_t rows, int64_t row_stri
 
 void attn_bwd_block_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                         const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask) {
-  refuse_cuda(q, "attn_bwd_block_fp8");
+  if (q.device.is_cuda())
+    return attn_fp8_cuda::block(q, k, v, dout, lse, delta, dq_acc, dk_acc, dv_acc, mask, "attn_bwd_block_fp8");
   cpu::attn_bwd_block_fp8(q, k, v, dout, lse, delta, dq_acc, dk_acc, dv_acc, mask);
 }
 
 void attn_bwd_block_fresh_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                               const Tensor& delta, Tensor dq_acc, Tensor dk, Tensor dv, const AttnMask& mask) {
-  refuse_cuda(q, "attn_bwd_block_fresh_fp8");
+  if (q.device.is_cuda())
+    return attn_fp8_cuda::fresh(q, k, v, dout, lse, delta, dq_acc, dk, dv, mask, "attn_bwd_block_fresh_fp8");
   cpu::attn_bwd_block_fresh_fp8(q, k, v, dout, lse, delta, dq_acc, dk, dv, mask);
 }
 
@@ -84,7 +83,10 @@ void attn_bwd_block_fresh_two_kv_fp8(const Tensor& q, const Tensor& k, const Ten
                                      const Tensor& v2, const Tensor& dout, const Tensor& lse, const Tensor& delta,
                                      Tensor dq_acc, Tensor dk, Tensor dv, Tensor dk2, Tensor dv2,
                                      const AttnMask& mask) {
-  refuse_cuda(q, "attn_bwd_block_fresh_two_kv_fp8");
+  RT_CHECK(!q.device.is_cuda(),
+           "attn_bwd_block_fresh_two_kv_fp8: no CUDA path (the sm_90a FP8 backward takes one whole sequence; the "
+           "two-source call is the gather scheme's, parallel.cp > 1 with packed documents); train with parallel.cp: 1 "
+           "and no packed documents, or set fp8.attention: false");
   cpu::attn_bwd_block_fresh_two_kv_fp8(q, k, v, k2, v2, dout, lse, delta, dq_acc, dk, dv, dk2, dv2, mask);
 }
 

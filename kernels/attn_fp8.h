@@ -33,10 +33,22 @@
 // Expected error against fp64 (the numpy study; tests/unit/kernels/test_attn_bwd_fp8_cpu.cpp measures the C++):
 // dQ, dK, dV 3.6-3.8e-2 relative RMS on N(0,1) inputs, under the 4e-2.
 //
-// Head dims: 64 and 128 only (the FP8 GPU kernel's tiles; the CPU refuses the others too, so a CPU rank refuses
-// what a GPU rank would). CUDA tensors are refused: no CUDA kernel yet.
+// Head dims: 64 and 128 on the CPU (the CPU refuses the others).
+//
+// On CUDA tensors (kernels/attn_fp8_gpu.cpp) attn_bwd_block_fp8 and attn_bwd_block_fresh_fp8 (fill dk, dv with 0,
+// then the block op) run the sm_90a kernel of kernels/attn_bwd_fp8.h, which computes this recipe for one whole
+// sequence per sample. A call is in its scope (attn_fp8_cuda_out_of_scope returns "") when the mask covers every
+// query and key row (q_begin = k_begin = 0, q_end and k_end -1 or the row counts), has no documents, is full or
+// causal on the diagonal (q_offset == k_offset: query i sees keys j <= i), Nq == Nk a positive multiple of 128 and
+// D = 128; q, k, v, dout bf16 on an H100 / H200. That is every call of a single-rank ring (parallel.cp: 1) without
+// packed documents. Everything else on CUDA (documents, a cp > 1 ring block with row ranges or offsets, D = 64, the
+// two_kv form) is refused with the reason and the fix; config validation refuses those configs at start-up
+// (framework/config/config_validate.cpp check_fp8_attention). The CUDA path's codes live in a workspace the caller
+// owns (attn_fp8_bwd_workspace_bytes, from its arena) and names with an AttnFp8BwdWorkspaceScope around its calls:
+// no allocation and no host wait per call.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/fp8.h"
@@ -62,6 +74,31 @@ void attn_bwd_block_fresh_two_kv_fp8(const Tensor& q, const Tensor& k, const Ten
 
 // True for the head dims the FP8 attention takes: 64 and 128.
 bool attn_fp8_head_dim_supported(int64_t D);
+
+// ---- the CUDA path (kernels/attn_fp8_gpu.cpp) ----
+// "" when a call of q (B,Nq,H,D), k (B,Nk,Hkv,D) and this mask is in the CUDA kernel's scope (above), else what puts it
+// outside (for the refusal). Shapes and dtypes are checked by the kernel's own entry points.
+std::string attn_fp8_cuda_out_of_scope(const Tensor& q, const Tensor& k, const AttnMask& mask);
+// Bytes of the CUDA path's workspace for one call of B samples of N tokens, H query and Hkv K/V heads of dim D: the
+// E4M3 codes and f32 factors of attn_bwd_fp8_quantize, each part 256-byte aligned, in this order:
+//   qt (B,H,D,N) e4m3 | q_factor (B,H,N/128) f32 | dot (B,H,D,N) e4m3 | do_factor (B,H,N/128) f32 |
+//   kt (B,Hkv,D,N) e4m3 | k_factor (B,Hkv,N/128) f32
+// (about (2H + Hkv) x B x N x D bytes; 16K tokens, 8 heads, D 128: 48 MiB). Reused by every call in stream order.
+int64_t attn_fp8_bwd_workspace_bytes(int64_t B, int64_t N, int64_t H, int64_t Hkv, int64_t D);
+// The workspace the CUDA calls of this thread use while the scope lives (scopes nest; nullptr: none, and a CUDA call
+// is refused). `workspace` (attn_fp8_bwd_workspace_bytes bytes or more, any dtype, on the calls' device) is owned by
+// the caller and must outlive the scope; the calls write it on the current stream, so one workspace serves calls
+// queued in order on one stream.
+class AttnFp8BwdWorkspaceScope {
+ public:
+  explicit AttnFp8BwdWorkspaceScope(const Tensor* workspace);
+  ~AttnFp8BwdWorkspaceScope();
+  AttnFp8BwdWorkspaceScope(const AttnFp8BwdWorkspaceScope&) = delete;
+  AttnFp8BwdWorkspaceScope& operator=(const AttnFp8BwdWorkspaceScope&) = delete;
+
+ private:
+  const Tensor* previous_;
+};
 
 // ---- the host quantizers (the CPU backend runs these; a GPU kernel must give the same codes) ----
 // The E4M3 value of a code (e4m3_to_float through a 256-entry table).

@@ -14,9 +14,26 @@
 
 namespace rt {
 
-const char* const kFp8AttentionNoCuda =
-    "fp8.attention has no CUDA kernel yet (issue 47): the FP8 attention backward runs on CPU ranks only; set "
-    "fp8.attention: false on the GPU (FP8 linear layers stay on with train.precision: fp8), or device: cpu";
+std::string fp8_attention_cuda_refusal(const Config& c) {
+  if (!c.fp8.attention) return "";
+  std::ostringstream outside;
+  const char* sep = "";
+  if (c.parallel.cp > 1)
+    outside << sep << "parallel.cp=" << c.parallel.cp << " (ring blocks with row ranges)", sep = ", ";
+  if (c.data.documents != "none")
+    outside << sep << "data.documents=" << c.data.documents << " (a document mask)", sep = ", ";
+  const ModelConfig& m = c.model;
+  if (m.n_head >= 1 && m.d_model % m.n_head == 0 && m.head_dim() != 128)
+    outside << sep << "head_dim=" << m.head_dim() << " (model.d_model / model.n_head = " << m.d_model << " / "
+            << m.n_head << ")", sep = ", ";
+  if (c.data.seq_len % 128 != 0) outside << sep << "data.seq_len=" << c.data.seq_len << " (not a multiple of 128)";
+  const std::string what = outside.str();
+  if (what.empty()) return "";
+  return "fp8.attention=true on the GPU runs the sm_90a FP8 attention backward over one whole causal sequence per "
+         "sample (parallel.cp: 1, no packed documents, head_dim 128, data.seq_len a multiple of 128), but this config "
+         "has " + what + "; change those keys, set fp8.attention: false (FP8 linear layers stay on with "
+         "train.precision: fp8), or use device: cpu (the CPU backend takes cp > 1, documents and head dims 64 / 128)";
+}
 
 namespace {
 
@@ -299,8 +316,9 @@ void check_data(const Config& c, Problems& p) {
   }
 }
 
-// fp8.attention (kernels/attn_fp8.h): with train.precision fp8, head dims 64 and 128, and no CUDA kernel yet. device:
-// auto that resolves to a GPU is refused at start-up (framework/plan/resolve.cpp).
+// fp8.attention (kernels/attn_fp8.h): with train.precision fp8, head dims 64 and 128; on device: cuda only in the
+// CUDA kernel's scope (fp8_attention_cuda_refusal). device: auto that resolves to a GPU is checked at start-up
+// (framework/plan/resolve.cpp).
 void check_fp8_attention(const Config& c, Problems& p) {
   if (!c.fp8.attention) return;
   if (c.train.precision != "fp8")
@@ -312,8 +330,10 @@ void check_fp8_attention(const Config& c, Problems& p) {
     p.add("fp8.attention=true takes head dims 64 and 128 (the FP8 attention kernel's tiles), but head_dim = "
           "model.d_model / model.n_head = ", m.d_model, " / ", m.n_head, " = ", m.head_dim(), "; choose d_model / n_head "
           "= 64 or 128, or set fp8.attention: false");
-  if (c.device == "cuda")
-    p.add(kFp8AttentionNoCuda);
+  if (c.device == "cuda") {
+    const std::string refusal = fp8_attention_cuda_refusal(c);
+    if (!refusal.empty()) p.add(refusal);
+  }
 }
 
 void check_train(const Config& c, Problems& p) {

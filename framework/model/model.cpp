@@ -206,7 +206,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
   attention_ = std::make_unique<ContextAttention>(comms.ring ? *comms.ring : *comms.cp, comms.a2a ? *comms.a2a : no_a2a_,
                                                   options.layout, /*causal=*/true, ring, arena, options.dkv_wire,
                                                   /*head_groups=*/0, options.cp_gather);
-  attention_->ring().set_fp8_backward(options.fp8 && options.fp8_attention);
+  // fp8.attention: the FP8 backward ops, and on CUDA their code workspace from the arena (no backward: none).
+  attention_->ring().set_fp8_backward(options.fp8 && options.fp8_attention, options.forward_only ? nullptr : &arena);
 }
 
 

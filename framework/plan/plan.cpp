@@ -169,7 +169,11 @@ void print_precision(const Config& config, const PlanPoint& pt, Device device) {
   if (config.fp8.attention)
     std::printf("               fp8.attention: the attention backward's dV, dQ, dK on E4M3 operands (forward and dP "
                 "in %s)%s\n",
-                device.is_cuda() ? "bf16" : "f32", device.is_cuda() ? "; no CUDA kernel yet: refused on a GPU" : "");
+                device.is_cuda() ? "bf16" : "f32",
+                device.is_cuda() ? (fp8_attention_cuda_refusal(config).empty()
+                                        ? "; the sm_90a kernel over each whole sequence, its codes in the arena"
+                                        : "; outside the GPU kernel's scope: refused on a GPU")
+                                 : "");
   if (config.fp8.zero3_gather == "fp8")
     std::printf("               fp8.zero3_gather fp8: %s\n",
                 pt.zero == 3 ? "the FP8 blocks' ZeRO-3 weight all-gathers send E4M3 codes (1 byte an element, half of "
@@ -230,7 +234,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
   if (config.train.precision == "fp8") {
     j["fp8_recipe"] = config.fp8.recipe;
     j["fp8_bf16_first_last"] = config.fp8.bf16_first_last;
-    j["fp8_attention"] = config.fp8.attention;  // the attention backward's dV, dQ, dK in FP8 (CPU ranks)
+    j["fp8_attention"] = config.fp8.attention;  // the attention backward's dV, dQ, dK in FP8
     j["fp8_zero3_gather"] = config.fp8.zero3_gather;  // bf16 | fp8: the ZeRO-3 weight all-gather of the FP8 blocks
     j["fp8_workspace_bytes"] = fp8_workspace_bytes(pt);
   }

@@ -29,11 +29,12 @@ void resolve_device_step(Resolved& r, const ResolveInputs& in) {
   const Config& c = r.config;
   const bool planning = r.purpose == Purpose::plan || in.planning;
   r.device = planning && c.device == "cuda" ? Device::cuda(0) : resolve_device(c);
-  // device: cuda is validate_config's refusal; auto that lands on a GPU is refused here, once for every rank. A plan
-  // says so in its table instead.
-  if (c.fp8.attention && c.device == "auto" && r.device.is_cuda()) {
-    RT_CHECK(planning, kFp8AttentionNoCuda);
-    r.rows.push_back({"fp8.attention", "true", "refused on this GPU at start-up", kFp8AttentionNoCuda});
+  // fp8.attention outside the CUDA kernel's scope: device: cuda is validate_config's refusal; auto that lands on a GPU
+  // is refused here, once for every rank. A plan says so in its table instead.
+  const std::string fp8_refusal = c.device == "auto" && r.device.is_cuda() ? fp8_attention_cuda_refusal(c) : "";
+  if (!fp8_refusal.empty()) {
+    RT_CHECK(planning, fp8_refusal);
+    r.rows.push_back({"fp8.attention", "true", "refused on this GPU at start-up", fp8_refusal});
   }
   if (c.device == "auto")
     r.rows.push_back({"device", "auto", r.device.str(),

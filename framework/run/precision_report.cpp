@@ -28,7 +28,8 @@ std::string precision_line(const Config& config, Device device, double bf16_peak
                      (cpu ? "; the CPU emulates the FP8 rounding" : "") + ")";
   if (config.fp8.attention)
     line += " | fp8.attention: the attention backward's dV, dQ, dK on E4M3 operands (Q, K, dO per 128-row block, P "
-            "x448, dS per 128x128 tile, f32 sums); its forward and dP stay " + std::string(cpu ? "f32" : "bf16");
+            "x448, dS per 128x128 tile, f32 sums); its forward and dP stay " + std::string(cpu ? "f32" : "bf16") +
+            (cpu ? "" : "; the sm_90a kernel over each whole sequence");
   const double fp8_peak = fp8_peak_tflops(config, device);
   if (bf16_peak > 0) {
     char buf[160];

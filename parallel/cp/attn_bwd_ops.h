@@ -1,6 +1,7 @@
 // The attention backward ops a RingAttention calls (parallel/cp/ring_attention.h set_fp8_backward): the bf16 / f32 ops
 // of kernels/op_list.inc, or with fp8.attention their FP8 forms of kernels/attn_fp8.h (the same contracts, dV, dQ and
-// dK on E4M3 operands; CPU ranks only until the CUDA kernel exists, which the ops themselves refuse).
+// dK on E4M3 operands; on CUDA only a whole sequence per call, as a single-rank ring without documents makes: the ops
+// refuse the rest).
 #pragma once
 #include "kernels/attention.h"
 #include "kernels/attn_fp8.h"

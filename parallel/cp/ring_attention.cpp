@@ -180,6 +180,16 @@ ExchangeHandle RingAttention::dkv_hop_start(const Tensor* wire, int step) {
   return cp_.peer_exchange_start(sends, recvs);
 }
 
+void RingAttention::set_fp8_backward(bool on, Arena* arena) {
+  bwd_ops_ = attn_bwd_ops(on);
+  const int64_t B = shape_.batch, n = shape_.local_tokens, H = shape_.heads, Hkv = shape_.kv_heads,
+                D = shape_.head_dim;
+  const bool in_scope = D == 128 && n > 0 && n % kAttnFp8RowBlock == 0;
+  if (on && arena && arena->device().is_cuda() && in_scope && !fp8_bwd_space_.defined())
+    fp8_bwd_space_ = arena->alloc(DType::e4m3, {attn_fp8_bwd_workspace_bytes(B, n, H, Hkv, D)},
+                                  "ring_attn.fp8_bwd_codes");  // (bytes) Q^T, dO^T, K^T codes + factors
+}
+
 RingBlockPlan RingAttention::step_plan(int source) const {
   if (!doc_pos_) return ring_block_plan(layout_, causal_, cp_.rank(), source, shape_.local_tokens);
   const int64_t n = shape_.local_tokens, T = n * cp_.size();
@@ -346,6 +356,7 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
 
   const int cp = cp_.size(), r = cp_.rank();
   const AttnDocPlanScope plans(&doc_plans_);  // the forward's document set-up, reused
+  const AttnFp8BwdWorkspaceScope fp8_codes(&fp8_bwd_space_);  // fp8.attention's codes on CUDA (set_fp8_backward)
   maybe_inject_fault("ring_attention.backward");
   if (scheme_ == CpScheme::gather) {
     gather_backward(q, k, v, out, dout, lse, dq, dk, dv);

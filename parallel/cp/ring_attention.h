@@ -84,8 +84,11 @@ class RingAttention {
   // the exchange, the return waited for after it (parallel/schedule/gather_plan.h gather_bwd_one_launch).
   void set_gather_bwd_one_launch(int mode);
   // fp8.attention (kernels/attn_fp8.h): the following backward calls run the FP8 forms of the block ops (dV, dQ, dK
-  // on E4M3 operands; their contracts are the same); off by default. CPU ranks only: the ops refuse CUDA tensors.
-  void set_fp8_backward(bool on) { bwd_ops_ = attn_bwd_ops(on); }
+  // on E4M3 operands; their contracts are the same); off by default. On a CUDA arena (given, and still in its
+  // allocation phase) turning it on also takes the CUDA path's code workspace (attn_fp8_bwd_workspace_bytes of this
+  // ring's B, n, H, Hkv, D) from `arena` where the shape is in the sm_90a kernel's scope (D 128, n a multiple of 128);
+  // the calls a CUDA ring makes are in that scope only with cp 1 and no documents (the ops refuse the rest).
+  void set_fp8_backward(bool on, Arena* arena = nullptr);
   bool fp8_backward() const { return bwd_ops_.fp8; }
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Whether that one launch runs attn_bwd_work_list over the batch's backward work list (kernels/attn_work_list.h):
@@ -139,6 +142,8 @@ class RingAttention {
   AttnDocPlans doc_plans_;
   std::unique_ptr<RingGather> gather_;      // the gather scheme's buffers and plan (constructed with gather = true)
   AttnBwdOps bwd_ops_;                      // the backward's block ops (set_fp8_backward)
+  // (attn_fp8_bwd_workspace_bytes) e4m3 bytes: the FP8 backward's codes and factors on CUDA (set_fp8_backward)
+  Tensor fp8_bwd_space_;
   double dkv_block_bytes_ = 0;  // one (2, B, n, Hkv, D) dK|dV block in the dtype it travels in
   Tensor grad_home_;     // (2, B, n, Hkv, D) dkv_wire dtype: this rank's dK|dV accumulator when it comes home early
   double sent_bytes_ = 0, ring_bytes_ = 0;  // since reset_timings(): this rank's bytes sent, the plain ring's

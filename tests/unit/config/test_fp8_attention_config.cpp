@@ -1,7 +1,8 @@
 // fp8.attention (kernels/attn_fp8.h, issue 47): off by default; refused without train.precision fp8, at head dims
-// other than 64 and 128 (naming the dimension and the fix), and on a GPU (no CUDA kernel yet): device: cuda by
-// validate_config, device: auto that lands on a GPU by the resolve step (train refuses, plan shows a row); the
-// start-up precision line and the plan say what it does.
+// other than 64 and 128 (naming the dimension and the fix), and on a GPU outside the sm_90a kernel's scope
+// (fp8_attention_cuda_refusal: parallel.cp > 1, packed documents, head_dim != 128, seq_len not a multiple of 128):
+// device: cuda by validate_config, device: auto that lands on a GPU by the resolve step (train refuses, plan shows a
+// row); the start-up precision line and the plan say what it does.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -64,34 +65,93 @@ TEST(Fp8AttentionConfig, RefusesHeadDimsOtherThan64And128) {
   }
 }
 
-TEST(Fp8AttentionConfig, RefusedOnCudaDevices) {
-  const std::string e = error_of({"device=cuda"});
-  EXPECT_NE(e.find("fp8.attention has no CUDA kernel yet (issue 47)"), std::string::npos) << e;
-  EXPECT_NE(e.find("set fp8.attention: false on the GPU"), std::string::npos) << e;
-  // Once: one problem line, however many other checks run.
+// How many times `needle` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
-  for (size_t at = e.find("no CUDA kernel yet"); at != std::string::npos; at = e.find("no CUDA kernel yet", at + 1)) ++n;
-  EXPECT_EQ(n, 1u) << e;
-  EXPECT_EQ(e.find("fp8.attention has no CUDA kernel yet"), e.rfind("fp8.attention has no CUDA kernel yet"));
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
 }
 
-// device: auto: refused by the train start-up where it lands on a GPU (a plan shows it as a row); CPU ranks take it.
-TEST(Fp8AttentionConfig, AutoDeviceRefusedAtStartUpOnAGpu) {
-  const Config c = parse_config_text(yaml(), {"device=auto"}, 0, "auto");
+const char* const kGpuScope = "fp8.attention=true on the GPU runs the sm_90a FP8 attention backward";
+
+// device: cuda takes the kernel's scope (head dim 128, cp 1, no documents, seq_len a multiple of 128).
+TEST(Fp8AttentionConfig, TakenOnCudaInTheKernelsScope) {
+  // (A build without CUDA refuses device: cuda itself; the fp8.attention refusal is not among its problems.)
+  EXPECT_EQ(error_of({"device=cuda", "model.d_model=512"}).find(kGpuScope), std::string::npos);
+  Config c = parse_config_text(yaml(), {"model.d_model=512"}, 0, "cuda");
+  c.device = "cuda";
+  EXPECT_EQ(fp8_attention_cuda_refusal(c), "");
+  // Off: nothing to refuse, whatever the shape.
+  EXPECT_EQ(fp8_attention_cuda_refusal(parse_config_text(yaml(), {"fp8.attention=false"}, 0, "off")), "");
+}
+
+// Outside it, one refusal that names every key outside the scope and the fixes.
+TEST(Fp8AttentionConfig, RefusedOnCudaOutsideTheKernelsScope) {
+  {
+    const std::string e = error_of({"device=cuda"});  // head dim 256 / 4 = 64
+    EXPECT_NE(e.find(kGpuScope), std::string::npos) << e;
+    EXPECT_NE(e.find("head_dim=64 (model.d_model / model.n_head = 256 / 4)"), std::string::npos) << e;
+    EXPECT_NE(e.find("set fp8.attention: false"), std::string::npos) << e;
+    EXPECT_NE(e.find("device: cpu"), std::string::npos) << e;
+    EXPECT_EQ(count_of(e, kGpuScope), 1u) << e;  // printed once
+    EXPECT_EQ(e.find("parallel.cp="), std::string::npos) << e;
+  }
+  const Config base = parse_config_text(yaml(), {"model.d_model=512"}, 0, "base");
+  {
+    Config c = base;
+    c.device = "cuda";
+    c.parallel.cp = 2;
+    const std::string e = fp8_attention_cuda_refusal(c);
+    EXPECT_NE(e.find("parallel.cp=2 (ring blocks with row ranges)"), std::string::npos) << e;
+    EXPECT_EQ(e.find("head_dim="), std::string::npos) << e;
+  }
+  {
+    Config c = base;
+    c.data.documents = "eot";
+    const std::string e = fp8_attention_cuda_refusal(c);
+    EXPECT_NE(e.find("data.documents=eot (a document mask)"), std::string::npos) << e;
+  }
+  {
+    Config c = base;
+    c.data.seq_len = 200;
+    const std::string e = fp8_attention_cuda_refusal(c);
+    EXPECT_NE(e.find("data.seq_len=200 (not a multiple of 128)"), std::string::npos) << e;
+  }
+  {
+    Config c = base;  // everything at once: one message naming all of it
+    c.parallel.cp = 4, c.data.documents = "eot", c.model.d_model = 256;
+    const std::string e = fp8_attention_cuda_refusal(c);
+    EXPECT_EQ(count_of(e, kGpuScope), 1u) << e;
+    for (const char* key : {"parallel.cp=4", "data.documents=eot", "head_dim=64"})
+      EXPECT_NE(e.find(key), std::string::npos) << key << ": " << e;
+  }
+  // CPU ranks take all of these (the CPU backend's FP8 backward has ranges, documents and head dim 64).
+  EXPECT_EQ(error_of({"device=cpu"}), "");
+}
+
+// device: auto: where it lands on a GPU the train start-up refuses a config outside the kernel's scope (a plan shows
+// it as a row) and takes one inside it; CPU ranks take either.
+TEST(Fp8AttentionConfig, AutoDeviceCheckedAtStartUpOnAGpu) {
+  const Config c = parse_config_text(yaml(), {"device=auto"}, 0, "auto");  // head dim 64
+  const Config in_scope = parse_config_text(yaml(), {"device=auto", "model.d_model=512"}, 0, "auto128");
   if (resolve_device(c).is_cuda()) {
     try {
       (void)resolve_autos(c, Purpose::train);
-      ADD_FAILURE() << "fp8.attention on a GPU was accepted at start-up";
+      ADD_FAILURE() << "fp8.attention at head dim 64 on a GPU was accepted at start-up";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("fp8.attention has no CUDA kernel yet"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(kGpuScope), std::string::npos) << e.what();
     }
     const Resolved plan = resolve_autos(c, Purpose::plan);
     EXPECT_NE(plan.table().find("fp8.attention: true -> refused on this GPU at start-up"), std::string::npos)
         << plan.table();
-  } else {
-    const Resolved r = resolve_autos(c, Purpose::train);
-    EXPECT_TRUE(r.device.is_cpu());
+    const Resolved r = resolve_autos(in_scope, Purpose::train);
     EXPECT_EQ(r.table().find("fp8.attention"), std::string::npos) << r.table();
+  } else {
+    for (const Config* each : {&c, &in_scope}) {
+      const Resolved r = resolve_autos(*each, Purpose::train);
+      EXPECT_TRUE(r.device.is_cpu());
+      EXPECT_EQ(r.table().find("fp8.attention"), std::string::npos) << r.table();
+    }
   }
 }
 
@@ -100,6 +160,9 @@ TEST(Fp8AttentionConfig, StartUpLineSaysWhatRunsInFp8) {
   const std::string on = precision_line(c, Device::cpu(), 0);
   EXPECT_NE(on.find("fp8.attention: the attention backward's dV, dQ, dK on E4M3 operands"), std::string::npos) << on;
   EXPECT_NE(on.find("its forward and dP stay f32"), std::string::npos) << on;
+  const std::string gpu = precision_line(c, Device::cuda(0), 0);
+  EXPECT_NE(gpu.find("its forward and dP stay bf16; the sm_90a kernel over each whole sequence"), std::string::npos)
+      << gpu;
   const std::string off = precision_line(parse_config_text(yaml(), {"fp8.attention=false"}, 0, "off"), Device::cpu(), 0);
   EXPECT_EQ(off.find("fp8.attention"), std::string::npos) << off;
 }
