@@ -33,7 +33,8 @@
 // default); with RT_ATTN_WORK_LIST=0 only with --work-list (compare_list), the paths then keeping two_kv.
 // --deliver model: per receiving rank the one-launch forward with the exchange under it (own-first list, ready flags,
 // rows delivered at C_kv by a side stream), and the forward's path with comm taking the best of the three forms per
-// rank: bench/doc_gather_deliver.cuh.
+// rank: bench/doc_gather_deliver.cuh. --bwd-work-list: per receiving rank the one-launch backward as
+// attn_bwd_work_list beside attn_bwd_block_fresh_two_kv, their bits compared: bench/doc_gather_bwd_list.cuh.
 // Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
 // same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
 // timings would be of a wrong scheme.
@@ -49,6 +50,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "bench/doc_gather_bwd_list.cuh"
 #include "bench/doc_gather_deliver.cuh"
 #include "kernels/attn_doc_plans.h"
 #include "kernels/attn_fwd_work_list_runs.h"
@@ -198,6 +200,7 @@ struct GatherMeasured {
   bool deliver_on = false;
   std::vector<DeliverRank> deliver;
   DeliverPath deliver_path;
+  std::vector<BwdListRank> bwd_list;  // --bwd-work-list: (cp) per rank (bench/doc_gather_bwd_list.cuh); else empty
   // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
   double check_lse = 0, check_out = 0, check_dq = 0, check_dk = 0, check_dv = 0;
 };
@@ -206,13 +209,14 @@ struct GatherMeasured {
 // of those rows, ring_start (N) the same document starts on the host (order holds the positions); ring_mask: the
 // ring's calls (the check's reference). list_on: the one-launch forward is attn_fwd_work_list where its kernel runs the
 // call (RingAttention's default; gather_work_list_from_env); compare_list: time the list beside two_kv with the list
-// off too; deliver: --deliver model (bench/doc_gather_deliver.cuh). Throws rt::Error when the check fails.
+// off too; deliver: --deliver model (bench/doc_gather_deliver.cuh); bwd_list: --bwd-work-list
+// (bench/doc_gather_bwd_list.cuh). Throws rt::Error when the check fails.
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
                                      int reps, CallTiming timing = CallTiming::queued,
                                      AttnDocPlans* plans = nullptr, bool list_on = true, bool compare_list = false,
-                                     bool deliver = false) {
+                                     bool deliver = false, bool bwd_list = false) {
   const KvGatherPlan& plan = g.plan;
   const int cp = plan.cp;
   const int64_t n = plan.n, N = buf.N, H = buf.H, D = buf.D, Hkv = buf.Hkv, kv_width = Hkv * D;
@@ -304,15 +308,9 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     const bool list_form = list_on && list_runs;  // the one-launch forward as RingAttention runs it
     std::vector<int32_t> words;                   // the list's device form (attn_work_list_words)
     int64_t tasks = 0, slots = 0;                 // slots: the list's merge slots (RT_ATTN_WORK_LIST_SPLIT=1)
-    DocWorkListInputs in;  // the call's positions: own keys, the gap at position N, the received rows (list_runs)
+    DocWorkListInputs in;  // the call's positions: own keys, the gap at N, the received rows (list_runs, bwd_list)
+    if (list_runs || (bwd_list && R > 0)) in = gather_call_inputs(order, ring_start, r, n, N, pos, list_rows);
     if (list_runs) {
-      in.B = 1, in.Nq = n, in.Nk = n, in.list_rows = list_rows;
-      in.q_pos.assign(order.begin() + r * n, order.begin() + (r + 1) * n);
-      in.q_doc_start.assign(ring_start.begin() + r * n, ring_start.begin() + (r + 1) * n);
-      in.k_pos.assign(size_t(attn_second_kv_row(n)), N);
-      std::copy(order.begin() + r * n, order.begin() + (r + 1) * n, in.k_pos.begin());
-      in.k_pos.insert(in.k_pos.end(), pos.begin(), pos.end());
-      in.k_pos.resize(size_t(in.list_rows), N);
       int sms = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       const AttnWorkList wlist = doc_work_list(
@@ -413,6 +411,10 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     m.own_bwd_one_ms.push_back(split > 0 ? call_ms(timing, own_bwd_one, warmup, reps) : m.own_bwd_a_ms.back());
     m.got_bwd_ms.push_back(R > 0 ? call_ms(timing, got_bwd, warmup, reps) : 0.0);
     m.one_bwd_ms.push_back(R > 0 ? call_ms(timing, one_bwd, warmup, reps) : 0.0);
+    if (bwd_list)  // overwrites dQ / dK / dV as the timed calls above do; the check's pass below starts afresh
+      m.bwd_list.push_back(R > 0 ? measure_bwd_list(BwdListCall{q, k, v, gkt, gvt, dout, lse, delta, dq, dk, dv, gdkt,
+                                                                gdvt, key_list, &in, H, Hkv, D, timing, warmup, reps})
+                                 : BwdListRank{});
     // The check's pass, in the runtime's order: dQ from zero over the three calls (part A, gathered, part B) or the
     // one launch; dK / dV added home (own rows, then the gathered rows').
     fill(dq, 0.f);
@@ -539,6 +541,7 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
               m.path_one.bwd_compute_us * 1e-3, m.path_one.bwd_us * 1e-3,
               whole_bwd_ms / (cp * m.path_one.bwd_us * 1e-3), whole_bwd_ms / (cp * cb));
   if (m.deliver_on) print_deliver_result(m.deliver_path, m.deliver, g.c_kv_us, whole_fwd_ms);
+  if (!m.bwd_list.empty()) print_bwd_list(m.bwd_list);
   const double share = p.ring_bytes_per_layer > 0 ? 100 * p.bytes_per_layer / p.ring_bytes_per_layer : 0.0;
   std::printf("  bytes per layer %.0f of the ring's %.0f (%.2f%%), %ld rows received in all\n", p.bytes_per_layer,
               p.ring_bytes_per_layer, share, long(g.plan.total_rows()));
@@ -606,6 +609,7 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                  list(m->list_fwd_ms).c_str(), list(m->two_kv_fwd_ms).c_str(), (long long)m->list_out_mismatch,
                  (long long)m->list_lse_mismatch);
   if (m->deliver_on) json_deliver(json, m->deliver_path, m->deliver, whole_fwd_ms);
+  if (!m->bwd_list.empty()) json_bwd_list(json, m->bwd_list);
 }
 
 }  // namespace rt::bench

@@ -32,6 +32,7 @@
 //   bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] [--scheme ring|gather|auto] [--d 128] [--h 16]
 //                        [--kv-heads H] [--warmup 3] [--reps 10] [--timing queued|lone] [--no-ring] [--plan-only]
 //                        [--json FILE] [--candidate LABEL] [--list-candidates] [--deliver model|none]
+//                        [--bwd-work-list]
 // --plan-only: the sample's pairs, the ring's skipped calls and imbalance, and with --scheme gather the gather plan
 // (rows per rank, bytes, the model's path), computed on the host; no GPU needed. --no-ring: the whole call only.
 // --candidate LABEL: any one candidate of the chooser (the ring and gather candidates --scheme auto chooses among),
@@ -58,6 +59,10 @@
 // the same list with the flag preset ("bits vs preset"; they must be equal); JSON: fwd_comm_two_calls_ms,
 // fwd_comm_one_launch_ms, fwd_comm_delivered_ms, fwd_comm_form, path_comm_fwd_best_ms, eff_comm_fwd_best,
 // deliver_*. What is timed and how much the delivery perturbs it: bench/doc_gather_deliver.cuh.
+// --bwd-work-list (with the gather scheme): per receiving rank the one-launch backward as attn_bwd_work_list (bwd v5's
+// list mode) beside attn_bwd_block_fresh_two_kv, both timed, their dK / dV bits and dQ compared: the "work list bwd"
+// lines; JSON work_list_bwd_ms, two_kv_bwd_ms, work_list_bwd_dkv_bit_mismatches, work_list_bwd_dq_rel
+// (bench/doc_gather_bwd_list.cuh). The paths keep attn_bwd_block_fresh_two_kv (RingAttention's backward today).
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -95,7 +100,7 @@ int main(int argc, char** argv) {
   int cp = 8, warmup = 3, reps = 10;
   int64_t D = 128, H = 16, Hkv = 0;  // Hkv 0: --h
   bool ring = true, plan_only = false, list_candidates = false, scheme_given = false, plans_per_step = true;
-  bool work_list = false, deliver = false;
+  bool work_list = false, deliver = false, bwd_work_list = false;
   std::string lengths_path, layout_str = "balanced", json_path, scheme = "ring", candidate;
   bench::CallTiming timing = bench::CallTiming::queued;
   for (int i = 1; i < argc; ++i) {
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
       plans_per_step = m == "step";
     } else if (a == "--no-ring") ring = false;
     else if (a == "--work-list") work_list = true;
+    else if (a == "--bwd-work-list") bwd_work_list = true;
     else if (a == "--deliver") {
       const std::string d = next();
       if (d != "model" && d != "none") {
@@ -141,7 +147,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_doc_ring_steps --lengths FILE [--cp 8] [--layout balanced] "
                            "[--scheme ring|gather|auto] [--d 128] [--h 16] [--kv-heads H] [--warmup 3] [--reps 10] "
                            "[--timing queued|lone] [--doc-plans step|call] [--no-ring] [--plan-only] [--json FILE] "
-                           "[--candidate LABEL] [--list-candidates] [--work-list] [--deliver model|none]\n");
+                           "[--candidate LABEL] [--list-candidates] [--work-list] [--bwd-work-list] "
+                           "[--deliver model|none]\n");
       return 2;
     }
   }
@@ -323,7 +330,8 @@ int main(int argc, char** argv) {
     bench::GatherMeasured gathered;  // --scheme gather
     if (ring && gather)
       gathered = bench::measure_gather(buf, gather_plan, order, ring_start, rp, rs, mask_of, shape, warmup, reps,
-                                      timing, plans_per_step ? &plans : nullptr, list_on, work_list, deliver);
+                                      timing, plans_per_step ? &plans : nullptr, list_on, work_list, deliver,
+                                      bwd_work_list);
     if (ring && !gather) {
       t_ring.fwd_ms = call_ms(timing, ring_fwd, warmup, reps);
       ring_fwd();  // the LSE the backward reads
