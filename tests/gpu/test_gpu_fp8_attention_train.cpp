@@ -1,18 +1,22 @@
 // fp8.attention in the GPU model (train.precision fp8, head dim 128, cp 1: the sm_90a FP8 attention backward through
 // RingAttention::set_fp8_backward and its arena workspace), on a tiny model (2 layers, d_model 256, 2 heads of 128,
-// 1 K/V head, copy task of 256 tokens, batch 2):
-//   - first step, fp8.attention on vs off on the GPU: the same forward (loss equal to 1e-6), the gradients moved by the
+// 1 K/V head, 256 tokens, batch 2):
+//   - first step (the copy task), fp8.attention on vs off on the GPU: the same forward (loss equal to 1e-6), the gradients moved by the
 //     FP8 backward (whole-model relative L2 between 1e-3, else the FP8 ops were not taken, and 0.2), all finite;
 //   - first step, fp8.attention on the GPU vs on the CPU (the same recipe in f32): loss within 2e-2, whole gradient
 //     within 1.5e-1, every tensor within 4e-1 (the bounds of GpuModelFp8, FP8 linear layers on both sides);
-//   - 40 AdamW steps on the copy task, on vs off: every loss finite, the mean loss of steps 31-40 within 5% of the
-//     off run's and below 0.95x the first step's (the CPU test sees -0.7..+2.0% over 7 seeds).
+//   - 15 AdamW steps on one fixed batch that only attention can predict (each sample a random block of 32 tokens
+//     repeated: from the second copy on the next token sits 32 positions back), on vs off: every loss finite, the mean
+//     loss of steps 6-15 within 5% of the off run's and below half the first step's (the copy task learns too slowly
+//     to compare anything in a few steps: 4.28 -> 4.18 in 40 steps on the CPU; the CPU's fp8.attention test sees
+//     -0.7..+2.0% over 7 seeds on this kind of batch).
 // Skipped only without a CUDA device ("no CUDA device"); a GPU other than an H100 / H200 fails with the FP8 attention
 // kernel's refusal (sm_90a only), as tests/gpu/test_cuda_attn_bwd_fp8.cpp does.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -52,7 +56,26 @@ TEST(GpuFp8AttentionTrain, FirstStepOnVsOffAndAgainstTheCpu) {
   EXPECT_LE(vs_cpu.worst, 4e-1) << vs_cpu.worst_name;
 }
 
-// The losses of `steps` AdamW steps on the copy task from train.seed's weights.
+// B samples of n tokens, each a random block of `period` tokens (of vocab) repeated; targets the next token (the last
+// none), positions 0..n-1, no loss groups.
+Batch periodic_batch(int vocab, int64_t B, int64_t n, int64_t period, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Batch b;
+  b.batch = B, b.tokens_per_rank = n;
+  for (int64_t s = 0; s < B; ++s) {
+    std::vector<int32_t> block(static_cast<size_t>(period));
+    for (int32_t& t : block) t = int32_t(rng() % uint64_t(vocab));
+    for (int64_t i = 0; i < n; ++i) {
+      b.tokens.push_back(block[size_t(i % period)]);
+      b.targets.push_back(i + 1 < n ? block[size_t((i + 1) % period)] : -1);
+      b.positions.push_back(int32_t(i));
+      b.groups.push_back(0);
+    }
+  }
+  return b;
+}
+
+// The losses of `steps` AdamW steps (constant learning rate) on one periodic batch from train.seed's weights.
 std::vector<double> gpu_losses(const Config& config, int steps) {
   ProcessGrid grid = ProcessGrid::local();
   ModelSession session = build_session(config, ModelComms::from(grid), Device::cuda(0), /*with_optimizer=*/true);
@@ -60,37 +83,34 @@ std::vector<double> gpu_losses(const Config& config, int steps) {
   model.init_weights(config.train.seed);
   model.sync_compute_weights();
   session.optimizer->zero_state();
-  std::unique_ptr<DataLoader> loader = make_loader(config, loader_rank(config, grid), "train");
+  const Batch batch = periodic_batch(config.model.vocab_size, config.train.batch_size, config.data.seq_len, 32, 100);
+  const double count = model.global_target_count(batch);
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
-    const Batch batch = loader->next();
-    const double count = model.global_target_count(batch);
     const std::vector<float> l = model.step(batch, count, /*want_grad=*/true);
     double sum = 0;
     for (size_t i = 0; i < l.size(); ++i)
       if (batch.targets[i] >= 0) sum += l[i];
     losses.push_back(sum / count);
-    session.optimizer->step(step, learning_rate(config.optim, step, steps));
+    session.optimizer->step(step, config.optim.lr);
   }
   return losses;
 }
 
-TEST(GpuFp8AttentionTrain, FortyStepsCloseToFp8LinearAlone) {
+TEST(GpuFp8AttentionTrain, FifteenStepsCloseToFp8LinearAlone) {
   RT_REQUIRE_CUDA();
-  constexpr int kSteps = 40;
+  constexpr int kSteps = 15;
   const std::vector<double> on = gpu_losses(tiny_config(true), kSteps), off = gpu_losses(tiny_config(false), kSteps);
+  for (int i = 0; i < kSteps; ++i)
+    ASSERT_TRUE(std::isfinite(on[size_t(i)]) && std::isfinite(off[size_t(i)])) << "step " << i + 1;
   double tail_on = 0, tail_off = 0;
-  for (int i = kSteps - 10; i < kSteps; ++i) {
-    ASSERT_TRUE(std::isfinite(on[size_t(i)])) << "step " << i + 1;
-    tail_on += on[size_t(i)] / 10, tail_off += off[size_t(i)] / 10;
-  }
-  for (double l : on) ASSERT_TRUE(std::isfinite(l));
+  for (int i = 5; i < kSteps; ++i) tail_on += on[size_t(i)] / 10, tail_off += off[size_t(i)] / 10;
   const double gap = (tail_on - tail_off) / tail_off;
-  std::printf("[ gpu fp8 attention ] %d steps: loss %.4f -> %.4f (on), %.4f -> %.4f (off); steps 31-40 mean %.4f vs "
+  std::printf("[ gpu fp8 attention ] %d steps: loss %.4f -> %.4f (on), %.4f -> %.4f (off); steps 6-15 mean %.4f vs "
               "%.4f (%+.2f%%)\n",
               kSteps, on.front(), on.back(), off.front(), off.back(), tail_on, tail_off, 100 * gap);
   EXPECT_LT(std::abs(gap), 0.05);
-  EXPECT_LT(tail_on, 0.95 * on.front()) << "the fp8.attention run did not learn";
+  EXPECT_LT(tail_on, 0.5 * on.front()) << "the fp8.attention run did not learn the task";
 }
 
 }  // namespace
