@@ -5,10 +5,12 @@
 // (attn_bwd_work_list_runs). Both timed as --timing says; then each run once from dQ = 0 and their results compared:
 // dK / dV (own and gathered) bit for bit (the list kernel's claim, kernels/cuda/attention/attn_bwd_work_list.cu; a
 // difference is printed and counted, not fatal) and dQ as max |list - two_kv| / max |two_kv| (unordered f32 adds in
-// both). Also the list's size: tasks and (query tile, key tile) visits per head (AttnBwdWorkList::query_tiles).
+// both). Also the list's size (tasks) and, per head, the 64-row query stages each form runs against the fewest
+// possible (bwd_stage_counts, on the host).
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -19,6 +21,7 @@
 #include "kernels/attn_bwd_work_list_runs.h"
 #include "kernels/attn_work_list.h"
 #include "parallel/schedule/doc_work_list.h"
+#include "parallel/schedule/gather_plan.h"
 
 namespace rt::bench {
 
@@ -40,12 +43,89 @@ inline DocWorkListInputs gather_call_inputs(const std::vector<int64_t>& order, c
   return in;
 }
 
+// Per head, the 64-row query stages of a call (B samples of in): as attn_bwd_block_fresh_two_kv runs them (per 128-key
+// tile, the 64-row tiles from the first to the last whose [least document start, greatest position] meets the tile's
+// [least, greatest] key position over its rows below list_rows, gap and padding rows included: doc_k128_span_kernel's
+// test on the summaries), as the list runs them (both 64-row halves of each listed 128-row tile, clipped at Nq), and
+// the fewest (the 64-row tiles holding a row that sees a key of the tile).
+struct BwdStages {
+  int64_t two_kv = 0, list = 0, exact = 0;
+};
+inline BwdStages bwd_stage_counts(const DocWorkListInputs& in, const AttnBwdWorkList& list) {
+  BwdStages c;
+  const int64_t n = in.Nq, L = in.list_rows, qs = in.q_stride ? in.q_stride : n, ks = in.k_stride ? in.k_stride : L;
+  const int64_t nq = (n + 63) / 64, nk = (L + 127) / 128;
+  for (int64_t b = 0; b < in.B; ++b) {
+    const int64_t* pos = in.q_pos.data() + b * qs;
+    const int64_t* doc = in.q_doc_start.data() + b * qs;
+    std::vector<int64_t> doc_lo(size_t(nq), INT64_MAX), pos_hi(size_t(nq), INT64_MIN);  // (nq) summaries
+    for (int64_t i = 0; i < n; ++i) {
+      doc_lo[size_t(i / 64)] = std::min(doc_lo[size_t(i / 64)], doc[i]);
+      pos_hi[size_t(i / 64)] = std::max(pos_hi[size_t(i / 64)], pos[i]);
+    }
+    for (int64_t t = 0; t < nk; ++t) {
+      const auto row = in.k_pos.begin() + b * ks;
+      std::vector<int64_t> keys(row + 128 * t, row + std::min(L, 128 * t + 128));  // (<= 128) the tile's positions
+      std::sort(keys.begin(), keys.end());
+      int64_t first = -1, last = -2;
+      for (int64_t q = 0; q < nq; ++q) {
+        if (!(keys.back() < doc_lo[size_t(q)] || keys.front() > pos_hi[size_t(q)])) {
+          if (first < 0) first = q;
+          last = q;
+        }
+        bool seen = false;
+        for (int64_t i = 64 * q; i < std::min(n, 64 * q + 64) && !seen; ++i) {
+          const auto k = std::lower_bound(keys.begin(), keys.end(), doc[i]);
+          seen = k != keys.end() && *k <= pos[i];
+        }
+        c.exact += seen;
+      }
+      c.two_kv += last - first + 1;
+    }
+  }
+  for (const AttnBwdTask& t : list.tasks)
+    for (int g = t.first_seg; g < t.first_seg + t.segs; ++g) {
+      const AttnQuerySeg& seg = list.segs[size_t(g)];
+      const int64_t lo = int64_t(seg.first_tile) * 128, hi = std::min(n, int64_t(seg.first_tile + seg.tiles) * 128);
+      c.list += (hi - lo + 63) / 64;
+    }
+  return c;
+}
+
+// --plan-only --bwd-work-list (host only, no GPU): per receiving rank of `plan` (the ring order `order`, its document
+// starts ring_start) the backward list's stages per head against two_kv's and the fewest, and their sums over the
+// ranks and the most of one rank (the critical path's).
+inline void print_bwd_list_plan(const KvGatherPlan& plan, const std::vector<int64_t>& order,
+                                const std::vector<int64_t>& ring_start) {
+  const int cp = plan.cp;
+  const int64_t n = plan.n, N = n * cp;
+  BwdStages sum, most;
+  std::printf("bwd work list plan (64-row stages per head: list / two_kv / fewest):");
+  for (int r = 0; r < cp; ++r) {
+    const std::vector<int64_t> pos = kv_gather_positions(plan, r);  // (R) increasing
+    if (pos.empty()) continue;
+    const int64_t Rc = gather_call_key_rows(int64_t(pos.size()), (cp - 1) * n);
+    const DocWorkListInputs in = gather_call_inputs(order, ring_start, r, n, N, pos, attn_second_kv_row(n) + Rc);
+    const BwdStages st = bwd_stage_counts(in, doc_bwd_work_list(in));
+    std::printf(" r%d %lld/%lld/%lld", r, (long long)st.list, (long long)st.two_kv, (long long)st.exact);
+    sum.list += st.list, sum.two_kv += st.two_kv, sum.exact += st.exact;
+    most.list = std::max(most.list, st.list), most.two_kv = std::max(most.two_kv, st.two_kv);
+    most.exact = std::max(most.exact, st.exact);
+  }
+  std::printf("\n  sum %lld/%lld/%lld (list / two_kv %.3f), most of one rank %lld/%lld/%lld (%.3f)\n",
+              (long long)sum.list, (long long)sum.two_kv, (long long)sum.exact,
+              sum.two_kv > 0 ? double(sum.list) / double(sum.two_kv) : 0.0, (long long)most.list,
+              (long long)most.two_kv, (long long)most.exact,
+              most.two_kv > 0 ? double(most.list) / double(most.two_kv) : 0.0);
+}
+
 struct BwdListRank {
   bool runs = false;                  // the list kernel ran this rank's call (else the rest is 0)
   double list_ms = 0, two_kv_ms = 0;  // attn_bwd_work_list / attn_bwd_block_fresh_two_kv
   int64_t dkv_mismatch = 0;           // dK / dV elements (own and gathered) whose bits differ from two_kv's
   double dq_rel = 0;                  // max |dQ list - dQ two_kv| / max |dQ two_kv| (NaN on a NaN)
-  int64_t tasks = 0, visits = 0;      // the list's tasks, and its (query tile, key tile) visits per head
+  int64_t tasks = 0;                  // the list's tasks
+  BwdStages stages;                   // per head (bwd_stage_counts)
 };
 
 // One rank's call: the tensors as measure_gather holds them (q (1,n,H,D), k / v (1,n,Hkv,D), k2 / v2 (1,Rc,Hkv,D)
@@ -80,7 +160,7 @@ inline BwdListRank measure_bwd_list(const BwdListCall& c) {
   if (!x.runs) return x;
   const AttnBwdWorkList list = doc_bwd_work_list(*c.in);
   x.tasks = int64_t(list.tasks.size());
-  x.visits = list.query_tiles();
+  x.stages = bwd_stage_counts(*c.in, list);
   const std::vector<int32_t> words = attn_work_list_words(list);
   DeviceBuffer wl(words.size() * 4);  // (words) i32
   CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, cuda::current_stream()));
@@ -121,11 +201,13 @@ inline BwdListRank measure_bwd_list(const BwdListCall& c) {
 inline void print_bwd_list(const std::vector<BwdListRank>& ranks) {
   double list_max = 0, two_max = 0, dq_worst = 0;
   int64_t mismatch = 0;
-  std::printf("  work list bwd (attn_bwd_work_list / attn_bwd_block_fresh_two_kv, ms; tasks, visits per head):");
+  std::printf("  work list bwd (attn_bwd_work_list / attn_bwd_block_fresh_two_kv ms; 64-row stages per head list / "
+              "two_kv / fewest):");
   for (size_t r = 0; r < ranks.size(); ++r) {
     const BwdListRank& x = ranks[r];
     if (!x.runs) continue;
-    std::printf(" r%zu %.3f/%.3f (%lld, %lld)", r, x.list_ms, x.two_kv_ms, (long long)x.tasks, (long long)x.visits);
+    std::printf(" r%zu %.3f/%.3f (%lld/%lld/%lld)", r, x.list_ms, x.two_kv_ms, (long long)x.stages.list,
+                (long long)x.stages.two_kv, (long long)x.stages.exact);
     list_max = std::max(list_max, x.list_ms);
     two_max = std::max(two_max, x.two_kv_ms);
     mismatch += x.dkv_mismatch;
@@ -140,7 +222,7 @@ inline void print_bwd_list(const std::vector<BwdListRank>& ranks) {
 
 // JSON members (after a leading comma): per rank (0 where the list kernel did not run the call).
 inline void json_bwd_list(FILE* json, const std::vector<BwdListRank>& ranks) {
-  std::string list_ms = "[", two_ms = "[", bits = "[", dq = "[";
+  std::string list_ms = "[", two_ms = "[", bits = "[", dq = "[", stages = "[";
   char cell[48];
   for (size_t r = 0; r < ranks.size(); ++r) {
     const char* sep = r ? "," : "";
@@ -148,10 +230,13 @@ inline void json_bwd_list(FILE* json, const std::vector<BwdListRank>& ranks) {
     std::snprintf(cell, sizeof(cell), "%s%.4f", sep, ranks[r].two_kv_ms), two_ms += cell;
     std::snprintf(cell, sizeof(cell), "%s%lld", sep, (long long)ranks[r].dkv_mismatch), bits += cell;
     std::snprintf(cell, sizeof(cell), "%s%.3e", sep, std::isnan(ranks[r].dq_rel) ? -1.0 : ranks[r].dq_rel), dq += cell;
+    const BwdStages& st = ranks[r].stages;
+    std::snprintf(cell, sizeof(cell), "%s[%lld,%lld,%lld]", sep, (long long)st.list, (long long)st.two_kv,
+                  (long long)st.exact), stages += cell;
   }
   std::fprintf(json, ",\"work_list_bwd_ms\":%s],\"two_kv_bwd_ms\":%s],\"work_list_bwd_dkv_bit_mismatches\":%s],"
-                     "\"work_list_bwd_dq_rel\":%s]",
-               list_ms.c_str(), two_ms.c_str(), bits.c_str(), dq.c_str());
+                     "\"work_list_bwd_dq_rel\":%s],\"work_list_bwd_stages_list_two_kv_fewest\":%s]",
+               list_ms.c_str(), two_ms.c_str(), bits.c_str(), dq.c_str(), stages.c_str());
 }
 
 }  // namespace rt::bench

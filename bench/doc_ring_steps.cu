@@ -62,7 +62,8 @@
 // --bwd-work-list (with the gather scheme): per receiving rank the one-launch backward as attn_bwd_work_list (bwd v5's
 // list mode) beside attn_bwd_block_fresh_two_kv, both timed, their dK / dV bits and dQ compared: the "work list bwd"
 // lines; JSON work_list_bwd_ms, two_kv_bwd_ms, work_list_bwd_dkv_bit_mismatches, work_list_bwd_dq_rel
-// (bench/doc_gather_bwd_list.cuh). The paths keep attn_bwd_block_fresh_two_kv (RingAttention's backward today).
+// (bench/doc_gather_bwd_list.cuh). The paths keep attn_bwd_block_fresh_two_kv (RingAttention's backward today). With
+// --plan-only, host only: per receiving rank the 64-row stages per head each form would run (print_bwd_list_plan).
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -270,6 +271,7 @@ int main(int argc, char** argv) {
     if (gather) {
       gather_plan = bench::gather_bench(starts, order, cp, shape);
       bench::print_gather_plan(gather_plan);
+      if (bwd_work_list && plan_only) bench::print_bwd_list_plan(gather_plan.plan, order, ring_start);
     }
     std::fflush(stdout);
     if (plan_only) return 0;
