@@ -8,7 +8,7 @@ loss against bf16's (goal: within 0.5% relative).
                                    [--config YAML] [--runs bf16,fp8] [--fp8-attention] [--evals] [--add]
                                    [--report-only] [--tolerance 0.005]
 
-FP8 attention (issue 47, configs/fp8-attention-parity-300m.yaml: 336M, head_dim 128, 16K tokens): --fp8-attention
+FP8 attention (issue 47, configs/fp8-attention-parity-300m.yaml: 310M, head_dim 128, 16K tokens): --fp8-attention
 gives the FP8 runs fp8.attention: true (named fp8-<recipe>-attention); --runs picks which runs this invocation
 trains (bf16, fp8: one per --recipes), so each run can have its own device call; --add keeps what DIR holds (its data,
 the runs of earlier invocations, study.json) and adds or replaces the runs named; --evals evaluates each run's final
