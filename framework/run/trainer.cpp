@@ -405,6 +405,9 @@ class TrainLoop {
   // false: diverged.
   bool log_step(int64_t step, float lr, const Batch& batch) {
     const LossTally tally = step_losses(model_, batch);
+    // The gather forward's ready flags (issue 46): a wait for gathered rows that timed out raises here, naming the
+    // rank and the layer (the step has been waited for: the fault word is read, no new wait).
+    model_.attention().ring().check_ready_fault("step " + std::to_string(step));
     if (!guard_passes(step, tally.mean(0))) return false;
     const double seconds = std::chrono::duration<double>(clock::now() - interval_start_).count() /
                            double(interval_steps_);

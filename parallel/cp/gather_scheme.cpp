@@ -19,6 +19,16 @@ bool gather_work_list_from_env() {
   return value == "1";
 }
 
+bool gather_ready_flags_from_env() {
+  const char* env = std::getenv("RT_ATTN_READY_FLAGS");  // unset or 1: on (the default), 0: off
+  const std::string value = env ? env : "1";
+  RT_CHECK(value == "0" || value == "1",
+           "RT_ATTN_READY_FLAGS=" << value << " is not 1 (the default, also when unset: the gather scheme's one-launch "
+                                  "work-list forward on CUDA ranks is launched before the exchange's wait, behind "
+                                  "ready flags) or 0 (wait, unpack, then the launch)");
+  return value == "1";
+}
+
 std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, int cp, DType dkv_wire, Arena& arena) {
   RT_CHECK(cp > 1, "ring gather: a ring of one rank gathers nothing");
   const int64_t B = shape.batch, n = shape.local_tokens, Hkv = shape.kv_heads, D = shape.head_dim;
@@ -47,6 +57,11 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   g->out2 = arena.alloc(shape.dtype, {B, n, H, D}, "ring_gather.out2");  // (B, n, H, D): at most all n rows
   g->lse2 = arena.alloc(DType::f32, {B, H, n}, "ring_gather.lse2");      // (B, H, n) f32
   g->work_list_on = gather_work_list_from_env();
+  g->ready_flags_on = gather_ready_flags_from_env();
+  if (arena.device().is_cuda() && g->work_list_on && g->ready_flags_on) {
+    g->ready = arena.alloc(DType::i32, {1}, "ring_gather.ready");  // (1) i32: ready[0] = epoch once the rows are in
+    g->fault = arena.alloc(DType::i32, {2}, "ring_gather.fault");  // (2) i32: the watchdog's fault word
+  }
   if (g->work_list_on) {
     // At most a task per 128-row query tile of each sample, each with at most half the key list's tiles + 1
     // segments (a segment needs a tile, and two segments of one source a tile left out between them; the own and the

@@ -20,6 +20,8 @@
 
 namespace rt {
 
+class GatherSideStream;  // parallel/cp/gather_side_stream.h
+
 struct RingGather {
   // Buffers (P ranks, n tokens per rank, Rmax = (P - 1) * n rows per sample at most, W = Hkv * D):
   Tensor kv;            // (2, B, Rmax, Hkv, D) act dtype: the gathered K|V, viewed (2, B, R, Hkv, D)
@@ -85,7 +87,26 @@ struct RingGather {
   Tensor bwd_work_list;             // (bwd_work_list_max) i32, allocated only when on and the ring has a backward:
                                     // the backward list's words, viewed (bwd_work_list_words)
   int64_t bwd_work_list_words = 0;  // of the current plan (0: none built)
+  // Ready flags (issue 46; kernels/attn_ready_flags.h), CUDA ranks: the one-launch forward over the work list is
+  // launched before the exchange's wait, its own keys running under the exchange; the wait, the unpack and the flag
+  // go on a side stream (GatherSideStream) that the list kernel's persistent form leaves SMs to. On unless
+  // RT_ATTN_READY_FLAGS=0 when the ring was constructed (gather_ready_flags_from_env); CPU ranks never use them (the
+  // CPU op ignores flags: cp_.wait orders the rows before the call).
+  bool ready_flags_on = true;
+  Tensor ready;                  // (1) i32 on the device (CUDA arenas only): the call's epoch once its rows are in
+  Tensor fault;                  // (2) i32 on the device, 8-byte aligned: the watchdog's fault word
+  bool ready_zeroed = false;     // ready and fault zeroed (at the first flagged call, on the compute stream)
+  uint32_t epoch = 0;            // the latest flagged call's epoch: 1, 2, ... over the ring's lifetime
+  uint32_t batch_first_epoch = 1;  // the first epoch after the latest set_documents (names a faulted call's layer)
+  int64_t ready_flag_calls = 0;  // flagged forward calls since construction
+  double ready_timeout_s = 0;    // the latest flagged call's watchdog limit (parallel.timeout_s: watchdog_timeout_s)
+  std::shared_ptr<GatherSideStream> side;  // the side stream (made at the first flagged call)
 };
+
+// RT_ATTN_READY_FLAGS in the environment: unset or 1 (the default): the gather scheme's one-launch work-list forward
+// runs with ready flags on CUDA ranks (RingGather::ready_flags_on); 0: the order before them (wait, unpack, then the
+// launch); any other value is refused, naming both. Read once per RingAttention (make_ring_gather).
+bool gather_ready_flags_from_env();
 
 // RT_ATTN_WORK_LIST in the environment: unset or 1 (the default): the gather scheme's one launches over work lists
 // (RingGather::work_list_on); 0: attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv; any other value is refused,

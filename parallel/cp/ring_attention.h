@@ -4,6 +4,7 @@
 // scheme of parallel/schedule/cp_scheme.h: the ring (here) or the gather (parallel/cp/ring_attention_gather.cpp).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "kernels/arena.h"
 #include "kernels/attention.h"
@@ -95,6 +96,14 @@ class RingAttention {
   // the default too (not with RT_ATTN_WORK_LIST=0 when the ring was constructed), CPU ranks only (no CUDA kernel
   // yet), not with the FP8 backward.
   bool gather_bwd_work_list() const;
+  // Ready flags (kernels/attn_ready_flags.h; the gather scheme's one-launch work-list forward on CUDA ranks, on
+  // unless RT_ATTN_READY_FLAGS=0 when the ring was constructed): the forward calls that ran with them since
+  // construction; and the check of their watchdog's fault word, for a place that waits for the step anyway (a host
+  // wait: it reads the word; nothing is read before the first flagged call). A wait for gathered rows that timed out
+  // (parallel.timeout_s) raises there, naming `where`, this rank, the batch's forward call (the layer) and the source,
+  // and clears the word; its rows were NaN.
+  int64_t gather_ready_flag_calls() const;
+  void check_ready_fault(const std::string& where);
   // Ring steps (forward and backward) skipped since construction because no pair of them was visible (gather: of
   // the two calls per pass, the own call with no visible pair and the gathered call of a rank that receives nothing).
   int64_t skipped_steps() const { return skipped_steps_; }
@@ -161,6 +170,7 @@ class RingAttention {
   // The gather scheme (parallel/cp/ring_attention_gather.cpp): its plan for the current documents, and its two passes.
   void plan_gather(const int64_t* host_pos, const int64_t* host_doc_start);
   void gather_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
+  void gather_forward_flagged(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out, Tensor lse);
   void gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                        const Tensor& lse, Tensor dq, Tensor dk, Tensor dv);
   // Both passes: pack the K|V rows each peer needs and post the exchange; after its wait, unpack the received rows

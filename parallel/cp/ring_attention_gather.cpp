@@ -14,7 +14,9 @@
 //   (RingGather::fwd_one_launch): wait, unpack, one attn_fwd_work_list over the batch's work list (plan_gather builds
 //   it; kernels/attn_work_list.h), the default; attn_fwd_whole_two_kv over own keys and gathered rows instead with
 //   RT_ATTN_WORK_LIST=0, or where the list op cannot run the call (attn_fwd_work_list_runs: on CUDA, fwd v5's list
-//   mode needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows). Both give the same bits.
+//   mode needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows). Both give the same bits. On CUDA ranks with
+//   ready flags (RT_ATTN_READY_FLAGS unset or 1) the list kernel goes first, over an own-first list, and the wait,
+//   unpack and flag follow on a side stream (gather_forward_flagged); the same bits.
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
 //   the same exchange again; own call part A (own keys [0, m)) backward into this rank's f32 dK|dV while it is in
 //   flight; wait; unpack; gathered call backward into the gathered rows' f32 dK|dV; pack them into the chunks of their
@@ -35,13 +37,17 @@
 #include "parallel/cp/gather_scheme.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include "kernels/attn_fwd_work_list_runs.h"
+#include "kernels/attn_ready_flags.h"
 #include "kernels/attn_work_list.h"
 #include "kernels/ops.h"
 #include "parallel/comm/fault.h"
+#include "parallel/comm/watchdog.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
+#include "parallel/cp/gather_side_stream.h"
 #include "parallel/cp/ring_attention.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "parallel/schedule/gather_plan.h"
@@ -78,6 +84,7 @@ void upload_i32(const Tensor& dst, const int32_t* values, int64_t count) {
 
 void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc_start) {
   RingGather& g = *gather_;
+  g.batch_first_epoch = g.epoch + 1;  // the batch's first flagged forward call (check_ready_fault names the layer)
   const int P = cp_.size(), r = cp_.rank();
   const int64_t B = shape_.batch, n = shape_.local_tokens, T = n * P;
   std::vector<KvGatherPlan> plans(static_cast<size_t>(B));
@@ -221,7 +228,10 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
           in.q_pos[size_t(b * n + i)] = host_pos[b * T + r * n + i];
           in.q_doc_start[size_t(b * n + i)] = host_doc_start[b * T + r * n + i];
         }
-      const AttnWorkList fwd = doc_work_list(in);
+      // With ready flags (CUDA ranks) the forward's list in own-first order (doc_work_list_ordered): the tasks and
+      // the own parts that need no gathered row first, so they run under the exchange; the same bits per task.
+      const bool own_first = fwd_list && g.ready_flags_on && g.ready.defined();
+      const AttnWorkList fwd = own_first ? doc_work_list_ordered(in, DocWorkListOrder::own_first) : doc_work_list(in);
       if (fwd_list) {
         const std::vector<int32_t> words = attn_work_list_words(fwd);
         RT_CHECK(int64_t(words.size()) <= g.work_list.numel(),
@@ -232,7 +242,8 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
         g.work_list_tasks = int64_t(fwd.tasks.size());
       }
       if (bwd_list) {
-        const std::vector<int32_t> words = attn_work_list_words(doc_bwd_work_list_mirror(fwd, in));
+        const std::vector<int32_t> words =
+            attn_work_list_words(doc_bwd_work_list_mirror(own_first ? doc_work_list(in) : fwd, in));
         RT_CHECK(int64_t(words.size()) <= g.bwd_work_list.numel(),
                  "ring gather: the backward work list's " << words.size() << " words overrun its buffer of "
                                                           << g.bwd_work_list.numel()
@@ -363,10 +374,15 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   RingGather& g = *gather_;
   const int r = cp_.rank();
   const int64_t B = shape_.batch, R = g.rows, Hkv = shape_.kv_heads, D = shape_.head_dim;
+  const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
+  if (g.fwd_one_launch && own_runs && g.work_list_words > 0 && g.ready_flags_on && g.ready.defined() &&
+      q.device.is_cuda()) {
+    gather_forward_flagged(q, k, v, out, lse);
+    return;
+  }
   const ExchangeHandle x = gather_kv_exchange_start(k, v);
   call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
   maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
-  const bool own_runs = hops_.visible[size_t(r * cp_.size() + r)] != 0;
   if (g.fwd_one_launch && own_runs) {  // one launch over own and gathered keys once they are here
     {
       RingTimerScope t(*timer_, Phase::comm);
@@ -407,6 +423,82 @@ void RingAttention::gather_forward(const Tensor& q, const Tensor& k, const Tenso
   if (merge_form) gathered_fwd_merge(q, gk, gv, gathered_mask(), g.q_rows, g.out2, g.lse2, state_, out, lse);
   else attn_fwd_block_last(q, gk, gv, state_, gathered_mask(), out, lse);
 }
+
+// The one-launch work-list forward with ready flags (CUDA ranks; kernels/attn_ready_flags.h, gather_side_stream.h):
+//   compute stream: the flags zeroed once | the list kernel (persistent form: AttnReadyFlags::free_sms SMs left
+//                   free), launched before the exchange's wait: its own-first units run under the exchange, its
+//                   gathered units wait for ready[0] == epoch | waits for the side stream
+//   side stream:    waits for the compute stream (k, v written) | pack and post the exchange (NcclComm's comm stream
+//                   follows this stream; MpiComm stages through it) | wait (NCCL: this stream waits; MPI: the host,
+//                   then the copy in) | unpack (gather_rows) | attn_ready_release (the epoch, st.release.gpu)
+// The compute stream waits for the pack before the list kernel (the exchange starts first, as without flags) and for
+// the whole side stream after it, so the next work on the compute stream sees the gathered buffer free. A wait that
+// times out (parallel.timeout_s) leaves NaN rows and the fault word; check_ready_fault raises it. Timings: the list
+// kernel's time, its waits inside, counts as compute (no exposed comm is recorded on the compute stream).
+void RingAttention::gather_forward_flagged(const Tensor& q, const Tensor& k, const Tensor& v, Tensor out,
+                                           Tensor lse) {
+  RingGather& g = *gather_;
+  const int64_t B = shape_.batch, R = g.rows, Hkv = shape_.kv_heads, D = shape_.head_dim, W = Hkv * D;
+  if (!g.side) g.side = make_gather_side_stream(q.device);
+  GatherSideStream& side = *g.side;
+  if (!g.ready_zeroed) {  // once: no word left in the arena passes for an epoch (ordered on the compute stream)
+    const int32_t zeros[2] = {0, 0};
+    upload_i32(g.ready, zeros, 1);
+    upload_i32(g.fault, zeros, 2);
+    g.ready_zeroed = true;
+  }
+  AttnReadyFlags flags;
+  flags.ready = g.ready;  // (1) i32
+  flags.fault = g.fault;  // (2) i32
+  flags.epoch = ++g.epoch;
+  flags.timeout_s = g.ready_timeout_s = watchdog_timeout_s();
+  side.follow_compute();
+  ExchangeHandle x;
+  {
+    GatherSideScope on_side(side);
+    x = gather_kv_exchange_start(k, v);
+  }
+  call_ring_bytes_ += double(cp_.size() - 1) * double(kv_buf_[0].nbytes());
+  maybe_inject_fault("ring_attention.forward_step");  // with the exchange in flight
+  side.lead_compute();  // the pack before the list kernel: the exchange starts first
+  const Tensor kv = g.kv.view({g.kv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D): unpacked on the side
+  {
+    RingTimerScope t(*timer_, Phase::compute);
+    attn_fwd_work_list(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
+                       key_list_mask(), g.work_list.slice(0, g.work_list_words), g.work_list_tasks, out, lse,
+                       AttnSplitScratch{}, flags);
+  }
+  {
+    GatherSideScope on_side(side);
+    cp_.wait(x);
+    gathered_kv();                   // gather_rows into kv
+    attn_ready_release(flags, 0);    // ready[0] = epoch, after the rows
+  }
+  side.lead_compute();
+  ++g.ready_flag_calls;
+}
+
+void RingAttention::check_ready_fault(const std::string& where) {
+  if (!gather_ || !gather_->ready_zeroed) return;  // no flagged call yet: nothing to read, no wait
+  RingGather& g = *gather_;
+  int32_t host[2] = {0, 0};  // (2) the fault word's halves
+  copy_cast(Tensor(host, DType::i32, Device::cpu(), {2}), g.fault);  // waits for the compute stream's work so far
+  uint64_t word = uint64_t(uint32_t(host[0])) | (uint64_t(uint32_t(host[1])) << 32);
+  const AttnReadyFault fault = attn_ready_fault_decode(word);
+  if (!fault.set) return;
+  const int32_t zeros[2] = {0, 0};
+  upload_i32(g.fault, zeros, 2);
+  std::ostringstream at;
+  at << where << ": cp rank " << cp_.rank() << " of " << cp_.size() << ", ";
+  if (fault.epoch >= g.batch_first_epoch)
+    at << "forward call " << fault.epoch - g.batch_first_epoch << " of the batch (layer "
+       << fault.epoch - g.batch_first_epoch << " unless layers recompute)";
+  else
+    at << "a forward call of an earlier batch";
+  RT_CHECK(false, attn_ready_fault_message(fault, g.ready_timeout_s, at.str()));
+}
+
+int64_t RingAttention::gather_ready_flag_calls() const { return gather_ ? gather_->ready_flag_calls : 0; }
 
 void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& dout, const Tensor& lse, Tensor dq, Tensor dk, Tensor dv) {
