@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -79,6 +80,21 @@ void attn_ready_fault_check(const AttnReadyFlags& flags, const std::string& wher
   int32_t zero[2] = {0, 0};
   copy_cast(flags.fault, Tensor(zero, DType::i32, Device::cpu(), {2}));
   RT_CHECK(false, attn_ready_fault_message(fault, flags.timeout_s, where));
+}
+
+int attn_ready_free_sms(const AttnReadyFlags& flags) {
+  static const int from_env = [] {
+    const char* env = std::getenv("RT_ATTN_READY_FREE_SMS");
+    if (env == nullptr) return -1;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    RT_CHECK(env[0] != '\0' && *end == '\0' && v >= 0 && v <= 1024,
+             "RT_ATTN_READY_FREE_SMS=" << env << " is not an integer 0 .. 1024 (the SMs the work-list forward with "
+                                          "ready flags leaves free of units; 0: one CTA per unit; unset: the caller's "
+                                          "AttnReadyFlags::free_sms, default " << kAttnReadyFreeSmsDefault << ")");
+    return int(v);
+  }();
+  return from_env >= 0 ? from_env : flags.free_sms;
 }
 
 void attn_ready_release(const AttnReadyFlags& flags, int source) {

@@ -88,6 +88,10 @@ void check_attn_ready_flags(const AttnReadyFlags& flags, const Device& device, c
 // Reads the fault word (a host wait on the device's work up to here) and, if a wait timed out, clears it and raises
 // attn_ready_fault_message(..., where). Does nothing when the flags are off.
 void attn_ready_fault_check(const AttnReadyFlags& flags, const std::string& where);
+// The M the CUDA op runs with: RT_ATTN_READY_FREE_SMS (an integer >= 0, read once; other values refused, naming
+// the variable) overrides flags.free_sms for every call, so that a run or a benchmark can compare M = 0 (one CTA per
+// unit), the default and other M without a rebuild; unset: flags.free_sms.
+int attn_ready_free_sms(const AttnReadyFlags& flags);
 // Raises ready[source] to flags.epoch after the work queued before it on the current stream: on CUDA a 1-thread
 // kernel's st.release.gpu (kernels/cuda/attention/attn_ready_release.cu), so that the rows that work wrote are
 // visible to the units that wait for the word; on the host a plain store (the caller's order is the program's).

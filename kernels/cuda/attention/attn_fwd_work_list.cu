@@ -400,7 +400,7 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
     wl.fault = static_cast<unsigned long long*>(ready.fault.data);
   }
   const int window = list_head_window(d.H, d.group, key_rows, d.D, d.B);
-  const int free_sms = ready.on() ? ready.free_sms : 0;  // without flags: one CTA per unit, as always
+  const int free_sms = ready.on() ? attn_ready_free_sms(ready) : 0;  // without flags: one CTA per unit, as always
   if (d.D == 64) ready.on() ? launch<64, true>(p, d.B, wl, window, free_sms, device, stream)
                             : launch<64, false>(p, d.B, wl, window, free_sms, device, stream);
   else ready.on() ? launch<128, true>(p, d.B, wl, window, free_sms, device, stream)
