@@ -139,13 +139,12 @@ __device__ __forceinline__ void bwd_v5_docs_warp(const AttnBwdParams& p, const B
 
 // A consumer thread's two keys (tile rows krow0, krow0 + 8 of the unit) as offsets from the unit's base, packed as
 // 16 bits each (exact unless the unit is wide, where they are not used). Loaded once per unit.
-// kList: the base from the positions (list_key_range over both halves, by each consumer warp: lane = its lane), the
-// docs warp's base.
+// kList: the base from the positions (list_key_base, by each consumer warp: lane = its lane), the docs warp's base.
 template <bool kList = false>
 __device__ __forceinline__ uint32_t doc_thread_keys(const AttnBwdParams& p, const BwdUnit& w, int krow0,
                                                     int lane = 0) {
   int64_t base;
-  if constexpr (kList) base = min(list_key_range(p, w, 0, lane).pos_lo, list_key_range(p, w, 1, lane).pos_lo);
+  if constexpr (kList) base = list_key_base(p, w, lane);
   else base = doc_key_base(p, w);
   const int64_t* k_pos = p.docs.k_pos + int64_t(w.b) * p.docs.k_stride;
   const int64_t key0 = int64_t(w.k0) + krow0;

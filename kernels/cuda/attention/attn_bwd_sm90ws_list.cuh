@@ -156,6 +156,21 @@ __device__ __forceinline__ DocRange list_key_range(const AttnBwdParams& p, const
   return DocRange{lo, hi, 0, 0};
 }
 
+// The least position of the unit's keys below k_end (min of list_key_range's two halves), by one warp: each lane's
+// four loads issued together, one reduction.
+__device__ __forceinline__ int64_t list_key_base(const AttnBwdParams& p, const BwdUnit& w, int lane) {
+  const int64_t* k_pos = p.docs.k_pos + int64_t(w.b) * p.docs.k_stride;
+  int64_t lo = LLONG_MAX;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = int64_t(w.k0) + 32 * i + lane;
+    if (row < p.k_end) lo = min(lo, k_pos[row]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+  return lo;
+}
+
 }  // namespace wgbwd
 }  // namespace cuda
 }  // namespace rt
