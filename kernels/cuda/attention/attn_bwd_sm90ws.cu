@@ -67,7 +67,10 @@ using namespace wgbwd;  // kBr (64), kBc (128), the tile body (issue_kq, issue_a
 //     last partial wave of equal items split into pieces that add partial dK / dV (with documents: a list of at
 //     most half the SMs, every item split);
 //   * documents: a separate instantiation (kDocs) narrows each unit to its span of query tiles and adds a fourth
-//     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_sm90ws_docs.cuh).
+//     role, the docs warp, which classifies and prepares each stage's mask (attn_bwd_sm90ws_docs.cuh);
+//   * the list mode (kList, with documents; attn_bwd_work_list.cu launches it): the units are (task, K/V head) of a
+//     host-built backward work list, each visiting only its task's query tiles, with no set-up kernel
+//     (attn_bwd_sm90ws_list.cuh).
 
 // Overwrite mode with a split tail: zeroes the split items' dK / dV rows before their pieces add into them (one
 // CTA per item, launched on the same stream before the kernel).
