@@ -8,8 +8,8 @@ has results, side by side, and OUT/evals.md with their tables.
                                             # from OUT/eval/*.jsonl (the driver's --report-only does this too)
 
 Per run (the driver calls run_evals after its training):
-  loss-by-position  OUT/eval/loss-by-position-<run>.jsonl: the held-out windows of the run's eval (train.eval_batches
-                    batches of train.batch_size windows at data.seq_len), mean loss per position bucket
+  loss-by-position  OUT/eval/loss-by-position-<run>.jsonl: the first min(8, 131072 / seq_len) held-out windows
+                    (about 128K tokens, in order) as one batch, mean loss per position bucket
   needle (passkey)  OUT/eval/needle-<run>.jsonl on OUT/eval/passkey (launch/make_needles.py, made once from the data
                     stage's tokenizer.json and haystack.txt, the same cases for every run): 4 lengths from seq_len / 8
                     to seq_len (at least 128 tokens), depths 0, 0.25, 0.5, 0.75, 1, 2 samples each
@@ -79,7 +79,7 @@ def run_evals(out, name, ringtrain, config, sets, shards, seq_len, batch, run, s
     cases, why = make_passkey_cases(out, shards, seq_len, run, os.path.join(out, "logs", "make_needles.log"))
     if why:
         notes.append(why)
-    eval_sets = sets + ["train.init_from=", f"train.batch_size={batch}",
+    eval_sets = sets + ["train.init_from=", f"train.batch_size={batch}", "train.eval_batches=1",
                         "train.checkpointing=full"]
     for task, _, _ in TASKS:
         if task == "needle" and not cases:
