@@ -51,6 +51,7 @@
 // D = 128 and N a multiple of 128 only (no partial tiles). Keep C++17.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -287,8 +288,8 @@ CUtensorMap e4m3_transposed_map(const void* base, uint64_t N, uint64_t D, uint64
 }  // namespace
 
 void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
-                         const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims, bool causal,
-                         Tensor dq_acc, Tensor dk_acc, Tensor dv_acc) {
+                         const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims,
+                         const AttnFp8BwdMask& mask, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc) {
   const char* op = "attn_bwd_fp8_from_codes";
   cudaStream_t stream = stream_for(q, op);
   const int device = q.device.index;
@@ -300,26 +301,34 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
                         << ") cannot run the FP8 attention backward kernel: it needs an H100 / H200 (sm_90) and a "
                            "build with sm_90a SASS (RINGTRAIN_CUDA_ARCHS containing 90a); elsewhere run the bf16 "
                            "backward (attn_bwd_block)");
-  RT_CHECK(dims.D == kD && dims.N % kQueries == 0 && dims.N > 0,
-           op << ": D = " << dims.D << ", N = " << dims.N << "; the kernel takes D = 128 and N a multiple of 128");
-  RT_CHECK(dims.N <= (int64_t(1) << 30) && dims.Hkv <= 65535 && dims.B <= 65535,
-           op << ": N = " << dims.N << ", Hkv = " << dims.Hkv << ", B = " << dims.B
+  RT_CHECK(dims.D == kD && dims.Nq % kQueries == 0 && dims.Nq > 0 && dims.Nk % kKeys == 0 && dims.Nk > 0,
+           op << ": D = " << dims.D << ", Nq = " << dims.Nq << ", Nk = " << dims.Nk
+              << "; the kernel takes D = 128 and Nq, Nk positive multiples of 128");
+  RT_CHECK(dims.Nq <= (int64_t(1) << 30) && dims.Nk <= (int64_t(1) << 30) && dims.Hkv <= 65535 && dims.B <= 65535,
+           op << ": Nq = " << dims.Nq << ", Nk = " << dims.Nk << ", Hkv = " << dims.Hkv << ", B = " << dims.B
               << " past the kernel's grid and TMA range");
+  const int version = attn_bwd_fp8_kernel_version();
+  RT_CHECK(version != 1 || mask.whole,
+           op << ": kernel v1 (RT_ATTN_FP8_BWD_KERNEL=v1) takes the whole sequence only (Nq == Nk, no row ranges or "
+                 "offsets); this call is a ring block (Nq = "
+              << dims.Nq << ", Nk = " << dims.Nk << ", rows [" << mask.q_begin << "," << mask.q_end << ") x ["
+              << mask.k_begin << "," << mask.k_end << "), q_offset - k_offset = " << mask.shift
+              << "): run v2 or v3");
   static bool configured[kMaxDevices] = {};
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     configured[device_slot(device)] = true;
   }
-  const uint64_t B = uint64_t(dims.B), N = uint64_t(dims.N), H = uint64_t(dims.H), Hkv = uint64_t(dims.Hkv),
-                 D = uint64_t(dims.D);
+  const uint64_t B = uint64_t(dims.B), Nq = uint64_t(dims.Nq), Nk = uint64_t(dims.Nk), H = uint64_t(dims.H),
+                 Hkv = uint64_t(dims.Hkv), D = uint64_t(dims.D);
   Maps m;
-  m.q = make_rows_heads_tma_map(q.data, dims.B, dims.N, dims.N, dims.H, dims.D, kQueries);
-  m.dout = make_rows_heads_tma_map(dout.data, dims.B, dims.N, dims.N, dims.H, dims.D, kQueries);
-  m.k = make_rows_heads_tma_map(k.data, dims.B, dims.N, dims.N, dims.Hkv, dims.D, kKeys);
-  m.v = make_rows_heads_tma_map(v.data, dims.B, dims.N, dims.N, dims.Hkv, dims.D, kKeys);
-  m.qt = e4m3_transposed_map(codes.qt.data, N, D, H, B);
-  m.dot = e4m3_transposed_map(codes.dot.data, N, D, H, B);
-  m.kt = e4m3_transposed_map(codes.kt.data, N, D, Hkv, B);
+  m.q = make_rows_heads_tma_map(q.data, dims.B, dims.Nq, dims.Nq, dims.H, dims.D, kQueries);
+  m.dout = make_rows_heads_tma_map(dout.data, dims.B, dims.Nq, dims.Nq, dims.H, dims.D, kQueries);
+  m.k = make_rows_heads_tma_map(k.data, dims.B, dims.Nk, dims.Nk, dims.Hkv, dims.D, kKeys);
+  m.v = make_rows_heads_tma_map(v.data, dims.B, dims.Nk, dims.Nk, dims.Hkv, dims.D, kKeys);
+  m.qt = e4m3_transposed_map(codes.qt.data, Nq, D, H, B);
+  m.dot = e4m3_transposed_map(codes.dot.data, Nq, D, H, B);
+  m.kt = e4m3_transposed_map(codes.kt.data, Nk, D, Hkv, B);
   Fp8BwdParams p;
   p.lse = lse.ptr<const float>();
   p.delta = delta.ptr<const float>();
@@ -329,20 +338,24 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
   p.dq = dq_acc.ptr<float>();
   p.dk = dk_acc.ptr<float>();
   p.dv = dv_acc.ptr<float>();
-  p.N = dims.N, p.H = dims.H, p.Hkv = dims.Hkv, p.group = dims.H / dims.Hkv;
-  p.nblk = int(dims.N / kQueries);
-  p.causal = causal;
+  p.N = dims.Nq, p.H = dims.H, p.Hkv = dims.Hkv, p.group = dims.H / dims.Hkv;
+  p.nblk = int(dims.Nq / kQueries);
+  p.causal = mask.causal;
+  p.Nk = dims.Nk;
+  p.nblk_k = int(dims.Nk / kKeys);
+  const int64_t lim = int64_t(1) << 30;  // rows are below 2^30 (checked above): a clamped shift keeps every pair
+  p.shift = int(std::max(-lim, std::min(lim, mask.shift)));
+  p.q_begin = int(mask.q_begin), p.q_end = int(mask.q_end), p.k_begin = int(mask.k_begin), p.k_end = int(mask.k_end);
   p.scale = float(1.0 / std::sqrt(double(dims.D)));
   p.scale2 = p.scale * 1.4426950408889634f;
   p.p_factor = fp8_factor_from_scale(kPScale);
-  const dim3 grid(unsigned(p.nblk), unsigned(dims.Hkv), unsigned(dims.B));
-  const int version = attn_bwd_fp8_kernel_version();
+  const dim3 grid(unsigned(p.nblk_k), unsigned(dims.Hkv), unsigned(dims.B));  // key tiles (Nk = N for v1)
   if (version == 2) {
     launch_attn_bwd_fp8_v2_kernel(m, p, grid, stream, device);
     return;
   }
   if (version == 3) {  // dq_acc (B,N,H,D) f32, boxes of (32 columns, 1 head, 64 query rows, 1 sample)
-    const CUtensorMap dq_map = make_rows_heads_tma_map(dq_acc.data, dims.B, dims.N, dims.N, dims.H, dims.D, 64, 4);
+    const CUtensorMap dq_map = make_rows_heads_tma_map(dq_acc.data, dims.B, dims.Nq, dims.Nq, dims.H, dims.D, 64, 4);
     launch_attn_bwd_fp8_v3_kernel(m, dq_map, p, grid, stream, device);
     return;
   }

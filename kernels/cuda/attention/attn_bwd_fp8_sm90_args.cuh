@@ -40,13 +40,20 @@ struct Fp8BwdParams {
   const float* delta;      // (B,H,N)
   const float* q_factor;   // (B,H,nblk)
   const float* do_factor;  // (B,H,nblk)
-  const float* k_factor;   // (B,Hkv,nblk)
+  const float* k_factor;   // (B,Hkv,nblk_k)
   float* dq;               // (B,N,H,D) accumulated
-  float* dk;               // (B,N,Hkv,D) accumulated
-  float* dv;               // (B,N,Hkv,D) accumulated
-  int64_t N, H, Hkv, group;
-  int nblk;
+  float* dk;               // (B,Nk,Hkv,D) accumulated
+  float* dv;               // (B,Nk,Hkv,D) accumulated
+  int64_t N, H, Hkv, group;  // N: query rows (Nq)
+  int nblk;                  // query tiles N / 128
   bool causal;
+  // The ring's block calls (v2, v3; v1 takes only Nk = N, the full ranges, shift 0): key rows Nk (nblk_k tiles);
+  // only query rows [q_begin, q_end) x key rows [k_begin, k_end) take part; causal: key j visible to query i iff
+  // j <= i + shift (shift = q_offset - k_offset, clamped to [-2^30, 2^30]: the same pairs for rows below 2^30, and
+  // key - shift, query + shift stay in int).
+  int64_t Nk;
+  int nblk_k;
+  int shift, q_begin, q_end, k_begin, k_end;
   float scale;     // 1 / sqrt(D)
   float scale2;    // scale x log2(e)
   float p_factor;  // fp8_factor_from_scale(448): P's factor

@@ -19,14 +19,17 @@
 //     (v1: head by head; a list-scheduling model of 4K, B 1, H 16 gives 0.78 of ideal for v1's order, 0.98 for
 //     this one; 16K and 32K ~1.0 either way).
 // Drains a tile: S/dP 4 (as v1), dV 2 (each behind the amax / the dS codes), then one at the end (dQ part 1).
-// ptxas (sm_90a): 253 registers, 0 spill, no C751x (v1: 255, 8 bytes spill).
+// ptxas (sm_90a): 253 registers, 0 spill, no C751x (v1: 255, 8 bytes spill); with the block mask 254, 0 spill.
 // PREDICTION (H200, d128 causal, B 1, H 16; before any GPU run): 4K ~370-430 (1.3-1.5x v1's 287: the grid order
 // ~1.25x, the tile ~1.1-1.2x), 16K ~420-470 (v1 381), 32K ~440-490 (v1 404) TF/s: 0.7-0.8x our bf16 backward, not
 // >= 1.0x. Same error as v1 (vs the CPU op ~1e-4..1e-3, vs fp64 3.6-3.8e-2). What stays serial: the exps and packs
 // leave the tensor pipe idle in both warpgroups at once (they run in phase between 2 CTA barriers a tile), and the
 // next tile's S waits for dQ (a wgmma in flight across the loop edge made ptxas serialize: C7514). The shared memory
 // leaves no room for a second Q / dO stage (96 KB a stage), the registers none for a producer warpgroup.
-// D = 128 and N a multiple of 128 only. Keep C++17.
+// The ring's block calls (Fp8BwdParams' ranges, offsets, Nq != Nk): a CTA runs the query tiles its key tile meets
+// (query_tiles_of; none: it returns before any load and writes nothing), masks P and dS pair by pair in the tiles a
+// range or the causal rule cuts (tile_masked; the whole sequence: the diagonal, as before), and skips the dQ / dK /
+// dV rows outside the ranges. D = 128 and Nq, Nk multiples of 128 only. Keep C++17.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -46,11 +49,13 @@ namespace fp8bwd {
 namespace {
 
 // f x (a (64 queries x 64 columns) accumulator part) added into columns col0 .. col0 + 63 of 2 rows of a (.., 128)
-// f32 tensor with f32x2 reductions: row0 the thread's query row g, row0 + 8 row_stride its row g + 8.
+// f32 tensor with f32x2 reductions: row0 the thread's query row g, row0 + 8 row_stride its row g + 8; row g + 8r
+// only when bit r of rows_in is set (the query range).
 __device__ __forceinline__ void red_add_part(float* row0, int64_t row_stride, int col0, const float (&x)[32], float f,
-                                             int t) {
+                                             int t, int rows_in) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    if (!((rows_in >> r) & 1)) continue;
     float* row = row0 + 8 * r * row_stride + col0;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -79,13 +84,15 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
   // CTA order (a 1-D grid, launch_attn_bwd_fp8_v2_kernel): key tile slowest, then K/V head, then sample, so the
   // causal CTAs start longest first across all (sample, head) pairs (v1's grid ran them head by head: the last
   // head's longest CTAs started last, and most SMs idled behind them).
-  const int64_t pairs = int64_t(gridDim.x) / p.nblk;  // (sample, K/V head) pairs
+  const int64_t pairs = int64_t(gridDim.x) / p.nblk_k;  // (sample, K/V head) pairs
   const int kt_idx = int(int64_t(blockIdx.x) / pairs);
   const int64_t pair = int64_t(blockIdx.x) % pairs, hk = pair % p.Hkv, b = pair / p.Hkv;
   const int64_t k0 = int64_t(kt_idx) * kKeys;
-  const int i_first = p.causal ? kt_idx : 0;  // the first query tile that sees these keys
-  const int n_qt = p.nblk - i_first;
+  int i_first, i_end;  // the query tiles that see these keys (the whole causal sequence: kt_idx .. nblk - 1)
+  query_tiles_of(p, kt_idx, i_first, i_end);
+  const int n_qt = i_end - i_first;
   const int n_iter = int(p.group) * n_qt;
+  if (n_iter == 0) return;  // no visible pair: nothing loaded, nothing written
 
   // Iteration it: query head hk * group + it / n_qt, query tile i_first + it % n_qt (as v1).
   auto head_of = [&](int it) { return int(hk * p.group) + it / n_qt; };
@@ -97,7 +104,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
       tma_load_4d(base + kSmQ + uint32_t(c) * kBf16BlockBytes, &maps.q, bar_q, 64 * c, h, q0, ib);
       tma_load_4d(base + kSmDo + uint32_t(c) * kBf16BlockBytes, &maps.dout, bar_q, 64 * c, h, q0, ib);
     }
-    const int64_t row = (b * p.H + h) * p.N + q0;  // (B,H,N) offset
+    const int64_t row = (b * p.H + h) * p.N + q0;  // (B,H,Nq) offset
     bulk_load_1d(base + kSmLse, p.lse + row, kQueries * 4, bar_q);
     bulk_load_1d(base + kSmDelta, p.delta + row, kQueries * 4, bar_q);
   };
@@ -130,7 +137,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
 
   const int krow = wg * 64 + warp * 16 + g;  // this thread's key rows of the tile: krow, krow + 8
   const uint32_t k_wg = base + kSmK + uint32_t(wg) * 64 * 128, v_wg = base + kSmV + uint32_t(wg) * 64 * 128;
-  const float kf = p.k_factor[(b * p.Hkv + hk) * p.nblk + kt_idx];
+  const float kf = p.k_factor[(b * p.Hkv + hk) * p.nblk_k + kt_idx];
   float dk[64], dv[64];  // (64 keys, 128) of this warpgroup, f32: x[nt*4 + 2r + e] = (key krow + 8r, nt*8 + 2t + e)
 #pragma unroll
   for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.f;
@@ -139,7 +146,8 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
 #pragma unroll 1
   for (int it = 0; it < n_iter; ++it) {
     const int h = head_of(it), tile = tile_of(it);
-    const bool diag = p.causal && tile == kt_idx;
+    const int q0 = tile * kQueries;
+    const bool masked = tile_masked(p, int(k0), q0);  // a range or the causal rule cuts the tile
     const uint32_t phase = uint32_t(it & 1);
     const float qf = p.q_factor[(b * p.H + h) * p.nblk + tile];
     const float dof = p.do_factor[(b * p.H + h) * p.nblk + tile];
@@ -160,11 +168,11 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     wgmma_commit();
     wgmma_wait<1>();  // S^T ready; dP^T may still run
     wgmma_fence_regs(lo);
-    probs_half(lo, lse_s, p.scale2, diag, krow, 0, t);
+    probs_half_block(lo, lse_s, p, masked, q0, int(k0), krow, 0, t);
     pack_e4m3_half(lo, kPScale, pf0);
     wgmma_wait<0>();
     wgmma_fence_regs(hi);
-    dscores_half(hi, lo, delta_s, p.scale, key, t);
+    dscores_half_block(hi, lo, delta_s, p.scale, key, t);
     // lo (P^T) is dead: half 1's S^T into it while half 0's dS^T is staged.
     wgmma_fence_regs(lo);
     wgmma_fence_regs(hi);
@@ -182,11 +190,11 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     wgmma_commit();
     wgmma_wait<1>();  // S^T ready
     wgmma_fence_regs(lo);
-    probs_half(lo, lse_s + kHalf, p.scale2, diag, krow, kHalf, t);
+    probs_half_block(lo, lse_s + kHalf, p, masked, q0, int(k0), krow, kHalf, t);
     pack_e4m3_half(lo, kPScale, pf1);
     wgmma_wait<0>();
     wgmma_fence_regs(hi);
-    dscores_half(hi, lo, delta_s + kHalf, p.scale, key, t);
+    dscores_half_block(hi, lo, delta_s + kHalf, p.scale, key, t);
 
     // ---- dV part 0 (columns 0..63 of D, all 128 queries) into lo, under the amax ----
     mbar_wait(bar_t, phase);  // this tile's Q^T, dO^T landed
@@ -269,24 +277,26 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_v2_kernel(cons
     wgmma_fence();
     issue_dq_part(hi, ds_rows, base + kSmKt + 64 * 128);
     wgmma_commit();
-    const int64_t query = int64_t(tile) * kQueries + wg * 64 + warp * 16 + g;
+    const int query = q0 + wg * 64 + warp * 16 + g;
     float* const dq_row = p.dq + ((b * p.N + query) * p.H + h) * kD;  // (D) of query row g; row g + 8: 8 H D further
+    const int rows_in = masked ? int(query_in_range(p, query)) | (int(query_in_range(p, query + 8)) << 1) : 3;
     wgmma_wait<1>();  // dQ part 0 done
     wgmma_fence_regs(lo);
-    red_add_part(dq_row, p.H * kD, 0, lo, qk, t);
+    red_add_part(dq_row, p.H * kD, 0, lo, qk, t, rows_in);
     if (tid == 0 && it + 1 < n_iter) {  // the next tile's Q^T, dO^T once every warp is past this tile's dK
       mbar_wait(bar_free, phase);
       issue_t(it + 1);
     }
     wgmma_wait<0>();  // dQ part 1 done
     wgmma_fence_regs(hi);
-    red_add_part(dq_row, p.H * kD, 64, hi, qk, t);
+    red_add_part(dq_row, p.H * kD, 64, hi, qk, t, rows_in);
   }
 
-  // dK, dV rows: each belongs to this CTA alone (one add per element per launch).
+  // dK, dV rows: each belongs to this CTA alone (one add per element per launch); rows outside the key range untouched.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t off = ((b * p.N + k0 + krow + 8 * r) * p.Hkv + hk) * kD;
+    if (!key_in_range(p, int(k0) + krow + 8 * r)) continue;
+    const int64_t off = ((b * p.Nk + k0 + krow + 8 * r) * p.Hkv + hk) * kD;
 #pragma unroll
     for (int nt = 0; nt < kD / 8; ++nt) {
       const int col = nt * 8 + 2 * t;
@@ -311,7 +321,7 @@ void launch_attn_bwd_fp8_v2_kernel(const Fp8BwdMaps& maps, const Fp8BwdParams& p
     configured[device_slot(device)] = true;
   }
   const uint64_t ctas = uint64_t(grid.x) * grid.y * grid.z;  // (key tiles x K/V heads x samples), decoded by the kernel
-  RT_CHECK(ctas <= uint64_t(INT32_MAX), "attn_bwd_fp8_from_codes: " << ctas << " CTAs (N / 128 x Hkv x B) past the "
+  RT_CHECK(ctas <= uint64_t(INT32_MAX), "attn_bwd_fp8_from_codes: " << ctas << " CTAs (Nk / 128 x Hkv x B) past the "
                                                                            "v2 kernel's flat grid (2^31 - 1)");
   const dim3 flat(static_cast<unsigned>(ctas), 1, 1);
   attn_bwd_fp8_v2_kernel<<<flat, kFp8BwdThreads, kSmemBytes, stream>>>(maps, p);

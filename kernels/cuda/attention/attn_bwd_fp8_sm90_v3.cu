@@ -34,7 +34,10 @@
 // 32 8-byte shared stores (2 wavefronts each) and 2 bulk ops, the LSU queue no longer throttles the dQ epilogue or
 // the next tile's lse / delta reads; what stays is v2's serial tile (exps and packs with the tensor pipe idle, the
 // S / dP drains, 2 CTA barriers) and 1 named barrier more a warpgroup. Not the 1.3x goal (~0.7-0.8x bf16 v5).
-// D = 128 and N a multiple of 128 only. Keep C++17.
+// The ring's block calls as v2 (query_tiles_of, tile_masked; a CTA without a visible pair returns before any load;
+// dK / dV rows outside the key range untouched). dQ rows outside the query range: their staged values are exactly 0
+// (every dS of such a row is 0), so the reduces add +0 to them: values unchanged (a -0 becomes +0).
+// D = 128 and Nq, Nk multiples of 128 only. Keep C++17.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -111,13 +114,15 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
   const uint32_t dq_part0 = base + (wg == 0 ? kSmDot : kSmQt);
   const uint32_t dq_part1 = base + kSmStage + uint32_t(wg) * kDqPartBytes;
   // CTA order as v2: key tile slowest, then K/V head, then sample (causal CTAs longest first).
-  const int64_t pairs = int64_t(gridDim.x) / p.nblk;  // (sample, K/V head) pairs
+  const int64_t pairs = int64_t(gridDim.x) / p.nblk_k;  // (sample, K/V head) pairs
   const int kt_idx = int(int64_t(blockIdx.x) / pairs);
   const int64_t pair = int64_t(blockIdx.x) % pairs, hk = pair % p.Hkv, b = pair / p.Hkv;
   const int64_t k0 = int64_t(kt_idx) * kKeys;
-  const int i_first = p.causal ? kt_idx : 0;  // the first query tile that sees these keys
-  const int n_qt = p.nblk - i_first;
+  int i_first, i_end;  // the query tiles that see these keys (the whole causal sequence: kt_idx .. nblk - 1)
+  query_tiles_of(p, kt_idx, i_first, i_end);
+  const int n_qt = i_end - i_first;
   const int n_iter = int(p.group) * n_qt;
+  if (n_iter == 0) return;  // no visible pair: nothing loaded, nothing written
 
   // Iteration it: query head hk * group + it / n_qt, query tile i_first + it % n_qt (as v1, v2).
   auto head_of = [&](int it) { return int(hk * p.group) + it / n_qt; };
@@ -129,7 +134,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
       tma_load_4d(base + kSmQ + uint32_t(c) * kBf16BlockBytes, &maps.q, bar_q, 64 * c, h, q0, ib);
       tma_load_4d(base + kSmDo + uint32_t(c) * kBf16BlockBytes, &maps.dout, bar_q, 64 * c, h, q0, ib);
     }
-    const int64_t row = (b * p.H + h) * p.N + q0;  // (B,H,N) offset
+    const int64_t row = (b * p.H + h) * p.N + q0;  // (B,H,Nq) offset
     bulk_load_1d(base + kSmLse, p.lse + row, kQueries * 4, bar_q);
     bulk_load_1d(base + kSmDelta, p.delta + row, kQueries * 4, bar_q);
   };
@@ -164,7 +169,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
 
   const int krow = wg * 64 + warp * 16 + g;  // this thread's key rows of the tile: krow, krow + 8
   const uint32_t k_wg = base + kSmK + uint32_t(wg) * 64 * 128, v_wg = base + kSmV + uint32_t(wg) * 64 * 128;
-  const float kf = p.k_factor[(b * p.Hkv + hk) * p.nblk + kt_idx];
+  const float kf = p.k_factor[(b * p.Hkv + hk) * p.nblk_k + kt_idx];
   float dk[64], dv[64];  // (64 keys, 128) of this warpgroup, f32: x[nt*4 + 2r + e] = (key krow + 8r, nt*8 + 2t + e)
 #pragma unroll
   for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.f;
@@ -173,7 +178,8 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
 #pragma unroll 1
   for (int it = 0; it < n_iter; ++it) {
     const int h = head_of(it), tile = tile_of(it);
-    const bool diag = p.causal && tile == kt_idx;
+    const int q0 = tile * kQueries;
+    const bool masked = tile_masked(p, int(k0), q0);  // a range or the causal rule cuts the tile
     const uint32_t phase = uint32_t(it & 1);
     const float qf = p.q_factor[(b * p.H + h) * p.nblk + tile];
     const float dof = p.do_factor[(b * p.H + h) * p.nblk + tile];
@@ -198,11 +204,11 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
     }
     wgmma_wait<1>();  // S^T ready; dP^T may still run
     wgmma_fence_regs(lo);
-    probs_half(lo, lse_s, p.scale2, diag, krow, 0, t);
+    probs_half_block(lo, lse_s, p, masked, q0, int(k0), krow, 0, t);
     pack_e4m3_half(lo, kPScale, pf0);
     wgmma_wait<0>();
     wgmma_fence_regs(hi);
-    dscores_half(hi, lo, delta_s, p.scale, key, t);
+    dscores_half_block(hi, lo, delta_s, p.scale, key, t);
     wgmma_fence_regs(lo);
     wgmma_fence_regs(hi);
     wgmma_fence();
@@ -221,11 +227,11 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
     wgmma_commit();
     wgmma_wait<1>();
     wgmma_fence_regs(lo);
-    probs_half(lo, lse_s + kHalf, p.scale2, diag, krow, kHalf, t);
+    probs_half_block(lo, lse_s + kHalf, p, masked, q0, int(k0), krow, kHalf, t);
     pack_e4m3_half(lo, kPScale, pf1);
     wgmma_wait<0>();
     wgmma_fence_regs(hi);
-    dscores_half(hi, lo, delta_s + kHalf, p.scale, key, t);
+    dscores_half_block(hi, lo, delta_s + kHalf, p.scale, key, t);
 
     // ---- dV part 0 into lo, under the amax ----
     mbar_wait(bar_t, phase);  // this tile's Q^T, dO^T landed
@@ -305,7 +311,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
     wgmma_fence();
     issue_dq_part(hi, ds_rows, base + kSmKt + 64 * 128);
     wgmma_commit();
-    const int q_wg = tile * kQueries + wg * 64;  // the warpgroup's first query row
+    const int q_wg = q0 + wg * 64;  // the warpgroup's first query row
     wgmma_wait<1>();  // dQ part 0 done
     wgmma_fence_regs(lo);
     if (wg == 1) mbar_wait(bar_free, phase);  // warpgroup 0's dK has read the Q^T tile too
@@ -319,7 +325,8 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1)
   // dK, dV rows: each belongs to this CTA alone (one add per element per launch).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t off = ((b * p.N + k0 + krow + 8 * r) * p.Hkv + hk) * kD;
+    if (!key_in_range(p, int(k0) + krow + 8 * r)) continue;  // rows outside the key range untouched
+    const int64_t off = ((b * p.Nk + k0 + krow + 8 * r) * p.Hkv + hk) * kD;
 #pragma unroll
     for (int nt = 0; nt < kD / 8; ++nt) {
       const int col = nt * 8 + 2 * t;
@@ -344,7 +351,7 @@ void launch_attn_bwd_fp8_v3_kernel(const Fp8BwdMaps& maps, const CUtensorMap& dq
     configured[device_slot(device)] = true;
   }
   const uint64_t ctas = uint64_t(grid.x) * grid.y * grid.z;  // (key tiles x K/V heads x samples), decoded by the kernel
-  RT_CHECK(ctas <= uint64_t(INT32_MAX), "attn_bwd_fp8_from_codes: " << ctas << " CTAs (N / 128 x Hkv x B) past the "
+  RT_CHECK(ctas <= uint64_t(INT32_MAX), "attn_bwd_fp8_from_codes: " << ctas << " CTAs (Nk / 128 x Hkv x B) past the "
                                                                            "v3 kernel's flat grid (2^31 - 1)");
   const dim3 flat(static_cast<unsigned>(ctas), 1, 1);
   attn_bwd_fp8_v3_kernel<<<flat, kFp8BwdThreads, kSmemBytes, stream>>>(maps, dq_map, p);
