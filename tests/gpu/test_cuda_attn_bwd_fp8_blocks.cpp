@@ -6,7 +6,8 @@
 //     and a few flipped E4M3 codes; a wrong mask, group or offset gives O(1));
 //   * rows outside the ranges keep their values bit for bit (dq rows outside [q_begin, q_end), dk / dv rows outside
 //     [k_begin, k_end)); a fully masked (future) block leaves all three accumulators bit for bit unchanged;
-//   * lse and delta of the query rows outside the range are NaN, so a kernel that lets them into a tile fails.
+//   * lse and delta of the query rows outside the range are NaN, so a kernel that lets them into a tile fails;
+//   * the quantizer's codes and factors with Nq != Nk bit for bit against the host rule (fp8_attn_test_util.h).
 // Cases: the cp = 2 and cp = 4 layouts of parallel/schedule/ring_schedule.cpp (contiguous: diagonal, strictly past
 // with causal offsets, future; zigzag: k_end = n / 2 and q_begin = n / 2; striped: k_offset 1), Nq != Nk both ways,
 // ranges that cut tiles mid-way (q_begin 64, k_end = Nk - 64), GQA and B = 2. Also: the predicate
@@ -23,6 +24,7 @@
 
 #include "kernels/attn_bwd_fp8.h"
 #include "kernels/attn_fp8.h"
+#include "kernels/attn_fwd_fp8.h"
 #include "tests/gpu/fp8_attn_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -150,6 +152,20 @@ int64_t changed_outside(const std::vector<float>& out, const std::vector<float>&
   return bad;
 }
 
+// The quantizer with Nq != Nk, bit for bit against kernels/fp8.h's rule on the host: x (B,N,heads,D) into codes
+// (B,heads,D,N) (row r of a block in column attn_fp8_vt_column_of_key(r) when permuted) and factors (B,heads,N/128).
+void expect_codes(const std::vector<float>& x, int64_t B, int64_t N, int64_t heads, bool permute, const Tensor& codes,
+                  const Tensor& factors, const char* what) {
+  auto code_at = [&](int64_t b, int64_t h, int64_t blk, int64_t r, int64_t d) {
+    return size_t(((b * heads + h) * kD + d) * N + blk * 128 + (permute ? attn_fp8_vt_column_of_key(r) : r));
+  };
+  std::vector<uint8_t> want_codes;
+  std::vector<float> want_factors;
+  host_quantize_row_blocks(x, B, N, heads, code_at, want_codes, want_factors);
+  EXPECT_EQ(count_code_mismatches(download_codes(codes), want_codes), 0) << what << " codes";
+  EXPECT_EQ(count_factor_mismatches(download(factors), want_factors), 0) << what << " factors";
+}
+
 struct KernelSelection {
   explicit KernelSelection(const char* name) { attn_bwd_fp8_select_kernel(name); }
   ~KernelSelection() { attn_bwd_fp8_select_kernel(nullptr); }
@@ -210,6 +226,9 @@ void run_block_case(const BlockCase& c, uint64_t seed) {
   upload(bdelta, delta);
   BlockCodes codes(c);
   attn_bwd_fp8_quantize(bq, bk, bdo, codes.c);
+  expect_codes(q, c.B, c.Nq, c.H, true, codes.c.qt, codes.c.q_factor, "Q^T");
+  expect_codes(dout, c.B, c.Nq, c.H, true, codes.c.dot, codes.c.do_factor, "dO^T");
+  expect_codes(k, c.B, c.Nk, c.Hkv, false, codes.c.kt, codes.c.k_factor, "K^T");
 
   for (const char* name : {"v2", "v3"}) {
     SCOPED_TRACE(::testing::Message() << "kernel " << name);
