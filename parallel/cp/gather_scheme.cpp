@@ -71,7 +71,7 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
     const int64_t tiles = (attn_second_kv_row(n) + R + kAttnWorkTileRows - 1) / kAttnWorkTileRows;
     const int64_t words = 4 + 36 * tasks + 4 * B * tiles + 2 * tasks * (tiles / 2 + 2 + tiles / 32767);
     g->work_list = arena.alloc(DType::i32, {words}, "ring_gather.work_list");  // (words) i32
-    if (!shape.forward_only && arena.device().is_cpu()) {
+    if (!shape.forward_only) {
       // The backward's list: a task per key tile of each sample, each with at most half the query tiles + 1
       // segments, plus one per 32767 query tiles.
       const int64_t q_tiles = (n + kAttnWorkTileRows - 1) / kAttnWorkTileRows, key_tasks = B * tiles;

@@ -81,8 +81,9 @@ struct RingGather {
   int64_t work_list_tasks = 0;  // its task count (the CUDA kernel's grid: tasks x heads units)
   // The one-launch backward over the backward's work list (attn_bwd_work_list, the forward's list mirrored:
   // doc_bwd_work_list) instead of attn_bwd_block_fresh_two_kv, with the same knob (so on by default: the host op gives
-  // attn_bwd_block_fresh_two_kv's bits, tests/mpi/test_ring_gather_work_list.cpp), on CPU ranks only (the op has no
-  // CUDA kernel yet; GPU ranks keep attn_bwd_block_fresh_two_kv and build no list), and not with the FP8 backward
+  // attn_bwd_block_fresh_two_kv's bits, tests/mpi/test_ring_gather_work_list.cpp), where the list op runs the call
+  // (attn_bwd_work_list_runs: on CUDA bwd v5's list mode, sm_90a, bf16, D 64 / 128, 128 own and gathered rows, not
+  // deterministic; elsewhere the one launch stays attn_bwd_block_fresh_two_kv), and not with the FP8 backward
   // (RingAttention::set_fp8_backward: the list op has no FP8 form).
   Tensor bwd_work_list;             // (bwd_work_list_max) i32, allocated only when on and the ring has a backward:
                                     // the backward list's words, viewed (bwd_work_list_words)

@@ -93,8 +93,8 @@ class RingAttention {
   bool fp8_backward() const { return bwd_ops_.fp8; }
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Whether that one launch runs attn_bwd_work_list over the batch's backward work list (kernels/attn_work_list.h):
-  // the default too (not with RT_ATTN_WORK_LIST=0 when the ring was constructed), CPU ranks only (no CUDA kernel
-  // yet), not with the FP8 backward.
+  // the default too (not with RT_ATTN_WORK_LIST=0 when the ring was constructed), where attn_bwd_work_list_runs
+  // says the list op runs the call, not with the FP8 backward.
   bool gather_bwd_work_list() const;
   // Ready flags (kernels/attn_ready_flags.h; the gather scheme's one-launch work-list forward on CUDA ranks, on
   // unless RT_ATTN_READY_FLAGS=0 when the ring was constructed): the forward calls that ran with them since

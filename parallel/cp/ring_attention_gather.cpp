@@ -31,14 +31,15 @@
 //   plan_gather by kv_gather.h gather_bwd_one_launch where the exchange and the return are shorter than the call's
 //   fixed cost it saves): nothing before the wait; one attn_bwd_block_fresh_two_kv over own keys and gathered rows
 //   (the forward's key list) into this rank's dK|dV and the gathered rows'; the return as above, nothing under it.
-//   On CPU ranks that call is attn_bwd_work_list over the backward's list by default (the forward's mirrored,
-//   doc_bwd_work_list_mirror; the same bits; not with RT_ATTN_WORK_LIST=0, nor with the FP8 backward, which has no
-//   list form).
+//   That call is attn_bwd_work_list over the backward's list by default (the forward's mirrored,
+//   doc_bwd_work_list_mirror; dK / dV the same bits) where attn_bwd_work_list_runs says the list op runs it (on CUDA
+//   bwd v5's list mode); not with RT_ATTN_WORK_LIST=0, nor with the FP8 backward, which has no list form.
 #include "parallel/cp/gather_scheme.h"
 
 #include <algorithm>
 #include <sstream>
 
+#include "kernels/attn_bwd_work_list_runs.h"
 #include "kernels/attn_fwd_work_list_runs.h"
 #include "kernels/attn_ready_flags.h"
 #include "kernels/attn_work_list.h"
@@ -213,10 +214,13 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     upload_i32(g.k_list_pos, reinterpret_cast<const int32_t*>(list.data()), 2 * int64_t(list.size()));
     // The work lists (on unless RT_ATTN_WORK_LIST=0): the one-launch forward's over the same key list where the list
     // op runs the call (on CUDA its kernel needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows; elsewhere
-    // the launch stays attn_fwd_whole_two_kv), and on CPU ranks the one-launch backward's (the forward's mirrored).
+    // the launch stays attn_fwd_whole_two_kv), and the one-launch backward's (the forward's mirrored)
+    // where attn_bwd_work_list_runs says the list op runs it.
     const bool fwd_list = g.work_list_on && g.fwd_one_launch &&
                           attn_fwd_work_list_runs(g.kv.device, g.act, B, shape_.heads, shape_.head_dim, n, n, R, L);
-    const bool bwd_list = g.bwd_work_list.defined() && g.bwd_one_launch;
+    const bool bwd_list = g.bwd_work_list.defined() && g.bwd_one_launch &&
+                          attn_bwd_work_list_runs(g.kv.device, g.act, B, shape_.heads, shape_.kv_heads,
+                                                  shape_.head_dim, n, n, R, L);
     if (fwd_list || bwd_list) {
       DocWorkListInputs in;
       in.B = B, in.Nq = n, in.Nk = n, in.list_rows = L;
@@ -548,7 +552,8 @@ void RingAttention::gather_backward(const Tensor& q, const Tensor& k, const Tens
       const Tensor kv = gathered_kv();                                        // (2, B, R, Hkv, D)
       const Tensor dkv = g.dkv.view({g.dkv.numel()}).slice(0, 2 * B * R * W);  // (2, B, R, Hkv, D) f32
       auto part = [&](const Tensor& t, int64_t h) { return gathered_half(t, h, B, R, Hkv, D); };
-      if (one_launch && gather_bwd_work_list())  // CPU, unless RT_ATTN_WORK_LIST=0: the same call over the list
+      // The list (the default) unless RT_ATTN_WORK_LIST=0, the FP8 backward, or where the list op cannot run it.
+      if (one_launch && gather_bwd_work_list())
         attn_bwd_work_list(q, k, v, part(kv, 0), part(kv, 1), dout, lse, delta_, dq_acc_, half(own, 0), half(own, 1),
                            part(dkv, 0), part(dkv, 1), key_list_mask(),
                            g.bwd_work_list.slice(0, g.bwd_work_list_words));
