@@ -75,6 +75,8 @@
 
 #include "bench/cuda_bench_util.cuh"
 #include "bench/doc_candidates.h"
+#include "bench/doc_gather_plan.h"
+#include "bench/doc_gather_report.cuh"
 #include "bench/doc_gather_steps.cuh"
 #include "kernels/attention.h"
 #include "kernels/attn_doc_plans.h"
