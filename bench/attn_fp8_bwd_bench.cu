@@ -7,7 +7,6 @@
 // (both from zeroed accumulators after one forward; expected ~3.7e-2, the E4M3 floor: bench/NOTES.md "FP8 attention
 // numerics, emulated"). Inputs: hashed uniform values of unit variance (bench/cuda_bench_util.cuh random_bf16).
 //   bench_attn_fp8_bwd_bench [--n 4096,16384,32768] [--b 1] [--h 16] [--hkv 16] [--warmup 3] [--reps 10] [--full]
-// The FP8 kernel is v2 unless RT_ATTN_FP8_BWD_KERNEL=v1 or v3 (the first line says which ran).
 #include <cmath>
 #include <cstdio>
 
@@ -25,9 +24,8 @@ int main(int argc, char** argv) {
   const int warmup = args.warmup, reps = args.reps;
   const bool causal = args.causal;
   return run_on_gpu0("bench_attn_fp8_bwd_bench", [&](const cudaDeviceProp& prop) {
-    std::printf("device: %s, %d SMs; B %ld, H %ld, Hkv %ld, D 128, %s; fp8 kernel %s (RT_ATTN_FP8_BWD_KERNEL)\n",
-                prop.name, prop.multiProcessorCount, long(B), long(H), long(Hkv), causal ? "causal" : "full",
-                attn_bwd_fp8_kernel_name());
+    std::printf("device: %s, %d SMs; B %ld, H %ld, Hkv %ld, D 128, %s\n", prop.name, prop.multiProcessorCount,
+                long(B), long(H), long(Hkv), causal ? "causal" : "full");
     std::printf("\n      N  bf16 ms  bf16 TF/s  quant ms  fp8 ms  fp8 TF/s  fp8/bf16  (fp8+quant)/bf16  "
                 "dq rel  dk rel  dv rel (fp8 vs bf16)\n");
     const Device gpu = Device::cuda(0);

@@ -53,12 +53,6 @@ void check_codes(const AttnFp8BwdCodes& c, const AttnDims& d, const Device& dev,
   attn_fp8_check_operand(c.k_factor, DType::f32, {d.B, d.Hkv, kblk}, dev, op, "codes.k_factor (B,Hkv,Nk/128)");
 }
 
-// The whole sequence: what kernel v1 takes (and what the bool overload passes).
-bool mask_is_whole(const AttnMask& m, const AttnRanges& r, int64_t Nq, int64_t Nk) {
-  return Nq == Nk && r.q_begin == 0 && r.q_end == Nq && r.k_begin == 0 && r.k_end == Nk &&
-         (!m.causal || m.q_offset == m.k_offset);
-}
-
 #if RINGTRAIN_HAVE_CUDA
 cuda::AttnFp8BwdDims launch_dims(const AttnDims& d) {
   return cuda::AttnFp8BwdDims{d.B, d.Nq, d.Nk, d.H, d.Hkv, d.D};
@@ -69,7 +63,6 @@ cuda::AttnFp8BwdDims launch_dims(const AttnDims& d) {
 
 bool attn_bwd_fp8_cuda_supports(const AttnMask& mask, int64_t Nq, int64_t Nk, int64_t D, std::string* why) {
   std::ostringstream reason;
-  const bool v1 = std::string(attn_bwd_fp8_kernel_name()) == "v1";
   const int64_t q_end = mask.q_end < 0 ? Nq : mask.q_end, k_end = mask.k_end < 0 ? Nk : mask.k_end;
   if (mask.docs.on()) {
     reason << "documents (mask.docs) are not supported by the FP8 attention backward kernel (causal or full masks "
@@ -83,9 +76,6 @@ bool attn_bwd_fp8_cuda_supports(const AttnMask& mask, int64_t Nq, int64_t Nk, in
                mask.k_begin <= k_end && k_end <= Nk)) {
     reason << "row ranges [" << mask.q_begin << "," << mask.q_end << ") x [" << mask.k_begin << "," << mask.k_end
            << ") are outside the " << Nq << " query and " << Nk << " key rows";
-  } else if (v1 && !mask_is_whole(mask, AttnRanges{mask.q_begin, q_end, mask.k_begin, k_end}, Nq, Nk)) {
-    reason << "kernel v1 (RT_ATTN_FP8_BWD_KERNEL=v1) takes the whole sequence only (Nq == Nk, no row ranges or "
-              "offsets); run v2 or v3 for ring blocks";
   }
   const std::string r = reason.str();
   if (why) *why = r;
@@ -119,13 +109,8 @@ void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, 
   attn_fp8_check_operand(dv_acc, DType::f32, {d.B, d.Nk, d.Hkv, d.D}, q.device, op, "dv_acc (B,Nk,Hkv,D)");
 #if RINGTRAIN_HAVE_CUDA
   if (r.q_begin == r.q_end || r.k_begin == r.k_end) return;  // no pair takes part (the CPU op's early return)
-  const cuda::AttnFp8BwdMask m{mask.causal,
-                               mask.causal ? mask.q_offset - mask.k_offset : 0,
-                               r.q_begin,
-                               r.q_end,
-                               r.k_begin,
-                               r.k_end,
-                               mask_is_whole(mask, r, d.Nq, d.Nk)};
+  const cuda::AttnFp8BwdMask m{mask.causal, mask.causal ? mask.q_offset - mask.k_offset : 0, r.q_begin, r.q_end,
+                               r.k_begin, r.k_end};
   cuda::launch_attn_bwd_fp8(q, k, v, dout, lse, delta, codes, launch_dims(d), m, dq_acc, dk_acc, dv_acc);
 #else
   (void)r;
@@ -139,26 +124,6 @@ void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, 
   AttnMask mask;
   mask.causal = causal;
   attn_bwd_fp8_from_codes(q, k, v, dout, lse, delta, codes, mask, dq_acc, dk_acc, dv_acc);
-}
-
-const char* attn_bwd_fp8_kernel_name() {
-#if RINGTRAIN_HAVE_CUDA
-  const int v = cuda::attn_bwd_fp8_kernel_version();
-  return v == 1 ? "v1" : v == 3 ? "v3" : "v2";
-#else
-  return "none";
-#endif
-}
-
-void attn_bwd_fp8_select_kernel(const char* name) {
-  const std::string n = name == nullptr ? std::string() : std::string(name);
-  const int v = n.empty() ? 0 : n == "v1" ? 1 : n == "v2" ? 2 : n == "v3" ? 3 : -1;
-  RT_CHECK(v >= 0, "attn_bwd_fp8_select_kernel(\"" << n << "\"): expected v1, v2, v3 or nullptr");
-#if RINGTRAIN_HAVE_CUDA
-  cuda::set_attn_bwd_fp8_kernel_version(v);
-#else
-  RT_CHECK(v == 0, "attn_bwd_fp8_select_kernel: this build has no CUDA kernels");
-#endif
 }
 
 void attn_bwd_fp8_experiment(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,

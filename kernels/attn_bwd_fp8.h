@@ -33,8 +33,7 @@
 // the 128-row blocks of the tensors as passed (rows outside the ranges count in their block's amax), each dS tile's
 // amax is over its pairs inside the ranges and the mask (masked pairs are 0), and dq / dk / dv rows outside the ranges
 // keep their values. Documents are refused (attn_bwd_fp8_cuda_supports says why), and so is anything else outside
-// this scope, with the reason. Kernel v1 takes the whole sequence only (Nq == Nk, no ranges or offsets); v2 and v3
-// every mask above. The design and the speed prediction: kernels/cuda/attention/attn_bwd_fp8_sm90.cu.
+// this scope, with the reason. The kernel's design and speed: kernels/cuda/attention/attn_bwd_fp8_sm90.cu.
 #pragma once
 #include <cstdint>
 
@@ -54,8 +53,8 @@ struct AttnFp8BwdCodes {
   Tensor kt, k_factor;    // (B,Hkv,D,Nk) e4m3 (natural key order), (B,Hkv,Nk/128) f32
 };
 
-// True when the CUDA kernels take a call with this mask, Nq queries, Nk keys and head dim D (the scope above, the
-// kernel chosen by attn_bwd_fp8_kernel_name included), else false with the reason in *why (when not null), e.g.
+// True when the CUDA kernel takes a call with this mask, Nq queries, Nk keys and head dim D (the scope above), else
+// false with the reason in *why (when not null), e.g.
 // "documents (mask.docs) are not supported by the FP8 attention backward kernel". Dtypes, devices and the other
 // shapes are checked by the entry points themselves. Host only: no device is touched.
 bool attn_bwd_fp8_cuda_supports(const AttnMask& mask, int64_t Nq, int64_t Nk, int64_t D, std::string* why);
@@ -68,14 +67,6 @@ void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, 
 void attn_bwd_fp8_from_codes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                              const Tensor& delta, const AttnFp8BwdCodes& codes, bool causal, Tensor dq_acc,
                              Tensor dk_acc, Tensor dv_acc);
-// The kernel attn_bwd_fp8_from_codes runs, for logs and benchmarks: "v1", "v2" or "v3" (RT_ATTN_FP8_BWD_KERNEL=
-// v1|v2|v3, read once; default v2: kernels/cuda/attention/attn_bwd_fp8_sm90_v2.cu; v3: _v3.cu, v2 with dQ through
-// TMA reduces), "none" in a build without CUDA.
-const char* attn_bwd_fp8_kernel_name();
-// Runs `name` ("v1", "v2", "v3") from now on in this process whatever RT_ATTN_FP8_BWD_KERNEL says, or the
-// environment's choice again for nullptr (tests comparing the kernels; not thread-safe). Refuses other names, and
-// any name in a build without CUDA.
-void attn_bwd_fp8_select_kernel(const char* name);
 void attn_bwd_fp8_experiment(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                              const Tensor& delta, bool causal, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
 

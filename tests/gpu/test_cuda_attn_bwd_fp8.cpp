@@ -9,10 +9,7 @@
 //       3.6-3.8e-2 on N(0,1) inputs (bench/NOTES.md "FP8 attention backward on the CPU backend"); bounded at 5e-2
 //       and at least 1e-2 (under it the FP8 products are not FP8);
 //   (d) attn_bwd_fp8_experiment against the two steps: dK, dV bit for bit (each row is one CTA's single add), dQ
-//       within 1e-5 (f32 atomics in another order).
-//   (e) v3 against v2: dK, dV bit for bit (v3 changes only how dQ leaves the SM), dQ within 1e-5.
-// Every backward case runs v1, v2 and v3 in turn (attn_bwd_fp8_select_kernel; RT_ATTN_FP8_BWD_KERNEL does not narrow
-// the list): the same checks (b)-(d) hold for each, and each case's line names its kernel.
+//       within 1e-5 (f32 reduces in another order).
 // Fresh random inputs per case; quantizer outputs poisoned first; the accumulators start from fresh random values
 // (the op adds), so a row left unwritten or overwritten fails, and any NaN fails (rel_error is infinite). Skipped only without a CUDA device; a GPU other than an
 // H100 / H200 fails with the op's refusal.
@@ -172,21 +169,6 @@ std::vector<float> increment(const std::vector<float>& out, const std::vector<fl
   return d;
 }
 
-// The kernels every backward case runs, each selected with attn_bwd_fp8_select_kernel (RT_ATTN_FP8_BWD_KERNEL does
-// not narrow the list), and the selection undone when a case ends, however it ends.
-constexpr const char* kKernels[] = {"v1", "v2", "v3"};
-struct KernelSelection {
-  explicit KernelSelection(const char* name) { attn_bwd_fp8_select_kernel(name); }
-  ~KernelSelection() { attn_bwd_fp8_select_kernel(nullptr); }
-  KernelSelection(const KernelSelection&) = delete;
-  KernelSelection& operator=(const KernelSelection&) = delete;
-};
-
-// One kernel's outputs (the accumulators after the call) on a case.
-struct KernelOut {
-  std::vector<float> dq, dk, dv;
-};
-
 void run_backward_case(const Case& s, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "B " << s.B << " N " << s.N << " H " << s.H << " Hkv " << s.Hkv
                                     << (s.causal ? " causal" : " full"));
@@ -226,54 +208,38 @@ void run_backward_case(const Case& s, uint64_t seed) {
                      host_view(dv_cpu, {s.B, s.N, s.Hkv, D}), mask);
   const double cq = rel_error(dq_cpu, ref.dq), ck = rel_error(dk_cpu, ref.dk), cv = rel_error(dv_cpu, ref.dv);
 
-  std::vector<KernelOut> outs;
-  for (const char* name : kKernels) {
-    SCOPED_TRACE(::testing::Message() << "kernel " << name);
-    KernelSelection selected(name);
-    upload(bdq, dq0);  // fresh accumulators for every kernel (the op adds)
-    upload(bdk, dk0);
-    upload(bdv, dv0);
-    attn_bwd_fp8_from_codes(bq, bk, bv, bdo, blse, bdelta, codes.c, s.causal, bdq, bdk, bdv);
-    outs.push_back(KernelOut{download(bdq), download(bdk), download(bdv)});
-    const KernelOut& out = outs.back();
-    const std::vector<float> dq_gpu = increment(out.dq, dq0), dk_gpu = increment(out.dk, dk0),
-                             dv_gpu = increment(out.dv, dv0);
-    const double eq = rel_error(dq_gpu, dq_cpu), ek = rel_error(dk_gpu, dk_cpu), ev = rel_error(dv_gpu, dv_cpu);
-    // (c) against fp64.
-    const double rq = rel_error(dq_gpu, ref.dq), rk = rel_error(dk_gpu, ref.dk), rv = rel_error(dv_gpu, ref.dv);
-    std::printf("[ fp8 bwd %s ] B %ld N %ld H %ld Hkv %ld %s: vs CPU op dq %.3e dk %.3e dv %.3e; vs fp64 GPU dq %.4e "
-                "dk %.4e dv %.4e (CPU op %.4e %.4e %.4e)\n",
-                attn_bwd_fp8_kernel_name(), long(s.B), long(s.N), long(s.H), long(s.Hkv),
-                s.causal ? "causal" : "full", eq, ek, ev, rq, rk, rv, cq, ck, cv);
-    EXPECT_STREQ(attn_bwd_fp8_kernel_name(), name) << "the selection did not take";
-    EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(dq_gpu, dq_cpu);
-    EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(dk_gpu, dk_cpu);
-    EXPECT_LE(ev, 1e-2) << "dV vs the CPU op: " << worst_mismatch(dv_gpu, dv_cpu);
-    for (double e : {rq, rk, rv}) {
-      EXPECT_LE(e, 5e-2) << "a gradient vs fp64 over the FP8 recipe's error (dq " << rq << ", dk " << rk << ", dv "
-                         << rv << ")";
-      EXPECT_GE(e, 1e-2) << "a gradient vs fp64 under E4M3's floor: are the products FP8? (dq " << rq << ", dk " << rk
-                         << ", dv " << rv << ")";
-    }
-
-    // (d) the one-call form.
-    upload(bdq, dq0);
-    upload(bdk, dk0);
-    upload(bdv, dv0);
-    attn_bwd_fp8_experiment(bq, bk, bv, bdo, blse, bdelta, s.causal, bdq, bdk, bdv);
-    EXPECT_EQ(count_factor_mismatches(download(bdk), out.dk), 0) << "attn_bwd_fp8_experiment vs the two steps (dK)";
-    EXPECT_EQ(count_factor_mismatches(download(bdv), out.dv), 0) << "attn_bwd_fp8_experiment vs the two steps (dV)";
-    EXPECT_LE(rel_error(increment(download(bdq), dq0), dq_gpu), 1e-5)
-        << "attn_bwd_fp8_experiment vs the two steps (dQ)";
+  upload(bdq, dq0);
+  upload(bdk, dk0);
+  upload(bdv, dv0);
+  attn_bwd_fp8_from_codes(bq, bk, bv, bdo, blse, bdelta, codes.c, s.causal, bdq, bdk, bdv);
+  const std::vector<float> dq_out = download(bdq), dk_out = download(bdk), dv_out = download(bdv);
+  const std::vector<float> dq_gpu = increment(dq_out, dq0), dk_gpu = increment(dk_out, dk0),
+                           dv_gpu = increment(dv_out, dv0);
+  const double eq = rel_error(dq_gpu, dq_cpu), ek = rel_error(dk_gpu, dk_cpu), ev = rel_error(dv_gpu, dv_cpu);
+  // (c) against fp64.
+  const double rq = rel_error(dq_gpu, ref.dq), rk = rel_error(dk_gpu, ref.dk), rv = rel_error(dv_gpu, ref.dv);
+  std::printf("[ fp8 bwd ] B %ld N %ld H %ld Hkv %ld %s: vs CPU op dq %.3e dk %.3e dv %.3e; vs fp64 GPU dq %.4e "
+              "dk %.4e dv %.4e (CPU op %.4e %.4e %.4e)\n",
+              long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full", eq, ek, ev, rq, rk, rv, cq,
+              ck, cv);
+  EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(dq_gpu, dq_cpu);
+  EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(dk_gpu, dk_cpu);
+  EXPECT_LE(ev, 1e-2) << "dV vs the CPU op: " << worst_mismatch(dv_gpu, dv_cpu);
+  for (double e : {rq, rk, rv}) {
+    EXPECT_LE(e, 5e-2) << "a gradient vs fp64 over the FP8 recipe's error (dq " << rq << ", dk " << rk << ", dv " << rv
+                       << ")";
+    EXPECT_GE(e, 1e-2) << "a gradient vs fp64 under E4M3's floor: are the products FP8? (dq " << rq << ", dk " << rk
+                       << ", dv " << rv << ")";
   }
-  // (e) v3 is v2 with dQ added by TMA reduces instead of f32x2 reductions: dK, dV bit for bit as v2's, dQ the same
-  // adds in another order (within 1e-5).
-  ASSERT_EQ(outs.size(), size_t(3));  // kKernels' order: v1, v2, v3
-  const KernelOut& v2 = outs[1];
-  const KernelOut& v3 = outs[2];
-  EXPECT_EQ(count_factor_mismatches(v3.dk, v2.dk), 0) << "v3 vs v2 (dK)";
-  EXPECT_EQ(count_factor_mismatches(v3.dv, v2.dv), 0) << "v3 vs v2 (dV)";
-  EXPECT_LE(rel_error(increment(v3.dq, dq0), increment(v2.dq, dq0)), 1e-5) << "v3 vs v2 (dQ)";
+
+  // (d) the one-call form.
+  upload(bdq, dq0);
+  upload(bdk, dk0);
+  upload(bdv, dv0);
+  attn_bwd_fp8_experiment(bq, bk, bv, bdo, blse, bdelta, s.causal, bdq, bdk, bdv);
+  EXPECT_EQ(count_factor_mismatches(download(bdk), dk_out), 0) << "attn_bwd_fp8_experiment vs the two steps (dK)";
+  EXPECT_EQ(count_factor_mismatches(download(bdv), dv_out), 0) << "attn_bwd_fp8_experiment vs the two steps (dV)";
+  EXPECT_LE(rel_error(increment(download(bdq), dq0), dq_gpu), 1e-5) << "attn_bwd_fp8_experiment vs the two steps (dQ)";
 }
 
 TEST(CudaAttnBwdFp8, ShortGqaBothMasks) {
@@ -302,7 +268,6 @@ TEST(CudaAttnBwdFp8, RefusesCpuTensorsAndRaggedLengths) {
   Tensor t(host.data(), DType::f32, Device::cpu(), {1, 128, 2, 128});
   AttnFp8BwdCodes none;
   EXPECT_THROW(attn_bwd_fp8_quantize(t, t, t, none), Error);
-  EXPECT_THROW(attn_bwd_fp8_select_kernel("v4"), Error);
   RT_REQUIRE_CUDA();
   Buffer q(gpu(), DType::bf16, {1, 200, 2, 128});
   EXPECT_THROW(attn_bwd_fp8_quantize(q, q, q, none), Error);

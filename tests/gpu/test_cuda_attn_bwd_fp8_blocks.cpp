@@ -1,6 +1,6 @@
 // The FP8 attention backward (kernels/attn_bwd_fp8.h) on the ring's block calls: Nq != Nk, the mask's q_offset /
 // k_offset and row ranges, against the CPU op attn_bwd_block_fp8 (kernels/attn_fp8.h, the recipe's reference) on the
-// same inputs, for kernels v2 and v3:
+// same inputs:
 //   * the dQ, dK, dV increments within 1e-2 relative RMS of the CPU op's (the same scale groups: Q / dO / K per
 //     128-row block of the tensors, dS per tile clipped to the ranges; predicted ~1e-4..1e-3 from f32 reassociation
 //     and a few flipped E4M3 codes; a wrong mask, group or offset gives O(1));
@@ -11,7 +11,7 @@
 // Cases: the cp = 2 and cp = 4 layouts of parallel/schedule/ring_schedule.cpp (contiguous: diagonal, strictly past
 // with causal offsets, future; zigzag: k_end = n / 2 and q_begin = n / 2; striped: k_offset 1), Nq != Nk both ways,
 // ranges that cut tiles mid-way (q_begin 64, k_end = Nk - 64), GQA and B = 2. Also: the predicate
-// attn_bwd_fp8_cuda_supports (host only, runs without a device), documents and v1 refused on ring blocks.
+// attn_bwd_fp8_cuda_supports (host only, runs without a device), documents refused.
 // Fresh random inputs per case; the accumulators start from fresh random values (the op adds); the codes are
 // poisoned before the quantizer; any NaN fails (rel_error is infinite). Skipped only without a CUDA device.
 #include <algorithm>
@@ -166,13 +166,6 @@ void expect_codes(const std::vector<float>& x, int64_t B, int64_t N, int64_t hea
   EXPECT_EQ(count_factor_mismatches(download(factors), want_factors), 0) << what << " factors";
 }
 
-struct KernelSelection {
-  explicit KernelSelection(const char* name) { attn_bwd_fp8_select_kernel(name); }
-  ~KernelSelection() { attn_bwd_fp8_select_kernel(nullptr); }
-  KernelSelection(const KernelSelection&) = delete;
-  KernelSelection& operator=(const KernelSelection&) = delete;
-};
-
 // Whether any (query, key) pair of the case is visible.
 bool any_visible(const BlockCase& c) {
   for (int64_t i = c.mask.q_begin; i < q_end_of(c); ++i)
@@ -230,33 +223,29 @@ void run_block_case(const BlockCase& c, uint64_t seed) {
   expect_codes(dout, c.B, c.Nq, c.H, true, codes.c.dot, codes.c.do_factor, "dO^T");
   expect_codes(k, c.B, c.Nk, c.Hkv, false, codes.c.kt, codes.c.k_factor, "K^T");
 
-  for (const char* name : {"v2", "v3"}) {
-    SCOPED_TRACE(::testing::Message() << "kernel " << name);
-    KernelSelection selected(name);
-    upload(bdq, dq0);  // fresh accumulators for every kernel (the op adds)
-    upload(bdk, dk0);
-    upload(bdv, dv0);
-    attn_bwd_fp8_from_codes(bq, bk, bv, bdo, blse, bdelta, codes.c, c.mask, bdq, bdk, bdv);
-    const std::vector<float> dq = download(bdq), dk = download(bdk), dv = download(bdv);
-    EXPECT_EQ(changed_outside(dq, dq0, c.B, c.Nq, c.H, qb, qe), 0) << "dq rows outside the query range changed";
-    EXPECT_EQ(changed_outside(dk, dk0, c.B, c.Nk, c.Hkv, kb, ke), 0) << "dk rows outside the key range changed";
-    EXPECT_EQ(changed_outside(dv, dv0, c.B, c.Nk, c.Hkv, kb, ke), 0) << "dv rows outside the key range changed";
-    if (!any) {  // a future block: nothing at all changes
-      EXPECT_EQ(count_factor_mismatches(dq, dq0), 0) << "dq changed by a fully masked block";
-      EXPECT_EQ(count_factor_mismatches(dk, dk0), 0) << "dk changed by a fully masked block";
-      EXPECT_EQ(count_factor_mismatches(dv, dv0), 0) << "dv changed by a fully masked block";
-      std::printf("[ fp8 bwd block %s ] %s: fully masked, outputs unchanged\n", name, c.name);
-      continue;
-    }
-    const std::vector<float> gq = increment_rows(dq, dq0, c.B, c.Nq, c.H, qb, qe);
-    const std::vector<float> gk = increment_rows(dk, dk0, c.B, c.Nk, c.Hkv, kb, ke);
-    const std::vector<float> gv = increment_rows(dv, dv0, c.B, c.Nk, c.Hkv, kb, ke);
-    const double eq = rel_error(gq, dq_ref), ek = rel_error(gk, dk_ref), ev = rel_error(gv, dv_ref);
-    std::printf("[ fp8 bwd block %s ] %s: vs CPU op dq %.3e dk %.3e dv %.3e\n", name, c.name, eq, ek, ev);
-    EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(gq, dq_ref);
-    EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(gk, dk_ref);
-    EXPECT_LE(ev, 1e-2) << "dV vs the CPU op: " << worst_mismatch(gv, dv_ref);
+  upload(bdq, dq0);  // the op adds
+  upload(bdk, dk0);
+  upload(bdv, dv0);
+  attn_bwd_fp8_from_codes(bq, bk, bv, bdo, blse, bdelta, codes.c, c.mask, bdq, bdk, bdv);
+  const std::vector<float> dq = download(bdq), dk = download(bdk), dv = download(bdv);
+  EXPECT_EQ(changed_outside(dq, dq0, c.B, c.Nq, c.H, qb, qe), 0) << "dq rows outside the query range changed";
+  EXPECT_EQ(changed_outside(dk, dk0, c.B, c.Nk, c.Hkv, kb, ke), 0) << "dk rows outside the key range changed";
+  EXPECT_EQ(changed_outside(dv, dv0, c.B, c.Nk, c.Hkv, kb, ke), 0) << "dv rows outside the key range changed";
+  if (!any) {  // a future block: nothing at all changes
+    EXPECT_EQ(count_factor_mismatches(dq, dq0), 0) << "dq changed by a fully masked block";
+    EXPECT_EQ(count_factor_mismatches(dk, dk0), 0) << "dk changed by a fully masked block";
+    EXPECT_EQ(count_factor_mismatches(dv, dv0), 0) << "dv changed by a fully masked block";
+    std::printf("[ fp8 bwd block ] %s: fully masked, outputs unchanged\n", c.name);
+    return;
   }
+  const std::vector<float> gq = increment_rows(dq, dq0, c.B, c.Nq, c.H, qb, qe);
+  const std::vector<float> gk = increment_rows(dk, dk0, c.B, c.Nk, c.Hkv, kb, ke);
+  const std::vector<float> gv = increment_rows(dv, dv0, c.B, c.Nk, c.Hkv, kb, ke);
+  const double eq = rel_error(gq, dq_ref), ek = rel_error(gk, dk_ref), ev = rel_error(gv, dv_ref);
+  std::printf("[ fp8 bwd block ] %s: vs CPU op dq %.3e dk %.3e dv %.3e\n", c.name, eq, ek, ev);
+  EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(gq, dq_ref);
+  EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(gk, dk_ref);
+  EXPECT_LE(ev, 1e-2) << "dV vs the CPU op: " << worst_mismatch(gv, dv_ref);
 }
 
 // The mask of ring_block_plan (parallel/schedule/ring_schedule.cpp) for rank r receiving rank s's keys, n rows a
@@ -289,8 +278,7 @@ TEST(CudaAttnBwdFp8Blocks, SupportsPredicate) {  // host only: no device needed
   AttnMask ring = contiguous_mask(1, 0, 256);
   ring.q_begin = 64;
   ring.k_end = 192;
-  EXPECT_EQ(attn_bwd_fp8_cuda_supports(ring, 256, 512, 128, &why), std::string(attn_bwd_fp8_kernel_name()) != "v1")
-      << why;
+  EXPECT_TRUE(attn_bwd_fp8_cuda_supports(ring, 256, 512, 128, &why)) << why;
   EXPECT_FALSE(attn_bwd_fp8_cuda_supports(whole, 256, 256, 64, &why));
   EXPECT_NE(why.find("head dim"), std::string::npos) << why;
   EXPECT_FALSE(attn_bwd_fp8_cuda_supports(whole, 200, 256, 128, &why));
@@ -364,7 +352,7 @@ TEST(CudaAttnBwdFp8Blocks, UnequalLengthsAndMidTileRanges) {
   run_block_case({"mid-tile ranges, causal, offsets, Nq 512 Nk 640", 2, 512, 640, 4, 1, cut_off}, 336);
 }
 
-TEST(CudaAttnBwdFp8Blocks, RefusesDocumentsAndV1OnBlocks) {
+TEST(CudaAttnBwdFp8Blocks, RefusesDocuments) {
   RT_REQUIRE_CUDA();
   const BlockCase c{"refusals", 1, 256, 256, 2, 2, contiguous_mask(1, 0, 256)};
   Buffer q(gpu(), DType::bf16, {1, 256, 2, kD}), lse(gpu(), DType::f32, {1, 2, 256}),
@@ -379,13 +367,6 @@ TEST(CudaAttnBwdFp8Blocks, RefusesDocumentsAndV1OnBlocks) {
     ADD_FAILURE() << "documents were not refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("documents"), std::string::npos) << e.what();
-  }
-  KernelSelection v1("v1");
-  try {
-    attn_bwd_fp8_from_codes(q, q, q, q, lse, lse, codes.c, c.mask, acc, acc, acc);
-    ADD_FAILURE() << "v1 ran a ring block";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("v1"), std::string::npos) << e.what();
   }
 }
 

@@ -126,10 +126,9 @@ void run_op_case(const Case& s, uint64_t seed) {
   }
   const double aq = rel_error(minus(download(c.bdq), dq0), dq_cpu);
   const double ak = rel_error(minus(download(c.bdk), dk0), dk_cpu), av = rel_error(minus(download(c.bdv), dv0), dv_cpu);
-  std::printf("[ fp8 attention op %s ] B %ld N %ld H %ld Hkv %ld %s: fresh vs CPU op dq %.3e dk %.3e dv %.3e; "
+  std::printf("[ fp8 attention op ] B %ld N %ld H %ld Hkv %ld %s: fresh vs CPU op dq %.3e dk %.3e dv %.3e; "
               "accumulating dq %.3e dk %.3e dv %.3e\n",
-              attn_bwd_fp8_kernel_name(), long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full",
-              eq, ek, ev, aq, ak, av);
+              long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full", eq, ek, ev, aq, ak, av);
   EXPECT_LE(eq, 1e-2) << "dQ (fresh) vs the CPU op: " << worst_mismatch(dq_gpu, dq_cpu);
   EXPECT_LE(ek, 1e-2) << "dK (fresh) vs the CPU op: " << worst_mismatch(dk_gpu, dk_cpu);
   EXPECT_LE(ev, 1e-2) << "dV (fresh) vs the CPU op: " << worst_mismatch(dv_gpu, dv_cpu);

@@ -15,28 +15,20 @@ struct AttnFp8BwdDims {
 
 // The mask of one call, resolved (attn_bwd_fp8.cpp checked it: no documents, the ranges inside the rows): query rows
 // [q_begin, q_end) x key rows [k_begin, k_end); causal: key j visible to query i iff j <= i + shift, shift =
-// q_offset - k_offset. whole: the whole sequence (Nq == Nk, full ranges, shift 0), what kernel v1 takes.
+// q_offset - k_offset.
 struct AttnFp8BwdMask {
   bool causal;
   int64_t shift;
   int64_t q_begin, q_end, k_begin, k_end;
-  bool whole;
 };
 
 // attn_bwd_fp8_quantize on the tensors' stream (kernels/cuda/attention/attn_bwd_fp8_quant.cu).
 void launch_attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor& dout, const AttnFp8BwdCodes& codes,
                                   const AttnFp8BwdDims& dims);
-// The backward kernel (kernels/cuda/attention/attn_bwd_fp8_sm90.cu, _v2.cu, _v3.cu); refuses a device without sm_90a,
-// and kernel v1 for a mask that is not the whole sequence.
+// The backward kernel (kernels/cuda/attention/attn_bwd_fp8_sm90.cu); refuses a device without sm_90a.
 void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                          const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims,
                          const AttnFp8BwdMask& mask, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
-// The kernel launch_attn_bwd_fp8 runs: 1, 2 or 3 (RT_ATTN_FP8_BWD_KERNEL=v1|v2|v3, read once; default 2), unless
-// set_attn_bwd_fp8_kernel_version chose one.
-int attn_bwd_fp8_kernel_version();
-// Overrides the environment's choice for this process (1, 2, 3), or restores it (0). Not thread-safe: tests and
-// benchmarks, between launches.
-void set_attn_bwd_fp8_kernel_version(int version);
 
 }  // namespace cuda
 }  // namespace rt

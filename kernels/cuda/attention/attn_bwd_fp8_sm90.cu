@@ -1,8 +1,9 @@
-// The FP8 (E4M3) attention backward on Hopper (sm_90a), issue 47's first GPU backward (kernels/attn_bwd_fp8.h has the
-// contract; the CPU op attn_bwd_block_fp8, kernels/attn_fp8.h, is its reference). v1: it runs under
-// RT_ATTN_FP8_BWD_KERNEL=v1; the default is v2 (attn_bwd_fp8_sm90_v2.cu: the same tiles, reordered; v3,
-// attn_bwd_fp8_sm90_v3.cu, is v2 with dQ through TMA reduces), which launch_attn_bwd_fp8 below picks. Design,
-// written before any GPU run:
+// The FP8 (E4M3) attention backward on Hopper (sm_90a), issue 47: the op's one kernel and its launcher
+// launch_attn_bwd_fp8 (kernels/attn_bwd_fp8.h has the contract; the CPU op attn_bwd_block_fp8, kernels/attn_fp8.h, is
+// its reference). It was v3 of three (RT_ATTN_FP8_BWD_KERNEL=v1|v2|v3, since removed); v1/v2 before this file held
+// only v3, last as of c33daa0: attn_bwd_fp8_sm90.cu held v1 (the serial first tile), attn_bwd_fp8_sm90_v2.cu v2
+// (v1's tile reordered, dQ through f32x2 reductions), attn_bwd_fp8_sm90_v3.cu this kernel. bench/NOTES.md has their
+// designs and measurements.
 //
 // Operands. FP8 wgmma takes no transpose: both operands must be K-major (contiguous along the contraction).
 //   * S^T = K Q^T and dP^T = V dO^T stay bf16 (the recipe): bf16 K, V, Q, dO tiles, K-major as stored (contract
@@ -17,86 +18,400 @@
 //   the dS tile the natural key order. The kernel TMA-loads only K-major (128 x 128-byte) sw128 tiles.
 // Scales: every scale group of the recipe is one iteration's tile (Q, dO per 128-row block; K per 128-key block; dS
 //   one amax per 128 x 128 tile), so each FP8 product runs in a fresh f32 accumulator over the tile's 128
-//   contraction elements and is folded into the f32 dK / dV (registers) or dQ (f32 atomics) with one FMA by its
-//   factor product: the CPU op's "scaled once, added to f32", and a promotion of the FP8 tensor core's ~14-bit sums
-//   every 128 elements.
-// Structure (the simplest correct one; bwd v4's split):
-//   * one CTA per (128-key tile, K/V head, sample), 256 threads = 2 warpgroups x 64 keys, 1 CTA an SM; dK and dV of
-//     the warpgroup's 64 keys x 128 stay in registers (128 a thread) over the loop;
-//   * the loop runs over the group's query heads and the 128-query tiles that see the keys (causal: from the
-//     diagonal tile on, which is masked element-wise);
-//   * per tile, two halves of 64 queries (S^T and dP^T of 64 keys x 128 queries would not fit beside dK / dV):
-//     S^T_h, dP^T_h (bf16 m64n64k16), P^T_h, its E4M3 A fragments (x448), dS^T_h and its amax; half 0's dS^T (f32)
-//     waits in a thread-private staging area of shared memory, half 1's in registers; dV of the half in two n64
-//     parts of D (a 32-register temp accumulator, 2 k32 steps), each folded (the tile's factors, so this is the
-//     CPU op's tile sum in another f32 order), so that no half's P fragments outlive it (ptxas: 255 registers,
-//     8 bytes of spill, no wgmma serialization);
-//   * the tile's dS amax: warp max, shared memory, one CTA barrier; then dS x s_dS to E4M3: A fragments for dK and
-//     bytes into the (128 queries, 128 keys) dS tile; dK in two n64 parts of D over the 128 queries, folded;
-//   * CTA barrier (the dS tile is complete), dQ: warpgroup wg takes queries 64 wg .. + 63 x 128 (m64n128k32 from
-//     shared memory), scaled, f32x2 atomics into dq_acc (bwd v4's way);
-//   * thread 0 issues every load with TMA, single-buffered: K, V (bf16) and K^T once; per tile Q, dO (bf16) with
-//     lse and delta (1-D bulk copies) on one mbarrier, Q^T and dO^T on another. The next tile's bf16 loads start
-//     after the amax barrier (every warpgroup is past its S / dP), its Q^T / dO^T after the dS barrier (past dK, dV).
-// Shared memory: K, V, Q, dO bf16 32 KB each; K^T, Q^T, dO^T, dS e4m3 16 KB each; staging 32 KB; lse, delta, barriers
-//   ~1 KB: 226 KB.
-// PREDICTION (H200, d128, against our bf16 backward bwd v5, 545-585 TFLOP/s causal): slower, ~0.5-0.7x (280-400
-//   TFLOP/s at 10 d FLOPs per visible pair). The structure is bwd v4's serial one (315 TFLOP/s in bf16): no producer
-//   warp specialization, nothing of the next tile issued under this one's dV / dK / dQ, two CTA barriers a tile, dQ
-//   atomics on the critical path, single-buffered loads. FP8 halves the MMA time of 3 of the 5 products only (0.7 of
-//   the bf16 MMA time at equal efficiency: a 1.43x ceiling), and adds fixed work per tile (the temp folds, 128 FMAs a
-//   thread; the amax barrier; 32 staged floats and 64 byte stores a thread; n64 wgmmas). The issue's 1.3x needs bwd
-//   v5's structure around these tile pieces. Error: dQ / dK / dV 3.6-3.8e-2 against fp64 on N(0,1) (the CPU op's),
-//   within ~3e-3 of the CPU op (f32 reassociation and the FP8 wgmma's truncated sums).
-// D = 128 and N a multiple of 128 only (no partial tiles). Keep C++17.
+//   contraction elements and is folded into the f32 dK / dV (registers) or added to dQ (TMA reduces, below) once,
+//   scaled by its factor product: the CPU op's "scaled once, added to f32", and a promotion of the FP8 tensor core's
+//   ~14-bit sums every 128 elements.
+// Structure:
+//   * one CTA per (128-key tile, K/V head, sample), 256 threads = 2 warpgroups x 64 keys, 1 CTA an SM, launched as a
+//     flat grid with the key tile slowest, so the causal CTAs start longest first across all (sample, K/V head)
+//     pairs; dK and dV of the warpgroup's 64 keys x 128 stay in registers (128 a thread) over the loop;
+//   * the loop runs over the group's query heads and the 128-query tiles that see the keys (query_tiles_of; a CTA
+//     without a visible pair returns before any load); tiles a range or the causal rule cuts (tile_masked) are
+//     masked pair by pair;
+//   * one work accumulator of 64 registers per tile in two halves, lo and hi (a pair carried across the loop, or a
+//     third 64 for dQ beside it, made ptxas serialize the wgmmas: C7511; a wgmma in flight across the loop edge:
+//     C7514). The tile is worked in two halves of 64 queries: S_h -> lo, dP_h -> hi (bf16 m64n64k16), P^T_h to
+//     E4M3 A fragments (pf0, pf1, kept for the tile), dS^T_h and its amax; half 0's dS^T (f32) waits in the
+//     warpgroup's half of the staging area, half 1's in hi; half 1's S is issued as soon as lo is free;
+//   * dV sums the tile's 128 queries in one FP8 accumulator (the CPU op's tile sum), two n64 parts of D: part 0 runs
+//     under the amax barrier, part 1 under the dS codes and byte stores (store_ds_half_fast);
+//   * the tile's dS amax: warp max, shared memory, CTA barrier 1; then dS x s_dS to E4M3: A fragments for dK and
+//     bytes into the (128 queries, 128 keys) dS tile; dK parts 0 and 1 both in flight, CTA barrier 2 (the dS tile is
+//     complete) under them; dQ (m64n64k32 from shared memory, queries 64 wg .. + 63) in two n64 parts of D, each
+//     issued as soon as lo / hi is folded;
+//   * dQ leaves the SM through TMA tensor reduces: each warpgroup's (64 queries x 64 columns) f32 part, scaled by
+//     f_dS f_K, is stored to shared memory in the 128-byte swizzle of an f32 tensor map over dq_acc (2 boxes of 64
+//     rows x 32 columns, 8 KB each; wgbwd::stage_rows_f32_sw128, bwd v5's conflict-free staging), fenced to the
+//     async proxy, handed to the warpgroup's issuing thread (tid 0 / 128) by a named barrier (ids 1..4: warps 1-3
+//     arrive, warp 0 syncs), which adds it to dq_acc with two cp.reduce.async.bulk.tensor adds (one bulk group per
+//     part). Per element one f32 add of the scaled value (the order among CTAs is free). v2's 32 f32x2 reductions
+//     a thread a tile throttled the LSU (ncu: lg_throttle 18.6% of the stall samples); this way is 18-21% faster;
+//   * loads: thread 0 issues K, V (bf16) and K^T once, and per tile Q, dO (bf16) with lse and delta (1-D bulk
+//     copies) on bar_q, the next tile's after barrier 1 (every warpgroup is past its S / dP and lse, delta reads);
+//     Q^T and dO^T (bar_t, 2 arrivals): the first tile's from thread 0, later ones from the two issuing threads,
+//     each loading the tile its warpgroup's dQ part 0 borrowed (below). All single-buffered.
+// Shared memory (the map in fp8bwd below): K, V, Q, dO bf16 32 KB each; K^T, Q^T, dO^T, dS e4m3 16 KB each; the
+//   half-0 dS^T staging 32 KB (16 KB a warpgroup); lse, delta, barriers, amax keys ~1 KB: 225.6 KB + 1 KB alignment
+//   slack of the 227 KB opt-in, so the dQ parts have no buffer of their own and reuse regions idle at a tile's end:
+//   * part 0 (columns 0..63, issued first): warpgroup 0 into the dO^T tile (read by dV only: free after barrier 2),
+//     warpgroup 1 into the Q^T tile (read by both warpgroups' dK: free once bar_free has its 8 warp arrivals);
+//   * part 1 (columns 64..127): the warpgroup's half of the staging area (read back before barrier 2, written again
+//     only in the next tile's half 0).
+// The wait points, each as late as its region's next use allows: in the NEXT tile, under its half-0 S / dP MMAs,
+//   the issuing thread waits for part 0's shared-memory reads (the older bulk group: cp.async.bulk.wait_group.read 1)
+//   and issues that tile's load of the tile part 0 borrowed (dO^T for warpgroup 0, Q^T for warpgroup 1); after half
+//   0's exps and dS it waits for part 1's reads (wait_group.read 0), and the warpgroup's named barrier (ids 5, 6)
+//   releases the staging before half 0's dS^T is stored there. Before the CTA ends the issuing threads wait for their
+//   reduces' completion (cp.async.bulk.wait_group 0).
+// The ring's block calls: dQ rows outside the query range stage exactly 0 (every dS of such a row is 0), so the
+//   reduces add +0 to them: values unchanged (a -0 becomes +0); dK / dV rows outside the key range are not written.
+// Measured (H200, d128 causal, B 1, H 16; bench/NOTES.md "FP8 attention backward v3"): 449.5 / 463.1 / 505.1 TF/s at
+//   4K / 16K / 32K, 0.70-0.86x our bf16 backward (bwd v5); still latency-bound on the tile's serial chain (ncu: 0.51
+//   eligible warps per scheduler; the exps and packs leave the tensor pipe idle in both warpgroups at once). Error:
+//   vs the CPU op 1.4-3.5e-4, vs fp64 3.65-3.79e-2 on N(0,1) (the CPU op's own).
+// ptxas (sm_90a): 255 registers, 0 spill. D = 128 and Nq, Nk multiples of 128 only (no partial tiles). Keep C++17.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_bwd_fp8_launch.h"
-#include "kernels/cuda/attention/attn_bwd_fp8_sm90_args.cuh"
-#include "kernels/cuda/attention/attn_bwd_fp8_sm90_tile.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_fp8_ops.cuh"
+#include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/fp8_common.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/fp8.h"
 
 namespace rt {
 namespace cuda {
+namespace fp8bwd {
 namespace {
 
-using namespace fp8bwd;
+constexpr int kFp8BwdThreads = 256;  // 2 warpgroups x 64 keys
+constexpr int kKeys = 128;     // keys per CTA
+constexpr int kQueries = 128;  // queries per tile (one scale group), worked in two halves
+constexpr int kHalf = 64;
+constexpr int kD = 128;
+constexpr uint32_t kBf16TileBytes = 128 * 128 * 2;  // (128 rows, 128) bf16 sw128: 2 column blocks of 16 KB
+constexpr uint32_t kBf16BlockBytes = 128 * 128;     // one column block (128 rows, 64 bf16)
+constexpr uint32_t kFp8TileBytes = 128 * 128;       // (128 rows, 128) e4m3 sw128
+constexpr float kPScale = 448.f;                    // kAttnFp8PScale
 
-// The shared-memory map (kSm*), Fp8BwdParams and Fp8BwdMaps: attn_bwd_fp8_sm90_args.cuh (shared with v2).
-using Maps = Fp8BwdMaps;
+// Shared memory, from a 1024-byte aligned base.
+constexpr uint32_t kSmK = 0;                                // (128 keys, 128) bf16 sw128
+constexpr uint32_t kSmV = kSmK + kBf16TileBytes;            // (128 keys, 128) bf16 sw128
+constexpr uint32_t kSmQ = kSmV + kBf16TileBytes;            // (128 queries, 128) bf16 sw128
+constexpr uint32_t kSmDo = kSmQ + kBf16TileBytes;           // (128 queries, 128) bf16 sw128
+constexpr uint32_t kSmKt = kSmDo + kBf16TileBytes;          // (128 D, 128 keys) e4m3 sw128
+constexpr uint32_t kSmQt = kSmKt + kFp8TileBytes;           // (128 D, 128 queries) e4m3 sw128, permuted per 16
+constexpr uint32_t kSmDot = kSmQt + kFp8TileBytes;          // (128 D, 128 queries) e4m3 sw128, permuted per 16
+constexpr uint32_t kSmDs = kSmDot + kFp8TileBytes;          // (128 queries, 128 keys) e4m3 sw128
+constexpr uint32_t kSmStage = kSmDs + kFp8TileBytes;        // (2 warpgroups, 8, 128 threads) float4: half 0's dS^T
+constexpr uint32_t kSmLse = kSmStage + 8 * kFp8BwdThreads * 16;   // (128) f32
+constexpr uint32_t kSmDelta = kSmLse + kQueries * 4;        // (128) f32
+constexpr uint32_t kSmBars = kSmDelta + kQueries * 4;       // mbarriers: kv, q (bf16 + stats), t (Q^T, dO^T), free
+constexpr uint32_t kSmRed = kSmBars + 32;                   // (8 warps) u32 amax keys
+constexpr size_t kSmemBytes = size_t(kSmRed) + 32 + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 232448, "attn_bwd_fp8: shared memory over the sm_90 opt-in limit (227 KB)");
 
-__global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_kernel(const __grid_constant__ Maps maps,
-                                                                  const Fp8BwdParams p) {
+constexpr uint32_t kDqPartBytes = 64 * 64 * 4;  // (64 queries, 64 columns) f32 of a warpgroup: 2 boxes of 8 KB
+static_assert(kDqPartBytes * 2 == 8 * kFp8BwdThreads * 16, "the staging area holds both warpgroups' dQ part 1");
+static_assert(kDqPartBytes == kFp8TileBytes, "a Q^T / dO^T tile holds one warpgroup's dQ part 0");
+static_assert(kSmStage % 1024 == 0 && kSmQt % 1024 == 0 && kSmDot % 1024 == 0, "sw128 boxes need 1 KB alignment");
+
+// Named barriers (id 0 is __syncthreads): per warpgroup wg, dQ part 0 handed to the issuing thread (1 + wg), part 1
+// (3 + wg), the staging free again in the next tile (5 + wg). Distinct ids: warps that only arrive cannot run into
+// the next use of the same barrier.
+constexpr int kBarDqPart0 = 1, kBarDqPart1 = 3, kBarStageFree = 5;
+
+struct Params {
+  const float* lse;        // (B,H,Nq)
+  const float* delta;      // (B,H,Nq)
+  const float* q_factor;   // (B,H,nblk)
+  const float* do_factor;  // (B,H,nblk)
+  const float* k_factor;   // (B,Hkv,nblk_k)
+  float* dk;               // (B,Nk,Hkv,D) accumulated
+  float* dv;               // (B,Nk,Hkv,D) accumulated (dq_acc (B,Nq,H,D): the kernel's dq_map)
+  int64_t N, H, Hkv, group;  // N: query rows (Nq)
+  int nblk;                  // query tiles Nq / 128
+  bool causal;
+  // Key rows Nk (nblk_k tiles); only query rows [q_begin, q_end) x key rows [k_begin, k_end) take part; causal: key
+  // j visible to query i iff j <= i + shift (shift = q_offset - k_offset, clamped to [-2^30, 2^30]: the same pairs
+  // for rows below 2^30, and key - shift, query + shift stay in int).
+  int64_t Nk;
+  int nblk_k;
+  int shift, q_begin, q_end, k_begin, k_end;
+  float scale;     // 1 / sqrt(D)
+  float scale2;    // scale x log2(e)
+  float p_factor;  // fp8_factor_from_scale(448): P's factor
+};
+
+struct Maps {
+  CUtensorMap q, dout, k, v;  // bf16 (D, heads, N, B), boxes (64 columns, 1, 128 rows, 1)
+  CUtensorMap qt, dot, kt;    // e4m3 (N, D, heads, B), boxes (128, 128, 1, 1)
+};
+
+// ---- the tile's pieces. A warpgroup owns 64 keys; thread (warp w, lane 4g + t) of warpgroup wg holds key rows
+//      krow = 64 wg + 16 w + g and krow + 8 of the tile. Accumulator layout of a 64-row wgmma: x[nt*4 + 2r + e] =
+//      (row 16 w + g + 8 r, column nt*8 + 2t + e). E4M3 A fragment (m64 x k32, attn_sm90_wgmma_fp8_ops.cuh):
+//      f[4kk + 2 half + r] packs the accumulator's columns {2t, 2t+1, 8+2t, 9+2t} + 16 half + 32 kk of row r, which
+//      the wgmma reads as k = 4t..4t+3 (+ 16 half): so the B tiles of the register products (Q^T, dO^T) hold their
+//      queries in that order (attn_fp8_vt_key_of_column). ----
+
+// d (64 x 64 f32 per warpgroup, 32 per thread) = (accumulate ? d : 0) + A B^T: A (64 x 32 e4m3) in registers (the
+// E4M3 A fragment), B^T's rows (64 x 32 e4m3) K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n64k32_rs_e4m3(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                        uint32_t a3, uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      RT_WGMMA_D32_REGS
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : RT_WGMMA_D32_OUT(d)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b_desc), "r"(accumulate));
+}
+
+// d (64 x 64 f32 per warpgroup) = A B^T: A (64 x 32) and B^T's rows (64 x 32) e4m3 in shared memory, K-major.
+__device__ __forceinline__ void wgmma_m64n64k32_ss_e4m3(float (&d)[32], uint64_t a_desc, uint64_t b_desc,
+                                                        int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      RT_WGMMA_D32_REGS
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : RT_WGMMA_D32_OUT(d)
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into shared memory
+// at `dst`, completing on the mbarrier `bar` (announce the bytes first with mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_load_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// x (64 keys x 64 queries per warpgroup) = A_wg B_h^T over D = 128 (8 k16 steps, bf16): a_wg is this warpgroup's
+// first row of the (128 keys, 128) K or V tile, b_h the half's first row of the (128 queries, 128) Q or dO tile; both
+// bf16 sw128 tiles of 2 column blocks of (128 rows, 64) 16 KB apart, so a k16 step moves 32 bytes inside a block.
+__device__ __forceinline__ void issue_bf16_half(float (&x)[32], uint32_t a_wg, uint32_t b_h) {
+  const uint64_t a0 = sw128_desc(opaque_u32(a_wg), 16, 1024), b0 = sw128_desc(opaque_u32(b_h), 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint64_t off = uint64_t(((kk / 4) * kBf16BlockBytes + (kk % 4) * 32) >> 4);
+    wgmma_m64n64k16_ss(x, a0 + off, b0 + off, kk > 0 ? 1 : 0);
+  }
+}
+
+// x (a half's 64 keys x 64 queries, accumulator layout) times m into E4M3 A fragments f (2 k32 steps; layout above).
+__device__ __forceinline__ void pack_e4m3_half(const float (&x)[32], float m, uint32_t (&f)[8]) {
+#pragma unroll
+  for (int kk = 0; kk < kHalf / 32; ++kk)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int nt = 4 * kk + 2 * half;
+        f[4 * kk + 2 * half + r] = cvt_e4m3x4(x[nt * 4 + 2 * r] * m, x[nt * 4 + 2 * r + 1] * m,
+                                              x[(nt + 1) * 4 + 2 * r] * m, x[(nt + 1) * 4 + 2 * r + 1] * m);
+      }
+}
+
+// tmp (64 keys x 64 columns of D per warpgroup) = A B^T over the tile's 128 queries (4 k32 steps): A = f0 (queries
+// 0..63) then f1 (64..127), bt_rows the first of 64 D rows of a (128 D, 128 queries) sw128 e4m3 tile (Q^T or dO^T,
+// the queries in the fragments' order).
+__device__ __forceinline__ void issue_rs_half(float (&tmp)[32], const uint32_t (&f0)[8], const uint32_t (&f1)[8],
+                                              uint32_t bt_rows) {
+  const uint64_t b0 = sw128_desc(opaque_u32(bt_rows), 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kQueries / 32; ++kk) {
+    const uint32_t(&f)[8] = kk < 2 ? f0 : f1;
+    const int j = 4 * (kk % 2);
+    wgmma_m64n64k32_rs_e4m3(tmp, f[j], f[j + 1], f[j + 2], f[j + 3], b0 + uint64_t((kk * 32) >> 4), kk > 0 ? 1 : 0);
+  }
+}
+
+// x (64 queries x 64 columns of D per warpgroup) = dS K over the tile's 128 keys (4 k32 steps): ds_rows the
+// warpgroup's first row of the (128 queries, 128 keys) dS tile, kt_rows the first of 64 D rows of the (128 D, 128
+// keys) K^T tile, both sw128 e4m3.
+__device__ __forceinline__ void issue_dq_part(float (&x)[32], uint32_t ds_rows, uint32_t kt_rows) {
+  const uint64_t a0 = sw128_desc(opaque_u32(ds_rows), 16, 1024), b0 = sw128_desc(opaque_u32(kt_rows), 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 32; ++kk)
+    wgmma_m64n64k32_ss_e4m3(x, a0 + uint64_t((kk * 32) >> 4), b0 + uint64_t((kk * 32) >> 4), kk > 0 ? 1 : 0);
+}
+
+// acc[32 part + i] += f x tmp[i]: a temp accumulator (64 rows x 64 columns) folded into columns 64 part .. of a
+// (64 rows x 128) accumulator (the same layout: column block nt of tmp is column block 8 part + nt of acc).
+__device__ __forceinline__ void fold_half(float (&acc)[64], const float (&tmp)[32], int part, float f) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    if (part == 0) acc[i] = fmaf(f, tmp[i], acc[i]);
+    else acc[32 + i] = fmaf(f, tmp[i], acc[32 + i]);
+  }
+}
+
+// The dS codes of a half (fragments f of pack_e4m3_half: keys krow + 8r, queries q_half + nt*8 + 2t + e) into the
+// (128 queries, 128 keys) sw128 e4m3 dS tile (byte (q, k) at q * 128 + ((k / 16 ^ q) & 7) * 16 + k % 16), as
+// generic-proxy byte stores (fence them to the async proxy before the wgmma that reads them). Two addresses per
+// thread: its keys krow, krow + 8 share one 16-key chunk (krow >> 4), and its queries have q & 7 = 2t + e, so the
+// swizzled chunk depends on e only and every byte is one of two per-thread offsets plus an immediate.
+__device__ __forceinline__ void store_ds_half_fast(uint8_t* ds_tile, const uint32_t (&f)[8], int krow, int q_half,
+                                                   int t) {
+  const int chunk = (krow >> 4) & 7, key_lo = krow & 15;  // krow & 15 < 8: key krow + 8 is in the same chunk
+  uint8_t* const row_e[2] = {
+      ds_tile + (2 * t) * 128 + (((chunk ^ (2 * t)) & 7) << 4) + key_lo,
+      ds_tile + (2 * t + 1) * 128 + (((chunk ^ (2 * t + 1)) & 7) << 4) + key_lo,
+  };
+#pragma unroll
+  for (int nt = 0; nt < kHalf / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t word = f[4 * (nt / 4) + 2 * ((nt % 4) / 2) + r];
+        const int byte = (nt % 2) * 2 + e;
+        row_e[e][(q_half + nt * 8) * 128 + 8 * r] = uint8_t(word >> (8 * byte));
+      }
+}
+
+// ---- the block mask (Params: ranges [q_begin, q_end) x [k_begin, k_end), causal j <= i + shift; all rows below
+//      2^30, so the int arithmetic below does not overflow) ----
+
+// The query tiles [first, end) that key tile kt meets: from the tile of the first query in range that sees the first
+// key in range, to the last tile of the query range. Every tile in it has a visible pair (a later tile's last query
+// is later still); none (first == end) when the key tile is outside [k_begin, k_end) or no pair is visible. The whole
+// sequence: causal [kt, nblk), full [0, nblk).
+__device__ __forceinline__ void query_tiles_of(const Params& p, int kt, int& first, int& end) {
+  const int k0 = kt * kKeys;
+  const int k_lo = max(k0, p.k_begin), k_hi = min(k0 + kKeys, p.k_end);
+  const int q_lo = p.causal ? max(p.q_begin, k_lo - p.shift) : p.q_begin;  // the first query that sees key k_lo
+  if (k_lo >= k_hi || q_lo >= p.q_end) {
+    first = end = 0;
+    return;
+  }
+  first = q_lo / kQueries;
+  end = (p.q_end + kQueries - 1) / kQueries;
+}
+
+// Whether the (queries q0 .. q0 + 127, keys k0 .. k0 + 127) tile needs the pair-by-pair mask: a range cuts it, or it
+// is causal and some key is later than some query (the whole sequence: the diagonal tile only).
+__device__ __forceinline__ bool tile_masked(const Params& p, int k0, int q0) {
+  return q0 < p.q_begin || q0 + kQueries > p.q_end || k0 < p.k_begin || k0 + kKeys > p.k_end ||
+         (p.causal && k0 + kKeys - 1 > q0 + p.shift);
+}
+
+// P^T = exp2(S^T scale2 - lse log2 e) in place of s for keys k0 + krow + 8r and queries q0 + q_half + nt*8 + 2t + e
+// (lse_h: the half's 64 lse values in shared memory); in a masked tile (tile_masked) a pair outside the ranges or the
+// causal rule gets P = 0 (the CPU op's masked pairs).
+__device__ __forceinline__ void probs_half_block(float (&s)[32], const float* lse_h, const Params& p, bool masked,
+                                                 int q0, int k0, int krow, int q_half, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kHalf / 8; ++nt) {
+    const float2 l2 = *reinterpret_cast<const float2*>(lse_h + nt * 8 + 2 * t);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = i & 1, r = i >> 1;
+      const float lse = e ? l2.y : l2.x;
+      const float lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;  // no visible key: P = 0
+      float pv = fast_exp2(fmaf(s[nt * 4 + i], p.scale2, -lse2));
+      if (masked) {  // in the tile's coordinates (query q0 + ql, key k0 + kl): fewer registers live (no spill)
+        const int ql = q_half + nt * 8 + 2 * t + e, kl = krow + 8 * r;
+        const bool visible = ql >= p.q_begin - q0 && ql < p.q_end - q0 && kl >= p.k_begin - k0 &&
+                             kl < p.k_end - k0 && (!p.causal || kl <= ql + (q0 + p.shift - k0));
+        if (!visible) pv = 0.f;
+      }
+      s[nt * 4 + i] = pv;
+    }
+  }
+}
+
+// dS^T = P^T (dP^T - delta) scale in place of dp (the CPU op's order of operations; delta_h: the half's 64 delta
+// values in shared memory), and the NaN-propagating amax key of this thread's values joined into `key`; dS = 0
+// wherever P = 0: a masked pair gets dS = 0 whatever dP and delta hold (rows and keys outside the ranges may hold
+// anything, NaN included; the CPU op writes 0 there), so a masked tile's amax is the CPU op's over its clipped tile.
+// Applied in every tile (a select per element; keyed on `masked` it cost 16 bytes more of spill): a visible pair
+// whose P underflowed to 0 gets 0 as well, where the CPU op has 0 x (dP - delta), the same value unless dP or delta
+// is not finite.
+__device__ __forceinline__ void dscores_half_block(float (&dp)[32], const float (&s)[32], const float* delta_h,
+                                                   float scale, uint32_t& key, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kHalf / 8; ++nt) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_h + nt * 8 + 2 * t);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float v = s[nt * 4 + i] * (dp[nt * 4 + i] - ((i & 1) ? dl.y : dl.x)) * scale;
+      if (s[nt * 4 + i] == 0.f) v = 0.f;
+      dp[nt * 4 + i] = v;
+      key = max(key, amax_key(v));
+    }
+  }
+}
+
+// Whether the dK / dV row `key` (of the CTA's key tile) takes part (the key range).
+__device__ __forceinline__ bool key_in_range(const Params& p, int key) { return key >= p.k_begin && key < p.k_end; }
+
+// The warpgroup's n64 dQ part x (64 queries x 64 columns, accumulator layout) times f into the 2 sw128 boxes at
+// `boxes`, then handed to the issuing thread (warp 0's lane 0), which adds them into dq_acc at (column col0, head h,
+// query q0, sample b) as one bulk group. Warps 1-3 arrive and go on; warp 0 waits for them.
+__device__ __forceinline__ void dq_part_out(const CUtensorMap* dq_map, uint32_t boxes, const float (&x)[32], float f,
+                                            int bar_id, int col0, int h, int q0, int b, int warp, int lane) {
+  wgbwd::stage_rows_f32_sw128<8>(boxes, x, f, warp, lane / 4, lane % 4);
+  fence_proxy_async();  // this thread's stores, before the async proxy reads them
+  if (warp != 0) {
+    named_bar_arrive(bar_id, 128);
+    return;
+  }
+  named_bar_sync(bar_id, 128);
+  if (lane == 0) {
+    tma_reduce_add_4d(dq_map, boxes, col0, h, q0, b);
+    tma_reduce_add_4d(dq_map, boxes + kDqPartBytes / 2, col0 + 32, h, q0, b);
+    bulk_commit();
+  }
+  __syncwarp();
+}
+__global__ void __launch_bounds__(kFp8BwdThreads, 1)
+    attn_bwd_fp8_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap dq_map,
+                           const Params p) {
 #if RT_WGMMA_AVAILABLE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* gbase = smem_raw + (base - raw);  // the same base as a generic pointer
   uint8_t* ds_bytes = gbase + kSmDs;
-  float4* stage = reinterpret_cast<float4*>(gbase + kSmStage);
   const float* lse_s = reinterpret_cast<const float*>(gbase + kSmLse);
   const float* delta_s = reinterpret_cast<const float*>(gbase + kSmDelta);
   uint32_t* red = reinterpret_cast<uint32_t*>(gbase + kSmRed);
-  const uint32_t bar_kv = base + kSmBars, bar_q = bar_kv + 8, bar_t = bar_kv + 16;
+  const uint32_t bar_kv = base + kSmBars, bar_q = bar_kv + 8;
+  const uint32_t bar_t = bar_kv + 16;     // Q^T, dO^T landed: 2 arrivals (one per tile, 16 KB each)
+  const uint32_t bar_free = bar_kv + 24;  // every warp is past this tile's reads of Q^T, dO^T (8 warp arrivals)
 
   const int tid = int(threadIdx.x);
-  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int kt_idx = int(blockIdx.x);
-  const int64_t hk = blockIdx.y, b = blockIdx.z;
+  const bool issuer = (tid % 128) == 0;  // the warpgroup's bulk-reduce thread
+  // (8, 128 threads) float4 of warpgroup wg: half 0's dS^T of each thread (the staging area split per warpgroup).
+  float4* stage = reinterpret_cast<float4*>(gbase + kSmStage) + wg * 8 * 128;
+  // dQ part 0 (columns 0..63, issued first) into the tile this warpgroup reloads (dO^T / Q^T), part 1 into its
+  // staging: each (64 queries, 64 columns) f32 as 2 sw128 boxes of (64 rows, 32 columns).
+  const uint32_t dq_part0 = base + (wg == 0 ? kSmDot : kSmQt);
+  const uint32_t dq_part1 = base + kSmStage + uint32_t(wg) * kDqPartBytes;
+  // CTA order (a flat grid): key tile slowest, then K/V head, then sample (causal CTAs longest first).
+  const int64_t pairs = int64_t(gridDim.x) / p.nblk_k;  // (sample, K/V head) pairs
+  const int kt_idx = int(int64_t(blockIdx.x) / pairs);
+  const int64_t pair = int64_t(blockIdx.x) % pairs, hk = pair % p.Hkv, b = pair / p.Hkv;
   const int64_t k0 = int64_t(kt_idx) * kKeys;
-  const int i_first = p.causal ? kt_idx : 0;  // the first query tile that sees these keys
-  const int n_qt = p.nblk - i_first;
+  int i_first, i_end;  // the query tiles that see these keys (the whole causal sequence: kt_idx .. nblk - 1)
+  query_tiles_of(p, kt_idx, i_first, i_end);
+  const int n_qt = i_end - i_first;
   const int n_iter = int(p.group) * n_qt;
+  if (n_iter == 0) return;  // no visible pair: nothing loaded, nothing written
 
   // Iteration it: query head hk * group + it / n_qt, query tile i_first + it % n_qt.
   auto head_of = [&](int it) { return int(hk * p.group) + it / n_qt; };
@@ -108,26 +423,28 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_kernel(const _
       tma_load_4d(base + kSmQ + uint32_t(c) * kBf16BlockBytes, &maps.q, bar_q, 64 * c, h, q0, ib);
       tma_load_4d(base + kSmDo + uint32_t(c) * kBf16BlockBytes, &maps.dout, bar_q, 64 * c, h, q0, ib);
     }
-    const int64_t row = (b * p.H + h) * p.N + q0;  // (B,H,N) offset
+    const int64_t row = (b * p.H + h) * p.N + q0;  // (B,H,Nq) offset
     bulk_load_1d(base + kSmLse, p.lse + row, kQueries * 4, bar_q);
     bulk_load_1d(base + kSmDelta, p.delta + row, kQueries * 4, bar_q);
   };
-  auto issue_t = [&](int it) {  // e4m3 Q^T, dO^T of iteration it
+  auto issue_t = [&](int it, int which) {  // e4m3 dO^T (which 0) or Q^T (1) of iteration it
     const int h = head_of(it), q0 = tile_of(it) * kQueries, ib = int(b);
-    mbar_arrive_expect_tx(bar_t, 2 * kFp8TileBytes);
-    tma_load_4d(base + kSmQt, &maps.qt, bar_t, q0, 0, h, ib);
-    tma_load_4d(base + kSmDot, &maps.dot, bar_t, q0, 0, h, ib);
+    mbar_arrive_expect_tx(bar_t, kFp8TileBytes);
+    if (which == 0) tma_load_4d(base + kSmDot, &maps.dot, bar_t, q0, 0, h, ib);
+    else tma_load_4d(base + kSmQt, &maps.qt, bar_t, q0, 0, h, ib);
   };
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
     mbar_init(bar_q, 1);
-    mbar_init(bar_t, 1);
+    mbar_init(bar_t, 2);
+    mbar_init(bar_free, kFp8BwdThreads / 32);
     mbar_init_fence();
   }
   __syncthreads();
   if (tid == 0) {
     const int ihk = int(hk), ib = int(b), ik0 = int(k0);
+    tma_prefetch_desc(&dq_map);
     mbar_arrive_expect_tx(bar_kv, 2 * kBf16TileBytes + kFp8TileBytes);
     for (int c = 0; c < 2; ++c) {
       tma_load_4d(base + kSmK + uint32_t(c) * kBf16BlockBytes, &maps.k, bar_kv, 64 * c, ihk, ik0, ib);
@@ -135,68 +452,86 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_kernel(const _
     }
     tma_load_4d(base + kSmKt, &maps.kt, bar_kv, ik0, 0, ihk, ib);
     issue_q(0);
-    issue_t(0);
+    issue_t(0, 0);
+    issue_t(0, 1);
   }
 
   const int krow = wg * 64 + warp * 16 + g;  // this thread's key rows of the tile: krow, krow + 8
   const uint32_t k_wg = base + kSmK + uint32_t(wg) * 64 * 128, v_wg = base + kSmV + uint32_t(wg) * 64 * 128;
-  const float kf = p.k_factor[(b * p.Hkv + hk) * p.nblk + kt_idx];
+  const float kf = p.k_factor[(b * p.Hkv + hk) * p.nblk_k + kt_idx];
   float dk[64], dv[64];  // (64 keys, 128) of this warpgroup, f32: x[nt*4 + 2r + e] = (key krow + 8r, nt*8 + 2t + e)
 #pragma unroll
   for (int i = 0; i < 64; ++i) dk[i] = dv[i] = 0.f;
   mbar_wait(bar_kv, 0);
 
+#pragma unroll 1
   for (int it = 0; it < n_iter; ++it) {
     const int h = head_of(it), tile = tile_of(it);
-    const int64_t q0 = int64_t(tile) * kQueries;
-    const bool diag = p.causal && tile == kt_idx;
+    const int q0 = tile * kQueries;
+    const bool masked = tile_masked(p, int(k0), q0);  // a range or the causal rule cuts the tile
     const uint32_t phase = uint32_t(it & 1);
     const float qf = p.q_factor[(b * p.H + h) * p.nblk + tile];
     const float dof = p.do_factor[(b * p.H + h) * p.nblk + tile];
     mbar_wait(bar_q, phase);
+    // The tile's work accumulator: (64 keys, 64 queries) S^T / dP^T, then (64 keys or queries, 64 columns of D)
+    // products.
+    float lo[32], hi[32];
 
-    // ---- the two halves: S^T, dP^T (bf16), P^T to E4M3, dS^T (f32) and its amax, dV ----
-    float s[32], dp[32];  // (64 keys, 64 queries): S^T then P^T; dP^T then dS^T (the first k-step overwrites)
-    uint32_t key = 0;     // amax key of this thread's dS^T values
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const uint32_t q_h = base + kSmQ + uint32_t(hf) * kHalf * 128, do_h = base + kSmDo + uint32_t(hf) * kHalf * 128;
-      wgmma_fence_regs(s);
-      wgmma_fence_regs(dp);
-      wgmma_fence();
-      issue_bf16_half(s, k_wg, q_h);
-      wgmma_commit();
-      issue_bf16_half(dp, v_wg, do_h);
-      wgmma_commit();
-      wgmma_wait<1>();  // S^T ready; dP^T may still run
-      wgmma_fence_regs(s);
-      probs_half(s, lse_s + hf * kHalf, p.scale2, diag, krow, hf * kHalf, t);
-      uint32_t pf[8];  // 448 P^T of the half as E4M3 A fragments
-      pack_e4m3_half(s, kPScale, pf);
-      wgmma_wait<0>();
-      wgmma_fence_regs(dp);
-      dscores_half(dp, s, delta_s + hf * kHalf, p.scale, key, t);
-      if (hf == 0) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          stage[j * kFp8BwdThreads + tid] = make_float4(dp[4 * j], dp[4 * j + 1], dp[4 * j + 2], dp[4 * j + 3]);
-      }
-      // dV += (1/448 x f_dO) P'^T dO' over the half's 64 queries, two n64 parts of D; s (P^T) is free now. Folding
-      // each half apart is the CPU op's tile sum in another f32 order (the factors are the tile's).
-      if (hf == 0) mbar_wait(bar_t, phase);
-#pragma unroll
-      for (int part = 0; part < 2; ++part) {
-        wgmma_fence_regs(s);
-        fence_regs_u32(pf);
-        wgmma_fence();
-        issue_rs_quarter(s, pf, base + kSmDot + uint32_t(part) * 64 * 128, hf * kHalf);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_regs(s);
-        fold_half(dv, s, part, p.p_factor * dof);
-      }
+    // ---- half 0: S^T -> lo, dP^T -> hi; P^T to E4M3 (pf0); dS^T (f32) staged; half 1's S^T issued early ----
+    uint32_t key = 0;         // amax key of this thread's dS^T values
+    uint32_t pf0[8], pf1[8];  // 448 P^T as E4M3 A fragments: queries 0..63, 64..127
+    wgmma_fence_regs(lo);
+    wgmma_fence_regs(hi);
+    wgmma_fence();
+    issue_bf16_half(lo, k_wg, base + kSmQ);
+    wgmma_commit();
+    issue_bf16_half(hi, v_wg, base + kSmDo);
+    wgmma_commit();
+    // The previous tile's dQ part 0 reduces (the older bulk group) have read the dO^T / Q^T tile this warpgroup
+    // owns: this tile's load of it may start.
+    if (issuer && it > 0) {
+      bulk_wait_read<1>();
+      issue_t(it, wg);
     }
-    // dp: half 1's dS^T (f32).
+    wgmma_wait<1>();  // S^T ready; dP^T may still run
+    wgmma_fence_regs(lo);
+    probs_half_block(lo, lse_s, p, masked, q0, int(k0), krow, 0, t);
+    pack_e4m3_half(lo, kPScale, pf0);
+    wgmma_wait<0>();
+    wgmma_fence_regs(hi);
+    dscores_half_block(hi, lo, delta_s, p.scale, key, t);
+    wgmma_fence_regs(lo);
+    wgmma_fence_regs(hi);
+    wgmma_fence();
+    issue_bf16_half(lo, k_wg, base + kSmQ + uint32_t(kHalf) * 128);
+    wgmma_commit();
+    if (issuer) bulk_wait_read<0>();          // the previous tile's part 1 reduces have read the staging
+    named_bar_sync(kBarStageFree + wg, 128);  // ... as every thread of the warpgroup now knows
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      stage[j * 128 + (tid % 128)] = make_float4(hi[4 * j], hi[4 * j + 1], hi[4 * j + 2], hi[4 * j + 3]);
+
+    // ---- half 1: dP^T -> hi; P^T to E4M3 (pf1); dS^T (f32) stays in hi ----
+    wgmma_fence_regs(hi);
+    wgmma_fence();
+    issue_bf16_half(hi, v_wg, base + kSmDo + uint32_t(kHalf) * 128);
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_fence_regs(lo);
+    probs_half_block(lo, lse_s + kHalf, p, masked, q0, int(k0), krow, kHalf, t);
+    pack_e4m3_half(lo, kPScale, pf1);
+    wgmma_wait<0>();
+    wgmma_fence_regs(hi);
+    dscores_half_block(hi, lo, delta_s + kHalf, p.scale, key, t);
+
+    // ---- dV part 0 into lo, under the amax ----
+    mbar_wait(bar_t, phase);  // this tile's Q^T, dO^T landed
+    wgmma_fence_regs(lo);
+    fence_regs_u32(pf0);
+    fence_regs_u32(pf1);
+    wgmma_fence();
+    issue_rs_half(lo, pf0, pf1, base + kSmDot);
+    wgmma_commit();
 
     // ---- the tile's dS scale (one amax over 128 x 128) ----
     key = warp_max_key(key);
@@ -207,63 +542,82 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_kernel(const _
 #pragma unroll
     for (int w = 0; w < kFp8BwdThreads / 32; ++w) mk = max(mk, red[w]);
     const float ds_s = fp8_scale_of(amax_of_key(mk)), ds_f = fp8_factor_of(ds_s);
-    uint32_t df0[8], df1[8];  // dS' = e4m3(dS^T s_dS) as E4M3 A fragments: queries 0..63, 64..127
-    pack_e4m3_half(dp, ds_s, df1);
-    store_ds_half(ds_bytes, df1, krow, kHalf, t);
 
-    // ---- half 0's dS' from the staging area: A fragments for dK, bytes into the dS tile for dQ ----
+    wgmma_wait<0>();  // dV part 0 done
+    wgmma_fence_regs(lo);
+    fold_half(dv, lo, 0, p.p_factor * dof);
+    // ---- dV part 1 into lo, under the dS codes and byte stores ----
+    wgmma_fence_regs(lo);
+    fence_regs_u32(pf0);
+    fence_regs_u32(pf1);
+    wgmma_fence();
+    issue_rs_half(lo, pf0, pf1, base + kSmDot + 64 * 128);
+    wgmma_commit();
+
+    uint32_t df0[8], df1[8];
+    pack_e4m3_half(hi, ds_s, df1);
+    store_ds_half_fast(ds_bytes, df1, krow, kHalf, t);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float4 x = stage[j * kFp8BwdThreads + tid];
-      s[4 * j] = x.x, s[4 * j + 1] = x.y, s[4 * j + 2] = x.z, s[4 * j + 3] = x.w;
+      const float4 x = stage[j * 128 + (tid % 128)];
+      hi[4 * j] = x.x, hi[4 * j + 1] = x.y, hi[4 * j + 2] = x.z, hi[4 * j + 3] = x.w;
     }
-    pack_e4m3_half(s, ds_s, df0);
-    store_ds_half(ds_bytes, df0, krow, 0, t);
-    fence_proxy_async_smem();  // the dS bytes, for the dQ wgmma after the barrier
+    pack_e4m3_half(hi, ds_s, df0);
+    store_ds_half_fast(ds_bytes, df0, krow, 0, t);
+    fence_proxy_async_smem();  // the dS bytes, for the dQ wgmma after the dS barrier
 
-    // ---- dK += (f_dS x f_Q) dS'^T Q' ----
-#pragma unroll
-    for (int part = 0; part < 2; ++part) {
-      wgmma_fence_regs(s);
-      fence_regs_u32(df0);
-      fence_regs_u32(df1);
-      wgmma_fence();
-      issue_rs_half(s, df0, df1, base + kSmQt + uint32_t(part) * 64 * 128);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_regs(s);
-      fold_half(dk, s, part, ds_f * qf);
-    }
-    __syncthreads();  // the dS tile is complete; every warpgroup is past its reads of Q^T, dO^T
-    if (tid == 0 && it + 1 < n_iter) issue_t(it + 1);
+    wgmma_wait<0>();  // dV part 1 done: pf0, pf1 are free
+    wgmma_fence_regs(lo);
+    fence_regs_u32(pf0);
+    fence_regs_u32(pf1);
+    fold_half(dv, lo, 1, p.p_factor * dof);
 
-    // ---- dQ += (f_dS x f_K) dS' K' for queries 64 wg .. + 63 ----
-    {
-      float dq[64];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) dq[i] = 0.f;
-      wgmma_fence_regs(dq);
-      wgmma_fence();
-      issue_dq(dq, base + kSmDs + uint32_t(wg) * 64 * 128, base + kSmKt);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_regs(dq);
-      const float f = ds_f * kf;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t query = q0 + wg * 64 + warp * 16 + g + 8 * r;
-        float* row = p.dq + ((b * p.N + query) * p.H + h) * kD;  // (D)
-#pragma unroll
-        for (int nt = 0; nt < kD / 8; ++nt)
-          atomic_add_f32x2(row + nt * 8 + 2 * t, dq[nt * 4 + 2 * r] * f, dq[nt * 4 + 2 * r + 1] * f);
-      }
-    }
+    // ---- dK (both parts in flight), the dS barrier under them, then dQ in two n64 parts of D ----
+    wgmma_fence_regs(lo);
+    wgmma_fence_regs(hi);
+    fence_regs_u32(df0);
+    fence_regs_u32(df1);
+    wgmma_fence();
+    issue_rs_half(lo, df0, df1, base + kSmQt);
+    wgmma_commit();
+    issue_rs_half(hi, df0, df1, base + kSmQt + 64 * 128);
+    wgmma_commit();
+    __syncthreads();  // the dS tile is complete; every warpgroup is past dV (dO^T free) and its staging reads
+    const float kq = ds_f * qf, qk = ds_f * kf;
+    const uint32_t ds_rows = base + kSmDs + uint32_t(wg) * 64 * 128;
+    wgmma_wait<1>();  // dK part 0 done
+    wgmma_fence_regs(lo);
+    fold_half(dk, lo, 0, kq);
+    wgmma_fence_regs(lo);
+    wgmma_fence();
+    issue_dq_part(lo, ds_rows, base + kSmKt);
+    wgmma_commit();
+    wgmma_wait<1>();  // dK part 1 done: this warp reads Q^T, dO^T no more
+    wgmma_fence_regs(hi);
+    fence_regs_u32(df0);
+    fence_regs_u32(df1);
+    fold_half(dk, hi, 1, kq);
+    mbar_arrive_warp(bar_free);
+    wgmma_fence_regs(hi);
+    wgmma_fence();
+    issue_dq_part(hi, ds_rows, base + kSmKt + 64 * 128);
+    wgmma_commit();
+    const int q_wg = q0 + wg * 64;  // the warpgroup's first query row
+    wgmma_wait<1>();  // dQ part 0 done
+    wgmma_fence_regs(lo);
+    if (wg == 1) mbar_wait(bar_free, phase);  // warpgroup 0's dK has read the Q^T tile too
+    dq_part_out(&dq_map, dq_part0, lo, qk, kBarDqPart0 + wg, 0, h, q_wg, int(b), warp, lane);
+    wgmma_wait<0>();  // dQ part 1 done
+    wgmma_fence_regs(hi);
+    dq_part_out(&dq_map, dq_part1, hi, qk, kBarDqPart1 + wg, 64, h, q_wg, int(b), warp, lane);
   }
+  if (issuer) bulk_wait<0>();  // the reduces performed before the CTA (and its shared memory) ends
 
   // dK, dV rows: each belongs to this CTA alone (one add per element per launch).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t off = ((b * p.N + k0 + krow + 8 * r) * p.Hkv + hk) * kD;
+    if (!key_in_range(p, int(k0) + krow + 8 * r)) continue;  // rows outside the key range untouched
+    const int64_t off = ((b * p.Nk + k0 + krow + 8 * r) * p.Hkv + hk) * kD;
 #pragma unroll
     for (int nt = 0; nt < kD / 8; ++nt) {
       const int col = nt * 8 + 2 * t;
@@ -277,6 +631,7 @@ __global__ void __launch_bounds__(kFp8BwdThreads, 1) attn_bwd_fp8_kernel(const _
 #endif
 }
 
+
 // A tensor map over an e4m3 (.., D, N) tensor (dims innermost first: N, D, heads, B) with (128, 128, 1, 1) boxes.
 CUtensorMap e4m3_transposed_map(const void* base, uint64_t N, uint64_t D, uint64_t heads, uint64_t B) {
   const uint64_t dims[4] = {N, D, heads, B};
@@ -286,10 +641,12 @@ CUtensorMap e4m3_transposed_map(const void* base, uint64_t N, uint64_t D, uint64
 }
 
 }  // namespace
+}  // namespace fp8bwd
 
 void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                          const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims,
                          const AttnFp8BwdMask& mask, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc) {
+  using namespace fp8bwd;
   const char* op = "attn_bwd_fp8_from_codes";
   cudaStream_t stream = stream_for(q, op);
   const int device = q.device.index;
@@ -307,13 +664,9 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
   RT_CHECK(dims.Nq <= (int64_t(1) << 30) && dims.Nk <= (int64_t(1) << 30) && dims.Hkv <= 65535 && dims.B <= 65535,
            op << ": Nq = " << dims.Nq << ", Nk = " << dims.Nk << ", Hkv = " << dims.Hkv << ", B = " << dims.B
               << " past the kernel's grid and TMA range");
-  const int version = attn_bwd_fp8_kernel_version();
-  RT_CHECK(version != 1 || mask.whole,
-           op << ": kernel v1 (RT_ATTN_FP8_BWD_KERNEL=v1) takes the whole sequence only (Nq == Nk, no row ranges or "
-                 "offsets); this call is a ring block (Nq = "
-              << dims.Nq << ", Nk = " << dims.Nk << ", rows [" << mask.q_begin << "," << mask.q_end << ") x ["
-              << mask.k_begin << "," << mask.k_end << "), q_offset - k_offset = " << mask.shift
-              << "): run v2 or v3");
+  const uint64_t ctas = uint64_t(dims.Nk / kKeys) * uint64_t(dims.Hkv) * uint64_t(dims.B);  // key tiles x Hkv x B
+  RT_CHECK(ctas <= uint64_t(INT32_MAX),
+           op << ": " << ctas << " CTAs (Nk / 128 x Hkv x B) past the kernel's flat grid (2^31 - 1)");
   static bool configured[kMaxDevices] = {};
   if (!configured[device_slot(device)]) {
     CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
@@ -329,13 +682,14 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
   m.qt = e4m3_transposed_map(codes.qt.data, Nq, D, H, B);
   m.dot = e4m3_transposed_map(codes.dot.data, Nq, D, H, B);
   m.kt = e4m3_transposed_map(codes.kt.data, Nk, D, Hkv, B);
-  Fp8BwdParams p;
+  // dq_acc (B,Nq,H,D) f32, boxes of (32 columns, 1 head, 64 query rows, 1 sample): the dQ parts' TMA reduces.
+  const CUtensorMap dq_map = make_rows_heads_tma_map(dq_acc.data, dims.B, dims.Nq, dims.Nq, dims.H, dims.D, 64, 4);
+  Params p;
   p.lse = lse.ptr<const float>();
   p.delta = delta.ptr<const float>();
   p.q_factor = codes.q_factor.ptr<const float>();
   p.do_factor = codes.do_factor.ptr<const float>();
   p.k_factor = codes.k_factor.ptr<const float>();
-  p.dq = dq_acc.ptr<float>();
   p.dk = dk_acc.ptr<float>();
   p.dv = dv_acc.ptr<float>();
   p.N = dims.Nq, p.H = dims.H, p.Hkv = dims.Hkv, p.group = dims.H / dims.Hkv;
@@ -349,41 +703,8 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
   p.scale = float(1.0 / std::sqrt(double(dims.D)));
   p.scale2 = p.scale * 1.4426950408889634f;
   p.p_factor = fp8_factor_from_scale(kPScale);
-  const dim3 grid(unsigned(p.nblk_k), unsigned(dims.Hkv), unsigned(dims.B));  // key tiles (Nk = N for v1)
-  if (version == 2) {
-    launch_attn_bwd_fp8_v2_kernel(m, p, grid, stream, device);
-    return;
-  }
-  if (version == 3) {  // dq_acc (B,N,H,D) f32, boxes of (32 columns, 1 head, 64 query rows, 1 sample)
-    const CUtensorMap dq_map = make_rows_heads_tma_map(dq_acc.data, dims.B, dims.Nq, dims.Nq, dims.H, dims.D, 64, 4);
-    launch_attn_bwd_fp8_v3_kernel(m, dq_map, p, grid, stream, device);
-    return;
-  }
-  attn_bwd_fp8_kernel<<<grid, kFp8BwdThreads, kSmemBytes, stream>>>(m, p);
+  attn_bwd_fp8_kernel<<<dim3(unsigned(ctas), 1, 1), kFp8BwdThreads, kSmemBytes, stream>>>(m, dq_map, p);
   CUDA_CHECK_LAUNCH();
-}
-
-namespace {
-int g_kernel_override = 0;  // set_attn_bwd_fp8_kernel_version: 0 none, else the version
-}  // namespace
-
-int attn_bwd_fp8_kernel_version() {
-  if (g_kernel_override != 0) return g_kernel_override;
-  // Read once: RT_ATTN_FP8_BWD_KERNEL=v1 (this file's kernel), v2 (attn_bwd_fp8_sm90_v2.cu, the default) or v3
-  // (attn_bwd_fp8_sm90_v3.cu).
-  static const int version = [] {
-    const char* e = std::getenv("RT_ATTN_FP8_BWD_KERNEL");
-    if (e == nullptr || *e == '\0' || std::strcmp(e, "v2") == 0) return 2;
-    if (std::strcmp(e, "v3") == 0) return 3;
-    RT_CHECK(std::strcmp(e, "v1") == 0, "RT_ATTN_FP8_BWD_KERNEL=" << e << ": expected v1, v2 or v3");
-    return 1;
-  }();
-  return version;
-}
-
-void set_attn_bwd_fp8_kernel_version(int version) {
-  RT_CHECK(version >= 0 && version <= 3, "set_attn_bwd_fp8_kernel_version(" << version << "): expected 0..3");
-  g_kernel_override = version;
 }
 
 }  // namespace cuda
