@@ -46,6 +46,7 @@
 #include "kernels/cuda/attention/attn_fwd_sm90ws_kernel.cuh"
 #include "kernels/cuda/attention/attn_fwd_sm90ws_layout.cuh"
 #include "kernels/cuda/attention/attn_fwd_work_list.cuh"
+#include "kernels/cuda/attention/attn_fwd_work_list_fits.h"
 #include "kernels/cuda/attention/attn_fwd_work_list_persistent.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
@@ -300,18 +301,11 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_attn_state_shapes(d, scratch, op);  // the contract's; this kernel keeps its state in registers
   if (d.B == 0 || d.H == 0 || d.Nq == 0) return;
   const int device = q.device.index;
-  RT_CHECK(attn_fwd_ws_supported(device, d.D),
-           op << ": the CUDA work-list kernel is fwd v5's (compute capability 9.0 with an sm_90a build); this device "
-                 "cannot run it: use attn_fwd_whole_two_kv, or the CPU op");
-  // TMA boxes of 128 rows must fit each tensor map's row extent.
-  RT_CHECK(d.Nq >= kWgRowsPerCta && d.Nk >= kWgKeysPerTile && (!two || Nk2 >= kWgKeysPerTile),
-           op << ": the CUDA kernel needs at least " << kWgRowsPerCta << " query rows and " << kWgKeysPerTile
-              << " rows in each key source (Nq = " << d.Nq << ", Nk = " << d.Nk << ", Nk2 = " << Nk2
-              << "); run attn_fwd_whole_two_kv for such small calls");
+  // The device and shape rules (sm_90a, the TMA boxes, the key tiles, 32-bit coordinates, the grid), the same that
+  // attn_fwd_work_list_runs asks: attn_fwd_work_list_fits.cu.
+  std::string refused;
+  RT_CHECK(attn_fwd_work_list_fits(device, d.B, d.H, d.D, d.Nq, d.Nk, Nk2, list_rows, &refused), op << ": " << refused);
   const int64_t key_rows = two ? list_rows : d.Nk;  // one source: k's rows only (a 0-row k2 adds none)
-  RT_CHECK((key_rows + kWgKeysPerTile - 1) / kWgKeysPerTile <= kWorkListTilesMax,
-           op << ": the key list's " << key_rows << " rows exceed the kernel's " << kWorkListTilesMax
-              << " tiles of 128 (kWorkListTilesMax, attn_fwd_work_list.cuh)");
   RT_CHECK(list.shape[0] <= INT_MAX, op << ": the list's " << list.shape[0] << " words exceed 2^31");
   // The sections' offsets from what the host knows (kernels/attn_work_list.h; the kernel checks the header against
   // them): T tasks, then per task 8 row bounds, per sample and key tile a key range, the rest segments.
@@ -378,8 +372,6 @@ void attn_fwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
     p.k2 = k2.ptr<__nv_bfloat16>();
     p.v2 = v2.ptr<__nv_bfloat16>();
   }
-  RT_CHECK(d.Nq <= INT_MAX && key_rows <= INT_MAX, op << ": TMA coordinates are 32-bit; Nq = " << d.Nq
-                                                       << ", key rows = " << key_rows);
   WsWorkList wl;
   wl.words = list.ptr<int32_t>();
   wl.n_words = int(list.shape[0]);
