@@ -36,16 +36,14 @@
 // Head dims: 64 and 128 on the CPU (the CPU refuses the others).
 //
 // On CUDA tensors (kernels/attn_fp8_gpu.cpp) attn_bwd_block_fp8 and attn_bwd_block_fresh_fp8 (fill dk, dv with 0,
-// then the block op) run the sm_90a kernel of kernels/attn_bwd_fp8.h, which computes this recipe for one whole
-// sequence per sample. A call is in its scope (attn_fp8_cuda_out_of_scope returns "") when the mask covers every
-// query and key row (q_begin = k_begin = 0, q_end and k_end -1 or the row counts), has no documents, is full or
-// causal on the diagonal (q_offset == k_offset: query i sees keys j <= i), Nq == Nk a positive multiple of 128 and
-// D = 128; q, k, v, dout bf16 on an H100 / H200. That is every call of a single-rank ring (parallel.cp: 1) without
-// packed documents. Everything else on CUDA (documents, a cp > 1 ring block with row ranges or offsets, D = 64, the
-// two_kv form) is refused with the reason and the fix; config validation refuses those configs at start-up
-// (framework/config/config_validate.cpp check_fp8_attention). The CUDA path's codes live in a workspace the caller
-// owns (attn_fp8_bwd_workspace_bytes, from its arena) and names with an AttnFp8BwdWorkspaceScope around its calls:
-// no allocation and no host wait per call.
+// then the block op) run the sm_90a kernel of kernels/attn_bwd_fp8.h, which computes this recipe for causal or full
+// masks with offsets and row ranges: a single-rank call and every block of a cp > 1 ring without packed documents.
+// A call is in its scope (attn_fp8_cuda_out_of_scope returns "", the kernel's own attn_bwd_fp8_cuda_supports) when it
+// has no documents, D = 128 and Nq, Nk positive multiples of 128; q, k, v, dout bf16 on an H100 / H200. Everything
+// else on CUDA (documents, D = 64, the two_kv form) is refused with the reason and the fix; config validation refuses
+// those configs at start-up (framework/config/config_validate.cpp check_fp8_attention). The CUDA path's codes live
+// in a workspace the caller owns (attn_fp8_bwd_workspace_bytes, from its arena) and names with an
+// AttnFp8BwdWorkspaceScope around its calls: no allocation and no host wait per call.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -84,6 +82,7 @@ std::string attn_fp8_cuda_out_of_scope(const Tensor& q, const Tensor& k, const A
 //   qt (B,H,D,N) e4m3 | q_factor (B,H,N/128) f32 | dot (B,H,D,N) e4m3 | do_factor (B,H,N/128) f32 |
 //   kt (B,Hkv,D,N) e4m3 | k_factor (B,Hkv,N/128) f32
 // (about (2H + Hkv) x B x N x D bytes; 16K tokens, 8 heads, D 128: 48 MiB). Reused by every call in stream order.
+// A ring block's Nq and Nk are both the rank's N rows, so one size serves every block of the ring.
 int64_t attn_fp8_bwd_workspace_bytes(int64_t B, int64_t N, int64_t H, int64_t Hkv, int64_t D);
 // The workspace the CUDA calls of this thread use while the scope lives (scopes nest; nullptr: none, and a CUDA call
 // is refused). `workspace` (attn_fp8_bwd_workspace_bytes bytes or more, any dtype, on the calls' device) is owned by

@@ -21,21 +21,29 @@ thread_local const Tensor* t_workspace = nullptr;
 int64_t round_up_256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Byte counts of the workspace's six parts, in AttnFp8BwdCodes' field order (qt, q_factor, dot, do_factor, kt,
-// k_factor).
-void part_bytes(int64_t B, int64_t N, int64_t H, int64_t Hkv, int64_t D, int64_t out[6]) {
-  const int64_t nblk = N / kAttnFp8BwdBlock;
-  out[0] = B * H * D * N;      // qt (B,H,D,N) e4m3
-  out[1] = B * H * nblk * 4;   // q_factor (B,H,N/128) f32
-  out[2] = B * H * D * N;      // dot (B,H,D,N) e4m3
-  out[3] = B * H * nblk * 4;   // do_factor (B,H,N/128) f32
-  out[4] = B * Hkv * D * N;    // kt (B,Hkv,D,N) e4m3
-  out[5] = B * Hkv * nblk * 4;  // k_factor (B,Hkv,N/128) f32
+// k_factor), for Nq query rows and Nk key rows.
+void part_bytes(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D, int64_t out[6]) {
+  const int64_t qblk = Nq / kAttnFp8BwdBlock, kblk = Nk / kAttnFp8BwdBlock;
+  out[0] = B * H * D * Nq;      // qt (B,H,D,Nq) e4m3
+  out[1] = B * H * qblk * 4;    // q_factor (B,H,Nq/128) f32
+  out[2] = B * H * D * Nq;      // dot (B,H,D,Nq) e4m3
+  out[3] = B * H * qblk * 4;    // do_factor (B,H,Nq/128) f32
+  out[4] = B * Hkv * D * Nk;    // kt (B,Hkv,D,Nk) e4m3
+  out[5] = B * Hkv * kblk * 4;  // k_factor (B,Hkv,Nk/128) f32
+}
+
+int64_t workspace_bytes(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hkv, int64_t D) {
+  int64_t bytes[6];
+  part_bytes(B, Nq, Nk, H, Hkv, D, bytes);
+  int64_t total = 0;
+  for (int64_t b : bytes) total += round_up_256(b);
+  return total;
 }
 
 // The codes of one call cut from the scope's workspace (refused when there is none, or it is too small).
 AttnFp8BwdCodes codes_from_workspace(const Tensor& q, const Tensor& k, const char* op) {
-  const int64_t B = q.size(0), N = q.size(1), H = q.size(2), D = q.size(3), Hkv = k.size(2);
-  const int64_t need = attn_fp8_bwd_workspace_bytes(B, N, H, Hkv, D);
+  const int64_t B = q.size(0), Nq = q.size(1), H = q.size(2), D = q.size(3), Nk = k.size(1), Hkv = k.size(2);
+  const int64_t need = workspace_bytes(B, Nq, Nk, H, Hkv, D);
   RT_CHECK(t_workspace != nullptr && t_workspace->defined(),
            op << ": CUDA tensors need the caller's workspace for the E4M3 codes (" << need
               << " bytes here); open an AttnFp8BwdWorkspaceScope around the call (RingAttention::set_fp8_backward "
@@ -43,36 +51,33 @@ AttnFp8BwdCodes codes_from_workspace(const Tensor& q, const Tensor& k, const cha
   const Tensor& w = *t_workspace;
   RT_CHECK(w.device == q.device, op << ": the workspace is on " << w.device.str() << ", q on " << q.device.str());
   RT_CHECK(int64_t(w.nbytes()) >= need, op << ": the workspace holds " << w.nbytes() << " bytes, this call needs "
-                                           << need << " (B=" << B << ", N=" << N << ", H=" << H << ", Hkv=" << Hkv
+                                           << need << " (B=" << B << ", Nq=" << Nq << ", Nk=" << Nk << ", H=" << H
+                                           << ", Hkv=" << Hkv
                                            << ", D=" << D << "); size it with attn_fp8_bwd_workspace_bytes");
   int64_t bytes[6];
-  part_bytes(B, N, H, Hkv, D, bytes);
+  part_bytes(B, Nq, Nk, H, Hkv, D, bytes);
   char* part[6];
   char* at = static_cast<char*>(w.data);
   for (int i = 0; i < 6; ++i) {
     part[i] = at;
     at += round_up_256(bytes[i]);
   }
-  const int64_t nblk = N / kAttnFp8BwdBlock;
+  const int64_t qblk = Nq / kAttnFp8BwdBlock, kblk = Nk / kAttnFp8BwdBlock;
   const Device dev = q.device;
   AttnFp8BwdCodes c;
-  c.qt = Tensor(part[0], DType::e4m3, dev, {B, H, D, N});
-  c.q_factor = Tensor(part[1], DType::f32, dev, {B, H, nblk});
-  c.dot = Tensor(part[2], DType::e4m3, dev, {B, H, D, N});
-  c.do_factor = Tensor(part[3], DType::f32, dev, {B, H, nblk});
-  c.kt = Tensor(part[4], DType::e4m3, dev, {B, Hkv, D, N});
-  c.k_factor = Tensor(part[5], DType::f32, dev, {B, Hkv, nblk});
+  c.qt = Tensor(part[0], DType::e4m3, dev, {B, H, D, Nq});
+  c.q_factor = Tensor(part[1], DType::f32, dev, {B, H, qblk});
+  c.dot = Tensor(part[2], DType::e4m3, dev, {B, H, D, Nq});
+  c.do_factor = Tensor(part[3], DType::f32, dev, {B, H, qblk});
+  c.kt = Tensor(part[4], DType::e4m3, dev, {B, Hkv, D, Nk});
+  c.k_factor = Tensor(part[5], DType::f32, dev, {B, Hkv, kblk});
   return c;
 }
 
 }  // namespace
 
 int64_t attn_fp8_bwd_workspace_bytes(int64_t B, int64_t N, int64_t H, int64_t Hkv, int64_t D) {
-  int64_t bytes[6];
-  part_bytes(B, N, H, Hkv, D, bytes);
-  int64_t total = 0;
-  for (int64_t b : bytes) total += round_up_256(b);
-  return total;
+  return workspace_bytes(B, N, N, H, Hkv, D);
 }
 
 AttnFp8BwdWorkspaceScope::AttnFp8BwdWorkspaceScope(const Tensor* workspace) : previous_(t_workspace) {
@@ -81,24 +86,10 @@ AttnFp8BwdWorkspaceScope::AttnFp8BwdWorkspaceScope(const Tensor* workspace) : pr
 AttnFp8BwdWorkspaceScope::~AttnFp8BwdWorkspaceScope() { t_workspace = previous_; }
 
 std::string attn_fp8_cuda_out_of_scope(const Tensor& q, const Tensor& k, const AttnMask& mask) {
-  std::ostringstream why;
   const int64_t Nq = q.ndim == 4 ? q.size(1) : -1, Nk = k.ndim == 4 ? k.size(1) : -1, D = q.ndim == 4 ? q.size(3) : -1;
-  if (mask.docs.on())
-    why << "a document mask (packed documents, data.documents: eot)";
-  else if (mask.q_begin != 0 || (mask.q_end != -1 && mask.q_end != Nq) || mask.k_begin != 0 ||
-           (mask.k_end != -1 && mask.k_end != Nk))
-    why << "row ranges (queries [" << mask.q_begin << ", " << mask.q_end << "), keys [" << mask.k_begin << ", "
-        << mask.k_end << "): a ring block of parallel.cp > 1)";
-  else if (mask.causal && mask.q_offset != mask.k_offset)
-    why << "a causal mask with q_offset " << mask.q_offset << " != k_offset " << mask.k_offset
-        << " (an off-diagonal ring block of parallel.cp > 1)";
-  else if (Nq != Nk)
-    why << "Nq = " << Nq << " != Nk = " << Nk << " (the kernel takes one whole sequence)";
-  else if (D != 128)
-    why << "head dim " << D << " (the kernel is written for D = 128)";
-  else if (Nq <= 0 || Nq % kAttnFp8BwdBlock != 0)
-    why << "N = " << Nq << ", not a positive multiple of " << kAttnFp8BwdBlock;
-  return why.str();
+  std::string why;
+  attn_bwd_fp8_cuda_supports(mask, Nq, Nk, D, &why);  // the kernel's own rule (kernels/attn_bwd_fp8.h)
+  return why;
 }
 
 namespace attn_fp8_cuda {
@@ -106,10 +97,11 @@ namespace attn_fp8_cuda {
 void block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
            const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc, const AttnMask& mask, const char* op) {
   const std::string why = attn_fp8_cuda_out_of_scope(q, k, mask);
-  RT_CHECK(why.empty(), op << ": fp8.attention on CUDA runs the sm_90a kernel for one whole causal or full sequence "
-                              "per sample (D = 128, N a multiple of 128), but this call has "
-                           << why << "; train with parallel.cp: 1, no packed documents and head_dim 128 "
-                              "(model.d_model / model.n_head), or set fp8.attention: false");
+  RT_CHECK(why.empty(), op << ": fp8.attention on CUDA runs the sm_90a kernel for causal or full blocks without "
+                              "documents (D = 128, rows a multiple of 128), but this call is outside it: "
+                           << why << "; train without packed documents, with head_dim 128 (model.d_model / "
+                              "model.n_head) and data.seq_len / parallel.cp a multiple of 128, or set "
+                              "fp8.attention: false");
   const AttnFp8BwdCodes codes = codes_from_workspace(q, k, op);
   {
 #ifdef RINGTRAIN_HAVE_CUDA
@@ -120,7 +112,7 @@ void block(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout
 #ifdef RINGTRAIN_HAVE_CUDA
   const cuda::OpProfileScope timer("attn_bwd_fp8_from_codes");
 #endif
-  attn_bwd_fp8_from_codes(q, k, v, dout, lse, delta, codes, mask.causal, dq_acc, dk_acc, dv_acc);
+  attn_bwd_fp8_from_codes(q, k, v, dout, lse, delta, codes, mask, dq_acc, dk_acc, dv_acc);
 }
 
 void fresh(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,

@@ -117,8 +117,8 @@ struct Fp8Config {
   std::string recipe = "tensorwise";
   bool bf16_first_last = false;  // the first and the last block keep bf16 GEMMs
   // The attention backward's dV, dQ and dK products on E4M3 operands (kernels/attn_fp8.h; issue 47): head dims 64
-  // and 128 on CPU ranks; on a GPU the sm_90a kernel, head dim 128, parallel.cp 1, no packed documents
-  // (fp8_attention_cuda_refusal). The forward and dP stay in the activation dtype.
+  // and 128 on CPU ranks; on a GPU the sm_90a kernel: head dim 128, seq_len / cp a multiple of 128, no packed
+  // documents (fp8_attention_cuda_refusal). The forward and dP stay in the activation dtype.
   bool attention = false;
   // parallel.zero 3: how the FP8 blocks' weights are all-gathered: bf16 (the activation dtype) | fp8 (E4M3 codes
   // with one factor per weight matrix, half the bytes; norms stay bf16; tensorwise recipe only).
@@ -181,10 +181,10 @@ Config parse_config_text(const std::string& yaml_text, const std::vector<std::st
                          const ModelSourceResolver& resolve_model_source = nullptr);
 // Every constraint, with messages that say what to change.
 void validate_config(const Config& config, int world_size);
-// fp8.attention on a GPU runs the sm_90a FP8 backward (kernels/attn_fp8.h "On CUDA tensors"): one whole sequence per
-// call, so parallel.cp 1, no packed documents, head_dim 128 and data.seq_len a multiple of 128. "" when the config is
-// in that scope, else one refusal naming every key outside it and the fix (validate_config for device: cuda, the
-// resolve step for auto that lands on a GPU).
+// fp8.attention on a GPU runs the sm_90a FP8 backward (kernels/attn_fp8.h "On CUDA tensors"): causal sequences and
+// their ring blocks, so no packed documents, head_dim 128 and data.seq_len / parallel.cp a multiple of 128. "" when
+// the config is in that scope, else one refusal naming every key outside it and the fix (validate_config for device:
+// cuda, the resolve step for auto that lands on a GPU).
 std::string fp8_attention_cuda_refusal(const Config& config);
 // Resolved config as YAML (saved to run_dir/config.yaml) and as a printable table.
 std::string config_to_yaml(const Config& config);

@@ -18,21 +18,24 @@ std::string fp8_attention_cuda_refusal(const Config& c) {
   if (!c.fp8.attention) return "";
   std::ostringstream outside;
   const char* sep = "";
-  if (c.parallel.cp > 1)
-    outside << sep << "parallel.cp=" << c.parallel.cp << " (ring blocks with row ranges)", sep = ", ";
   if (c.data.documents != "none")
     outside << sep << "data.documents=" << c.data.documents << " (a document mask)", sep = ", ";
   const ModelConfig& m = c.model;
   if (m.n_head >= 1 && m.d_model % m.n_head == 0 && m.head_dim() != 128)
     outside << sep << "head_dim=" << m.head_dim() << " (model.d_model / model.n_head = " << m.d_model << " / "
             << m.n_head << ")", sep = ", ";
-  if (c.data.seq_len % 128 != 0) outside << sep << "data.seq_len=" << c.data.seq_len << " (not a multiple of 128)";
+  const int64_t cp = c.parallel.cp >= 1 ? c.parallel.cp : 1;
+  if (c.data.seq_len % (128 * cp) != 0) {
+    outside << sep << "data.seq_len=" << c.data.seq_len << " (not a multiple of 128";
+    if (cp > 1) outside << " x parallel.cp=" << cp << ": each rank's rows";
+    outside << ")";
+  }
   const std::string what = outside.str();
   if (what.empty()) return "";
-  return "fp8.attention=true on the GPU runs the sm_90a FP8 attention backward over one whole causal sequence per "
-         "sample (parallel.cp: 1, no packed documents, head_dim 128, data.seq_len a multiple of 128), but this config "
+  return "fp8.attention=true on the GPU runs the sm_90a FP8 attention backward over causal sequences and their ring "
+         "blocks (no packed documents, head_dim 128, data.seq_len / parallel.cp a multiple of 128), but this config "
          "has " + what + "; change those keys, set fp8.attention: false (FP8 linear layers stay on with "
-         "train.precision: fp8), or use device: cpu (the CPU backend takes cp > 1, documents and head dims 64 / 128)";
+         "train.precision: fp8), or use device: cpu (the CPU backend takes documents and head dims 64 / 128)";
 }
 
 namespace {

@@ -1,6 +1,6 @@
 // fp8.attention (kernels/attn_fp8.h, issue 47): off by default; refused without train.precision fp8, at head dims
 // other than 64 and 128 (naming the dimension and the fix), and on a GPU outside the sm_90a kernel's scope
-// (fp8_attention_cuda_refusal: parallel.cp > 1, packed documents, head_dim != 128, seq_len not a multiple of 128):
+// (fp8_attention_cuda_refusal: packed documents, head_dim != 128, seq_len / cp not a multiple of 128):
 // device: cuda by validate_config, device: auto that lands on a GPU by the resolve step (train refuses, plan shows a
 // row); the start-up precision line and the plan say what it does.
 #include <gtest/gtest.h>
@@ -74,12 +74,15 @@ size_t count_of(const std::string& text, const std::string& needle) {
 
 const char* const kGpuScope = "fp8.attention=true on the GPU runs the sm_90a FP8 attention backward";
 
-// device: cuda takes the kernel's scope (head dim 128, cp 1, no documents, seq_len a multiple of 128).
+// device: cuda takes the kernel's scope (head dim 128, no documents, seq_len / cp a multiple of 128: the ring's blocks
+// included).
 TEST(Fp8AttentionConfig, TakenOnCudaInTheKernelsScope) {
   // (A build without CUDA refuses device: cuda itself; the fp8.attention refusal is not among its problems.)
   EXPECT_EQ(error_of({"device=cuda", "model.d_model=512"}).find(kGpuScope), std::string::npos);
   Config c = parse_config_text(yaml(), {"model.d_model=512"}, 0, "cuda");
   c.device = "cuda";
+  EXPECT_EQ(fp8_attention_cuda_refusal(c), "");
+  c.parallel.cp = 2;  // 128 rows per rank: the ring's blocks are in the kernel's scope
   EXPECT_EQ(fp8_attention_cuda_refusal(c), "");
   // Off: nothing to refuse, whatever the shape.
   EXPECT_EQ(fp8_attention_cuda_refusal(parse_config_text(yaml(), {"fp8.attention=false"}, 0, "off")), "");
@@ -100,9 +103,10 @@ TEST(Fp8AttentionConfig, RefusedOnCudaOutsideTheKernelsScope) {
   {
     Config c = base;
     c.device = "cuda";
-    c.parallel.cp = 2;
+    c.parallel.cp = 4;  // 64 rows per rank
     const std::string e = fp8_attention_cuda_refusal(c);
-    EXPECT_NE(e.find("parallel.cp=2 (ring blocks with row ranges)"), std::string::npos) << e;
+    EXPECT_NE(e.find("data.seq_len=256 (not a multiple of 128 x parallel.cp=4: each rank's rows)"), std::string::npos)
+        << e;
     EXPECT_EQ(e.find("head_dim="), std::string::npos) << e;
   }
   {
@@ -122,7 +126,7 @@ TEST(Fp8AttentionConfig, RefusedOnCudaOutsideTheKernelsScope) {
     c.parallel.cp = 4, c.data.documents = "eot", c.model.d_model = 256;
     const std::string e = fp8_attention_cuda_refusal(c);
     EXPECT_EQ(count_of(e, kGpuScope), 1u) << e;
-    for (const char* key : {"parallel.cp=4", "data.documents=eot", "head_dim=64"})
+    for (const char* key : {"parallel.cp=4", "data.documents=eot", "head_dim=64", "data.seq_len=256"})
       EXPECT_NE(e.find(key), std::string::npos) << key << ": " << e;
   }
   // CPU ranks take all of these (the CPU backend's FP8 backward has ranges, documents and head dim 64).
