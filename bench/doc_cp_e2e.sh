@@ -17,16 +17,18 @@
 # Each run: launch/train.sh <config> with those sets, parallel.cp = <cp>, the scheme, train.steps = <steps> (default
 # 4), optim.warmup_steps 1, log.every 1, no eval and no checkpoint, train.run_dir <out-dir>/<scheme>, then the extra
 # sets (they win; a further `--` and what follows it go to mpirun, as in launch/train.sh).
-# BUILD_DIR picks the build (default build/, as launch/train.sh). Each run is under `timeout` (DOC_CP_TIMEOUT_S,
-# default 420 s: at the limit launch/train.sh gets TERM and stops its ranks, see its header). Writes under <out-dir>:
+# DOC_CP_SCHEMES picks the runs (default "ring gather auto", in that order; DOC_CP_SCHEMES=gather runs one scheme, as
+# bench/multi_gpu.sh's ready-flag rows do under several environments). BUILD_DIR picks the build (default build/, as
+# launch/train.sh). Each run is under `timeout` (DOC_CP_TIMEOUT_S, default 420 s: at the limit launch/train.sh gets
+# TERM and stops its ranks, see its header). Writes under <out-dir>:
 #   corpus-<max bytes>-<max file bytes>.bin  the documents (and .lengths: one length per line, the input of
 #                                            `ringtrain plan <config> --doc-lengths`)
 #   <scheme>.log, <scheme>/metrics.jsonl     each run's output and step lines
 #   summary.md, summary.jsonl                per scheme (bench/doc_cp_summary.py): exit status, medians over the
 #                                            steps after the first of ms/step, tok/s, attn_ms and comm_exposed_ms
 #                                            (rank 0), the share of steps that ran the gather, the first step's loss
-# A failed run is reported and the others still run. Exit status: the number of failed runs (0-3); 64 for a usage
-# error or a corpus that could not be built.
+# A failed run is reported and the others still run. Exit status: the number of failed runs (0-3, or up to the
+# number of DOC_CP_SCHEMES); 64 for a usage error or a corpus that could not be built.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 usage() {
@@ -42,6 +44,14 @@ if [ $# -gt 0 ]; then [ "$1" = "--" ] || usage; shift; fi
 extra=("$@")
 [[ "$cp" =~ ^[1-9][0-9]*$ ]] && [[ "$steps" =~ ^[1-9][0-9]*$ ]] || usage
 [ -f "$config" ] || { echo "doc_cp_e2e.sh: config '$config' not found" >&2; exit 64; }
+read -r -a schemes <<<"${DOC_CP_SCHEMES:-ring gather auto}"
+[ ${#schemes[@]} -gt 0 ] || usage
+for scheme in "${schemes[@]}"; do
+  case "$scheme" in
+    ring | gather | auto) ;;
+    *) echo "doc_cp_e2e.sh: DOC_CP_SCHEMES: '$scheme' is not a parallel.cp_scheme (ring, gather, auto)" >&2; exit 64 ;;
+  esac
+done
 build="${BUILD_DIR:-$root/build}"
 limit="${DOC_CP_TIMEOUT_S:-420}"
 max_bytes="${DOC_CORPUS_MAX_BYTES:-8000000}"
@@ -59,7 +69,7 @@ echo "doc_cp_e2e.sh: $config at cp=$cp, $steps steps, build $build, corpus $corp
 
 failed=0
 runs=()
-for scheme in ring gather auto; do
+for scheme in "${schemes[@]}"; do
   rm -rf "${out:?}/$scheme"
   t0=$SECONDS
   timeout "$limit" env BUILD_DIR="$build" "$root/launch/train.sh" "$config" \
