@@ -84,9 +84,9 @@ void attn_bwd_block_fresh_two_kv_fp8(const Tensor& q, const Tensor& k, const Ten
                                      Tensor dq_acc, Tensor dk, Tensor dv, Tensor dk2, Tensor dv2,
                                      const AttnMask& mask) {
   RT_CHECK(!q.device.is_cuda(),
-           "attn_bwd_block_fresh_two_kv_fp8: no CUDA path (the sm_90a FP8 backward takes one whole sequence; the "
-           "two-source call is the gather scheme's, parallel.cp > 1 with packed documents); train with parallel.cp: 1 "
-           "and no packed documents, or set fp8.attention: false");
+           "attn_bwd_block_fresh_two_kv_fp8: no CUDA path (the sm_90a FP8 backward takes no documents; the "
+           "two-source call is the gather scheme's, parallel.cp > 1 with packed documents); train without packed "
+           "documents, or set fp8.attention: false");
   cpu::attn_bwd_block_fresh_two_kv_fp8(q, k, v, k2, v2, dout, lse, delta, dq_acc, dk, dv, dk2, dv2, mask);
 }
 

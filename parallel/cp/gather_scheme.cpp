@@ -20,12 +20,12 @@ bool gather_work_list_from_env() {
 }
 
 bool gather_ready_flags_from_env() {
-  const char* env = std::getenv("RT_ATTN_READY_FLAGS");  // unset or 1: on (the default), 0: off
-  const std::string value = env ? env : "1";
+  const char* env = std::getenv("RT_ATTN_READY_FLAGS");  // unset or 0: off (the default), 1: on (experimental)
+  const std::string value = env ? env : "0";
   RT_CHECK(value == "0" || value == "1",
-           "RT_ATTN_READY_FLAGS=" << value << " is not 1 (the default, also when unset: the gather scheme's one-launch "
-                                  "work-list forward on CUDA ranks is launched before the exchange's wait, behind "
-                                  "ready flags) or 0 (wait, unpack, then the launch)");
+           "RT_ATTN_READY_FLAGS=" << value << " is not 1 (experimental: the gather scheme's one-launch work-list "
+                                  "forward on CUDA ranks is launched before the exchange's wait, behind ready flags) "
+                                  "or 0 (the default, also when unset: wait, unpack, then the launch)");
   return value == "1";
 }
 

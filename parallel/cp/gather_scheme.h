@@ -90,10 +90,12 @@ struct RingGather {
   int64_t bwd_work_list_words = 0;  // of the current plan (0: none built)
   // Ready flags (issue 46; kernels/attn_ready_flags.h), CUDA ranks: the one-launch forward over the work list is
   // launched before the exchange's wait, its own keys running under the exchange; the wait, the unpack and the flag
-  // go on a side stream (GatherSideStream) that the list kernel's persistent form leaves SMs to. On unless
-  // RT_ATTN_READY_FLAGS=0 when the ring was constructed (gather_ready_flags_from_env); CPU ranks never use them (the
-  // CPU op ignores flags: cp_.wait orders the rows before the call).
-  bool ready_flags_on = true;
+  // go on a side stream (GatherSideStream) that the list kernel's persistent form leaves SMs to. Off unless
+  // RT_ATTN_READY_FLAGS=1 when the ring was constructed (gather_ready_flags_from_env): experimental, because on the
+  // H200 (2026-12-04, job 4) a delivery by kernels under the persistent form never raised the flag (the watchdog ended
+  // the call) and the GPU gather test hung with it on; CPU ranks never use them (the CPU op ignores flags: cp_.wait
+  // orders the rows before the call).
+  bool ready_flags_on = false;
   Tensor ready;                  // (1) i32 on the device (CUDA arenas only): the call's epoch once its rows are in
   Tensor fault;                  // (2) i32 on the device, 8-byte aligned: the watchdog's fault word
   bool ready_zeroed = false;     // ready and fault zeroed (at the first flagged call, on the compute stream)
@@ -104,9 +106,9 @@ struct RingGather {
   std::shared_ptr<GatherSideStream> side;  // the side stream (made at the first flagged call)
 };
 
-// RT_ATTN_READY_FLAGS in the environment: unset or 1 (the default): the gather scheme's one-launch work-list forward
-// runs with ready flags on CUDA ranks (RingGather::ready_flags_on); 0: the order before them (wait, unpack, then the
-// launch); any other value is refused, naming both. Read once per RingAttention (make_ring_gather).
+// RT_ATTN_READY_FLAGS in the environment: 1 (experimental): the gather scheme's one-launch work-list forward runs with
+// ready flags on CUDA ranks (RingGather::ready_flags_on); unset or 0 (the default): wait, unpack, then the launch; any
+// other value is refused, naming both. Read once per RingAttention (make_ring_gather).
 bool gather_ready_flags_from_env();
 
 // RT_ATTN_WORK_LIST in the environment: unset or 1 (the default): the gather scheme's one launches over work lists

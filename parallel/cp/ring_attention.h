@@ -96,8 +96,8 @@ class RingAttention {
   // the default too (not with RT_ATTN_WORK_LIST=0 when the ring was constructed), where attn_bwd_work_list_runs
   // says the list op runs the call, not with the FP8 backward.
   bool gather_bwd_work_list() const;
-  // Ready flags (kernels/attn_ready_flags.h; the gather scheme's one-launch work-list forward on CUDA ranks, on
-  // unless RT_ATTN_READY_FLAGS=0 when the ring was constructed): the forward calls that ran with them since
+  // Ready flags (kernels/attn_ready_flags.h; the gather scheme's one-launch work-list forward on CUDA ranks, only
+  // with RT_ATTN_READY_FLAGS=1 when the ring was constructed: experimental): the forward calls that ran with them since
   // construction; and the check of their watchdog's fault word, for a place that waits for the step anyway (a host
   // wait: it reads the word; nothing is read before the first flagged call). A wait for gathered rows that timed out
   // (parallel.timeout_s) raises there, naming `where`, this rank, the batch's forward call (the layer) and the source,

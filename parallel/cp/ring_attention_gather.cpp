@@ -15,7 +15,7 @@
 //   it; kernels/attn_work_list.h), the default; attn_fwd_whole_two_kv over own keys and gathered rows instead with
 //   RT_ATTN_WORK_LIST=0, or where the list op cannot run the call (attn_fwd_work_list_runs: on CUDA, fwd v5's list
 //   mode needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows). Both give the same bits. On CUDA ranks with
-//   ready flags (RT_ATTN_READY_FLAGS unset or 1) the list kernel goes first, over an own-first list, and the wait,
+//   ready flags (RT_ATTN_READY_FLAGS=1, experimental) the list kernel goes first, over an own-first list, and the wait,
 //   unpack and flag follow on a side stream (gather_forward_flagged); the same bits.
 // Backward (recompute style: nothing is kept from the forward but O and LSE):
 //   the same exchange again; own call part A (own keys [0, m)) backward into this rank's f32 dK|dV while it is in

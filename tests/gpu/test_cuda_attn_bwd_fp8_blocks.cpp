@@ -343,6 +343,7 @@ TEST(CudaAttnBwdFp8Blocks, UnequalLengthsAndMidTileRanges) {
   AttnMask cut_full = cut;
   cut_full.causal = false;
   cut_full.k_begin = 192;
+  cut_full.k_end = 384 - 64;  // the last key tile of the 384 cut in half (cut's 448 lies past Nk)
   cut_full.q_end = 448;
   run_block_case({"mid-tile ranges, full, Nq != Nk", 1, 512, 384, 4, 2, cut_full}, 335);
   AttnMask cut_off = cut;  // mid-tile ranges with offsets and Nq != Nk

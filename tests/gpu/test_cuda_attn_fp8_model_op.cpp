@@ -172,23 +172,20 @@ TEST(CudaAttnFp8ModelOp, RefusesWhatTheKernelDoesNotCover) {
   auto fresh = [&](const AttnMask& m) {
     return [&c, m] { attn_bwd_block_fresh_fp8(c.bq, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv, m); };
   };
-  AttnMask ranges = c.mask();
-  ranges.q_begin = 128;
-  expect_refused("row ranges", fresh(ranges), {"row ranges", "parallel.cp: 1", "fp8.attention: false"}, c.bdk);
-  AttnMask off_diagonal = c.mask();
-  off_diagonal.k_offset = 256;
-  expect_refused("an off-diagonal block", fresh(off_diagonal), {"q_offset 0 != k_offset 256"}, c.bdk);
+  // Row ranges and off-diagonal offsets (the ring's blocks) are in the kernel's scope: tests/gpu/
+  // test_cuda_attn_bwd_fp8_blocks.cpp and tests/mpi/test_gpu_fp8_grid.cpp GpuFp8AttentionRing run them.
   const int64_t fake_pos[1] = {0};
   AttnMask docs = c.mask();
   docs.docs.q_pos = docs.docs.q_doc_start = docs.docs.k_pos = fake_pos;  // never read: refused first
-  expect_refused("documents", fresh(docs), {"a document mask", "no packed documents"}, c.bdk);
+  expect_refused("documents", fresh(docs), {"documents", "without packed documents", "fp8.attention: false"},
+                 c.bdk);
   expect_refused(
       "the two_kv form",
       [&] {
         attn_bwd_block_fresh_two_kv_fp8(c.bq, c.bk, c.bv, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv,
                                         c.bdk, c.bdv, c.mask());
       },
-      {"no CUDA path", "parallel.cp: 1"}, c.bdk);
+      {"no CUDA path", "without packed documents"}, c.bdk);
   {
     Buffer q64(gpu(), DType::bf16, {2, 256, 4, 64}), k64(gpu(), DType::bf16, {2, 256, 2, 64});
     expect_refused(

@@ -1,5 +1,5 @@
-// RT_ATTN_READY_FLAGS (parallel/cp/gather_scheme.h gather_ready_flags_from_env): unset or 1 turns the gather forward's
-// ready flags on (CUDA ranks), 0 off; any other value is refused, naming both values. And make_ring_gather on a CPU
+// RT_ATTN_READY_FLAGS (parallel/cp/gather_scheme.h gather_ready_flags_from_env): 1 turns the gather forward's ready
+// flags on (CUDA ranks; experimental), unset or 0 off; any other value is refused, naming both values. And make_ring_gather on a CPU
 // arena allocates no flag words (CPU ranks never use them: cp_.wait orders the rows before the call).
 #include <gtest/gtest.h>
 
@@ -32,10 +32,10 @@ class ScopedEnv {
   std::string old_;
 };
 
-TEST(GatherReadyFlagsEnv, UnsetOrOneOnZeroOffOthersRefused) {
+TEST(GatherReadyFlagsEnv, OneOnUnsetOrZeroOffOthersRefused) {
   {
     ScopedEnv e(nullptr);
-    EXPECT_TRUE(gather_ready_flags_from_env());
+    EXPECT_FALSE(gather_ready_flags_from_env());
   }
   {
     ScopedEnv e("1");
