@@ -115,7 +115,7 @@ struct ModelOptions {
   bool fp8 = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::tensorwise;
   bool fp8_bf16_first_last = false;
-  // fp8.attention (with fp8): the attention backward's dV, dQ, dK on E4M3 operands (kernels/attn_fp8.h; CPU only).
+  // fp8.attention (with fp8): the attention backward's dV, dQ, dK on E4M3 operands (kernels/attn_fp8.h).
   bool fp8_attention = false;
   // fp8.zero3_gather: fp8 (zero 3 with fp8): the FP8 blocks' units are all-gathered as E4M3 codes with one factor per
   // weight matrix instead of in the activation dtype, and dequantized into the gather slot

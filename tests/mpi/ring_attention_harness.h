@@ -244,7 +244,7 @@ struct RingTensors {
   size_t arena_bytes;  // inputs, outputs and the ring's own scratch
   // The ring's communicator over the members' MPI communicator (taken over); empty: MpiComm.
   std::function<std::shared_ptr<Comm>(MPI_Comm)> make_comm = {};
-  bool fp8_backward = false;  // RingAttention::set_fp8_backward (fp8.attention; CPU only)
+  bool fp8_backward = false;  // RingAttention::set_fp8_backward (fp8.attention)
 };
 
 // Ring attention on a ring of `cp` ranks (world ranks [0, cp); the others only join the error reduction):
