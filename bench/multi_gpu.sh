@@ -25,8 +25,8 @@
 #   doc-flags-<row>.log, doc-flags-cp<GPUs>/<row>/gather/metrics.jsonl, doc-flags-cp<GPUs>/summary.md
 #                             ready flags in the real path (issue 46): the training step of doc-cp-e2e's gather run
 #                             (packed documents, 64K tokens per GPU, all GPUs) per row: flags-off
-#                             (RT_ATTN_READY_FLAGS=0), m4 / m8 (the default) / m16 (RT_ATTN_READY_FREE_SMS = M SMs
-#                             left to the delivery), list-off (RT_ATTN_WORK_LIST=0: no work list either way); ms/step,
+#                             (RT_ATTN_READY_FLAGS=0, the default), m4 / m8 / m16 (RT_ATTN_READY_FLAGS=1,
+#                             RT_ATTN_READY_FREE_SMS = M SMs left to the delivery), list-off (RT_ATTN_WORK_LIST=0: no work list either way); ms/step,
 #                             attn_ms, comm_exposed_ms per row (why no M = 0 there: the comment above the rows)
 #   doc-steps-m<M>.{log,json} bench_doc_ring_steps on one GPU, the stdlib mix at the same sample size and cp: the
 #                             forward with the exchange under it (--deliver model, copy-engine delivery, so M = 0 too)
@@ -89,8 +89,10 @@ part tests-nccl-ring-gather 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ri
 part tests-nccl-fp8-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_fp8_grid"  # precision fp8 on the grids
 # The gather's one-launch forward with ready flags (exchange on NCCL's kernel, unpack and flag on a side stream, the
 # list kernel on SMs - 8) against RT_ATTN_READY_FLAGS=0, bit for bit, two layers, cp 2 and 4: on one GPU the ranks
-# time-slice it; here each rank has its GPU, so the flag is raised while the kernel runs.
-part tests-nccl-ring-gather-flags 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather_flags"
+# time-slice it; here each rank has its GPU, so the flag is raised while the kernel runs. The test is disabled in the
+# suite (the experimental path's delivery failed on one H200, 2026-12-04), so this part asks for it explicitly.
+part tests-nccl-ring-gather-flags 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather_flags" \
+  --gtest_also_run_disabled_tests
 unset RINGTRAIN_TEST_COMM
 
 part ring-attention 300 mpirun -np "$gpus" "$build/bench/bench_ring_attention" \
@@ -136,8 +138,8 @@ part doc-cp-e2e 1400 env BUILD_DIR="$build" "$root/bench/doc_cp_e2e.sh" "$out/do
 # with DOC_CP_SCHEMES=gather: the same corpus, model, 64K tokens per GPU and steps), the knobs read when each rank's
 # ring is built, the three of them cleared first so that only the row's differ:
 #   flags-off    RT_ATTN_READY_FLAGS=0: wait for the exchange, unpack, then the list kernel (the order before flags)
-#   m4, m8, m16  flags on (the default): the list kernel launched before the exchange's wait, its own keys under it,
-#                in its persistent form leaving M = RT_ATTN_READY_FREE_SMS SMs free of units for NCCL's kernel, the
+#   m4, m8, m16  flags on (RT_ATTN_READY_FLAGS=1, experimental; off by default): the list kernel launched before
+#                the exchange's wait, its own keys under it, in its persistent form leaving M = RT_ATTN_READY_FREE_SMS SMs free of units for NCCL's kernel, the
 #                unpack (gather_rows) and the flag kernel; m8 leaves the variable unset (kAttnReadyFreeSmsDefault = 8)
 #   list-off     RT_ATTN_WORK_LIST=0: both one launches as attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv, so
 #                no flags either; against flags-off, the work lists' gain: the forward's list and the one-launch
@@ -157,8 +159,8 @@ flag_rows=()
 for row in flags-off m4 m8 m16 list-off; do
   case "$row" in
     flags-off) knob=(RT_ATTN_READY_FLAGS=0) ;;
-    m8) knob=() ;;
-    m*) knob=(RT_ATTN_READY_FREE_SMS="${row#m}") ;;
+    m8) knob=(RT_ATTN_READY_FLAGS=1) ;;
+    m*) knob=(RT_ATTN_READY_FLAGS=1 RT_ATTN_READY_FREE_SMS="${row#m}") ;;
     list-off) knob=(RT_ATTN_WORK_LIST=0) ;;
   esac
   part "doc-flags-$row" 480 env -u RT_ATTN_READY_FLAGS -u RT_ATTN_READY_FREE_SMS -u RT_ATTN_WORK_LIST \
