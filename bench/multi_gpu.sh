@@ -26,7 +26,8 @@
 #                             ready flags in the real path (issue 46): the training step of doc-cp-e2e's gather run
 #                             (packed documents, 64K tokens per GPU, all GPUs) per row: flags-off
 #                             (RT_ATTN_READY_FLAGS=0, the default), m4 / m8 / m16 (RT_ATTN_READY_FLAGS=1,
-#                             RT_ATTN_READY_FREE_SMS = M SMs left to the delivery), list-off (RT_ATTN_WORK_LIST=0: no work list either way); ms/step,
+#                             RT_ATTN_READY_FREE_SMS = M SMs left to the delivery), list-off
+#                             (RT_ATTN_WORK_LIST=0: no work list either way); ms/step,
 #                             attn_ms, comm_exposed_ms per row (why no M = 0 there: the comment above the rows)
 #   doc-steps-m<M>.{log,json} bench_doc_ring_steps on one GPU, the stdlib mix at the same sample size and cp: the
 #                             forward with the exchange under it (--deliver model, copy-engine delivery, so M = 0 too)
@@ -139,8 +140,9 @@ part doc-cp-e2e 1400 env BUILD_DIR="$build" "$root/bench/doc_cp_e2e.sh" "$out/do
 # ring is built, the three of them cleared first so that only the row's differ:
 #   flags-off    RT_ATTN_READY_FLAGS=0: wait for the exchange, unpack, then the list kernel (the order before flags)
 #   m4, m8, m16  flags on (RT_ATTN_READY_FLAGS=1, experimental; off by default): the list kernel launched before
-#                the exchange's wait, its own keys under it, in its persistent form leaving M = RT_ATTN_READY_FREE_SMS SMs free of units for NCCL's kernel, the
-#                unpack (gather_rows) and the flag kernel; m8 leaves the variable unset (kAttnReadyFreeSmsDefault = 8)
+#                the exchange's wait, its own keys under it, in its persistent form leaving M =
+#                RT_ATTN_READY_FREE_SMS SMs free of units for NCCL's kernel, the unpack (gather_rows) and the flag
+#                kernel; m8 leaves RT_ATTN_READY_FREE_SMS unset (kAttnReadyFreeSmsDefault = 8)
 #   list-off     RT_ATTN_WORK_LIST=0: both one launches as attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv, so
 #                no flags either; against flags-off, the work lists' gain: the forward's list and the one-launch
 #                backward's (attn_bwd_work_list) together (the backward's alone, per rank: doc-steps below)
