@@ -33,3 +33,14 @@ include(${CMAKE_CURRENT_LIST_DIR}/hostile_user.cmake)
 add_test(NAME integration_fp8_study_dry_run
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fp8_study_dry_run.sh ${CMAKE_BINARY_DIR})
 set_tests_properties(integration_fp8_study_dry_run PROPERTIES LABELS integration TIMEOUT 60)
+
+# bench/multi_gpu.sh --dry-run (the 8-GPU node day, MULTI_GPU_GPUS=8) with this build: every part prints its command,
+# and every script, config and program it names exists (a program: its source and this build's target).
+if(RINGTRAIN_HAVE_CUDA)
+  set(rt_multi_gpu_dry_run_cuda ON)
+else()
+  set(rt_multi_gpu_dry_run_cuda OFF)
+endif()
+add_test(NAME integration_multi_gpu_dry_run
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/multi_gpu_dry_run.sh ${CMAKE_BINARY_DIR} ${rt_multi_gpu_dry_run_cuda})
+set_tests_properties(integration_multi_gpu_dry_run PROPERTIES LABELS integration TIMEOUT 60)
