@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention/attn_bwd_sm90ws_docs.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_dq_warp.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_layout.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_maps.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_producer.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
@@ -152,25 +153,15 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   RT_CHECK(p.q_end <= INT_MAX && p.k_end <= INT_MAX && p.H <= INT_MAX,
            "attn_bwd_block (v5): TMA coordinates are 32-bit; Nq = " << p.Nq << ", Nk = " << p.Nk << ", H = " << p.H
                << "; split the call into query / key sub-ranges (AttnMask q_begin / k_begin) under 2^31 rows");
-  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, R);
-  const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, R);
   // Two key sources (p.k2_row > 0, documents and overwrite only): the first maps end at its own rows, the second's
   // hold the rest.
   const bool two = kDocs && p.k2_row > 0;
-  const int64_t k1_end = two ? p.Nk : p.k_end, n2 = p.k_end - p.k2_row;
+  const int64_t n2 = p.k_end - p.k2_row;
   RT_CHECK(!two || (p.k2_row % kBc == 0 && p.k2_row >= p.Nk && p.Nk >= kBc && n2 >= kBc && p.overwrite_dkv &&
                     p.k2 != nullptr && p.v2 != nullptr && p.dk2 != nullptr && p.dv2 != nullptr),
            "attn_bwd_ws: two key sources need k2_row a multiple of " << kBc << " at or past Nk = " << p.Nk
                << ", both sources >= " << kBc << " rows and the overwrite form (k2_row = " << p.k2_row << ")");
-  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, k1_end, p.Hkv, D, kBc);
-  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, k1_end, p.Hkv, D, kBc);
-  const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
-  const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, k1_end, p.Hkv, D, kBr, 4);
-  const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, k1_end, p.Hkv, D, kBr, 4);
-  const CUtensorMap tk2 = two ? make_rows_heads_tma_map(p.k2, B, n2, n2, p.Hkv, D, kBc) : tk;
-  const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kBc) : tv;
-  const CUtensorMap tdk2 = two ? make_rows_heads_tma_map(p.dk2, B, n2, n2, p.Hkv, D, kBr, 4) : tdk;
-  const CUtensorMap tdv2 = two ? make_rows_heads_tma_map(p.dv2, B, n2, n2, p.Hkv, D, kBr, 4) : tdv;
+  const BwdV5Maps m = make_bwd_v5_maps<D, R>(p, B, two);
   const int n_sm = device_props().multiProcessorCount;  // `device` is current (stream_for in the dispatcher)
   const BwdV5Grid g = v5_grid(p, D, R, p.Hkv * B, tiles, n_sm);
   RT_CHECK(g.units + g.ctas <= INT_MAX, "attn_bwd_block (v5): " << g.units << " work units (key tiles x batch x "
@@ -182,7 +173,8 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
   if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_sm90ws_docs.cuh)
   int* next_unit = bwd_unit_counter(device, stream);
   launch_dependent_kernel(attn_bwd_ws_kernel<D, kDocs, R>, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream,
-                          tq, tdo, tk, tv, tdq, tdk, tdv, tk2, tv2, tdk2, tdv2, p, g, next_unit, BwdWorkListDev{});
+                          m.q, m.dout, m.k, m.v, m.dq, m.dk, m.dv, m.k2, m.v2, m.dk2, m.dv2, p, g, next_unit,
+                          BwdWorkListDev{});
 }
 
 }  // namespace

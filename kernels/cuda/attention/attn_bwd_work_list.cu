@@ -31,6 +31,7 @@
 #include "kernels/cuda/attention/attn_bwd_dispatch.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_kernel.cuh"
+#include "kernels/cuda/attention/attn_bwd_sm90ws_maps.cuh"
 #include "kernels/cuda/attention/attn_doc_mask.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -123,18 +124,7 @@ void launch(const AttnBwdParams& p, int64_t B, const BwdWorkListDev& wl, int64_t
     configured[device_slot(device)] = true;
   }
   const bool two = p.k2_row > 0;
-  const int64_t k1_end = two ? p.Nk : p.k_end, n2 = p.k_end - p.k2_row;
-  const CUtensorMap tq = make_rows_heads_tma_map(p.q, B, p.Nq, p.q_end, p.H, D, R);
-  const CUtensorMap tdo = make_rows_heads_tma_map(p.dout, B, p.Nq, p.q_end, p.H, D, R);
-  const CUtensorMap tk = make_rows_heads_tma_map(p.k, B, p.Nk, k1_end, p.Hkv, D, kBc);
-  const CUtensorMap tv = make_rows_heads_tma_map(p.v, B, p.Nk, k1_end, p.Hkv, D, kBc);
-  const CUtensorMap tdq = make_rows_heads_tma_map(p.dq, B, p.Nq, p.q_end, p.H, D, kBr, 4);
-  const CUtensorMap tdk = make_rows_heads_tma_map(p.dk, B, p.Nk, k1_end, p.Hkv, D, kBr, 4);
-  const CUtensorMap tdv = make_rows_heads_tma_map(p.dv, B, p.Nk, k1_end, p.Hkv, D, kBr, 4);
-  const CUtensorMap tk2 = two ? make_rows_heads_tma_map(p.k2, B, n2, n2, p.Hkv, D, kBc) : tk;
-  const CUtensorMap tv2 = two ? make_rows_heads_tma_map(p.v2, B, n2, n2, p.Hkv, D, kBc) : tv;
-  const CUtensorMap tdk2 = two ? make_rows_heads_tma_map(p.dk2, B, n2, n2, p.Hkv, D, kBr, 4) : tdk;
-  const CUtensorMap tdv2 = two ? make_rows_heads_tma_map(p.dv2, B, n2, n2, p.Hkv, D, kBr, 4) : tdv;
+  const BwdV5Maps m = make_bwd_v5_maps<D, R>(p, B, two);
   // The host does not read the list: T <= B x key tiles (one task per key tile), so the units are at most that x Hkv,
   // and the kernel takes the count from words[0]. CTAs beyond the units find none and end.
   const int64_t max_units = B * int64_t(wl.key_tiles) * p.Hkv;
@@ -142,8 +132,8 @@ void launch(const AttnBwdParams& p, int64_t B, const BwdWorkListDev& wl, int64_t
   BwdV5Grid g{0, p.Hkv, window, 0, 1, 0, std::min<int64_t>(max_units, n_sm)};
   if (g.ctas == 0) return;
   int* next_unit = list_unit_counter(device, stream);
-  launch_dependent_kernel(kernel, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream, tq, tdo, tk, tv, tdq, tdk,
-                          tdv, tk2, tv2, tdk2, tdv2, p, g, next_unit, wl);
+  launch_dependent_kernel(kernel, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream, m.q, m.dout, m.k, m.v,
+                          m.dq, m.dk, m.dv, m.k2, m.v2, m.dk2, m.dv2, p, g, next_unit, wl);
 }
 
 }  // namespace
