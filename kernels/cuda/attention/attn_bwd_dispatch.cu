@@ -57,10 +57,9 @@ void check_attn_bwd_args(const AttnDims& d, const Tensor& q, const Tensor& dout,
   check_attn_bwd_shapes(d, dout, lse, delta, dq_acc, dk_acc, dv_acc, op);
 }
 
-AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                              const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
-                              const AttnMask& mask, const AttnDims& d, const AttnRanges& r, cudaStream_t stream) {
-  AttnBwdParams p;
+void set_attn_bwd_pointers(AttnBwdParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                           const Tensor& lse, const Tensor& delta, const Tensor& dq_acc, const Tensor& dk_acc,
+                           const Tensor& dv_acc) {
   p.q = q.ptr<__nv_bfloat16>();
   p.k = k.ptr<__nv_bfloat16>();
   p.v = v.ptr<__nv_bfloat16>();
@@ -70,6 +69,13 @@ AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v,
   p.dq = dq_acc.ptr<float>();
   p.dk = dk_acc.ptr<float>();
   p.dv = dv_acc.ptr<float>();
+}
+
+AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                              const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,
+                              const AttnMask& mask, const AttnDims& d, const AttnRanges& r, cudaStream_t stream) {
+  AttnBwdParams p;
+  set_attn_bwd_pointers(p, q, k, v, dout, lse, delta, dq_acc, dk_acc, dv_acc);
   p.dq_turn = rt::deterministic_attention()
                   ? dq_turn_buffer(q.device.index,
                                    size_t(d.B * d.H * ((r.q_end - r.q_begin + kWgBwdRows - 1) / kWgBwdRows)), stream)

@@ -18,6 +18,12 @@ void check_attn_bwd_args(const AttnDims& d, const Tensor& q, const Tensor& dout,
                          const Tensor& delta, const Tensor& dq_acc, const Tensor& dk_acc, const Tensor& dv_acc,
                          const char* op);
 
+// Sets p's tensor pointers (q / k / v / dout bf16; lse, delta, dq_acc / dk_acc / dv_acc f32) from the call's tensors;
+// attn_bwd_params and attn_bwd_work_list (attn_bwd_work_list.cu) share it.
+void set_attn_bwd_pointers(AttnBwdParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                           const Tensor& lse, const Tensor& delta, const Tensor& dq_acc, const Tensor& dk_acc,
+                           const Tensor& dv_acc);
+
 // The kernel parameters of one call (adds to dK / dV; the deterministic turn counters are zeroed on `stream`).
 AttnBwdParams attn_bwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc,

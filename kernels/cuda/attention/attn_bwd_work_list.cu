@@ -190,15 +190,7 @@ void attn_bwd_work_list(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (host_check_requested()) check_list_on_host(list, d, key_rows, two, stream, op);
 
   AttnBwdParams p;
-  p.q = q.ptr<__nv_bfloat16>();
-  p.k = k.ptr<__nv_bfloat16>();
-  p.v = v.ptr<__nv_bfloat16>();
-  p.dout = dout.ptr<__nv_bfloat16>();
-  p.lse = lse.ptr<float>();
-  p.delta = delta.ptr<float>();
-  p.dq = dq_acc.ptr<float>();
-  p.dk = dk.ptr<float>();
-  p.dv = dv.ptr<float>();
+  set_attn_bwd_pointers(p, q, k, v, dout, lse, delta, dq_acc, dk, dv);
   p.dq_turn = nullptr;  // not deterministic (attn_bwd_work_list_fits)
   p.Nq = d.Nq, p.Nk = d.Nk, p.H = d.H, p.Hkv = d.Hkv, p.group = d.group;
   p.q_begin = 0, p.q_end = d.Nq, p.k_begin = 0, p.k_end = key_rows;
