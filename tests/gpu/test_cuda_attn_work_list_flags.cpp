@@ -39,6 +39,7 @@
 #include "tests/gpu/attention_test_util.h"
 #include "tests/gpu/ready_flag_delivery.h"
 #include "tests/gpu/two_kv_device_case.h"
+#include "tests/gpu/two_kv_work_list_inputs.h"
 #include "tests/unit/kernels/two_kv_case.h"
 #include "tests/unit/test_reference.h"
 
@@ -50,17 +51,6 @@ namespace {
     RT_REQUIRE_CUDA();                                                                                        \
     if (!cuda::attn_fwd_ws_supported(0, D)) GTEST_SKIP() << "fwd v5 needs compute capability 9.0 (sm_90a)"; \
   } while (0)
-
-// The builder's inputs as the device's positions (+ kBase), two sources.
-DocWorkListInputs device_inputs(const TwoKvCase& c) {
-  DocWorkListInputs in;
-  in.B = c.B, in.Nq = c.n, in.Nk = c.n, in.list_rows = c.list;
-  in.q_stride = c.n, in.k_stride = c.list;
-  for (int64_t p : c.q_pos) in.q_pos.push_back(p + kBase);
-  for (int64_t p : c.q_doc) in.q_doc_start.push_back(p + kBase);
-  for (int64_t p : c.k_pos) in.k_pos.push_back(p + kBase);
-  return in;
-}
 
 std::vector<int32_t> download_i32(const Tensor& src) {
   std::vector<int32_t> out(static_cast<size_t>(src.numel()));
@@ -85,7 +75,7 @@ struct Fixture {
   int64_t gathered_tasks = 0;  // tasks with a segment of source 0
 
   explicit Fixture(const TwoKvCase& c_)
-      : c(c_), d(to_device(c_)), list(doc_work_list(device_inputs(c_))),
+      : c(c_), d(to_device(c_)), list(doc_work_list(two_kv_work_list_inputs(c_))),
         words(gpu(), DType::i32, {int64_t(attn_work_list_words(list).size())}), ready(gpu(), DType::i32, {1}),
         fault(gpu(), DType::i32, {2}) {
     upload_i32(words.t(), attn_work_list_words(list));

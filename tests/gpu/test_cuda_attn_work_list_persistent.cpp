@@ -36,6 +36,7 @@
 #include "parallel/schedule/doc_work_list.h"
 #include "tests/gpu/attention_test_util.h"
 #include "tests/gpu/two_kv_device_case.h"
+#include "tests/gpu/two_kv_work_list_inputs.h"
 #include "tests/unit/kernels/two_kv_case.h"
 #include "tests/unit/parallel/doc_work_list_cases.h"
 #include "tests/unit/test_reference.h"
@@ -51,16 +52,6 @@ namespace {
 
 TwoKvCase many_units_case(uint64_t seed) {
   return make_two_kv_case(2, 32, 4, 128, 8192, 1024, 2048, 5000, 6024, seed, round_bf16);
-}
-
-DocWorkListInputs device_inputs(const TwoKvCase& c) {  // the builder's inputs as the device's positions (+ kBase)
-  DocWorkListInputs in;
-  in.B = c.B, in.Nq = c.n, in.Nk = c.n, in.list_rows = c.list;
-  in.q_stride = c.n, in.k_stride = c.list;
-  for (int64_t p : c.q_pos) in.q_pos.push_back(p + kBase);
-  for (int64_t p : c.q_doc) in.q_doc_start.push_back(p + kBase);
-  for (int64_t p : c.k_pos) in.k_pos.push_back(p + kBase);
-  return in;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -88,7 +79,7 @@ struct Fixture {
 
   Fixture(const TwoKvCase& c_, const DocWorkListSplit& split)
       : c(c_), d(to_device(c_)),
-        list(doc_work_list_ordered(device_inputs(c_), DocWorkListOrder::own_first, split)),
+        list(doc_work_list_ordered(two_kv_work_list_inputs(c_), DocWorkListOrder::own_first, split)),
         words(gpu(), DType::i32, {int64_t(attn_work_list_words(list).size())}), ready(gpu(), DType::i32, {1}),
         fault(gpu(), DType::i32, {2}), acc(gpu(), DType::f32, {c.B, c.H, c.n, c.D}),
         m(gpu(), DType::f32, {c.B, c.H, c.n}), l(gpu(), DType::f32, {c.B, c.H, c.n}),
