@@ -2,6 +2,8 @@
 // watchdog's limit, the error's text, the argument checks, and the check that reads the fault word.
 #include "kernels/attn_ready_flags.h"
 
+#include "kernels/attn_ready_delivery.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +17,7 @@ namespace rt {
 #ifdef RINGTRAIN_HAVE_CUDA
 namespace cuda {
 void attn_ready_release(const AttnReadyFlags& flags, int source);  // kernels/cuda/attention/attn_ready_release.cu
+void attn_ready_load_delivery_kernels(int device);                 // the same file
 }
 #endif
 
@@ -111,6 +114,13 @@ void attn_ready_release(const AttnReadyFlags& flags, int source) {
 #endif
   }
   static_cast<uint32_t*>(flags.ready.data)[source] = flags.epoch;
+}
+
+void attn_ready_load_delivery_kernels(const Device& device) {
+  if (!device.is_cuda()) return;
+#ifdef RINGTRAIN_HAVE_CUDA
+  cuda::attn_ready_load_delivery_kernels(device.index);
+#endif
 }
 
 }  // namespace rt

@@ -41,6 +41,14 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+// Loads both gather kernels on the current device (lazy loading; kernels/attn_ready_delivery.h): a later first launch
+// then needs no load, which could wait for a kernel spinning on the flag this unpack precedes.
+void gather_rows_load_kernels() {
+  cudaFuncAttributes attributes;
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, gather_rows_vec16_kernel));
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, gather_rows_kernel));
+}
+
 void gather_rows(Tensor dst, const Tensor& src, const Tensor& index) {
   const char* op = "gather_rows";
   const IndexedRows g = check_indexed_rows(dst, src, index, /*gather=*/true, op);

@@ -41,6 +41,7 @@
 
 #include "kernels/attn_bwd_work_list_runs.h"
 #include "kernels/attn_fwd_work_list_runs.h"
+#include "kernels/attn_ready_delivery.h"
 #include "kernels/attn_ready_flags.h"
 #include "kernels/attn_work_list.h"
 #include "kernels/ops.h"
@@ -443,7 +444,12 @@ void RingAttention::gather_forward_flagged(const Tensor& q, const Tensor& k, con
                                            Tensor lse) {
   RingGather& g = *gather_;
   const int64_t B = shape_.batch, R = g.rows, Hkv = shape_.kv_heads, D = shape_.head_dim, W = Hkv * D;
-  if (!g.side) g.side = make_gather_side_stream(q.device);
+  if (!g.side) {
+    g.side = make_gather_side_stream(q.device);
+    // The unpack's and the flag's kernels loaded now: under lazy loading their first launch, on the side stream while
+    // the list kernel waits for the flag, could wait for that kernel to end (kernels/attn_ready_delivery.h).
+    attn_ready_load_delivery_kernels(q.device);
+  }
   GatherSideStream& side = *g.side;
   if (!g.ready_zeroed) {  // once: no word left in the arena passes for an epoch (ordered on the compute stream)
     const int32_t zeros[2] = {0, 0};

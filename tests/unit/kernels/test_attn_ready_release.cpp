@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/attn_ready_delivery.h"
 #include "kernels/attn_ready_flags.h"
 #include "tests/unit/test_reference.h"
 
@@ -51,6 +52,16 @@ TEST(AttnReadyRelease, RefusesFlagsOffAndSourcesOutsideTheWords) {
   refused(AttnReadyFlags{}, 0, "off");
   refused(w.flags(1), 3, "source 3");
   refused(w.flags(1), -1, "source -1");
+}
+
+// The delivery kernels' loading (kernels/attn_ready_delivery.h) has nothing to load for host words: it returns, again and
+// again, and leaves the host release working. The CUDA loading is exercised by the GPU test named above.
+TEST(AttnReadyRelease, LoadingTheDeliveryKernelsOnTheHostDoesNothing) {
+  Words w;
+  attn_ready_load_delivery_kernels(Device::cpu());
+  attn_ready_load_delivery_kernels(Device::cpu());
+  attn_ready_release(w.flags(11), 0);
+  EXPECT_EQ(w.word(0), 11u);
 }
 
 TEST(AttnReadyRelease, FreeSmsDefaultAndCheck) {
