@@ -201,10 +201,11 @@ bool cold_delivery_kernels() {
   return env != nullptr && std::string(env) == "1";
 }
 
-// DISABLED: failed on the H200 (2026-12-04 jobs 4 and 5, 1d5a907 / 5c21700): the flag never rose, the watchdog ended the
-// call after 10 s ("gathered K/V from source 0 (epoch 2) never arrived"), at M = 8 and at RT_ATTN_READY_FREE_SMS=66.
-// The diagnosis (bench/NOTES.md, issue 46): lazy module loading. gather_rows' and the flag kernel's first launch in the
-// process came while the list kernel spun on its flag, and the load waited for the list kernel to end. The test now
+// DISABLED: failed on the H200 (2026-12-04 jobs 4 and 5, 1d5a907 / 5c21700): the flag never rose, the watchdog ended
+// the call after 10 s ("gathered K/V from source 0 (epoch 2) never arrived"), at M = 8 and RT_ATTN_READY_FREE_SMS=66.
+// The likely cause (issue 46; to be confirmed by the runs below): lazy module loading. gather_rows' and the flag
+// kernel's first launch in the process came while the list kernel spun on its flag, and the load waited for the list
+// kernel to end. The test now
 // loads them first (attn_ready_load_delivery_kernels, kernels/attn_ready_delivery.h), as the ring does; with
 // RT_TEST_READY_COLD=1 it does not (the negative control: the same failure expected, its launch call blocked ~10 s).
 // It prints one VERDICT line that names where the delivery stopped:
@@ -279,8 +280,9 @@ TEST(AttnWorkListPersistentCuda, DISABLED_RowsDeliveredByKernelsUnderTheListKern
   const double seconds = seconds_since(t0);
   CUDA_CHECK(cudaStreamSynchronize(side.s));
   const uint32_t word = *ready_seen;
-  std::printf("delivered by kernels under the persistent list kernel: M = %d used of %d SMs (RT_ATTN_READY_FREE_SMS=%s, "
-              "the call asked %d), module loading %s (CUDA_MODULE_LOADING=%s), delivery kernels %s\n",
+  std::printf("delivered by kernels under the persistent list kernel: M = %d used of %d SMs "
+              "(RT_ATTN_READY_FREE_SMS=%s, the call asked %d), module loading %s (CUDA_MODULE_LOADING=%s), "
+              "delivery kernels %s\n",
               m_used, sm_count(), env_m ? env_m : "unset", kAttnReadyFreeSmsDefault, module_loading_mode().c_str(),
               env_loading ? env_loading : "unset",
               cold ? "NOT loaded first (RT_TEST_READY_COLD=1)" : "loaded first (attn_ready_load_delivery_kernels)");

@@ -54,8 +54,8 @@ TEST(AttnReadyRelease, RefusesFlagsOffAndSourcesOutsideTheWords) {
   refused(w.flags(1), -1, "source -1");
 }
 
-// The delivery kernels' loading (kernels/attn_ready_delivery.h) has nothing to load for host words: it returns, again and
-// again, and leaves the host release working. The CUDA loading is exercised by the GPU test named above.
+// The delivery kernels' loading (kernels/attn_ready_delivery.h) has nothing to load for host words: it returns, again
+// and again, and leaves the host release working. The CUDA loading is exercised by the GPU test named above.
 TEST(AttnReadyRelease, LoadingTheDeliveryKernelsOnTheHostDoesNothing) {
   Words w;
   attn_ready_load_delivery_kernels(Device::cpu());
