@@ -77,19 +77,31 @@ INSTANTIATE_TEST_SUITE_P(Grids, GpuFp8Grid,
                                            Fp8GridCase{1, 2, 1, "rowwise", "swiglu"}),
                          [](const ::testing::TestParamInfo<Fp8GridCase>& info) { return case_name(info.param); });
 
+// The start the two tests below share: skips without a CUDA device, fails where the requested communicator is
+// impossible here; then the world's size and this rank's GPU.
+class GpuRanksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!rt::test::gpu_present()) GTEST_SKIP() << "no CUDA device";
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    placement = gpu_rank_placement();
+    ASSERT_TRUE(placement.error.empty()) << placement.error;
+    gpu = Device::cuda(placement.device);
+  }
+  int world = 1;
+  GpuRankPlacement placement;
+  Device gpu;
+};
+class GpuFp8AttentionRing : public GpuRanksTest {};
+class GpuFp8Zero3Gather : public GpuRanksTest {};
+
 // fp8.attention on a ring of GPU ranks (issue 47: the ring's block calls on the sm_90a FP8 backward, kernels/attn_fp8.h
 // "On CUDA tensors") against one GPU rank with fp8.attention, head dim 128 (d_model 256, 2 heads), 1,024 tokens: every
 // rank's rows and every zigzag chunk are multiples of 128, so the Q / K / dO scale groups hold the same tokens on both
 // grids and what differs is the order of the ring's merges (the FP8 grid's tolerances above). And the same ring
 // without fp8.attention must differ from it by more than rounding (at least 1e-3 on the whole gradient; the FP8
 // backward is ~3.7e-2 from bf16), so the check fails if the flag were dropped on the way to the ring.
-TEST(GpuFp8AttentionRing, RingOfGpuRanksMatchesOneGpuRank) {
-  if (!rt::test::gpu_present()) GTEST_SKIP() << "no CUDA device";
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const GpuRankPlacement placement = gpu_rank_placement();
-  ASSERT_TRUE(placement.error.empty()) << placement.error;
-  const Device gpu = Device::cuda(placement.device);
+TEST_F(GpuFp8AttentionRing, RingOfGpuRanksMatchesOneGpuRank) {
   if (compute_capability(gpu) != 90) GTEST_SKIP() << "fp8.attention's CUDA kernel needs sm_90 (H100 / H200)";
   for (const auto& [cp, n_kv_head] : {std::pair<int, int>{2, 2}, std::pair<int, int>{4, 1}}) {
     if (cp > world) continue;
@@ -122,13 +134,7 @@ TEST(GpuFp8AttentionRing, RingOfGpuRanksMatchesOneGpuRank) {
 // gather on the same grid, tensorwise. The dequantized bf16 slot re-quantizes to the same codes and the same factor
 // (its largest element rounds back to the amax in bf16), so the step is expected bit for bit (deterministic attention);
 // held to 1e-6 / 1e-5 and printed, so a GPU run shows whether it was exact.
-TEST(GpuFp8Zero3Gather, MatchesTheBf16GatherOnTheSameGrid) {
-  if (!rt::test::gpu_present()) GTEST_SKIP() << "no CUDA device";
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const GpuRankPlacement placement = gpu_rank_placement();
-  ASSERT_TRUE(placement.error.empty()) << placement.error;
-  const Device gpu = Device::cuda(placement.device);
+TEST_F(GpuFp8Zero3Gather, MatchesTheBf16GatherOnTheSameGrid) {
   if (compute_capability(gpu) < 89) GTEST_SKIP() << "precision fp8 needs FP8 tensor cores (sm_89+)";
   for (const Fp8GridCase c : {Fp8GridCase{1, 4, 1, "tensorwise", "swiglu"}, Fp8GridCase{2, 1, 2, "tensorwise", "gelu"},
                               Fp8GridCase{1, 2, 1, "tensorwise", "gelu"}}) {
