@@ -25,6 +25,7 @@
 #include "kernels/attn_bwd_fp8.h"
 #include "kernels/attn_fp8.h"
 #include "kernels/attn_fwd_fp8.h"
+#include "tests/gpu/attn_bwd_device_inputs.h"
 #include "tests/gpu/fp8_attn_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -206,19 +207,12 @@ void run_block_case(const BlockCase& c, uint64_t seed) {
   const std::vector<float> dv_ref = rows_of(dv_cpu, c.B, c.Nk, c.Hkv, kb, ke);
   const bool any = any_visible(c);
 
-  Buffer bq(gpu(), DType::bf16, {c.B, c.Nq, c.H, kD}), bk(gpu(), DType::bf16, {c.B, c.Nk, c.Hkv, kD}),
-      bv(gpu(), DType::bf16, {c.B, c.Nk, c.Hkv, kD}), bdo(gpu(), DType::bf16, {c.B, c.Nq, c.H, kD});
-  Buffer blse(gpu(), DType::f32, {c.B, c.H, c.Nq}), bdelta(gpu(), DType::f32, {c.B, c.H, c.Nq});
+  const AttnBwdDeviceInputs in(c.B, c.Nq, c.Nk, c.H, c.Hkv, kD);
   Buffer bdq(gpu(), DType::f32, {c.B, c.Nq, c.H, kD}), bdk(gpu(), DType::f32, {c.B, c.Nk, c.Hkv, kD}),
       bdv(gpu(), DType::f32, {c.B, c.Nk, c.Hkv, kD});
-  upload(bq, q);
-  upload(bk, k);
-  upload(bv, v);
-  upload(bdo, dout);
-  upload(blse, lse);
-  upload(bdelta, delta);
+  in.fill(q, k, v, dout, lse, delta);
   BlockCodes codes(c);
-  attn_bwd_fp8_quantize(bq, bk, bdo, codes.c);
+  attn_bwd_fp8_quantize(in.q, in.k, in.dout, codes.c);
   expect_codes(q, c.B, c.Nq, c.H, true, codes.c.qt, codes.c.q_factor, "Q^T");
   expect_codes(dout, c.B, c.Nq, c.H, true, codes.c.dot, codes.c.do_factor, "dO^T");
   expect_codes(k, c.B, c.Nk, c.Hkv, false, codes.c.kt, codes.c.k_factor, "K^T");
@@ -226,7 +220,7 @@ void run_block_case(const BlockCase& c, uint64_t seed) {
   upload(bdq, dq0);  // the op adds
   upload(bdk, dk0);
   upload(bdv, dv0);
-  attn_bwd_fp8_from_codes(bq, bk, bv, bdo, blse, bdelta, codes.c, c.mask, bdq, bdk, bdv);
+  attn_bwd_fp8_from_codes(in.q, in.k, in.v, in.dout, in.lse, in.delta, codes.c, c.mask, bdq, bdk, bdv);
   const std::vector<float> dq = download(bdq), dk = download(bdk), dv = download(bdv);
   EXPECT_EQ(changed_outside(dq, dq0, c.B, c.Nq, c.H, qb, qe), 0) << "dq rows outside the query range changed";
   EXPECT_EQ(changed_outside(dk, dk0, c.B, c.Nk, c.Hkv, kb, ke), 0) << "dk rows outside the key range changed";

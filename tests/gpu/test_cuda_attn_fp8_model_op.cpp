@@ -19,6 +19,7 @@
 
 #include "kernels/attn_bwd_fp8.h"
 #include "kernels/attn_fp8.h"
+#include "tests/gpu/attn_bwd_device_inputs.h"
 #include "tests/gpu/fp8_attn_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -54,15 +55,11 @@ std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& 
 struct OpCase {
   Case s;
   std::vector<float> q, k, v, dout, lse, delta;
-  Buffer bq, bk, bv, bdo, blse, bdelta, bdq, bdk, bdv, work;
+  AttnBwdDeviceInputs dev;  // q / k / v / dout, lse / delta on the GPU
+  Buffer bdq, bdk, bdv, work;
   OpCase(const Case& c, uint64_t seed)
       : s(c),
-        bq(gpu(), DType::bf16, {c.B, c.N, c.H, D}),
-        bk(gpu(), DType::bf16, {c.B, c.N, c.Hkv, D}),
-        bv(gpu(), DType::bf16, {c.B, c.N, c.Hkv, D}),
-        bdo(gpu(), DType::bf16, {c.B, c.N, c.H, D}),
-        blse(gpu(), DType::f32, {c.B, c.H, c.N}),
-        bdelta(gpu(), DType::f32, {c.B, c.H, c.N}),
+        dev(c.B, c.N, c.N, c.H, c.Hkv, D),
         bdq(gpu(), DType::f32, {c.B, c.N, c.H, D}),
         bdk(gpu(), DType::f32, {c.B, c.N, c.Hkv, D}),
         bdv(gpu(), DType::f32, {c.B, c.N, c.Hkv, D}),
@@ -71,12 +68,7 @@ struct OpCase {
     q = in.q, k = in.k, v = in.v;
     dout = bf16_rounded(random_vector(s.B * s.N * s.H * D, seed + 3));
     cpu_lse_delta(s, q, k, v, dout, lse, delta);
-    upload(bq, q);
-    upload(bk, k);
-    upload(bv, v);
-    upload(bdo, dout);
-    upload(blse, lse);
-    upload(bdelta, delta);
+    dev.fill(q, k, v, dout, lse, delta);
     poison_codes(work.t());
   }
   AttnMask mask() const {
@@ -110,7 +102,8 @@ void run_op_case(const Case& s, uint64_t seed) {
   explicit_ranges.q_end = s.N, explicit_ranges.k_end = s.N;
   {
     const AttnFp8BwdWorkspaceScope scope(&c.work.t());
-    attn_bwd_block_fresh_fp8(c.bq, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv, explicit_ranges);
+    attn_bwd_block_fresh_fp8(c.dev.q, c.dev.k, c.dev.v, c.dev.dout, c.dev.lse, c.dev.delta, c.bdq, c.bdk, c.bdv,
+                             explicit_ranges);
   }
   const std::vector<float> dq_gpu = minus(download(c.bdq), dq0), dk_gpu = download(c.bdk), dv_gpu = download(c.bdv);
   const double eq = rel_error(dq_gpu, dq_cpu), ek = rel_error(dk_gpu, dk_cpu), ev = rel_error(dv_gpu, dv_cpu);
@@ -122,7 +115,7 @@ void run_op_case(const Case& s, uint64_t seed) {
   poison_codes(c.work.t());
   {
     const AttnFp8BwdWorkspaceScope scope(&c.work.t());
-    attn_bwd_block_fp8(c.bq, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv, c.mask());
+    attn_bwd_block_fp8(c.dev.q, c.dev.k, c.dev.v, c.dev.dout, c.dev.lse, c.dev.delta, c.bdq, c.bdk, c.bdv, c.mask());
   }
   const double aq = rel_error(minus(download(c.bdq), dq0), dq_cpu);
   const double ak = rel_error(minus(download(c.bdk), dk0), dk_cpu), av = rel_error(minus(download(c.bdv), dv0), dv_cpu);
@@ -170,7 +163,9 @@ TEST(CudaAttnFp8ModelOp, RefusesWhatTheKernelDoesNotCover) {
   poison(c.bdv);
   const AttnFp8BwdWorkspaceScope scope(&c.work.t());
   auto fresh = [&](const AttnMask& m) {
-    return [&c, m] { attn_bwd_block_fresh_fp8(c.bq, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv, m); };
+    return [&c, m] {
+      attn_bwd_block_fresh_fp8(c.dev.q, c.dev.k, c.dev.v, c.dev.dout, c.dev.lse, c.dev.delta, c.bdq, c.bdk, c.bdv, m);
+    };
   };
   // Row ranges and off-diagonal offsets (the ring's blocks) are in the kernel's scope: tests/gpu/
   // test_cuda_attn_bwd_fp8_blocks.cpp and tests/mpi/test_gpu_fp8_grid.cpp GpuFp8AttentionRing run them.
@@ -182,31 +177,29 @@ TEST(CudaAttnFp8ModelOp, RefusesWhatTheKernelDoesNotCover) {
   expect_refused(
       "the two_kv form",
       [&] {
-        attn_bwd_block_fresh_two_kv_fp8(c.bq, c.bk, c.bv, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv,
-                                        c.bdk, c.bdv, c.mask());
+        attn_bwd_block_fresh_two_kv_fp8(c.dev.q, c.dev.k, c.dev.v, c.dev.k, c.dev.v, c.dev.dout, c.dev.lse,
+                                        c.dev.delta, c.bdq, c.bdk, c.bdv, c.bdk, c.bdv, c.mask());
       },
       {"no CUDA path", "without packed documents"}, c.bdk);
   {
     Buffer q64(gpu(), DType::bf16, {2, 256, 4, 64}), k64(gpu(), DType::bf16, {2, 256, 2, 64});
     expect_refused(
         "head dim 64",
-        [&] { attn_bwd_block_fp8(q64, k64, k64, q64, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv, c.mask()); },
+        [&] { attn_bwd_block_fp8(q64, k64, k64, q64, c.dev.lse, c.dev.delta, c.bdq, c.bdk, c.bdv, c.mask()); },
         {"head dim 64"}, c.bdk);
   }
+  // The whole call under the workspace scope each block below sets.
+  auto whole = [&] {
+    attn_bwd_block_fp8(c.dev.q, c.dev.k, c.dev.v, c.dev.dout, c.dev.lse, c.dev.delta, c.bdq, c.bdk, c.bdv, c.mask());
+  };
   {
     const AttnFp8BwdWorkspaceScope none(nullptr);
-    expect_refused(
-        "no workspace", [&] { attn_bwd_block_fp8(c.bq, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk, c.bdv,
-                                                 c.mask()); },
-        {"AttnFp8BwdWorkspaceScope"}, c.bdk);
+    expect_refused("no workspace", whole, {"AttnFp8BwdWorkspaceScope"}, c.bdk);
   }
   {
     const Tensor small = c.work.t().slice(0, 1024);
     const AttnFp8BwdWorkspaceScope too_small(&small);
-    expect_refused(
-        "a workspace too small", [&] { attn_bwd_block_fp8(c.bq, c.bk, c.bv, c.bdo, c.blse, c.bdelta, c.bdq, c.bdk,
-                                                          c.bdv, c.mask()); },
-        {"the workspace holds 1024 bytes"}, c.bdk);
+    expect_refused("a workspace too small", whole, {"the workspace holds 1024 bytes"}, c.bdk);
   }
 }
 
