@@ -194,11 +194,7 @@ class Study:
         metrics = self.path("runs", name, "metrics.jsonl")
         t0, last_print, termed = time.time(), 0.0, False
         with open(log_path, "w") as log:
-            log.write("$ " + " ".join(cmd) + "\n")
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env,
-                                    start_new_session=True)
-            self.child = proc
+            proc = self.start_logged(cmd, log)
             while proc.poll() is None:
                 time.sleep(1)
                 now = time.time()
@@ -235,14 +231,19 @@ class Study:
                 say(f"{name}: {note}")
             self.save_study()
 
+    def start_logged(self, cmd, log):
+        """Starts cmd with its output in the open file log (after a "$ cmd" line), in its own session, as self.child."""
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env,
+                                start_new_session=True)
+        self.child = proc
+        return proc
+
     def run_logged(self, label, cmd, log_path):
         """A helper command (evals, needles, plots) with its output in log_path; stopped like a run on a signal."""
         with open(log_path, "a") as log:
-            log.write("$ " + " ".join(cmd) + "\n")
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env,
-                                    start_new_session=True)
-            self.child = proc
+            proc = self.start_logged(cmd, log)
             proc.wait()
             self.child = None
         return proc.returncode
