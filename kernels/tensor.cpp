@@ -56,7 +56,10 @@ int64_t Tensor::size(int dim) const {
 
 std::string Tensor::shape_str() const {
   std::string s = "(";
-  for (int i = 0; i < ndim; ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (int i = 0; i < ndim; ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + ")";
 }
 
