@@ -89,7 +89,10 @@ void check_shape(const Tensor& t, std::initializer_list<int64_t> dims, const cha
   if (!ok) {
     std::string want = "(";
     i = 0;
-    for (int64_t d : dims) want += (i++ ? "," : "") + (d < 0 ? std::string("*") : std::to_string(d));
+    for (int64_t d : dims) {
+      if (i++) want += ',';
+      want += d < 0 ? std::string("*") : std::to_string(d);
+    }
     RT_CHECK(false, op << ": " << arg << " has shape " << t.shape_str() << ", expected " << want << ")");
   }
 }
