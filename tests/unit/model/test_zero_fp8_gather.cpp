@@ -223,8 +223,11 @@ TEST(ZeroFp8Gather, ANaNInOneShardMakesItsWholeMatrixNaNOnEveryRank) {
   float unused = 0;
   for (int r = 0; r < kRanks; ++r) {
     for (int i = 0; i < 320; ++i) ASSERT_TRUE(std::isnan(got[size_t(r)][size_t(i)])) << "rank " << r << " element " << i;
-    for (int i = 320; i < 512; ++i)
-      if (is_norm(i)) ASSERT_EQ(got[size_t(r)][size_t(i)], x[size_t(i)]) << "rank " << r << " norm " << i;
+    for (int i = 320; i < 512; ++i) {
+      if (is_norm(i)) {
+        ASSERT_EQ(got[size_t(r)][size_t(i)], x[size_t(i)]) << "rank " << r << " norm " << i;
+      }
+    }
   }
   // Only the matrix holding the NaN: wq alone poisoned leaves [w1; w3] finite.
   x = unit_values();

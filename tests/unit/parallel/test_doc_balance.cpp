@@ -83,7 +83,9 @@ TEST(DocBalance, BalancedPicksTheFastestPredictedValidOrderOnEveryMix) {
             std::vector<int> seen(static_cast<size_t>(T), 0);
             for (int64_t i = 0; i < T; ++i) {
               seen[size_t(c.order[size_t(i)])] += 1;
-              if (i % (T / cp) != 0) ASSERT_LT(c.order[size_t(i - 1)], c.order[size_t(i)]) << where << " " << c.label();
+              if (i % (T / cp) != 0) {
+                ASSERT_LT(c.order[size_t(i - 1)], c.order[size_t(i)]) << where << " " << c.label();
+              }
             }
             ASSERT_EQ(std::count(seen.begin(), seen.end(), 1), T) << where << " " << c.label();
             EXPECT_GT(c.time.efficiency_fwd(), 0.0) << where;
