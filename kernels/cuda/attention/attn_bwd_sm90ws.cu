@@ -4,7 +4,6 @@
 // cannot take (attn_bwd_v5_fits).
 #include <algorithm>
 #include <climits>
-#include <mutex>
 
 #include "kernels/cuda/attention/attn_bwd_sm90.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90_tile.cuh"
@@ -17,6 +16,7 @@
 #include "kernels/cuda/attention/attn_bwd_sm90ws_maps.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_producer.cuh"
 #include "kernels/cuda/attention/attn_bwd_sm90ws_units.cuh"
+#include "kernels/cuda/attention/persistent_unit_counter.h"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/attention/attn_sm90_wgmma_ops.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
@@ -125,20 +125,6 @@ BwdV5Grid v5_grid(const AttnBwdParams& p, int64_t D, int64_t rows, int64_t n_bh,
   return g;
 }
 
-// The counter from which bwd v5's CTAs fetch their units after the first, per device: zeroed once, and set back
-// to 0 by each launch's last fetch (so, like the deterministic turn counters, one launch at a time per device).
-int* bwd_unit_counter(int device, cudaStream_t stream) {
-  static std::mutex mutex;
-  static int* counters[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  int*& c = counters[device_slot(device)];
-  if (c == nullptr) {  // zeroed once; each launch leaves it at 0 (bwd_v5_producer)
-    CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
-    CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
-  }
-  return c;
-}
-
 template <int D, bool kDocs, int R>
 void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) {
   constexpr size_t smem = kDocs ? WgBwdV5Smem<D, R>::kBytesDocs : WgBwdV5Smem<D, R>::kBytes;
@@ -171,7 +157,7 @@ void launch(const AttnBwdParams& p, int64_t B, int device, cudaStream_t stream) 
     CUDA_CHECK_LAUNCH();
   }
   if constexpr (kDocs) attn_doc_k128_spans(p.docs, B, stream);  // each unit's query span (attn_bwd_sm90ws_docs.cuh)
-  int* next_unit = bwd_unit_counter(device, stream);
+  int* next_unit = persistent_unit_counter(PersistentKernel::bwd_v5, device, stream);
   launch_dependent_kernel(attn_bwd_ws_kernel<D, kDocs, R>, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream,
                           m.q, m.dout, m.k, m.v, m.dq, m.dk, m.dv, m.k2, m.v2, m.dk2, m.dv2, p, g, next_unit,
                           BwdWorkListDev{});

@@ -23,7 +23,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <mutex>
 #include <vector>
 
 #include "kernels/attn_work_list.h"
@@ -34,6 +33,7 @@
 #include "kernels/cuda/attention/attn_bwd_sm90ws_maps.cuh"
 #include "kernels/cuda/attention/attn_doc_mask.cuh"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
+#include "kernels/cuda/attention/persistent_unit_counter.h"
 #include "kernels/cuda/pdl.cuh"
 
 namespace rt {
@@ -45,20 +45,6 @@ namespace {
 int64_t list_kv_window(int64_t B, int64_t Nq, int64_t group, int64_t D, int64_t Hkv) {
   const int64_t head_bytes = std::max<int64_t>(1, B * Nq * group * D * 8);
   return std::max<int64_t>(1, std::min<int64_t>(Hkv, (int64_t(16) << 20) / head_bytes));
-}
-
-// The counter from which the list kernel's CTAs fetch their units after the first, per device: zeroed once, and set
-// back to 0 by each launch's last fetch (bwd_v5_producer), so one launch at a time per device.
-int* list_unit_counter(int device, cudaStream_t stream) {
-  static std::mutex mutex;
-  static int* counters[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  int*& c = counters[device_slot(device)];
-  if (c == nullptr) {
-    CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
-    CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
-  }
-  return c;
 }
 
 bool host_check_requested() {
@@ -131,7 +117,7 @@ void launch(const AttnBwdParams& p, int64_t B, const BwdWorkListDev& wl, int64_t
   const int n_sm = device_props().multiProcessorCount;  // `device` is current (stream_for in the op)
   BwdV5Grid g{0, p.Hkv, window, 0, 1, 0, std::min<int64_t>(max_units, n_sm)};
   if (g.ctas == 0) return;
-  int* next_unit = list_unit_counter(device, stream);
+  int* next_unit = persistent_unit_counter(PersistentKernel::bwd_work_list, device, stream);
   launch_dependent_kernel(kernel, dim3(unsigned(g.ctas)), dim3(kV5Threads), smem, stream, m.q, m.dout, m.k, m.v,
                           m.dq, m.dk, m.dv, m.k2, m.v2, m.dk2, m.dv2, p, g, next_unit, wl);
 }

@@ -48,6 +48,7 @@
 #include "kernels/cuda/attention/attn_fwd_work_list.cuh"
 #include "kernels/cuda/attention/attn_fwd_work_list_fits.h"
 #include "kernels/cuda/attention/attn_fwd_work_list_persistent.cuh"
+#include "kernels/cuda/attention/persistent_unit_counter.h"
 #include "kernels/cuda/attention/attn_sm90_tma_ops.cuh"
 #include "kernels/cuda/attention/attn_variant.h"
 #include "kernels/cuda/pdl.cuh"
@@ -198,20 +199,6 @@ void check_list_on_host(const Tensor& list, const AttnDims& d, const AttnDocs& d
   check_bounds_on_host(wl, docs, d, list_rows, stream, op);
 }
 
-// The counter from which the persistent form's CTAs fetch their units after the first, per device: zeroed once, and
-// set back to 0 by each launch's last fetch (attn_fwd_work_list_persistent.cuh; one launch at a time per device).
-int* persistent_unit_counter(int device, cudaStream_t stream) {
-  static std::mutex mutex;
-  static int* counters[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  int*& c = counters[device_slot(device)];
-  if (c == nullptr) {
-    CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
-    CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(int), stream));
-  }
-  return c;
-}
-
 // The persistent form's CTAs for M free SMs: (SMs - M) x the kernel's CTAs per SM (per device, found once).
 template <typename Kernel>
 int64_t persistent_ctas(Kernel* kernel, size_t smem, int device, int free_sms, const char* op) {
@@ -264,7 +251,7 @@ void launch(const AttnFwdParams& p, int64_t B, const WsWorkList& wl, int head_wi
     WsPersistent ps;
     ps.units = int(ctas);
     ps.ctas = int(std::min(ctas, persistent_ctas(persistent, smem, device, free_sms, "attn_fwd_work_list")));
-    ps.next_unit = persistent_unit_counter(device, stream);
+    ps.next_unit = persistent_unit_counter(PersistentKernel::fwd_work_list, device, stream);
     launch_dependent_kernel(persistent, dim3(unsigned(ps.ctas)), dim3(kWsThreads<kCons>), smem, stream, tq, tk, tv,
                             tk2, tv2, p, int(nqt), head_window, wl, ps);
     return;
