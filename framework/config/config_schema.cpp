@@ -82,7 +82,7 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(fp8, bf16_first_last, boolean, "precision fp8: first and last blocks keep bf16 GEMMs"),
       RT_FIELD(fp8, attention, boolean,
                "precision fp8: attention backward's dV, dQ, dK on E4M3 operands (CPU: head dim 64 / 128; GPU: "
-               "sm_90a, head dim 128, cp 1, no packed documents)"),
+               "sm_90a, head dim 128, seq_len / cp a multiple of 128, no packed documents)"),
       RT_FIELD(fp8, zero3_gather, string,
                "parallel.zero 3: the FP8 blocks' weight all-gather in bf16 | fp8 (E4M3 + a factor per matrix)"),
       RT_FIELD(optim, lr, f32, "peak learning rate"),
