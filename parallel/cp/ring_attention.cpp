@@ -41,7 +41,7 @@ using Phase = RingTimer::Phase;
 
 RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAttentionShape& shape, Arena& arena,
                              DType dkv_wire, bool gather)
-    : cp_(cp), layout_(layout), causal_(causal), shape_(shape) {
+    : cp_(cp), layout_(layout), causal_(causal), shape_(shape), kv_wire_(shape.dtype) {
   const int64_t B = shape.batch, n = shape.local_tokens, H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
   RT_CHECK(B > 0 && n > 0 && H > 0 && Hkv > 0 && D > 0,
            "ring attention: every dimension must be positive (B=" << B << " n=" << n << " H=" << H << " Hkv="
@@ -65,6 +65,7 @@ RingAttention::RingAttention(Comm& cp, Layout layout, bool causal, const RingAtt
     kv_buf_[0] = arena.alloc(shape.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_hop0");  // (2, B, n, Hkv, D) K|V
     kv_buf_[1] = arena.alloc(shape.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_hop1");  // (2, B, n, Hkv, D) K|V
   }
+  kv_block_bytes_ = double(2 * B * n * Hkv * D) * double(dtype_size(shape.dtype));  // the K|V hop's bytes
   // The dK|dV accumulator as it travels: bf16 on a ring with dkv_wire bf16, else f32 (the bytes the planner counts).
   dkv_block_bytes_ = double(2 * B * n * Hkv * D) * double(dtype_size(ring && dkv_wire == DType::bf16 ? DType::bf16
                                                                                                      : DType::f32));
@@ -120,6 +121,10 @@ void RingAttention::set_documents(const int64_t* pos, const int64_t* doc_start, 
   const int64_t* hs = host_doc_start ? host_doc_start : doc_start;
   hops_ = ring_hop_plan(hp, hs, shape_.batch, shape_.local_tokens * cp_.size(), cp_.size());
   if (scheme != CpScheme::gather || cp_.size() == 1) return;  // one rank: nothing to gather
+  RT_CHECK(kv_wire_ != DType::e4m3,
+           "ring attention: set_documents asks for the gather scheme, but K/V travel in E4M3 (fp8.attention_kv: "
+           "e4m3), which only the ring's K/V hops carry; the gather exchanges K/V rows in the activation dtype. Use "
+           "parallel.cp_scheme: ring, or fp8.attention_kv: bf16");
   RT_CHECK(gather_, "ring attention: set_documents asks for the gather scheme, but this RingAttention was built "
                     "without its buffers; construct it with gather = true (the model does for parallel.cp_scheme: "
                     "gather or auto)");
@@ -134,12 +139,12 @@ double RingAttention::planned_bytes_per_layer() const {
     return gather_->total_rows * 2.0 * W *
            (2.0 * double(dtype_size(shape_.dtype)) + double(dtype_size(gather_->wire)));
   }
-  return hops_.bytes_per_layer(double(kv_buf_[0].nbytes()), dkv);
+  return hops_.bytes_per_layer(kv_block_bytes_, dkv);
 }
 
 double RingAttention::ring_bytes_per_layer() const {
   const double dkv = dkv_block_bytes_;
-  return ring_hop_plan_full(cp_.size()).bytes_per_layer(double(kv_buf_[0].nbytes()), dkv);
+  return ring_hop_plan_full(cp_.size()).bytes_per_layer(kv_block_bytes_, dkv);
 }
 
 ExchangeHandle RingAttention::kv_hop_start(const Tensor& send, Tensor recv, int distance) {
@@ -188,6 +193,35 @@ void RingAttention::set_fp8_backward(bool on, Arena* arena) {
   if (on && arena && arena->device().is_cuda() && in_scope && !fp8_bwd_space_.defined())
     fp8_bwd_space_ = arena->alloc(DType::e4m3, {attn_fp8_bwd_workspace_bytes(B, n, H, Hkv, D)},
                                   "ring_attn.fp8_bwd_codes");  // (bytes) Q^T, dO^T, K^T codes + factors
+}
+
+void RingAttention::set_kv_wire(DType wire, Arena& arena) {
+  RT_CHECK(wire == shape_.dtype || wire == DType::e4m3,
+           "ring attention: K/V travel in the activation dtype (" << dtype_name(shape_.dtype) << ") or e4m3 "
+                                                                  "(fp8.attention_kv), got " << dtype_name(wire));
+  RT_CHECK(wire != DType::e4m3 || scheme_ != CpScheme::gather,
+           "ring attention: K/V in E4M3 (fp8.attention_kv: e4m3) travel on the ring's hops only, but the current "
+           "documents run the gather scheme; use parallel.cp_scheme: ring, or fp8.attention_kv: bf16");
+  kv_wire_ = wire;
+  const int64_t B = shape_.batch, n = shape_.local_tokens, Hkv = shape_.kv_heads, D = shape_.head_dim;
+  if (wire != DType::e4m3) {
+    kv_block_bytes_ = double(2 * B * n * Hkv * D) * double(dtype_size(shape_.dtype));
+    return;
+  }
+  kv_fp8_ = KvFp8Message(B, n, Hkv, D);
+  kv_block_bytes_ = double(kv_fp8_.bytes());
+  if (!kv_msg_[0].defined())
+    kv_msg_[0] = arena.alloc(DType::e4m3, {kv_fp8_.bytes()}, "ring_attn.kv_fp8_msg0");  // (bytes) K|V codes+factors
+  if (cp_.size() > 1 && !kv_msg_[1].defined())
+    kv_msg_[1] = arena.alloc(DType::e4m3, {kv_fp8_.bytes()}, "ring_attn.kv_fp8_msg1");  // (bytes) K|V codes+factors
+  if (!kv_buf_[0].defined())  // a single rank: the own K|V dequantized
+    kv_buf_[0] = arena.alloc(shape_.dtype, {2, B, n, Hkv, D}, "ring_attn.kv_own_fp8");  // (2, B, n, Hkv, D) K|V
+}
+
+void RingAttention::round_own_kv(const Tensor& msg, const Tensor& k, const Tensor& v) {
+  RingTimerScope t(*timer_, Phase::compute);
+  kv_fp8_.pack(msg, k, v);
+  kv_fp8_.unpack(kv_buf_[0], msg);
 }
 
 RingBlockPlan RingAttention::step_plan(int source) const {
@@ -268,6 +302,14 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
     finish_call();
     return;
   }
+  // kv_wire e4m3: every step computes on dequantized K/V, the own block's in kv_buf_[0] and the hops carry messages.
+  const bool fp8_kv = kv_wire_ == DType::e4m3;
+  Tensor* wire = fp8_kv ? kv_msg_ : kv_buf_;  // what the K/V hops send and receive, double-buffered
+  Tensor k_own = k, v_own = v;                // (B, n, Hkv, D) the own block as the steps read it
+  if (fp8_kv) {
+    round_own_kv(kv_msg_[0], k, v);
+    k_own = half(kv_buf_[0], 0), v_own = half(kv_buf_[0], 1);
+  }
   if (cp == 1) {  // one block: the fused whole forward (no state reset / finalize passes where it applies)
     {
       RingTimerScope t(*timer_, Phase::compute);
@@ -277,7 +319,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
         attn_state_reset(state_);
         attn_fwd_finalize(state_, out, lse);
       } else {
-        attn_fwd_whole(q, k, v, state_, plan.mask, out, lse);
+        attn_fwd_whole(q, k_own, v_own, state_, plan.mask, out, lse);
       }
     }
     finish_call();
@@ -297,7 +339,7 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   {
     RingTimerScope t(*timer_, Phase::compute);
     if (!fused_ends) attn_state_reset(state_);
-    if (cp > 1) {
+    if (cp > 1 && !fp8_kv) {
       // Pack the own K/V once; the hop that brings step 1's block is posted before step 0's compute.
       copy_cast(half(kv_buf_[0], 0), k);
       copy_cast(half(kv_buf_[0], 1), v);
@@ -305,21 +347,25 @@ void RingAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, T
   }
   if (cp > 1) {
     RingTimerScope t(*timer_, Phase::comm);
-    hop = kv_hop_start(kv_buf_[0], kv_buf_[1], 1);
+    hop = kv_hop_start(wire[0], wire[1], 1);
   }
   for (int step = 0; step < cp; ++step) {
-    Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
+    Tensor k_blk = k_own, v_blk = v_own;  // (B, n, Hkv, D)
+    const Tensor* cur = nullptr;         // the received block (step > 0)
     if (step > 0) {
       RingTimerScope t(*timer_, Phase::comm);
       cp_.wait(hop);
-      const Tensor& cur = kv_buf_[step % 2];
-      if (step + 1 < cp) hop = kv_hop_start(cur, kv_buf_[(step + 1) % 2], step + 1);
-      k_blk = half(cur, 0);
-      v_blk = half(cur, 1);
+      cur = &wire[step % 2];
+      if (step + 1 < cp) hop = kv_hop_start(*cur, wire[(step + 1) % 2], step + 1);
     }
     maybe_inject_fault("ring_attention.forward_step");  // with an exchange in flight
     const RingBlockPlan plan = step_plan(ring_source(r, step, cp));
     RingTimerScope t(*timer_, Phase::compute);
+    if (cur) {
+      if (fp8_kv && !plan.skip) kv_fp8_.unpack(kv_buf_[1], *cur);  // a skipped step's message may not have come
+      const Tensor& blk = fp8_kv ? kv_buf_[1] : *cur;
+      k_blk = half(blk, 0), v_blk = half(blk, 1);
+    }
     if (plan.skip) {
       if (doc_pos_) ++skipped_steps_;
     } else if (step == first_step && step == last_step) {
@@ -364,11 +410,19 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
     return;
   }
   ExchangeHandle kv_hop, grad_hop;
+  // kv_wire e4m3: as the forward (the same rounding of the own K/V, so the same dequantized blocks).
+  const bool fp8_kv = kv_wire_ == DType::e4m3;
+  Tensor* wire = fp8_kv ? kv_msg_ : kv_buf_;  // what the K/V hops send and receive, double-buffered
+  Tensor k_own = k, v_own = v;                // (B, n, Hkv, D) the own block as the last step reads it
+  if (fp8_kv) {
+    round_own_kv(kv_msg_[cp > 1 ? 1 : 0], k, v);
+    k_own = half(kv_buf_[0], 0), v_own = half(kv_buf_[0], 1);
+  }
   {
     RingTimerScope t(*timer_, Phase::compute);
     fill(dq_acc_, 0.f);
     attn_bwd_delta(out, dout, delta_);  // once per layer
-    if (cp > 1) {
+    if (cp > 1 && !fp8_kv) {
       // Step 0 uses the block of rank r-1: the own K/V is sent forward.
       copy_cast(half(kv_buf_[1], 0), k);
       copy_cast(half(kv_buf_[1], 1), v);
@@ -376,12 +430,13 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   if (cp > 1) {
     RingTimerScope t(*timer_, Phase::comm);
-    kv_hop = kv_hop_start(kv_buf_[1], kv_buf_[0], 1);
+    kv_hop = kv_hop_start(wire[1], wire[0], 1);
   }
   Tensor acc;  // (2, B, n, Hkv, D) f32: the accumulator of the block used in the current step
   for (int step = 0; step < cp; ++step) {
     const bool own_block = step == cp - 1;
-    Tensor k_blk = k, v_blk = v;  // (B, n, Hkv, D)
+    Tensor k_blk = k_own, v_blk = v_own;  // (B, n, Hkv, D)
+    const Tensor* cur = nullptr;         // the received block (not the own one)
     const bool wire_bf16 = grad_wire_[0].defined();
     if (step > 0 && wire_bf16) {
       RingTimerScope t(*timer_, Phase::compute);
@@ -391,10 +446,8 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
       RingTimerScope t(*timer_, Phase::comm);
       if (!own_block) {
         cp_.wait(kv_hop);
-        const Tensor& cur = kv_buf_[step % 2];
-        if (step + 1 < cp - 1) kv_hop = kv_hop_start(cur, kv_buf_[(step + 1) % 2], step + 2);
-        k_blk = half(cur, 0);
-        v_blk = half(cur, 1);
+        cur = &wire[step % 2];
+        if (step + 1 < cp - 1) kv_hop = kv_hop_start(*cur, wire[(step + 1) % 2], step + 2);
       }
       // This rank is done with the previous step's accumulator: pass it on, and receive this step's block's
       // accumulator from the rank that used the block one step earlier.
@@ -410,6 +463,11 @@ void RingAttention::backward(const Tensor& q, const Tensor& k, const Tensor& v, 
     const RingBlockPlan plan = step_plan(source);
     {
       RingTimerScope t(*timer_, Phase::compute);
+      if (cur) {
+        if (fp8_kv && !plan.skip) kv_fp8_.unpack(kv_buf_[1], *cur);  // a skipped step's message may not have come
+        const Tensor& blk = fp8_kv ? kv_buf_[1] : *cur;
+        k_blk = half(blk, 0), v_blk = half(blk, 1);
+      }
       if (plan.skip) {
         if (doc_pos_) ++skipped_steps_;
         fill(contrib, 0.f);

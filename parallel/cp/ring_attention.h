@@ -11,6 +11,7 @@
 #include "kernels/attn_doc_plans.h"
 #include "parallel/comm/comm.h"
 #include "parallel/cp/attn_bwd_ops.h"
+#include "parallel/cp/kv_fp8_message.h"
 #include "parallel/cp/ring_timing.h"
 #include "parallel/schedule/attention_shape.h"
 #include "parallel/schedule/cp_scheme.h"
@@ -91,6 +92,19 @@ class RingAttention {
   // the calls a CUDA ring makes are in that scope only with cp 1 and no documents (the ops refuse the rest).
   void set_fp8_backward(bool on, Arena* arena = nullptr);
   bool fp8_backward() const { return bwd_ops_.fp8; }
+  // fp8.attention_kv (issue 47 "Communication"): the dtype K and V travel in between the ranks. shape.dtype (the
+  // activation dtype, the default) sends them as they are. e4m3: every call (forward and backward) first rounds this
+  // rank's own K and V to E4M3 (kernels/kv_fp8_wire.h: a factor per sample, 128-row block of the rank's n rows and K/V
+  // head) and dequantizes them into the block the kernels read; the ring's K/V hops carry the codes and factors
+  // (parallel/cp/kv_fp8_message.h, about half the bf16 bytes) and each receiver dequantizes them before the step
+  // that reads them. Every step, the own block included, computes on the dequantized K and V, so one rank and every
+  // ring give the same result up to f32 reassociation where the 128-row blocks hold the same tokens (n and a zigzag
+  // chunk multiples of 128); dK and dV are what the backward computes on them (passed straight through to the
+  // unrounded K and V). dK/dV travel as dkv_wire says, unchanged. Not the gather scheme (set_documents refuses it:
+  // the gather exchanges K/V rows in the activation dtype). Takes the messages (and on a single rank the dequantized
+  // block) from `arena`, still in its allocation phase.
+  void set_kv_wire(DType wire, Arena& arena);
+  DType kv_wire() const { return kv_wire_; }
   bool gather_bwd_one_launch() const;  // the current plan's form (false without the gather scheme)
   // Whether that one launch runs attn_bwd_work_list over the batch's backward work list (kernels/attn_work_list.h):
   // the default too (not with RT_ATTN_WORK_LIST=0 when the ring was constructed), where attn_bwd_work_list_runs
@@ -130,7 +144,13 @@ class RingAttention {
   RingAttentionShape shape_;
   // Buffers documented with their shapes in ring_attention.cpp.
   AttnState state_;
-  Tensor kv_buf_[2];     // (2, B, n, Hkv, D) packed K|V, double-buffered
+  // (2, B, n, Hkv, D) packed K|V, double-buffered. With kv_wire e4m3 they hold dequantized blocks instead (the hops
+  // carry kv_msg_): [0] this rank's own K|V, [1] the received block of the current step; [0] also on a single rank.
+  Tensor kv_buf_[2];
+  DType kv_wire_;          // set_kv_wire: shape_.dtype or e4m3
+  KvFp8Message kv_fp8_;    // the layout of an e4m3 K|V message of this ring's shape
+  Tensor kv_msg_[2];       // (kv_fp8_.bytes()) e4m3 K|V codes + factors, double-buffered (kv_wire e4m3 only)
+  double kv_block_bytes_ = 0;  // one K|V block as it travels: (2, B, n, Hkv, D) in the activation dtype, or a message
   Tensor grad_buf_[2];   // (2, B, n, Hkv, D) f32 travelling dK|dV accumulator, double-buffered
   Tensor grad_local_;    // (2, B, n, Hkv, D) f32 this rank's dK|dV contribution, added when the accumulator lands
   Tensor grad_wire_[2];  // (2, B, n, Hkv, D) bf16 the accumulator on the wire (dkv_wire = bf16 only)
@@ -163,6 +183,9 @@ class RingAttention {
   // The K/V hop that brings the block at ring distance `distance` (sends `send`, this rank's block at distance-1,
   // receives into `recv`), skipping the sides nobody needs; the dK/dV hop of backward step `step` (>= 1).
   ExchangeHandle kv_hop_start(const Tensor& send, Tensor recv, int distance);
+  // kv_wire e4m3: quantizes the own k, v into `msg` and dequantizes them into kv_buf_[0] (the block every step on the
+  // own K/V reads; compute time).
+  void round_own_kv(const Tensor& msg, const Tensor& k, const Tensor& v);
   ExchangeHandle dkv_hop_start(const Tensor* wire, int step);
   Tensor half(const Tensor& packed, int index) const;  // K (0) or V (1) of a packed buffer, (B, n, Hkv, D)
   void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) const;

@@ -7,6 +7,9 @@ rt_mpi_test(ring_attention_docs 4)  # the ring and the gather scheme of packed d
 rt_mpi_test(ring_gather_work_list 4)  # the gather scheme's backward over the work list (RT_ATTN_WORK_LIST=1)
 rt_mpi_test(ring_attention 8 --gtest_filter=RingAttentionLongRing.*)  # cp up to 8 (oversubscribed on CI)
 rt_mpi_test(ring_attention_fp8 4)  # fp8.attention's backward on the ring against the one-rank FP8 call
+# fp8.attention_kv: e4m3 (K/V as E4M3 codes on the ring): ring against one rank, the rounding's size, the bytes.
+rt_mpi_test(ring_kv_fp8_wire 2)
+rt_mpi_test(ring_kv_fp8_wire 4)
 rt_mpi_test(tensor_parallel 2)
 
 # Fault handling: the launcher test starts `mpirun -np 2 rt_fault_victim` itself.
