@@ -61,13 +61,19 @@ std::unique_ptr<RingGather> make_ring_gather(const RingAttentionShape& shape, in
   if (arena.device().is_cuda() && g->work_list_on && g->ready_flags_on) {
     g->ready = arena.alloc(DType::i32, {1}, "ring_gather.ready");  // (1) i32: ready[0] = epoch once the rows are in
     g->fault = arena.alloc(DType::i32, {2}, "ring_gather.fault");  // (2) i32: the watchdog's fault word
+    const int64_t slots = 2 * B * ((n + kAttnWorkTileRows - 1) / kAttnWorkTileRows);  // every query tile cut
+    g->split_state = arena.alloc(DType::f32, {slots, shape.heads, kAttnWorkTileRows, D + 2},
+                                 "ring_gather.split_state");  // (slots, H, 128, D + 2) f32
+    g->split_count = arena.alloc(DType::i32, {slots, shape.heads, kAttnWorkRowGroups},
+                                 "ring_gather.split_count");  // (slots, H, 8) i32
   }
   if (g->work_list_on) {
     // At most a task per 128-row query tile of each sample, each with at most half the key list's tiles + 1
     // segments (a segment needs a tile, and two segments of one source a tile left out between them; the own and the
     // gathered tiles may split one more), plus one per 32767 tiles (a segment's i16 length); 32 words of row bounds
     // per task and 4 of key range per sample and key tile.
-    const int64_t tasks = B * ((n + kAttnWorkTileRows - 1) / kAttnWorkTileRows);
+    // With ready flags the own-first order cuts a task with own and gathered tiles in two (twice the tasks).
+    const int64_t tasks = (g->split_state.defined() ? 2 : 1) * B * ((n + kAttnWorkTileRows - 1) / kAttnWorkTileRows);
     const int64_t tiles = (attn_second_kv_row(n) + R + kAttnWorkTileRows - 1) / kAttnWorkTileRows;
     const int64_t words = 4 + 36 * tasks + 4 * B * tiles + 2 * tasks * (tiles / 2 + 2 + tiles / 32767);
     g->work_list = arena.alloc(DType::i32, {words}, "ring_gather.work_list");  // (words) i32

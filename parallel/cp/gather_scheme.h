@@ -91,14 +91,21 @@ struct RingGather {
   // Ready flags (issue 46; kernels/attn_ready_flags.h), CUDA ranks: the one-launch forward over the work list is
   // launched before the exchange's wait, its own keys running under the exchange; the wait, the unpack and the flag
   // go on a side stream (GatherSideStream) that the list kernel's persistent form leaves SMs to. Off unless
-  // RT_ATTN_READY_FLAGS=1 when the ring was constructed (gather_ready_flags_from_env): experimental, because on the
-  // H200 (2026-12-04, job 4) a delivery by kernels under the persistent form never raised the flag (the watchdog ended
-  // the call) and the GPU gather test hung with it on; CPU ranks never use them (the CPU op ignores flags: cp_.wait
-  // orders the rows before the call).
+  // RT_ATTN_READY_FLAGS=1 when the ring was constructed (gather_ready_flags_from_env): experimental. On one H200
+  // (ranks sharing it) the flagged calls equal the unflagged within reassociation since the delivery kernels are
+  // loaded before the list kernel (lazy loading had kept the flag down) and the cut tasks have their merge scratch;
+  // they stay off until a node shows NCCL's kernels and the delivery fit in the SMs the list kernel leaves. CPU
+  // ranks never use them (the CPU op ignores flags: cp_.wait orders the rows before the call).
   bool ready_flags_on = false;
   Tensor ready;                  // (1) i32 on the device (CUDA arenas only): the call's epoch once its rows are in
   Tensor fault;                  // (2) i32 on the device, 8-byte aligned: the watchdog's fault word
-  bool ready_zeroed = false;     // ready and fault zeroed (at the first flagged call, on the compute stream)
+  // The own-first list cuts each task with both own and gathered tiles into two parts merged like a split
+  // (parallel/schedule/doc_work_list_split.h doc_work_list_own_first): their merge scratch, for at most every query
+  // tile cut (two slots each). Allocated with the flags only (about 2 x B x n x H x (D + 2) x 4 bytes).
+  Tensor split_state;            // (2 * B * ceil(n / 128), H, 128, D + 2) f32: the parts' states
+  Tensor split_count;            // (2 * B * ceil(n / 128), H, 8) i32: zeroed once, the kernel leaves them zero
+  int64_t work_list_slots = 0;   // the current forward list's merge slots (AttnWorkList::merge_slots)
+  bool ready_zeroed = false;     // ready, fault and split_count zeroed (at the first flagged call, on the compute stream)
   uint32_t epoch = 0;            // the latest flagged call's epoch: 1, 2, ... over the ring's lifetime
   uint32_t batch_first_epoch = 1;  // the first epoch after the latest set_documents (names a faulted call's layer)
   int64_t ready_flag_calls = 0;  // flagged forward calls since construction

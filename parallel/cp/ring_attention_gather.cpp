@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "kernels/attn_bwd_work_list_runs.h"
 #include "kernels/attn_fwd_work_list_runs.h"
@@ -245,6 +246,11 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
         upload_i32(g.work_list, words.data(), int64_t(words.size()));
         g.work_list_words = int64_t(words.size());
         g.work_list_tasks = int64_t(fwd.tasks.size());
+        g.work_list_slots = int64_t(fwd.merge_slots);
+        RT_CHECK(g.work_list_slots == 0 || (g.split_state.defined() && g.work_list_slots <= g.split_state.shape[0]),
+                 "ring gather: the forward list's " << g.work_list_slots << " merge slots exceed its scratch of "
+                                                    << (g.split_state.defined() ? g.split_state.shape[0] : 0)
+                                                    << " (a bug in make_ring_gather's bound)");
       }
       if (bwd_list) {
         const std::vector<int32_t> words =
@@ -455,6 +461,7 @@ void RingAttention::gather_forward_flagged(const Tensor& q, const Tensor& k, con
     const int32_t zeros[2] = {0, 0};
     upload_i32(g.ready, zeros, 1);
     upload_i32(g.fault, zeros, 2);
+    upload_i32(g.split_count, std::vector<int32_t>(size_t(g.split_count.numel()), 0).data(), g.split_count.numel());
     g.ready_zeroed = true;
   }
   AttnReadyFlags flags;
@@ -476,7 +483,7 @@ void RingAttention::gather_forward_flagged(const Tensor& q, const Tensor& k, con
     RingTimerScope t(*timer_, Phase::compute);
     attn_fwd_work_list(q, k, v, gathered_half(kv, 0, B, R, Hkv, D), gathered_half(kv, 1, B, R, Hkv, D), state_,
                        key_list_mask(), g.work_list.slice(0, g.work_list_words), g.work_list_tasks, out, lse,
-                       AttnSplitScratch{}, flags);
+                       AttnSplitScratch{g.split_state, g.split_count, g.work_list_slots}, flags);
   }
   {
     GatherSideScope on_side(side);

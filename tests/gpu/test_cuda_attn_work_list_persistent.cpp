@@ -201,20 +201,18 @@ bool cold_delivery_kernels() {
   return env != nullptr && std::string(env) == "1";
 }
 
-// DISABLED: failed on the H200 (2026-12-04 jobs 4 and 5, 1d5a907 / 5c21700): the flag never rose, the watchdog ended
-// the call after 10 s ("gathered K/V from source 0 (epoch 2) never arrived"), at M = 8 and RT_ATTN_READY_FREE_SMS=66.
-// The likely cause (issue 46; to be confirmed by the runs below): lazy module loading. gather_rows' and the flag
-// kernel's first launch in the process came while the list kernel spun on its flag, and the load waited for the list
-// kernel to end. The test now
-// loads them first (attn_ready_load_delivery_kernels, kernels/attn_ready_delivery.h), as the ring does; with
-// RT_TEST_READY_COLD=1 it does not (the negative control: the same failure expected, its launch call blocked ~10 s).
+// Delivery by kernels on a side stream while the persistent list kernel waits for the flag (issue 46). Failed on the
+// H200 on 2026-12-04 (jobs 4 and 5: the flag never rose, the watchdog ended the call after 10 s) until the delivery
+// kernels were loaded before the list kernel: under lazy module loading their first launch, while the list kernel
+// spun, waited for that kernel to end (confirmed 2026-12-04 fourth session: loaded first it delivers at M = 8 and 66;
+// RT_TEST_READY_COLD=1 blocks the gather_rows launch call ~10 s and fails; CUDA_MODULE_LOADING=EAGER delivers cold).
+// RingAttention loads them the same way (attn_ready_load_delivery_kernels, kernels/attn_ready_delivery.h).
 // It prints one VERDICT line that names where the delivery stopped:
 //   * the host time of the delivery's launch calls (a load that waits for the list kernel blocks the launch call);
 //   * an event after the unpack on the side stream (did gather_rows run while the list kernel ran?);
 //   * the ready word read back by a copy-engine copy after the flag kernel (did the flag kernel run, and what did it
 //     write?), and when the list kernel ended.
-// Run it with --gtest_also_run_disabled_tests; re-enable after a GPU pass.
-TEST(AttnWorkListPersistentCuda, DISABLED_RowsDeliveredByKernelsUnderTheListKernel) {
+TEST(AttnWorkListPersistentCuda, RowsDeliveredByKernelsUnderTheListKernel) {
   RT_REQUIRE_FWD_V5_128();
   const bool cold = cold_delivery_kernels();
   const char* env_m = std::getenv("RT_ATTN_READY_FREE_SMS");

@@ -1,9 +1,11 @@
 // The gather scheme's one-launch work-list forward with ready flags on a ring of GPU ranks (issue 46;
 // parallel/cp/ring_attention_gather.cpp gather_forward_flagged): the list kernel launched before the exchange's wait,
 // the wait, the unpack and the flag on a side stream. Against the same ring with RT_ATTN_READY_FLAGS=0 (wait, unpack,
-// then the launch; the variable is read when the ring is constructed): out and lse bit for bit, on every rank, for two
-// forward calls in a row (two "layers" with other inputs, epochs 1 and 2: a stale flag or an unpack not waited for
-// would give the first layer's rows or NaN). A packed-document batch (B = 2, T = 4096, documents of 1 to 1200 tokens,
+// then the launch; the variable is read when the ring is constructed): out and lse equal within fp32 reassociation
+// (the flagged list is in own-first order, which cuts each query tile with own and gathered keys into two parts merged
+// like a split, so those tiles' bits differ), on every rank, for two forward calls in a row (two "layers" with other
+// inputs, epochs 1 and 2: a stale flag or an unpack not waited for would give the first layer's rows, errors of
+// order 1, or NaN). A packed-document batch (B = 2, T = 4096, documents of 1 to 1200 tokens,
 // zigzag ring order), H = 4, Hkv = 2, D = 128, cp = 2 and 4 (up to the world size), the forward forced into one launch
 // (RingAttention::set_gather_fwd_one_launch). Checks that the flagged path ran (gather_ready_flag_calls) on every rank
 // whose forward ran the list kernel, and on none with the variable 0, and that check_ready_fault finds no fault.
@@ -120,20 +122,26 @@ Outputs run_ring(int cp, const char* flags, const test::GpuRankPlacement& place)
   return got;
 }
 
-int64_t differing(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return int64_t(std::max(a.size(), b.size()));
-  int64_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0 ? 1 : 0;
-  return n;
+// Sums over the elements: (a - b)^2 and b^2, and max |a - b|.
+struct Diff {
+  double sq = 0, ref_sq = 0, max_abs = 0;
+};
+Diff diff(const std::vector<float>& a, const std::vector<float>& b) {
+  Diff d;
+  if (a.size() != b.size()) return Diff{1e30, 1, 1e30};
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = double(a[i]) - double(b[i]);
+    d.sq += e * e, d.ref_sq += double(b[i]) * double(b[i]);
+    d.max_abs = std::max(d.max_abs, std::isfinite(e) ? std::fabs(e) : 1e30);
+  }
+  return d;
 }
 
 }  // namespace
 
-// DISABLED: on the H200 (2026-12-04 job 4, 1d5a907) the flagged ranks' rows never arrived (the same defect as
-// tests/gpu/test_cuda_attn_work_list_persistent.cpp's delivery test), one rank's watchdog error left the others'
-// exchanges unmatched and the run ended in a segfault inside MPI. RT_ATTN_READY_FLAGS=1 is experimental and off by
-// default; run this with --gtest_also_run_disabled_tests when working on it.
-TEST(GpuRingGatherFlags, DISABLED_FlagsOnEqualFlagsOffBitForBit) {
+// Failed on the H200 on 2026-12-04 (job 4: the rows never arrived, lazy loading of the delivery kernels; then the
+// own-first list's cut tasks ran without their merge scratch) until both were fixed (fourth session).
+TEST(GpuRingGatherFlags, FlagsOnEqualFlagsOffWithinReassociation) {
   if (!gpu_present()) GTEST_SKIP() << "no CUDA device: the ready flags run on CUDA ranks only";
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -144,13 +152,14 @@ TEST(GpuRingGatherFlags, DISABLED_FlagsOnEqualFlagsOffBitForBit) {
     if (cp > world) break;
     const Outputs off = run_ring(cp, "0", placement);
     const Outputs on = run_ring(cp, "1", placement);
-    // over the world: differing out, differing lse, non-finite out, ranks that ran the list, flagged ranks,
-    // flagged calls with the variable 0, list ranks whose flagged calls are not kLayers
-    double counts[7] = {0, 0, 0, 0, 0, 0, 0};
+    // over the world: sum (out_on - out_off)^2, sum out_off^2, lse's max |on - off| (summed over ranks: an upper
+    // bound), non-finite out, ranks that ran the list, flagged ranks, flagged calls with the variable 0, list ranks
+    // whose flagged calls are not kLayers
+    double counts[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (world_rank() < cp) {
       for (int layer = 0; layer < kLayers; ++layer) {
-        counts[0] += double(differing(on.out[layer], off.out[layer]));
-        counts[1] += double(differing(on.lse[layer], off.lse[layer]));
+        const Diff o = diff(on.out[layer], off.out[layer]), l = diff(on.lse[layer], off.lse[layer]);
+        counts[0] += o.sq, counts[1] += o.ref_sq, counts[7] += l.max_abs;
         for (float x : on.out[layer]) counts[2] += std::isfinite(x) ? 0 : 1;
       }
       counts[3] += on.list_ran ? 1 : 0;
@@ -158,18 +167,20 @@ TEST(GpuRingGatherFlags, DISABLED_FlagsOnEqualFlagsOffBitForBit) {
       counts[5] += double(off.flag_calls);
       counts[6] += on.list_ran && on.flag_calls != kLayers ? 1 : 0;
     }
-    MPI_Allreduce(MPI_IN_PLACE, counts, 7, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, counts, 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double out_rel = counts[1] > 0 ? std::sqrt(counts[0] / counts[1]) : 1e30;
     const std::string what = "cp=" + std::to_string(cp) + " comm=" + placement.comm_name();
     ASSERT_GT(counts[3], 0) << what << ": no rank ran the list kernel, so the flags were never used (the test cannot "
                                        "fail): check attn_fwd_work_list_runs for this shape";
-    EXPECT_EQ(counts[0], 0) << what << ": out elements differ between flags on and off";
-    EXPECT_EQ(counts[1], 0) << what << ": lse elements differ between flags on and off";
+    // bf16 out: a cut tile's rows may move by an ulp (2^-8 relative); stale or missing rows move them by order 1.
+    EXPECT_LE(out_rel, 2e-3) << what << ": out differs between flags on and off beyond reassociation";
+    EXPECT_LE(counts[7], 1e-3) << what << ": lse differs between flags on and off beyond reassociation";
     EXPECT_EQ(counts[2], 0) << what << ": non-finite out with flags on (a wait timed out?)";
     EXPECT_EQ(counts[5], 0) << what << ": RT_ATTN_READY_FLAGS=0 still ran flagged calls";
     EXPECT_EQ(counts[6], 0) << what << ": a rank ran the list kernel without the flags";
     if (world_rank() == 0)
-      std::printf("[ %s ] flags on vs off: %.0f out and %.0f lse elements differ over %d layers; %.0f of %d ranks ran "
-                  "the list kernel, %.0f with flags\n",
-                  what.c_str(), counts[0], counts[1], kLayers, counts[3], cp, counts[4]);
+      std::printf("[ %s ] flags on vs off over %d layers: out relative error %.3e, lse max |diff| %.3e (summed over "
+                  "ranks); %.0f of %d ranks ran the list kernel, %.0f with flags\n",
+                  what.c_str(), kLayers, out_rel, counts[7], counts[3], cp, counts[4]);
   }
 }
