@@ -120,6 +120,12 @@ struct Fp8Config {
   // and 128 on CPU ranks; on a GPU the sm_90a kernel: head dim 128, seq_len / cp a multiple of 128, no packed
   // documents (fp8_attention_cuda_refusal). The forward and dP stay in the activation dtype.
   bool attention = false;
+  // fp8.attention on: the dtype K and V travel in between context-parallel ranks (issue 47 "Communication"): bf16 (the
+  // activation dtype, as they are) | e4m3 (every rank rounds its own K and V to E4M3 once per layer and call, a factor
+  // per sample, 128-row block and K/V head, and attention computes on the rounded values on every grid: the ring's K/V
+  // hops carry half the bytes; kernels/kv_fp8_wire.h). The ring scheme only: the gather scheme and the all-to-all of
+  // parallel.cp_a2a move K/V in the activation dtype (config validation refuses e4m3 where nothing would use it).
+  std::string attention_kv = "bf16";
   // parallel.zero 3: how the FP8 blocks' weights are all-gathered: bf16 (the activation dtype) | fp8 (E4M3 codes
   // with one factor per weight matrix, half the bytes; norms stay bf16; tensorwise recipe only).
   std::string zero3_gather = "bf16";

@@ -83,6 +83,9 @@ const std::vector<FieldSpec>& config_fields() {
       RT_FIELD(fp8, attention, boolean,
                "precision fp8: attention backward's dV, dQ, dK on E4M3 operands (CPU: head dim 64 / 128; GPU: "
                "sm_90a, head dim 128, seq_len / cp a multiple of 128, no packed documents)"),
+      RT_FIELD(fp8, attention_kv, string,
+               "fp8.attention: K/V between cp ranks in bf16 | e4m3 (rounded once per layer, a factor per 128-row "
+               "block and head; half the ring's K/V bytes; ring scheme only)"),
       RT_FIELD(fp8, zero3_gather, string,
                "parallel.zero 3: the FP8 blocks' weight all-gather in bf16 | fp8 (E4M3 + a factor per matrix)"),
       RT_FIELD(optim, lr, f32, "peak learning rate"),

@@ -339,6 +339,34 @@ void check_fp8_attention(const Config& c, Problems& p) {
   }
 }
 
+// fp8.attention_kv (kernels/kv_fp8_wire.h, RingAttention::set_kv_wire): e4m3 only with fp8.attention, and only where
+// the ring's K/V hops are what moves K/V: the gather scheme (packed documents, parallel.cp_scheme gather or auto on a
+// ring) and the all-to-all of parallel.cp_a2a move K/V in the activation dtype. A hybrid (1 < cp_a2a < cp) keeps its
+// all-to-all in bf16 and sends E4M3 on its ring; cp_a2a = cp has no ring hop, so e4m3 would round for nothing.
+void check_fp8_attention_kv(const Config& c, Problems& p) {
+  const std::string& kv = c.fp8.attention_kv;
+  p.one_of("fp8.attention_kv", kv, {"bf16", "e4m3"});
+  if (kv != "e4m3") return;
+  if (!c.fp8.attention) {
+    p.add("fp8.attention_kv=e4m3 rounds K and V for the FP8 attention, but fp8.attention=false; set fp8.attention: "
+          "true (with train.precision: fp8), or fp8.attention_kv: bf16");
+    return;
+  }
+  const ParallelConfig& g = c.parallel;
+  if (c.data.documents == "eot" && g.ring() > 1 && g.cp_scheme != CpSchemeSetting::ring)
+    p.add("fp8.attention_kv=e4m3 sends K/V in E4M3 on the ring's hops only, but parallel.cp_scheme=",
+          cp_scheme_setting_name(g.cp_scheme), " with data.documents: eot may run the gather scheme, which moves K/V "
+          "rows in the activation dtype; set parallel.cp_scheme: ring, or fp8.attention_kv: bf16");
+  if (g.cp_a2a_auto())
+    p.add("fp8.attention_kv=e4m3 sends K/V in E4M3 on the ring's hops only, and parallel.cp_a2a=auto may pick an "
+          "all-to-all (which moves K/V in bf16) with no ring; set parallel.cp_a2a to a number, or "
+          "fp8.attention_kv: bf16");
+  else if (g.cp > 1 && g.cp_a2a == g.cp)
+    p.add("fp8.attention_kv=e4m3 sends K/V in E4M3 on the ring's hops only, but parallel.cp_a2a=", g.cp_a2a,
+          " = parallel.cp leaves no ring (the all-to-all moves K/V in bf16); use a cp_a2a below cp, or "
+          "fp8.attention_kv: bf16");
+}
+
 void check_train(const Config& c, Problems& p) {
   const TrainConfig& t = c.train;
   p.at_least("train.batch_size", t.batch_size, 1);
@@ -380,6 +408,7 @@ void check_train(const Config& c, Problems& p) {
             "fp8.zero3_gather: bf16");
   }
   check_fp8_attention(c, p);
+  check_fp8_attention_kv(c, p);
   if (t.precision == "fp8" && c.fp8.bf16_first_last && c.model.n_layer <= 2)
     p.add("fp8.bf16_first_last keeps the first and the last block in bf16, but model.n_layer=", c.model.n_layer,
           " leaves no block in fp8; use more layers, fp8.bf16_first_last: false, or train.precision: bf16");

@@ -208,6 +208,8 @@ Model::Model(const ModelConfig& config, const ModelOptions& options, int64_t bat
                                                   /*head_groups=*/0, options.cp_gather);
   // fp8.attention: the FP8 backward ops, and on CUDA their code workspace from the arena (no backward: none).
   attention_->ring().set_fp8_backward(options.fp8 && options.fp8_attention, options.forward_only ? nullptr : &arena);
+  // fp8.attention_kv: e4m3: K/V rounded to E4M3 and sent as codes (eval and generate too: the model trained on them).
+  if (options.fp8 && options.fp8_attention && options.fp8_attention_kv) attention_->ring().set_kv_wire(DType::e4m3, arena);
 }
 
 

@@ -117,6 +117,9 @@ struct ModelOptions {
   bool fp8_bf16_first_last = false;
   // fp8.attention (with fp8): the attention backward's dV, dQ, dK on E4M3 operands (kernels/attn_fp8.h).
   bool fp8_attention = false;
+  // fp8.attention_kv: e4m3 (with fp8_attention): K and V rounded to E4M3 once per layer and call, the ring's K/V hops
+  // carrying the codes (RingAttention::set_kv_wire).
+  bool fp8_attention_kv = false;
   // fp8.zero3_gather: fp8 (zero 3 with fp8): the FP8 blocks' units are all-gathered as E4M3 codes with one factor per
   // weight matrix instead of in the activation dtype, and dequantized into the gather slot
   // (framework/model/zero_fp8_gather.h).

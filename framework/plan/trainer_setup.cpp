@@ -108,6 +108,7 @@ ModelOptions model_options(const Config& config, Device device) {
   o.fp8_recipe = parse_fp8_recipe(config.fp8.recipe);
   o.fp8_bf16_first_last = config.fp8.bf16_first_last;
   o.fp8_attention = o.fp8 && config.fp8.attention;
+  o.fp8_attention_kv = o.fp8_attention && config.fp8.attention_kv == "e4m3";
   o.fp8_zero3_gather = config.fp8.zero3_gather == "fp8";
   if (config.train.offload == "activations") {
     RT_CHECK(device.is_cuda(), "train.offload=activations moves a GPU's block inputs to pinned host memory, but this "
