@@ -93,6 +93,7 @@ class GpuRanksTest : public ::testing::Test {
   Device gpu;
 };
 class GpuFp8AttentionRing : public GpuRanksTest {};
+class GpuFp8AttentionKvWire : public GpuRanksTest {};
 class GpuFp8Zero3Gather : public GpuRanksTest {};
 
 // fp8.attention on a ring of GPU ranks (issue 47: the ring's block calls on the sm_90a FP8 backward, kernels/attn_fp8.h
@@ -127,6 +128,42 @@ TEST_F(GpuFp8AttentionRing, RingOfGpuRanksMatchesOneGpuRank) {
       std::printf("[ gpu fp8 attention ring ] %s: whole gradient against the same ring without fp8.attention %.3e\n",
                   label.c_str(), apart.whole);
     EXPECT_GE(apart.whole, 1e-3) << label << ": fp8.attention changed nothing on the ring";
+  }
+}
+
+// fp8.attention_kv: e4m3 on a ring of GPU ranks (issue 47 "Communication": every rank rounds its own K and V to E4M3
+// per sample, 128-row block and K/V head, and the ring's K/V hops carry the codes and factors, RingAttention::
+// set_kv_wire) against one GPU rank with the same keys, head dim 128, 1,024 tokens (every shard and zigzag chunk a
+// multiple of 128 rows, so the K/V scale groups hold the same tokens on both grids): within the FP8 grid's tolerances.
+// And the same ring with bf16 K/V (fp8.attention on) must differ from it by more than rounding (>= 1e-3 on the whole
+// gradient: E4M3 moves K and V by ~2.5e-2 relative RMS) and less than 1e-1 (nothing but that rounding).
+TEST_F(GpuFp8AttentionKvWire, RingOfGpuRanksMatchesOneGpuRank) {
+  if (compute_capability(gpu) != 90) GTEST_SKIP() << "fp8.attention's CUDA kernel needs sm_90 (H100 / H200)";
+  for (const auto& [cp, n_kv_head] : {std::pair<int, int>{2, 2}, std::pair<int, int>{4, 1}}) {
+    if (cp > world) continue;
+    const std::vector<std::string> base = {"train.precision=fp8", "fp8.recipe=tensorwise", "model.d_model=256",
+                                           "data.seq_len=1024", "fp8.attention=true"};
+    std::vector<std::string> e4m3 = base;
+    e4m3.push_back("fp8.attention_kv=e4m3");
+    const Config ring = gpu_model_config(1, cp, 1, "gelu", n_kv_head, "none", e4m3);
+    const Config one = gpu_model_config(1, 1, 1, "gelu", n_kv_head, "none", e4m3);
+    const Config ring_bf16_kv = gpu_model_config(1, cp, 1, "gelu", n_kv_head, "none", base);
+    std::shared_ptr<Comm> sub = sub_world(cp, placement);
+    if (!sub) continue;  // idle in this case
+    ProcessGrid grid = ProcessGrid::create(sub, GridDims{1, cp, 1});
+    const StepResult got = first_step(ring, grid, gpu);
+    const StepResult bf16_kv = first_step(ring_bf16_kv, grid, gpu);
+    ProcessGrid local = ProcessGrid::local();
+    const StepResult ref = first_step(one, local, gpu);
+    const std::string label = "fp8.attention_kv e4m3 cp" + std::to_string(cp) + " n_kv_head " +
+                              std::to_string(n_kv_head) + " comm=" + placement.comm_name();
+    expect_grid_matches_one_rank(got, ref, {2e-2, 6e-2, 2e-1}, label, sub->rank() == 0);
+    const GradCompare apart = compare_grads(got.grads, bf16_kv.grads);
+    if (sub->rank() == 0)
+      std::printf("[ gpu fp8 kv wire ring ] %s: whole gradient against the same ring with bf16 K/V %.3e\n",
+                  label.c_str(), apart.whole);
+    EXPECT_GE(apart.whole, 1e-3) << label << ": fp8.attention_kv e4m3 changed nothing on the ring";
+    EXPECT_LT(apart.whole, 1e-1) << label << ": more than E4M3's rounding of K and V";
   }
 }
 

@@ -46,11 +46,13 @@ rt_mpi_test(gpu_model_grid 4)
 rt_mpi_test(gpu_ring_gather 4)
 # precision fp8 on GPU grids against one GPU rank in fp8 (issue 44).
 rt_mpi_test(gpu_fp8_grid 4)
+# fp8.attention_kv: e4m3 on a ring of GPU ranks: against one GPU rank, against bf16 K/V, the bytes.
+rt_mpi_test(gpu_ring_kv_fp8_wire 4)
 # The gather forward's ready flags (issue 46): flags on equal RT_ATTN_READY_FLAGS=0 bit for bit, cp 2 and 4.
 rt_mpi_test(gpu_ring_gather_flags 4)
 set_tests_properties(mpi_gpu_nccl_np1 mpi_gpu_nccl_np2 mpi_gpu_ring_attention_np4 mpi_gpu_ring_attention_np8
                      mpi_gpu_model_grid_np4 mpi_gpu_ring_gather_np4 mpi_gpu_fp8_grid_np4
-                     mpi_gpu_ring_gather_flags_np4 PROPERTIES LABELS "mpi;gpu")
+                     mpi_gpu_ring_gather_flags_np4 mpi_gpu_ring_kv_fp8_wire_np4 PROPERTIES LABELS "mpi;gpu")
 # ZeRO stages 1-3 against stage 0 on (1,2,1), (1,4,1), (2,2,1), (1,2,2).
 rt_mpi_test(zero 4)
 # Checkpoints written range by range: zero 3 on 4 ranks <-> zero 0 on 1 rank, both ways.
