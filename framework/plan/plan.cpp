@@ -174,6 +174,9 @@ void print_precision(const Config& config, const PlanPoint& pt, Device device) {
                                         ? "; the sm_90a kernel over each whole sequence, its codes in the arena"
                                         : "; outside the GPU kernel's scope: refused on a GPU")
                                  : "");
+  if (config.fp8.attention && config.fp8.attention_kv == "e4m3")
+    std::printf("               fp8.attention_kv e4m3: K and V rounded to E4M3 once per layer and call (a factor per "
+                "128 rows and K/V head); the ring's K/V hops carry the codes and factors (half of bf16's bytes)\n");
   if (config.fp8.zero3_gather == "fp8")
     std::printf("               fp8.zero3_gather fp8: %s\n",
                 pt.zero == 3 ? "the FP8 blocks' ZeRO-3 weight all-gathers send E4M3 codes (1 byte an element, half of "
@@ -235,6 +238,7 @@ void print_plan_json(const Config& config, Device device, int64_t params, double
     j["fp8_recipe"] = config.fp8.recipe;
     j["fp8_bf16_first_last"] = config.fp8.bf16_first_last;
     j["fp8_attention"] = config.fp8.attention;  // the attention backward's dV, dQ, dK in FP8
+    j["fp8_attention_kv"] = config.fp8.attention_kv;  // bf16 | e4m3: K/V as the ring sends them and attention reads them
     j["fp8_zero3_gather"] = config.fp8.zero3_gather;  // bf16 | fp8: the ZeRO-3 weight all-gather of the FP8 blocks
     j["fp8_workspace_bytes"] = fp8_workspace_bytes(pt);
   }

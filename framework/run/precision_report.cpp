@@ -30,6 +30,9 @@ std::string precision_line(const Config& config, Device device, double bf16_peak
     line += " | fp8.attention: the attention backward's dV, dQ, dK on E4M3 operands (Q, K, dO per 128-row block, P "
             "x448, dS per 128x128 tile, f32 sums); its forward and dP stay " + std::string(cpu ? "f32" : "bf16") +
             (cpu ? "" : "; the sm_90a kernel over each whole sequence");
+  if (config.fp8.attention && config.fp8.attention_kv == "e4m3")
+    line += " | fp8.attention_kv: e4m3: K and V rounded to E4M3 once per layer (a factor per 128 rows and K/V head), "
+            "attention computes on the rounded values and the ring's K/V hops carry the codes (half of bf16's bytes)";
   const double fp8_peak = fp8_peak_tflops(config, device);
   if (bf16_peak > 0) {
     char buf[160];

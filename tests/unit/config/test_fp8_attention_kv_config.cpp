@@ -2,7 +2,7 @@
 // fp8.attention, and only where the ring's K/V hops move K/V: refused, naming the key and the fix, with the gather
 // scheme possible (packed documents on a ring with parallel.cp_scheme gather or auto), with parallel.cp_a2a auto, and
 // with cp_a2a = cp (no ring); taken with cp_scheme ring and with a hybrid ring x all-to-all. The model options carry
-// it only with fp8.attention on.
+// it only with fp8.attention on; the start-up precision line says it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "framework/config/config.h"
 #include "framework/plan/trainer_setup.h"
+#include "framework/run/precision_report.h"
 
 namespace rt {
 namespace {
@@ -86,6 +87,14 @@ TEST(Fp8AttentionKvConfig, RefusedWithoutARing) {
   const std::string automatic = error_of({"parallel.cp=2", "parallel.cp_a2a=auto"}, 2);
   EXPECT_NE(automatic.find("parallel.cp_a2a=auto"), std::string::npos) << automatic;
   EXPECT_NE(automatic.find("set parallel.cp_a2a to a number"), std::string::npos) << automatic;
+}
+
+TEST(Fp8AttentionKvConfig, StartUpLineSaysKvAreRounded) {
+  const std::string on = precision_line(parse_config_text(yaml(), {}, 0, "line"), Device::cpu(), 0);
+  EXPECT_NE(on.find("fp8.attention_kv: e4m3: K and V rounded to E4M3 once per layer"), std::string::npos) << on;
+  const std::string off = precision_line(parse_config_text(yaml(), {"fp8.attention_kv=bf16"}, 0, "off"), Device::cpu(), 0);
+  EXPECT_EQ(off.find("fp8.attention_kv"), std::string::npos) << off;
+  EXPECT_NE(off.find("fp8.attention:"), std::string::npos) << off;
 }
 
 }  // namespace
