@@ -41,8 +41,13 @@ struct RankRun {
   double planned = 0, full = 0;             // planned_bytes_per_layer, ring_bytes_per_layer (over all ranks)
 };
 
-// Forward and backward of `p` on `ring` (its rank's layout positions), outputs poisoned with NaN before the calls.
-inline RankRun run_rank(Comm& ring, const AttentionProblem& p, Layout layout, WireMode mode, const Where& at) {
+// Packed documents (CPU ranks): per sample, the first position of each position's document (T, natural order).
+using DocStarts = std::vector<std::vector<int64_t>>;
+
+// Forward and backward of `p` on `ring` (its rank's layout positions), outputs poisoned with NaN before the calls;
+// with `docs`, under their document mask (RingAttention::set_documents, the ring scheme; host arrays: CPU only).
+inline RankRun run_rank(Comm& ring, const AttentionProblem& p, Layout layout, WireMode mode, const Where& at,
+                        const DocStarts* docs = nullptr) {
   const std::vector<int64_t> pos = layout_positions(layout, p.T, ring.size(), ring.rank());
   const int64_t n = int64_t(pos.size()), B = p.B, H = p.H, Hkv = p.Hkv, D = p.D;
   const DType dt = at.dtype;
@@ -64,6 +69,16 @@ inline RankRun run_rank(Comm& ring, const AttentionProblem& p, Layout layout, Wi
   RingAttention attn(ring, layout, /*causal=*/true, {B, n, H, Hkv, D, dt}, arena);
   attn.set_fp8_backward(mode.fp8_backward, &arena);
   if (mode.e4m3) attn.set_kv_wire(DType::e4m3, arena);
+  std::vector<int64_t> ring_pos, ring_start;  // (B, T) in ring order (kept alive for the calls)
+  if (docs) {
+    EXPECT_TRUE(at.device.is_cpu()) << "documents from host arrays: CPU ranks only";
+    ring_pos = layout_ring_order(layout, B, p.T, ring.size());
+    ring_start.resize(ring_pos.size());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < p.T; ++c)
+        ring_start[size_t(b * p.T + c)] = (*docs)[size_t(b)][size_t(ring_pos[size_t(b * p.T + c)])];
+    attn.set_documents(ring_pos.data(), ring_start.data());
+  }
   EXPECT_EQ(attn.kv_wire(), mode.e4m3 ? DType::e4m3 : dt);
   RankRun r;
   attn.forward(q, k, v, out, lse);
@@ -76,11 +91,12 @@ inline RankRun run_rank(Comm& ring, const AttentionProblem& p, Layout layout, Wi
 }
 
 // The one-rank call (cp = 1; every world rank computes it alone) as the reference a ring is compared with.
-inline AttentionReference one_rank(const AttentionProblem& p, WireMode mode, const Where& at) {
+inline AttentionReference one_rank(const AttentionProblem& p, WireMode mode, const Where& at,
+                                   const DocStarts* docs = nullptr) {
   MPI_Comm self = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_SELF, &self);
   MpiComm comm(self, /*owned=*/true);
-  const RankRun r = run_rank(comm, p, Layout::contiguous, mode, at);
+  const RankRun r = run_rank(comm, p, Layout::contiguous, mode, at, docs);
   AttentionReference ref;
   ref.out.assign(r.out.begin(), r.out.end());
   ref.lse.assign(r.lse.begin(), r.lse.end());
@@ -100,7 +116,7 @@ struct RingResult {
 
 // The ring on world ranks [0, cp) (the others only join the reductions), compared with `ref`.
 inline RingResult run_ring(const AttentionProblem& p, const AttentionReference& ref, int cp, Layout layout,
-                           WireMode mode, const Where& at) {
+                           WireMode mode, const Where& at, const DocStarts* docs = nullptr) {
   const bool member = world_rank() < cp;
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, world_rank(), &sub);
@@ -108,7 +124,7 @@ inline RingResult run_ring(const AttentionProblem& p, const AttentionReference& 
   double bytes[4] = {0, 0, 0, 0};  // fwd_sent, bwd_sent (summed), planned, full (rank 0's)
   if (member) {
     std::shared_ptr<Comm> ring = at.make_comm(sub);
-    const RankRun r = run_rank(*ring, p, layout, mode, at);
+    const RankRun r = run_rank(*ring, p, layout, mode, at, docs);
     const std::vector<int64_t> pos = layout_positions(layout, p.T, cp, ring->rank());
     accumulate(err[kOut], r.out, ref.out, p.B, p.T, p.H * p.D, pos, true);
     accumulate(err[kLse], r.lse, ref.lse, p.B, p.T, p.H, pos, false);

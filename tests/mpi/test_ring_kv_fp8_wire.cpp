@@ -10,6 +10,7 @@
 //   - The bytes: the K/V hops of a call move 0.5 (+- 0.01) x what bf16 K/V would (0.25 x the f32 block the CPU
 //     ring sends otherwise), the dK/dV hops what they did; sent bytes equal planned_bytes_per_layer, the full
 //     ring's equal ring_bytes_per_layer.
+//   - Packed documents on the ring scheme (skipped hops skip their messages): the ring still equals one rank.
 //   - The gather scheme refuses e4m3 (it exchanges K/V rows in the activation dtype).
 //   - Training (tests/mpi/fp8_grid_run.h's block-recipe model shape, head dim 64, 128 tokens per rank at cp 2, run with
 //     the tensorwise recipe, whose amaxes are reduced over the ranks, + fp8.attention + attention_kv e4m3): 3 steps on
@@ -133,6 +134,34 @@ TEST(RingKvFp8Wire, KvHopsMoveHalfOfBf16AndThePlannerCountsThem) {
   }
 }
 
+// Packed documents on the ring scheme (CPU ranks, where fp8.attention takes documents): hops nobody needs are
+// skipped (their messages too), the rest carry E4M3; the ring still equals one rank with the same rounding.
+TEST(RingKvFp8Wire, RingWithDocumentsEqualsOneRank) {
+  const test::AttentionProblem p = test::make_attention_problem(9104, kB, kT, kH, kHkv, kD, /*round_to_bf16=*/false);
+  const test::kvwire::DocStarts docs = {test::document_starts(kT, {300, 200, 524}),
+                                        test::document_starts(kT, {100, 60, 700, 164})};
+  for (const bool fp8_backward : {false, true}) {
+    const WireMode mode{true, fp8_backward};
+    const test::AttentionReference one = test::kvwire::one_rank(p, mode, {}, &docs);
+    for (const Grid g : kGrids) {
+      if (g.cp > test::world_size()) continue;
+      const RingResult r = test::kvwire::run_ring(p, one, g.cp, g.layout, mode, {}, &docs);
+      if (test::world_rank() == 0)
+        std::printf("  documents %s cp=%d e4m3%s: against one rank O %.2e dQ %.2e dK %.2e dV %.2e; bytes %.0f of the "
+                    "full ring's %.0f\n",
+                    layout_name(g.layout), g.cp, fp8_backward ? " + FP8 backward" : "", r.rel[test::kOut],
+                    r.rel[test::kDq], r.rel[test::kDk], r.rel[test::kDv], r.fwd_sent + r.bwd_sent, r.full);
+      EXPECT_EQ(r.bad, 0) << "non-finite outputs";
+      EXPECT_LT(r.rel[test::kOut], 1e-5) << layout_name(g.layout) << " cp=" << g.cp;
+      for (int i : {test::kDq, test::kDk, test::kDv})
+        EXPECT_LT(r.rel[size_t(i)], fp8_backward ? 5e-4 : 1e-5)
+            << test::kQuantityNames[i] << " " << layout_name(g.layout) << " cp=" << g.cp;
+      EXPECT_DOUBLE_EQ(r.planned, r.fwd_sent + r.bwd_sent) << "planned_bytes_per_layer";
+      EXPECT_LE(r.planned, r.full);
+    }
+  }
+}
+
 // The gather scheme moves K/V rows in the activation dtype: set_documents refuses it with e4m3, naming the fix.
 TEST(RingKvFp8Wire, GatherSchemeRefusesE4m3) {
   if (test::world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -159,24 +188,26 @@ TEST(RingKvFp8Wire, GatherSchemeRefusesE4m3) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// The model: fp8.attention_kv reaches the ring (ModelOptions -> RingAttention::set_kv_wire) and the ring trains as one
-// rank does.
-TEST(RingKvFp8WireTraining, Cp2EqualsOneRankAndDiffersFromBf16Kv) {
+// The model: fp8.attention_kv reaches the ring (ModelOptions -> RingAttention::set_kv_wire) and the grid trains as one
+// rank does. c: the grid (cp, cp_a2a); its model is fp8_grid_run.h's block-recipe shape run with the tensorwise recipe.
+namespace {
+
+void expect_training_grid_equals_one_rank(const rt::test::fp8grid::Fp8Case& c) {
   using namespace rt::test::fp8grid;
-  if (test::world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  const Fp8Case c{"block", 1, 2, 1};
+  const int size = c.dp * c.cp * c.tp;
+  if (test::world_size() < size) GTEST_SKIP() << "needs " << size << " ranks";
   auto with_kv = [](Config config, const char* kv) {
     config.fp8.recipe = "tensorwise";  // the amaxes reduced over the ranks: the grid quantizes what one rank does
     config.fp8.attention = true, config.fp8.attention_kv = kv;
     validate_config(config, 0);
     return config;
   };
-  std::shared_ptr<Comm> sub = test::sub_world(2);
+  std::shared_ptr<Comm> sub = test::sub_world(size);
   if (sub) {
-    ProcessGrid grid = ProcessGrid::create(sub, GridDims{1, 2, 1});
+    ProcessGrid grid = ProcessGrid::create(sub, GridDims{c.dp, c.cp, c.tp, c.a2a});
     const int steps = 3;
-    const RunResult got = train(with_kv(make_config(c, 1, 2, 1, 1, 0, "fp8"), "e4m3"), grid, steps);
-    const RunResult bf16_kv = train(with_kv(make_config(c, 1, 2, 1, 1, 0, "fp8"), "bf16"), grid, steps);
+    const RunResult got = train(with_kv(make_config(c, c.dp, c.cp, c.tp, c.a2a, 0, "fp8"), "e4m3"), grid, steps);
+    const RunResult bf16_kv = train(with_kv(make_config(c, c.dp, c.cp, c.tp, c.a2a, 0, "fp8"), "bf16"), grid, steps);
     ProcessGrid one = ProcessGrid::local();
     const RunResult ref = train(with_kv(make_config(c, 1, 1, 1, 1, 0, "fp8"), "e4m3"), one, steps);
     ASSERT_EQ(got.losses.size(), ref.losses.size());
@@ -190,10 +221,21 @@ TEST(RingKvFp8WireTraining, Cp2EqualsOneRankAndDiffersFromBf16Kv) {
     EXPECT_LE(curve_err, kCurveRelTol);
     const double apart = worst_grad_error(got.first_grads, bf16_kv.first_grads, 1.0);
     if (sub->rank() == 0)
-      std::printf("[ fp8 kv wire training ] cp 2 vs one rank: step-1 loss err %.1e, worst grad err %.1e, curve err "
-                  "%.1e | vs bf16 K/V on the ring: worst grad %.2e\n",
-                  loss_err, grad_err, curve_err, apart);
+      std::printf("[ fp8 kv wire training ] cp %d cp_a2a %d vs one rank: step-1 loss err %.1e, worst grad err %.1e, "
+                  "curve err %.1e | vs bf16 K/V on the same grid: worst grad %.2e\n",
+                  c.cp, c.a2a, loss_err, grad_err, curve_err, apart);
     EXPECT_GT(apart, 5 * kGradRelTol) << "fp8.attention_kv e4m3 did not reach the ring's K/V";
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+
+TEST(RingKvFp8WireTraining, Cp2EqualsOneRankAndDiffersFromBf16Kv) {
+  expect_training_grid_equals_one_rank({"block", 1, 2, 1});
+}
+
+// The hybrid: a 2-rank all-to-all (K/V heads in bf16) and a ring of 2 over its 256-row head-sharded shards (E4M3).
+TEST(RingKvFp8WireTraining, HybridCp4A2a2EqualsOneRank) {
+  expect_training_grid_equals_one_rank({"block", 1, 4, 1, 2});
 }
