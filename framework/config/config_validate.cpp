@@ -357,7 +357,7 @@ void check_fp8_attention_kv(const Config& c, Problems& p) {
     p.add("fp8.attention_kv=e4m3 sends K/V in E4M3 on the ring's hops only, but parallel.cp_scheme=",
           cp_scheme_setting_name(g.cp_scheme), " with data.documents: eot may run the gather scheme, which moves K/V "
           "rows in the activation dtype; set parallel.cp_scheme: ring, or fp8.attention_kv: bf16");
-  if (g.cp_a2a_auto())
+  if (g.cp > 1 && g.cp_a2a_auto())
     p.add("fp8.attention_kv=e4m3 sends K/V in E4M3 on the ring's hops only, and parallel.cp_a2a=auto may pick an "
           "all-to-all (which moves K/V in bf16) with no ring; set parallel.cp_a2a to a number, or "
           "fp8.attention_kv: bf16");

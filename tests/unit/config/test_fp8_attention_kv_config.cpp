@@ -87,6 +87,7 @@ TEST(Fp8AttentionKvConfig, RefusedWithoutARing) {
   const std::string automatic = error_of({"parallel.cp=2", "parallel.cp_a2a=auto"}, 2);
   EXPECT_NE(automatic.find("parallel.cp_a2a=auto"), std::string::npos) << automatic;
   EXPECT_NE(automatic.find("set parallel.cp_a2a to a number"), std::string::npos) << automatic;
+  EXPECT_EQ(error_of({"parallel.cp_a2a=auto"}), "") << "cp 1: nothing to pick, one rank rounds as a ring would";
 }
 
 TEST(Fp8AttentionKvConfig, StartUpLineSaysKvAreRounded) {
