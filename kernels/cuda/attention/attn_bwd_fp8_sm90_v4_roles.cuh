@@ -205,11 +205,13 @@ __device__ __forceinline__ void v4_dq_warp(const CUtensorMap* dq_map, const Para
           tma_reduce_add_4d(dq_map, boxes + kDqPartBytes / 2, 32, h, q0 + wg * 64, w.b);
           bulk_commit();
         }
+        __syncwarp();  // converged before the next bar.sync (an aligned barrier)
       }
       if (lane == 0) {
         bulk_wait_read<0>();
         mbar_arrive(bars + kV4BarTEmpty);
       }
+      __syncwarp();
 #pragma unroll 1
       for (int wg = 0; wg < 2; ++wg) {  // part 1 (columns 64..127): the warpgroup's half of the staging area
         named_bar_sync(kV4BarDqPart1 + wg, kV4DqBarThreads);
@@ -221,8 +223,8 @@ __device__ __forceinline__ void v4_dq_warp(const CUtensorMap* dq_map, const Para
           bulk_wait_read<0>();
           mbar_arrive(bars + kV4BarStageFree + 8 * uint32_t(wg));
         }
+        __syncwarp();
       }
-      __syncwarp();
     }
   }
   if (lane == 0) bulk_wait<0>();  // the reduces performed before the CTA (and its shared memory) ends
