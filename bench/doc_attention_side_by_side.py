@@ -8,8 +8,10 @@ query heads, --kv-heads K/V heads (default H; fewer is GQA), d = 128, bf16), and
               bench_ring_steps does) against that whole call, plus the ring's critical path (per step the slowest
               rank's call); with --scheme gather the gather scheme's calls (parallel/schedule/gather_plan.h: per rank its own
               keys and exactly the key rows it sees) and their paths, compute only and with the NVLink model, the
-              one-launch forward as RingAttention runs it: attn_fwd_work_list by default, attn_fwd_whole_two_kv with
-              RT_ATTN_WORK_LIST=0 in the environment (the row's ours.one_fwd_work_list says which, per rank);
+              one-launch forward and backward as RingAttention runs them: attn_fwd_work_list / attn_bwd_work_list by
+              default, attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv with RT_ATTN_WORK_LIST=0 in the
+              environment (the row's ours.one_fwd_work_list / ours.one_bwd_work_list say which, per rank; printed per
+              row and in the --candidates tables as "one launch per rank fwd / bwd");
   fa4         FlashAttention-4's flash_attn_varlen_func with cu_seqlens (when flash_attn.cute imports);
   flex        PyTorch FlexAttention with a document block mask, torch.compile'd (the block mask is built once per
               sample, outside the timing, as a trainer builds it once per batch);
@@ -129,7 +131,43 @@ def cross_check_ours(binary, stdlib, cp=8):
                 assert f"N {n}," in run.stdout and f"{len(lengths)} documents" in run.stdout, run.stdout
     print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --plan-only counts the same pairs")
     cross_check_gather(binary, stdlib)
+    cross_check_forms(binary, stdlib)
     doc_candidates_study.check_ours_candidates(binary)
+
+
+# RingAttention's one-launch forms (parallel/cp/gather_list_form.h, tests/mpi/test_ring_gather_work_list.cpp) by
+# RT_ATTN_WORK_LIST (None: unset): the lists by default and with 1, the two_kv calls with 0.
+RING_ATTENTION_FORMS = {None: ("attn_fwd_work_list", "attn_bwd_work_list"), "1": ("attn_fwd_work_list",
+                                                                                 "attn_bwd_work_list"),
+                        "0": ("attn_fwd_whole_two_kv", "attn_bwd_block_fresh_two_kv")}
+
+
+def cross_check_forms(binary, stdlib):
+    """bench_doc_ring_steps --scheme gather --plan-only names the one-launch forward's and backward's kernels its paths
+    hold (the "gather one-launch forms" line); they must be RingAttention's for each RT_ATTN_WORK_LIST, with or without
+    --work-list / --bwd-work-list (which only add the side by side), and a value RingAttention refuses is refused."""
+    def plan(path, value, extra=()):
+        env = {k: v for k, v in os.environ.items() if k != "RT_ATTN_WORK_LIST"}
+        if value is not None:
+            env["RT_ATTN_WORK_LIST"] = value
+        return subprocess.run([binary, "--lengths", path, "--cp", "8", "--scheme", "gather", "--plan-only", *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "short_16384.txt")
+        write_lengths(path, make_mix("short", 16384, 1, stdlib))
+        for value, (fwd, bwd) in RING_ATTENTION_FORMS.items():
+            for extra in ((), ("--work-list", "--bwd-work-list")):
+                run = plan(path, value, extra)
+                assert run.returncode == 0, run.stdout
+                line = next((x for x in run.stdout.splitlines() if x.startswith("gather one-launch forms")), None)
+                assert line is not None, run.stdout
+                got = (line.split("forward ")[1].split(",")[0], line.split("backward ")[1].split()[0].rstrip(","))
+                assert got == (fwd, bwd), (value, extra, got, line)
+                assert ("bwd work list plan" in run.stdout) == ("--bwd-work-list" in extra), run.stdout
+        bad = plan(path, "2")
+        assert bad.returncode != 0 and "RT_ATTN_WORK_LIST=2" in bad.stdout, bad.stdout
+    print(f"doc_attention_side_by_side self-test: {os.path.basename(binary)} --plan-only names RingAttention's "
+          "one-launch forms for RT_ATTN_WORK_LIST unset, 1 and 0")
 
 
 def layout_owner(layout, n, cp):
@@ -455,6 +493,9 @@ def main():
                     rec[key] = peers[key]
             for peer, (f, b) in tf.items():
                 print(f"  {peer:<6} fwd {f:7.1f} TF/s  bwd {b:7.1f} TF/s (visible pairs)")
+            forms = doc_candidates_study.one_launch_forms(ours)
+            if forms:
+                print(f"  ours one launch per rank fwd / bwd {forms} ({doc_candidates_study.FORMS_KEY})")
             for peer in ("fa4", "flex", "dense"):
                 if isinstance(rec.get(peer), dict) and "error" in rec[peer]:
                     print(f"  {peer:<6} not measured: {rec[peer]['error']}")

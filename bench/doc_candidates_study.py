@@ -115,6 +115,20 @@ def measured_total(ours):
     return None
 
 
+def one_launch_forms(ours):
+    """A gather row's forms per rank, "fwd / bwd", one character a rank: - its separate calls in the path, L its one
+    launch over the work list (attn_fwd_work_list / attn_bwd_work_list), T its one launch as the two_kv call. None for
+    a ring row or an error. Rows without one_bwd_work_list (bench_doc_ring_steps before the backward's list was its
+    default, 2026-12-04) held two_kv's backward: T."""
+    if "one_launch" not in ours or "one_launch_bwd" not in ours:
+        return None
+
+    def ranks(one, lists):
+        return "".join("L" if o and l else "T" if o else "-" for o, l in zip(one, lists or [0] * len(one)))
+    return (f"{ranks(ours['one_launch'], ours.get('one_fwd_work_list'))} / "
+            f"{ranks(ours['one_launch_bwd'], ours.get('one_bwd_work_list'))}")
+
+
 def summarize_rows(rows):
     """Per sample (cp, heads, kv heads, d, N, mix, seed, timing), in the rows' order: a dict with the pick's label and
     measure, every measured candidate (label -> its rows' least measure) and pick / best. A sample whose pick did not
@@ -128,12 +142,13 @@ def summarize_rows(rows):
         entry = s["runs"].setdefault(row["candidate"], {"scheme": row.get("scheme"), "ms": None, "fwd": None,
                                                         "bwd": None, "predicted": (row["predicted_fwd_ms"],
                                                                                    row["predicted_bwd_ms"]),
-                                                        "error": None})
+                                                        "error": None, "forms": None})
         if total is None:
             entry["error"] = row["ours"].get("error", "no path_comm")
             continue
         if entry["ms"] is None or total < entry["ms"]:
-            entry.update(ms=total, fwd=row["ours"]["path_comm_fwd_ms"], bwd=row["ours"]["path_comm_bwd_ms"])
+            entry.update(ms=total, fwd=row["ours"]["path_comm_fwd_ms"], bwd=row["ours"]["path_comm_bwd_ms"],
+                         forms=one_launch_forms(row["ours"]))
         if row["run"] == "pick":
             s["pick_ms"] = total if s["pick_ms"] is None else min(s["pick_ms"], total)
     out = []
@@ -158,18 +173,23 @@ def sample_table(s):
     """One sample's markdown: each candidate's prediction and measure, the pick's ratio."""
     lines = [f"\n{sample_title(s)}: pick {s['pick']}\n",
              "| candidate | scheme | predicted fwd ms | bwd ms | measured fwd ms (comm) | bwd ms (comm) | fwd + bwd | "
-             "/ best |", "|---|---|---|---|---|---|---|---|"]
+             "/ best | one launch per rank fwd / bwd |", "|---|---|---|---|---|---|---|---|---|"]
     best_ms = s["runs"][s["best"]]["ms"] if s["best"] else None
     for label, e in sorted(s["runs"].items(), key=lambda kv: (kv[1]["ms"] is None, kv[1]["ms"] or 0)):
         name = label + (" (pick)" if label == s["pick"] else "")
         if e["ms"] is None:
             lines.append(f"| {name} | {e['scheme']} | {e['predicted'][0]:.3f} | {e['predicted'][1]:.3f} | "
-                         f"not measured: {e['error']} | | | |")
+                         f"not measured: {e['error']} | | | | |")
             continue
         lines.append(f"| {name} | {e['scheme']} | {e['predicted'][0]:.3f} | {e['predicted'][1]:.3f} | {e['fwd']:.3f} | "
-                     f"{e['bwd']:.3f} | {e['ms']:.3f} | {e['ms'] / best_ms:.3f} |")
+                     f"{e['bwd']:.3f} | {e['ms']:.3f} | {e['ms'] / best_ms:.3f} | {e['forms'] or '–'} |")
     lines.append(f"\npick / best measured: {ratio_text(s)}")
+    lines.append(FORMS_KEY)
     return "\n".join(lines)
+
+
+FORMS_KEY = ("one launch per rank: - the rank's separate calls in the path, L its one launch over the work list "
+             "(attn_fwd_work_list / attn_bwd_work_list), T its one launch as the two_kv call")
 
 
 def ratio_text(s):
@@ -179,17 +199,19 @@ def ratio_text(s):
 
 
 def summary_table(samples):
-    lines = ["| cp | heads | N | mix | pick | pick ms | best measured | best ms | pick / best |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| cp | heads | N | mix | pick | pick ms | best measured | best ms | pick / best | pick's one launch fwd / "
+             "bwd |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in samples:
         cp, h, kv, _, n, mix, _, _ = s["key"]
         best_ms = s["runs"][s["best"]]["ms"] if s["best"] else float("nan")
         pick_ms = s["pick_ms"] if s["pick_ms"] is not None else float("nan")
+        forms = s["runs"][s["pick"]]["forms"] if s["pick"] in s["runs"] else None
         lines.append(f"| {cp} | {h}/{kv} | {n // 1024}K | {mix} | {s['pick']} | {pick_ms:.3f} | {s['best']} | "
-                     f"{best_ms:.3f} | {ratio_text(s)} |")
+                     f"{best_ms:.3f} | {ratio_text(s)} | {forms or '–'} |")
     flagged = sum(1 for s in samples if s["flagged"])
     worst = max((s["ratio"] for s in samples if s["ratio"] is not None), default=float("nan"))
-    lines.append(f"\n{len(samples)} samples, worst pick / best {worst:.3f}, {flagged} over {BOUND} or not measured")
+    lines.append(f"\n{len(samples)} samples, worst pick / best {worst:.3f}, {flagged} over {BOUND} or not measured; "
+                 + FORMS_KEY)
     return "\n".join(lines)
 
 
@@ -231,6 +253,9 @@ def made_up_rows(rng):
         def row(label, role, total, error=None):
             fwd = total * rng.uniform(0.2, 0.5)
             ours = {"error": error} if error else {"path_comm_fwd_ms": fwd, "path_comm_bwd_ms": total - fwd}
+            if label.startswith("gather:") and not error:  # ranks 1-2 one launch, rank 1 over the lists
+                ours.update(one_launch=[0, 1, 1, 0], one_launch_bwd=[0, 0, 1, 1], one_fwd_work_list=[0, 1, 0, 1],
+                            one_bwd_work_list=[0, 1, 1, 0])
             return {"N": n, "mix": mix, "seed": 1, "cp": 8, "H": 16, "kv_heads": 16, "d": 128, "timing": "queued",
                     "run": role, "candidate": label, "scheme": "gather" if label.startswith("gather:") else "ring",
                     "pick": pick, "predicted_fwd_ms": 1.0, "predicted_bwd_ms": 2.0, "ours": ours}
@@ -265,6 +290,10 @@ def self_test(lister=None):
             assert f"{sample_title(s)}: pick {s['pick']}" in run.stdout, run.stdout
             assert f"pick / best measured: {ratio:.3f}" + (" **" if ratio > BOUND else "") in run.stdout, run.stdout
         assert "not measured: out of memory" in run.stdout, run.stdout
+        assert "| -LT- / --LT |" in run.stdout, run.stdout
+    assert one_launch_forms({"one_launch": [0, 1], "one_launch_bwd": [1, 1], "one_fwd_work_list": [0, 1]}) == \
+        "-L / TT", "a row without one_bwd_work_list held two_kv's backward"
+    assert one_launch_forms({"path_comm_fwd_ms": 1.0}) is None
     print("doc_candidates_study self-test: the summary finds the built-in pick / best on made-up rows")
     if lister:
         check_listing(lister)

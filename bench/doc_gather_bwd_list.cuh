@@ -1,12 +1,15 @@
-// bench_doc_ring_steps --scheme gather --bwd-work-list (included by bench/doc_gather_steps.cuh): per receiving rank,
-// the one-launch backward as attn_bwd_work_list (bwd v5's list mode over doc_bwd_work_list's list, built on the host
-// as RingAttention would build it once per batch, untimed) beside attn_bwd_block_fresh_two_kv on the same inputs (the
-// rank's q, own K / V, its gathered rows, dout, lse, delta), where the list kernel runs the call
-// (attn_bwd_work_list_runs). Both timed as --timing says; then each run once from dQ = 0 and their results compared:
-// dK / dV (own and gathered) bit for bit (the list kernel's claim, kernels/cuda/attention/attn_bwd_work_list.cu; a
-// difference is printed and counted, not fatal) and dQ as max |list - two_kv| / max |two_kv| (unordered f32 adds in
-// both). Also the list's size (tasks) and, per head, the 64-row query stages each form runs against the fewest
-// possible (bwd_stage_counts, on the host).
+// bench_doc_ring_steps --scheme gather (included by bench/doc_gather_steps.cuh): the one-launch backward's two forms
+// side by side. RingAttention runs that call as attn_bwd_work_list (bwd v5's list mode over doc_bwd_work_list's list,
+// the forward's mirrored, built on the host once per batch, untimed here) where the rule of
+// parallel/cp/gather_list_form.h says so (RT_ATTN_WORK_LIST unset or 1, the list op runs the call), else as
+// attn_bwd_block_fresh_two_kv; measure_gather times the rank's form into the paths (one_bwd_ms) and, per receiving
+// rank where the list op runs the call, compare_bwd_list times the other form on the same inputs (the rank's q, own K /
+// V, its gathered rows, dout, lse, delta), as --timing says; then each runs once from dQ = 0 (dK / dV NaN-poisoned) and
+// their results are compared on the device: dK / dV (own and gathered) bit for bit (the list kernel's claim,
+// kernels/cuda/attention/attn_bwd_work_list.cu; a difference is printed and counted, not fatal) and dQ as
+// max |list - two_kv| / max |two_kv| (unordered f32 adds in both). Always with the list on (the default); with
+// RT_ATTN_WORK_LIST=0 only with --bwd-work-list. --bwd-work-list also counts, per head, the 64-row query stages each
+// form runs against the fewest possible (bwd_stage_counts, on the host; --plan-only: print_bwd_list_plan).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -14,11 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
-#include "kernels/attn_bwd_work_list_runs.h"
+#include "bench/doc_gather_row_kernels.cuh"
 #include "kernels/attn_work_list.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "parallel/schedule/gather_plan.h"
@@ -121,93 +125,92 @@ inline void print_bwd_list_plan(const KvGatherPlan& plan, const std::vector<int6
 
 struct BwdListRank {
   bool runs = false;                  // the list kernel ran this rank's call (else the rest is 0)
-  double list_ms = 0, two_kv_ms = 0;  // attn_bwd_work_list / attn_bwd_block_fresh_two_kv
+  double list_ms = 0, two_kv_ms = 0;  // attn_bwd_work_list / attn_bwd_block_fresh_two_kv (one of them one_bwd_ms)
   int64_t dkv_mismatch = 0;           // dK / dV elements (own and gathered) whose bits differ from two_kv's
   double dq_rel = 0;                  // max |dQ list - dQ two_kv| / max |dQ two_kv| (NaN on a NaN)
   int64_t tasks = 0;                  // the list's tasks
-  BwdStages stages;                   // per head (bwd_stage_counts)
+  BwdStages stages;                   // per head (bwd_stage_counts; 0 unless --bwd-work-list asked for them)
 };
 
-// One rank's call: the tensors as measure_gather holds them (q (1,n,H,D), k / v (1,n,Hkv,D), k2 / v2 (1,Rc,Hkv,D)
-// bf16; dout, lse, delta; dq (1,n,H,D), dk / dv, dk2 / dv2 f32, overwritten here), the key list's mask, its inputs.
-struct BwdListCall {
-  Tensor q, k, v, k2, v2, dout, lse, delta, dq, dk, dv, dk2, dv2;
-  AttnMask mask;
-  const DocWorkListInputs* in = nullptr;
-  int64_t H = 0, Hkv = 0, D = 0;
+// A rank's backward list, built on the host as RingAttention builds it once per batch (doc_bwd_work_list: the
+// forward's list mirrored): its device words, its tasks, and with `stages` the 64-row stages per head (host time
+// O(query tiles x key tiles x 64) per rank, so only when --bwd-work-list asks).
+struct BwdListWords {
+  std::vector<int32_t> words;  // (words) attn_work_list_words
+  int64_t tasks = 0;
+  BwdStages stages;
+};
+inline BwdListWords bwd_list_words(const DocWorkListInputs& in, bool stages) {
+  const AttnBwdWorkList list = doc_bwd_work_list(in);
+  BwdListWords w;
+  w.words = attn_work_list_words(list);
+  w.tasks = int64_t(list.tasks.size());
+  if (stages) w.stages = bwd_stage_counts(in, list);
+  return w;
+}
+
+// One rank's two one-launch backward forms side by side: the f32 tensors both write (dq (1,n,H,D), dk / dv
+// (1,n,Hkv,D), dk2 / dv2 (1,Rc,Hkv,D); overwritten here), the two forms as calls, and which of them is the rank's form
+// in the paths (list_form), already timed: form_ms.
+struct BwdListCompare {
+  Tensor dq, dk, dv, dk2, dv2;
+  std::function<void()> list_bwd, two_kv_bwd;
+  bool list_form = true;
+  double form_ms = 0;
   CallTiming timing = CallTiming::queued;
   int warmup = 3, reps = 10;
 };
 
-// The f32 elements of a device tensor on the host.
-inline std::vector<float> bwd_list_fetch(const Tensor& t) {
-  std::vector<float> host(size_t(t.numel()));  // (numel) f32
-  CUDA_CHECK(cudaMemcpyAsync(host.data(), t.data, host.size() * 4, cudaMemcpyDeviceToHost, cuda::current_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));
-  return host;
-}
-
-inline int64_t bwd_list_bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
-  int64_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
-  return n;
-}
-
-inline BwdListRank measure_bwd_list(const BwdListCall& c) {
+// The other form timed as --timing says; then each form run once from dQ = 0 with dK / dV NaN-poisoned (every row
+// must be written) and compared on the device: dK / dV bit for bit, dQ as a relative max difference.
+inline BwdListRank compare_bwd_list(const BwdListCompare& c, const BwdListWords& w) {
   BwdListRank x;
-  const int64_t n = c.q.shape[1], Rc = c.k2.shape[1];
-  x.runs = attn_bwd_work_list_runs(c.q.device, DType::bf16, 1, c.H, c.Hkv, c.D, n, n, Rc, c.in->list_rows);
-  if (!x.runs) return x;
-  const AttnBwdWorkList list = doc_bwd_work_list(*c.in);
-  x.tasks = int64_t(list.tasks.size());
-  x.stages = bwd_stage_counts(*c.in, list);
-  const std::vector<int32_t> words = attn_work_list_words(list);
-  DeviceBuffer wl(words.size() * 4);  // (words) i32
-  CUDA_CHECK(cudaMemcpyAsync(wl.p, words.data(), words.size() * 4, cudaMemcpyHostToDevice, cuda::current_stream()));
-  const Tensor wlt(wl.p, DType::i32, c.q.device, {int64_t(words.size())});
-  auto list_bwd = [&] {
-    attn_bwd_work_list(c.q, c.k, c.v, c.k2, c.v2, c.dout, c.lse, c.delta, c.dq, c.dk, c.dv, c.dk2, c.dv2, c.mask, wlt);
-  };
-  auto two_kv_bwd = [&] {
-    attn_bwd_block_fresh_two_kv(c.q, c.k, c.v, c.k2, c.v2, c.dout, c.lse, c.delta, c.dq, c.dk, c.dv, c.dk2, c.dv2,
-                                c.mask);
-  };
-  x.list_ms = call_ms(c.timing, list_bwd, c.warmup, c.reps);
-  x.two_kv_ms = call_ms(c.timing, two_kv_bwd, c.warmup, c.reps);
-  struct Result {
-    std::vector<float> dq, dk, dv, dk2, dv2;
-  };
+  x.runs = true;
+  x.tasks = w.tasks;
+  x.stages = w.stages;
+  x.list_ms = c.list_form ? c.form_ms : call_ms(c.timing, c.list_bwd, c.warmup, c.reps);
+  x.two_kv_ms = c.list_form ? call_ms(c.timing, c.two_kv_bwd, c.warmup, c.reps) : c.form_ms;
+  const Tensor* outs[5] = {&c.dq, &c.dk, &c.dv, &c.dk2, &c.dv2};
   auto once = [&](const std::function<void()>& call) {
     fill(c.dq, 0.f);
-    for (const Tensor* t : {&c.dk, &c.dv, &c.dk2, &c.dv2}) fill(*t, std::nanf(""));  // every row must be written
+    for (int i = 1; i < 5; ++i) fill(*outs[i], std::nanf(""));
     call();
-    return Result{bwd_list_fetch(c.dq), bwd_list_fetch(c.dk), bwd_list_fetch(c.dv), bwd_list_fetch(c.dk2),
-                  bwd_list_fetch(c.dv2)};
   };
-  const Result two = once(two_kv_bwd), got = once(list_bwd);
-  x.dkv_mismatch = bwd_list_bit_mismatches(got.dk, two.dk) + bwd_list_bit_mismatches(got.dv, two.dv) +
-                   bwd_list_bit_mismatches(got.dk2, two.dk2) + bwd_list_bit_mismatches(got.dv2, two.dv2);
-  double diff = 0, ref = 0;
-  bool nan = false;
-  for (size_t i = 0; i < two.dq.size(); ++i) {
-    nan = nan || std::isnan(got.dq[i]) || std::isnan(two.dq[i]);
-    diff = std::max(diff, double(std::fabs(got.dq[i] - two.dq[i])));
-    ref = std::max(ref, double(std::fabs(two.dq[i])));
+  cudaStream_t stream = cuda::current_stream();
+  once(c.two_kv_bwd);
+  std::unique_ptr<DeviceBuffer> ref[5];  // two_kv's dq, dk, dv, dk2, dv2: each the shape of its tensor, f32
+  for (int i = 0; i < 5; ++i) {
+    ref[i] = std::make_unique<DeviceBuffer>(size_t(std::max<int64_t>(outs[i]->numel(), 1)) * 4);
+    CUDA_CHECK(cudaMemcpyAsync(ref[i]->p, outs[i]->data, size_t(outs[i]->numel()) * 4, cudaMemcpyDeviceToDevice,
+                               stream));
   }
-  x.dq_rel = nan ? NAN : ref > 0 ? diff / ref : diff;
+  once(c.list_bwd);
+  for (int i = 1; i < 5; ++i) x.dkv_mismatch += gather_bit_mismatches(outs[i]->data, ref[i]->p, outs[i]->numel());
+  const std::pair<float, float> dq = gather_max_abs_diff<float>(c.dq.data, ref[0]->p, c.dq.numel());
+  x.dq_rel = std::isnan(dq.first) ? NAN : dq.second > 0 ? double(dq.first) / dq.second : double(dq.first);
   return x;
 }
 
+inline bool bwd_list_has_stages(const std::vector<BwdListRank>& ranks) {  // --bwd-work-list counted them
+  return std::any_of(ranks.begin(), ranks.end(), [](const BwdListRank& x) { return x.stages.two_kv > 0; });
+}
+
+// The stdout lines, where a rank ran the list: per rank the two forms' times (and the stages where counted), the most
+// of one rank each, the bits.
 inline void print_bwd_list(const std::vector<BwdListRank>& ranks) {
+  if (std::none_of(ranks.begin(), ranks.end(), [](const BwdListRank& x) { return x.runs; })) return;
   double list_max = 0, two_max = 0, dq_worst = 0;
   int64_t mismatch = 0;
-  std::printf("  work list bwd (attn_bwd_work_list / attn_bwd_block_fresh_two_kv ms; 64-row stages per head list / "
-              "two_kv / fewest):");
+  const bool stages = bwd_list_has_stages(ranks);
+  std::printf("  work list bwd (attn_bwd_work_list / attn_bwd_block_fresh_two_kv ms%s):",
+              stages ? "; 64-row stages per head list / two_kv / fewest" : "");
   for (size_t r = 0; r < ranks.size(); ++r) {
     const BwdListRank& x = ranks[r];
     if (!x.runs) continue;
-    std::printf(" r%zu %.3f/%.3f (%lld/%lld/%lld)", r, x.list_ms, x.two_kv_ms, (long long)x.stages.list,
-                (long long)x.stages.two_kv, (long long)x.stages.exact);
+    std::printf(" r%zu %.3f/%.3f", r, x.list_ms, x.two_kv_ms);
+    if (stages)
+      std::printf(" (%lld/%lld/%lld)", (long long)x.stages.list, (long long)x.stages.two_kv,
+                  (long long)x.stages.exact);
     list_max = std::max(list_max, x.list_ms);
     two_max = std::max(two_max, x.two_kv_ms);
     mismatch += x.dkv_mismatch;
@@ -220,8 +223,10 @@ inline void print_bwd_list(const std::vector<BwdListRank>& ranks) {
               std::isnan(dq_worst) || dq_worst > 1e-3 ? "  <-- dQ DIFFERS" : "");
 }
 
-// JSON members (after a leading comma): per rank (0 where the list kernel did not run the call).
+// JSON members (after a leading comma): per rank (0 where the list kernel did not run the call), the stages where
+// counted; none where no rank ran it.
 inline void json_bwd_list(FILE* json, const std::vector<BwdListRank>& ranks) {
+  if (std::none_of(ranks.begin(), ranks.end(), [](const BwdListRank& x) { return x.runs; })) return;
   std::string list_ms = "[", two_ms = "[", bits = "[", dq = "[", stages = "[";
   char cell[48];
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -235,8 +240,9 @@ inline void json_bwd_list(FILE* json, const std::vector<BwdListRank>& ranks) {
                   (long long)st.exact), stages += cell;
   }
   std::fprintf(json, ",\"work_list_bwd_ms\":%s],\"two_kv_bwd_ms\":%s],\"work_list_bwd_dkv_bit_mismatches\":%s],"
-                     "\"work_list_bwd_dq_rel\":%s],\"work_list_bwd_stages_list_two_kv_fewest\":%s]",
-               list_ms.c_str(), two_ms.c_str(), bits.c_str(), dq.c_str(), stages.c_str());
+                     "\"work_list_bwd_dq_rel\":%s]",
+               list_ms.c_str(), two_ms.c_str(), bits.c_str(), dq.c_str());
+  if (bwd_list_has_stages(ranks)) std::fprintf(json, ",\"work_list_bwd_stages_list_two_kv_fewest\":%s]", stages.c_str());
 }
 
 }  // namespace rt::bench

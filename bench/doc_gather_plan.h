@@ -1,6 +1,7 @@
 // bench_doc_ring_steps --scheme gather, the host side (no GPU): the gather scheme's plan for one ring order and the
 // kernel time model's prediction (parallel/schedule/gather_plan.h), and the plan line it prints, with --plan-only
-// too. What the scheme runs on the GPU and how it is timed: bench/doc_gather_steps.cuh.
+// too, and the one-launch calls' forms by RingAttention's rule. What the scheme runs on the GPU and how it is timed:
+// bench/doc_gather_steps.cuh.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/cp/gather_list_form.h"
 #include "parallel/schedule/gather_plan.h"
 #include "parallel/schedule/ring_spans.h"
 #include "parallel/schedule/ring_tile_cost.h"
@@ -73,6 +75,28 @@ inline void print_gather_plan(const GatherBench& g) {
   }
   std::printf("gather own backward split (model): key row m per rank %s (0: one call); parts A/B us per rank %s\n",
               gather_join(m).c_str(), parts.c_str());
+}
+
+// The forms line (also with --plan-only): the one-launch forward's and backward's kernels by RingAttention's rule
+// (parallel/cp/gather_list_form.h) with the knob `list_on` (gather_work_list_from_env), where their list kernels run
+// the call (the GPU decides per rank: the measured lines mark each rank's), and the ranks whose model runs them in one
+// launch. bench/doc_attention_side_by_side.py --self-test reads it.
+inline void print_gather_forms(const GatherBench& g, bool list_on) {
+  auto ranks = [](const std::vector<char>& on) {
+    std::string s;
+    for (size_t r = 0; r < on.size(); ++r)
+      if (on[r]) s += (s.empty() ? "" : ",") + std::to_string(r);
+    return s.empty() ? std::string("none") : s;
+  };
+  const bool fwd_list = gather_fwd_list_form(list_on, /*list_runs=*/true);
+  const bool bwd_list = gather_bwd_list_form(list_on, /*fp8_backward=*/false, /*list_runs=*/true);
+  std::printf("gather one-launch forms (RingAttention's rule): forward %s, backward %s%s (%s); the model's one launch: "
+              "forward on ranks %s, backward on ranks %s\n",
+              fwd_list ? "attn_fwd_work_list" : "attn_fwd_whole_two_kv",
+              bwd_list ? "attn_bwd_work_list" : "attn_bwd_block_fresh_two_kv",
+              fwd_list || bwd_list ? " where the list kernel runs the call, else the two_kv call" : "",
+              list_on ? "RT_ATTN_WORK_LIST unset or 1: the default" : "RT_ATTN_WORK_LIST=0",
+              ranks(g.one_launch).c_str(), ranks(g.one_launch_bwd).c_str());
 }
 
 }  // namespace rt::bench

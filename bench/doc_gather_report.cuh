@@ -21,16 +21,19 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
   auto one_kernel = [&](int r) {  // the one-launch forward's kernel, where it was timed
     return m.one_fwd_ms[size_t(r)] <= 0 ? "" : m.one_fwd_list[size_t(r)] ? " [list]" : " [two_kv]";
   };
+  auto one_bwd_kernel = [&](int r) {  // the one-launch backward's kernel, where it was timed
+    return m.one_bwd_ms[size_t(r)] <= 0 ? "" : m.one_bwd_list[size_t(r)] ? " [list]" : " [two_kv]";
+  };
   for (int r = 0; r < cp; ++r)
     std::printf("  rank %d: %7ld rows received | fwd own %8.3f ms + gathered %8.3f ms, one launch %8.3f ms%s%s | bwd "
                 "own %8.3f ms (A %.3f + B %.3f, split at %ld; one call %.3f) + gathered %8.3f ms, one launch %8.3f "
-                "ms%s\n",
+                "ms%s%s\n",
                 r, long(g.plan.recv_rows[size_t(r)]), m.own_fwd_ms[size_t(r)], m.got_fwd_ms[size_t(r)],
                 m.one_fwd_ms[size_t(r)], one_kernel(r),
                 g.one_launch[size_t(r)] ? " (runs)" : "",
                 m.own_bwd_ms[size_t(r)], m.own_bwd_a_ms[size_t(r)], m.own_bwd_b_ms[size_t(r)],
                 long(g.splits[size_t(r)].m), m.own_bwd_one_ms[size_t(r)], m.got_bwd_ms[size_t(r)],
-                m.one_bwd_ms[size_t(r)], g.one_launch_bwd[size_t(r)] ? " (runs)" : "");
+                m.one_bwd_ms[size_t(r)], one_bwd_kernel(r), g.one_launch_bwd[size_t(r)] ? " (runs)" : "");
   if (std::any_of(m.list_fwd_ms.begin(), m.list_fwd_ms.end(), [](double x) { return x > 0; })) {
     double two_kv_max = 0, list_max = 0;
     std::printf("  work list fwd (attn_fwd_work_list / attn_fwd_whole_two_kv, ms):");
@@ -52,6 +55,15 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
               "attn_fwd_whole_two_kv on the rest (%s)\n",
               lists, launches, m.list_on ? "the list where its kernel runs the call: the default"
                                          : "RT_ATTN_WORK_LIST=0: two_kv everywhere");
+  const int bwd_lists = int(std::count(m.one_bwd_list.begin(), m.one_bwd_list.end(), 1));
+  const int bwd_launches =
+      int(std::count_if(m.one_bwd_ms.begin(), m.one_bwd_ms.end(), [](double x) { return x > 0; }));
+  const int bwd_in_paths = int(std::count(g.one_launch_bwd.begin(), g.one_launch_bwd.end(), 1));
+  std::printf("  one-launch backward in the paths: attn_bwd_work_list on %d of %d receiving ranks, "
+              "attn_bwd_block_fresh_two_kv on the rest (%s); the model runs it on %d ranks\n",
+              bwd_lists, bwd_launches, m.list_on ? "the list where its kernel runs the call: the default"
+                                                 : "RT_ATTN_WORK_LIST=0: two_kv everywhere",
+              bwd_in_paths);
   const RingTimePrediction& p = m.path;
   const double pf = p.fwd_compute_us * 1e-3, pb = p.bwd_compute_us * 1e-3, cf = p.fwd_us * 1e-3, cb = p.bwd_us * 1e-3;
   auto per_gpu = [&](double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 / cp : 0.0; };
@@ -70,7 +82,7 @@ inline void print_gather_result(const GatherBench& g, const GatherMeasured& m, d
               m.path_one.bwd_compute_us * 1e-3, m.path_one.bwd_us * 1e-3,
               whole_bwd_ms / (cp * m.path_one.bwd_us * 1e-3), whole_bwd_ms / (cp * cb));
   if (m.deliver_on) print_deliver_result(m.deliver_path, m.deliver, g.c_kv_us, whole_fwd_ms);
-  if (!m.bwd_list.empty()) print_bwd_list(m.bwd_list);
+  print_bwd_list(m.bwd_list);
   const double share = p.ring_bytes_per_layer > 0 ? 100 * p.bytes_per_layer / p.ring_bytes_per_layer : 0.0;
   std::printf("  bytes per layer %.0f of the ring's %.0f (%.2f%%), %ld rows received in all\n", p.bytes_per_layer,
               p.ring_bytes_per_layer, share, long(g.plan.total_rows()));
@@ -118,7 +130,7 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                "\"one_fwd_ms\":%s,\"one_launch\":[%s],\"path_comm_fwd_two_calls_ms\":%.4f,"
                "\"path_comm_fwd_one_launch_ms\":%.4f,\"one_bwd_ms\":%s,\"one_launch_bwd\":[%s],"
                "\"path_comm_bwd_calls_ms\":%.4f,\"path_comm_bwd_one_launch_ms\":%.4f,\"one_fwd_work_list\":[%s],"
-               "\"work_list_on\":%s",
+               "\"one_bwd_work_list\":[%s],\"work_list_on\":%s",
                list(m->own_fwd_ms).c_str(), list(m->got_fwd_ms).c_str(), list(m->own_bwd_ms).c_str(),
                list(m->got_bwd_ms).c_str(), pf, pb, cf, cb, whole_fwd_ms / (cp * pf), whole_bwd_ms / (cp * pb),
                whole_fwd_ms / (cp * cf), whole_bwd_ms / (cp * cb), per_gpu(flops_fwd, pf), per_gpu(flops_bwd, pb),
@@ -131,6 +143,7 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                gather_join(std::vector<int64_t>(g.one_launch_bwd.begin(), g.one_launch_bwd.end())).c_str(),
                m->path_two_calls.bwd_us * 1e-3, m->path_one_launch.bwd_us * 1e-3,
                gather_join(std::vector<int64_t>(m->one_fwd_list.begin(), m->one_fwd_list.end())).c_str(),
+               gather_join(std::vector<int64_t>(m->one_bwd_list.begin(), m->one_bwd_list.end())).c_str(),
                m->list_on ? "true" : "false");
   if (std::any_of(m->list_fwd_ms.begin(), m->list_fwd_ms.end(), [](double x) { return x > 0; }))
     std::fprintf(json, ",\"work_list_fwd_ms\":%s,\"two_kv_fwd_ms\":%s,\"work_list_out_bit_mismatches\":%lld,"
@@ -138,7 +151,7 @@ inline void json_gather(FILE* json, const GatherBench& g, const GatherMeasured* 
                  list(m->list_fwd_ms).c_str(), list(m->two_kv_fwd_ms).c_str(), (long long)m->list_out_mismatch,
                  (long long)m->list_lse_mismatch);
   if (m->deliver_on) json_deliver(json, m->deliver_path, m->deliver, whole_fwd_ms);
-  if (!m->bwd_list.empty()) json_bwd_list(json, m->bwd_list);
+  json_bwd_list(json, m->bwd_list);
 }
 
 }  // namespace rt::bench

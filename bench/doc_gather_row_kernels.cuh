@@ -1,6 +1,6 @@
 // bench_doc_ring_steps --scheme gather, the device helpers of its measurement (bench/doc_gather_steps.cuh): gather a
 // rank's received K / V rows into one buffer, add gradient rows home, and compare two device arrays (the check
-// against the ring's calls).
+// against the ring's calls; the two one-launch backward forms' bits, bench/doc_gather_bwd_list.cuh).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -66,6 +66,28 @@ std::pair<float, float> gather_max_abs_diff(const void* a, const void* b, int64_
   std::memcpy(&d, &host[0], 4);
   std::memcpy(&r, &host[1], 4);
   return {d, r};
+}
+
+// out[0] += the 32-bit words at which a and b differ, over n words each.
+__global__ void word_mismatch_kernel(const uint32_t* a, const uint32_t* b, int64_t n, unsigned long long* out) {
+  unsigned long long count = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    count += a[i] != b[i];
+  if (count) atomicAdd(out, count);
+}
+
+// The f32 elements (32-bit words) whose bits differ between two device arrays of n elements each.
+inline int64_t gather_bit_mismatches(const void* a, const void* b, int64_t n) {
+  DeviceBuffer count(sizeof(unsigned long long));  // (1) u64
+  cudaStream_t st = cuda::current_stream();
+  CUDA_CHECK(cudaMemsetAsync(count.p, 0, sizeof(unsigned long long), st));
+  word_mismatch_kernel<<<1024, 256, 0, st>>>(static_cast<const uint32_t*>(a), static_cast<const uint32_t*>(b), n,
+                                             static_cast<unsigned long long*>(count.p));
+  CUDA_CHECK_LAUNCH();
+  unsigned long long host = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, count.p, sizeof(host), cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  return int64_t(host);
 }
 
 }  // namespace rt::bench

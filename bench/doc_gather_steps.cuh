@@ -13,13 +13,15 @@
 //             attn_bwd_block_fresh into the gathered dK / dV (which go home in the reverse exchange), dQ accumulating
 //             over both calls.
 // one launch: its forward as one call over own keys and gathered rows as one key list (after the exchange), and its
-//             backward as one attn_bwd_block_fresh_two_kv (the own call whole), each timed for every rank that
+//             backward as one call over the same key list (the own call whole), each timed for every rank that
 //             receives rows; the ranks whose model picks it (predict_gather_calls' one_fwd / one_bwd, as RingAttention
-//             picks per batch) run it in the paths and in the check. The forward's call is RingAttention's default:
-//             attn_fwd_work_list over the call's work list (parallel/schedule/doc_work_list.h, built on the host as
-//             RingAttention builds it, untimed) where the list kernel runs the call (attn_fwd_work_list_runs: sm_90a,
-//             D 64 / 128, 128 own and gathered rows), else attn_fwd_whole_two_kv; with RT_ATTN_WORK_LIST=0 in the
-//             environment attn_fwd_whole_two_kv everywhere, as RingAttention then runs it.
+//             picks per batch) run it in the paths and in the check. Both calls in RingAttention's form, by its rule
+//             (parallel/cp/gather_list_form.h): by default the forward attn_fwd_work_list over the call's work list
+//             and the backward attn_bwd_work_list over the backward's (parallel/schedule/doc_work_list.h, built on the
+//             host as RingAttention builds them, untimed) where the list kernel runs the call
+//             (attn_{fwd,bwd}_work_list_runs: sm_90a, D 64 / 128, 128 own and gathered rows; the backward not in
+//             deterministic mode), else attn_fwd_whole_two_kv / attn_bwd_block_fresh_two_kv; with RT_ATTN_WORK_LIST=0
+//             in the environment the two_kv calls everywhere, as RingAttention then runs them.
 // Per rank r, untimed: its gathered rows' positions (kv_gather_positions), their K / V rows copied from the sample's
 // K / V into one device buffer, their k_pos on the device. Each call is timed as --timing says (call_ms,
 // bench/cuda_bench_util.cuh; the gathered forward after an own forward that writes the out / lse it merges into:
@@ -30,11 +32,12 @@
 // Side by side (issue 46): wherever the list kernel runs a receiving rank's one-launch forward, it is timed both as
 // attn_fwd_work_list and as attn_fwd_whole_two_kv, and their out / lse compared bit for bit (a difference is printed
 // and counted, not fatal: the timings stay of the same computation up to rounding). Always with the list on (the
-// default); with RT_ATTN_WORK_LIST=0 only with --work-list (compare_list), the paths then keeping two_kv.
+// default); with RT_ATTN_WORK_LIST=0 only with --work-list (compare_list), the paths then keeping two_kv. The
+// backward likewise (bench/doc_gather_bwd_list.cuh): attn_bwd_work_list beside attn_bwd_block_fresh_two_kv, dK / dV
+// bit for bit and dQ within rounding; always with the list on, with RT_ATTN_WORK_LIST=0 only with --bwd-work-list.
 // --deliver model: per receiving rank the one-launch forward with the exchange under it (own-first list, ready flags,
 // rows delivered at C_kv by a side stream), and the forward's path with comm taking the best of the three forms per
-// rank: bench/doc_gather_deliver.cuh. --bwd-work-list: per receiving rank the one-launch backward as
-// attn_bwd_work_list beside attn_bwd_block_fresh_two_kv, their bits compared: bench/doc_gather_bwd_list.cuh.
+// rank: bench/doc_gather_deliver.cuh.
 // Check: one pass of the scheme (backward: part A, gathered, part B) against one pass of the ring's calls over the
 // same rows (out, lse, dQ, and dK / dV with the gathered rows' gradients added home); a mismatch fails the run, the
 // timings would be of a wrong scheme.
@@ -55,10 +58,10 @@
 #include "bench/doc_gather_plan.h"
 #include "bench/doc_gather_row_kernels.cuh"
 #include "kernels/attn_doc_plans.h"
-#include "kernels/attn_fwd_work_list_runs.h"
 #include "kernels/attn_work_list.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
+#include "parallel/cp/gather_list_form.h"
 #include "parallel/cp/gather_scheme.h"
 #include "parallel/schedule/doc_work_list.h"
 #include "parallel/schedule/gather_plan.h"
@@ -73,7 +76,9 @@ struct GatherMeasured {
                                    // in RingAttention's form: attn_fwd_work_list where one_fwd_list, else two_kv
   std::vector<char> one_fwd_list;  // (cp) 1 where that launch is attn_fwd_work_list
   bool list_on = true;             // the list where its kernel runs the call (RT_ATTN_WORK_LIST unset or 1)
-  std::vector<double> one_bwd_ms;  // (cp) the backward likewise
+  std::vector<double> one_bwd_ms;  // (cp) the backward likewise, in RingAttention's form: attn_bwd_work_list where
+                                   // one_bwd_list, else attn_bwd_block_fresh_two_kv
+  std::vector<char> one_bwd_list;  // (cp) 1 where that launch is attn_bwd_work_list
   // (cp) side by side, where the list kernel runs the call (0: not run): the one-launch forward as attn_fwd_work_list
   // and as attn_fwd_whole_two_kv (one of them one_fwd_ms itself)
   std::vector<double> list_fwd_ms, two_kv_fwd_ms;
@@ -87,17 +92,20 @@ struct GatherMeasured {
   bool deliver_on = false;
   std::vector<DeliverRank> deliver;
   DeliverPath deliver_path;
-  std::vector<BwdListRank> bwd_list;  // --bwd-work-list: (cp) per rank (bench/doc_gather_bwd_list.cuh); else empty
+  // (cp) per rank the one-launch backward's two forms side by side (bench/doc_gather_bwd_list.cuh): with the list on
+  // (the default) or --bwd-work-list; else empty.
+  std::vector<BwdListRank> bwd_list;
   // Check against the ring, max |gather - ring| / max |ring| (lse: max |gather - ring|, natural log).
   double check_lse = 0, check_out = 0, check_dq = 0, check_dk = 0, check_dv = 0;
 };
 
 // buf: the sample in ring order (rank r's rows [r n, (r + 1) n)); rp / rs: (N) device positions and document starts
 // of those rows, ring_start (N) the same document starts on the host (order holds the positions); ring_mask: the
-// ring's calls (the check's reference). list_on: the one-launch forward is attn_fwd_work_list where its kernel runs the
-// call (RingAttention's default; gather_work_list_from_env); compare_list: time the list beside two_kv with the list
-// off too; deliver: --deliver model (bench/doc_gather_deliver.cuh); bwd_list: --bwd-work-list
-// (bench/doc_gather_bwd_list.cuh). Throws rt::Error when the check fails.
+// ring's calls (the check's reference). list_on: the one-launch forward and backward are attn_fwd_work_list /
+// attn_bwd_work_list where their kernels run the call (RingAttention's default; gather_work_list_from_env);
+// compare_list: time the forward list beside two_kv with the list off too; deliver: --deliver model
+// (bench/doc_gather_deliver.cuh); bwd_list: --bwd-work-list (bench/doc_gather_bwd_list.cuh: the backward's side by side
+// with the list off too, and the stages). Throws rt::Error when the check fails.
 inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g, const std::vector<int64_t>& order,
                                      const std::vector<int64_t>& ring_start, const int64_t* rp, const int64_t* rs,
                                      const RingStepBuffers::StepMask& ring_mask, const RingShape& shape, int warmup,
@@ -188,15 +196,21 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     const bool one_launch = R > 0 && g.one_launch[size_t(r)];  // as RingAttention picks the form
     const bool one_launch_bwd = R > 0 && g.one_launch_bwd[size_t(r)];
     // The one-launch forward's work list (untimed: RingAttention builds it once per set_documents) where the list
-    // kernel runs the call and either times it: as the form (list_on) or side by side (compare_list).
-    const int64_t list_rows = attn_second_kv_row(n) + Rc;  // the call's key list: own rows, the gap, Rc gathered
+    // kernel runs the call and either times it: as the form (list_on) or side by side (compare_list). The forms by
+    // RingAttention's rule (parallel/cp/gather_list_form.h).
+    const int64_t list_rows = gather_one_launch_key_rows(n, Rc);  // the call's key list: own rows, the gap, Rc gathered
     const bool list_runs = R > 0 && (list_on || compare_list || deliver) &&
-                           attn_fwd_work_list_runs(q.device, DType::bf16, 1, H, D, n, n, Rc, list_rows);
-    const bool list_form = list_on && list_runs;  // the one-launch forward as RingAttention runs it
+                           gather_fwd_list_runs(q.device, DType::bf16, 1, H, D, n, Rc);
+    const bool list_form = gather_fwd_list_form(list_on, list_runs);  // the one-launch forward as RingAttention runs it
+    // The one-launch backward likewise: its list built (untimed) where the list kernel runs the call and the list is
+    // on (the form) or --bwd-work-list asks for the side by side with it off.
+    const bool bwd_list_runs = R > 0 && (list_on || bwd_list) &&
+                               gather_bwd_list_runs(q.device, DType::bf16, 1, H, Hkv, D, n, Rc);
+    const bool bwd_list_form = gather_bwd_list_form(list_on, /*fp8_backward=*/false, bwd_list_runs);
     std::vector<int32_t> words;                   // the list's device form (attn_work_list_words)
     int64_t tasks = 0, slots = 0;                 // slots: the list's merge slots (RT_ATTN_WORK_LIST_SPLIT=1)
-    DocWorkListInputs in;  // the call's positions: own keys, the gap at N, the received rows (list_runs, bwd_list)
-    if (list_runs || (bwd_list && R > 0)) in = gather_call_inputs(order, ring_start, r, n, N, pos, list_rows);
+    DocWorkListInputs in;  // the call's positions: own keys, the gap at N, the received rows (either list runs)
+    if (list_runs || bwd_list_runs) in = gather_call_inputs(order, ring_start, r, n, N, pos, list_rows);
     if (list_runs) {
       int sms = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -226,8 +240,22 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
       if (list_form) list_fwd();
       else two_kv_fwd();
     };
-    auto one_bwd = [&] {
+    BwdListWords bwd_words;  // the backward's list (bwd_list_runs) and its device words
+    if (bwd_list_runs) bwd_words = bwd_list_words(in, /*stages=*/bwd_list);
+    DeviceBuffer bwl(std::max<size_t>(bwd_words.words.size(), 1) * 4);  // (words) i32
+    if (!bwd_words.words.empty())
+      CUDA_CHECK(cudaMemcpyAsync(bwl.p, bwd_words.words.data(), bwd_words.words.size() * 4, cudaMemcpyHostToDevice,
+                                 stream));
+    const Tensor bwlt(bwl.p, DType::i32, q.device, {int64_t(bwd_words.words.size())});
+    auto two_kv_bwd = [&] {
       attn_bwd_block_fresh_two_kv(q, k, v, gkt, gvt, dout, lse, delta, dq, dk, dv, gdkt, gdvt, key_list);
+    };
+    auto list_bwd = [&] {
+      attn_bwd_work_list(q, k, v, gkt, gvt, dout, lse, delta, dq, dk, dv, gdkt, gdvt, key_list, bwlt);
+    };
+    auto one_bwd = [&] {
+      if (bwd_list_form) list_bwd();
+      else two_kv_bwd();
     };
     const bool merge_form = gather_merge_form(R, n);  // as RingAttention picks its form
     auto own_fwd = [&] {
@@ -298,10 +326,14 @@ inline GatherMeasured measure_gather(RingStepBuffers& buf, const GatherBench& g,
     m.own_bwd_one_ms.push_back(split > 0 ? call_ms(timing, own_bwd_one, warmup, reps) : m.own_bwd_a_ms.back());
     m.got_bwd_ms.push_back(R > 0 ? call_ms(timing, got_bwd, warmup, reps) : 0.0);
     m.one_bwd_ms.push_back(R > 0 ? call_ms(timing, one_bwd, warmup, reps) : 0.0);
-    if (bwd_list)  // overwrites dQ / dK / dV as the timed calls above do; the check's pass below starts afresh
-      m.bwd_list.push_back(R > 0 ? measure_bwd_list(BwdListCall{q, k, v, gkt, gvt, dout, lse, delta, dq, dk, dv, gdkt,
-                                                                gdvt, key_list, &in, H, Hkv, D, timing, warmup, reps})
-                                 : BwdListRank{});
+    m.one_bwd_list.push_back(bwd_list_form ? 1 : 0);
+    if (list_on || bwd_list)  // side by side where the list runs (bench/doc_gather_bwd_list.cuh); overwrites dQ / dK /
+                              // dV as the timed calls above do; the check's pass below starts afresh
+      m.bwd_list.push_back(bwd_list_runs ? compare_bwd_list(BwdListCompare{dq, dk, dv, gdkt, gdvt, list_bwd, two_kv_bwd,
+                                                                           bwd_list_form, m.one_bwd_ms.back(), timing,
+                                                                           warmup, reps},
+                                                            bwd_words)
+                                         : BwdListRank{});
     // The check's pass, in the runtime's order: dQ from zero over the three calls (part A, gathered, part B) or the
     // one launch; dK / dV added home (own rows, then the gathered rows').
     fill(dq, 0.f);

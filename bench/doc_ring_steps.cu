@@ -41,14 +41,18 @@
 // --doc-plans step (default) | call: step makes each distinct call's document set-up (tile summaries, spans, order)
 // once and reuses it in every later call, as a training step does over its layers (kernels/attn_doc_plans.h); the
 // warm-up calls make it, so the timed calls launch no set-up kernel. call: every call makes its own (before issue 46).
-// The gather's one-launch forward is RingAttention's default (issue 46): attn_fwd_work_list over the call's work list
-// where the list kernel runs the call, so the paths, the efficiencies and the JSON's path_* / eff_* / one_fwd_ms hold
-// the list's times ("one_fwd_work_list" marks the ranks); with RT_ATTN_WORK_LIST=0 in the environment they hold
-// attn_fwd_whole_two_kv's, as RingAttention then runs it. The other form is always timed beside it where the list
-// runs, their bits compared: the "work list fwd" lines, and work_list_fwd_ms / two_kv_fwd_ms / *_bit_mismatches in
-// the JSON (bench/doc_gather_steps.cuh). --work-list (with --scheme gather) asks for that side by side with
-// RT_ATTN_WORK_LIST=0 too; with the list on (the default) it changes nothing, and it stays accepted for the older
-// commands in bench/NOTES.md and bench/results.
+// The gather's one-launch forward and backward are in RingAttention's default form (issue 46), by its rule
+// (parallel/cp/gather_list_form.h, shared with RingAttention): attn_fwd_work_list / attn_bwd_work_list (bwd v5's list
+// mode) over the call's work lists where the list kernel runs the call, so the paths, the efficiencies and the JSON's
+// path_* / eff_* / one_fwd_ms / one_bwd_ms hold the lists' times ("one_fwd_work_list" / "one_bwd_work_list" mark the
+// ranks; the plan line "gather one-launch forms" names the rule's kernels); with RT_ATTN_WORK_LIST=0 in the
+// environment they hold attn_fwd_whole_two_kv's / attn_bwd_block_fresh_two_kv's, as RingAttention then runs them. The
+// other form is always timed beside each where the list runs, their bits compared: the "work list fwd" / "work list
+// bwd" lines, and work_list_fwd_ms / two_kv_fwd_ms / work_list_*_bit_mismatches, work_list_bwd_ms / two_kv_bwd_ms /
+// work_list_bwd_dkv_bit_mismatches / work_list_bwd_dq_rel in the JSON (bench/doc_gather_steps.cuh,
+// bench/doc_gather_bwd_list.cuh). --work-list / --bwd-work-list (with --scheme gather) ask for that side by side with
+// RT_ATTN_WORK_LIST=0 too; with the list on (the default) they change nothing in the paths (--bwd-work-list adds the
+// backward's 64-row stage counts), and they stay accepted for the older commands in bench/NOTES.md and bench/results.
 // --deliver model (with the gather scheme; none, the default, leaves it out): per receiving rank, the one-launch
 // forward timed WITH the exchange under it on this GPU: its own-first work list (doc_work_list_ordered own_first) launched
 // at t = 0 under ready flags, its gathered rows in place, a side stream raising the flag (a copy-engine copy of the
@@ -59,11 +63,10 @@
 // the same list with the flag preset ("bits vs preset"; they must be equal); JSON: fwd_comm_two_calls_ms,
 // fwd_comm_one_launch_ms, fwd_comm_delivered_ms, fwd_comm_form, path_comm_fwd_best_ms, eff_comm_fwd_best,
 // deliver_*. What is timed and how much the delivery perturbs it: bench/doc_gather_deliver.cuh.
-// --bwd-work-list (with the gather scheme): per receiving rank the one-launch backward as attn_bwd_work_list (bwd v5's
-// list mode) beside attn_bwd_block_fresh_two_kv, both timed, their dK / dV bits and dQ compared: the "work list bwd"
-// lines; JSON work_list_bwd_ms, two_kv_bwd_ms, work_list_bwd_dkv_bit_mismatches, work_list_bwd_dq_rel
-// (bench/doc_gather_bwd_list.cuh). The paths keep attn_bwd_block_fresh_two_kv (RingAttention's backward today). With
-// --plan-only, host only: per receiving rank the 64-row stages per head each form would run (print_bwd_list_plan).
+// --bwd-work-list (with the gather scheme): the backward's side by side above also with RT_ATTN_WORK_LIST=0 (the paths
+// then keep attn_bwd_block_fresh_two_kv, as RingAttention runs it), and per receiving rank the 64-row stages per head
+// each form runs (JSON work_list_bwd_stages_list_two_kv_fewest). With --plan-only, host only: those stages
+// (print_bwd_list_plan).
 // --list-candidates: host only, no GPU: one line per candidate of the chooser for this sample, cp and shape, with its
 // predicted fwd / bwd and the pick marked (bench/doc_candidates.h); with --json FILE the same as one JSON object.
 #include <cuda_runtime.h>
@@ -273,6 +276,7 @@ int main(int argc, char** argv) {
     if (gather) {
       gather_plan = bench::gather_bench(starts, order, cp, shape);
       bench::print_gather_plan(gather_plan);
+      bench::print_gather_forms(gather_plan, list_on);
       if (bwd_work_list && plan_only) bench::print_bwd_list_plan(gather_plan.plan, order, ring_start);
     }
     std::fflush(stdout);

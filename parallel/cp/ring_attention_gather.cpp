@@ -40,8 +40,6 @@
 #include <sstream>
 #include <vector>
 
-#include "kernels/attn_bwd_work_list_runs.h"
-#include "kernels/attn_fwd_work_list_runs.h"
 #include "kernels/attn_ready_delivery.h"
 #include "kernels/attn_ready_flags.h"
 #include "kernels/attn_work_list.h"
@@ -50,6 +48,7 @@
 #include "parallel/comm/watchdog.h"
 #include "parallel/cp/gather_backward.h"
 #include "parallel/cp/gather_forward.h"
+#include "parallel/cp/gather_list_form.h"
 #include "parallel/cp/gather_side_stream.h"
 #include "parallel/cp/ring_attention.h"
 #include "parallel/schedule/doc_work_list.h"
@@ -218,11 +217,14 @@ void RingAttention::plan_gather(const int64_t* host_pos, const int64_t* host_doc
     // op runs the call (on CUDA its kernel needs sm_90a, bf16, D 64 / 128 and 128 own and gathered rows; elsewhere
     // the launch stays attn_fwd_whole_two_kv), and the one-launch backward's (the forward's mirrored)
     // where attn_bwd_work_list_runs says the list op runs it.
-    const bool fwd_list = g.work_list_on && g.fwd_one_launch &&
-                          attn_fwd_work_list_runs(g.kv.device, g.act, B, shape_.heads, shape_.head_dim, n, n, R, L);
+    // The rule (parallel/cp/gather_list_form.h) is bench_doc_ring_steps' too; the FP8 backward is asked at the call.
+    const bool fwd_list = g.fwd_one_launch &&
+                          gather_fwd_list_form(g.work_list_on, gather_fwd_list_runs(g.kv.device, g.act, B, shape_.heads,
+                                                                                    shape_.head_dim, n, R));
     const bool bwd_list = g.bwd_work_list.defined() && g.bwd_one_launch &&
-                          attn_bwd_work_list_runs(g.kv.device, g.act, B, shape_.heads, shape_.kv_heads,
-                                                  shape_.head_dim, n, n, R, L);
+                          gather_bwd_list_form(g.work_list_on, /*fp8_backward=*/false,
+                                               gather_bwd_list_runs(g.kv.device, g.act, B, shape_.heads,
+                                                                    shape_.kv_heads, shape_.head_dim, n, R));
     if (fwd_list || bwd_list) {
       DocWorkListInputs in;
       in.B = B, in.Nq = n, in.Nk = n, in.list_rows = L;
@@ -305,7 +307,8 @@ bool RingAttention::gather_bwd_one_launch() const {
 }
 
 bool RingAttention::gather_bwd_work_list() const {
-  return gather_bwd_one_launch() && gather_->bwd_work_list_words > 0 && !bwd_ops_.fp8;
+  return gather_bwd_one_launch() &&
+         gather_bwd_list_form(gather_->work_list_on, bwd_ops_.fp8, gather_->bwd_work_list_words > 0);
 }
 
 int64_t RingAttention::gather_own_split() const {
