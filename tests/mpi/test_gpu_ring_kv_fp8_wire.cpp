@@ -5,7 +5,7 @@
 //     tests/mpi/test_gpu_ring_attention.cpp sees ~3e-3), held to 8e-3; with the sm_90a FP8 backward (fp8.attention)
 //     to 2e-2 (its codes flip at rounding ties).
 //   - ring against the same ring sending bf16 K/V: E4M3's rounding of K and V (2.3-4.6e-2 on CPU ranks), between
-//     1.2e-2 and 6e-2.
+//     1.2e-2 and 6e-2 (8e-2 with the FP8 backward, whose own rounding then differs between the two: 3.8-5.2e-2 on CPU).
 //   - bytes: each K/V hop 0.5 (+- 0.01) x the bf16 one, the dK/dV hops unchanged, sent = planned_bytes_per_layer.
 //   one H200:   `mpirun -np 4` (ctest, labels mpi;gpu): the ranks share the GPU through the mpi communicator
 //   a GPU node: `mpirun -np <GPUs>` with RINGTRAIN_TEST_COMM=nccl: NCCL, one GPU per rank
@@ -42,6 +42,9 @@ TEST(GpuRingKvFp8Wire, RingMatchesOneGpuRankAndMovesHalfTheKvBytes) {
     const test::AttentionReference one = test::kvwire::one_rank(p, e4m3, at);
     const test::AttentionReference one_bf16 = test::kvwire::one_rank(p, bf16, at);
     const double same_tol = fp8_backward ? 2e-2 : 8e-3;
+    // With the FP8 backward on both sides its own rounding (3.7e-2 from fp64) no longer cancels between the rounded
+    // and the unrounded K/V: 3.8-5.2e-2 apart on CPU ranks (D 128, 3 seeds), against 2.3-4.5e-2 without it.
+    const double apart_max = fp8_backward ? 8e-2 : 6e-2;
     for (const auto& [layout, cp] : {std::pair<Layout, int>{Layout::contiguous, 2}, {Layout::zigzag, 2},
                                      {Layout::contiguous, 4}, {Layout::zigzag, 4}}) {
       if (cp > test::world_size()) continue;
@@ -60,7 +63,7 @@ TEST(GpuRingKvFp8Wire, RingMatchesOneGpuRankAndMovesHalfTheKvBytes) {
       for (int i : {test::kOut, test::kDq, test::kDk, test::kDv}) {
         EXPECT_LT(same.rel[size_t(i)], same_tol) << test::kQuantityNames[i] << " " << label;
         EXPECT_GT(apart.rel[size_t(i)], 1.2e-2) << test::kQuantityNames[i] << " " << label << ": K/V not rounded";
-        EXPECT_LT(apart.rel[size_t(i)], 6e-2) << test::kQuantityNames[i] << " " << label;
+        EXPECT_LT(apart.rel[size_t(i)], apart_max) << test::kQuantityNames[i] << " " << label;
       }
       EXPECT_NEAR(same.fwd_sent / plain.fwd_sent, 0.5, 0.01) << label << ": the forward's K/V hops";
       const double dkv = plain.bwd_sent - plain.fwd_sent;  // the dK/dV hops (as many K/V hops in both calls)
