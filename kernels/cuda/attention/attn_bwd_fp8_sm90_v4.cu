@@ -20,15 +20,20 @@
 //     consumers release a half once its S, dP, probabilities and dS are formed, so the next tile's half 0 loads while
 //     this tile's half 1 runs); K, V, K^T per unit after the previous unit's last MMA; Q^T, dO^T (e4m3) per tile after
 //     the dQ warp has read the previous tile's part-0 boxes from their regions (shared memory has no room for a second
-//     stage of these: v3's map is 225.6 KB of 227, kept as is);
+//     stage of these: v3's map fills 227 KB but for ~1 KB, kept as is);
 //   * dQ: each warpgroup stages its two (64 queries x 64 columns) f32 parts where v3 did (part 0 in dO^T / Q^T, part 1
 //     in its staging half), fences them to the async proxy and arrives on a named barrier (160 threads) that the dQ
 //     warp syncs on; the dQ warp's lane 0 issues the two tensor reduces of the part, waits for their reads and
 //     releases the region (mbarriers t_empty to the producer, stage_free[wg] to the warpgroup's next half 0). The
 //     consumers never wait for a bulk group.
-// Shared memory: v3's map (attn_bwd_fp8_sm90_tile.cuh) plus 16 mbarriers, the amax keys and the unit ring
-//   (attn_bwd_fp8_sm90_v4_roles.cuh): 225.8 KB + 1 KB alignment slack.
-// Keep C++17. D = 128 and Nq, Nk multiples of 128 only (v3's scope: attn_bwd_fp8_cuda_supports).
+// Shared memory: v3's map (attn_bwd_fp8_sm90_tile.cuh) plus 15 mbarriers, the amax keys and the unit ring
+//   (attn_bwd_fp8_sm90_v4_roles.cuh): 230,576 B (225.2 KB) + 1 KB alignment slack, 848 B under the 227 KB opt-in.
+// ptxas (sm_90a, nvcc 13): 168 registers at launch, 240 / 24 after setmaxnreg, 16 barriers, 52 B spill stores, no
+//   C7510-C7515. The spill (SASS): 12-16 B of consumer thread constants (key row, lane parts), stored once and
+//   reloaded ~4 times a tile outside the MMA chain, and the rest in warpgroup 2's loops at 24 registers (bwd v5's
+//   240 / 24 split has ~130 B there). v3 had 255 registers; the 15 the split takes are what the roles cost.
+// Not measured yet (bench/NOTES.md has the prediction). Keep C++17. D = 128 and Nq, Nk multiples of 128 only (v3's
+// scope: attn_bwd_fp8_cuda_supports).
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -25,7 +25,7 @@ static_assert(kV4ConsumerRegs * 256 + kV4ProducerRegs * 128 <= 168 * kV4Threads,
 // Shared memory past v3's tiles (kSmK .. kSmDelta: K, V, Q, dO bf16; K^T, Q^T, dO^T, dS e4m3; the staging; lse,
 // delta), from the same 1024-byte aligned base. Q / dO / lse / delta are loaded per 64-query half of the tile: half h
 // (stage h of the ring) is rows 64h.. of each column block of Q and dO and lse[64h..], delta[64h..].
-constexpr uint32_t kV4Bars = kSmDelta + kQueries * 4;  // 16 mbarriers of 8 bytes (the offsets below)
+constexpr uint32_t kV4Bars = kSmDelta + kQueries * 4;  // 15 mbarriers of 8 bytes in 128 (the offsets below)
 constexpr uint32_t kV4BarUnitFull = 0;     // [2] a unit published in slot s (1 arrival: the producer)
 constexpr uint32_t kV4BarUnitEmpty = 16;   // [2] slot s read (9 arrivals: 8 consumer warps, the dQ warp)
 constexpr uint32_t kV4BarKvFull = 32;      // K, V, K^T landed (1 arrival + bytes)
