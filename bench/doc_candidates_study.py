@@ -199,8 +199,8 @@ def ratio_text(s):
 
 
 def summary_table(samples):
-    lines = ["| cp | heads | N | mix | pick | pick ms | best measured | best ms | pick / best | pick's one launch fwd / "
-             "bwd |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| cp | heads | N | mix | pick | pick ms | best measured | best ms | pick / best | "
+             "pick's one launch fwd / bwd |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in samples:
         cp, h, kv, _, n, mix, _, _ = s["key"]
         best_ms = s["runs"][s["best"]]["ms"] if s["best"] else float("nan")

@@ -242,7 +242,8 @@ inline void json_bwd_list(FILE* json, const std::vector<BwdListRank>& ranks) {
   std::fprintf(json, ",\"work_list_bwd_ms\":%s],\"two_kv_bwd_ms\":%s],\"work_list_bwd_dkv_bit_mismatches\":%s],"
                      "\"work_list_bwd_dq_rel\":%s]",
                list_ms.c_str(), two_ms.c_str(), bits.c_str(), dq.c_str());
-  if (bwd_list_has_stages(ranks)) std::fprintf(json, ",\"work_list_bwd_stages_list_two_kv_fewest\":%s]", stages.c_str());
+  if (bwd_list_has_stages(ranks))
+    std::fprintf(json, ",\"work_list_bwd_stages_list_two_kv_fewest\":%s]", stages.c_str());
 }
 
 }  // namespace rt::bench

@@ -1,7 +1,7 @@
 // The gather scheme's one-launch forms (parallel/cp/gather_list_form.h), the rule RingAttention and
 // bench_doc_ring_steps share: the forward runs attn_fwd_work_list exactly where the knob is on and the list op runs the
-// call; the backward attn_bwd_work_list exactly where, in addition, the backward is not FP8. The list ops' questions are
-// asked for the call's key list (own rows, the gap to the next 128-row tile, the gathered rows), and on the CPU the
+// call; the backward attn_bwd_work_list exactly where, in addition, the backward is not FP8. The list ops' questions
+// are asked for the call's key list (own rows, the gap to the next 128-row tile, the gathered rows), and on the CPU the
 // list ops run every call, so the knob (RT_ATTN_WORK_LIST: unset or 1 on, 0 off) alone decides there. The bench's side
 // (its --plan-only forms line with the knob unset and 0) is checked by bench/doc_attention_side_by_side.py --self-test
 // --ours (ctest bench_doc_ring_steps_plan); RingAttention's by tests/mpi/test_ring_gather_work_list.cpp.
