@@ -7,15 +7,8 @@
 // (both from zeroed accumulators after one forward; expected ~3.7e-2, the E4M3 floor: bench/NOTES.md "FP8 attention
 // numerics, emulated"). Inputs: hashed uniform values of unit variance (bench/cuda_bench_util.cuh random_bf16).
 //   bench_attn_fp8_bwd_bench [--n 4096,16384,32768] [--b 1] [--h 16] [--hkv 16] [--warmup 3] [--reps 10] [--full]
-//                            [--kernel v3,v4]
-// --kernel: the FP8 kernels to time, one row each per N (RT_ATTN_FP8_BWD_KERNEL set for each; the bf16 and quantizer
-// columns are measured once per N and repeated; the error columns are each kernel's own). Without it, one row of the
-// kernel RT_ATTN_FP8_BWD_KERNEL selects (v3 when unset). Temporary, with the selector, until v4 is measured.
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
 
 #include "bench/cuda_bench_util.cuh"
 #include "bench/fp8_attn_bench_util.h"
@@ -24,46 +17,16 @@
 int main(int argc, char** argv) {
   using namespace rt;
   using namespace rt::bench;
-  // --kernel LIST is this bench's own option: taken out before the shared parser sees the rest.
-  std::vector<std::string> kernels;
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--kernel" && i + 1 < argc) {
-      std::string list = argv[++i], item;
-      for (size_t at = 0; at <= list.size(); ++at) {
-        if (at == list.size() || list[at] == ',') {
-          if (item != "v3" && item != "v4") {
-            std::fprintf(stderr, "bench_attn_fp8_bwd_bench: --kernel takes v3 and / or v4, got '%s'\n", item.c_str());
-            return 2;
-          }
-          kernels.push_back(item);
-          item.clear();
-        } else {
-          item += list[at];
-        }
-      }
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
-  if (kernels.empty()) {
-    const char* env = std::getenv("RT_ATTN_FP8_BWD_KERNEL");
-    kernels.push_back(env != nullptr && env[0] != '\0' ? env : "v3");
-  }
   Fp8AttnBenchArgs args;
   args.ns = {4096, 16384, 32768};
-  if (!parse_fp8_attn_bench_args(int(rest.size()), rest.data(), "bench_attn_fp8_bwd_bench", /*takes_batch=*/true,
-                                 args)) {
-    std::fprintf(stderr, "  (and [--kernel v3,v4])\n");
-    return 2;
-  }
+  if (!parse_fp8_attn_bench_args(argc, argv, "bench_attn_fp8_bwd_bench", /*takes_batch=*/true, args)) return 2;
   const int64_t B = args.B, H = args.H, Hkv = args.Hkv;
   const int warmup = args.warmup, reps = args.reps;
   const bool causal = args.causal;
   return run_on_gpu0("bench_attn_fp8_bwd_bench", [&](const cudaDeviceProp& prop) {
     std::printf("device: %s, %d SMs; B %ld, H %ld, Hkv %ld, D 128, %s\n", prop.name, prop.multiProcessorCount,
                 long(B), long(H), long(Hkv), causal ? "causal" : "full");
-    std::printf("\nkernel       N  bf16 ms  bf16 TF/s  quant ms  fp8 ms  fp8 TF/s  fp8/bf16  (fp8+quant)/bf16  "
+    std::printf("\n      N  bf16 ms  bf16 TF/s  quant ms  fp8 ms  fp8 TF/s  fp8/bf16  (fp8+quant)/bf16  "
                 "dq rel  dk rel  dv rel (fp8 vs bf16)\n");
     const Device gpu = Device::cuda(0);
     const int64_t D = 128;
@@ -101,32 +64,27 @@ int main(int argc, char** argv) {
       attn_fwd_whole(tq, tk, tv, st, mask, tout, tlse);
       attn_bwd_delta(tout, tdo, tdelta);
 
-      // The bf16 gradients once, from zeroed accumulators, for the error columns; the bf16 and quantizer times.
+      // The gradients once, from zeroed accumulators, for the error columns.
       fill(tdq, 0.f);
       attn_bwd_block_fresh(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask);
+      fill(tdq8, 0.f);
+      fill(tdk8, 0.f);
+      fill(tdv8, 0.f);
       attn_bwd_fp8_quantize(tq, tk, tdo, codes);
+      attn_bwd_fp8_from_codes(tq, tk, tv, tdo, tlse, tdelta, codes, causal, tdq8, tdk8, tdv8);
+      const double eq = rel_rms(tdq8, tdq), ek = rel_rms(tdk8, tdk), ev = rel_rms(tdv8, tdv);
+
       // Timed: the accumulators keep growing over the reps (only the time counts).
       const double bf16_ms =
           time_ms([&] { attn_bwd_block_fresh(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask); }, warmup, reps);
       const double quant_ms = time_ms([&] { attn_bwd_fp8_quantize(tq, tk, tdo, codes); }, warmup, reps);
-      fill(tdq, 0.f);  // the bf16 reference again (the timed reps added into it)
-      attn_bwd_block_fresh(tq, tk, tv, tdo, tlse, tdelta, tdq, tdk, tdv, mask);
+      const double fp8_ms = time_ms(
+          [&] { attn_bwd_fp8_from_codes(tq, tk, tv, tdo, tlse, tdelta, codes, causal, tdq8, tdk8, tdv8); }, warmup,
+          reps);
       const double flops = 10.0 * double(B) * H * double(N) * double(N) * D * (causal ? 0.5 : 1.0);
-      for (const std::string& kernel : kernels) {
-        setenv("RT_ATTN_FP8_BWD_KERNEL", kernel.c_str(), 1);  // read by the launcher at every call
-        fill(tdq8, 0.f);
-        fill(tdk8, 0.f);
-        fill(tdv8, 0.f);
-        attn_bwd_fp8_from_codes(tq, tk, tv, tdo, tlse, tdelta, codes, causal, tdq8, tdk8, tdv8);
-        const double eq = rel_rms(tdq8, tdq), ek = rel_rms(tdk8, tdk), ev = rel_rms(tdv8, tdv);
-        const double fp8_ms = time_ms(
-            [&] { attn_bwd_fp8_from_codes(tq, tk, tv, tdo, tlse, tdelta, codes, causal, tdq8, tdk8, tdv8); }, warmup,
-            reps);
-        std::printf("%-6s ", kernel.c_str());
-        print_fp8_attn_times(N, flops, bf16_ms, quant_ms, fp8_ms);
-        std::printf("  %.3e %.3e %.3e\n", eq, ek, ev);
-        std::fflush(stdout);
-      }
+      print_fp8_attn_times(N, flops, bf16_ms, quant_ms, fp8_ms);
+      std::printf("  %.3e %.3e %.3e\n", eq, ek, ev);
+      std::fflush(stdout);
     }
   });
 }

@@ -1,15 +1,12 @@
-// Shared by the FP8 attention experiment's GPU tests (test_cuda_attn_fwd_fp8.cpp, test_cuda_attn_bwd_fp8*.cpp): the
+// Shared by the FP8 attention experiment's GPU tests (test_cuda_attn_fwd_fp8.cpp, test_cuda_attn_bwd_fp8.cpp): the
 // case shape, fresh bf16-valued inputs, E4M3 code transfer and poisoning, bit-exact mismatch counters, the host's
-// per-(128-row block, head) quantization by kernels/fp8.h's rule that both quantizers are checked against, the
-// softmax row of their fp64 attention references, and the backward kernel a parameterized test runs (v3 / v4).
+// per-(128-row block, head) quantization by kernels/fp8.h's rule that both quantizers are checked against, and the
+// softmax row of their fp64 attention references.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <ostream>
-#include <string>
 #include <vector>
 
 #include "kernels/fp8.h"
@@ -104,57 +101,6 @@ double fp64_softmax_row(const float* qr, KeyRow k_row, int64_t keys, int64_t D, 
   double l = 0;
   for (int64_t j = 0; j < keys; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
   return l;
-}
-
-// The FP8 attention backward kernel a parameterized test runs (the temporary selector RT_ATTN_FP8_BWD_KERNEL, read by
-// the launcher at every call): v3, v4, and v4 on at most `ctas` CTAs (RT_ATTN_FP8_BWD_V4_CTAS), so that the small
-// cases run several units a CTA.
-struct Fp8BwdKernel {
-  const char* name;    // the test name's suffix
-  const char* kernel;  // "v3" or "v4"
-  int ctas;            // v4 only: > 0 caps the CTAs
-};
-inline const Fp8BwdKernel kFp8BwdKernels[] = {{"v3", "v3", 0}, {"v4", "v4", 0}, {"v4_3ctas", "v4", 3}};
-inline void PrintTo(const Fp8BwdKernel& k, std::ostream* os) { *os << k.name; }  // gtest's parameter lines
-
-// Sets the selector (and the v4 CTA cap) for its lifetime; restores the previous values after.
-class Fp8BwdKernelScope {
- public:
-  explicit Fp8BwdKernelScope(const Fp8BwdKernel& k) {
-    save("RT_ATTN_FP8_BWD_KERNEL", had_kernel_, kernel_);
-    save("RT_ATTN_FP8_BWD_V4_CTAS", had_ctas_, ctas_);
-    setenv("RT_ATTN_FP8_BWD_KERNEL", k.kernel, 1);
-    if (k.ctas > 0) setenv("RT_ATTN_FP8_BWD_V4_CTAS", std::to_string(k.ctas).c_str(), 1);
-    else unsetenv("RT_ATTN_FP8_BWD_V4_CTAS");
-  }
-  ~Fp8BwdKernelScope() {
-    restore("RT_ATTN_FP8_BWD_KERNEL", had_kernel_, kernel_);
-    restore("RT_ATTN_FP8_BWD_V4_CTAS", had_ctas_, ctas_);
-  }
-  Fp8BwdKernelScope(const Fp8BwdKernelScope&) = delete;
-  Fp8BwdKernelScope& operator=(const Fp8BwdKernelScope&) = delete;
-
- private:
-  static void save(const char* var, bool& had, std::string& value) {
-    const char* v = std::getenv(var);
-    had = v != nullptr;
-    value = had ? v : "";
-  }
-  static void restore(const char* var, bool had, const std::string& value) {
-    if (had) setenv(var, value.c_str(), 1);
-    else unsetenv(var);
-  }
-  bool had_kernel_ = false, had_ctas_ = false;
-  std::string kernel_, ctas_;
-};
-
-// The kernel the selector names now, for the tests' printed lines: "v3", "v4" or "v4 (<= n CTAs)".
-inline std::string fp8_bwd_kernel_label() {
-  const char* k = std::getenv("RT_ATTN_FP8_BWD_KERNEL");
-  const char* c = std::getenv("RT_ATTN_FP8_BWD_V4_CTAS");
-  std::string label = k != nullptr && k[0] != '\0' ? k : "v3";
-  if (label == "v4" && c != nullptr && c[0] != '\0') label += std::string(" (<= ") + c + " CTAs)";
-  return label;
 }
 
 }  // namespace rt::test

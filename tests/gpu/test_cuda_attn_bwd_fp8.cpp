@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "kernels/attn_bwd_fp8.h"
@@ -219,10 +218,9 @@ void run_backward_case(const Case& s, uint64_t seed) {
   const double eq = rel_error(dq_gpu, dq_cpu), ek = rel_error(dk_gpu, dk_cpu), ev = rel_error(dv_gpu, dv_cpu);
   // (c) against fp64.
   const double rq = rel_error(dq_gpu, ref.dq), rk = rel_error(dk_gpu, ref.dk), rv = rel_error(dv_gpu, ref.dv);
-  std::printf("[ fp8 bwd %s ] B %ld N %ld H %ld Hkv %ld %s: vs CPU op dq %.3e dk %.3e dv %.3e; vs fp64 GPU dq %.4e "
+  std::printf("[ fp8 bwd ] B %ld N %ld H %ld Hkv %ld %s: vs CPU op dq %.3e dk %.3e dv %.3e; vs fp64 GPU dq %.4e "
               "dk %.4e dv %.4e (CPU op %.4e %.4e %.4e)\n",
-              fp8_bwd_kernel_label().c_str(), long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full", eq, ek,
-              ev, rq, rk, rv, cq,
+              long(s.B), long(s.N), long(s.H), long(s.Hkv), s.causal ? "causal" : "full", eq, ek, ev, rq, rk, rv, cq,
               ck, cv);
   EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(dq_gpu, dq_cpu);
   EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(dk_gpu, dk_cpu);
@@ -244,31 +242,20 @@ void run_backward_case(const Case& s, uint64_t seed) {
   EXPECT_LE(rel_error(increment(download(bdq), dq0), dq_gpu), 1e-5) << "attn_bwd_fp8_experiment vs the two steps (dQ)";
 }
 
-// The backward cases run once per kernel (kFp8BwdKernels: v3, v4, v4 on 3 CTAs): CudaAttnBwdFp8Kernel.<case>/<kernel>.
-class CudaAttnBwdFp8Kernel : public ::testing::TestWithParam<Fp8BwdKernel> {};
-
-TEST_P(CudaAttnBwdFp8Kernel, ShortGqaBothMasks) {
+TEST(CudaAttnBwdFp8, ShortGqaBothMasks) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   for (bool causal : {true, false}) run_backward_case({2, 256, 4, 2, causal}, causal ? 201 : 202);
 }
 
-TEST_P(CudaAttnBwdFp8Kernel, ShortMhaBothMasks) {
+TEST(CudaAttnBwdFp8, ShortMhaBothMasks) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   for (bool causal : {true, false}) run_backward_case({1, 384, 2, 2, causal}, causal ? 211 : 212);
 }
 
-TEST_P(CudaAttnBwdFp8Kernel, LongerGqaBothMasks) {
+TEST(CudaAttnBwdFp8, LongerGqaBothMasks) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   for (bool causal : {true, false}) run_backward_case({1, 1024, 4, 1, causal}, causal ? 221 : 222);
 }
-
-INSTANTIATE_TEST_SUITE_P(, CudaAttnBwdFp8Kernel, ::testing::ValuesIn(kFp8BwdKernels),
-                         [](const ::testing::TestParamInfo<Fp8BwdKernel>& info) {
-                           return std::string(info.param.name);
-                         });
 
 TEST(CudaAttnBwdFp8, QuantizerMatchesTheHostRule) {
   RT_REQUIRE_CUDA();

@@ -229,15 +229,14 @@ void run_block_case(const BlockCase& c, uint64_t seed) {
     EXPECT_EQ(count_factor_mismatches(dq, dq0), 0) << "dq changed by a fully masked block";
     EXPECT_EQ(count_factor_mismatches(dk, dk0), 0) << "dk changed by a fully masked block";
     EXPECT_EQ(count_factor_mismatches(dv, dv0), 0) << "dv changed by a fully masked block";
-    std::printf("[ fp8 bwd block %s ] %s: fully masked, outputs unchanged\n", fp8_bwd_kernel_label().c_str(), c.name);
+    std::printf("[ fp8 bwd block ] %s: fully masked, outputs unchanged\n", c.name);
     return;
   }
   const std::vector<float> gq = increment_rows(dq, dq0, c.B, c.Nq, c.H, qb, qe);
   const std::vector<float> gk = increment_rows(dk, dk0, c.B, c.Nk, c.Hkv, kb, ke);
   const std::vector<float> gv = increment_rows(dv, dv0, c.B, c.Nk, c.Hkv, kb, ke);
   const double eq = rel_error(gq, dq_ref), ek = rel_error(gk, dk_ref), ev = rel_error(gv, dv_ref);
-  std::printf("[ fp8 bwd block %s ] %s: vs CPU op dq %.3e dk %.3e dv %.3e\n", fp8_bwd_kernel_label().c_str(), c.name,
-              eq, ek, ev);
+  std::printf("[ fp8 bwd block ] %s: vs CPU op dq %.3e dk %.3e dv %.3e\n", c.name, eq, ek, ev);
   EXPECT_LE(eq, 1e-2) << "dQ vs the CPU op: " << worst_mismatch(gq, dq_ref);
   EXPECT_LE(ek, 1e-2) << "dK vs the CPU op: " << worst_mismatch(gk, dk_ref);
   EXPECT_LE(ev, 1e-2) << "dV vs the CPU op: " << worst_mismatch(gv, dv_ref);
@@ -291,12 +290,8 @@ TEST(CudaAttnBwdFp8Blocks, SupportsPredicate) {  // host only: no device needed
   EXPECT_FALSE(attn_bwd_fp8_cuda_supports(docs, 256, 256, 128, nullptr));
 }
 
-// The block cases run once per kernel (kFp8BwdKernels: v3, v4, v4 on 3 CTAs): CudaAttnBwdFp8BlocksKernel.<case>/<kernel>.
-class CudaAttnBwdFp8BlocksKernel : public ::testing::TestWithParam<Fp8BwdKernel> {};
-
-TEST_P(CudaAttnBwdFp8BlocksKernel, ContiguousCp2AndCp4) {
+TEST(CudaAttnBwdFp8Blocks, ContiguousCp2AndCp4) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   const int64_t n = 384;  // rows a rank (3 tiles)
   run_block_case({"cp2 diagonal r1 s1", 2, n, n, 4, 2, contiguous_mask(1, 1, n)}, 301);
   run_block_case({"cp2 past r1 s0", 2, n, n, 4, 2, contiguous_mask(1, 0, n)}, 302);
@@ -306,9 +301,8 @@ TEST_P(CudaAttnBwdFp8BlocksKernel, ContiguousCp2AndCp4) {
   run_block_case({"cp4 future r1 s2", 1, n, n, 4, 1, contiguous_mask(1, 2, n)}, 306);
 }
 
-TEST_P(CudaAttnBwdFp8BlocksKernel, ZigzagCp2AndCp4) {
+TEST(CudaAttnBwdFp8Blocks, ZigzagCp2AndCp4) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   const int64_t n = 512;  // two chunks of 256 a rank
   run_block_case({"zigzag cp2 diagonal", 2, n, n, 4, 2, zigzag_mask(0, 0, n)}, 311);
   run_block_case({"zigzag cp2 s < r (k_end n/2)", 2, n, n, 4, 2, zigzag_mask(1, 0, n)}, 312);
@@ -317,17 +311,15 @@ TEST_P(CudaAttnBwdFp8BlocksKernel, ZigzagCp2AndCp4) {
   run_block_case({"zigzag cp4 s > r", 1, n, n, 2, 2, zigzag_mask(1, 3, n)}, 315);
 }
 
-TEST_P(CudaAttnBwdFp8BlocksKernel, StripedCp2AndCp4) {
+TEST(CudaAttnBwdFp8Blocks, StripedCp2AndCp4) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   const int64_t n = 256;
   run_block_case({"striped cp2 s <= r", 2, n, n, 4, 2, striped_mask(1, 0)}, 321);
   run_block_case({"striped cp4 s > r (k_offset 1)", 2, n, n, 4, 2, striped_mask(1, 3)}, 322);
 }
 
-TEST_P(CudaAttnBwdFp8BlocksKernel, UnequalLengthsAndMidTileRanges) {
+TEST(CudaAttnBwdFp8Blocks, UnequalLengthsAndMidTileRanges) {
   RT_REQUIRE_CUDA();
-  const Fp8BwdKernelScope kernel(GetParam());
   AttnMask a;  // 256 queries at the end of 512 keys: the last two tiles of a causal diagonal
   a.causal = true;
   a.q_offset = 256;
@@ -354,11 +346,6 @@ TEST_P(CudaAttnBwdFp8BlocksKernel, UnequalLengthsAndMidTileRanges) {
   cut_off.k_end = 640 - 64;
   run_block_case({"mid-tile ranges, causal, offsets, Nq 512 Nk 640", 2, 512, 640, 4, 1, cut_off}, 336);
 }
-
-INSTANTIATE_TEST_SUITE_P(, CudaAttnBwdFp8BlocksKernel, ::testing::ValuesIn(kFp8BwdKernels),
-                         [](const ::testing::TestParamInfo<Fp8BwdKernel>& info) {
-                           return std::string(info.param.name);
-                         });
 
 TEST(CudaAttnBwdFp8Blocks, RefusesDocuments) {
   RT_REQUIRE_CUDA();

@@ -29,12 +29,6 @@ void launch_attn_bwd_fp8_quantize(const Tensor& q, const Tensor& k, const Tensor
 void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
                          const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims,
                          const AttnFp8BwdMask& mask, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
-// v4 of that kernel (kernels/cuda/attention/attn_bwd_fp8_sm90_v4.cu: v3's tile in persistent producer / dQ-warp /
-// consumer roles), the same contract; launch_attn_bwd_fp8 runs it when RT_ATTN_FP8_BWD_KERNEL=v4 (temporary, until
-// v4 is measured; default v3).
-void launch_attn_bwd_fp8_v4(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse,
-                            const Tensor& delta, const AttnFp8BwdCodes& codes, const AttnFp8BwdDims& dims,
-                            const AttnFp8BwdMask& mask, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc);
 
 }  // namespace cuda
 }  // namespace rt

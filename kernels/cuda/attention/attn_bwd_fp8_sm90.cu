@@ -3,8 +3,8 @@
 // its reference). It was v3 of three (RT_ATTN_FP8_BWD_KERNEL=v1|v2|v3, since removed); v1/v2 before this file held
 // only v3, last as of c33daa0: attn_bwd_fp8_sm90.cu held v1 (the serial first tile), attn_bwd_fp8_sm90_v2.cu v2
 // (v1's tile reordered, dQ through f32x2 reductions), attn_bwd_fp8_sm90_v3.cu this kernel. bench/NOTES.md has their
-// designs and measurements. v4 (attn_bwd_fp8_sm90_v4.cu: this tile in persistent producer / dQ-warp / consumer
-// roles) runs instead when RT_ATTN_FP8_BWD_KERNEL=v4 (read at every call; v3 stays the default until v4 is measured).
+// designs and measurements. A v4 (this tile in persistent producer-warp / dQ-warp / consumer roles, ce22f21) gave
+// the same bits but ran 10-12% slower on the H200 and was removed (bench/NOTES.md "FP8 attention backward v4").
 //
 // Operands. FP8 wgmma takes no transpose: both operands must be K-major (contiguous along the contraction).
 //   * S^T = K Q^T and dP^T = V dO^T stay bf16 (the recipe): bf16 K, V, Q, dO tiles, K-major as stored (contract
@@ -78,8 +78,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attn_bwd_fp8_launch.h"
@@ -374,16 +372,6 @@ void launch_attn_bwd_fp8(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          const AttnFp8BwdMask& mask, Tensor dq_acc, Tensor dk_acc, Tensor dv_acc) {
   using namespace fp8bwd;
   const char* op = "attn_bwd_fp8_from_codes";
-  // Temporary A/B selector, read at every call (so tests and benches can switch it): v3 (this file's kernel, the
-  // default) or v4 (attn_bwd_fp8_sm90_v4.cu), until v4 is measured on the H200.
-  const char* which = std::getenv("RT_ATTN_FP8_BWD_KERNEL");
-  const bool v4 = which != nullptr && std::strcmp(which, "v4") == 0;
-  RT_CHECK(which == nullptr || which[0] == '\0' || v4 || std::strcmp(which, "v3") == 0,
-           op << ": RT_ATTN_FP8_BWD_KERNEL=" << which << " is not v3 or v4");
-  if (v4) {
-    launch_attn_bwd_fp8_v4(q, k, v, dout, lse, delta, codes, dims, mask, dq_acc, dk_acc, dv_acc);
-    return;
-  }
   cudaStream_t stream = stream_for(q, op);
   const int device = q.device.index;
   static int supported[kMaxDevices] = {};  // per device: 0 unknown, 1 yes, 2 no

@@ -1,5 +1,5 @@
 // The unit counters of the persistent attention kernels (bwd v5, its work-list mode, the work-list forward's
-// persistent form, the FP8 backward v4): CTA c runs unit c first, then fetches the next unit from this counter; the launch's last fetch
+// persistent form): CTA c runs unit c first, then fetches the next unit from this counter; the launch's last fetch
 // sets it back to 0, so it is zeroed once and serves one launch at a time per device and kernel. Each kernel has its
 // own counter: two of them may run at once on different streams.
 #pragma once
@@ -8,7 +8,7 @@
 namespace rt {
 namespace cuda {
 
-enum class PersistentKernel { bwd_v5, bwd_work_list, fwd_work_list, bwd_fp8_v4, count };
+enum class PersistentKernel { bwd_v5, bwd_work_list, fwd_work_list, count };
 
 // The counter (one int on `device`, zeroed on `stream` at first use) of `kernel` on `device`.
 int* persistent_unit_counter(PersistentKernel kernel, int device, cudaStream_t stream);
