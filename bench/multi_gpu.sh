@@ -89,11 +89,11 @@ part tests-nccl-model-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_mod
 part tests-nccl-ring-gather 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather"  # packed documents, both schemes
 part tests-nccl-fp8-grid 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_fp8_grid"  # precision fp8 on the grids
 # The gather's one-launch forward with ready flags (exchange on NCCL's kernel, unpack and flag on a side stream, the
-# list kernel on SMs - 8) against RT_ATTN_READY_FLAGS=0, bit for bit, two layers, cp 2 and 4: on one GPU the ranks
-# time-slice it; here each rank has its GPU, so the flag is raised while the kernel runs. The test is disabled in the
-# suite (the experimental path's delivery failed on one H200, 2026-12-04), so this part asks for it explicitly.
-part tests-nccl-ring-gather-flags 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather_flags" \
-  --gtest_also_run_disabled_tests
+# list kernel on SMs - 8) against RT_ATTN_READY_FLAGS=0 within reassociation, two layers, cp 2 and 4: on one GPU the
+# ranks time-slice it (passed on the H200, 2026-12-04); here each rank has its GPU, so the flag is raised while the
+# kernel runs: the check that decides whether the flags can go on by default.
+part tests-nccl-ring-gather-flags 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_gather_flags"
+part tests-nccl-kv-fp8-wire 240 mpirun -np "$gpus" "$build/tests/test_mpi_gpu_ring_kv_fp8_wire"  # fp8.attention_kv
 unset RINGTRAIN_TEST_COMM
 
 part ring-attention 300 mpirun -np "$gpus" "$build/bench/bench_ring_attention" \
