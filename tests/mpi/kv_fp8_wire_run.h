@@ -52,20 +52,9 @@ inline RankRun run_rank(Comm& ring, const AttentionProblem& p, Layout layout, Wi
   const int64_t n = int64_t(pos.size()), B = p.B, H = p.H, Hkv = p.Hkv, D = p.D;
   const DType dt = at.dtype;
   Arena arena(at.device, size_t(128) << 20);
-  Tensor q = arena.alloc(dt, {B, n, H, D}, "q");            // (B, n, H, D)
-  Tensor k = arena.alloc(dt, {B, n, Hkv, D}, "k");          // (B, n, Hkv, D)
-  Tensor v = arena.alloc(dt, {B, n, Hkv, D}, "v");          // (B, n, Hkv, D)
-  Tensor dout = arena.alloc(dt, {B, n, H, D}, "do");        // (B, n, H, D)
-  Tensor out = arena.alloc(dt, {B, n, H, D}, "o");          // (B, n, H, D)
-  Tensor lse = arena.alloc(DType::f32, {B, H, n}, "lse");   // (B, H, n)
-  Tensor dq = arena.alloc(dt, {B, n, H, D}, "dq");          // (B, n, H, D)
-  Tensor dk = arena.alloc(dt, {B, n, Hkv, D}, "dk");        // (B, n, Hkv, D)
-  Tensor dv = arena.alloc(dt, {B, n, Hkv, D}, "dv");        // (B, n, Hkv, D)
-  upload(q, gather_tokens(p.q, B, p.T, H * D, pos));
-  upload(k, gather_tokens(p.k, B, p.T, Hkv * D, pos));
-  upload(v, gather_tokens(p.v, B, p.T, Hkv * D, pos));
-  upload(dout, gather_tokens(p.dout, B, p.T, H * D, pos));
-  for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
+  const RankTensors t = rank_tensors(arena, p, pos, dt);
+  const Tensor &q = t.q, &k = t.k, &v = t.v, &dout = t.dout, &out = t.out, &lse = t.lse, &dq = t.dq, &dk = t.dk,
+               &dv = t.dv;
   RingAttention attn(ring, layout, /*causal=*/true, {B, n, H, Hkv, D, dt}, arena);
   attn.set_fp8_backward(mode.fp8_backward, &arena);
   if (mode.e4m3) attn.set_kv_wire(DType::e4m3, arena);

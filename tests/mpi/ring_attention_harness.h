@@ -237,6 +237,33 @@ inline RelErrors reduce_errors(const ErrSum (&err)[kNumQuantities], double* bad_
   return rel;
 }
 
+// One rank's attention tensors from `arena`: its layout positions' tokens of p's Q, K, V, dO uploaded, the outputs
+// poisoned with NaN.
+struct RankTensors {
+  Tensor q, k, v, dout;     // (B, n, H or Hkv, D) in dt: the inputs
+  Tensor out, lse;          // (B, n, H, D) dt, (B, H, n) f32
+  Tensor dq, dk, dv;        // (B, n, H or Hkv, D) dt
+};
+inline RankTensors rank_tensors(Arena& arena, const AttentionProblem& p, const std::vector<int64_t>& pos, DType dt) {
+  const int64_t n = int64_t(pos.size()), B = p.B, H = p.H, Hkv = p.Hkv, D = p.D;
+  RankTensors t;
+  t.q = arena.alloc(dt, {B, n, H, D}, "q");
+  t.k = arena.alloc(dt, {B, n, Hkv, D}, "k");
+  t.v = arena.alloc(dt, {B, n, Hkv, D}, "v");
+  t.dout = arena.alloc(dt, {B, n, H, D}, "do");
+  t.out = arena.alloc(dt, {B, n, H, D}, "o");
+  t.lse = arena.alloc(DType::f32, {B, H, n}, "lse");
+  t.dq = arena.alloc(dt, {B, n, H, D}, "dq");
+  t.dk = arena.alloc(dt, {B, n, Hkv, D}, "dk");
+  t.dv = arena.alloc(dt, {B, n, Hkv, D}, "dv");
+  upload(t.q, gather_tokens(p.q, B, p.T, H * D, pos));
+  upload(t.k, gather_tokens(p.k, B, p.T, Hkv * D, pos));
+  upload(t.v, gather_tokens(p.v, B, p.T, Hkv * D, pos));
+  upload(t.dout, gather_tokens(p.dout, B, p.T, H * D, pos));
+  for (const Tensor& x : {t.out, t.lse, t.dq, t.dk, t.dv}) fill(x, std::nanf(""));  // poison
+  return t;
+}
+
 // Where the ring's tensors live: O, dQ, dK, dV (and Q, K, V, dO) in `dtype` on `device`; LSE is always f32.
 struct RingTensors {
   Device device;
@@ -266,20 +293,9 @@ inline RelErrors run_ring(const AttentionProblem& p, const AttentionReference& r
     const int64_t n = int64_t(pos.size()), B = p.B, H = p.H, Hkv = p.Hkv, D = p.D;
     const DType dt = on.dtype;
     Arena arena(on.device, on.arena_bytes);
-    Tensor q = arena.alloc(dt, {B, n, H, D}, "q");        // (B, n, H, D)
-    Tensor k = arena.alloc(dt, {B, n, Hkv, D}, "k");      // (B, n, Hkv, D)
-    Tensor v = arena.alloc(dt, {B, n, Hkv, D}, "v");      // (B, n, Hkv, D)
-    Tensor dout = arena.alloc(dt, {B, n, H, D}, "do");    // (B, n, H, D)
-    Tensor out = arena.alloc(dt, {B, n, H, D}, "o");      // (B, n, H, D)
-    Tensor lse = arena.alloc(DType::f32, {B, H, n}, "lse");  // (B, H, n)
-    Tensor dq = arena.alloc(dt, {B, n, H, D}, "dq");      // (B, n, H, D)
-    Tensor dk = arena.alloc(dt, {B, n, Hkv, D}, "dk");    // (B, n, Hkv, D)
-    Tensor dv = arena.alloc(dt, {B, n, Hkv, D}, "dv");    // (B, n, Hkv, D)
-    upload(q, gather_tokens(p.q, B, p.T, H * D, pos));
-    upload(k, gather_tokens(p.k, B, p.T, Hkv * D, pos));
-    upload(v, gather_tokens(p.v, B, p.T, Hkv * D, pos));
-    upload(dout, gather_tokens(p.dout, B, p.T, H * D, pos));
-    for (const Tensor& t : {out, lse, dq, dk, dv}) fill(t, std::nanf(""));  // poison
+    const RankTensors t = rank_tensors(arena, p, pos, dt);
+    const Tensor &q = t.q, &k = t.k, &v = t.v, &dout = t.dout, &out = t.out, &lse = t.lse, &dq = t.dq, &dk = t.dk,
+                 &dv = t.dv;
     RingAttention attn(ring, layout, causal, {B, n, H, Hkv, D, dt}, arena);
     attn.set_fp8_backward(on.fp8_backward);
     attn.forward(q, k, v, out, lse);

@@ -204,7 +204,9 @@ TEST_P(GpuRingGather, BothSchemesMatchTheCpuAndOneGpu) {
           EXPECT_GT(run.one_launch_ranks, 0) << what << ": no rank ran its forward in one launch";
           EXPECT_GT(run.one_launch_bwd_ranks, 0) << what << ": no rank ran its backward in one launch";
         }
-        if (variant == 4) EXPECT_EQ(run.one_launch_ranks + run.one_launch_bwd_ranks, 0) << what;
+        if (variant == 4) {
+          EXPECT_EQ(run.one_launch_ranks + run.one_launch_bwd_ranks, 0) << what;
+        }
         EXPECT_EQ(run.bad, 0) << "non-finite outputs: " << what;
         EXPECT_TRUE(run.scheme_ran) << what;
         for (int i = 0; i < test::kNumQuantities; ++i) {
